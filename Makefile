@@ -1,0 +1,74 @@
+# kiln — build, test, demo.  `make SAN=1` builds with ASan+UBSan into build-san/.
+CC      ?= cc
+LLVM_CONFIG ?= llvm-config-14
+SAN     ?= 0
+ifeq ($(SAN),1)
+BUILD   := build-san
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else
+BUILD   := build
+SANFLAGS :=
+endif
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Icompiler -Iruntime -I/usr/include/lua5.4 $(SANFLAGS)
+LDLIBS  := /usr/lib/x86_64-linux-gnu/liblua5.4.a -lm -ldl
+LDFLAGS += $(SANFLAGS)
+
+LIB_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c)) $(wildcard runtime/*.c)
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+HDRS    := $(wildcard compiler/*.h runtime/*.h) compiler/ops.def
+
+all: $(BUILD)/kiln $(TEST_BIN)
+
+$(BUILD)/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libkilnc.a: $(LIB_OBJ)
+	ar rcs $@ $^
+
+$(BUILD)/kiln: $(BUILD)/compiler/main.o $(BUILD)/libkilnc.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libkilnc.a $(HDRS) tests/testutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libkilnc.a $(LDLIBS) -lcmocka
+
+# The fuzz target for the IR text parser (libFuzzer, clang).
+$(BUILD)/fuzz_irtext: tests/fuzz_irtext.c $(LIB_SRC) $(HDRS)
+	@mkdir -p $(dir $@)
+	clang -O1 -g -std=c11 -D_GNU_SOURCE -Icompiler -Iruntime -I/usr/include/lua5.4 -fsanitize=fuzzer,address,undefined \
+	    -o $@ tests/fuzz_irtext.c $(LIB_SRC) $(LDLIBS)
+
+FUZZ_SECONDS ?= 20
+fuzz: $(BUILD)/fuzz_irtext
+	@mkdir -p $(BUILD)/fuzz-corpus
+	$(BUILD)/fuzz_irtext -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz-corpus tests/fuzz-seeds
+
+deps:
+	@tools/deps.sh
+
+test: deps
+	$(MAKE) -j2 all
+	BUILD=$(BUILD) tests/run.sh
+
+# The demo corpus: English text from Debian's base-files package (present on
+# every Debian machine): the licence texts, about 250 KB.
+CORPUS_FILES := GPL-3 GPL-2 LGPL-2.1 GFDL-1.3 Apache-2.0 MPL-2.0 Artistic CC0-1.0
+$(BUILD)/corpus.txt:
+	@mkdir -p $(BUILD)
+	cat $(addprefix /usr/share/common-licenses/,$(CORPUS_FILES)) > $@
+
+demo: deps
+	$(MAKE) -j2 $(BUILD)/kiln $(BUILD)/corpus.txt
+	$(BUILD)/kiln run --interp models/tiny.lua --data $(BUILD)/corpus.txt --log $(BUILD)/demo.jsonl
+
+bench: $(BUILD)/kiln
+	BUILD=$(BUILD) bench/frontend.sh
+
+clean:
+	rm -rf build build-san
+
+.PHONY: all deps test demo bench fuzz clean

@@ -1,0 +1,663 @@
+/* ir.c — the IR's core: arena and strings, the op table, types, building
+ * nodes, the shape/dtype rule of every op, attributes, mesh groups, errors.
+ *
+ * ir_infer() is the single place where an op's shape and dtype rule lives.
+ * The front end calls it (through ir_add_node) to reject a model at the line
+ * that wrote the bad op, the parser to check a dump, and the verifier to
+ * re-check every node after every pass; so a pass that builds a node with the
+ * wrong shape is caught at the pass, not three passes later.
+ */
+#include <assert.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+const OpInfo ir_ops[OP_COUNT] = {
+#define OP(name, nin, nout, flags, doc) {#name, nin, nout, flags, doc},
+#include "ops.def"
+#undef OP
+};
+
+const char *const ir_dtype_names[DT_COUNT] = {"f32", "bf16", "f16", "i32", "i64"};
+const char *const ir_phase_names[PH_COUNT] = {"fwd", "bwd", "recompute", "opt"};
+
+int ir_op_lookup(const char *name) {
+    for (int i = 0; i < OP_COUNT; i++)
+        if (strcmp(ir_ops[i].name, name) == 0) return i;
+    return -1;
+}
+
+int ir_dtype_lookup(const char *name) {
+    for (int i = 0; i < DT_COUNT; i++)
+        if (strcmp(ir_dtype_names[i], name) == 0) return i;
+    return -1;
+}
+
+int ir_dtype_is_float(DType dt) { return dt == DT_F32 || dt == DT_BF16 || dt == DT_F16; }
+
+size_t ir_dtype_size(DType dt) {
+    static const size_t sz[DT_COUNT] = {4, 2, 2, 4, 8};
+    return sz[dt];
+}
+
+int64_t ir_numel(const Type *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->dim[i];
+    return n;
+}
+
+int ir_type_eq(const Type *a, const Type *b) {
+    if (a->dt != b->dt || a->rank != b->rank) return 0;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dim[i] != b->dim[i]) return 0;
+    return 1;
+}
+
+char *ir_type_str(const Type *t, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "%s[", ir_dtype_names[t->dt]);
+    for (int i = 0; i < t->rank && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)t->dim[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+    return buf;
+}
+
+/* ---- errors ---- */
+
+void error_at(Loc loc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s:%d: ", loc.file ? loc.file : "?", loc.line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+void ir_ice(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "internal compiler error at %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    abort();
+}
+
+/* ---- arena: chunks freed all at once; an intern table for strings ---- */
+
+typedef struct Chunk {
+    struct Chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+} Chunk;
+
+struct Arena {
+    Chunk *head;
+    const char **strs; /* open-addressing intern table */
+    size_t nstrs, capstrs;
+};
+
+static void *xcalloc(size_t n, size_t sz) {
+    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    if (!p) ICE("out of memory (%zu x %zu bytes)", n, sz);
+    return p;
+}
+
+void *ir_alloc(Module *m, size_t n) {
+    Arena *a = m->arena;
+    n = (n + 15) & ~(size_t)15;
+    if (!a->head || a->head->used + n > a->head->cap) {
+        size_t cap = n > (1u << 20) ? n : (1u << 20);
+        Chunk *c = xcalloc(1, sizeof(Chunk) + cap);
+        c->cap = cap;
+        c->next = a->head;
+        a->head = c;
+    }
+    void *p = a->head->data + a->head->used;
+    a->head->used += n;
+    return p; /* chunks come zeroed from calloc and are never reused */
+}
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+const char *ir_intern(Module *m, const char *s) {
+    Arena *a = m->arena;
+    if (2 * (a->nstrs + 1) > a->capstrs) {
+        size_t cap = a->capstrs ? 2 * a->capstrs : 256;
+        const char **t = xcalloc(cap, sizeof *t);
+        for (size_t i = 0; i < a->capstrs; i++)
+            if (a->strs[i]) {
+                size_t j = hash_str(a->strs[i]) & (cap - 1);
+                while (t[j]) j = (j + 1) & (cap - 1);
+                t[j] = a->strs[i];
+            }
+        free(a->strs);
+        a->strs = t;
+        a->capstrs = cap;
+    }
+    size_t j = hash_str(s) & (a->capstrs - 1);
+    for (; a->strs[j]; j = (j + 1) & (a->capstrs - 1))
+        if (strcmp(a->strs[j], s) == 0) return a->strs[j];
+    size_t n = strlen(s) + 1;
+    char *copy = ir_alloc(m, n);
+    memcpy(copy, s, n);
+    a->strs[j] = copy;
+    a->nstrs++;
+    return copy;
+}
+
+/* ---- modules and graphs ---- */
+
+Module *ir_module_new(const char *name) {
+    Module *m = xcalloc(1, sizeof *m);
+    m->arena = xcalloc(1, sizeof *m->arena);
+    m->name = ir_intern(m, name);
+    for (int i = 0; i < IR_NAXES; i++) m->mesh[i] = 1;
+    m->nstages = 1;
+    m->stages = ir_alloc(m, sizeof(Graph *));
+    m->stages[0] = ir_graph_new(m);
+    return m;
+}
+
+void ir_free(Module *m) {
+    if (!m) return;
+    for (Chunk *c = m->arena->head, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    free(m->arena->strs);
+    free(m->arena);
+    free(m);
+}
+
+Graph *ir_graph_new(Module *m) {
+    Graph *g = ir_alloc(m, sizeof *g);
+    g->m = m;
+    return g;
+}
+
+static void *grow(Module *m, void *old, int n, int *cap, size_t elem) {
+    if (n < *cap) return old;
+    int ncap = *cap ? 2 * *cap : 64;
+    void *p = ir_alloc(m, (size_t)ncap * elem);
+    if (old) memcpy(p, old, (size_t)n * elem);
+    *cap = ncap;
+    return p;
+}
+
+NodeSpec ir_spec(Op op, Loc loc) {
+    NodeSpec s = {0};
+    s.op = op;
+    s.loc = loc;
+    s.layer = -1;
+    s.phase = PH_FWD;
+    return s;
+}
+
+int ir_add_node(Graph *g, const NodeSpec *s, char *err, size_t errlen) {
+    Module *m = g->m;
+    const OpInfo *info = &ir_ops[s->op];
+    if (info->nin >= 0 ? s->nin != info->nin : s->nin < 1) {
+        snprintf(err, errlen, "%s: expects %d inputs, got %d", info->name, info->nin, s->nin);
+        return -1;
+    }
+    for (int i = 0; i < s->nin; i++)
+        if (s->in[i] < 0 || s->in[i] >= g->nvals) {
+            snprintf(err, errlen, "%s: input %d is not a defined value", info->name, i);
+            return -1;
+        }
+    Node n = {0};
+    n.op = s->op;
+    n.nin = s->nin;
+    n.in = ir_alloc(m, sizeof(int) * (size_t)(s->nin ? s->nin : 1));
+    memcpy(n.in, s->in, sizeof(int) * (size_t)s->nin);
+    n.nattr = s->nattr;
+    n.attr = ir_alloc(m, sizeof(Attr) * (size_t)(s->nattr ? s->nattr : 1));
+    if (s->nattr) memcpy(n.attr, s->attr, sizeof(Attr) * (size_t)s->nattr);
+    n.loc = s->loc;
+    n.layer = s->layer;
+    n.phase = s->phase;
+    n.stream = n.pos = -1;
+
+    Type out[8] = {0};
+    if (info->flags & F_SOURCE) {
+        if (!s->src_type) {
+            snprintf(err, errlen, "%s: a source op needs a declared type", info->name);
+            return -1;
+        }
+        out[0] = *s->src_type;
+    }
+    if (ir_infer(g, &n, out, err, errlen) < 0) return -1;
+
+    n.nout = info->nout;
+    n.out = ir_alloc(m, sizeof(int) * (size_t)(n.nout ? n.nout : 1));
+    int idx = g->nnodes;
+    for (int i = 0; i < n.nout; i++) {
+        g->vals = grow(m, g->vals, g->nvals, &g->capvals, sizeof(Value));
+        Value *v = &g->vals[g->nvals];
+        memset(v, 0, sizeof *v);
+        v->id = g->nvals++;
+        v->t = out[i];
+        v->def = idx;
+        v->defout = i;
+        n.out[i] = v->id;
+    }
+    g->nodes = grow(m, g->nodes, g->nnodes, &g->capnodes, sizeof(Node));
+    g->nodes[g->nnodes++] = n;
+    return idx;
+}
+
+/* ---- attributes ---- */
+
+Attr ir_attr_int(Module *m, const char *key, int64_t v) {
+    return (Attr){.key = ir_intern(m, key), .kind = AT_INT, .i = v};
+}
+Attr ir_attr_float(Module *m, const char *key, double v) {
+    return (Attr){.key = ir_intern(m, key), .kind = AT_FLOAT, .f = v};
+}
+Attr ir_attr_str(Module *m, const char *key, const char *v) {
+    return (Attr){.key = ir_intern(m, key), .kind = AT_STR, .s = ir_intern(m, v)};
+}
+Attr ir_attr_ints(Module *m, const char *key, const int64_t *v, int n) {
+    Attr a = {.key = ir_intern(m, key), .kind = AT_INTS, .n = n};
+    a.v = ir_alloc(m, sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (n) memcpy(a.v, v, sizeof(int64_t) * (size_t)n);
+    return a;
+}
+
+const Attr *ir_attr(const Node *n, const char *key) {
+    for (int i = 0; i < n->nattr; i++)
+        if (strcmp(n->attr[i].key, key) == 0) return &n->attr[i];
+    return NULL;
+}
+int64_t ir_attr_i(const Node *n, const char *key, int64_t dflt) {
+    const Attr *a = ir_attr(n, key);
+    return a && a->kind == AT_INT ? a->i : dflt;
+}
+double ir_attr_f(const Node *n, const char *key, double dflt) {
+    const Attr *a = ir_attr(n, key);
+    if (!a) return dflt;
+    return a->kind == AT_FLOAT ? a->f : a->kind == AT_INT ? (double)a->i : dflt;
+}
+const char *ir_attr_s(const Node *n, const char *key, const char *dflt) {
+    const Attr *a = ir_attr(n, key);
+    return a && a->kind == AT_STR ? a->s : dflt;
+}
+
+/* ---- shape and dtype rules ---- */
+
+#define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return -1; } while (0)
+
+static const char *tstr(const Type *t, char *buf) { return ir_type_str(t, buf, 96); }
+
+/* A dim attribute in [0, rank), else -1. */
+static int dim_attr(const Node *n, const char *key, int rank) {
+    const Attr *a = ir_attr(n, key);
+    if (!a || a->kind != AT_INT || a->i < 0 || a->i >= rank) return -1;
+    return (int)a->i;
+}
+
+static int shape_attr(const Node *n, Type *out, char *err, size_t errlen, const char *op) {
+    const Attr *a = ir_attr(n, "shape");
+    if (!a || a->kind != AT_INTS) FAIL("%s: needs an int list attribute shape", op);
+    if (a->n > IR_MAXRANK) FAIL("%s: rank %d exceeds %d", op, a->n, IR_MAXRANK);
+    out->rank = a->n;
+    for (int i = 0; i < a->n; i++) {
+        if (a->v[i] < 1 || a->v[i] > ((int64_t)1 << 40)) FAIL("%s: bad dim %lld", op, (long long)a->v[i]);
+        out->dim[i] = a->v[i];
+    }
+    return 0;
+}
+
+/* numpy rule: `small` broadcasts to `big`. */
+static int broadcastable(const Type *small, const Type *big) {
+    if (small->rank > big->rank) return 0;
+    for (int i = 1; i <= small->rank; i++) {
+        int64_t s = small->dim[small->rank - i], b = big->dim[big->rank - i];
+        if (s != b && s != 1) return 0;
+    }
+    return 1;
+}
+
+static int need_float(const Type *t, const char *op, const char *what, char *err, size_t errlen) {
+    if (!ir_dtype_is_float(t->dt)) FAIL("%s: %s must be a float tensor, got %s", op, what, ir_dtype_names[t->dt]);
+    return 0;
+}
+
+static int need_int(const Type *t, const char *op, const char *what, char *err, size_t errlen) {
+    if (t->dt != DT_I32 && t->dt != DT_I64) FAIL("%s: %s must be i32 or i64, got %s", op, what, ir_dtype_names[t->dt]);
+    return 0;
+}
+
+static int same_type(const Type *a, const Type *b, const char *op, char *err, size_t errlen) {
+    char x[96], y[96];
+    if (!ir_type_eq(a, b)) FAIL("%s: %s and %s differ", op, tstr(a, x), tstr(b, y));
+    return 0;
+}
+
+static Type scalar_f32(void) { return (Type){.dt = DT_F32, .rank = 0}; }
+
+static int infer_matmul(const Node *n, const Type *a, const Type *b, Type *out, char *err, size_t errlen) {
+    char x[96], y[96];
+    int ta = ir_attr_i(n, "ta", 0) != 0, tb = ir_attr_i(n, "tb", 0) != 0;
+    if (need_float(a, "matmul", "a", err, errlen) || need_float(b, "matmul", "b", err, errlen)) return -1;
+    if (a->dt != b->dt) FAIL("matmul: dtypes %s and %s differ", ir_dtype_names[a->dt], ir_dtype_names[b->dt]);
+    if (a->rank < 2 || b->rank < 2) FAIL("matmul: %s x %s: operands need rank >= 2", tstr(a, x), tstr(b, y));
+    if (b->rank != 2 && b->rank != a->rank)
+        FAIL("matmul: %s x %s: b must be rank 2 or have a's batch dims", tstr(a, x), tstr(b, y));
+    for (int i = 0; b->rank > 2 && i < a->rank - 2; i++)
+        if (a->dim[i] != b->dim[i]) FAIL("matmul: %s x %s: batch dims differ", tstr(a, x), tstr(b, y));
+    int64_t M = a->dim[a->rank - 2 + ta], K = a->dim[a->rank - 1 - ta];
+    int64_t Kb = b->dim[b->rank - 2 + tb], N = b->dim[b->rank - 1 - tb];
+    if (K != Kb) FAIL("matmul: %s x %s: inner dims differ", tstr(a, x), tstr(b, y));
+    *out = *a;
+    out->dim[a->rank - 2] = M;
+    out->dim[a->rank - 1] = N;
+    return 0;
+}
+
+static int infer_attention(const Node *n, const Type *q, const Type *k, const Type *v, char *err, size_t errlen) {
+    char x[96], y[96];
+    for (int i = 0; i < 3; i++)
+        if (need_float((const Type *[]){q, k, v}[i], "attention", "q/k/v", err, errlen)) return -1;
+    if (q->rank != 4 || k->rank != 4 || v->rank != 4) FAIL("attention: q, k, v must be [B,H,T,D]");
+    if (!ir_type_eq(k, v)) FAIL("attention: k %s and v %s differ", tstr(k, x), tstr(v, y));
+    if (q->dt != k->dt) FAIL("attention: q and k dtypes differ");
+    if (q->dim[0] != k->dim[0] || q->dim[3] != k->dim[3])
+        FAIL("attention: q %s and k %s differ in batch or head dim", tstr(q, x), tstr(k, y));
+    if (k->dim[1] < 1 || q->dim[1] % k->dim[1] != 0)
+        FAIL("attention: %lld query heads not a multiple of %lld kv heads", (long long)q->dim[1], (long long)k->dim[1]);
+    if (ir_attr_i(n, "causal", 0) && q->dim[2] != k->dim[2])
+        FAIL("attention: causal needs equal query and key lengths (%lld vs %lld)", (long long)q->dim[2], (long long)k->dim[2]);
+    return 0;
+}
+
+static int infer_reduce(const Node *n, const Type *x, Type *out, char *err, size_t errlen, const char *op) {
+    int d = dim_attr(n, "dim", x->rank);
+    if (d < 0) FAIL("%s: dim out of range for rank %d", op, x->rank);
+    if (need_float(x, op, "input", err, errlen)) return -1;
+    *out = *x;
+    if (ir_attr_i(n, "keep", 0)) {
+        out->dim[d] = 1;
+    } else {
+        for (int i = d; i < x->rank - 1; i++) out->dim[i] = x->dim[i + 1];
+        out->rank--;
+    }
+    return 0;
+}
+
+static int infer_comm(const Graph *g, const Node *n, const Type *x, Type *out, char *err, size_t errlen) {
+    const char *op = ir_ops[n->op].name;
+    const char *group = ir_attr_s(n, "group", NULL);
+    if (!group || ir_group_mask(group) <= 0) FAIL("%s: needs a group attribute (dp, cp, tp, pp or a+b)", op);
+    int mask = ir_group_mask(group), size = 1;
+    for (int a = 0; a < IR_NAXES; a++)
+        if (mask & (1 << a)) size *= g->m->mesh[a];
+    *out = *x;
+    if (n->op == OP_reducescatter || n->op == OP_allgather) {
+        int d = dim_attr(n, "dim", x->rank);
+        if (d < 0) FAIL("%s: dim out of range for rank %d", op, x->rank);
+        if (n->op == OP_reducescatter) {
+            if (x->dim[d] % size) FAIL("%s: dim %d of size %lld not divisible by group size %d", op, d, (long long)x->dim[d], size);
+            out->dim[d] = x->dim[d] / size;
+        } else {
+            out->dim[d] = x->dim[d] * size;
+        }
+    }
+    return 0;
+}
+
+int ir_infer(const Graph *g, const Node *n, Type out[], char *err, size_t errlen) {
+    const OpInfo *info = &ir_ops[n->op];
+    const char *op = info->name;
+    const Type *t[8] = {0};
+    char x[96], y[96];
+    for (int i = 0; i < n->nin && i < 8; i++) {
+        if (n->in[i] < 0 || n->in[i] >= g->nvals) FAIL("%s: input %d is not a defined value", op, i);
+        t[i] = &g->vals[n->in[i]].t;
+    }
+    if (info->nin >= 0 ? n->nin != info->nin : n->nin < 1) FAIL("%s: expects %d inputs, got %d", op, info->nin, n->nin);
+    if (info->flags & F_SOURCE) {
+        /* out[0] holds the declared type; check it */
+        if (out[0].rank < 0 || out[0].rank > IR_MAXRANK) FAIL("%s: bad rank", op);
+        for (int i = 0; i < out[0].rank; i++)
+            if (out[0].dim[i] < 1) FAIL("%s: bad dim %lld", op, (long long)out[0].dim[i]);
+        if (n->op == OP_iota && (out[0].rank != 1 || out[0].dt != DT_I32)) FAIL("iota: type must be i32[n]");
+        if ((n->op == OP_param || n->op == OP_state) && !ir_dtype_is_float(out[0].dt)) FAIL("%s: must be a float tensor", op);
+        if ((n->op == OP_input || n->op == OP_param || n->op == OP_state) && !ir_attr_s(n, "name", NULL))
+            FAIL("%s: needs a name attribute", op);
+        if (n->op == OP_const && !ir_attr(n, "v")) FAIL("const: needs a value attribute v");
+        return 0;
+    }
+    switch (n->op) {
+    case OP_output: case OP_assign:
+        if (!ir_attr_s(n, "name", NULL)) FAIL("%s: needs a name attribute", op);
+        return 0;
+    case OP_send:
+        return infer_comm(g, n, t[0], &out[0], err, errlen);
+    case OP_add: case OP_sub: case OP_mul: case OP_div:
+    case OP_gelu_bwd: case OP_silu_bwd: case OP_relu_bwd:
+        if (need_float(t[0], op, "a", err, errlen) || same_type(t[0], t[1], op, err, errlen)) return -1;
+        out[0] = *t[0];
+        return 0;
+    case OP_neg: case OP_exp: case OP_log: case OP_sqrt: case OP_rsqrt:
+    case OP_tanh: case OP_gelu: case OP_silu: case OP_relu:
+        if (need_float(t[0], op, "input", err, errlen)) return -1;
+        out[0] = *t[0];
+        return 0;
+    case OP_sum: case OP_mean: case OP_max:
+        return infer_reduce(n, t[0], &out[0], err, errlen, op);
+    case OP_max_bwd: {
+        Type r;
+        if (infer_reduce(n, t[1], &r, err, errlen, op) || same_type(t[0], &r, op, err, errlen) ||
+            same_type(t[2], &r, op, err, errlen)) return -1;
+        out[0] = *t[1];
+        return 0;
+    }
+    case OP_sumsq:
+        if (need_float(t[0], op, "input", err, errlen)) return -1;
+        out[0] = scalar_f32();
+        return 0;
+    case OP_reshape:
+        if (shape_attr(n, &out[0], err, errlen, op)) return -1;
+        out[0].dt = t[0]->dt;
+        if (ir_numel(&out[0]) != ir_numel(t[0])) FAIL("reshape: %s to %s changes the element count", tstr(t[0], x), tstr(&out[0], y));
+        return 0;
+    case OP_transpose: {
+        int a = dim_attr(n, "a", t[0]->rank), b = dim_attr(n, "b", t[0]->rank);
+        if (a < 0 || b < 0) FAIL("transpose: dims out of range for rank %d", t[0]->rank);
+        out[0] = *t[0];
+        out[0].dim[a] = t[0]->dim[b];
+        out[0].dim[b] = t[0]->dim[a];
+        return 0;
+    }
+    case OP_slice: {
+        int d = dim_attr(n, "dim", t[0]->rank);
+        int64_t s = ir_attr_i(n, "start", -1), e = ir_attr_i(n, "end", -1);
+        if (d < 0) FAIL("slice: dim out of range for rank %d", t[0]->rank);
+        if (s < 0 || e <= s || e > t[0]->dim[d])
+            FAIL("slice: [%lld:%lld] out of range for dim %d of size %lld", (long long)s, (long long)e, d, (long long)t[0]->dim[d]);
+        out[0] = *t[0];
+        out[0].dim[d] = e - s;
+        return 0;
+    }
+    case OP_concat: {
+        int d = dim_attr(n, "dim", t[0]->rank);
+        if (d < 0) FAIL("concat: dim out of range for rank %d", t[0]->rank);
+        out[0] = *t[0];
+        for (int i = 1; i < n->nin; i++) {
+            const Type *u = &g->vals[n->in[i]].t;
+            Type a = *u, b = *t[0];
+            a.dim[d] = b.dim[d] = 1;
+            if (!ir_type_eq(&a, &b)) FAIL("concat: %s and %s differ outside dim %d", tstr(t[0], x), tstr(u, y), d);
+            out[0].dim[d] += u->dim[d];
+        }
+        return 0;
+    }
+    case OP_broadcast:
+        if (shape_attr(n, &out[0], err, errlen, op)) return -1;
+        out[0].dt = t[0]->dt;
+        if (!broadcastable(t[0], &out[0])) FAIL("broadcast: %s does not broadcast to %s", tstr(t[0], x), tstr(&out[0], y));
+        return 0;
+    case OP_sumto:
+        if (shape_attr(n, &out[0], err, errlen, op)) return -1;
+        out[0].dt = t[0]->dt;
+        if (!broadcastable(&out[0], t[0])) FAIL("sumto: %s does not broadcast to %s", tstr(&out[0], x), tstr(t[0], y));
+        return 0;
+    case OP_cast: {
+        int dt = ir_dtype_lookup(ir_attr_s(n, "dtype", ""));
+        if (dt < 0) FAIL("cast: unknown dtype \"%s\"", ir_attr_s(n, "dtype", ""));
+        out[0] = *t[0];
+        out[0].dt = (DType)dt;
+        return 0;
+    }
+    case OP_matmul:
+        return infer_matmul(n, t[0], t[1], &out[0], err, errlen);
+    case OP_layernorm: case OP_rmsnorm: {
+        const Type *xt = t[0];
+        if (need_float(xt, op, "x", err, errlen)) return -1;
+        if (xt->rank < 1) FAIL("%s: x must have rank >= 1", op);
+        for (int i = 1; i < n->nin; i++)
+            if (t[i]->rank != 1 || t[i]->dim[0] != xt->dim[xt->rank - 1] || t[i]->dt != xt->dt)
+                FAIL("%s: weight %s does not match the last dim of %s", op, tstr(t[i], x), tstr(xt, y));
+        out[0] = *xt;
+        return 0;
+    }
+    case OP_layernorm_bwd: case OP_rmsnorm_bwd:
+        if (same_type(t[0], t[1], op, err, errlen)) return -1;
+        if (t[2]->rank != 1 || t[1]->rank < 1 || t[2]->dim[0] != t[1]->dim[t[1]->rank - 1]) FAIL("%s: weight does not match x", op);
+        out[0] = *t[1];
+        out[1] = out[2] = *t[2];
+        return 0;
+    case OP_softmax:
+        if (need_float(t[0], op, "x", err, errlen)) return -1;
+        if (t[0]->rank < 1) FAIL("softmax: x must have rank >= 1");
+        out[0] = *t[0];
+        return 0;
+    case OP_softmax_bwd:
+        if (same_type(t[0], t[1], op, err, errlen)) return -1;
+        out[0] = *t[0];
+        return 0;
+    case OP_rope: case OP_rope_bwd:
+        if (need_float(t[0], op, "x", err, errlen) || need_int(t[1], op, "pos", err, errlen)) return -1;
+        if (t[0]->rank != 4 || t[0]->dim[3] % 2) FAIL("%s: x must be [B,T,H,D] with even D, got %s", op, tstr(t[0], x));
+        if (t[1]->rank != 1 || t[1]->dim[0] != t[0]->dim[1]) FAIL("%s: pos %s must be [T] for x %s", op, tstr(t[1], x), tstr(t[0], y));
+        out[0] = *t[0];
+        return 0;
+    case OP_attention:
+        if (infer_attention(n, t[0], t[1], t[2], err, errlen)) return -1;
+        out[0] = *t[0];
+        out[1] = (Type){.dt = DT_F32, .rank = 3, .dim = {t[0]->dim[0], t[0]->dim[1], t[0]->dim[2]}};
+        return 0;
+    case OP_attention_bwd:
+        if (infer_attention(n, t[1], t[2], t[3], err, errlen)) return -1;
+        if (same_type(t[0], t[1], op, err, errlen) || same_type(t[4], t[1], op, err, errlen)) return -1;
+        if (t[5]->dt != DT_F32 || t[5]->rank != 3) FAIL("attention_bwd: lse must be f32[B,H,T]");
+        out[0] = *t[1];
+        out[1] = *t[2];
+        out[2] = *t[3];
+        return 0;
+    case OP_embedding:
+        if (need_float(t[0], op, "table", err, errlen) || need_int(t[1], op, "ids", err, errlen)) return -1;
+        if (t[0]->rank != 2) FAIL("embedding: table must be [V,C], got %s", tstr(t[0], x));
+        if (t[1]->rank + 1 > IR_MAXRANK) FAIL("embedding: ids rank too large");
+        out[0] = *t[1];
+        out[0].dt = t[0]->dt;
+        out[0].dim[out[0].rank++] = t[0]->dim[1];
+        return 0;
+    case OP_embedding_bwd: {
+        int64_t v = ir_attr_i(n, "v", 0);
+        if (need_float(t[0], op, "dy", err, errlen) || need_int(t[1], op, "ids", err, errlen)) return -1;
+        if (v < 1) FAIL("embedding_bwd: needs a vocabulary size v");
+        if (t[0]->rank != t[1]->rank + 1) FAIL("embedding_bwd: dy %s does not match ids %s", tstr(t[0], x), tstr(t[1], y));
+        for (int i = 0; i < t[1]->rank; i++)
+            if (t[0]->dim[i] != t[1]->dim[i]) FAIL("embedding_bwd: dy %s does not match ids %s", tstr(t[0], x), tstr(t[1], y));
+        out[0] = (Type){.dt = t[0]->dt, .rank = 2, .dim = {v, t[0]->dim[t[0]->rank - 1]}};
+        return 0;
+    }
+    case OP_cross_entropy: case OP_cross_entropy_bwd: {
+        const Type *lg = t[n->op == OP_cross_entropy ? 0 : 1], *tg = t[n->op == OP_cross_entropy ? 1 : 2];
+        if (need_float(lg, op, "logits", err, errlen) || need_int(tg, op, "targets", err, errlen)) return -1;
+        int ok = lg->rank == tg->rank + 1;
+        for (int i = 0; ok && i < tg->rank; i++) ok = lg->dim[i] == tg->dim[i];
+        if (!ok) FAIL("%s: logits %s do not match targets %s", op, tstr(lg, x), tstr(tg, y));
+        Type per_tok = *tg;
+        per_tok.dt = DT_F32;
+        if (n->op == OP_cross_entropy_bwd && !ir_type_eq(t[0], &per_tok)) FAIL("cross_entropy_bwd: dl must be %s", tstr(&per_tok, x));
+        out[0] = n->op == OP_cross_entropy ? per_tok : *lg;
+        return 0;
+    }
+    case OP_loss:
+        if (t[0]->dt != DT_F32 || t[0]->rank != 0) FAIL("loss: must be a scalar f32, got %s", tstr(t[0], x));
+        out[0] = *t[0];
+        return 0;
+    case OP_lr_cosine: case OP_clipscale:
+        if (t[0]->dt != DT_F32 || t[0]->rank != 0) FAIL("%s: input must be f32[]", op);
+        out[0] = scalar_f32();
+        return 0;
+    case OP_adamw:
+        for (int i = 1; i < 4; i++)
+            if (same_type(t[0], t[i], op, err, errlen)) return -1;
+        for (int i = 4; i < 7; i++)
+            if (t[i]->dt != DT_F32 || t[i]->rank != 0) FAIL("adamw: lr, scale and t must be f32[]");
+        out[0] = out[1] = out[2] = *t[0];
+        return 0;
+    case OP_allreduce: case OP_reducescatter: case OP_allgather:
+        return infer_comm(g, n, t[0], &out[0], err, errlen);
+    default:
+        FAIL("%s: no shape rule", op);
+    }
+}
+
+/* ---- mesh ---- */
+
+int ir_world(const Module *m) {
+    int w = 1;
+    for (int a = 0; a < IR_NAXES; a++) w *= m->mesh[a];
+    return w;
+}
+
+void ir_rank_coords(const Module *m, int r, int c[IR_NAXES]) {
+    for (int a = IR_NAXES - 1; a >= 0; a--) {
+        c[a] = r % m->mesh[a];
+        r /= m->mesh[a];
+    }
+}
+
+int ir_group_mask(const char *group) {
+    static const char *const axes[IR_NAXES] = {"pp", "dp", "cp", "tp"};
+    int mask = 0;
+    const char *p = group;
+    for (;;) {
+        int hit = -1;
+        for (int a = 0; a < IR_NAXES; a++)
+            if (strncmp(p, axes[a], 2) == 0) hit = a;
+        if (hit < 0 || (mask & (1 << hit))) return -1;
+        mask |= 1 << hit;
+        p += 2;
+        if (*p == 0) return mask;
+        if (*p++ != '+') return -1;
+    }
+}
+
+int ir_group_members(const Module *m, int r, int mask, int *members, int *index) {
+    int c[IR_NAXES], cnt = 0, world = ir_world(m);
+    ir_rank_coords(m, r, c);
+    for (int q = 0; q < world; q++) {
+        int d[IR_NAXES], same = 1;
+        ir_rank_coords(m, q, d);
+        for (int a = 0; a < IR_NAXES; a++)
+            if (!(mask & (1 << a)) && d[a] != c[a]) same = 0;
+        if (!same) continue;
+        if (q == r && index) *index = cnt;
+        if (members) members[cnt] = q;
+        cnt++;
+    }
+    return cnt;
+}

@@ -1,0 +1,220 @@
+/* ir.h — the one IR header of kiln.
+ *
+ * A Module holds one Graph per pipeline stage (one until the pipeline pass).
+ * A Graph is SSA: Nodes (an op from ops.def, input values, attributes)
+ * define Values (dtype + static shape of rank <= 5, and after parallelize a
+ * sharding per mesh axis).  Values and nodes are kept in arrays and named by
+ * index; a value's id is its index, and nodes appear in a valid execution
+ * order (every input is defined by an earlier node).
+ *
+ * Every node carries a Loc (the model's file:line that created it), its layer,
+ * phase, pipeline stage, virtual stage and micro-batch, and after `schedule`
+ * its stream and position.  Parameters, optimizer state and data inputs are
+ * ordinary source nodes (param/state/input) named by an attribute, so one
+ * training step is one self-contained module and the text dump is the whole
+ * program.
+ *
+ * Memory: everything a module owns comes from its arena and is freed at once
+ * by ir_free().  Growable arrays are re-allocated from the arena (doubling),
+ * so pointers to nodes and values are invalidated by ir_add_node; keep ids.
+ */
+#ifndef KILN_IR_H
+#define KILN_IR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define IR_MAXRANK 5
+#define IR_NAXES 4 /* mesh axes pp, dp, cp, tp (tp fastest-varying) */
+
+typedef enum {
+#define OP(name, nin, nout, flags, doc) OP_##name,
+#include "ops.def"
+#undef OP
+    OP_COUNT
+} Op;
+
+enum { /* op flags: passes ask these, never op names */
+    F_SOURCE = 1 << 0,      /* no inputs, declared output type */
+    F_SINK = 1 << 1,        /* no outputs, has an effect */
+    F_ELEMENTWISE = 1 << 2,
+    F_REDUCTION = 1 << 3,
+    F_SHAPE = 1 << 4,       /* moves/reinterprets data only */
+    F_GEMM = 1 << 5,
+    F_EXPENSIVE = 1 << 6,   /* never recomputed under gemm-last */
+    F_LIBRARY = 1 << 7,     /* a hand-written kernel, not a fused one */
+    F_COMM = 1 << 8,
+    F_STATE = 1 << 9,       /* reads persistent state */
+    F_LOSS = 1 << 10,
+    F_OPTIMIZER = 1 << 11,
+    F_COPY = 1 << 12,       /* device copies (offload) */
+};
+
+typedef struct {
+    const char *name;
+    int nin, nout; /* nin -1: variadic */
+    unsigned flags;
+    const char *doc;
+} OpInfo;
+extern const OpInfo ir_ops[OP_COUNT];
+int ir_op_lookup(const char *name); /* -1 if unknown */
+
+typedef enum { DT_F32, DT_BF16, DT_F16, DT_I32, DT_I64, DT_COUNT } DType;
+extern const char *const ir_dtype_names[DT_COUNT];
+int ir_dtype_lookup(const char *name); /* -1 if unknown */
+int ir_dtype_is_float(DType dt);
+size_t ir_dtype_size(DType dt);
+
+typedef struct {
+    DType dt;
+    int rank;
+    int64_t dim[IR_MAXRANK];
+} Type;
+int64_t ir_numel(const Type *t);
+int ir_type_eq(const Type *a, const Type *b);
+/* "f32[8,1024,768]" into buf; returns buf */
+char *ir_type_str(const Type *t, char *buf, size_t n);
+
+typedef enum { SH_REP, SH_SPLIT, SH_PARTIAL } ShardKind;
+typedef struct {
+    ShardKind kind;
+    int dim; /* SH_SPLIT: the split dim */
+} AxisShard;
+
+typedef struct {
+    int id;
+    Type t;
+    int def;     /* defining node index, -1 for none */
+    int defout;  /* which output of that node */
+    AxisShard sh[IR_NAXES];
+} Value;
+
+typedef struct {
+    const char *file; /* interned; NULL means "no location" (the verifier rejects it) */
+    int line;
+} Loc;
+
+typedef enum { PH_FWD, PH_BWD, PH_RECOMPUTE, PH_OPT, PH_COUNT } Phase;
+extern const char *const ir_phase_names[PH_COUNT];
+
+typedef enum { AT_INT, AT_FLOAT, AT_STR, AT_INTS } AttrKind;
+typedef struct {
+    const char *key; /* interned */
+    AttrKind kind;
+    int64_t i;
+    double f;
+    const char *s;
+    int n;           /* AT_INTS: count */
+    int64_t *v;      /* AT_INTS: values */
+} Attr;
+
+typedef struct {
+    Op op;
+    int nin, nout;
+    int *in;   /* value ids */
+    int *out;  /* value ids */
+    int nattr;
+    Attr *attr;
+    Loc loc;
+    int layer;   /* -1: outside any layer */
+    Phase phase;
+    int stage, vstage, mb; /* pipeline stage, virtual stage, micro-batch (0 until pipeline) */
+    int stream, pos;       /* after schedule; -1 before */
+} Node;
+
+typedef struct Module Module;
+
+typedef struct {
+    Module *m;
+    Node *nodes;
+    int nnodes, capnodes;
+    Value *vals;
+    int nvals, capvals;
+} Graph;
+
+typedef struct Arena Arena;
+
+struct Module {
+    Arena *arena;
+    const char *name;
+    int mesh[IR_NAXES]; /* pp, dp, cp, tp */
+    Graph **stages;
+    int nstages;
+};
+
+/* ---- arena and strings ---- */
+void *ir_alloc(Module *m, size_t n);           /* zeroed, never NULL (aborts) */
+const char *ir_intern(Module *m, const char *s); /* copy into the arena; same string -> same pointer */
+
+/* ---- building ---- */
+Module *ir_module_new(const char *name);       /* one empty stage, mesh 1x1x1x1 */
+void ir_free(Module *m);
+Graph *ir_graph_new(Module *m);                /* a fresh empty graph (not attached) */
+
+/* A node under construction: fill op, inputs, attrs, loc, metadata, then
+ * ir_add_node.  NodeSpec.layer defaults to -1 via ir_spec(). */
+typedef struct {
+    Op op;
+    int nin;
+    const int *in;
+    int nattr;
+    const Attr *attr;
+    Loc loc;
+    int layer;
+    Phase phase;
+    const Type *src_type; /* for F_SOURCE ops: the declared output type */
+} NodeSpec;
+NodeSpec ir_spec(Op op, Loc loc);
+
+/* Infer output types, append the node and its output values.  Returns the
+ * node index, or -1 with a one-line message (no location prefix) in err. */
+int ir_add_node(Graph *g, const NodeSpec *s, char *err, size_t errlen);
+/* Convenience: the first output value id of node index n. */
+static inline int ir_out(const Graph *g, int n) { return g->nodes[n].out[0]; }
+
+/* Shape and dtype rule of node n (its inputs and attrs) -> out[]; returns 0, or
+ * -1 with a message in err.  Used by ir_add_node, the parser and the verifier. */
+int ir_infer(const Graph *g, const Node *n, Type out[], char *err, size_t errlen);
+
+/* ---- attributes ---- */
+Attr ir_attr_int(Module *m, const char *key, int64_t v);
+Attr ir_attr_float(Module *m, const char *key, double v);
+Attr ir_attr_str(Module *m, const char *key, const char *v);
+Attr ir_attr_ints(Module *m, const char *key, const int64_t *v, int n);
+const Attr *ir_attr(const Node *n, const char *key); /* NULL if absent */
+int64_t ir_attr_i(const Node *n, const char *key, int64_t dflt);
+double ir_attr_f(const Node *n, const char *key, double dflt); /* AT_INT is converted */
+const char *ir_attr_s(const Node *n, const char *key, const char *dflt);
+
+/* ---- checking, text, equality ---- */
+/* 0 if g is well formed; else -1 with "file:line: message" (node's Loc) in err. */
+int ir_verify(const Graph *g, char *err, size_t errlen);
+int ir_verify_module(const Module *m, char *err, size_t errlen);
+
+/* Text form (docs/ir.md): one node per line, read back by ir_parse. */
+void ir_dump(const Module *m, FILE *f);
+void ir_dump_dot(const Module *m, FILE *f);
+/* Parse a dump; NULL with "name:line: message" in err on bad input. */
+Module *ir_parse(const char *text, const char *name, char *err, size_t errlen);
+/* 1 if structurally identical (ops, types, attrs, metadata, locs, shardings). */
+int ir_module_equal(const Module *a, const Module *b);
+
+/* ---- mesh ---- */
+int ir_world(const Module *m); /* product of mesh */
+/* coordinates of rank r: c[0]=pp, c[1]=dp, c[2]=cp, c[3]=tp */
+void ir_rank_coords(const Module *m, int r, int c[IR_NAXES]);
+/* Parse a group string ("dp", "cp", "dp+cp") into an axis mask; -1 if bad. */
+int ir_group_mask(const char *group);
+/* Members of rank r's group (ascending rank); returns count, fills members,
+ * sets *index to r's position in it. */
+int ir_group_members(const Module *m, int r, int mask, int *members, int *index);
+
+/* ---- errors ---- */
+/* User error at a model location: prints "file:line: msg" and exits 1. */
+void error_at(Loc loc, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+/* Internal compiler error: prints the C file:line and aborts. */
+#define ICE(...) ir_ice(__FILE__, __LINE__, __VA_ARGS__)
+void ir_ice(const char *file, int line, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,65 @@
+/* kiln.h — the compiler's pieces as the driver (main.c) sees them:
+ * options, the front end, the passes (one file each, one signature), and the
+ * reference interpreter.  The IR itself is in ir.h. */
+#ifndef KILN_H
+#define KILN_H
+
+#include "ir.h"
+
+/* ---- options: flags, filled from the model's config{} then the command line ---- */
+typedef struct {
+    const char *key, *value;
+} KeyVal;
+
+typedef struct {
+    /* --set key=value: overrides of the model's config{} */
+    KeyVal *sets;
+    int nsets;
+    /* mesh */
+    int pp, dp, cp, tp;
+    /* optimizer (defaults in opt_defaults) */
+    double lr, min_lr, warmup, steps, weight_decay, beta1, beta2, eps, grad_clip;
+    uint64_t seed;
+} Options;
+void opt_defaults(Options *o);
+
+/* ---- front end (front_lua.c) ---- */
+/* Run the model file in the Lua sandbox and build its forward graph.  On a
+ * user error returns NULL with one line "file:line: message" in err.  The
+ * model's final config{} values (after --set) that name optimizer settings
+ * (lr, min_lr, warmup, steps, weight_decay, beta1, beta2, eps, grad_clip) are
+ * written into *o unless the command line gave them. */
+Module *fe_load(const char *path, Options *o, char *err, size_t errlen);
+
+/* ---- passes: one file each, one signature ---- */
+typedef void (*PassFn)(Module *m, const Options *o);
+void pass_autodiff(Module *m, const Options *o);  /* autodiff.c */
+void pass_optimizer(Module *m, const Options *o); /* optimizer.c */
+
+/* ---- interpreter (interp.c): runs any module, all mesh ranks in one process ---- */
+typedef struct {
+    Type t;
+    int64_t n;  /* element count */
+    double *d;  /* values; f32 mode rounds every result through float */
+} Tensor;
+
+typedef struct Interp Interp;
+/* f64 = 0: f32 semantics (every op result rounded to float); 1: f64. */
+Interp *interp_new(const Module *m, int f64);
+void interp_free(Interp *it);
+/* Params from their init attrs (normal(std) from a generator seeded by
+ * hash(name) ^ seed, identical on every rank), states zero. */
+void interp_init_state(Interp *it, uint64_t seed);
+/* Persistent tensor (param or state) `name` of a rank; NULL if none.
+ * Writable: tests perturb parameters through it. */
+Tensor *interp_state(Interp *it, int rank, const char *name);
+/* Copy n values into input `name` of rank; -1 if no such input or n differs. */
+int interp_set_input(Interp *it, int rank, const char *name, const double *data, int64_t n);
+/* Execute one step on every rank.  0, or -1 with a message (e.g. a token id
+ * out of range, a deadlock in send/recv) in err. */
+int interp_run(Interp *it, char *err, size_t errlen);
+/* After a run: output `name` of rank, or the value with id vid. NULL if none. */
+const Tensor *interp_output(const Interp *it, int rank, const char *name);
+const Tensor *interp_value(const Interp *it, int rank, int vid);
+
+#endif

@@ -1,0 +1,441 @@
+/* main.c — the kiln driver.
+ *
+ * It reads as the pipeline: the Lua front end builds the forward graph, then
+ * each pass of `passes[]` rewrites the module in turn, with the verifier run
+ * between every two passes, so a pass that breaks an invariant is named at
+ * once.  `--after PASS` stops there (for `dump`).
+ *
+ *   kiln dump  MODEL [--after front|autodiff|optimizer] [--format text|dot] [-o FILE]
+ *              (MODEL may be a .ir dump: it is parsed and used as it is)
+ *   kiln check MODEL            run the step in f32 and in f64 on random inputs, compare
+ *   kiln run   MODEL --interp --data FILE [--steps N] [--log F.jsonl] [--export F.safetensors]
+ *
+ * Every command takes --set key=value (the model's config{}), --seed N, and
+ * the optimizer flags --lr --min-lr --warmup --weight-decay --grad-clip
+ * (shorthands for --set).  User errors are one line and exit 1.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kiln.h"
+#include "safetensors.h"
+
+static const struct {
+    const char *name;
+    PassFn run;
+} passes[] = {
+    {"autodiff", pass_autodiff},
+    {"optimizer", pass_optimizer},
+};
+#define NPASSES ((int)(sizeof passes / sizeof passes[0]))
+
+typedef struct {
+    Options o;
+    const char *cmd, *model, *after, *format, *out, *data, *log, *export_path;
+    int interp, f64, print_every;
+} Args;
+
+static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kiln: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static void usage(FILE *f) {
+    fputs("usage: kiln dump  MODEL [--after front|autodiff|optimizer] [--format text|dot] [-o FILE]\n"
+          "       kiln check MODEL\n"
+          "       kiln run   MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
+          "common: --set key=value  --seed N  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X\n",
+          f);
+}
+
+/* ---- the pipeline ---- */
+
+static void verify_or_die(Module *m, const char *after) {
+    char err[1024];
+    if (ir_verify_module(m, err, sizeof err) != 0) die("verifier failed after %s: %s", after, err);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* A .ir file is a dump read back as it is (no passes run). */
+static Module *load_ir(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("%s: cannot open", path);
+    size_t n = 0, cap = 1 << 16;
+    char *text = malloc(cap + 1);
+    for (size_t k; text && (k = fread(text + n, 1, cap - n, f)) > 0;)
+        if ((n += k) == cap) text = realloc(text, (cap *= 2) + 1);
+    if (!text || ferror(f)) die("%s: cannot read", path);
+    fclose(f);
+    text[n] = 0;
+    char err[1024];
+    Module *m = ir_parse(text, path, err, sizeof err);
+    free(text);
+    if (!m) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    verify_or_die(m, "parse");
+    return m;
+}
+
+static Module *compile(Args *a) {
+    char err[1024];
+    if (ends_with(a->model, ".ir")) return load_ir(a->model);
+    Module *m = fe_load(a->model, &a->o, err, sizeof err);
+    if (!m) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    verify_or_die(m, "front");
+    if (a->after && strcmp(a->after, "front") == 0) return m;
+    for (int i = 0; i < NPASSES; i++) {
+        passes[i].run(m, &a->o);
+        verify_or_die(m, passes[i].name);
+        if (a->after && strcmp(a->after, passes[i].name) == 0) break;
+    }
+    return m;
+}
+
+/* ---- flags ---- */
+
+static void add_set(Args *a, const char *key, const char *value) {
+    a->o.sets = realloc(a->o.sets, sizeof(KeyVal) * (size_t)(a->o.nsets + 1));
+    if (!a->o.sets) die("out of memory");
+    a->o.sets[a->o.nsets++] = (KeyVal){key, value};
+}
+
+static int parse_int_flag(const char *flag, const char *v) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*v == 0 || *end || n < 0 || n > 1000000000) die("%s: expected a non-negative integer, got \"%s\"", flag, v);
+    return (int)n;
+}
+
+static void parse_args(Args *a, int argc, char **argv) {
+    static const struct { const char *flag, *key; } shorthands[] = {
+        {"--lr", "lr"}, {"--min-lr", "min_lr"}, {"--warmup", "warmup"}, {"--steps", "steps"},
+        {"--weight-decay", "weight_decay"}, {"--grad-clip", "grad_clip"},
+    };
+    opt_defaults(&a->o);
+    a->print_every = 10;
+    if (argc < 2) { usage(stderr); exit(1); }
+    a->cmd = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char *f = argv[i];
+        int has = i + 1 < argc;
+        int matched = 0;
+        for (size_t s = 0; s < sizeof shorthands / sizeof *shorthands; s++)
+            if (strcmp(f, shorthands[s].flag) == 0) {
+                if (!has) die("%s needs a value", f);
+                add_set(a, shorthands[s].key, argv[++i]);
+                matched = 1;
+            }
+        if (matched) continue;
+        if (f[0] != '-') {
+            if (a->model) die("unexpected argument \"%s\"", f);
+            a->model = f;
+        } else if (strcmp(f, "--interp") == 0) a->interp = 1;
+        else if (strcmp(f, "--f64") == 0) a->f64 = 1;
+        else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { usage(stdout); exit(0); }
+        else if (!has) die("%s: unknown flag or missing value", f);
+        else if (strcmp(f, "--set") == 0) {
+            char *eq = strchr(argv[++i], '=');
+            if (!eq || eq == argv[i]) die("--set: expected key=value, got \"%s\"", argv[i]);
+            *eq = 0;
+            add_set(a, argv[i], eq + 1);
+        } else if (strcmp(f, "--after") == 0) a->after = argv[++i];
+        else if (strcmp(f, "--format") == 0) a->format = argv[++i];
+        else if (strcmp(f, "-o") == 0) a->out = argv[++i];
+        else if (strcmp(f, "--data") == 0) a->data = argv[++i];
+        else if (strcmp(f, "--log") == 0) a->log = argv[++i];
+        else if (strcmp(f, "--export") == 0) a->export_path = argv[++i];
+        else if (strcmp(f, "--seed") == 0) a->o.seed = (uint64_t)parse_int_flag(f, argv[++i]);
+        else if (strcmp(f, "--print-every") == 0) a->print_every = parse_int_flag(f, argv[++i]);
+        else if (strcmp(f, "--dp") == 0 || strcmp(f, "--cp") == 0 || strcmp(f, "--tp") == 0 || strcmp(f, "--pp") == 0) {
+            if (parse_int_flag(f, argv[++i]) != 1) die("%s: parallelism is not available yet (only 1)", f);
+        } else die("%s: unknown flag", f);
+    }
+    if (!a->model) die("%s: no model file given", a->cmd);
+    if (a->after) {
+        int ok = strcmp(a->after, "front") == 0;
+        for (int i = 0; i < NPASSES; i++) ok |= strcmp(a->after, passes[i].name) == 0;
+        if (!ok) die("--after: unknown pass \"%s\" (front, autodiff, optimizer)", a->after);
+    }
+    if (a->format && strcmp(a->format, "text") && strcmp(a->format, "dot"))
+        die("--format: expected text or dot, got \"%s\"", a->format);
+    if (a->print_every < 1) a->print_every = 1;
+}
+
+/* ---- helpers over the compiled step ---- */
+
+static Graph *step_graph(Module *m) { return m->stages[0]; }
+
+/* The value id of input `name`, or -1. */
+static int find_input(Graph *g, const char *name) {
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_input && strcmp(ir_attr_s(&g->nodes[i], "name", ""), name) == 0)
+            return g->nodes[i].out[0];
+    return -1;
+}
+
+/* Exclusive upper bound of an integer input's ids: the smallest table or
+ * class count among the ops that index with it. */
+static int64_t id_bound(Graph *g, int vid) {
+    int64_t bound = INT64_MAX;
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] != vid) continue;
+            int64_t b = INT64_MAX;
+            if (n->op == OP_embedding) b = g->vals[n->in[0]].t.dim[0];
+            if (n->op == OP_cross_entropy) {
+                const Type *t = &g->vals[n->in[0]].t;
+                b = t->dim[t->rank - 1];
+            }
+            if (b < bound) bound = b;
+        }
+    }
+    return bound == INT64_MAX ? 1 : bound;
+}
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_or_die(Interp *it) {
+    char err[1024];
+    if (interp_run(it, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+}
+
+static double output_scalar(Interp *it, const char *name) {
+    const Tensor *t = interp_output(it, 0, name);
+    return t ? t->d[0] : NAN;
+}
+
+/* ---- kiln dump ---- */
+
+static int cmd_dump(Args *a) {
+    Module *m = compile(a);
+    FILE *f = a->out ? fopen(a->out, "w") : stdout;
+    if (!f) die("-o: cannot open %s", a->out);
+    if (a->format && strcmp(a->format, "dot") == 0) ir_dump_dot(m, f);
+    else ir_dump(m, f);
+    if (f != stdout && fclose(f) != 0) die("-o: cannot write %s", a->out);
+    ir_free(m);
+    return 0;
+}
+
+/* ---- kiln check: the same step in f32 and f64 on the same random inputs ---- */
+
+static void fill_random_inputs(Interp *it, Graph *g, uint64_t seed) {
+    uint64_t s = seed;
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = &g->nodes[i];
+        if (n->op != OP_input) continue;
+        const Type *t = &g->vals[n->out[0]].t;
+        int64_t cnt = ir_numel(t), bound = id_bound(g, n->out[0]);
+        double *d = malloc(sizeof(double) * (size_t)cnt);
+        if (!d) die("out of memory");
+        for (int64_t k = 0; k < cnt; k++)
+            d[k] = ir_dtype_is_float(t->dt) ? (double)(rng_next(&s) >> 11) / 9007199254740992.0 - 0.5
+                                            : (double)(rng_next(&s) % (uint64_t)bound);
+        interp_set_input(it, 0, ir_attr_s(n, "name", ""), d, cnt);
+        free(d);
+    }
+}
+
+static int cmd_check(Args *a) {
+    Module *m = compile(a);
+    Graph *g = step_graph(m);
+    Interp *it[2];
+    for (int p = 0; p < 2; p++) {
+        it[p] = interp_new(m, p);
+        interp_init_state(it[p], a->o.seed);
+        fill_random_inputs(it[p], g, a->o.seed + 1);
+        run_or_die(it[p]);
+    }
+    /* Tolerance: f32 rounds every op; relative to each tensor's largest
+     * element, the f32 run must agree with f64 to 1e-3. */
+    const double tol = 1e-3;
+    int bad = 0, checked = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = &g->nodes[i];
+        if (n->op != OP_output) continue;
+        const char *name = ir_attr_s(n, "name", "");
+        const Tensor *x = interp_output(it[0], 0, name), *y = interp_output(it[1], 0, name);
+        double worst = 0, scale = 1e-12;
+        for (int64_t k = 0; k < y->n; k++) scale = fmax(scale, fabs(y->d[k]));
+        for (int64_t k = 0; k < y->n; k++) worst = fmax(worst, fabs(x->d[k] - y->d[k]) / scale);
+        checked++;
+        if (!(worst <= tol)) {
+            printf("MISMATCH %-40s f32 vs f64 max rel err %.3g (tolerance %.0e)\n", name, worst, tol);
+            bad++;
+        }
+    }
+    printf("check %s: loss f32 %.7f f64 %.7f; %d outputs compared, %d mismatched\n", a->model,
+           output_scalar(it[0], "loss"), output_scalar(it[1], "loss"), checked, bad);
+    interp_free(it[0]);
+    interp_free(it[1]);
+    ir_free(m);
+    return bad ? 1 : 0;
+}
+
+/* ---- kiln run --interp: train on byte-level text ---- */
+
+typedef struct {
+    unsigned char *bytes;
+    size_t n;
+} Corpus;
+
+static Corpus load_corpus(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("--data: cannot open %s", path);
+    Corpus c = {0};
+    size_t cap = 1 << 16;
+    c.bytes = malloc(cap);
+    for (size_t k; c.bytes && (k = fread(c.bytes + c.n, 1, cap - c.n, f)) > 0;) {
+        c.n += k;
+        if (c.n == cap) c.bytes = realloc(c.bytes, cap *= 2);
+    }
+    if (!c.bytes) die("--data: out of memory reading %s", path);
+    if (ferror(f)) die("--data: cannot read %s", path);
+    fclose(f);
+    return c;
+}
+
+/* Fill tokens/targets [B,T] with B random windows of T+1 bytes. */
+static void sample_batch(const Corpus *c, int64_t B, int64_t T, uint64_t *rng, double *tok, double *tgt) {
+    for (int64_t b = 0; b < B; b++) {
+        size_t off = (size_t)(rng_next(rng) % (c->n - (size_t)T));
+        for (int64_t t = 0; t < T; t++) {
+            tok[b * T + t] = c->bytes[off + (size_t)t];
+            tgt[b * T + t] = c->bytes[off + (size_t)t + 1];
+        }
+    }
+}
+
+static void export_params(StWriter *w, Interp *it, Graph *g, const char *prefix, int from_outputs) {
+    char key[512];
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = &g->nodes[i];
+        if (n->op != OP_param) continue;
+        const char *name = ir_attr_s(n, "name", "");
+        snprintf(key, sizeof key, "%s%s", prefix, name);
+        const Tensor *t = from_outputs ? interp_output(it, 0, key) : interp_state(it, 0, name);
+        if (!t) die("export: no value for %s", key);
+        st_add_f32(w, key, t->t.dim, t->t.rank, t->d);
+    }
+}
+
+static int cmd_run(Args *a) {
+    if (!a->interp) die("run: only --interp is available until the CPU backend lands");
+    if (!a->data) die("run: --data FILE is required (a text file; bytes are the tokens)");
+    Module *m = compile(a);
+    Graph *g = step_graph(m);
+    int tok_id = find_input(g, "tokens"), tgt_id = find_input(g, "targets");
+    if (tok_id < 0 || tgt_id < 0) die("run: %s needs inputs named tokens and targets", a->model);
+    const Type *tt = &g->vals[tok_id].t;
+    if (tt->rank != 2) die("run: input tokens must be [batch, seq]");
+    int64_t B = tt->dim[0], T = tt->dim[1], vocab = id_bound(g, tok_id);
+    if (vocab < 256) die("run: byte-level data needs a vocabulary of at least 256 (the model has %lld)", (long long)vocab);
+    Corpus c = load_corpus(a->data);
+    if (c.n < (size_t)T + 2) die("--data: %s has %zu bytes, fewer than one window of %lld", a->data, c.n, (long long)T + 1);
+
+    Interp *it = interp_new(m, a->f64);
+    interp_init_state(it, a->o.seed);
+    StWriter *w = a->export_path ? st_new() : NULL;
+    if (w) export_params(w, it, g, "param:", 0);
+    FILE *log = a->log ? fopen(a->log, "w") : NULL;
+    if (a->log && !log) die("--log: cannot open %s", a->log);
+
+    int steps = (int)a->o.steps;
+    double *tok = malloc(sizeof(double) * (size_t)(B * T)), *tgt = malloc(sizeof(double) * (size_t)(B * T));
+    double *losses = malloc(sizeof(double) * (size_t)(steps > 0 ? steps : 1));
+    if (!tok || !tgt || !losses) die("out of memory");
+    uint64_t rng = a->o.seed ^ 0x5eedull;
+    double t0 = now();
+    printf("training %s on %s: %d steps of %lld x %lld tokens (interpreter, %s)\n", a->model, a->data, steps,
+           (long long)B, (long long)T, a->f64 ? "f64" : "f32");
+    for (int step = 1; step <= steps; step++) {
+        sample_batch(&c, B, T, &rng, tok, tgt);
+        interp_set_input(it, 0, "tokens", tok, B * T);
+        interp_set_input(it, 0, "targets", tgt, B * T);
+        double ts = now();
+        run_or_die(it);
+        double dt = now() - ts, loss = output_scalar(it, "loss");
+        double lr = output_scalar(it, "lr"), gn = output_scalar(it, "grad_norm");
+        losses[step - 1] = loss;
+        if (w) {
+            char key[64];
+            int64_t shape[2] = {B, T};
+            snprintf(key, sizeof key, "tokens.%d", step);
+            st_add_i32(w, key, shape, 2, tok);
+            snprintf(key, sizeof key, "targets.%d", step);
+            st_add_i32(w, key, shape, 2, tgt);
+            if (step == 1) export_params(w, it, g, "grad:", 1);
+        }
+        if (!isfinite(loss)) die("step %d: loss is %g; stopping", step, loss);
+        if (step == 1 || step % a->print_every == 0 || step == steps)
+            printf("step %4d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s\n", step, steps, loss, lr, gn,
+                   (double)(B * T) / dt);
+        if (log)
+            fprintf(log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"elapsed\":%.3f}\n",
+                    step, loss, lr, gn, (double)(B * T) / dt, now() - t0);
+        fflush(stdout);
+    }
+    printf("done: %d steps in %.1f s\n", steps, now() - t0);
+    if (log && fclose(log) != 0) die("--log: cannot write %s", a->log);
+    if (w) {
+        char err[512];
+        int64_t shape[1] = {steps};
+        st_add_f32(w, "loss", shape, 1, losses);
+        if (st_write(w, a->export_path, err, sizeof err) != 0) die("--export: %s", err);
+    }
+    free(tok);
+    free(tgt);
+    free(losses);
+    free(c.bytes);
+    interp_free(it);
+    ir_free(m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    Args a = {0};
+    parse_args(&a, argc, argv);
+    int rc;
+    if (strcmp(a.cmd, "dump") == 0) rc = cmd_dump(&a);
+    else if (strcmp(a.cmd, "check") == 0) rc = cmd_check(&a);
+    else if (strcmp(a.cmd, "run") == 0) rc = cmd_run(&a);
+    else {
+        usage(stderr);
+        die("unknown command \"%s\"", a.cmd);
+    }
+    free(a.o.sets);
+    return rc;
+}

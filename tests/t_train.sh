@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Training: `kiln check` (f32 == f64 on random inputs) on the tiny models, and
+# the demo criterion: the tiny model's loss falls from about ln(256) = 5.55 by
+# at least 40% within the demo's steps on the bundled corpus.
+set -u
+B=${BUILD:-build}
+K=$B/kiln
+n=0
+check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+LLAMA_SMALL="--set layers=2 --set dim=64 --set heads=4 --set kv_heads=2 --set ffn=128 --set vocab=256 --set seq=32 --set batch=2"
+check "kiln check tiny.lua (f32 vs f64)" "$K check models/tiny.lua > /dev/null"
+check "kiln check llama.lua small (f32 vs f64)" "$K check models/llama.lua $LLAMA_SMALL > /dev/null"
+[ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
+log=$(mktemp); trap 'rm -f "$log"' EXIT
+"$K" run --interp models/tiny.lua --data "$B/corpus.txt" --log "$log" > /dev/null
+first=$(head -1 "$log" | sed 's/.*"loss":\([^,]*\),.*/\1/')
+last=$(tail -10 "$log" | sed 's/.*"loss":\([^,]*\),.*/\1/' | awk '{s+=$1} END {print s/NR}')
+echo "# demo: first loss $first, mean of last 10 steps $last"
+check "demo loss starts near ln(256) (|first - 5.545| < 0.5)" "awk 'BEGIN{exit !($first > 5.045 && $first < 6.045)}'"
+check "demo loss falls by at least 40% ($first -> $last)" "awk 'BEGIN{exit !($last <= 0.6 * $first)}'"
