@@ -216,7 +216,7 @@ int ir_add_node(Graph *g, const NodeSpec *s, char *err, size_t errlen) {
     n.op = s->op;
     n.nin = s->nin;
     n.in = ir_alloc(m, sizeof(int) * (size_t)(s->nin ? s->nin : 1));
-    memcpy(n.in, s->in, sizeof(int) * (size_t)s->nin);
+    if (s->nin) memcpy(n.in, s->in, sizeof(int) * (size_t)s->nin);
     n.nattr = s->nattr;
     n.attr = ir_alloc(m, sizeof(Attr) * (size_t)(s->nattr ? s->nattr : 1));
     if (s->nattr) memcpy(n.attr, s->attr, sizeof(Attr) * (size_t)s->nattr);

@@ -1,0 +1,539 @@
+/* autodiff.c — reverse-mode differentiation of the forward graph.
+ *
+ * The front end hands us one forward graph ending in a single `loss` node.
+ * pass_autodiff appends, to that same graph, the backward program of one
+ * micro-batch: the forward nodes stay exactly as they were (same order, same
+ * metadata), then come the gradient nodes in reverse order of the forward
+ * nodes they differentiate, then the outputs
+ *
+ *     output %loss {name="loss"}
+ *     output %g    {name="grad:<param>"}     one per param, in param order
+ *
+ * Which values get a gradient is decided up front, from two sets: the float
+ * values that depend on a param (a forward sweep) and the float values that
+ * reach the loss (a backward sweep).  Only their intersection is
+ * differentiated, so no work is spent on data paths (token ids, positions,
+ * masks) or on branches that never reach the loss.  A param the loss does not
+ * depend on gets a zero constant as its gradient.
+ *
+ * The sweep seeds d(loss) = 1 and visits the forward nodes last to first.  A
+ * node with a gradient on any output calls the VJP rule of its op; the rule
+ * returns one contribution per input that wants one, and contributions to the
+ * same value are summed with `add`.  Each rule is a small function below, in
+ * the order of ops.def, and uses only ops of ops.def: fused ops have fused
+ * backward ops (layernorm_bwd, attention_bwd, ...), everything else is built
+ * from primitives.  Every node a rule emits carries phase bwd and the Loc and
+ * layer of the forward node it differentiates, so errors, dumps and the
+ * pipeline/recompute passes can attribute it.
+ *
+ * The one non-obvious rule is attention's second output.  lse_t =
+ * log sum_s exp(score_ts), so d score_ts += dlse_t * p_ts.  attention_bwd
+ * computes d score_ts = p_ts * (do_t . v_s - do_t . o_t); called again with
+ * do' = dlse_t in the first lane (zeros elsewhere), v' = ones and o' = 0 it
+ * yields exactly p_ts * dlse_t, and its dq, dk are the lse contributions.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln.h"
+
+typedef struct {
+    Module *m;
+    Graph *g;
+    int nfwd;   /* forward node count */
+    int nval;   /* forward value count */
+    char *need; /* per forward value: gets a gradient */
+    int *grad;  /* per forward value: accumulated gradient id, -1 none */
+    Loc loc;    /* metadata of the forward node being differentiated */
+    int layer;
+} Ad;
+
+/* A VJP rule: node n (a copy; its arrays stay valid), output gradients dy
+ * (-1: none), fills dx[i] for each input i with a->need (others: leave -1). */
+typedef void (*VjpFn)(Ad *a, const Node *n, const int *dy, int *dx);
+
+/* ---- emitting backward nodes ---- */
+
+static Type vtype(Ad *a, int v) { return a->g->vals[v].t; }
+
+static int wants(Ad *a, const Node *n, int i) { return a->need[n->in[i]]; }
+
+static int emit(Ad *a, Op op, int nin, const int *in, int nattr, const Attr *at,
+                const Type *src) {
+    NodeSpec s = ir_spec(op, a->loc);
+    s.nin = nin;
+    s.in = in;
+    s.nattr = nattr;
+    s.attr = at;
+    s.layer = a->layer;
+    s.phase = PH_BWD;
+    s.src_type = src;
+    char err[256];
+    int n = ir_add_node(a->g, &s, err, sizeof err);
+    if (n < 0) ICE("autodiff: %s: %s", ir_ops[op].name, err);
+    return n;
+}
+
+static int op1(Ad *a, Op op, int x, int nattr, const Attr *at) {
+    return ir_out(a->g, emit(a, op, 1, &x, nattr, at, NULL));
+}
+
+static int op2(Ad *a, Op op, int x, int y) {
+    int in[2] = {x, y};
+    return ir_out(a->g, emit(a, op, 2, in, 0, NULL, NULL));
+}
+
+/* A constant of type t filled with v. */
+static int cnst(Ad *a, Type t, double v) {
+    Attr at = ir_attr_float(a->m, "v", v);
+    return ir_out(a->g, emit(a, OP_const, 0, NULL, 1, &at, &t));
+}
+
+static Attr shape_attr(Ad *a, const char *key, const Type *t) {
+    return ir_attr_ints(a->m, key, t->dim, t->rank);
+}
+
+static int reshape(Ad *a, int x, Type t) {
+    Attr at = shape_attr(a, "shape", &t);
+    return op1(a, OP_reshape, x, 1, &at);
+}
+
+static int broadcast(Ad *a, int x, Type t) {
+    Attr at = shape_attr(a, "shape", &t);
+    return op1(a, OP_broadcast, x, 1, &at);
+}
+
+/* A scalar constant broadcast to t (the cheap way to write "v everywhere"). */
+static int fill(Ad *a, Type t, double v) {
+    Type s = {.dt = t.dt, .rank = 0};
+    int c = cnst(a, s, v);
+    return t.rank ? broadcast(a, c, t) : c;
+}
+
+static int transpose(Ad *a, int x, int d0, int d1) {
+    Attr at[2] = {ir_attr_int(a->m, "a", d0), ir_attr_int(a->m, "b", d1)};
+    return op1(a, OP_transpose, x, 2, at);
+}
+
+static int cast(Ad *a, int x, DType dt) {
+    if (vtype(a, x).dt == dt) return x;
+    Attr at = ir_attr_str(a->m, "dtype", ir_dtype_names[dt]);
+    return op1(a, OP_cast, x, 1, &at);
+}
+
+static int slice(Ad *a, int x, int dim, int64_t start, int64_t end) {
+    Attr at[3] = {ir_attr_int(a->m, "dim", dim), ir_attr_int(a->m, "start", start),
+                  ir_attr_int(a->m, "end", end)};
+    return op1(a, OP_slice, x, 3, at);
+}
+
+static int matmul(Ad *a, int x, int y, int ta, int tb) {
+    Attr at[2] = {ir_attr_int(a->m, "ta", ta), ir_attr_int(a->m, "tb", tb)};
+    int in[2] = {x, y};
+    return ir_out(a->g, emit(a, OP_matmul, 2, in, 2, at, NULL));
+}
+
+/* A node with the forward node's attributes (the bwd op takes the same ones). */
+static int emit_like(Ad *a, Op op, const Node *n, int nin, const int *in) {
+    return emit(a, op, nin, in, n->nattr, n->attr, NULL);
+}
+
+/* ---- VJP rules, in ops.def order ---- */
+
+static void vjp_add(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = dy[0];
+    dx[1] = dy[0];
+}
+
+static void vjp_sub(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = dy[0];
+    if (wants(a, n, 1)) dx[1] = op1(a, OP_neg, dy[0], 0, NULL);
+}
+
+static void vjp_mul(Ad *a, const Node *n, const int *dy, int *dx) {
+    if (wants(a, n, 0)) dx[0] = op2(a, OP_mul, dy[0], n->in[1]);
+    if (wants(a, n, 1)) dx[1] = op2(a, OP_mul, dy[0], n->in[0]);
+}
+
+static void vjp_div(Ad *a, const Node *n, const int *dy, int *dx) {
+    int x = n->in[0], y = n->in[1];
+    if (wants(a, n, 0)) dx[0] = op2(a, OP_div, dy[0], y);
+    if (wants(a, n, 1)) { /* -dy * x / (y * y) */
+        int num = op2(a, OP_mul, dy[0], x), den = op2(a, OP_mul, y, y);
+        dx[1] = op1(a, OP_neg, op2(a, OP_div, num, den), 0, NULL);
+    }
+}
+
+static void vjp_neg(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = op1(a, OP_neg, dy[0], 0, NULL);
+}
+
+static void vjp_exp(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = op2(a, OP_mul, dy[0], n->out[0]);
+}
+
+static void vjp_log(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = op2(a, OP_div, dy[0], n->in[0]);
+}
+
+static void vjp_sqrt(Ad *a, const Node *n, const int *dy, int *dx) { /* dy * 0.5 / y */
+    int y = n->out[0];
+    dx[0] = op2(a, OP_div, op2(a, OP_mul, dy[0], fill(a, vtype(a, y), 0.5)), y);
+}
+
+static void vjp_rsqrt(Ad *a, const Node *n, const int *dy, int *dx) { /* dy * -0.5 * y^3 */
+    int y = n->out[0];
+    int h = op2(a, OP_mul, dy[0], fill(a, vtype(a, y), -0.5));
+    dx[0] = op2(a, OP_mul, op2(a, OP_mul, op2(a, OP_mul, h, y), y), y);
+}
+
+static void vjp_tanh(Ad *a, const Node *n, const int *dy, int *dx) { /* dy * (1 - y^2) */
+    int y = n->out[0];
+    int one = fill(a, vtype(a, y), 1.0);
+    dx[0] = op2(a, OP_mul, dy[0], op2(a, OP_sub, one, op2(a, OP_mul, y, y)));
+}
+
+static void vjp_gelu(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = op2(a, OP_gelu_bwd, dy[0], n->in[0]);
+}
+
+static void vjp_silu(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = op2(a, OP_silu_bwd, dy[0], n->in[0]);
+}
+
+static void vjp_relu(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = op2(a, OP_relu_bwd, dy[0], n->in[0]);
+}
+
+/* dy of a reduction over `dim`, spread back over x's shape. */
+static int spread(Ad *a, const Node *n, int dy) {
+    Type tx = vtype(a, n->in[0]);
+    if (!ir_attr_i(n, "keep", 0)) {
+        Type k = tx;
+        k.dim[ir_attr_i(n, "dim", 0)] = 1;
+        dy = reshape(a, dy, k);
+    }
+    return broadcast(a, dy, tx);
+}
+
+static void vjp_sum(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = spread(a, n, dy[0]);
+}
+
+static void vjp_mean(Ad *a, const Node *n, const int *dy, int *dx) {
+    Type tx = vtype(a, n->in[0]);
+    int s = spread(a, n, dy[0]), cnt = fill(a, tx, (double)tx.dim[ir_attr_i(n, "dim", 0)]);
+    dx[0] = op2(a, OP_div, s, cnt);
+}
+
+static void vjp_max(Ad *a, const Node *n, const int *dy, int *dx) {
+    int in[3] = {dy[0], n->in[0], n->out[0]};
+    dx[0] = ir_out(a->g, emit_like(a, OP_max_bwd, n, 3, in));
+}
+
+static void vjp_sumsq(Ad *a, const Node *n, const int *dy, int *dx) { /* 2 x dy */
+    Type tx = vtype(a, n->in[0]);
+    int d = broadcast(a, cast(a, dy[0], tx.dt), tx), xd = op2(a, OP_mul, d, n->in[0]);
+    dx[0] = op2(a, OP_mul, xd, fill(a, tx, 2.0));
+}
+
+static void vjp_reshape(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = reshape(a, dy[0], vtype(a, n->in[0]));
+}
+
+static void vjp_transpose(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = transpose(a, dy[0], (int)ir_attr_i(n, "a", 0), (int)ir_attr_i(n, "b", 0));
+}
+
+/* Zeros before and after dy along the sliced dim. */
+static void vjp_slice(Ad *a, const Node *n, const int *dy, int *dx) {
+    Type tx = vtype(a, n->in[0]);
+    int dim = (int)ir_attr_i(n, "dim", 0);
+    int64_t start = ir_attr_i(n, "start", 0), end = ir_attr_i(n, "end", 0);
+    int parts[3], np = 0;
+    Type z = tx;
+    if (start > 0) z.dim[dim] = start, parts[np++] = cnst(a, z, 0.0);
+    parts[np++] = dy[0];
+    if (end < tx.dim[dim]) z.dim[dim] = tx.dim[dim] - end, parts[np++] = cnst(a, z, 0.0);
+    if (np == 1) {
+        dx[0] = dy[0];
+        return;
+    }
+    Attr at = ir_attr_int(a->m, "dim", dim);
+    dx[0] = ir_out(a->g, emit(a, OP_concat, np, parts, 1, &at, NULL));
+}
+
+static void vjp_concat(Ad *a, const Node *n, const int *dy, int *dx) {
+    int dim = (int)ir_attr_i(n, "dim", 0);
+    int64_t off = 0;
+    for (int i = 0; i < n->nin; i++) {
+        int64_t len = vtype(a, n->in[i]).dim[dim];
+        if (wants(a, n, i)) dx[i] = slice(a, dy[0], dim, off, off + len);
+        off += len;
+    }
+}
+
+static void vjp_broadcast(Ad *a, const Node *n, const int *dy, int *dx) {
+    Type tx = vtype(a, n->in[0]);
+    Attr at = shape_attr(a, "shape", &tx);
+    dx[0] = op1(a, OP_sumto, dy[0], 1, &at);
+}
+
+static void vjp_sumto(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = broadcast(a, dy[0], vtype(a, n->in[0]));
+}
+
+static void vjp_cast(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = cast(a, dy[0], vtype(a, n->in[0]).dt);
+}
+
+/* y = op(a) op(b) with op(a) = A[..,M,K], op(b) = B[K,N]:
+ * dA = dy B^T, dB = A^T dy; each written as one matmul with flags.  b may be
+ * rank 2 under a batched a: then dB sums over the batch, which is one matmul
+ * of a and dy folded to rank 2. */
+static void vjp_matmul(Ad *a, const Node *n, const int *dy, int *dx) {
+    int x = n->in[0], w = n->in[1], g = dy[0];
+    int ta = (int)ir_attr_i(n, "ta", 0), tb = (int)ir_attr_i(n, "tb", 0);
+    Type tx = vtype(a, x), tw = vtype(a, w), tg = vtype(a, g);
+    int r = tx.rank, shared = tw.rank == 2 && r > 2;
+    if (wants(a, n, 0)) {
+        if (!ta) dx[0] = matmul(a, g, w, 0, !tb);          /* dy B^T        [..,M,K] */
+        else if (!shared) dx[0] = matmul(a, w, g, tb, 1);  /* B dy^T        [..,K,M] */
+        else dx[0] = transpose(a, matmul(a, g, w, 0, !tb), r - 2, r - 1);
+    }
+    if (wants(a, n, 1)) {
+        int x2 = x, g2 = g, ta2 = ta;
+        if (shared) { /* fold the batch into rows: [..,M,K] -> [BM,K], dy -> [BM,N] */
+            if (ta) x2 = transpose(a, x, r - 2, r - 1), ta2 = 0;
+            Type f = {.dt = tx.dt, .rank = 2};
+            f.dim[0] = ir_numel(&tg) / tg.dim[r - 1];
+            f.dim[1] = tx.dim[ta ? r - 2 : r - 1];
+            x2 = reshape(a, x2, f);
+            Type fg = {.dt = tg.dt, .rank = 2, .dim = {f.dim[0], tg.dim[r - 1]}};
+            g2 = reshape(a, g, fg);
+        }
+        if (!tb) dx[1] = matmul(a, x2, g2, !ta2, 0); /* A^T dy [K,N] */
+        else dx[1] = matmul(a, g2, x2, 1, ta2);      /* dy^T A [N,K] */
+    }
+}
+
+/* Each fused op's backward op takes (dy, saved inputs) and the same attrs and
+ * returns one gradient per differentiable input. */
+static void fused_bwd(Ad *a, const Node *n, Op op, int nin, const int *in, int *dx) {
+    int b = emit_like(a, op, n, nin, in);
+    Node *bn = &a->g->nodes[b];
+    for (int i = 0; i < bn->nout; i++)
+        if (wants(a, n, i)) dx[i] = bn->out[i];
+}
+
+static void vjp_layernorm(Ad *a, const Node *n, const int *dy, int *dx) {
+    int in[3] = {dy[0], n->in[0], n->in[1]};
+    fused_bwd(a, n, OP_layernorm_bwd, 3, in, dx);
+}
+
+static void vjp_rmsnorm(Ad *a, const Node *n, const int *dy, int *dx) {
+    int in[3] = {dy[0], n->in[0], n->in[1]};
+    fused_bwd(a, n, OP_rmsnorm_bwd, 3, in, dx);
+}
+
+static void vjp_softmax(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = op2(a, OP_softmax_bwd, dy[0], n->out[0]);
+}
+
+static void vjp_rope(Ad *a, const Node *n, const int *dy, int *dx) {
+    int in[2] = {dy[0], n->in[1]};
+    fused_bwd(a, n, OP_rope_bwd, 2, in, dx);
+}
+
+/* Accumulate into dx[i] (for rules that contribute twice). */
+static void add_to(Ad *a, int *dx, int v) { *dx = *dx < 0 ? v : op2(a, OP_add, *dx, v); }
+
+static void vjp_attention(Ad *a, const Node *n, const int *dy, int *dx) {
+    int q = n->in[0], k = n->in[1], v = n->in[2], o = n->out[0], lse = n->out[1];
+    if (dy[0] >= 0) {
+        int in[6] = {dy[0], q, k, v, o, lse};
+        fused_bwd(a, n, OP_attention_bwd, 6, in, dx);
+    }
+    if (dy[1] >= 0) { /* see the essay: d score += dlse * p */
+        Type tq = vtype(a, q), col = vtype(a, dy[1]);
+        col.rank = 4;
+        col.dim[3] = 1;
+        int lane = cast(a, reshape(a, dy[1], col), tq.dt); /* [B,H,T,1] */
+        int dout = lane;
+        if (tq.dim[3] > 1) {
+            Type z = tq;
+            z.dim[3] -= 1;
+            int parts[2] = {lane, cnst(a, z, 0.0)};
+            Attr at = ir_attr_int(a->m, "dim", 3);
+            dout = ir_out(a->g, emit(a, OP_concat, 2, parts, 1, &at, NULL));
+        }
+        int ones = fill(a, vtype(a, v), 1.0), zero = cnst(a, tq, 0.0);
+        int in[6] = {dout, q, k, ones, zero, lse};
+        int b = emit_like(a, OP_attention_bwd, n, 6, in);
+        int dq = a->g->nodes[b].out[0], dk = a->g->nodes[b].out[1];
+        if (wants(a, n, 0)) add_to(a, &dx[0], dq);
+        if (wants(a, n, 1)) add_to(a, &dx[1], dk);
+    }
+}
+
+static void vjp_embedding(Ad *a, const Node *n, const int *dy, int *dx) {
+    Attr at = ir_attr_int(a->m, "v", vtype(a, n->in[0]).dim[0]);
+    int in[2] = {dy[0], n->in[1]};
+    dx[0] = ir_out(a->g, emit(a, OP_embedding_bwd, 2, in, 1, &at, NULL));
+}
+
+static void vjp_cross_entropy(Ad *a, const Node *n, const int *dy, int *dx) {
+    int in[3] = {dy[0], n->in[0], n->in[1]};
+    dx[0] = ir_out(a->g, emit(a, OP_cross_entropy_bwd, 3, in, 0, NULL, NULL));
+}
+
+static void vjp_loss(Ad *a, const Node *n, const int *dy, int *dx) { dx[0] = dy[0]; }
+
+/* Collectives: the transpose of a linear map over the group. */
+static void vjp_allreduce(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = ir_out(a->g, emit_like(a, OP_allreduce, n, 1, dy));
+}
+
+static void vjp_reducescatter(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = ir_out(a->g, emit_like(a, OP_allgather, n, 1, dy));
+}
+
+static void vjp_allgather(Ad *a, const Node *n, const int *dy, int *dx) {
+    dx[0] = ir_out(a->g, emit_like(a, OP_reducescatter, n, 1, dy));
+}
+
+static const VjpFn vjp[OP_COUNT] = {
+    [OP_add] = vjp_add, [OP_sub] = vjp_sub, [OP_mul] = vjp_mul, [OP_div] = vjp_div,
+    [OP_neg] = vjp_neg, [OP_exp] = vjp_exp, [OP_log] = vjp_log, [OP_sqrt] = vjp_sqrt,
+    [OP_rsqrt] = vjp_rsqrt, [OP_tanh] = vjp_tanh, [OP_gelu] = vjp_gelu, [OP_silu] = vjp_silu,
+    [OP_relu] = vjp_relu, [OP_sum] = vjp_sum, [OP_mean] = vjp_mean, [OP_max] = vjp_max,
+    [OP_sumsq] = vjp_sumsq, [OP_reshape] = vjp_reshape, [OP_transpose] = vjp_transpose,
+    [OP_slice] = vjp_slice, [OP_concat] = vjp_concat, [OP_broadcast] = vjp_broadcast,
+    [OP_sumto] = vjp_sumto, [OP_cast] = vjp_cast, [OP_matmul] = vjp_matmul,
+    [OP_layernorm] = vjp_layernorm, [OP_rmsnorm] = vjp_rmsnorm, [OP_softmax] = vjp_softmax,
+    [OP_rope] = vjp_rope, [OP_attention] = vjp_attention, [OP_embedding] = vjp_embedding,
+    [OP_cross_entropy] = vjp_cross_entropy, [OP_loss] = vjp_loss,
+    [OP_allreduce] = vjp_allreduce, [OP_reducescatter] = vjp_reducescatter,
+    [OP_allgather] = vjp_allgather,
+};
+
+/* ---- the sweep ---- */
+
+static int is_float(const Graph *g, int v) { return ir_dtype_is_float(g->vals[v].t.dt); }
+
+/* need[v] = v is float, depends on a param, and reaches the loss. */
+static void find_needed(Ad *a, int loss_val) {
+    Graph *g = a->g;
+    char *dep = calloc(a->nval, 1), *reach = calloc(a->nval, 1);
+    for (int i = 0; i < a->nfwd; i++) {
+        const Node *n = &g->nodes[i];
+        int d = n->op == OP_param;
+        for (int j = 0; j < n->nin; j++) d |= dep[n->in[j]];
+        for (int j = 0; j < n->nout; j++) dep[n->out[j]] = d && is_float(g, n->out[j]);
+    }
+    reach[loss_val] = 1;
+    for (int i = a->nfwd - 1; i >= 0; i--) {
+        const Node *n = &g->nodes[i];
+        int r = 0;
+        for (int j = 0; j < n->nout; j++) r |= reach[n->out[j]];
+        for (int j = 0; j < n->nin && r; j++) reach[n->in[j]] |= is_float(g, n->in[j]);
+    }
+    for (int v = 0; v < a->nval; v++) a->need[v] = dep[v] && reach[v];
+    free(dep);
+    free(reach);
+}
+
+static void accumulate(Ad *a, int v, int dv) {
+    Type tv = vtype(a, v), td = vtype(a, dv);
+    if (!ir_type_eq(&tv, &td)) {
+        char b1[64], b2[64];
+        ICE("autodiff: gradient of %%%d has type %s, want %s", v, ir_type_str(&td, b2, sizeof b2),
+            ir_type_str(&tv, b1, sizeof b1));
+    }
+    a->grad[v] = a->grad[v] < 0 ? dv : op2(a, OP_add, a->grad[v], dv);
+}
+
+static void backprop_node(Ad *a, int i) {
+    Node n = a->g->nodes[i]; /* a copy: emitting reallocates the node array */
+    int any_in = 0, dy[8], dx[64];
+    if (n.nin > 64 || n.nout > 8) ICE("autodiff: op %s has too many operands", ir_ops[n.op].name);
+    for (int j = 0; j < n.nin; j++) any_in |= a->need[n.in[j]];
+    if (!any_in) return;
+    int any_out = 0;
+    for (int j = 0; j < n.nout; j++) {
+        dy[j] = a->need[n.out[j]] ? a->grad[n.out[j]] : -1;
+        any_out |= dy[j] >= 0;
+    }
+    if (!any_out) return;
+    if (!vjp[n.op]) ICE("autodiff: no VJP rule for op %s", ir_ops[n.op].name);
+    for (int j = 0; j < n.nin; j++) dx[j] = -1;
+    a->loc = n.loc;
+    a->layer = n.layer;
+    vjp[n.op](a, &n, dy, dx);
+    for (int j = 0; j < n.nin; j++)
+        if (dx[j] >= 0 && a->need[n.in[j]]) accumulate(a, n.in[j], dx[j]);
+}
+
+static void add_output(Ad *a, int v, const char *name, Loc loc, int layer, Phase ph) {
+    Attr at = ir_attr_str(a->m, "name", name);
+    NodeSpec s = ir_spec(OP_output, loc);
+    s.nin = 1;
+    s.in = &v;
+    s.nattr = 1;
+    s.attr = &at;
+    s.layer = layer;
+    s.phase = ph;
+    char err[256];
+    if (ir_add_node(a->g, &s, err, sizeof err) < 0) ICE("autodiff: output %s: %s", name, err);
+}
+
+static int find_loss(const Graph *g) {
+    int loss = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        if (ir_ops[g->nodes[i].op].flags & F_LOSS) {
+            if (loss >= 0) ICE("autodiff: more than one loss node");
+            loss = i;
+        }
+    if (loss < 0) ICE("autodiff: no loss node");
+    return loss;
+}
+
+static int has_output(const Graph *g, const char *name) {
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_output && !strcmp(ir_attr_s(&g->nodes[i], "name", ""), name))
+            return 1;
+    return 0;
+}
+
+void pass_autodiff(Module *m, const Options *o) {
+    (void)o;
+    if (m->nstages != 1) ICE("autodiff: expects one stage, got %d", m->nstages);
+    Graph *g = m->stages[0];
+    Ad a = {.m = m, .g = g, .nfwd = g->nnodes, .nval = g->nvals};
+    a.need = calloc(a.nval, 1);
+    a.grad = malloc(sizeof(int) * a.nval);
+    for (int v = 0; v < a.nval; v++) a.grad[v] = -1;
+
+    int ln = find_loss(g), lv = ir_out(g, ln);
+    Loc lloc = g->nodes[ln].loc;
+    int llayer = g->nodes[ln].layer;
+    find_needed(&a, lv);
+
+    a.loc = lloc, a.layer = llayer;
+    if (a.need[lv]) a.grad[lv] = cnst(&a, vtype(&a, lv), 1.0);
+    for (int i = a.nfwd - 1; i >= 0; i--) backprop_node(&a, i);
+
+    if (!has_output(g, "loss")) add_output(&a, lv, "loss", lloc, llayer, PH_FWD);
+    for (int i = 0; i < a.nfwd; i++) {
+        Node p = g->nodes[i];
+        if (p.op != OP_param) continue;
+        int gv = a.grad[p.out[0]];
+        a.loc = p.loc, a.layer = p.layer;
+        if (gv < 0) gv = cnst(&a, vtype(&a, p.out[0]), 0.0);
+        char name[512];
+        snprintf(name, sizeof name, "grad:%s", ir_attr_s(&p, "name", "?"));
+        add_output(&a, gv, name, p.loc, p.layer, PH_BWD);
+    }
+    free(a.need);
+    free(a.grad);
+}
