@@ -133,6 +133,9 @@ static void parse_args(Args *a, int argc, char **argv) {
     a->print_every = 10;
     if (argc < 2) { usage(stderr); exit(1); }
     a->cmd = argv[1];
+    if (strcmp(a->cmd, "-h") == 0 || strcmp(a->cmd, "--help") == 0) { usage(stdout); exit(0); }
+    if (strcmp(a->cmd, "dump") && strcmp(a->cmd, "check") && strcmp(a->cmd, "run"))
+        die("unknown command \"%s\" (dump, check, run; see kiln --help)", a->cmd);
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i];
         int has = i + 1 < argc;
@@ -431,11 +434,7 @@ int main(int argc, char **argv) {
     int rc;
     if (strcmp(a.cmd, "dump") == 0) rc = cmd_dump(&a);
     else if (strcmp(a.cmd, "check") == 0) rc = cmd_check(&a);
-    else if (strcmp(a.cmd, "run") == 0) rc = cmd_run(&a);
-    else {
-        usage(stderr);
-        die("unknown command \"%s\"", a.cmd);
-    }
+    else rc = cmd_run(&a);
     free(a.o.sets);
     return rc;
 }

@@ -1,0 +1,100 @@
+-- nn.lua — transformer building blocks written on kiln's DSL primitives.
+--
+--   local nn = require "nn"
+--
+-- Shapes: B batch, T sequence, C model dim, H query heads, KH key/value heads,
+-- D head dim, F feed-forward dim, V vocabulary.  Weights are [in, out]
+-- (y = x @ W, the Hugging Face Conv1D layout) and f32.  Helpers name their
+-- parameters "<name>.weight" / "<name>.bias"; inside layer(i, fn) the front end
+-- prefixes them with "h.<i>.".  Errors in the ops they build are reported at the
+-- model line that called the helper.
+local nn = {}
+
+-- n rounded up to a multiple of m (GPT-2 pads its 50257-token vocab to 50304).
+function nn.round_up(n, m) return (n + m - 1) // m * m end
+
+-- std of the projections that write into the residual stream: GPT-2 scales
+-- them by 1/sqrt(2 * layers) so the stream's variance does not grow with depth.
+function nn.proj_std(c) return 0.02 / math.sqrt(2 * c.layers) end
+
+-- y = x @ W + b, W [din, dout] ~ normal(o.std or 0.02), b [dout] zeros;
+-- o.bias = false: no bias.
+function nn.linear(x, name, din, dout, o)
+  o = o or {}
+  local y = matmul(x, param(name .. ".weight", {din, dout}, normal(o.std or 0.02)))
+  if o.bias == false then return y end
+  return y + param(name .. ".bias", {dout}, zeros())
+end
+
+-- LayerNorm over the last dim with weight (ones) and bias (zeros).
+function nn.layernorm(x, name, eps)
+  local C = x.shape[x.rank]
+  return layernorm(x, param(name .. ".weight", {C}, ones()), param(name .. ".bias", {C}, zeros()), eps)
+end
+
+-- RMSNorm over the last dim with weight (ones).
+function nn.rmsnorm(x, name, eps)
+  return rmsnorm(x, param(name .. ".weight", {x.shape[x.rank]}, ones()), eps)
+end
+
+-- [B,T,H*D] -> [B,T,H,D]
+function nn.heads(x, H)
+  local s = x.shape
+  return reshape(x, {s[1], s[2], H, s[3] // H})
+end
+
+-- [B,H,T,D] (attention layout) -> [B,T,H*D]
+function nn.merge_heads(x)
+  local s = x.shape
+  return reshape(transpose(x, 2, 3), {s[1], s[3], s[2] * s[4]})
+end
+
+-- GPT-2 causal self-attention: one fused projection c_attn [C,3C] gives q, k, v.
+function nn.gpt_attention(x, name, c)
+  local C = c.dim
+  local qkv = nn.linear(x, name .. ".c_attn", C, 3 * C)
+  local function part(i) return transpose(nn.heads(slice(qkv, -1, i * C + 1, (i + 1) * C), c.heads), 2, 3) end
+  local o = attention(part(0), part(1), part(2), {causal = true})
+  return nn.linear(nn.merge_heads(o), name .. ".c_proj", C, C, {std = nn.proj_std(c)})
+end
+
+-- GPT-2 MLP: C -> 4C -> GELU (tanh) -> C.
+function nn.mlp(x, name, c)
+  local h = gelu(nn.linear(x, name .. ".c_fc", c.dim, 4 * c.dim))
+  return nn.linear(h, name .. ".c_proj", 4 * c.dim, c.dim, {std = nn.proj_std(c)})
+end
+
+-- Pre-LayerNorm GPT-2 block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+function nn.gpt_block(x, c)
+  x = x + nn.gpt_attention(nn.layernorm(x, "ln_1"), "attn", c)
+  return x + nn.mlp(nn.layernorm(x, "ln_2"), "mlp", c)
+end
+
+-- Llama attention with grouped-query heads: wq gives H heads, wk and wv only
+-- KH; RoPE on [B,T,H,D], then [B,H,T,D] for attention.  K and V are never
+-- expanded to H heads (attention reads kv head h / (H/KH)).
+function nn.llama_attention(x, pos, c)
+  local C, D = c.dim, c.dim // c.heads
+  local function proj(name, H) return nn.heads(nn.linear(x, "attention." .. name, C, H * D, {bias = false}), H) end
+  local q = transpose(rope(proj("wq", c.heads), pos, c.theta), 2, 3)
+  local k = transpose(rope(proj("wk", c.kv_heads), pos, c.theta), 2, 3)
+  local v = transpose(proj("wv", c.kv_heads), 2, 3)
+  local o = attention(q, k, v, {causal = true})
+  return nn.linear(nn.merge_heads(o), "attention.wo", c.heads * D, C, {bias = false, std = nn.proj_std(c)})
+end
+
+-- SwiGLU: (silu(x @ w1) * (x @ w3)) @ w2.
+function nn.swiglu(x, name, c)
+  local nb = {bias = false}
+  local gate = silu(nn.linear(x, name .. ".w1", c.dim, c.ffn, nb))
+  local up = nn.linear(x, name .. ".w3", c.dim, c.ffn, nb)
+  return nn.linear(gate * up, name .. ".w2", c.ffn, c.dim, {bias = false, std = nn.proj_std(c)})
+end
+
+-- Llama block: x + attn(rmsnorm(x)), then + swiglu(rmsnorm(x)).
+function nn.llama_block(x, pos, c)
+  x = x + nn.llama_attention(nn.rmsnorm(x, "attention_norm", c.norm_eps), pos, c)
+  return x + nn.swiglu(nn.rmsnorm(x, "ffn_norm", c.norm_eps), "feed_forward", c)
+end
+
+return nn

@@ -1,0 +1,2 @@
+-- expect: 2: input: unknown dtype 'float32'
+local x = input("x", {8, 64}, "float32")

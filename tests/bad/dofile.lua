@@ -1,0 +1,2 @@
+-- expect: 2: global 'dofile'
+dofile("/etc/passwd")

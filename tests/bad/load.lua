@@ -1,0 +1,2 @@
+-- expect: 2: global 'load'
+local f = load("return 1")

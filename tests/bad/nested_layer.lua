@@ -1,0 +1,5 @@
+-- expect: 4: layer: layer(1) inside layer(0)
+local x = input("x", {8, 64})
+layer(0, function()
+  layer(1, function() end)
+end)

@@ -1,0 +1,5 @@
+-- expect: 3: stack overflow
+local function f(n)
+  return 1 + f(n + 1)
+end
+f(1)

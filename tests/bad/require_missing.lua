@@ -1,0 +1,2 @@
+-- expect: 2: require: no library 'nosuchlib'
+local x = require("nosuchlib")
