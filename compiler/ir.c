@@ -109,7 +109,11 @@ void *ir_alloc(Module *m, size_t n) {
     Arena *a = m->arena;
     n = (n + 15) & ~(size_t)15;
     if (!a->head || a->head->used + n > a->head->cap) {
-        size_t cap = n > (1u << 20) ? n : (1u << 20);
+        /* chunks double from 16 KiB up to 1 MiB: small modules (tests, the
+         * fuzzer) stay cheap, big ones allocate rarely */
+        size_t prev = a->head ? a->head->cap : 0;
+        size_t cap = prev ? (prev < (1u << 20) ? 2 * prev : prev) : (1u << 14);
+        if (cap < n) cap = n;
         Chunk *c = xcalloc(1, sizeof(Chunk) + cap);
         c->cap = cap;
         c->next = a->head;
@@ -308,9 +312,10 @@ static int shape_attr(const Node *n, Type *out, char *err, size_t errlen, const 
     if (!a || a->kind != AT_INTS) FAIL("%s: needs an int list attribute shape", op);
     if (a->n > IR_MAXRANK) FAIL("%s: rank %d exceeds %d", op, a->n, IR_MAXRANK);
     out->rank = a->n;
+    int64_t numel = 1;
     for (int i = 0; i < a->n; i++) {
-        if (a->v[i] < 1 || a->v[i] > ((int64_t)1 << 40)) FAIL("%s: bad dim %lld", op, (long long)a->v[i]);
-        out->dim[i] = a->v[i];
+        if (a->v[i] < 1 || a->v[i] > IR_MAXNUMEL / numel) FAIL("%s: bad dim %lld (at most 2^48 elements)", op, (long long)a->v[i]);
+        numel *= out->dim[i] = a->v[i];
     }
     return 0;
 }
@@ -407,13 +412,14 @@ static int infer_comm(const Graph *g, const Node *n, const Type *x, Type *out, c
             if (x->dim[d] % size) FAIL("%s: dim %d of size %lld not divisible by group size %d", op, d, (long long)x->dim[d], size);
             out->dim[d] = x->dim[d] / size;
         } else {
+            if (x->dim[d] > IR_MAXNUMEL / size) FAIL("%s: dim %d too large", op, d);
             out->dim[d] = x->dim[d] * size;
         }
     }
     return 0;
 }
 
-int ir_infer(const Graph *g, const Node *n, Type out[], char *err, size_t errlen) {
+static int infer_rule(const Graph *g, const Node *n, Type out[], char *err, size_t errlen) {
     const OpInfo *info = &ir_ops[n->op];
     const char *op = info->name;
     const Type *t[8] = {0};
@@ -424,10 +430,8 @@ int ir_infer(const Graph *g, const Node *n, Type out[], char *err, size_t errlen
     }
     if (info->nin >= 0 ? n->nin != info->nin : n->nin < 1) FAIL("%s: expects %d inputs, got %d", op, info->nin, n->nin);
     if (info->flags & F_SOURCE) {
-        /* out[0] holds the declared type; check it */
+        /* out[0] holds the declared type; ir_infer bounds its dims */
         if (out[0].rank < 0 || out[0].rank > IR_MAXRANK) FAIL("%s: bad rank", op);
-        for (int i = 0; i < out[0].rank; i++)
-            if (out[0].dim[i] < 1) FAIL("%s: bad dim %lld", op, (long long)out[0].dim[i]);
         if (n->op == OP_iota && (out[0].rank != 1 || out[0].dt != DT_I32)) FAIL("iota: type must be i32[n]");
         if ((n->op == OP_param || n->op == OP_state) && !ir_dtype_is_float(out[0].dt)) FAIL("%s: must be a float tensor", op);
         if ((n->op == OP_input || n->op == OP_param || n->op == OP_state) && !ir_attr_s(n, "name", NULL))
@@ -613,6 +617,21 @@ int ir_infer(const Graph *g, const Node *n, Type out[], char *err, size_t errlen
     default:
         FAIL("%s: no shape rule", op);
     }
+}
+
+/* The op's rule, then a bound on every output's size (dims multiply, so a
+ * rule fed huge dims must not overflow int64). */
+int ir_infer(const Graph *g, const Node *n, Type out[], char *err, size_t errlen) {
+    if (infer_rule(g, n, out, err, errlen) < 0) return -1;
+    for (int o = 0; o < ir_ops[n->op].nout; o++) {
+        int64_t numel = 1;
+        for (int i = 0; i < out[o].rank; i++) {
+            if (out[o].dim[i] < 1 || out[o].dim[i] > IR_MAXNUMEL / numel)
+                FAIL("%s: output %d has more than 2^48 elements", ir_ops[n->op].name, o);
+            numel *= out[o].dim[i];
+        }
+    }
+    return 0;
 }
 
 /* ---- mesh ---- */

@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #define IR_MAXRANK 5
+#define IR_MAXNUMEL ((int64_t)1 << 48) /* the largest tensor the IR accepts */
 #define IR_NAXES 4 /* mesh axes pp, dp, cp, tp (tp fastest-varying) */
 
 typedef enum {

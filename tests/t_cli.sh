@@ -35,4 +35,11 @@ bad_flag "run without data" "--data" run models/tiny.lua --interp
 bad_flag "missing data file" "--data" run models/tiny.lua --interp --data /nonexistent/file.txt
 printf '%s\n' 'module x mesh=1x1x1x1' 'stage 0' '%0:f32[2] = frob' > "${TMPDIR:-/tmp}/kiln_bad.ir"
 bad_flag "bad IR text" "kiln_bad.ir:3:" dump "${TMPDIR:-/tmp}/kiln_bad.ir"
+printf '%s\n' 'module x mesh=1x1x1x1' 'stage 0' '%0:f32[2] = param {name="w"}   # m.lua:1 L-1 fwd' \
+    '%1:f32[1099511627776,1099511627776,1099511627776,1,1] = broadcast %0 {shape=[1099511627776,1099511627776,1099511627776,1,2]}   # m.lua:2 L-1 fwd' \
+    > "${TMPDIR:-/tmp}/kiln_bad.ir"
+bad_flag "IR with a shape overflowing int64" "kiln_bad.ir:4:" dump "${TMPDIR:-/tmp}/kiln_bad.ir"
+printf '%s\n' 'module x mesh=1x65536x1x1' 'stage 0' '%0:f32[281474976710656] = param {name="w"}   # m.lua:1 L-1 fwd' \
+    '%1:f32[1] = allgather %0 {group="dp", dim=0}   # m.lua:2 L-1 fwd' > "${TMPDIR:-/tmp}/kiln_bad.ir"
+bad_flag "IR allgather overflowing the size bound" "kiln_bad.ir:4:" dump "${TMPDIR:-/tmp}/kiln_bad.ir"
 rm -f "${TMPDIR:-/tmp}/kiln_bad.ir"
