@@ -11,16 +11,28 @@ SANFLAGS :=
 endif
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Icompiler -Iruntime -I/usr/include/lua5.4 $(SANFLAGS)
-LDLIBS  := /usr/lib/x86_64-linux-gnu/liblua5.4.a -lm -ldl
+LLVM_CFLAGS := $(shell $(LLVM_CONFIG) --cflags 2>/dev/null)
+LLVM_LIBS   := $(shell $(LLVM_CONFIG) --ldflags --libs 2>/dev/null)
+# the runtime: what a generated trainer links (no Lua, no LLVM)
+RT_LIBS := -lopenblas -lpthread -lm
+LDLIBS  := /usr/lib/x86_64-linux-gnu/liblua5.4.a $(LLVM_LIBS) $(RT_LIBS) -ldl
 LDFLAGS += $(SANFLAGS)
 
-LIB_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c)) $(wildcard runtime/*.c)
+# libkilnc.a: the compiler; libkilnrt.a: the runtime and the CPU kernels
+LIB_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+RT_SRC  := $(filter-out runtime/trainer_main.c,$(wildcard runtime/*.c)) $(wildcard kernels/cpu/*.c)
+RT_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
-HDRS    := $(wildcard compiler/*.h runtime/*.h) compiler/ops.def
+HDRS    := $(wildcard compiler/*.h runtime/*.h kernels/cpu/*.h) compiler/ops.def
+LIBS    := $(BUILD)/libkilnc.a $(BUILD)/libkilnrt.a
 
 all: $(BUILD)/kiln $(TEST_BIN)
+
+$(BUILD)/compiler/emit_%.o: compiler/emit_%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LLVM_CFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -29,18 +41,22 @@ $(BUILD)/%.o: %.c $(HDRS)
 $(BUILD)/libkilnc.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
-$(BUILD)/kiln: $(BUILD)/compiler/main.o $(BUILD)/libkilnc.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/libkilnrt.a: $(RT_OBJ)
+	ar rcs $@ $^
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libkilnc.a $(HDRS) tests/testutil.h
+# -rdynamic: the JIT resolves rt_* and rtk_* in the kiln process itself
+$(BUILD)/kiln: $(BUILD)/compiler/main.o $(LIBS)
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $(BUILD)/compiler/main.o -Wl,--whole-archive $(BUILD)/libkilnrt.a -Wl,--no-whole-archive $(BUILD)/libkilnc.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIBS) $(HDRS) tests/testutil.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libkilnc.a $(LDLIBS) -lcmocka
+	$(CC) $(CFLAGS) -Itests -rdynamic -o $@ $< -Wl,--whole-archive $(BUILD)/libkilnrt.a -Wl,--no-whole-archive $(BUILD)/libkilnc.a $(LDLIBS) -lcmocka
 
 # The fuzz target for the IR text parser (libFuzzer, clang).
-$(BUILD)/fuzz_irtext: tests/fuzz_irtext.c $(LIB_SRC) $(HDRS)
+$(BUILD)/fuzz_irtext: tests/fuzz_irtext.c $(LIB_SRC) $(RT_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
 	clang -O1 -g -std=c11 -D_GNU_SOURCE -Icompiler -Iruntime -I/usr/include/lua5.4 -fsanitize=fuzzer,address,undefined \
-	    -o $@ tests/fuzz_irtext.c $(LIB_SRC) $(LDLIBS)
+	    -o $@ tests/fuzz_irtext.c $(filter-out compiler/emit_%.c,$(LIB_SRC)) $(RT_SRC) $(LDLIBS)
 
 FUZZ_SECONDS ?= 20
 fuzz: $(BUILD)/fuzz_irtext

@@ -250,6 +250,8 @@ int ir_add_node(Graph *g, const NodeSpec *s, char *err, size_t errlen) {
         v->t = out[i];
         v->def = idx;
         v->defout = i;
+        v->space = -1;
+        v->offset = -1;
         n.out[i] = v->id;
     }
     g->nodes = grow(m, g->nodes, g->nnodes, &g->capnodes, sizeof(Node));
@@ -445,6 +447,9 @@ static int infer_rule(const Graph *g, const Node *n, Type out[], char *err, size
         return 0;
     case OP_send:
         return infer_comm(g, n, t[0], &out[0], err, errlen);
+    case OP_record: case OP_wait:
+        if (ir_attr_i(n, "event", -1) < 0) FAIL("%s: needs an event attribute >= 0", op);
+        return 0;
     case OP_add: case OP_sub: case OP_mul: case OP_div:
     case OP_gelu_bwd: case OP_silu_bwd: case OP_relu_bwd:
         if (need_float(t[0], op, "a", err, errlen) || same_type(t[0], t[1], op, err, errlen)) return -1;

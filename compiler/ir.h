@@ -50,6 +50,7 @@ enum { /* op flags: passes ask these, never op names */
     F_LOSS = 1 << 10,
     F_OPTIMIZER = 1 << 11,
     F_COPY = 1 << 12,       /* device copies (offload) */
+    F_SYNC = 1 << 13,       /* stream events (record/wait) */
 };
 
 typedef struct {
@@ -89,6 +90,8 @@ typedef struct {
     int def;     /* defining node index, -1 for none */
     int defout;  /* which output of that node */
     AxisShard sh[IR_NAXES];
+    int space;      /* after memplan: RT_SPACE_* of runtime/kiln_rt.h; -1 before */
+    int64_t offset; /* after memplan: byte offset in that space; -1 before */
 } Value;
 
 typedef struct {

@@ -1,0 +1,177 @@
+/* kiln_rt.h — the only interface between generated code and the runtime.
+ *
+ * A compiled kiln program is a table (rt_program: its memory spaces, its
+ * parameters, state, inputs and outputs with their places in memory) and a
+ * `step` function: straight-line code that issues, in schedule order, kernel
+ * launches and event record/wait calls on numbered streams.  Nothing is
+ * decided at run time except the rank indices.
+ *
+ * Every kernel, library or generated, has one signature:
+ *
+ *     void kernel(rt_ctx *ctx, const int64_t *args);
+ *
+ * Its arguments are one flat int64 array whose layout each kernel documents
+ * below: pointers are stored as (int64_t)(intptr_t)p, sizes and flags as
+ * integers, and real attributes (eps, scale, ...) as the bit pattern of a
+ * double (rt_f64_bits / rt_bits_f64).  rt_launch copies the array, so the
+ * generated code may build it on its stack.
+ *
+ * Streams are in-order queues, each served by its own worker thread; events
+ * are real synchronisation objects: rt_record(s, e) completes event e when
+ * stream s reaches it, rt_wait(s, e) holds stream s until e has completed in
+ * this step.  A schedule that forgets an event therefore races instead of
+ * passing by luck.  Kernels parallelise their own loops with
+ * rt_parallel_for, which runs on a pool shared by all streams.
+ *
+ * Memory: the runtime allocates one buffer per space (64-byte aligned) of
+ * the program's space_bytes[]; the step function receives their bases.
+ * Parameters, gradients and optimizer state have their own spaces so that
+ * checkpoints and the distributed optimizer see contiguous buffers.
+ *
+ * Precision on the CPU: f32 tensors, i32 token ids.
+ */
+#ifndef KILN_RT_H
+#define KILN_RT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define RT_ABI_VERSION 1
+
+typedef struct rt_ctx rt_ctx;
+typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
+
+/* ---- args encoding ---- */
+static inline int64_t rt_ptr_arg(const void *p) { return (int64_t)(intptr_t)p; }
+static inline void *rt_arg_ptr(int64_t a) { return (void *)(intptr_t)a; }
+static inline int64_t rt_f64_bits(double d) { int64_t b; memcpy(&b, &d, 8); return b; }
+static inline double rt_bits_f64(int64_t b) { double d; memcpy(&d, &b, 8); return d; }
+#define RT_F32P(a) ((float *)rt_arg_ptr(a))
+#define RT_I32P(a) ((int32_t *)rt_arg_ptr(a))
+
+/* ---- the program ---- */
+enum { RT_SPACE_PARAMS, RT_SPACE_GRADS, RT_SPACE_OPT, RT_SPACE_ACT, RT_NSPACES };
+enum { RT_F32, RT_BF16, RT_F16, RT_I32, RT_I64 }; /* same order as the IR's DType */
+
+typedef struct {
+    const char *name;
+    int space;       /* RT_SPACE_* */
+    int64_t offset;  /* bytes into the space */
+    int dtype;       /* RT_F32, ... */
+    int rank;
+    int64_t dim[5];
+    const char *init; /* params: "normal" | "zeros" | "ones"; NULL otherwise */
+    double std;
+} rt_tensor;
+
+typedef struct rt_program {
+    int abi_version; /* RT_ABI_VERSION */
+    const char *model;
+    int64_t space_bytes[RT_NSPACES];
+    int nparams, nstates, ninputs, noutputs;
+    const rt_tensor *params;  /* trainable, initialised by rt_init_params */
+    const rt_tensor *states;  /* optimizer state etc., zero at start */
+    const rt_tensor *inputs;  /* written by the trainer before each step ("tokens", "targets") */
+    const rt_tensor *outputs; /* read after each step ("loss", "lr", "grad_norm", "grad:<p>") */
+    int nstreams, nevents;
+    double flops; /* useful FLOPs of one step (GEMMs and attention), for GFLOP/s */
+    void (*step)(rt_ctx *ctx, char *const *spaces);
+} rt_program;
+
+/* ---- the runtime (runtime/dev_cpu.c) ---- */
+typedef struct {
+    int threads;            /* pool size; 0 = the number of cores */
+    int serial;             /* 1: every stream and kernel on the calling thread (debugging) */
+    const char *trace_path; /* non-NULL: write a Chrome trace JSON at rt_free */
+} rt_options;
+
+rt_ctx *rt_new(const rt_program *p, const rt_options *o); /* NULL + message on stderr on failure */
+void rt_free(rt_ctx *ctx);
+char *rt_space(rt_ctx *ctx, int space);      /* base of a space */
+void *rt_tensor_ptr(rt_ctx *ctx, const rt_tensor *t);
+/* Params from their init (normal: the interpreter's generator, seeded by
+ * hash(name) ^ seed, so both start from bit-identical weights); states zero. */
+void rt_init_params(rt_ctx *ctx, uint64_t seed);
+/* Run one step: p->step, then wait until every stream is idle.  0, or -1
+ * when a kernel reported an error (rt_fail), with the message in err. */
+int rt_step(rt_ctx *ctx, char *err, int errlen);
+
+/* Called by the step function, in schedule order. */
+void rt_launch(rt_ctx *ctx, int stream, rt_kernel k, const int64_t *args, int nargs, const char *name);
+void rt_record(rt_ctx *ctx, int stream, int event);
+void rt_wait(rt_ctx *ctx, int stream, int event);
+
+/* Called by kernels. */
+void rt_parallel_for(rt_ctx *ctx, int64_t n, void (*fn)(void *data, int64_t i0, int64_t i1), void *data);
+/* A kernel found bad data (a token id out of range): the step fails with msg. */
+void rt_fail(rt_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same generator as the interpreter: normal(0, std) draws for `name`. */
+void rt_normal_fill(float *dst, int64_t n, const char *name, uint64_t seed, double std);
+
+/* ---- library kernels (kernels/cpu/*.c) and their args ----
+ * Shapes are row-major; "rows" is the product of all leading dims. */
+
+/* C[b] = op(A[b]) x op(B[b]) for b < batch; A [M,K] ([K,M] if ta), B [K,N]
+ * ([N,K] if tb), C [M,N]; strides in elements between batch entries (0 =
+ * the same matrix for every b).  beta: 0 overwrite, 1 accumulate.
+ * args: A, B, C, batch, M, N, K, ta, tb, strideA, strideB, strideC, beta(bits) */
+void rtk_gemm(rt_ctx *ctx, const int64_t *a);
+
+/* args: x, w, b, y, rows, C, eps */
+void rtk_layernorm(rt_ctx *ctx, const int64_t *a);
+/* args: dy, x, w, dx, dw, db, rows, C, eps   (dw, db overwritten) */
+void rtk_layernorm_bwd(rt_ctx *ctx, const int64_t *a);
+/* args: x, w, y, rows, C, eps */
+void rtk_rmsnorm(rt_ctx *ctx, const int64_t *a);
+/* args: dy, x, w, dx, dw, rows, C, eps */
+void rtk_rmsnorm_bwd(rt_ctx *ctx, const int64_t *a);
+/* softmax over the last dim.  args: x, y, rows, C */
+void rtk_softmax(rt_ctx *ctx, const int64_t *a);
+/* args: dy, y, dx, rows, C */
+void rtk_softmax_bwd(rt_ctx *ctx, const int64_t *a);
+/* rotate-half RoPE on x [B,T,H,D] with pos i32[T].  args: x, pos, y, B, T, H, D, theta, sign (+1 fwd, -1 bwd) */
+void rtk_rope(rt_ctx *ctx, const int64_t *a);
+/* Flash-style tiled attention, q [B,H,T,D], k/v [B,KH,S,D], o [B,H,T,D],
+ * lse f32 [B,H,T]; head h reads kv head h/(H/KH); causal: s <= t.
+ * args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale */
+void rtk_attention(rt_ctx *ctx, const int64_t *a);
+/* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale  (dq, dk, dv overwritten) */
+void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a);
+/* out[i,:] = table[ids[i],:].  args: table, ids, out, n, C, V (an id outside [0,V) fails the step) */
+void rtk_embedding(rt_ctx *ctx, const int64_t *a);
+/* dtable = scatter-add of dy rows (overwritten).  args: dy, ids, dtable, n, C, V */
+void rtk_embedding_bwd(rt_ctx *ctx, const int64_t *a);
+/* loss[i] = logsumexp(logits[i,:]) - logits[i, t[i]].  args: logits, targets, loss, rows, V */
+void rtk_cross_entropy(rt_ctx *ctx, const int64_t *a);
+/* dlogits = dl[i] * (softmax - onehot).  args: dl, logits, targets, dlogits, rows, V */
+void rtk_cross_entropy_bwd(rt_ctx *ctx, const int64_t *a);
+/* torch AdamW on g*scale[0]; lr, scale, t point to f32 scalars.
+ * args: p, g, m, v, lr, scale, t, p_out, m_out, v_out, n, b1, b2, eps, wd (may alias p_out=p etc.) */
+void rtk_adamw(rt_ctx *ctx, const int64_t *a);
+/* args: t, out, lr, min_lr, warmup, total  (ops.def lr_cosine) */
+void rtk_lr_cosine(rt_ctx *ctx, const int64_t *a);
+/* args: norm, out, max  (ops.def clipscale) */
+void rtk_clipscale(rt_ctx *ctx, const int64_t *a);
+/* Reduce x viewed as [outer, n, inner] over n.  kind 0 sum, 1 mean, 2 max.
+ * args: x, y, outer, n, inner, kind */
+void rtk_reduce(rt_ctx *ctx, const int64_t *a);
+/* dx = dy routed to the first argmax.  args: dy, x, y, dx, outer, n, inner */
+void rtk_max_bwd(rt_ctx *ctx, const int64_t *a);
+/* out[0] = sum of squares of x (f32 scalar).  args: x, out, n */
+void rtk_sumsq(rt_ctx *ctx, const int64_t *a);
+/* Strided copy: for every index (i0..i4) < (d0..d4),
+ * dst[sum i_k*ds_k] = src[sum i_k*ss_k] (element strides; a 0 source
+ * stride broadcasts).  Serves transpose, slice, broadcast and each part of a
+ * concat.  args: src, dst, elem_bytes, rank, d0..d4, ss0..ss4, ds0..ds4 */
+void rtk_copy(rt_ctx *ctx, const int64_t *a);
+/* sumto: y (shape of x with broadcast dims summed away) = sum of x over the
+ * dims where ystride is 0.  args: x, y, rank, d0..d4 (x dims), ys0..ys4 (y strides, 0 = summed) */
+void rtk_sumto(rt_ctx *ctx, const int64_t *a);
+/* args: dst, n, value(bits), dtype   (f32 or i32 fill) */
+void rtk_fill(rt_ctx *ctx, const int64_t *a);
+/* i32 0..n-1.  args: dst, n */
+void rtk_iota(rt_ctx *ctx, const int64_t *a);
+/* args: dst, src, bytes */
+void rtk_memcpy(rt_ctx *ctx, const int64_t *a);
+
+#endif
