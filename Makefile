@@ -28,7 +28,7 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 HDRS    := $(wildcard compiler/*.h runtime/*.h kernels/cpu/*.h) compiler/ops.def
 LIBS    := $(BUILD)/libkilnc.a $(BUILD)/libkilnrt.a
 
-all: $(BUILD)/kiln $(TEST_BIN)
+all: $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(TEST_BIN)
 
 $(BUILD)/compiler/emit_%.o: compiler/emit_%.c $(HDRS)
 	@mkdir -p $(dir $@)

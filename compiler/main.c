@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "kiln.h"
+#include "data.h"
 #include "safetensors.h"
 
 static const struct {
@@ -310,38 +311,6 @@ static int cmd_check(Args *a) {
 
 /* ---- kiln run --interp: train on byte-level text ---- */
 
-typedef struct {
-    unsigned char *bytes;
-    size_t n;
-} Corpus;
-
-static Corpus load_corpus(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) die("--data: cannot open %s", path);
-    Corpus c = {0};
-    size_t cap = 1 << 16;
-    c.bytes = malloc(cap);
-    for (size_t k; c.bytes && (k = fread(c.bytes + c.n, 1, cap - c.n, f)) > 0;) {
-        c.n += k;
-        if (c.n == cap) c.bytes = realloc(c.bytes, cap *= 2);
-    }
-    if (!c.bytes) die("--data: out of memory reading %s", path);
-    if (ferror(f)) die("--data: cannot read %s", path);
-    fclose(f);
-    return c;
-}
-
-/* Fill tokens/targets [B,T] with B random windows of T+1 bytes. */
-static void sample_batch(const Corpus *c, int64_t B, int64_t T, uint64_t *rng, double *tok, double *tgt) {
-    for (int64_t b = 0; b < B; b++) {
-        size_t off = (size_t)(rng_next(rng) % (c->n - (size_t)T));
-        for (int64_t t = 0; t < T; t++) {
-            tok[b * T + t] = c->bytes[off + (size_t)t];
-            tgt[b * T + t] = c->bytes[off + (size_t)t + 1];
-        }
-    }
-}
-
 static void export_params(StWriter *w, Interp *it, Graph *g, const char *prefix, int from_outputs) {
     char key[512];
     for (int i = 0; i < g->nnodes; i++) {
@@ -366,7 +335,9 @@ static int cmd_run(Args *a) {
     if (tt->rank != 2) die("run: input tokens must be [batch, seq]");
     int64_t B = tt->dim[0], T = tt->dim[1], vocab = id_bound(g, tok_id);
     if (vocab < 256) die("run: byte-level data needs a vocabulary of at least 256 (the model has %lld)", (long long)vocab);
-    Corpus c = load_corpus(a->data);
+    Corpus c;
+    char err[1024];
+    if (data_load_text(&c, a->data, err, sizeof err) != 0) die("%s", err);
     if (c.n < (size_t)T + 2) die("--data: %s has %zu bytes, fewer than one window of %lld", a->data, c.n, (long long)T + 1);
 
     Interp *it = interp_new(m, a->f64);
@@ -378,14 +349,16 @@ static int cmd_run(Args *a) {
 
     int steps = (int)a->o.steps;
     double *tok = malloc(sizeof(double) * (size_t)(B * T)), *tgt = malloc(sizeof(double) * (size_t)(B * T));
+    int32_t *tok32 = malloc(sizeof(int32_t) * (size_t)(B * T)), *tgt32 = malloc(sizeof(int32_t) * (size_t)(B * T));
     double *losses = malloc(sizeof(double) * (size_t)(steps > 0 ? steps : 1));
-    if (!tok || !tgt || !losses) die("out of memory");
-    uint64_t rng = a->o.seed ^ 0x5eedull;
+    if (!tok || !tgt || !tok32 || !tgt32 || !losses) die("out of memory");
+    uint64_t rng = data_rng(a->o.seed);
     double t0 = now();
     printf("training %s on %s: %d steps of %lld x %lld tokens (interpreter, %s)\n", a->model, a->data, steps,
            (long long)B, (long long)T, a->f64 ? "f64" : "f32");
     for (int step = 1; step <= steps; step++) {
-        sample_batch(&c, B, T, &rng, tok, tgt);
+        data_sample_i32(&c, B, T, &rng, tok32, tgt32);
+        for (int64_t k = 0; k < B * T; k++) tok[k] = tok32[k], tgt[k] = tgt32[k];
         interp_set_input(it, 0, "tokens", tok, B * T);
         interp_set_input(it, 0, "targets", tgt, B * T);
         double ts = now();
@@ -414,15 +387,16 @@ static int cmd_run(Args *a) {
     printf("done: %d steps in %.1f s\n", steps, now() - t0);
     if (log && fclose(log) != 0) die("--log: cannot write %s", a->log);
     if (w) {
-        char err[512];
         int64_t shape[1] = {steps};
         st_add_f32(w, "loss", shape, 1, losses);
         if (st_write(w, a->export_path, err, sizeof err) != 0) die("--export: %s", err);
     }
     free(tok);
     free(tgt);
+    free(tok32);
+    free(tgt32);
     free(losses);
-    free(c.bytes);
+    data_free(&c);
     interp_free(it);
     ir_free(m);
     return 0;

@@ -108,7 +108,7 @@ void rt_fail(rt_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2,
 /* Same generator as the interpreter: normal(0, std) draws for `name`. */
 void rt_normal_fill(float *dst, int64_t n, const char *name, uint64_t seed, double std);
 
-/* ---- library kernels (kernels/cpu/*.c) and their args ----
+/* ---- library kernels (kernels/cpu/) and their args ----
  * Shapes are row-major; "rows" is the product of all leading dims. */
 
 /* C[b] = op(A[b]) x op(B[b]) for b < batch; A [M,K] ([K,M] if ta), B [K,N]
