@@ -48,8 +48,9 @@
 #include <string.h>
 
 #include "kiln.h"
+#include "rng.h" /* the parameter generator, shared with the runtime */
 
-/* ---- numbers: rounding to a dtype, the parameter generator ---- */
+/* ---- numbers: rounding to a dtype ---- */
 
 static double round_bf16(double x) {
     float f = (float)x;
@@ -86,30 +87,6 @@ static void round_to(double *d, int64_t n, DType dt, int f64) {
         break;
     default:
         for (int64_t i = 0; i < n; i++) d[i] = trunc(d[i]);
-    }
-}
-
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t hash_name(const char *s) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a, then one splitmix round */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return splitmix64(&h);
-}
-
-/* n standard normals (Box-Muller, both branches used). */
-static void fill_normal(double *d, int64_t n, uint64_t seed, double std) {
-    for (int64_t i = 0; i < n; i += 2) {
-        double u1 = ((splitmix64(&seed) >> 11) + 1) * 0x1.0p-53; /* (0,1] */
-        double u2 = (splitmix64(&seed) >> 11) * 0x1.0p-53;       /* [0,1) */
-        double r = sqrt(-2 * log(u1)), a = 2 * M_PI * u2;
-        d[i] = std * r * cos(a);
-        if (i + 1 < n) d[i + 1] = std * r * sin(a);
     }
 }
 
@@ -1188,11 +1165,11 @@ static void init_normal(Interp *it, int r, const Value *v, Tensor *t, uint64_t s
     global_block(it, r, v, &glob, off);
     int64_t gn = ir_numel(&glob);
     if (gn == t->n) {
-        fill_normal(t->d, t->n, seed, std);
+        rng_normal_f64(t->d, 0, t->n, seed, std);
         return;
     }
     double *all = xmalloc(sizeof(double) * (size_t)gn);
-    fill_normal(all, gn, seed, std);
+    rng_normal_f64(all, 0, gn, seed, std);
     for (int64_t i = 0; i < t->n; i++) { /* local multi-index idx -> global offset */
         int64_t g = 0;
         for (int d = 0; d < glob.rank; d++) g = g * glob.dim[d] + off[d] + idx[d];
@@ -1214,7 +1191,7 @@ void interp_init_state(Interp *it, uint64_t seed) {
             } else if (strcmp(init, "ones") == 0) {
                 for (int64_t k = 0; k < s->t.n; k++) s->t.d[k] = 1;
             } else if (strcmp(init, "normal") == 0) {
-                init_normal(it, r, &R->g->vals[n->out[0]], &s->t, hash_name(s->name) ^ seed, ir_attr_f(n, "std", 0.02));
+                init_normal(it, r, &R->g->vals[n->out[0]], &s->t, rng_stream(s->name, seed), ir_attr_f(n, "std", 0.02));
             } else {
                 error_at(n->loc, "param %s: unknown init \"%s\"", s->name, init);
             }

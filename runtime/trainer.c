@@ -1,0 +1,150 @@
+/* trainer.c — the training loop around a compiled program.
+ *
+ * The generated binary's main() (trainer_main.c) and `kiln run` (which JITs
+ * the same program in memory) both call rt_train_main, so the two give
+ * identical losses by construction: same runtime, same initial weights (the
+ * interpreter's generator), same batches (data.c's sampler).
+ *
+ * Everything the step needs was decided at compile time; the trainer only
+ * feeds the inputs "tokens" and "targets", runs the step, and reads the
+ * outputs "loss", "lr" and "grad_norm".  Shapes (batch, sequence) and the
+ * optimizer's hyper-parameters are part of the program, so flags that would
+ * change them name the compile-time flag instead.
+ */
+#include "trainer.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+
+typedef struct {
+    const char *data, *log, *trace;
+    int steps, serial, threads, print_every;
+    uint64_t seed;
+} TrainArgs;
+
+static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static const char *usage =
+    "usage: %s --data FILE [--steps N] [--seed N] [--log FILE.jsonl] [--trace FILE.json]\n"
+    "          [--serial] [--threads N] [--print-every N]\n";
+
+static long int_flag(const char *flag, const char *v) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*v == 0 || *end || n < 0 || n > 1000000000) die("%s: expected a non-negative integer, got \"%s\"", flag, v);
+    return n;
+}
+
+static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
+    a->steps = -1;
+    a->seed = 1337;
+    a->print_every = 10;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        int has = i + 1 < argc;
+        if (strcmp(f, "--serial") == 0) { a->serial = 1; continue; }
+        if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { printf(usage, argv[0]); exit(0); }
+        if (strcmp(f, "--batch") == 0 || strcmp(f, "--lr") == 0)
+            die("%s: fixed when the program was compiled; pass it to kiln compile (%s)", f,
+                strcmp(f, "--lr") == 0 ? "--lr X" : "--set batch=N");
+        if (!has) die("%s: unknown flag or missing value", f);
+        const char *v = argv[++i];
+        if (strcmp(f, "--data") == 0) a->data = v;
+        else if (strcmp(f, "--log") == 0) a->log = v;
+        else if (strcmp(f, "--trace") == 0) a->trace = v;
+        else if (strcmp(f, "--steps") == 0) a->steps = (int)int_flag(f, v);
+        else if (strcmp(f, "--seed") == 0) a->seed = (uint64_t)int_flag(f, v);
+        else if (strcmp(f, "--threads") == 0) a->threads = (int)int_flag(f, v);
+        else if (strcmp(f, "--print-every") == 0) a->print_every = (int)int_flag(f, v);
+        else die("%s: unknown flag", f);
+    }
+    if (!a->data) die("--data FILE is required (a text file; its bytes are the tokens)");
+    if (a->print_every < 1) a->print_every = 1;
+    (void)p;
+}
+
+static const rt_tensor *find(const rt_tensor *t, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0) return &t[i];
+    return NULL;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double scalar(rt_ctx *ctx, const rt_tensor *t) { return t ? *(float *)rt_tensor_ptr(ctx, t) : NAN; }
+
+int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps) {
+    TrainArgs a = {0};
+    parse(&a, p, argc, argv);
+    if (a.steps < 0) a.steps = default_steps;
+    const rt_tensor *tok = find(p->inputs, p->ninputs, "tokens"), *tgt = find(p->inputs, p->ninputs, "targets");
+    if (!tok || !tgt || tok->rank != 2 || tok->dtype != RT_I32) die("%s: the program needs i32 inputs tokens and targets [batch, seq]", p->model);
+    const rt_tensor *loss_t = find(p->outputs, p->noutputs, "loss");
+    const rt_tensor *lr_t = find(p->outputs, p->noutputs, "lr"), *gn_t = find(p->outputs, p->noutputs, "grad_norm");
+    if (!loss_t) die("%s: the program has no loss output", p->model);
+    int64_t B = tok->dim[0], T = tok->dim[1];
+
+    char err[1024];
+    Corpus c;
+    if (data_load_text(&c, a.data, err, sizeof err) != 0) die("%s", err);
+    if (c.n < (size_t)T + 2) die("--data: %s has %zu bytes, fewer than one window of %lld", a.data, c.n, (long long)T + 1);
+    FILE *log = a.log ? fopen(a.log, "w") : NULL;
+    if (a.log && !log) die("--log: cannot open %s", a.log);
+
+    rt_options o = {.threads = a.threads, .serial = a.serial, .trace_path = a.trace};
+    rt_ctx *ctx = rt_new(p, &o);
+    if (!ctx) return 1;
+    rt_init_params(ctx, a.seed);
+    uint64_t rng = data_rng(a.seed);
+    printf("training %s on %s: %d steps of %lld x %lld tokens (compiled, %s)\n", p->model, a.data, a.steps,
+           (long long)B, (long long)T, a.serial ? "serial" : "threaded");
+    double t0 = now();
+    int rc = 0;
+    for (int step = 1; step <= a.steps; step++) {
+        data_sample_i32(&c, B, T, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt));
+        double ts = now();
+        if (rt_step(ctx, err, sizeof err) != 0) {
+            fprintf(stderr, "step %d: %s\n", step, err);
+            rc = 1;
+            break;
+        }
+        double dt = now() - ts;
+        double loss = scalar(ctx, loss_t), lr = scalar(ctx, lr_t), gn = scalar(ctx, gn_t);
+        double tps = (double)(B * T) / dt, gflops = p->flops / dt * 1e-9;
+        if (!isfinite(loss)) {
+            fprintf(stderr, "step %d: loss is %g; stopping\n", step, loss);
+            rc = 1;
+            break;
+        }
+        if (step == 1 || step % a.print_every == 0 || step == a.steps)
+            printf("step %4d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f GFLOP/s\n", step, a.steps,
+                   loss, lr, gn, tps, gflops);
+        if (log)
+            fprintf(log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"gflops\":%.3f,\"elapsed\":%.3f}\n",
+                    step, loss, lr, gn, tps, gflops, now() - t0);
+        fflush(stdout);
+    }
+    if (rc == 0) printf("done: %d steps in %.1f s\n", a.steps, now() - t0);
+    if (log && fclose(log) != 0) die("--log: cannot write %s", a.log);
+    rt_free(ctx);
+    data_free(&c);
+    return rc;
+}
