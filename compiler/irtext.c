@@ -7,6 +7,7 @@
  *     stage 0
  *     %3:f32[256,64] = param {name="wte.weight", init="normal", std=0.02}   # models/tiny.lua:20 L-1 fwd
  *     %12:f32[8,64,256]<tp=s2> = matmul %3, %7 {tb=1}   # models/tiny.lua:31 L1 fwd st1 mb2
+ *     %13:f32[8,64,256]@act+1024 = gelu %12 {kernel=3}   # models/tiny.lua:32 L1 fwd stream0 pos7
  *     output %9 {name="loss"}   # models/tiny.lua:40 L-1 fwd
  *
  * Two promises hold it together: parse(dump(m)) is ir_module_equal to m, and
@@ -38,8 +39,10 @@
 #include <string.h>
 
 #include "ir.h"
+#include "kiln_rt.h"
 
 static const char *const axis_names[IR_NAXES] = {"pp", "dp", "cp", "tp"};
+static const char *const space_names[RT_NSPACES] = {"params", "grads", "opt", "act"}; /* RT_SPACE_* */
 
 #define MAX_MESH (1 << 16)            /* largest size of one mesh axis */
 #define MAX_WORLD (1 << 20)           /* largest mesh (product of the four axes) */
@@ -146,6 +149,12 @@ static void put_meta(FILE *f, const Node *n) {
     if (n->pos != -1) fprintf(f, " pos%d", n->pos);
 }
 
+/* "@act+1024" once memplan has placed the value; nothing before. */
+static void put_place(FILE *f, const Value *v) {
+    if (v->space < 0) return;
+    fprintf(f, "@%s+%" PRId64, v->space < RT_NSPACES ? space_names[v->space] : "?", v->offset);
+}
+
 /* Defensive about broken graphs: a dump is how one debugs them. */
 static void dump_node(const Graph *g, const Node *n, FILE *f) {
     for (int k = 0; k < n->nout; k++) {
@@ -154,6 +163,7 @@ static void dump_node(const Graph *g, const Node *n, FILE *f) {
         if (id >= 0 && id < g->nvals) {
             put_type(f, &g->vals[id].t);
             put_sharding(f, g->vals[id].sh);
+            put_place(f, &g->vals[id]);
         } else {
             fputs("?", f);
         }
@@ -526,6 +536,19 @@ static void sharding(Parser *P, const Type *t, AxisShard sh[IR_NAXES]) {
     expect(P, '>', "',' or '>' in the sharding");
 }
 
+/* @space+offset */
+static void place(Parser *P, int *space, int64_t *offset) {
+    char name[16];
+    expect(P, '@', "'@'");
+    ident(P, name, sizeof name, "a memory space (params, grads, opt, act)");
+    *space = -1;
+    for (int i = 0; i < RT_NSPACES; i++)
+        if (strcmp(name, space_names[i]) == 0) *space = i;
+    if (*space < 0) fail(P, "unknown memory space '%s'", name);
+    expect(P, '+', "'+' and the byte offset after the memory space");
+    *offset = integer(P, 0, INT64_MAX, "a byte offset");
+}
+
 /* Is tok a float as fmt_float writes it: -?D+(.D*)?([eE][+-]?D+)? with a '.' or an exponent. */
 static int is_float_token(const char *s) {
     int marked = 0;
@@ -658,7 +681,8 @@ static void metadata(Parser *P, NodeSpec *s, int meta[5]) {
 static void node_line(Parser *P) {
     Type decl[MAXOUT];
     AxisShard sh[MAXOUT][IR_NAXES];
-    int names[MAXOUT], nout = 0;
+    int names[MAXOUT], nout = 0, space[MAXOUT];
+    int64_t offset[MAXOUT];
     Graph *g = P->g;
     if (!g) fail(P, "a node before the first 'stage' line");
     memset(sh, 0, sizeof sh);
@@ -673,6 +697,8 @@ static void node_line(Parser *P) {
             expect(P, ':', "':' and the type of the value");
             type(P, &decl[nout]);
             if (peek(P) == '<') sharding(P, &decl[nout], sh[nout]);
+            space[nout] = -1, offset[nout] = -1;
+            if (peek(P) == '@') place(P, &space[nout], &offset[nout]);
             nout++;
         } while (accept(P, ','));
         expect(P, '=', "'=' after the outputs");
@@ -721,6 +747,7 @@ static void node_line(Parser *P) {
                  ir_type_str(&v->t, b, sizeof b));
         }
         memcpy(v->sh, sh[k], sizeof v->sh);
+        v->space = space[k], v->offset = offset[k];
         map_put(P, names[k], v->id);
     }
 }
@@ -758,7 +785,7 @@ static void finish_stage(Parser *P) {
     if (n == 0 || maxname >= 2 * n + 1024) return;
     int nn = maxname + 1, *newid = xrealloc(NULL, sizeof(int) * (size_t)n);
     Value *vals = ir_alloc(P->m, sizeof(Value) * (size_t)nn);
-    for (int i = 0; i < nn; i++) vals[i] = (Value){.id = i, .t = {DT_F32, 0, {0}}, .def = -1};
+    for (int i = 0; i < nn; i++) vals[i] = (Value){.id = i, .t = {DT_F32, 0, {0}}, .def = -1, .space = -1, .offset = -1};
     for (int i = 0; i < P->capmap; i++) {
         if (P->keys[i] < 0) continue;
         int name = P->keys[i], id = P->ids[i];
@@ -926,7 +953,8 @@ static int use_eq(const Graph *ga, const int *pa, int a, const Graph *gb, const 
 static int value_eq(const Graph *ga, int a, const Graph *gb, int b) {
     int va = a >= 0 && a < ga->nvals, vb = b >= 0 && b < gb->nvals;
     if (!va || !vb) return !va && !vb && a == b;
-    return type_eq(&ga->vals[a].t, &gb->vals[b].t) && shard_eq(ga->vals[a].sh, gb->vals[b].sh);
+    const Value *x = &ga->vals[a], *y = &gb->vals[b];
+    return type_eq(&x->t, &y->t) && shard_eq(x->sh, y->sh) && x->space == y->space && x->offset == y->offset;
 }
 
 static int node_eq(const Graph *ga, const int *pa, const Node *a, const Graph *gb, const int *pb, const Node *b) {

@@ -35,6 +35,9 @@ Module *fe_load(const char *path, Options *o, char *err, size_t errlen);
 typedef void (*PassFn)(Module *m, const Options *o);
 void pass_autodiff(Module *m, const Options *o);  /* autodiff.c */
 void pass_optimizer(Module *m, const Options *o); /* optimizer.c */
+void pass_fuse(Module *m, const Options *o);      /* fuse.c: elementwise chains -> generated kernels */
+void pass_schedule(Module *m, const Options *o);  /* schedule.c: streams, events, linear order */
+void pass_memplan(Module *m, const Options *o);   /* memplan.c: static offsets per memory space */
 
 /* ---- interpreter (interp.c): runs any module, all mesh ranks in one process ---- */
 typedef struct {

@@ -13,7 +13,23 @@
  *     and attributes (for sources ir_infer checks the declared type);
  *   - metadata: a Loc on every node, a valid phase, stream and pos both -1
  *     (before schedule) or both >= 0;
- *   - sharding: a valid kind per mesh axis, a split dim below the rank.
+ *   - sharding: a valid kind per mesh axis, a split dim below the rank;
+ *   - after fuse (any node with a `kernel` attribute): each group is one
+ *     contiguous run, its members are elementwise ops, consts used only in
+ *     the group and broadcasts of values from outside it (or of its consts),
+ *     and every member output has the group's iteration shape (a const that
+ *     only feeds broadcasts excepted);
+ *   - after schedule (any node with pos >= 0): pos is the node's index, the
+ *     stream is 0..3, and a value used on another stream than its producer's
+ *     is ordered by events: a `record` on the producer's stream after the
+ *     producer and a `wait` on the user's stream before the use (directly or
+ *     through a chain of such pairs); every wait follows its record, and an
+ *     event is recorded once;
+ *   - after memplan (any value with space >= 0): every value that needs a
+ *     buffer (memlive_build) has a space and a 64-byte aligned offset, views
+ *     share their input's buffer, group internals have none, params are in
+ *     the params space and states in opt, and no two buffers of a space share
+ *     a byte while both are live (params, grads and opt buffers live all step).
  *
  * Checks run in an order that makes the later ones safe (ids are checked
  * before anything indexes with them, types before ir_infer reads them).
@@ -21,9 +37,10 @@
  * file:line being the offending node's Loc ("?:0" when it has none).
  */
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "ir.h"
+#include "memplan.h"
 
 typedef struct {
     const Graph *g;
@@ -172,13 +189,294 @@ static int check_values(Checker *c) {
     return 0;
 }
 
+/* ---- fused groups ---- */
+
+static void *xcalloc(size_t n, size_t sz) {
+    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    if (!p) ICE("out of memory");
+    return p;
+}
+
+static int same_dims(const Type *a, const Type *b) {
+    if (a->rank != b->rank) return 0;
+    for (int d = 0; d < a->rank; d++)
+        if (a->dim[d] != b->dim[d]) return 0;
+    return 1;
+}
+
+static const char *loc_file(const Node *n) { return n->loc.file ? n->loc.file : "?"; }
+
+typedef struct {
+    int64_t k;
+    int first, last, shape_node; /* shape_node: its first elementwise member */
+} Run;
+
+static int run_by_kernel(const void *a, const void *b) {
+    const Run *x = a, *y = b;
+    return x->k != y->k ? (x->k > y->k) - (x->k < y->k) : x->first - y->first;
+}
+
+/* Members of run r: their ops, broadcast sources, one iteration shape. */
+static int check_run(Checker *c, Run *r) {
+    const Graph *g = c->g;
+    char a[96], b[96];
+    r->shape_node = -1;
+    for (int i = r->first; i <= r->last; i++) {
+        const Node *n = &g->nodes[i];
+        if (ir_ops[n->op].flags & F_ELEMENTWISE) {
+            if (r->shape_node < 0) r->shape_node = i;
+        } else if (n->op == OP_broadcast) {
+            int d = g->vals[n->in[0]].def;
+            if (d >= r->first && d <= r->last && g->nodes[d].op != OP_const)
+                return bad(c, i, "broadcast in fused group %lld reads %%%d from inside the group (only values from outside or its consts)",
+                           (long long)r->k, n->in[0]);
+        } else if (n->op != OP_const) {
+            return bad(c, i, "%s cannot be in fused group %lld (only elementwise ops, broadcasts and consts)", ir_ops[n->op].name,
+                       (long long)r->k);
+        }
+    }
+    if (r->shape_node < 0) return bad(c, r->first, "fused group %lld has no elementwise op", (long long)r->k);
+    const Type *s = &g->vals[g->nodes[r->shape_node].out[0]].t;
+    for (int i = r->first; i <= r->last; i++) {
+        const Node *n = &g->nodes[i];
+        const Type *t = &g->vals[n->out[0]].t;
+        if (n->op != OP_const && !same_dims(t, s))
+            return bad(c, i, "%%%d is %s but fused group %lld iterates over %s", n->out[0], ir_type_str(t, a, sizeof a),
+                       (long long)r->k, ir_type_str(s, b, sizeof b));
+    }
+    return 0;
+}
+
+/* A const member is read only inside its group, and only by broadcasts
+ * unless it has the iteration shape. */
+static int check_group_consts(Checker *c, const int64_t *kern, const int *runof, const Run *runs) {
+    const Graph *g = c->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            int v = n->in[k], d = g->vals[v].def;
+            if (d < 0 || kern[d] < 0 || g->nodes[d].op != OP_const) continue;
+            const Run *r = &runs[runof[d]];
+            if (kern[i] != kern[d])
+                return bad(c, d, "const %%%d of fused group %lld is also read outside the group (node %d, %s:%d)", v, (long long)r->k, i,
+                           loc_file(n), n->loc.line);
+            if (n->op != OP_broadcast && !same_dims(&g->vals[v].t, &g->vals[g->nodes[r->shape_node].out[0]].t))
+                return bad(c, d, "const %%%d of fused group %lld has not the group's shape and feeds node %d (%s)", v, (long long)r->k, i,
+                           ir_ops[n->op].name);
+        }
+    }
+    return 0;
+}
+
+static int check_groups(Checker *c) {
+    const Graph *g = c->g;
+    int n = g->nnodes, nruns = 0, rc = 0;
+    int64_t *kern = xcalloc((size_t)n, sizeof(int64_t));
+    for (int i = 0; i < n; i++) {
+        const Attr *a = ir_attr(&g->nodes[i], "kernel");
+        kern[i] = a ? a->i : -1;
+        if (a && (a->kind != AT_INT || a->i < 0)) {
+            free(kern);
+            return bad(c, i, "kernel must be an int >= 0 (the node's fused group)");
+        }
+        if (kern[i] >= 0 && (i == 0 || kern[i - 1] != kern[i])) nruns++;
+    }
+    if (!nruns) {
+        free(kern);
+        return 0;
+    }
+    Run *runs = xcalloc((size_t)nruns, sizeof(Run)), *sorted = xcalloc((size_t)nruns, sizeof(Run));
+    int *runof = xcalloc((size_t)n, sizeof(int)), nr = 0;
+    for (int i = 0; i < n; i++) {
+        if (kern[i] < 0) continue;
+        if (i == 0 || kern[i - 1] != kern[i]) runs[nr++] = (Run){kern[i], i, i, -1};
+        runs[nr - 1].last = i;
+        runof[i] = nr - 1;
+    }
+    memcpy(sorted, runs, sizeof(Run) * (size_t)nruns);
+    qsort(sorted, (size_t)nruns, sizeof(Run), run_by_kernel);
+    for (int k = 1; k < nruns && !rc; k++)
+        if (sorted[k].k == sorted[k - 1].k)
+            rc = bad(c, sorted[k].first, "fused group %lld is not contiguous (it also has nodes %d..%d)", (long long)sorted[k].k,
+                     sorted[k - 1].first, sorted[k - 1].last);
+    for (int k = 0; k < nruns && !rc; k++) rc = check_run(c, &runs[k]);
+    if (!rc) rc = check_group_consts(c, kern, runof, runs);
+    free(kern), free(runs), free(sorted), free(runof);
+    return rc;
+}
+
+/* ---- schedule and events ---- */
+
+typedef struct {
+    int64_t event;
+    int node;
+} Rec;
+
+static int rec_cmp(const void *a, const void *b) {
+    const Rec *x = a, *y = b;
+    return x->event != y->event ? (x->event > y->event) - (x->event < y->event) : x->node - y->node;
+}
+
+static int find_rec(const Rec *recs, int nrec, int64_t e) {
+    int lo = 0, hi = nrec - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (recs[mid].event == e) return mid;
+        if (recs[mid].event < e) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+/* Vector clocks in program order: known[s][t] is the last position of stream
+ * t that stream s has seen complete (its own nodes, and through waits the
+ * snapshots the matching records took). */
+static int check_events(Checker *c) {
+    const Graph *g = c->g;
+    int n = g->nnodes, nrec = 0, rc = 0;
+    Rec *recs = xcalloc((size_t)n, sizeof(Rec));
+    for (int i = 0; i < n; i++)
+        if (g->nodes[i].op == OP_record) recs[nrec++] = (Rec){ir_attr_i(&g->nodes[i], "event", -1), i};
+    qsort(recs, (size_t)nrec, sizeof(Rec), rec_cmp);
+    for (int k = 1; k < nrec && !rc; k++)
+        if (recs[k].event == recs[k - 1].event)
+            rc = bad(c, recs[k].node, "event %lld is recorded twice (also at node %d)", (long long)recs[k].event, recs[k - 1].node);
+    int (*snap)[SCHED_NSTREAMS] = xcalloc((size_t)(nrec ? nrec : 1), sizeof *snap);
+    int known[SCHED_NSTREAMS][SCHED_NSTREAMS];
+    for (int s = 0; s < SCHED_NSTREAMS; s++)
+        for (int t = 0; t < SCHED_NSTREAMS; t++) known[s][t] = -1;
+    for (int i = 0; i < n && !rc; i++) {
+        const Node *nd = &g->nodes[i];
+        int s = nd->stream;
+        for (int k = 0; k < nd->nin && !rc; k++) {
+            int p = g->vals[nd->in[k]].def, sp = g->nodes[p].stream;
+            if (sp != s && known[s][sp] < p)
+                rc = bad(c, i, "%%%d comes from stream %d (node %d, %s:%d) but stream %d does not wait for an event recorded after it",
+                         nd->in[k], sp, p, loc_file(&g->nodes[p]), g->nodes[p].loc.line, s);
+        }
+        known[s][s] = i;
+        if (rc || (nd->op != OP_record && nd->op != OP_wait)) continue;
+        int64_t e = ir_attr_i(nd, "event", -1);
+        int r = find_rec(recs, nrec, e);
+        while (r > 0 && recs[r - 1].event == e) r--; /* the first record of e */
+        if (nd->op == OP_record) {
+            memcpy(snap[r], known[s], sizeof snap[r]);
+        } else if (r < 0) {
+            rc = bad(c, i, "waits for event %lld, which is never recorded", (long long)e);
+        } else if (recs[r].node > i) {
+            rc = bad(c, i, "waits for event %lld before its record (node %d)", (long long)e, recs[r].node);
+        } else {
+            for (int t = 0; t < SCHED_NSTREAMS; t++)
+                if (snap[r][t] > known[s][t]) known[s][t] = snap[r][t];
+        }
+    }
+    free(recs);
+    free(snap);
+    return rc;
+}
+
+static int check_schedule(Checker *c) {
+    const Graph *g = c->g;
+    int scheduled = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].pos >= 0) scheduled = 1;
+    if (!scheduled) return 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->pos != i) return bad(c, i, "pos %d, but after schedule a node's pos is its index %d", n->pos, i);
+        if (n->stream < 0 || n->stream >= SCHED_NSTREAMS) return bad(c, i, "stream %d is not one of 0..%d", n->stream, SCHED_NSTREAMS - 1);
+    }
+    return check_events(c);
+}
+
+/* ---- memory plan ---- */
+
+typedef struct {
+    int v, start, end, space;
+    int64_t off, bytes;
+} Span;
+
+static int span_cmp(const void *a, const void *b) {
+    const Span *x = a, *y = b;
+    if (x->space != y->space) return x->space - y->space;
+    if (x->off != y->off) return x->off < y->off ? -1 : 1;
+    return x->v - y->v;
+}
+
+/* Each value's place on its own: planned, aligned, shared by views, none for group internals. */
+static int check_places(Checker *c, const MemLive *L) {
+    const Graph *g = c->g;
+    for (int v = 0; v < g->nvals; v++) {
+        const Value *x = &g->vals[v];
+        if (x->def < 0) continue;
+        int r = L->root[v], d = x->def;
+        const Node *n = &g->nodes[d];
+        if (r < 0) {
+            if (x->space != -1 || x->offset != -1)
+                return bad(c, d, "%%%d is internal to its fused group but has a buffer (%s+%lld)", v, memplan_space_name(x->space),
+                           (long long)x->offset);
+            continue;
+        }
+        if (x->space < 0 || x->space >= RT_NSPACES) return bad(c, d, "%%%d has no buffer (space %d) after memplan", v, x->space);
+        if (x->offset < 0 || x->offset % MEM_ALIGN || x->offset > INT64_MAX - memplan_bytes(x))
+            return bad(c, d, "%%%d has a bad offset %lld (64-byte aligned, >= 0)", v, (long long)x->offset);
+        if (r != v && (x->space != g->vals[r].space || x->offset != g->vals[r].offset))
+            return bad(c, d, "view %%%d is at %s+%lld but must share the buffer of %%%d (%s+%lld)", v, memplan_space_name(x->space),
+                       (long long)x->offset, r, memplan_space_name(g->vals[r].space), (long long)g->vals[r].offset);
+        if ((n->op == OP_param && x->space != RT_SPACE_PARAMS) || (n->op == OP_state && x->space != RT_SPACE_OPT))
+            return bad(c, d, "%%%d is a %s but lives in the %s space", v, ir_ops[n->op].name, memplan_space_name(x->space));
+    }
+    return 0;
+}
+
+/* No two buffers of one space share a byte while both are live. */
+static int check_overlaps(Checker *c, const MemLive *L) {
+    const Graph *g = c->g;
+    Span *sp = xcalloc((size_t)g->nvals, sizeof(Span));
+    int ns = 0, rc = 0;
+    for (int v = 0; v < g->nvals; v++) {
+        const Value *x = &g->vals[v];
+        if (x->def < 0 || L->root[v] != v) continue;
+        int act = x->space == RT_SPACE_ACT;
+        sp[ns++] = (Span){v, act ? L->start[v] : 0, act ? L->end[v] : g->nnodes, x->space, x->offset, memplan_bytes(x)};
+    }
+    qsort(sp, (size_t)ns, sizeof(Span), span_cmp);
+    for (int i = 0; i < ns && !rc; i++)
+        for (int j = i + 1; j < ns && !rc && sp[j].space == sp[i].space && sp[j].off < sp[i].off + sp[i].bytes; j++) {
+            const Span *a = &sp[i], *b = &sp[j];
+            if (a->end < b->start || b->end < a->start) continue;
+            int db = g->vals[b->v].def;
+            int64_t hi = a->off + a->bytes < b->off + b->bytes ? a->off + a->bytes : b->off + b->bytes;
+            rc = bad(c, g->vals[a->v].def,
+                     "%%%d (live %d..%d) and %%%d (node %d %s, %s:%d, live %d..%d) share bytes [%lld, %lld) of the %s space while both are live",
+                     a->v, a->start, a->end, b->v, db, ir_ops[g->nodes[db].op].name, loc_file(&g->nodes[db]), g->nodes[db].loc.line,
+                     b->start, b->end, (long long)b->off, (long long)hi, memplan_space_name(a->space));
+        }
+    free(sp);
+    return rc;
+}
+
+static int check_plan(Checker *c) {
+    const Graph *g = c->g;
+    int planned = 0;
+    for (int v = 0; v < g->nvals; v++)
+        if (g->vals[v].def >= 0 && g->vals[v].space >= 0) planned = 1;
+    if (!planned) return 0;
+    MemLive L;
+    memlive_build(g, &L);
+    int rc = check_places(c, &L) || check_overlaps(c, &L) ? -1 : 0;
+    memlive_free(&L);
+    return rc;
+}
+
 int ir_verify(const Graph *g, char *err, size_t errlen) {
     Checker c = {g, err, errlen};
     if (err && errlen) err[0] = 0;
     if (g->nnodes < 0 || g->nvals < 0) return bad(&c, -1, "negative node or value count");
     for (int i = 0; i < g->nnodes; i++)
         if (check_node(&c, i)) return -1;
-    return check_values(&c);
+    if (check_values(&c)) return -1;
+    return check_groups(&c) || check_schedule(&c) || check_plan(&c) ? -1 : 0;
 }
 
 int ir_verify_module(const Module *m, char *err, size_t errlen) {

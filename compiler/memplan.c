@@ -1,0 +1,314 @@
+/* memplan.c — static memory: every buffer gets a space and a byte offset.
+ *
+ * The runtime allocates one buffer per memory space (kiln_rt.h) and the step
+ * function addresses every tensor as spaces[space] + offset, so all memory is
+ * decided here, once, at compile time:
+ *
+ *   params  the param values, contiguous in param order;
+ *   grads   the gradients exposed by `output {name="grad:<p>"}`, contiguous
+ *           in the order backward produces them (the order a bucketed
+ *           reduce-scatter wants them);
+ *   opt     the state values (AdamW moments, the step counter);
+ *   act     everything else, packed by liveness.
+ *
+ * Views share their input's buffer: `reshape` (row-major, same bytes) and
+ * `loss` (identity) get their input's space and offset and extend its life.
+ * Values internal to a fused group, and nodes without outputs, get none
+ * (space = offset = -1).  Offsets are MEM_ALIGN (64) byte aligned.
+ *
+ * Liveness (memlive_build) is measured in program positions, the schedule's
+ * node order.  A buffer lives from its producer to its last reader (a fused
+ * group counts as one step spanning its nodes); program inputs live from the
+ * start and values read by `output` nodes to the end, since the trainer
+ * writes and reads those between steps.  A reader on another stream than the
+ * producer's keeps the buffer until the producer's stream has waited for an
+ * event recorded after the read (or to the end when none does).
+ *
+ * Placement in the act space is "greedy by size, best fit" (TFLite's arena
+ * planner; XLA's heap simulator does the same family): buffers sorted by
+ * size, largest first; each goes into the smallest gap, between the buffers
+ * already placed that are live at the same time, that holds it, or above
+ * them all.  Big buffers get settled first and small ones fill the holes, so
+ * the arena peak stays close to the lower bound: the largest number of bytes
+ * live at one position (memplan_lower_bound), which `kiln plan` prints next
+ * to it.  The verifier re-derives liveness with memlive_build and rejects
+ * any two buffers that share bytes while both are live.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memplan.h"
+
+static void *xcalloc(size_t n, size_t sz) {
+    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    if (!p) ICE("out of memory");
+    return p;
+}
+
+static int64_t align_up(int64_t x) { return (x + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN; }
+
+int64_t memplan_bytes(const Value *v) { return ir_numel(&v->t) * (int64_t)ir_dtype_size(v->t.dt); }
+
+const char *memplan_space_name(int space) {
+    static const char *const names[RT_NSPACES] = {"params", "grads", "opt", "act"};
+    return space >= 0 && space < RT_NSPACES ? names[space] : "?";
+}
+
+/* ======================================================================
+ * Liveness
+ * ====================================================================== */
+
+/* The first position at which stream sd has waited for an event that stream
+ * su recorded after position u; n if there is none. */
+static int ordered_end(const Graph *g, int u, int su, int sd) {
+    int n = g->nnodes, best = n;
+    for (int r = u + 1; r < best; r++) {
+        const Node *rec = &g->nodes[r];
+        if (rec->op != OP_record || rec->stream != su) continue;
+        int64_t e = ir_attr_i(rec, "event", -1);
+        for (int w = r + 1; w < best; w++) {
+            const Node *wt = &g->nodes[w];
+            if (wt->op == OP_wait && wt->stream == sd && ir_attr_i(wt, "event", -2) == e) {
+                best = w;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+static int max_i(int a, int b) { return a > b ? a : b; }
+
+void memlive_build(const Graph *g, MemLive *L) {
+    int n = g->nnodes, nv = g->nvals;
+    L->nnodes = n, L->nvals = nv;
+    L->root = xcalloc((size_t)nv, sizeof(int));
+    L->start = xcalloc((size_t)nv, sizeof(int));
+    L->end = xcalloc((size_t)nv, sizeof(int));
+    int64_t *kern = xcalloc((size_t)n, sizeof(int64_t));
+    int *first = xcalloc((size_t)n, sizeof(int)), *last = xcalloc((size_t)n, sizeof(int));
+    char *outside = xcalloc((size_t)nv, 1);
+
+    /* each node's group span [first, last] (itself when not fused) */
+    for (int i = 0; i < n; i++) {
+        kern[i] = fuse_group(&g->nodes[i]);
+        first[i] = i > 0 && kern[i] >= 0 && kern[i - 1] == kern[i] ? first[i - 1] : i;
+    }
+    for (int i = n - 1; i >= 0; i--) last[i] = i < n - 1 && kern[i] >= 0 && kern[i + 1] == kern[i] ? last[i + 1] : i;
+
+    /* values read outside their producer's group */
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            int v = g->nodes[i].in[k], d = g->vals[v].def;
+            if (d >= 0 && (kern[d] < 0 || first[i] != first[d])) outside[v] = 1;
+        }
+
+    for (int v = 0; v < nv; v++) L->root[v] = -1;
+    for (int i = 0; i < n; i++) {
+        const Node *nd = &g->nodes[i];
+        for (int k = 0; k < nd->nout; k++) {
+            int v = nd->out[k];
+            if ((nd->op == OP_reshape || nd->op == OP_loss) && L->root[nd->in[0]] >= 0) {
+                L->root[v] = L->root[nd->in[0]];
+                continue;
+            }
+            if (kern[i] >= 0 && !outside[v]) continue; /* internal to its group */
+            L->root[v] = v;
+            L->start[v] = nd->op == OP_input ? 0 : first[i];
+            L->end[v] = last[i];
+        }
+    }
+
+    for (int i = 0; i < n; i++) {
+        const Node *nd = &g->nodes[i];
+        for (int k = 0; k < nd->nin; k++) {
+            int r = L->root[nd->in[k]];
+            if (r < 0) continue;
+            int e = nd->op == OP_output ? n : last[i];
+            int sd = g->nodes[g->vals[r].def].stream, su = nd->stream;
+            if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, ordered_end(g, i, su, sd));
+            L->end[r] = max_i(L->end[r], e);
+        }
+    }
+    free(kern), free(first), free(last), free(outside);
+}
+
+void memlive_free(MemLive *L) {
+    free(L->root), free(L->start), free(L->end);
+    memset(L, 0, sizeof *L);
+}
+
+/* ======================================================================
+ * Placement
+ * ====================================================================== */
+
+typedef struct {
+    int v, start, end;
+    int64_t off, size; /* size rounded up to MEM_ALIGN */
+} Buf;
+
+static int by_size(const void *a, const void *b) {
+    const Buf *x = a, *y = b;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return x->v - y->v;
+}
+
+/* Best fit of b among the placed buffers (sorted by offset) live at the same time. */
+static int64_t best_fit(const Buf *placed, int np, const Buf *b) {
+    int64_t cur = 0, best = -1, best_gap = INT64_MAX;
+    for (int k = 0; k < np; k++) {
+        const Buf *p = &placed[k];
+        if (p->end < b->start || b->end < p->start) continue;
+        if (p->off > cur && p->off - cur >= b->size && p->off - cur < best_gap) best = cur, best_gap = p->off - cur;
+        if (p->off + p->size > cur) cur = p->off + p->size;
+    }
+    return best >= 0 ? best : cur;
+}
+
+/* Pack the act buffers: every root that has no space yet. */
+static void place_act(Graph *g, const MemLive *L) {
+    Buf *bufs = xcalloc((size_t)g->nvals, sizeof(Buf)), *placed = xcalloc((size_t)g->nvals, sizeof(Buf));
+    int nb = 0, np = 0;
+    for (int v = 0; v < g->nvals; v++)
+        if (L->root[v] == v && g->vals[v].space < 0)
+            bufs[nb++] = (Buf){v, L->start[v], L->end[v], 0, align_up(memplan_bytes(&g->vals[v]))};
+    qsort(bufs, (size_t)nb, sizeof(Buf), by_size);
+    for (int k = 0; k < nb; k++) {
+        Buf b = bufs[k];
+        b.off = best_fit(placed, np, &b);
+        int at = np; /* keep placed[] sorted by offset */
+        while (at > 0 && placed[at - 1].off > b.off) at--;
+        memmove(placed + at + 1, placed + at, sizeof(Buf) * (size_t)(np - at));
+        placed[at] = b;
+        np++;
+        g->vals[b.v].space = RT_SPACE_ACT;
+        g->vals[b.v].offset = b.off;
+    }
+    free(bufs);
+    free(placed);
+}
+
+static void put(Graph *g, int v, int space, int64_t *top) {
+    g->vals[v].space = space;
+    g->vals[v].offset = top[space];
+    top[space] += align_up(memplan_bytes(&g->vals[v]));
+}
+
+static int by_def(const void *a, const void *b, void *g) {
+    const Value *vals = ((const Graph *)g)->vals;
+    return vals[*(const int *)a].def - vals[*(const int *)b].def;
+}
+
+/* The roots of the gradient outputs in backward-production order. */
+static void place_grads(Graph *g, const MemLive *L, int64_t *top) {
+    int *roots = xcalloc((size_t)g->nnodes, sizeof(int)), nr = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *nd = &g->nodes[i];
+        if (nd->op != OP_output || strncmp(ir_attr_s(nd, "name", ""), "grad:", 5) != 0) continue;
+        int r = L->root[nd->in[0]];
+        if (r < 0 || g->vals[r].space >= 0 || g->nodes[g->vals[r].def].op == OP_input) continue;
+        g->vals[r].space = RT_SPACE_GRADS; /* mark: a value named by two grad outputs is placed once */
+        roots[nr++] = r;
+    }
+    qsort_r(roots, (size_t)nr, sizeof(int), by_def, g);
+    for (int k = 0; k < nr; k++) put(g, roots[k], RT_SPACE_GRADS, top);
+    free(roots);
+}
+
+static void plan_graph(Graph *g) {
+    MemLive L;
+    memlive_build(g, &L);
+    int64_t top[RT_NSPACES] = {0};
+    for (int v = 0; v < g->nvals; v++) g->vals[v].space = -1, g->vals[v].offset = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *nd = &g->nodes[i];
+        if (nd->op == OP_param) put(g, nd->out[0], RT_SPACE_PARAMS, top);
+        if (nd->op == OP_state) put(g, nd->out[0], RT_SPACE_OPT, top);
+    }
+    place_grads(g, &L, top);
+    place_act(g, &L);
+    for (int v = 0; v < g->nvals; v++) {
+        int r = L.root[v];
+        if (r >= 0 && r != v) g->vals[v].space = g->vals[r].space, g->vals[v].offset = g->vals[r].offset;
+    }
+    memlive_free(&L);
+}
+
+void pass_memplan(Module *m, const Options *o) {
+    (void)o;
+    for (int s = 0; s < m->nstages; s++) plan_graph(m->stages[s]);
+}
+
+/* ======================================================================
+ * Sizes and the report
+ * ====================================================================== */
+
+static int64_t stage_peak(const Graph *g, int space) {
+    int64_t peak = 0;
+    for (int v = 0; v < g->nvals; v++) {
+        const Value *x = &g->vals[v];
+        if (x->def >= 0 && x->space == space && x->offset >= 0 && x->offset + memplan_bytes(x) > peak) peak = x->offset + memplan_bytes(x);
+    }
+    return align_up(peak);
+}
+
+static int64_t stage_lower_bound(const Graph *g) {
+    MemLive L;
+    memlive_build(g, &L);
+    int64_t *delta = xcalloc((size_t)g->nnodes + 2, sizeof(int64_t)), live = 0, peak = 0;
+    for (int v = 0; v < g->nvals; v++)
+        if (L.root[v] == v && g->vals[v].space == RT_SPACE_ACT) {
+            delta[L.start[v]] += memplan_bytes(&g->vals[v]);
+            delta[L.end[v] + 1] -= memplan_bytes(&g->vals[v]);
+        }
+    for (int i = 0; i <= g->nnodes; i++) {
+        live += delta[i];
+        if (live > peak) peak = live;
+    }
+    free(delta);
+    memlive_free(&L);
+    return peak;
+}
+
+int64_t memplan_peak(const Module *m, int space) {
+    int64_t peak = 0;
+    for (int s = 0; s < m->nstages; s++) {
+        int64_t p = stage_peak(m->stages[s], space);
+        if (p > peak) peak = p;
+    }
+    return peak;
+}
+
+int64_t memplan_lower_bound(const Module *m) {
+    int64_t lb = 0;
+    for (int s = 0; s < m->nstages; s++) {
+        int64_t b = stage_lower_bound(m->stages[s]);
+        if (b > lb) lb = b;
+    }
+    return lb;
+}
+
+static void put_bytes(FILE *f, const char *what, int64_t b, const char *note) {
+    fprintf(f, "  %-16s %12.2f MiB %16lld bytes%s%s\n", what, (double)b / (1 << 20), (long long)b, note ? "   " : "", note ? note : "");
+}
+
+void memplan_report(const Module *m, FILE *f) {
+    for (int s = 0; s < m->nstages; s++) {
+        const Graph *g = m->stages[s];
+        int64_t p = stage_peak(g, RT_SPACE_PARAMS), gr = stage_peak(g, RT_SPACE_GRADS);
+        int64_t o = stage_peak(g, RT_SPACE_OPT), a = stage_peak(g, RT_SPACE_ACT), lb = stage_lower_bound(g);
+        char note[160];
+        if (m->nstages == 1) fprintf(f, "memory per rank:\n");
+        else fprintf(f, "memory per rank of pipeline stage %d:\n", s);
+        put_bytes(f, "params", p, NULL);
+        put_bytes(f, "grads", gr, NULL);
+        put_bytes(f, "optimizer state", o, "(AdamW moments, step)");
+        snprintf(note, sizeof note, "(arena peak; liveness lower bound %.2f MiB, %.3fx)", (double)lb / (1 << 20),
+                 lb ? (double)a / (double)lb : 1.0);
+        put_bytes(f, "activations", a, note);
+        put_bytes(f, "workspace", 0, "(scratch of library kernels beyond their outputs: none on the CPU)");
+        put_bytes(f, "total", p + gr + o + a, NULL);
+    }
+}
