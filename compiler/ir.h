@@ -201,7 +201,7 @@ void ir_dump(const Module *m, FILE *f);
 void ir_dump_dot(const Module *m, FILE *f);
 /* Parse a dump; NULL with "name:line: message" in err on bad input. */
 Module *ir_parse(const char *text, const char *name, char *err, size_t errlen);
-/* 1 if structurally identical (ops, types, attrs, metadata, locs, shardings). */
+/* 1 if structurally identical (ops, types, attrs, metadata, locs, shardings, placements). */
 int ir_module_equal(const Module *a, const Module *b);
 
 /* ---- mesh ---- */

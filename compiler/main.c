@@ -19,8 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "emit.h"
 #include "kiln.h"
+#include "memplan.h"
+#include "trainer.h"
 #include "data.h"
 #include "safetensors.h"
 
@@ -30,13 +34,17 @@ static const struct {
 } passes[] = {
     {"autodiff", pass_autodiff},
     {"optimizer", pass_optimizer},
+    {"fuse", pass_fuse},
+    {"schedule", pass_schedule},
+    {"memplan", pass_memplan},
 };
 #define NPASSES ((int)(sizeof passes / sizeof passes[0]))
 
 typedef struct {
     Options o;
-    const char *cmd, *model, *after, *format, *out, *data, *log, *export_path;
-    int interp, f64, print_every;
+    const char *cmd, *model, *after, *format, *out, *data, *log, *export_path, *target, *emit, *trace;
+    const char *threads, *steps_flag;
+    int interp, f64, print_every, serial;
 } Args;
 
 static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
@@ -53,6 +61,9 @@ static void die(const char *fmt, ...) {
 static void usage(FILE *f) {
     fputs("usage: kiln dump  MODEL [--after front|autodiff|optimizer] [--format text|dot] [-o FILE]\n"
           "       kiln check MODEL\n"
+          "       kiln plan  MODEL                      memory per rank: params, grads, optimizer, activations\n"
+          "       kiln compile MODEL --target cpu -o FILE [--emit llvm|schedule]\n"
+          "       kiln run   MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run   MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
           "common: --set key=value  --seed N  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X\n",
           f);
@@ -135,8 +146,9 @@ static void parse_args(Args *a, int argc, char **argv) {
     if (argc < 2) { usage(stderr); exit(1); }
     a->cmd = argv[1];
     if (strcmp(a->cmd, "-h") == 0 || strcmp(a->cmd, "--help") == 0) { usage(stdout); exit(0); }
-    if (strcmp(a->cmd, "dump") && strcmp(a->cmd, "check") && strcmp(a->cmd, "run"))
-        die("unknown command \"%s\" (dump, check, run; see kiln --help)", a->cmd);
+    if (strcmp(a->cmd, "dump") && strcmp(a->cmd, "check") && strcmp(a->cmd, "run") && strcmp(a->cmd, "plan") &&
+        strcmp(a->cmd, "compile"))
+        die("unknown command \"%s\" (dump, check, plan, compile, run; see kiln --help)", a->cmd);
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i];
         int has = i + 1 < argc;
@@ -153,6 +165,7 @@ static void parse_args(Args *a, int argc, char **argv) {
             a->model = f;
         } else if (strcmp(f, "--interp") == 0) a->interp = 1;
         else if (strcmp(f, "--f64") == 0) a->f64 = 1;
+        else if (strcmp(f, "--serial") == 0) a->serial = 1;
         else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { usage(stdout); exit(0); }
         else if (!has) die("%s: unknown flag or missing value", f);
         else if (strcmp(f, "--set") == 0) {
@@ -166,6 +179,10 @@ static void parse_args(Args *a, int argc, char **argv) {
         else if (strcmp(f, "--data") == 0) a->data = argv[++i];
         else if (strcmp(f, "--log") == 0) a->log = argv[++i];
         else if (strcmp(f, "--export") == 0) a->export_path = argv[++i];
+        else if (strcmp(f, "--target") == 0) a->target = argv[++i];
+        else if (strcmp(f, "--emit") == 0) a->emit = argv[++i];
+        else if (strcmp(f, "--trace") == 0) a->trace = argv[++i];
+        else if (strcmp(f, "--threads") == 0) a->threads = argv[++i];
         else if (strcmp(f, "--seed") == 0) a->o.seed = (uint64_t)parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--print-every") == 0) a->print_every = parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--dp") == 0 || strcmp(f, "--cp") == 0 || strcmp(f, "--tp") == 0 || strcmp(f, "--pp") == 0) {
@@ -176,11 +193,14 @@ static void parse_args(Args *a, int argc, char **argv) {
     if (a->after) {
         int ok = strcmp(a->after, "front") == 0;
         for (int i = 0; i < NPASSES; i++) ok |= strcmp(a->after, passes[i].name) == 0;
-        if (!ok) die("--after: unknown pass \"%s\" (front, autodiff, optimizer)", a->after);
+        if (!ok) die("--after: unknown pass \"%s\" (front, autodiff, optimizer, fuse, schedule, memplan)", a->after);
     }
     if (a->format && strcmp(a->format, "text") && strcmp(a->format, "dot"))
         die("--format: expected text or dot, got \"%s\"", a->format);
     if (a->print_every < 1) a->print_every = 1;
+    if (a->target && strcmp(a->target, "cpu") != 0) die("--target: only cpu is available (got \"%s\")", a->target);
+    if (a->emit && strcmp(a->emit, "llvm") && strcmp(a->emit, "schedule"))
+        die("--emit: expected llvm or schedule, got \"%s\"", a->emit);
 }
 
 /* ---- helpers over the compiled step ---- */
@@ -309,6 +329,85 @@ static int cmd_check(Args *a) {
     return bad ? 1 : 0;
 }
 
+/* ---- kiln plan ---- */
+
+static int cmd_plan(Args *a) {
+    Module *m = compile(a);
+    memplan_report(m, stdout);
+    ir_free(m);
+    return 0;
+}
+
+/* ---- kiln compile: object file + runtime library = a standalone trainer ---- */
+
+/* The folder of the running kiln binary: build/ holds libkilnrt.a and runtime/trainer_main.o. */
+static void exe_dir(char *buf, size_t n) {
+    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
+    if (k <= 0) die("cannot find the kiln binary (/proc/self/exe)");
+    buf[k] = 0;
+    char *slash = strrchr(buf, '/');
+    if (slash) *slash = 0;
+}
+
+static void emit_inspection(Args *a, Module *m, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) die("--emit: cannot open %s", path);
+    char err[1024];
+    if (strcmp(a->emit, "llvm") == 0) {
+        if (emit_llvm_text(m, f, err, sizeof err) != 0) die("--emit llvm: %s", err);
+    } else ir_dump(m, f);
+    if (fclose(f) != 0) die("--emit: cannot write %s", path);
+}
+
+static int cmd_compile(Args *a) {
+    if (!a->out) die("compile: -o FILE is required");
+    Module *m = compile(a);
+    char err[1024], dir[4096], obj[4200], cmd[16384];
+    if (a->emit) {
+        snprintf(obj, sizeof obj, "%s.%s", a->out, strcmp(a->emit, "llvm") == 0 ? "ll" : "schedule.ir");
+        emit_inspection(a, m, obj);
+    }
+    snprintf(obj, sizeof obj, "%s.o", a->out);
+    if (emit_object(m, obj, err, sizeof err) != 0) die("compile: %s", err);
+    exe_dir(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, "cc -o '%s' '%s' '%s/runtime/trainer_main.o' '%s/libkilnrt.a' -lopenblas -lpthread -lm",
+             a->out, obj, dir, dir);
+    int rc = system(cmd);
+    if (rc != 0) die("compile: linking %s failed (%s)", a->out, cmd);
+    unlink(obj);
+    printf("wrote %s\n", a->out);
+    ir_free(m);
+    return 0;
+}
+
+/* ---- kiln run (JIT): the compiled step, in memory, with the trainer's loop ---- */
+
+static int cmd_run_jit(Args *a) {
+    if (!a->data) die("run: --data FILE is required (a text file; bytes are the tokens)");
+    Module *m = compile(a);
+    char err[1024], seed[32], every[32];
+    const rt_program *prog;
+    Jit *j = emit_jit(m, &prog, err, sizeof err);
+    if (!j) die("run: %s", err);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->o.seed);
+    snprintf(every, sizeof every, "%d", a->print_every);
+    char *argv[24];
+    int argc = 0;
+    argv[argc++] = (char *)"kiln run";
+    argv[argc++] = (char *)"--data", argv[argc++] = (char *)a->data;
+    argv[argc++] = (char *)"--seed", argv[argc++] = seed;
+    argv[argc++] = (char *)"--print-every", argv[argc++] = every;
+    if (a->log) argv[argc++] = (char *)"--log", argv[argc++] = (char *)a->log;
+    if (a->trace) argv[argc++] = (char *)"--trace", argv[argc++] = (char *)a->trace;
+    if (a->threads) argv[argc++] = (char *)"--threads", argv[argc++] = (char *)a->threads;
+    if (a->serial) argv[argc++] = (char *)"--serial";
+    argv[argc] = NULL;
+    int rc = rt_train_main(prog, argc, argv, (int)a->o.steps);
+    emit_jit_free(j);
+    ir_free(m);
+    return rc;
+}
+
 /* ---- kiln run --interp: train on byte-level text ---- */
 
 static void export_params(StWriter *w, Interp *it, Graph *g, const char *prefix, int from_outputs) {
@@ -325,7 +424,7 @@ static void export_params(StWriter *w, Interp *it, Graph *g, const char *prefix,
 }
 
 static int cmd_run(Args *a) {
-    if (!a->interp) die("run: only --interp is available until the CPU backend lands");
+    if (!a->interp) return cmd_run_jit(a);
     if (!a->data) die("run: --data FILE is required (a text file; bytes are the tokens)");
     Module *m = compile(a);
     Graph *g = step_graph(m);
@@ -408,6 +507,8 @@ int main(int argc, char **argv) {
     int rc;
     if (strcmp(a.cmd, "dump") == 0) rc = cmd_dump(&a);
     else if (strcmp(a.cmd, "check") == 0) rc = cmd_check(&a);
+    else if (strcmp(a.cmd, "plan") == 0) rc = cmd_plan(&a);
+    else if (strcmp(a.cmd, "compile") == 0) rc = cmd_compile(&a);
     else rc = cmd_run(&a);
     free(a.o.sets);
     return rc;

@@ -10,7 +10,7 @@ check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok 
 LLAMA_SMALL="--set layers=2 --set dim=64 --set heads=4 --set kv_heads=2 --set ffn=128 --set vocab=256 --set seq=32 --set batch=2"
 for spec in "tiny:models/tiny.lua:" "gpt2:models/gpt2.lua:" "llama:models/llama.lua:$LLAMA_SMALL"; do
     IFS=: read -r name file sets <<< "$spec"
-    for pass in front autodiff optimizer; do
+    for pass in front autodiff optimizer fuse schedule memplan; do
         # shellcheck disable=SC2086
         "$K" dump "$file" --after $pass $sets -o "$tmp/a.ir" && "$K" dump "$tmp/a.ir" -o "$tmp/b.ir"
         check "round trip $name after $pass" "cmp -s $tmp/a.ir $tmp/b.ir"

@@ -1,0 +1,1590 @@
+/* emit_llvm.c — the CPU back end: LLVM IR for a scheduled, planned module.
+ *
+ * What comes in.  A module that has been through fuse, schedule and memplan
+ * (stage 0): every node has its stream and its position in the linear
+ * program (Node.stream/pos), every materialised value its memory space and
+ * byte offset (Value.space/offset), and each fused group is the run of nodes
+ * carrying the int attribute `kernel=K`.
+ *
+ * What goes out.  Three kinds of LLVM functions and one table, the runtime
+ * ABI of runtime/kiln_rt.h:
+ *
+ *   kiln_program   the constant rt_program: memory spaces, params, states,
+ *                  inputs, outputs (name, place, type), streams, events,
+ *                  FLOPs per step, and a pointer to the step function.  It
+ *                  is the one external symbol; everything else is local, so
+ *                  an object file links into any trainer without clashes.
+ *   kiln_step      straight-line code: in program order, one rt_launch per
+ *                  library op or fused group, rt_record/rt_wait for events.
+ *                  Pointers are spaces[space] + offset, computed from the
+ *                  loaded space bases; the args array is one i64 array on
+ *                  the stack, refilled for every launch (rt_launch copies).
+ *                  It is marked optnone: the optimizer has nothing to gain
+ *                  on it and the SLP vectorizer spends seconds on its stores.
+ *   kiln_fused_K   the kernel of group K (an rt_kernel): args are the group's
+ *                  input pointers, its output pointers and the element count.
+ *                  It hands the whole range to rt_parallel_for with `args`
+ *                  itself as the data (the runtime's queue copy of the array
+ *                  lives until the kernel returns).  The body loads the
+ *                  pointers and calls an always-inlined loop function whose
+ *                  pointer parameters are `noalias` when the memory plan
+ *                  proves the buffers disjoint, so the vectorizer needs no
+ *                  run-time overlap checks.  The loop computes the whole
+ *                  chain in registers, element by element, in f32.  A
+ *                  broadcast member reads its outside input at the index the
+ *                  numpy rule gives; to keep div/mod out of the inner loop the
+ *                  space is walked in rows along which every broadcast reads
+ *                  contiguously or one element (group_row), with the source
+ *                  indices computed once per row.  Groups that compute the
+ *                  same thing (the same chain in every layer) share one
+ *                  kernel (group_key); each keeps its own trace name.
+ *
+ * Transcendentals.  llvm.exp.f32 on x86 becomes a call to expf per element
+ * even inside a vector loop, so exp (and tanh, gelu, silu built on it) use
+ * kiln_expf, a Cephes-style polynomial written here in IR (range reduction
+ * by ln 2, degree-5 polynomial, 2^n from the exponent bits in two halves so
+ * that denormal results and overflow come out right, NaN passed through):
+ * about 1 ulp and it vectorizes.  tanh is Cephes tanhf on top of it (an odd
+ * polynomial below 0.625, 1 - 2/(e^2|x|+1) above).  log and sqrt are the
+ * intrinsics (sqrt is an instruction; log is rare in fused chains).
+ *
+ * The module is verified (LLVMVerifyModule), optimized with "default<O3>"
+ * for the host CPU (or a named one, for golden tests), then either JIT'd by
+ * ORC LLJIT with a generator that resolves rt_* and rtk_* from the process,
+ * written as an object file, or printed.  An op this file cannot emit is an
+ * internal error naming it; LLVM failures come back as messages.
+ */
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit.h"
+#include "kiln_rt.h"
+
+enum { LIBARGS = 32 }; /* args of a library launch: at most 19 (rtk_copy) */
+
+/* ---- small helpers ---- */
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) ICE("emit: out of memory");
+    return p;
+}
+
+static void row_strides(const Type *t, int64_t st[IR_MAXRANK]) {
+    int64_t s = 1;
+    for (int d = t->rank - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= t->dim[d];
+    }
+}
+
+static int64_t f64_bits(double d) {
+    int64_t b;
+    memcpy(&b, &d, 8);
+    return b;
+}
+
+/* The size of a mesh group given by a node's {group} attribute. */
+static int group_size(const Module *m, const Node *n) {
+    int mask = ir_group_mask(ir_attr_s(n, "group", ""));
+    int size = 1;
+    for (int a = 0; mask > 0 && a < IR_NAXES; a++)
+        if (mask & (1 << a)) size *= m->mesh[a];
+    return size;
+}
+
+static const char *where(const Node *n, char *buf, size_t len) {
+    snprintf(buf, len, "%s:%d", n->loc.file ? n->loc.file : "?", n->loc.line);
+    return buf;
+}
+
+/* ---- the emitter's state ---- */
+
+typedef struct {
+    int kernel;        /* the `kernel` attribute, or -1 for an implicit singleton */
+    int *nodes, nnodes; /* members in program order */
+    int *in, nin;      /* values read from outside the group */
+    int *out, nout;    /* member values used outside the group */
+    Type shape;        /* the iteration space */
+    int noalias;       /* buffers proven disjoint by the plan */
+    char *key;         /* what the kernel computes (group_key): equal keys share one */
+    LLVMValueRef fn;   /* the rt_kernel */
+    LLVMValueRef name; /* "fused_K", for the trace */
+} Group;
+
+typedef struct {
+    const Module *m;
+    const Graph *g;
+    LLVMContextRef c;
+    LLVMModuleRef mod;
+    LLVMBuilderRef b;
+    /* types */
+    LLVMTypeRef tvoid, ti8, ti32, ti64, tf32, tf64, tp8, tpp8, tp64;
+    LLVMTypeRef tkernel, tbody, tstep, tlaunch, tevent, tpfor, ttensor, tprogram;
+    /* runtime entry points and helpers */
+    LLVMValueRef rt_launch, rt_record, rt_wait, rt_parallel_for, expf_, tanhf_;
+    LLVMValueRef opname[OP_COUNT];
+    /* the step function being built */
+    LLVMValueRef step, ctx, base[RT_NSPACES], args;
+    int maxargs; /* the args array's length */
+    /* program order and groups */
+    int *order, norder;
+    int *group_of; /* node -> group index, -1 */
+    Group *groups;
+    int ngroups;
+    LLVMValueRef *reg; /* value id -> register in the loop being built */
+    double flops;
+} Em;
+
+static LLVMValueRef I64(Em *e, int64_t v) { return LLVMConstInt(e->ti64, (unsigned long long)v, 1); }
+static LLVMValueRef I32(Em *e, int v) { return LLVMConstInt(e->ti32, (unsigned long long)(int64_t)v, 1); }
+static LLVMValueRef F32(Em *e, double v) { return LLVMConstReal(e->tf32, v); }
+
+static void add_fn_attr(Em *e, LLVMValueRef fn, LLVMAttributeIndex idx, const char *name) {
+    unsigned kind = LLVMGetEnumAttributeKindForName(name, strlen(name));
+    if (!kind) ICE("emit: LLVM has no attribute %s", name);
+    LLVMAddAttributeAtIndex(fn, idx, LLVMCreateEnumAttribute(e->c, kind, 0));
+}
+
+static LLVMValueRef add_fn(Em *e, const char *name, LLVMTypeRef ty, int internal) {
+    LLVMValueRef fn = LLVMAddFunction(e->mod, name, ty);
+    if (internal) LLVMSetLinkage(fn, LLVMInternalLinkage);
+    add_fn_attr(e, fn, LLVMAttributeFunctionIndex, "nounwind");
+    return fn;
+}
+
+static LLVMValueRef intrinsic(Em *e, const char *name, LLVMTypeRef *fty) {
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    if (!id) ICE("emit: no intrinsic %s", name);
+    LLVMTypeRef t = e->tf32;
+    *fty = LLVMIntrinsicGetType(e->c, id, &t, 1);
+    return LLVMGetIntrinsicDeclaration(e->mod, id, &t, 1);
+}
+
+static LLVMValueRef call1(Em *e, const char *intr, LLVMValueRef x) {
+    LLVMTypeRef fty;
+    LLVMValueRef fn = intrinsic(e, intr, &fty);
+    return LLVMBuildCall2(e->b, fty, fn, &x, 1, "");
+}
+
+static LLVMValueRef call2(Em *e, const char *intr, LLVMValueRef x, LLVMValueRef y) {
+    LLVMTypeRef fty;
+    LLVMValueRef fn = intrinsic(e, intr, &fty), a[2] = {x, y};
+    return LLVMBuildCall2(e->b, fty, fn, a, 2, "");
+}
+
+/* A constant C string: a private global, as an i8*.  NULL -> null pointer. */
+static LLVMValueRef cstr(Em *e, const char *s) {
+    if (!s) return LLVMConstNull(e->tp8);
+    LLVMValueRef init = LLVMConstStringInContext(e->c, s, (unsigned)strlen(s), 0);
+    LLVMValueRef gv = LLVMAddGlobal(e->mod, LLVMTypeOf(init), ".str");
+    LLVMSetInitializer(gv, init);
+    LLVMSetGlobalConstant(gv, 1);
+    LLVMSetLinkage(gv, LLVMPrivateLinkage);
+    LLVMSetUnnamedAddress(gv, LLVMGlobalUnnamedAddr);
+    LLVMValueRef zero[2] = {I32(e, 0), I32(e, 0)};
+    return LLVMConstInBoundsGEP2(LLVMTypeOf(init), gv, zero, 2);
+}
+
+static void init_types(Em *e) {
+    LLVMContextRef c = e->c;
+    e->tvoid = LLVMVoidTypeInContext(c);
+    e->ti8 = LLVMInt8TypeInContext(c);
+    e->ti32 = LLVMInt32TypeInContext(c);
+    e->ti64 = LLVMInt64TypeInContext(c);
+    e->tf32 = LLVMFloatTypeInContext(c);
+    e->tf64 = LLVMDoubleTypeInContext(c);
+    e->tp8 = LLVMPointerType(e->ti8, 0);
+    e->tpp8 = LLVMPointerType(e->tp8, 0);
+    e->tp64 = LLVMPointerType(e->ti64, 0);
+    /* void kernel(rt_ctx *, const int64_t *) */
+    e->tkernel = LLVMFunctionType(e->tvoid, (LLVMTypeRef[]){e->tp8, e->tp64}, 2, 0);
+    /* void body(void *data, int64_t i0, int64_t i1) */
+    e->tbody = LLVMFunctionType(e->tvoid, (LLVMTypeRef[]){e->tp8, e->ti64, e->ti64}, 3, 0);
+    /* void step(rt_ctx *, char *const *spaces) */
+    e->tstep = LLVMFunctionType(e->tvoid, (LLVMTypeRef[]){e->tp8, e->tpp8}, 2, 0);
+    /* void rt_launch(rt_ctx *, int stream, rt_kernel, const int64_t *args, int nargs, const char *name) */
+    e->tlaunch = LLVMFunctionType(
+        e->tvoid, (LLVMTypeRef[]){e->tp8, e->ti32, LLVMPointerType(e->tkernel, 0), e->tp64, e->ti32, e->tp8}, 6, 0);
+    /* void rt_record/rt_wait(rt_ctx *, int stream, int event) */
+    e->tevent = LLVMFunctionType(e->tvoid, (LLVMTypeRef[]){e->tp8, e->ti32, e->ti32}, 3, 0);
+    /* void rt_parallel_for(rt_ctx *, int64_t n, body, void *data) */
+    e->tpfor = LLVMFunctionType(e->tvoid, (LLVMTypeRef[]){e->tp8, e->ti64, LLVMPointerType(e->tbody, 0), e->tp8}, 4, 0);
+    /* rt_tensor and rt_program, field for field as in kiln_rt.h (x86-64 C layout
+     * is LLVM's natural layout for these element types) */
+    e->ttensor = LLVMStructCreateNamed(c, "rt_tensor");
+    LLVMTypeRef tf[] = {e->tp8, e->ti32, e->ti64, e->ti32, e->ti32, LLVMArrayType(e->ti64, 5), e->tp8, e->tf64};
+    LLVMStructSetBody(e->ttensor, tf, 8, 0);
+    LLVMTypeRef tpt = LLVMPointerType(e->ttensor, 0);
+    e->tprogram = LLVMStructCreateNamed(c, "rt_program");
+    LLVMTypeRef pf[] = {e->ti32, e->tp8, LLVMArrayType(e->ti64, RT_NSPACES), e->ti32, e->ti32, e->ti32, e->ti32,
+                        tpt, tpt, tpt, tpt, e->ti32, e->ti32, e->tf64, LLVMPointerType(e->tstep, 0)};
+    LLVMStructSetBody(e->tprogram, pf, 15, 0);
+}
+
+static void declare_runtime(Em *e) {
+    e->rt_launch = add_fn(e, "rt_launch", e->tlaunch, 0);
+    e->rt_record = add_fn(e, "rt_record", e->tevent, 0);
+    e->rt_wait = add_fn(e, "rt_wait", e->tevent, 0);
+    e->rt_parallel_for = add_fn(e, "rt_parallel_for", e->tpfor, 0);
+}
+
+/* The library kernel rtk_<name>, declared on first use. */
+static LLVMValueRef lib(Em *e, const char *name) {
+    char sym[64];
+    snprintf(sym, sizeof sym, "rtk_%s", name);
+    LLVMValueRef fn = LLVMGetNamedFunction(e->mod, sym);
+    return fn ? fn : add_fn(e, sym, e->tkernel, 0);
+}
+
+/* ---- math in registers (f32) ---- */
+
+/* float kiln_expf(float): see the essay. */
+static LLVMValueRef build_expf(Em *e) {
+    LLVMTypeRef ty = LLVMFunctionType(e->tf32, &e->tf32, 1, 0);
+    LLVMValueRef fn = add_fn(e, "kiln_expf", ty, 1);
+    add_fn_attr(e, fn, LLVMAttributeFunctionIndex, "alwaysinline");
+    LLVMBuilderRef b = e->b;
+    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    LLVMValueRef x = LLVMGetParam(fn, 0);
+    LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, x, x, "");
+    LLVMValueRef xc = LLVMBuildSelect(b, nan, F32(e, 0), x, "");
+    xc = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, xc, F32(e, -104), ""), F32(e, -104), xc, "");
+    xc = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, xc, F32(e, 89), ""), F32(e, 89), xc, "");
+    LLVMValueRef fx = LLVMBuildFAdd(b, LLVMBuildFMul(b, xc, F32(e, 1.44269504088896341), ""), F32(e, 0.5), "");
+    fx = call1(e, "llvm.floor", fx);
+    LLVMValueRef r = LLVMBuildFSub(b, xc, LLVMBuildFMul(b, fx, F32(e, 0.693359375), ""), "");
+    r = LLVMBuildFSub(b, r, LLVMBuildFMul(b, fx, F32(e, -2.12194440e-4), ""), "");
+    static const double P[] = {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3,
+                               4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1};
+    LLVMValueRef y = F32(e, P[0]);
+    for (int i = 1; i < 6; i++) y = LLVMBuildFAdd(b, LLVMBuildFMul(b, y, r, ""), F32(e, P[i]), "");
+    y = LLVMBuildFMul(b, y, LLVMBuildFMul(b, r, r, ""), "");
+    y = LLVMBuildFAdd(b, LLVMBuildFAdd(b, y, r, ""), F32(e, 1), "");
+    /* 2^n as 2^n1 * 2^n2, n1 = n >> 1: both halves are normal floats */
+    LLVMValueRef n = LLVMBuildFPToSI(b, fx, e->ti32, "");
+    LLVMValueRef n1 = LLVMBuildAShr(b, n, I32(e, 1), ""), n2 = LLVMBuildSub(b, n, n1, "");
+    LLVMValueRef s1 = LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildAdd(b, n1, I32(e, 127), ""), I32(e, 23), ""), e->tf32, "");
+    LLVMValueRef s2 = LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildAdd(b, n2, I32(e, 127), ""), I32(e, 23), ""), e->tf32, "");
+    y = LLVMBuildFMul(b, LLVMBuildFMul(b, y, s1, ""), s2, "");
+    LLVMBuildRet(b, LLVMBuildSelect(b, nan, x, y, ""));
+    return fn;
+}
+
+/* float kiln_tanhf(float): Cephes tanhf on kiln_expf. */
+static LLVMValueRef build_tanhf(Em *e) {
+    LLVMTypeRef ty = LLVMFunctionType(e->tf32, &e->tf32, 1, 0);
+    LLVMValueRef fn = add_fn(e, "kiln_tanhf", ty, 1);
+    add_fn_attr(e, fn, LLVMAttributeFunctionIndex, "alwaysinline");
+    LLVMBuilderRef b = e->b;
+    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    LLVMValueRef x = LLVMGetParam(fn, 0), ax = call1(e, "llvm.fabs", x);
+    /* small: x + x^3 P(x^2) */
+    static const double P[] = {-5.70498872745E-3, 2.06390887954E-2, -5.37397155531E-2, 1.33314422036E-1, -3.33332819422E-1};
+    LLVMValueRef z = LLVMBuildFMul(b, x, x, ""), p = F32(e, P[0]);
+    for (int i = 1; i < 5; i++) p = LLVMBuildFAdd(b, LLVMBuildFMul(b, p, z, ""), F32(e, P[i]), "");
+    p = LLVMBuildFAdd(b, LLVMBuildFMul(b, LLVMBuildFMul(b, p, z, ""), x, ""), x, "");
+    /* large: sign(x) (1 - 2/(e^2|x| + 1)) */
+    LLVMValueRef ex = LLVMBuildCall2(b, ty, e->expf_, (LLVMValueRef[]){LLVMBuildFMul(b, ax, F32(e, 2), "")}, 1, "");
+    LLVMValueRef t = LLVMBuildFSub(b, F32(e, 1), LLVMBuildFDiv(b, F32(e, 2), LLVMBuildFAdd(b, ex, F32(e, 1), ""), ""), "");
+    t = call2(e, "llvm.copysign", t, x);
+    LLVMBuildRet(b, LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, ax, F32(e, 0.625), ""), p, t, ""));
+    return fn;
+}
+
+static LLVMValueRef vexp(Em *e, LLVMValueRef x) {
+    return LLVMBuildCall2(e->b, LLVMGlobalGetValueType(e->expf_), e->expf_, &x, 1, "");
+}
+static LLVMValueRef vtanh(Em *e, LLVMValueRef x) {
+    return LLVMBuildCall2(e->b, LLVMGlobalGetValueType(e->tanhf_), e->tanhf_, &x, 1, "");
+}
+static LLVMValueRef vsigmoid(Em *e, LLVMValueRef x) { /* 1 / (1 + e^-x) */
+    LLVMBuilderRef b = e->b;
+    return LLVMBuildFDiv(b, F32(e, 1), LLVMBuildFAdd(b, F32(e, 1), vexp(e, LLVMBuildFNeg(b, x, "")), ""), "");
+}
+
+static const double GELU_K = 0.7978845608028654; /* sqrt(2/pi) */
+
+/* th = tanh(k (x + 0.044715 x^3)) */
+static LLVMValueRef gelu_th(Em *e, LLVMValueRef x) {
+    LLVMBuilderRef b = e->b;
+    LLVMValueRef x3 = LLVMBuildFMul(b, LLVMBuildFMul(b, x, x, ""), x, "");
+    LLVMValueRef u = LLVMBuildFAdd(b, x, LLVMBuildFMul(b, F32(e, 0.044715), x3, ""), "");
+    return vtanh(e, LLVMBuildFMul(b, F32(e, GELU_K), u, ""));
+}
+
+/* ---- fused groups ---- */
+
+static LLVMTypeRef elem_type(Em *e, DType dt, const Node *n) {
+    char w[160];
+    switch (dt) {
+    case DT_F32: return e->tf32;
+    case DT_I32: return e->ti32;
+    case DT_I64: return e->ti64;
+    default: ICE("emit: %s: %s values are not supported on the CPU (f32, i32, i64)", where(n, w, sizeof w), ir_dtype_names[dt]);
+    }
+}
+
+static LLVMValueRef cast(Em *e, LLVMValueRef x, DType from, DType to, const Node *n) {
+    LLVMTypeRef t = elem_type(e, to, n);
+    elem_type(e, from, n);
+    int ff = ir_dtype_is_float(from), tf = ir_dtype_is_float(to);
+    if (from == to) return x;
+    if (ff && !tf) return LLVMBuildFPToSI(e->b, x, t, "");
+    if (!ff && tf) return LLVMBuildSIToFP(e->b, x, t, "");
+    return LLVMBuildIntCast2(e->b, x, t, 1, ""); /* i32 <-> i64 */
+}
+
+/* One elementwise op on registers a (and b). */
+static LLVMValueRef ew_op(Em *e, const Node *n, LLVMValueRef a, LLVMValueRef b_) {
+    LLVMBuilderRef b = e->b;
+    char w[160];
+    switch (n->op) {
+    case OP_add: return LLVMBuildFAdd(b, a, b_, "");
+    case OP_sub: return LLVMBuildFSub(b, a, b_, "");
+    case OP_mul: return LLVMBuildFMul(b, a, b_, "");
+    case OP_div: return LLVMBuildFDiv(b, a, b_, "");
+    case OP_neg: return LLVMBuildFNeg(b, a, "");
+    case OP_exp: return vexp(e, a);
+    case OP_log: return call1(e, "llvm.log", a);
+    case OP_sqrt: return call1(e, "llvm.sqrt", a);
+    case OP_rsqrt: return LLVMBuildFDiv(b, F32(e, 1), call1(e, "llvm.sqrt", a), "");
+    case OP_tanh: return vtanh(e, a);
+    case OP_gelu: { /* 0.5 x (1 + th) */
+        LLVMValueRef th = gelu_th(e, a);
+        return LLVMBuildFMul(b, LLVMBuildFMul(b, F32(e, 0.5), a, ""), LLVMBuildFAdd(b, F32(e, 1), th, ""), "");
+    }
+    case OP_silu: return LLVMBuildFMul(b, a, vsigmoid(e, a), "");
+    case OP_relu: return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, a, F32(e, 0), ""), a, F32(e, 0), "");
+    case OP_gelu_bwd: { /* dy (0.5 (1+th) + 0.5 x (1-th^2) k (1 + 3*0.044715 x^2)) */
+        LLVMValueRef x = b_, th = gelu_th(e, x);
+        LLVMValueRef t1 = LLVMBuildFMul(b, F32(e, 0.5), LLVMBuildFAdd(b, F32(e, 1), th, ""), "");
+        LLVMValueRef sech2 = LLVMBuildFSub(b, F32(e, 1), LLVMBuildFMul(b, th, th, ""), "");
+        LLVMValueRef poly = LLVMBuildFAdd(b, F32(e, 1), LLVMBuildFMul(b, F32(e, 3 * 0.044715), LLVMBuildFMul(b, x, x, ""), ""), "");
+        LLVMValueRef t2 = LLVMBuildFMul(b, LLVMBuildFMul(b, F32(e, 0.5), x, ""), sech2, "");
+        t2 = LLVMBuildFMul(b, LLVMBuildFMul(b, t2, F32(e, GELU_K), ""), poly, "");
+        return LLVMBuildFMul(b, a, LLVMBuildFAdd(b, t1, t2, ""), "");
+    }
+    case OP_silu_bwd: { /* dy s (1 + x (1 - s)) */
+        LLVMValueRef x = b_, s = vsigmoid(e, x);
+        LLVMValueRef t = LLVMBuildFAdd(b, F32(e, 1), LLVMBuildFMul(b, x, LLVMBuildFSub(b, F32(e, 1), s, ""), ""), "");
+        return LLVMBuildFMul(b, LLVMBuildFMul(b, a, s, ""), t, "");
+    }
+    case OP_relu_bwd: return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, b_, F32(e, 0), ""), a, F32(e, 0), "");
+    default: ICE("emit: %s: %s is not an elementwise op this back end knows", where(n, w, sizeof w), ir_ops[n->op].name);
+    }
+}
+
+static int in_group(const Em *e, const Group *gr, int node) {
+    return node >= 0 && e->group_of[node] == (int)(gr - e->groups);
+}
+
+static int list_add(int *list, int *n, int v) {
+    for (int i = 0; i < *n; i++)
+        if (list[i] == v) return i;
+    list[*n] = v;
+    return (*n)++;
+}
+
+static int list_find(const int *list, int n, int v) {
+    for (int i = 0; i < n; i++)
+        if (list[i] == v) return i;
+    return -1;
+}
+
+/* Inputs, outputs and iteration space of a group whose members are set. */
+static void group_io(Em *e, Group *gr, const int *uses_outside) {
+    const Graph *g = e->g;
+    char w[160];
+    int cap = 0;
+    for (int k = 0; k < gr->nnodes; k++) cap += g->nodes[gr->nodes[k]].nin + g->nodes[gr->nodes[k]].nout;
+    gr->in = xcalloc((size_t)cap, sizeof(int));
+    gr->out = xcalloc((size_t)cap, sizeof(int));
+    int64_t best = -1;
+    for (int k = 0; k < gr->nnodes; k++) {
+        const Node *n = &g->nodes[gr->nodes[k]];
+        unsigned f = ir_ops[n->op].flags;
+        if (!(f & F_ELEMENTWISE) && n->op != OP_broadcast && n->op != OP_const)
+            ICE("emit: %s: %s in fused group %d is neither elementwise, broadcast nor const", where(n, w, sizeof w),
+                ir_ops[n->op].name, gr->kernel);
+        for (int i = 0; i < n->nin; i++)
+            if (!in_group(e, gr, g->vals[n->in[i]].def)) list_add(gr->in, &gr->nin, n->in[i]);
+        if (n->nout != 1) ICE("emit: %s: group member with %d outputs", where(n, w, sizeof w), n->nout);
+        if (uses_outside[n->out[0]]) list_add(gr->out, &gr->nout, n->out[0]);
+        const Type *t = &g->vals[n->out[0]].t;
+        if (n->op != OP_const && ir_numel(t) != best) {
+            if (best >= 0) ICE("emit: %s: fused group %d mixes iteration spaces", where(n, w, sizeof w), gr->kernel);
+            best = ir_numel(t);
+            gr->shape = *t;
+        }
+    }
+    if (best < 0) gr->shape = g->vals[g->nodes[gr->nodes[0]].out[0]].t; /* consts only */
+}
+
+/* Byte ranges of two planned values overlap. */
+static int overlap(const Value *a, const Value *b) {
+    if (a->space != b->space) return 0;
+    int64_t ea = a->offset + ir_numel(&a->t) * (int64_t)ir_dtype_size(a->t.dt);
+    int64_t eb = b->offset + ir_numel(&b->t) * (int64_t)ir_dtype_size(b->t.dt);
+    return a->offset < eb && b->offset < ea;
+}
+
+static int group_disjoint(const Em *e, const Group *gr) {
+    for (int i = 0; i < gr->nout; i++) {
+        const Value *o = &e->g->vals[gr->out[i]];
+        for (int j = 0; j < gr->nin; j++)
+            if (overlap(o, &e->g->vals[gr->in[j]])) return 0;
+        for (int j = 0; j < gr->nout; j++)
+            if (j != i && overlap(o, &e->g->vals[gr->out[j]])) return 0;
+    }
+    return 1;
+}
+
+/* A growing string. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+} Buf;
+
+static void bprintf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bprintf(Buf *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        if (k < 0) ICE("emit: vsnprintf failed");
+        if (b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        b->cap = 2 * (b->n + (size_t)k + 64);
+        b->s = realloc(b->s, b->cap);
+        if (!b->s) ICE("emit: out of memory");
+    }
+}
+
+static void bshape(Buf *b, const Type *t) {
+    bprintf(b, "%s[", ir_dtype_names[t->dt]);
+    for (int d = 0; d < t->rank; d++) bprintf(b, "%s%lld", d ? "," : "", (long long)t->dim[d]);
+    bprintf(b, "]");
+}
+
+/* A text key for everything a group's kernel depends on: the members' ops
+ * and attributes, where each operand comes from (a member or an input slot),
+ * dtypes, the shapes of broadcasts, which members are outputs, noalias.  The
+ * element count is an argument, so groups that differ only in buffers and
+ * size (the same chain in every layer) share one kernel. */
+static char *group_key(Em *e, const Group *gr) {
+    const Graph *g = e->g;
+    Buf b = {0};
+    bprintf(&b, "noalias=%d in=", gr->noalias);
+    for (int k = 0; k < gr->nin; k++) bprintf(&b, "%s,", ir_dtype_names[g->vals[gr->in[k]].t.dt]);
+    for (int j = 0; j < gr->nnodes; j++) {
+        const Node *n = &g->nodes[gr->nodes[j]];
+        bprintf(&b, ";%s:%s(", ir_ops[n->op].name, ir_dtype_names[g->vals[n->out[0]].t.dt]);
+        for (int i = 0; i < n->nin; i++) {
+            int def = g->vals[n->in[i]].def, m = -1;
+            for (int q = 0; q < j && m < 0; q++)
+                if (gr->nodes[q] == def) m = q;
+            if (m >= 0) bprintf(&b, "m%d,", m);
+            else bprintf(&b, "i%d,", list_find(gr->in, gr->nin, n->in[i]));
+        }
+        if (n->op == OP_const) bprintf(&b, "v=%.17g", ir_attr_f(n, "v", 0));
+        if (n->op == OP_broadcast) {
+            bshape(&b, &g->vals[n->in[0]].t);
+            bshape(&b, &g->vals[n->out[0]].t);
+        }
+        bprintf(&b, ")");
+    }
+    bprintf(&b, ";out=");
+    for (int k = 0; k < gr->nout; k++)
+        for (int j = 0; j < gr->nnodes; j++)
+            if (g->nodes[gr->nodes[j]].out[0] == gr->out[k]) bprintf(&b, "m%d,", j);
+    return b.s;
+}
+
+/* Collect the fused groups: runs of nodes with the same `kernel` attribute,
+ * plus an implicit one-node group for an elementwise node outside any. */
+static void collect_groups(Em *e) {
+    const Graph *g = e->g;
+    char w[160];
+    int *uses_outside = xcalloc((size_t)g->nvals, sizeof(int));
+    e->group_of = xcalloc((size_t)g->nnodes, sizeof(int));
+    e->groups = xcalloc((size_t)g->nnodes, sizeof(Group));
+    for (int i = 0; i < g->nnodes; i++) e->group_of[i] = -1;
+    for (int p = 0; p < e->norder; p++) {
+        int i = e->order[p];
+        const Node *n = &g->nodes[i];
+        const Attr *ka = ir_attr(n, "kernel");
+        int k = -1;
+        if (ka) {
+            if (ka->kind != AT_INT || ka->i < 0) ICE("emit: %s: bad kernel attribute", where(n, w, sizeof w));
+            for (int q = 0; q < e->ngroups && k < 0; q++)
+                if (e->groups[q].kernel == ka->i) k = q;
+        } else if (!(ir_ops[n->op].flags & F_ELEMENTWISE)) {
+            continue;
+        }
+        if (k < 0) {
+            k = e->ngroups++;
+            e->groups[k].kernel = ka ? (int)ka->i : -1;
+        }
+        Group *gr = &e->groups[k];
+        if (gr->nnodes > 0 && e->order[p - 1] != gr->nodes[gr->nnodes - 1])
+            ICE("emit: %s: fused group %d is not contiguous in the program", where(n, w, sizeof w), gr->kernel);
+        if ((gr->nnodes & (gr->nnodes - 1)) == 0) { /* 0, 1, 2, 4, ...: grow */
+            gr->nodes = realloc(gr->nodes, sizeof(int) * (size_t)(gr->nnodes ? 2 * gr->nnodes : 1));
+            if (!gr->nodes) ICE("emit: out of memory");
+        }
+        gr->nodes[gr->nnodes++] = i;
+        e->group_of[i] = k;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            int def = g->vals[n->in[k]].def;
+            if (def >= 0 && e->group_of[def] >= 0 && e->group_of[def] != e->group_of[i]) uses_outside[n->in[k]] = 1;
+        }
+    }
+    for (int k = 0; k < e->ngroups; k++) {
+        Group *gr = &e->groups[k];
+        group_io(e, gr, uses_outside);
+        gr->noalias = group_disjoint(e, gr);
+        gr->key = group_key(e, gr);
+        char name[48];
+        if (gr->kernel >= 0) snprintf(name, sizeof name, "fused_%d", gr->kernel);
+        else snprintf(name, sizeof name, "fused_n%d", gr->nodes[0]);
+        gr->name = cstr(e, name);
+    }
+    free(uses_outside);
+}
+
+/* Index into x (broadcast to `big` by the numpy rule) of element i of big.
+ * Runs of dims with the same kind merge; each non-broadcast run adds
+ * ((i / inner) % len) * stride. */
+static LLVMValueRef bcast_index(Em *e, const Type *x, const Type *big, LLVMValueRef i) {
+    int64_t ost[IR_MAXRANK], xst[IR_MAXRANK], st[IR_MAXRANK];
+    row_strides(big, ost);
+    row_strides(x, xst);
+    int shift = big->rank - x->rank;
+    for (int d = 0; d < big->rank; d++) {
+        int k = d - shift;
+        st[d] = k < 0 || x->dim[k] == 1 ? 0 : xst[k];
+    }
+    LLVMValueRef idx = NULL;
+    int64_t total = ir_numel(big);
+    for (int d = 0; d < big->rank;) {
+        if (st[d] == 0 || big->dim[d] == 1) { d++; continue; }
+        int64_t len = big->dim[d];
+        int d1 = d + 1;
+        for (; d1 < big->rank && st[d1] != 0 && st[d1 - 1] == st[d1] * big->dim[d1]; d1++) len *= big->dim[d1];
+        int64_t inner = ost[d1 - 1], stride = st[d1 - 1];
+        LLVMValueRef t = i;
+        if (inner != 1) t = LLVMBuildUDiv(e->b, t, I64(e, inner), "");
+        if (inner * len != total) t = LLVMBuildURem(e->b, t, I64(e, len), "");
+        if (stride != 1) t = LLVMBuildMul(e->b, t, I64(e, stride), "");
+        idx = idx ? LLVMBuildAdd(e->b, idx, t, "") : t;
+        d = d1;
+    }
+    return idx ? idx : I64(e, 0);
+}
+
+static LLVMValueRef load_at(Em *e, LLVMValueRef ptr, DType dt, LLVMValueRef idx, const Node *n) {
+    LLVMTypeRef t = elem_type(e, dt, n);
+    return LLVMBuildLoad2(e->b, t, LLVMBuildInBoundsGEP2(e->b, t, ptr, &idx, 1, ""), "");
+}
+
+/* The register of member input k of node n at element i. */
+static LLVMValueRef operand(Em *e, Group *gr, const Node *n, int k, LLVMValueRef *ptrs, LLVMValueRef i) {
+    int vid = n->in[k];
+    if (e->reg[vid]) return e->reg[vid];
+    int slot = list_find(gr->in, gr->nin, vid);
+    if (slot < 0) ICE("emit: fused group %d: %%%d has no register", gr->kernel, vid);
+    return e->reg[vid] = load_at(e, ptrs[slot], e->g->vals[vid].t.dt, i, n);
+}
+
+/* Where the loop is: element i of the iteration space; with rows (see
+ * group_row), also the column c in the row and, per member broadcast, the
+ * index of its row start in the source. */
+typedef struct {
+    LLVMValueRef i, c;
+    LLVMValueRef *base; /* [member]: NULL without rows */
+    const int *contig;  /* [member]: the broadcast's source is contiguous along a row */
+} Iter;
+
+/* 1 if member n is a broadcast reading an outside value. */
+static int outside_bcast(Em *e, Group *gr, const Node *n) {
+    return n->op == OP_broadcast && !in_group(e, gr, e->g->vals[n->in[0]].def);
+}
+
+/* The chain of a group at one element: registers for every member, stores
+ * of its outputs. */
+static void group_element(Em *e, Group *gr, LLVMValueRef *ptrs, const Iter *it) {
+    const Graph *g = e->g;
+    LLVMValueRef i = it->i;
+    char w[160];
+    for (int k = 0; k < gr->nnodes; k++) {
+        const Node *n = &g->nodes[gr->nodes[k]];
+        const Type *ot = &g->vals[n->out[0]].t;
+        LLVMValueRef r;
+        if (n->op == OP_const) {
+            double v = ir_attr_f(n, "v", 0);
+            r = ir_dtype_is_float(ot->dt) ? LLVMConstReal(elem_type(e, ot->dt, n), v)
+                                         : LLVMConstInt(elem_type(e, ot->dt, n), (unsigned long long)(int64_t)v, 1);
+        } else if (outside_bcast(e, gr, n)) {
+            int vid = n->in[0], slot = list_find(gr->in, gr->nin, vid);
+            LLVMValueRef idx;
+            if (!it->base) idx = bcast_index(e, &g->vals[vid].t, ot, i);
+            else idx = it->contig[k] ? LLVMBuildNUWAdd(e->b, it->base[k], it->c, "") : it->base[k];
+            r = load_at(e, ptrs[slot], g->vals[vid].t.dt, idx, n);
+        } else if (n->op == OP_broadcast) {
+            int def = g->vals[n->in[0]].def;
+            if (g->nodes[def].op != OP_const)
+                ICE("emit: %s: broadcast of a computed group member in group %d", where(n, w, sizeof w), gr->kernel);
+            r = e->reg[n->in[0]];
+        } else if (n->op == OP_cast) {
+            r = cast(e, operand(e, gr, n, 0, ptrs, i), g->vals[n->in[0]].t.dt, ot->dt, n);
+        } else {
+            if (ot->dt != DT_F32) ICE("emit: %s: %s on %s (the CPU computes f32)", where(n, w, sizeof w), ir_ops[n->op].name, ir_dtype_names[ot->dt]);
+            LLVMValueRef a = operand(e, gr, n, 0, ptrs, i), b = n->nin > 1 ? operand(e, gr, n, 1, ptrs, i) : NULL;
+            r = ew_op(e, n, a, b);
+        }
+        e->reg[n->out[0]] = r;
+        int slot = list_find(gr->out, gr->nout, n->out[0]);
+        if (slot >= 0) {
+            LLVMTypeRef t = elem_type(e, ot->dt, n);
+            LLVMBuildStore(e->b, r, LLVMBuildInBoundsGEP2(e->b, t, ptrs[gr->nin + slot], &i, 1, ""));
+        }
+    }
+    for (int k = 0; k < gr->nnodes; k++) /* registers live for one element */
+        e->reg[g->nodes[gr->nodes[k]].out[0]] = NULL;
+    for (int k = 0; k < gr->nin; k++) e->reg[gr->in[k]] = NULL;
+}
+
+/* Rows for broadcasts.  Computing a broadcast's source index per element
+ * takes a div/mod per run of dims, which keeps the vectorizer away.  So the
+ * iteration space is cut into rows of W elements, W the product of the
+ * longest run of trailing dims along which every outside broadcast reads
+ * either contiguously (contig[k] = 1: its source index is row base + c) or
+ * one element (0: the row base).  Row bases are computed once per row; the
+ * loop along a row is plain.  Returns 0 when the group has no outside
+ * broadcast (one flat loop). */
+static int64_t group_row(Em *e, Group *gr, int *contig) {
+    const Graph *g = e->g;
+    const Type *big = &gr->shape;
+    int any = 0, D = big->rank;
+    for (int k = 0; k < gr->nnodes; k++) {
+        contig[k] = -1;
+        any |= outside_bcast(e, gr, &g->nodes[gr->nodes[k]]);
+    }
+    if (!any) return 0;
+    for (int d = big->rank - 1; d >= 0; d--) {
+        int ok = 1;
+        for (int k = 0; k < gr->nnodes && ok && big->dim[d] > 1; k++) {
+            const Node *n = &g->nodes[gr->nodes[k]];
+            if (!outside_bcast(e, gr, n)) continue;
+            const Type *x = &g->vals[n->in[0]].t;
+            int xd = d - (big->rank - x->rank), reads = xd >= 0 && x->dim[xd] != 1;
+            ok = contig[k] < 0 || contig[k] == reads;
+        }
+        if (!ok) break;
+        for (int k = 0; k < gr->nnodes && big->dim[d] > 1; k++) {
+            const Node *n = &g->nodes[gr->nodes[k]];
+            if (!outside_bcast(e, gr, n)) continue;
+            const Type *x = &g->vals[n->in[0]].t;
+            int xd = d - (big->rank - x->rank);
+            contig[k] = xd >= 0 && x->dim[xd] != 1;
+        }
+        D = d;
+    }
+    int64_t W = 1;
+    for (int d = D; d < big->rank; d++) W *= big->dim[d];
+    for (int k = 0; k < gr->nnodes; k++) contig[k] = contig[k] == 1;
+    return W;
+}
+
+/* for i in [i0, i1): one flat loop */
+static void flat_loop(Em *e, Group *gr, LLVMValueRef fn, LLVMValueRef *ptrs) {
+    LLVMBuilderRef b = e->b;
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(e->c, fn, "entry");
+    LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(e->c, fn, "loop");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(e->c, fn, "done");
+    LLVMValueRef i0 = LLVMGetParam(fn, 0), i1 = LLVMGetParam(fn, 1);
+    LLVMPositionBuilderAtEnd(b, entry);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, i0, i1, ""), loop, done);
+    LLVMPositionBuilderAtEnd(b, loop);
+    LLVMValueRef i = LLVMBuildPhi(b, e->ti64, "i");
+    group_element(e, gr, ptrs, &(Iter){.i = i});
+    LLVMValueRef next = LLVMBuildNUWAdd(b, i, I64(e, 1), "");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, next, i1, ""), loop, done);
+    LLVMAddIncoming(i, (LLVMValueRef[]){i0, next}, (LLVMBasicBlockRef[]){entry, LLVMGetInsertBlock(b)}, 2);
+    LLVMPositionBuilderAtEnd(b, done);
+    LLVMBuildRetVoid(b);
+}
+
+/* for i in [i0, i1) by rows of W:
+ *   row: r = i / W, start = r*W, c0 = i - start, c1 = min(W, c0 + i1 - i), row bases
+ *   col: for c in [c0, c1): element start + c */
+static void row_loop(Em *e, Group *gr, LLVMValueRef fn, LLVMValueRef *ptrs, int64_t W, const int *contig) {
+    const Graph *g = e->g;
+    LLVMBuilderRef b = e->b;
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(e->c, fn, "entry");
+    LLVMBasicBlockRef row = LLVMAppendBasicBlockInContext(e->c, fn, "row");
+    LLVMBasicBlockRef col = LLVMAppendBasicBlockInContext(e->c, fn, "col");
+    LLVMBasicBlockRef next_row = LLVMAppendBasicBlockInContext(e->c, fn, "next_row");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(e->c, fn, "done");
+    LLVMValueRef i0 = LLVMGetParam(fn, 0), i1 = LLVMGetParam(fn, 1), w = I64(e, W);
+    LLVMPositionBuilderAtEnd(b, entry);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, i0, i1, ""), row, done);
+
+    LLVMPositionBuilderAtEnd(b, row);
+    LLVMValueRef i = LLVMBuildPhi(b, e->ti64, "i");
+    LLVMValueRef start = LLVMBuildNUWMul(b, LLVMBuildUDiv(b, i, w, ""), w, "start");
+    LLVMValueRef c0 = LLVMBuildNUWSub(b, i, start, "c0");
+    LLVMValueRef c1 = LLVMBuildNUWAdd(b, c0, LLVMBuildNUWSub(b, i1, i, ""), "");
+    c1 = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntULT, c1, w, ""), c1, w, "c1");
+    LLVMValueRef *base = xcalloc((size_t)gr->nnodes, sizeof(LLVMValueRef));
+    for (int k = 0; k < gr->nnodes; k++) {
+        const Node *n = &g->nodes[gr->nodes[k]];
+        if (outside_bcast(e, gr, n)) base[k] = bcast_index(e, &g->vals[n->in[0]].t, &g->vals[n->out[0]].t, start);
+    }
+    LLVMBuildBr(b, col);
+
+    LLVMPositionBuilderAtEnd(b, col);
+    LLVMValueRef c = LLVMBuildPhi(b, e->ti64, "c");
+    group_element(e, gr, ptrs, &(Iter){.i = LLVMBuildNUWAdd(b, start, c, ""), .c = c, .base = base, .contig = contig});
+    LLVMValueRef cn = LLVMBuildNUWAdd(b, c, I64(e, 1), "");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, cn, c1, ""), col, next_row);
+    LLVMAddIncoming(c, (LLVMValueRef[]){c0, cn}, (LLVMBasicBlockRef[]){row, LLVMGetInsertBlock(b)}, 2);
+
+    LLVMPositionBuilderAtEnd(b, next_row);
+    LLVMValueRef in = LLVMBuildNUWAdd(b, start, c1, "");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, in, i1, ""), row, done);
+    LLVMAddIncoming(i, (LLVMValueRef[]){i0, in}, (LLVMBasicBlockRef[]){entry, next_row}, 2);
+
+    LLVMPositionBuilderAtEnd(b, done);
+    LLVMBuildRetVoid(b);
+    free(base);
+}
+
+/* void loop(i64 i0, i64 i1, T *in..., T *out...): elements [i0, i1) */
+static LLVMValueRef group_loop(Em *e, Group *gr, const char *name) {
+    const Graph *g = e->g;
+    int np = gr->nin + gr->nout;
+    LLVMTypeRef *pt = xcalloc((size_t)np + 2, sizeof(LLVMTypeRef));
+    pt[0] = pt[1] = e->ti64;
+    for (int k = 0; k < np; k++) {
+        int vid = k < gr->nin ? gr->in[k] : gr->out[k - gr->nin];
+        pt[2 + k] = LLVMPointerType(elem_type(e, g->vals[vid].t.dt, &g->nodes[gr->nodes[0]]), 0);
+    }
+    LLVMValueRef fn = add_fn(e, name, LLVMFunctionType(e->tvoid, pt, (unsigned)np + 2, 0), 1);
+    free(pt);
+    add_fn_attr(e, fn, LLVMAttributeFunctionIndex, "alwaysinline");
+    LLVMValueRef *ptrs = xcalloc((size_t)np, sizeof(LLVMValueRef));
+    for (int k = 0; k < np; k++) {
+        ptrs[k] = LLVMGetParam(fn, (unsigned)k + 2);
+        if (gr->noalias) add_fn_attr(e, fn, (LLVMAttributeIndex)k + 3, "noalias");
+    }
+    int *contig = xcalloc((size_t)gr->nnodes, sizeof(int));
+    int64_t W = group_row(e, gr, contig);
+    if (W > 0) row_loop(e, gr, fn, ptrs, W, contig);
+    else flat_loop(e, gr, fn, ptrs);
+    free(contig);
+    free(ptrs);
+    return fn;
+}
+
+/* void body(void *data, i64 i0, i64 i1): data is the kernel's args array. */
+static LLVMValueRef group_body(Em *e, Group *gr, LLVMValueRef loop, const char *name) {
+    LLVMValueRef fn = add_fn(e, name, e->tbody, 1);
+    LLVMBuilderRef b = e->b;
+    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    int np = gr->nin + gr->nout;
+    LLVMValueRef *a = xcalloc((size_t)np + 2, sizeof(LLVMValueRef));
+    LLVMValueRef args = LLVMBuildBitCast(b, LLVMGetParam(fn, 0), e->tp64, "args");
+    a[0] = LLVMGetParam(fn, 1);
+    a[1] = LLVMGetParam(fn, 2);
+    for (int k = 0; k < np; k++) {
+        LLVMValueRef idx = I64(e, k);
+        LLVMValueRef v = LLVMBuildLoad2(b, e->ti64, LLVMBuildInBoundsGEP2(b, e->ti64, args, &idx, 1, ""), "");
+        a[2 + k] = LLVMBuildIntToPtr(b, v, LLVMTypeOf(LLVMGetParam(loop, (unsigned)k + 2)), "");
+    }
+    LLVMBuildCall2(b, LLVMGlobalGetValueType(loop), loop, a, (unsigned)np + 2, "");
+    LLVMBuildRetVoid(b);
+    free(a);
+    return fn;
+}
+
+/* Below this many elements a kernel runs its loop on the calling thread:
+ * waking the pool costs more than the loop. */
+enum { PARALLEL_MIN = 1 << 14 };
+
+/* void kiln_fused_K(rt_ctx *ctx, const int64_t *args):
+ *   n <= PARALLEL_MIN ? body(args, 0, n) : rt_parallel_for(ctx, n, body, args) */
+static void emit_group(Em *e, Group *gr) {
+    char name[64], sub[80];
+    if (gr->kernel >= 0) snprintf(name, sizeof name, "kiln_fused_%d", gr->kernel);
+    else snprintf(name, sizeof name, "kiln_fused_n%d", gr->nodes[0]);
+    snprintf(sub, sizeof sub, "%s_loop", name);
+    LLVMValueRef loop = group_loop(e, gr, sub);
+    snprintf(sub, sizeof sub, "%s_body", name);
+    LLVMValueRef body = group_body(e, gr, loop, sub);
+    LLVMValueRef fn = add_fn(e, name, e->tkernel, 1);
+    LLVMBuilderRef b = e->b;
+    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    LLVMValueRef args = LLVMGetParam(fn, 1), idx = I64(e, gr->nin + gr->nout);
+    LLVMValueRef n = LLVMBuildLoad2(b, e->ti64, LLVMBuildInBoundsGEP2(b, e->ti64, args, &idx, 1, ""), "n");
+    LLVMValueRef data = LLVMBuildBitCast(b, args, e->tp8, "");
+    LLVMBasicBlockRef small = LLVMAppendBasicBlockInContext(e->c, fn, "small");
+    LLVMBasicBlockRef big = LLVMAppendBasicBlockInContext(e->c, fn, "big");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLE, n, I64(e, PARALLEL_MIN), ""), small, big);
+    LLVMPositionBuilderAtEnd(b, small);
+    LLVMBuildCall2(b, e->tbody, body, (LLVMValueRef[]){data, I64(e, 0), n}, 3, "");
+    LLVMBuildRetVoid(b);
+    LLVMPositionBuilderAtEnd(b, big);
+    LLVMValueRef a[4] = {LLVMGetParam(fn, 0), n, body, data};
+    LLVMBuildCall2(b, e->tpfor, e->rt_parallel_for, a, 4, "");
+    LLVMBuildRetVoid(b);
+    gr->fn = fn;
+}
+
+/* ---- the step function ---- */
+
+/* ICE unless value vid has a buffer from memplan. */
+static const Value *planned(Em *e, int vid) {
+    const Value *v = &e->g->vals[vid];
+    if (v->space < 0 || v->space >= RT_NSPACES || v->offset < 0) {
+        char w[160];
+        int def = v->def;
+        ICE("emit: %%%d (defined by %s at %s) has no planned buffer (space %d, offset %lld)", vid,
+            def >= 0 ? ir_ops[e->g->nodes[def].op].name : "?", def >= 0 ? where(&e->g->nodes[def], w, sizeof w) : "?",
+            v->space, (long long)v->offset);
+    }
+    return v;
+}
+
+/* Pointer to value vid (+ extra bytes) as an i64 argument. */
+static LLVMValueRef P(Em *e, int vid, int64_t extra) {
+    const Value *v = planned(e, vid);
+    LLVMValueRef off = I64(e, v->offset + extra);
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(e->b, e->ti8, e->base[v->space], &off, 1, "");
+    return LLVMBuildPtrToInt(e->b, p, e->ti64, "");
+}
+
+static LLVMValueRef F(Em *e, double v) { return I64(e, f64_bits(v)); }
+
+static int stream_of(const Node *n) { return n->stream < 0 ? 0 : n->stream; }
+
+/* rt_launch(ctx, stream, fn, args, n, name) with args a[0..n) */
+static void launch(Em *e, const Node *n, LLVMValueRef fn, LLVMValueRef name, const LLVMValueRef *a, int na) {
+    LLVMBuilderRef b = e->b;
+    if (na > e->maxargs) ICE("emit: %d kernel args (at most %d)", na, e->maxargs);
+    LLVMTypeRef at = LLVMArrayType(e->ti64, (unsigned)e->maxargs);
+    for (int k = 0; k < na; k++) {
+        LLVMValueRef idx[2] = {I64(e, 0), I64(e, k)};
+        LLVMBuildStore(b, a[k], LLVMBuildInBoundsGEP2(b, at, e->args, idx, 2, ""));
+    }
+    LLVMValueRef idx[2] = {I64(e, 0), I64(e, 0)};
+    LLVMValueRef argp = LLVMBuildInBoundsGEP2(b, at, e->args, idx, 2, "");
+    LLVMValueRef c[6] = {e->ctx, I32(e, stream_of(n)), fn, argp, I32(e, na), name};
+    LLVMBuildCall2(b, e->tlaunch, e->rt_launch, c, 6, "");
+}
+
+static LLVMValueRef opname(Em *e, Op op) {
+    if (!e->opname[op]) e->opname[op] = cstr(e, ir_ops[op].name);
+    return e->opname[op];
+}
+
+/* Launch the library kernel rtk_<kname> for node n. */
+static void launch_lib(Em *e, const Node *n, const char *kname, const LLVMValueRef *a, int na) {
+    launch(e, n, lib(e, kname), opname(e, n->op), a, na);
+}
+
+static void launch_memcpy(Em *e, const Node *n, int dst, int src) {
+    const Value *d = &e->g->vals[dst], *s = &e->g->vals[src];
+    if (d->space == s->space && d->offset == s->offset) return; /* already there */
+    int64_t bytes = ir_numel(&s->t) * (int64_t)ir_dtype_size(s->t.dt);
+    LLVMValueRef a[] = {P(e, dst, 0), P(e, src, 0), I64(e, bytes)};
+    launch(e, n, lib(e, "memcpy"), opname(e, n->op), a, 3);
+}
+
+/* Drop size-1 dims and merge dims that are contiguous in every stride array. */
+static int squeeze(int rank, int64_t *d, int ns, int64_t *st[]) {
+    int r = 0;
+    for (int i = 0; i < rank; i++) {
+        if (d[i] == 1) continue;
+        int merge = r > 0;
+        for (int s = 0; s < ns && merge; s++) merge = st[s][r - 1] == st[s][i] * d[i];
+        if (merge) {
+            d[r - 1] *= d[i];
+            for (int s = 0; s < ns; s++) st[s][r - 1] = st[s][i];
+        } else {
+            d[r] = d[i];
+            for (int s = 0; s < ns; s++) st[s][r] = st[s][i];
+            r++;
+        }
+    }
+    if (r == 0) {
+        d[0] = 1;
+        for (int s = 0; s < ns; s++) st[s][0] = 0;
+        r = 1;
+    }
+    return r;
+}
+
+/* rtk_copy of a box of dims d[] from src (strides ss) to dst (strides ds). */
+static void launch_copy(Em *e, const Node *n, LLVMValueRef src, LLVMValueRef dst, int64_t esize, int rank,
+                        const int64_t *dims, const int64_t *sstr, const int64_t *dstr) {
+    int64_t d[IR_MAXRANK], ss[IR_MAXRANK], ds[IR_MAXRANK];
+    memcpy(d, dims, sizeof(int64_t) * (size_t)rank);
+    memcpy(ss, sstr, sizeof(int64_t) * (size_t)rank);
+    memcpy(ds, dstr, sizeof(int64_t) * (size_t)rank);
+    int r = squeeze(rank, d, 2, (int64_t *[]){ss, ds});
+    LLVMValueRef a[4 + 3 * IR_MAXRANK] = {src, dst, I64(e, esize), I64(e, r)};
+    for (int k = 0; k < IR_MAXRANK; k++) {
+        a[4 + k] = I64(e, k < r ? d[k] : 1);
+        a[4 + IR_MAXRANK + k] = I64(e, k < r ? ss[k] : 0);
+        a[4 + 2 * IR_MAXRANK + k] = I64(e, k < r ? ds[k] : 0);
+    }
+    launch(e, n, lib(e, "copy"), opname(e, n->op), a, 4 + 3 * IR_MAXRANK);
+}
+
+static const Type *TY(Em *e, int vid) { return &e->g->vals[vid].t; }
+static int64_t last(const Type *t) { return t->rank ? t->dim[t->rank - 1] : 1; }
+static int64_t esize(const Type *t) { return (int64_t)ir_dtype_size(t->dt); }
+
+static void emit_transpose(Em *e, const Node *n) {
+    const Type *x = TY(e, n->in[0]), *y = TY(e, n->out[0]);
+    int a = (int)ir_attr_i(n, "a", 0), b = (int)ir_attr_i(n, "b", 0);
+    int64_t xs[IR_MAXRANK], ys[IR_MAXRANK], ss[IR_MAXRANK];
+    row_strides(x, xs);
+    row_strides(y, ys);
+    for (int d = 0; d < y->rank; d++) ss[d] = xs[d == a ? b : d == b ? a : d];
+    launch_copy(e, n, P(e, n->in[0], 0), P(e, n->out[0], 0), esize(x), y->rank, y->dim, ss, ys);
+}
+
+static void emit_slice(Em *e, const Node *n) {
+    const Type *x = TY(e, n->in[0]), *y = TY(e, n->out[0]);
+    int d = (int)ir_attr_i(n, "dim", 0);
+    int64_t xs[IR_MAXRANK], ys[IR_MAXRANK];
+    row_strides(x, xs);
+    row_strides(y, ys);
+    int64_t start = ir_attr_i(n, "start", 0);
+    launch_copy(e, n, P(e, n->in[0], start * xs[d] * esize(x)), P(e, n->out[0], 0), esize(x), y->rank, y->dim, xs, ys);
+}
+
+static void emit_concat(Em *e, const Node *n) {
+    const Type *y = TY(e, n->out[0]);
+    int d = (int)ir_attr_i(n, "dim", 0);
+    int64_t ys[IR_MAXRANK], xs[IR_MAXRANK], at = 0;
+    row_strides(y, ys);
+    for (int k = 0; k < n->nin; k++) {
+        const Type *x = TY(e, n->in[k]);
+        row_strides(x, xs);
+        launch_copy(e, n, P(e, n->in[k], 0), P(e, n->out[0], at * ys[d] * esize(y)), esize(y), x->rank, x->dim, xs, ys);
+        at += x->dim[d];
+    }
+}
+
+/* Strides of small aligned to big's dims (numpy rule), 0 on broadcast dims. */
+static void bcast_strides(const Type *small, const Type *big, int64_t st[IR_MAXRANK]) {
+    int64_t ss[IR_MAXRANK];
+    row_strides(small, ss);
+    int shift = big->rank - small->rank;
+    for (int d = 0; d < big->rank; d++) {
+        int k = d - shift;
+        st[d] = k < 0 || small->dim[k] == 1 ? 0 : ss[k];
+    }
+}
+
+static void emit_broadcast(Em *e, const Node *n) {
+    const Type *x = TY(e, n->in[0]), *y = TY(e, n->out[0]);
+    int64_t ss[IR_MAXRANK], ys[IR_MAXRANK];
+    bcast_strides(x, y, ss);
+    row_strides(y, ys);
+    launch_copy(e, n, P(e, n->in[0], 0), P(e, n->out[0], 0), esize(y), y->rank, y->dim, ss, ys);
+}
+
+static void emit_sumto(Em *e, const Node *n) {
+    const Type *x = TY(e, n->in[0]), *y = TY(e, n->out[0]);
+    int64_t d[IR_MAXRANK], ys[IR_MAXRANK];
+    memcpy(d, x->dim, sizeof d);
+    bcast_strides(y, x, ys);
+    int r = squeeze(x->rank, d, 1, (int64_t *[]){ys});
+    LLVMValueRef a[3 + 2 * IR_MAXRANK] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, r)};
+    for (int k = 0; k < IR_MAXRANK; k++) {
+        a[3 + k] = I64(e, k < r ? d[k] : 1);
+        a[3 + IR_MAXRANK + k] = I64(e, k < r ? ys[k] : 0);
+    }
+    launch_lib(e, n, "sumto", a, 3 + 2 * IR_MAXRANK);
+}
+
+/* outer, len, inner of t split at dim d */
+static void split_at(const Type *t, int d, int64_t *outer, int64_t *len, int64_t *inner) {
+    *outer = *inner = 1;
+    for (int i = 0; i < d; i++) *outer *= t->dim[i];
+    for (int i = d + 1; i < t->rank; i++) *inner *= t->dim[i];
+    *len = t->rank ? t->dim[d] : 1;
+}
+
+static int dim_of(const Node *n, const Type *t) {
+    int64_t d = ir_attr_i(n, "dim", -1);
+    if (d < 0 || d >= t->rank) {
+        char w[160];
+        ICE("emit: %s: %s: dim %lld out of range", where(n, w, sizeof w), ir_ops[n->op].name, (long long)d);
+    }
+    return (int)d;
+}
+
+static void emit_reduce(Em *e, const Node *n) {
+    const Type *x = TY(e, n->in[0]);
+    int64_t outer, len, inner;
+    split_at(x, dim_of(n, x), &outer, &len, &inner);
+    int kind = n->op == OP_sum ? 0 : n->op == OP_mean ? 1 : 2;
+    LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, outer), I64(e, len), I64(e, inner), I64(e, kind)};
+    launch_lib(e, n, "reduce", a, 6);
+}
+
+static void emit_max_bwd(Em *e, const Node *n) {
+    const Type *x = TY(e, n->in[1]);
+    int64_t outer, len, inner;
+    split_at(x, dim_of(n, x), &outer, &len, &inner);
+    LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->in[1], 0), P(e, n->in[2], 0), P(e, n->out[0], 0),
+                        I64(e, outer), I64(e, len), I64(e, inner)};
+    launch_lib(e, n, "max_bwd", a, 7);
+}
+
+/* C[b] = op(A[b]) op(B[b]); a rank-2 B is shared by every batch entry, and
+ * then (without ta) the batch folds into M: one large GEMM. */
+static void emit_matmul(Em *e, const Node *n) {
+    const Type *at = TY(e, n->in[0]), *bt = TY(e, n->in[1]), *yt = TY(e, n->out[0]);
+    int64_t ta = ir_attr_i(n, "ta", 0) != 0, tb = ir_attr_i(n, "tb", 0) != 0;
+    int64_t M = yt->dim[yt->rank - 2], N = yt->dim[yt->rank - 1], K = at->dim[at->rank - 1 - ta];
+    int64_t batch = ir_numel(yt) / (M * N);
+    e->flops += 2.0 * (double)batch * (double)M * (double)N * (double)K;
+    int64_t sa = at->rank > 2 ? M * K : 0, sb = bt->rank > 2 ? K * N : 0;
+    if (sb == 0 && !ta && batch > 1) {
+        M *= batch;
+        batch = 1;
+        sa = 0;
+    }
+    LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->in[1], 0), P(e, n->out[0], 0), I64(e, batch), I64(e, M), I64(e, N),
+                        I64(e, K), I64(e, ta), I64(e, tb), I64(e, sa), I64(e, sb), I64(e, M * N), F(e, 0)};
+    launch_lib(e, n, "gemm", a, 13);
+}
+
+static void emit_attention(Em *e, const Node *n) {
+    int bwd = n->op == OP_attention_bwd;
+    const Type *q = TY(e, n->in[bwd]), *k = TY(e, n->in[bwd + 1]);
+    int64_t B = q->dim[0], H = q->dim[1], T = q->dim[2], D = q->dim[3], KH = k->dim[1], S = k->dim[2];
+    int64_t causal = ir_attr_i(n, "causal", 0) != 0;
+    double scale = ir_attr_f(n, "scale", 1 / sqrt((double)D));
+    double fl = 4.0 * (double)B * (double)H * (double)T * (double)S * (double)D * (causal ? 0.5 : 1);
+    e->flops += bwd ? 2.5 * fl : fl;
+    LLVMValueRef a[17];
+    int na = 0;
+    for (int i = 0; i < n->nin; i++) a[na++] = P(e, n->in[i], 0);
+    for (int i = 0; i < n->nout; i++) a[na++] = P(e, n->out[i], 0);
+    int64_t dims[] = {B, H, KH, T, S, D, causal};
+    for (int i = 0; i < 7; i++) a[na++] = I64(e, dims[i]);
+    a[na++] = F(e, scale);
+    launch_lib(e, n, bwd ? "attention_bwd" : "attention", a, na);
+}
+
+/* Pointers of every input then every output, then the extra args. */
+static void launch_io(Em *e, const Node *n, const char *kname, const LLVMValueRef *extra, int nextra) {
+    LLVMValueRef a[LIBARGS];
+    int na = 0;
+    if (n->nin + n->nout + nextra > LIBARGS) ICE("emit: %s: too many kernel args", ir_ops[n->op].name);
+    for (int i = 0; i < n->nin; i++) a[na++] = P(e, n->in[i], 0);
+    for (int i = 0; i < n->nout; i++) a[na++] = P(e, n->out[i], 0);
+    for (int i = 0; i < nextra; i++) a[na++] = extra[i];
+    launch_lib(e, n, kname, a, na);
+}
+
+static void emit_norm(Em *e, const Node *n) {
+    int bwd = n->op == OP_layernorm_bwd || n->op == OP_rmsnorm_bwd;
+    const Type *x = TY(e, n->in[bwd]);
+    int64_t C = last(x);
+    LLVMValueRef ex[] = {I64(e, ir_numel(x) / C), I64(e, C), F(e, ir_attr_f(n, "eps", 1e-5))};
+    launch_io(e, n, ir_ops[n->op].name, ex, 3);
+}
+
+static void emit_rope(Em *e, const Node *n) {
+    const Type *x = TY(e, n->in[0]);
+    LLVMValueRef ex[] = {I64(e, x->dim[0]), I64(e, x->dim[1]), I64(e, x->dim[2]), I64(e, x->dim[3]),
+                         F(e, ir_attr_f(n, "theta", 10000)), I64(e, n->op == OP_rope ? 1 : -1)};
+    launch_io(e, n, "rope", ex, 6);
+}
+
+static void emit_const(Em *e, const Node *n) {
+    const Type *t = TY(e, n->out[0]);
+    char w[160];
+    if (t->dt != DT_F32 && t->dt != DT_I32) ICE("emit: %s: const of %s (rtk_fill: f32 or i32)", where(n, w, sizeof w), ir_dtype_names[t->dt]);
+    LLVMValueRef a[] = {P(e, n->out[0], 0), I64(e, ir_numel(t)), F(e, ir_attr_f(n, "v", 0)), I64(e, t->dt == DT_F32 ? RT_F32 : RT_I32)};
+    launch_lib(e, n, "fill", a, 4);
+}
+
+/* The value of the param/state node named `name`, for assign. */
+static int state_value(Em *e, const Node *asg) {
+    const char *name = ir_attr_s(asg, "name", "");
+    for (int i = 0; i < e->g->nnodes; i++) {
+        const Node *n = &e->g->nodes[i];
+        if ((n->op == OP_param || n->op == OP_state) && strcmp(ir_attr_s(n, "name", ""), name) == 0) return n->out[0];
+    }
+    char w[160];
+    ICE("emit: %s: assign to %s, which no param/state node declares", where(asg, w, sizeof w), name);
+}
+
+/* One node of the program. */
+static void emit_node(Em *e, int idx) {
+    const Node *n = &e->g->nodes[idx];
+    char w[160];
+    if (e->group_of[idx] >= 0) {
+        Group *gr = &e->groups[e->group_of[idx]];
+        if (gr->nodes[0] != idx) return; /* launched at its first member */
+        LLVMValueRef *a = xcalloc((size_t)(gr->nin + gr->nout + 1), sizeof(LLVMValueRef));
+        int na = 0;
+        for (int k = 0; k < gr->nin; k++) a[na++] = P(e, gr->in[k], 0);
+        for (int k = 0; k < gr->nout; k++) a[na++] = P(e, gr->out[k], 0);
+        a[na++] = I64(e, ir_numel(&gr->shape));
+        if (gr->nout > 0) launch(e, n, gr->fn, gr->name, a, na);
+        free(a);
+        return;
+    }
+    switch (n->op) {
+    case OP_input: case OP_param: case OP_state: case OP_output:
+        return;
+    case OP_const: emit_const(e, n); return;
+    case OP_iota: {
+        LLVMValueRef a[] = {P(e, n->out[0], 0), I64(e, ir_numel(TY(e, n->out[0])))};
+        launch_lib(e, n, "iota", a, 2);
+        return;
+    }
+    case OP_assign: launch_memcpy(e, n, state_value(e, n), n->in[0]); return;
+    case OP_record: case OP_wait: {
+        LLVMValueRef a[3] = {e->ctx, I32(e, stream_of(n)), I32(e, (int)ir_attr_i(n, "event", 0))};
+        LLVMBuildCall2(e->b, e->tevent, n->op == OP_record ? e->rt_record : e->rt_wait, a, 3, "");
+        return;
+    }
+    case OP_reshape: case OP_loss: launch_memcpy(e, n, n->out[0], n->in[0]); return; /* views: nothing when planned in place */
+    case OP_sum: case OP_mean: case OP_max: emit_reduce(e, n); return;
+    case OP_max_bwd: emit_max_bwd(e, n); return;
+    case OP_sumsq: {
+        LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, ir_numel(TY(e, n->in[0])))};
+        launch_lib(e, n, "sumsq", a, 3);
+        return;
+    }
+    case OP_transpose: emit_transpose(e, n); return;
+    case OP_slice: emit_slice(e, n); return;
+    case OP_concat: emit_concat(e, n); return;
+    case OP_broadcast: emit_broadcast(e, n); return;
+    case OP_sumto: emit_sumto(e, n); return;
+    case OP_matmul: emit_matmul(e, n); return;
+    case OP_layernorm: case OP_layernorm_bwd: case OP_rmsnorm: case OP_rmsnorm_bwd: emit_norm(e, n); return;
+    case OP_softmax: case OP_softmax_bwd: {
+        const Type *x = TY(e, n->in[0]);
+        LLVMValueRef ex[] = {I64(e, ir_numel(x) / last(x)), I64(e, last(x))};
+        launch_io(e, n, ir_ops[n->op].name, ex, 2);
+        return;
+    }
+    case OP_rope: case OP_rope_bwd: emit_rope(e, n); return;
+    case OP_attention: case OP_attention_bwd: emit_attention(e, n); return;
+    case OP_embedding: case OP_embedding_bwd: {
+        const Type *tab = TY(e, n->op == OP_embedding ? n->in[0] : n->out[0]);
+        LLVMValueRef ex[] = {I64(e, ir_numel(TY(e, n->in[1]))), I64(e, tab->dim[1]), I64(e, tab->dim[0])};
+        launch_io(e, n, ir_ops[n->op].name, ex, 3);
+        return;
+    }
+    case OP_cross_entropy: case OP_cross_entropy_bwd: {
+        const Type *lg = TY(e, n->in[n->op == OP_cross_entropy ? 0 : 1]);
+        LLVMValueRef ex[] = {I64(e, ir_numel(lg) / last(lg)), I64(e, last(lg))};
+        launch_io(e, n, ir_ops[n->op].name, ex, 2);
+        return;
+    }
+    case OP_lr_cosine: {
+        LLVMValueRef ex[] = {F(e, ir_attr_f(n, "lr", 0)), F(e, ir_attr_f(n, "min_lr", 0)), F(e, ir_attr_f(n, "warmup", 0)),
+                             F(e, ir_attr_f(n, "total", 0))};
+        launch_io(e, n, "lr_cosine", ex, 4);
+        return;
+    }
+    case OP_clipscale: {
+        LLVMValueRef ex[] = {F(e, ir_attr_f(n, "max", 0))};
+        launch_io(e, n, "clipscale", ex, 1);
+        return;
+    }
+    case OP_adamw: {
+        LLVMValueRef ex[] = {I64(e, ir_numel(TY(e, n->in[0]))), F(e, ir_attr_f(n, "b1", 0.9)), F(e, ir_attr_f(n, "b2", 0.999)),
+                             F(e, ir_attr_f(n, "eps", 1e-8)), F(e, ir_attr_f(n, "wd", 0.01))};
+        launch_io(e, n, "adamw", ex, 5);
+        return;
+    }
+    case OP_allreduce: case OP_reducescatter: case OP_allgather:
+        if (group_size(e->m, n) != 1)
+            ICE("emit: %s: %s over %d ranks: multi-rank collectives are not implemented in the CPU back end",
+                where(n, w, sizeof w), ir_ops[n->op].name, group_size(e->m, n));
+        launch_memcpy(e, n, n->out[0], n->in[0]); /* a group of one: a copy */
+        return;
+    default:
+        ICE("emit: %s: no code for op %s", where(n, w, sizeof w), ir_ops[n->op].name);
+    }
+}
+
+/* The program order: nodes by Node.pos (node order when unscheduled). */
+static void program_order(Em *e) {
+    const Graph *g = e->g;
+    e->norder = g->nnodes;
+    e->order = xcalloc((size_t)g->nnodes, sizeof(int));
+    int scheduled = g->nnodes > 0 && g->nodes[0].pos >= 0;
+    for (int i = 0; i < g->nnodes; i++) e->order[i] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        int p = scheduled ? g->nodes[i].pos : i;
+        if (p < 0 || p >= g->nnodes || e->order[p] >= 0) {
+            char w[160];
+            ICE("emit: %s: bad or duplicate program position %d", where(&g->nodes[i], w, sizeof w), p);
+        }
+        e->order[p] = i;
+    }
+}
+
+static void emit_step(Em *e) {
+    LLVMBuilderRef b = e->b;
+    e->step = add_fn(e, "kiln_step", e->tstep, 1);
+    add_fn_attr(e, e->step, LLVMAttributeFunctionIndex, "optnone");
+    add_fn_attr(e, e->step, LLVMAttributeFunctionIndex, "noinline");
+    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(e->c, e->step, "entry"));
+    e->ctx = LLVMGetParam(e->step, 0);
+    LLVMValueRef spaces = LLVMGetParam(e->step, 1);
+    for (int s = 0; s < RT_NSPACES; s++) {
+        LLVMValueRef idx = I64(e, s);
+        e->base[s] = LLVMBuildLoad2(b, e->tp8, LLVMBuildInBoundsGEP2(b, e->tp8, spaces, &idx, 1, ""), "");
+    }
+    e->maxargs = LIBARGS;
+    for (int k = 0; k < e->ngroups; k++)
+        if (e->groups[k].nin + e->groups[k].nout + 1 > e->maxargs) e->maxargs = e->groups[k].nin + e->groups[k].nout + 1;
+    e->args = LLVMBuildAlloca(b, LLVMArrayType(e->ti64, (unsigned)e->maxargs), "args");
+    for (int p = 0; p < e->norder; p++) emit_node(e, e->order[p]);
+    LLVMBuildRetVoid(b);
+}
+
+/* ---- the program table ---- */
+
+static LLVMValueRef tensor_entry(Em *e, const char *name, int vid, const char *init, double std) {
+    const Value *v = &e->g->vals[vid];
+    LLVMValueRef dims[5];
+    for (int d = 0; d < 5; d++) dims[d] = I64(e, d < v->t.rank ? v->t.dim[d] : 0);
+    LLVMValueRef f[] = {cstr(e, name), I32(e, v->space), I64(e, v->offset), I32(e, (int)v->t.dt), I32(e, v->t.rank),
+                        LLVMConstArray(e->ti64, dims, 5), cstr(e, init), LLVMConstReal(e->tf64, std)};
+    return LLVMConstNamedStruct(e->ttensor, f, 8);
+}
+
+/* A private constant array of rt_tensor for the nodes of `op` (first node per
+ * name); returns a pointer to it (null when empty) and the count. */
+static LLVMValueRef tensor_table(Em *e, Op op, const char *sym, int *count) {
+    const Graph *g = e->g;
+    LLVMValueRef *ent = xcalloc((size_t)g->nnodes, sizeof(LLVMValueRef));
+    const char **seen = xcalloc((size_t)g->nnodes, sizeof(char *));
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *nd = &g->nodes[i];
+        if (nd->op != op) continue;
+        const char *name = ir_attr_s(nd, "name", "");
+        int dup = 0;
+        for (int k = 0; k < n && !dup; k++) dup = strcmp(seen[k], name) == 0;
+        if (dup) continue;
+        int vid = op == OP_output ? nd->in[0] : nd->out[0];
+        planned(e, vid);
+        seen[n] = name;
+        if (op == OP_param)
+            ent[n++] = tensor_entry(e, name, vid, ir_attr_s(nd, "init", "normal"), ir_attr_f(nd, "std", 0.02));
+        else
+            ent[n++] = tensor_entry(e, name, vid, NULL, 0);
+    }
+    *count = n;
+    LLVMValueRef r = LLVMConstNull(LLVMPointerType(e->ttensor, 0));
+    if (n > 0) {
+        LLVMValueRef init = LLVMConstArray(e->ttensor, ent, (unsigned)n);
+        LLVMValueRef gv = LLVMAddGlobal(e->mod, LLVMTypeOf(init), sym);
+        LLVMSetInitializer(gv, init);
+        LLVMSetGlobalConstant(gv, 1);
+        LLVMSetLinkage(gv, LLVMPrivateLinkage);
+        LLVMValueRef zero[2] = {I32(e, 0), I32(e, 0)};
+        r = LLVMConstInBoundsGEP2(LLVMTypeOf(init), gv, zero, 2);
+    }
+    free(ent);
+    free(seen);
+    return r;
+}
+
+static void emit_table(Em *e) {
+    const Graph *g = e->g;
+    int64_t space[RT_NSPACES] = {0};
+    for (int i = 0; i < g->nvals; i++) {
+        const Value *v = &g->vals[i];
+        if (v->space < 0 || v->space >= RT_NSPACES) continue;
+        int64_t end = v->offset + ir_numel(&v->t) * (int64_t)ir_dtype_size(v->t.dt);
+        if (end > space[v->space]) space[v->space] = end;
+    }
+    LLVMValueRef sb[RT_NSPACES];
+    for (int s = 0; s < RT_NSPACES; s++) sb[s] = I64(e, (space[s] + 63) / 64 * 64);
+    int nstreams = 1, nevents = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->stream + 1 > nstreams) nstreams = n->stream + 1;
+        if (ir_ops[n->op].flags & F_SYNC && ir_attr_i(n, "event", -1) + 1 > nevents) nevents = (int)ir_attr_i(n, "event", -1) + 1;
+    }
+    int np, ns, ni, no;
+    LLVMValueRef params = tensor_table(e, OP_param, "kiln_params", &np);
+    LLVMValueRef states = tensor_table(e, OP_state, "kiln_states", &ns);
+    LLVMValueRef inputs = tensor_table(e, OP_input, "kiln_inputs", &ni);
+    LLVMValueRef outputs = tensor_table(e, OP_output, "kiln_outputs", &no);
+    LLVMValueRef f[] = {I32(e, RT_ABI_VERSION), cstr(e, e->m->name), LLVMConstArray(e->ti64, sb, RT_NSPACES),
+                        I32(e, np), I32(e, ns), I32(e, ni), I32(e, no), params, states, inputs, outputs,
+                        I32(e, nstreams), I32(e, nevents), LLVMConstReal(e->tf64, e->flops), e->step};
+    LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, "kiln_program");
+    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 15));
+    LLVMSetGlobalConstant(gv, 1);
+}
+
+/* ---- building, checking and optimizing a module ---- */
+
+static void em_free(Em *e) {
+    for (int k = 0; k < e->ngroups; k++) {
+        free(e->groups[k].nodes);
+        free(e->groups[k].in);
+        free(e->groups[k].out);
+        free(e->groups[k].key);
+    }
+    free(e->groups);
+    free(e->group_of);
+    free(e->order);
+    free(e->reg);
+    if (e->b) LLVMDisposeBuilder(e->b);
+}
+
+/* The LLVM module for m in context c, laid out for tm.  Verified. */
+static LLVMModuleRef build_module(const Module *m, LLVMContextRef c, LLVMTargetMachineRef tm, char *err, size_t errlen) {
+    if (m->nstages != 1) ICE("emit: %d pipeline stages (the CPU back end emits stage 0 only)", m->nstages);
+    Em e = {0};
+    e.m = m;
+    e.g = m->stages[0];
+    e.c = c;
+    e.mod = LLVMModuleCreateWithNameInContext(m->name, c);
+    char *triple = LLVMGetTargetMachineTriple(tm);
+    LLVMSetTarget(e.mod, triple);
+    LLVMDisposeMessage(triple);
+    LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
+    LLVMSetModuleDataLayout(e.mod, dl);
+    LLVMDisposeTargetData(dl);
+    e.b = LLVMCreateBuilderInContext(c);
+    e.reg = xcalloc((size_t)e.g->nvals, sizeof(LLVMValueRef));
+    init_types(&e);
+    declare_runtime(&e);
+    e.expf_ = build_expf(&e);
+    e.tanhf_ = build_tanhf(&e);
+    program_order(&e);
+    collect_groups(&e);
+    for (int k = 0; k < e.ngroups; k++) {
+        Group *gr = &e.groups[k];
+        for (int j = 0; j < k && !gr->fn; j++)
+            if (strcmp(e.groups[j].key, gr->key) == 0) gr->fn = e.groups[j].fn;
+        if (!gr->fn) emit_group(&e, gr);
+    }
+    emit_step(&e);
+    emit_table(&e);
+    em_free(&e);
+    char *msg = NULL;
+    if (LLVMVerifyModule(e.mod, LLVMReturnStatusAction, &msg)) {
+        snprintf(err, errlen, "emit: invalid LLVM module: %s", msg ? msg : "?");
+        LLVMDisposeMessage(msg);
+        LLVMDisposeModule(e.mod);
+        return NULL;
+    }
+    LLVMDisposeMessage(msg);
+    return e.mod;
+}
+
+/* Report an LLVMErrorRef (consumed) as "what: message"; returns -1. */
+static int llvm_error(LLVMErrorRef le, const char *what, char *err, size_t errlen) {
+    char *msg = LLVMGetErrorMessage(le);
+    snprintf(err, errlen, "%s: %s", what, msg);
+    LLVMDisposeErrorMessage(msg);
+    return -1;
+}
+
+static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
+static int llvm_ready;
+static void llvm_init(void) {
+    llvm_ready = !LLVMInitializeNativeTarget() && !LLVMInitializeNativeAsmPrinter();
+}
+
+/* A target machine for cpu/features (NULL: the host's), PIC, -O3. */
+static LLVMTargetMachineRef target_machine(const char *cpu, const char *features, char *err, size_t errlen) {
+    int rc = pthread_once(&llvm_once, llvm_init);
+    if (rc != 0 || !llvm_ready) {
+        snprintf(err, errlen, "emit: cannot initialise LLVM's native target");
+        return NULL;
+    }
+    char *triple = LLVMGetDefaultTargetTriple(), *msg = NULL;
+    char *hcpu = cpu ? NULL : LLVMGetHostCPUName(), *hfeat = features ? NULL : LLVMGetHostCPUFeatures();
+    LLVMTargetRef t;
+    LLVMTargetMachineRef tm = NULL;
+    if (LLVMGetTargetFromTriple(triple, &t, &msg)) {
+        snprintf(err, errlen, "emit: target %s: %s", triple, msg ? msg : "?");
+    } else {
+        tm = LLVMCreateTargetMachine(t, triple, cpu ? cpu : hcpu, features ? features : hfeat, LLVMCodeGenLevelAggressive,
+                                     LLVMRelocPIC, LLVMCodeModelDefault);
+        if (!tm) snprintf(err, errlen, "emit: cannot create a target machine for %s", triple);
+    }
+    LLVMDisposeMessage(msg);
+    LLVMDisposeMessage(triple);
+    if (hcpu) LLVMDisposeMessage(hcpu);
+    if (hfeat) LLVMDisposeMessage(hfeat);
+    return tm;
+}
+
+static int optimize(LLVMModuleRef mod, LLVMTargetMachineRef tm, char *err, size_t errlen) {
+    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+    LLVMErrorRef le = LLVMRunPasses(mod, "default<O3>", tm, po);
+    LLVMDisposePassBuilderOptions(po);
+    return le ? llvm_error(le, "emit: optimizing", err, errlen) : 0;
+}
+
+/* Build and optimize m in context c for tm. */
+static LLVMModuleRef compile(const Module *m, LLVMContextRef c, LLVMTargetMachineRef tm, char *err, size_t errlen) {
+    LLVMModuleRef mod = build_module(m, c, tm, err, errlen);
+    if (mod && optimize(mod, tm, err, errlen) != 0) {
+        LLVMDisposeModule(mod);
+        return NULL;
+    }
+    return mod;
+}
+
+/* ---- the public entry points ---- */
+
+struct Jit {
+    LLVMOrcLLJITRef jit;
+};
+
+Jit *emit_jit(const Module *m, const rt_program **prog, char *err, size_t errlen) {
+    *prog = NULL;
+    LLVMTargetMachineRef tm = target_machine(NULL, NULL, err, errlen);
+    if (!tm) return NULL;
+    LLVMTargetMachineRef jtm = target_machine(NULL, NULL, err, errlen);
+    if (!jtm) {
+        LLVMDisposeTargetMachine(tm);
+        return NULL;
+    }
+    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+    LLVMModuleRef mod = compile(m, LLVMOrcThreadSafeContextGetContext(tsc), tm, err, errlen);
+    LLVMDisposeTargetMachine(tm);
+    if (!mod) {
+        LLVMDisposeTargetMachine(jtm);
+        LLVMOrcDisposeThreadSafeContext(tsc);
+        return NULL;
+    }
+    /* the JIT compiles for the same machine the optimizer targeted */
+    LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
+    LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(jb, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(jtm));
+    LLVMOrcLLJITRef jit;
+    LLVMErrorRef le = LLVMOrcCreateLLJIT(&jit, jb);
+    if (le) {
+        llvm_error(le, "emit: creating the JIT", err, errlen);
+        LLVMDisposeModule(mod);
+        LLVMOrcDisposeThreadSafeContext(tsc);
+        return NULL;
+    }
+    Jit *j = xcalloc(1, sizeof *j);
+    j->jit = jit;
+    LLVMOrcDefinitionGeneratorRef gen;
+    le = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(jit), NULL, NULL);
+    if (le) {
+        llvm_error(le, "emit: process symbols for the JIT", err, errlen);
+        LLVMDisposeModule(mod);
+        LLVMOrcDisposeThreadSafeContext(tsc);
+        emit_jit_free(j);
+        return NULL;
+    }
+    LLVMOrcJITDylibAddGenerator(LLVMOrcLLJITGetMainJITDylib(jit), gen);
+    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
+    LLVMOrcDisposeThreadSafeContext(tsc); /* the module keeps it alive */
+    le = LLVMOrcLLJITAddLLVMIRModule(jit, LLVMOrcLLJITGetMainJITDylib(jit), tsm);
+    if (le) {
+        llvm_error(le, "emit: adding the module to the JIT", err, errlen);
+        emit_jit_free(j);
+        return NULL;
+    }
+    LLVMOrcExecutorAddress addr = 0;
+    le = LLVMOrcLLJITLookup(jit, &addr, "kiln_program");
+    if (le) {
+        llvm_error(le, "emit: JIT", err, errlen);
+        emit_jit_free(j);
+        return NULL;
+    }
+    *prog = (const rt_program *)(uintptr_t)addr;
+    return j;
+}
+
+void emit_jit_free(Jit *j) {
+    if (!j) return;
+    LLVMErrorRef le = LLVMOrcDisposeLLJIT(j->jit);
+    if (le) {
+        char *msg = LLVMGetErrorMessage(le);
+        fprintf(stderr, "kiln: disposing the JIT: %s\n", msg);
+        LLVMDisposeErrorMessage(msg);
+    }
+    free(j);
+}
+
+int emit_object(const Module *m, const char *path, char *err, size_t errlen) {
+    LLVMTargetMachineRef tm = target_machine(NULL, NULL, err, errlen);
+    if (!tm) return -1;
+    LLVMContextRef c = LLVMContextCreate();
+    LLVMModuleRef mod = compile(m, c, tm, err, errlen);
+    int rc = mod ? 0 : -1;
+    char *msg = NULL;
+    if (mod && LLVMTargetMachineEmitToFile(tm, mod, (char *)path, LLVMObjectFile, &msg)) {
+        snprintf(err, errlen, "emit: writing %s: %s", path, msg ? msg : "?");
+        rc = -1;
+    }
+    LLVMDisposeMessage(msg);
+    if (mod) LLVMDisposeModule(mod);
+    LLVMContextDispose(c);
+    LLVMDisposeTargetMachine(tm);
+    return rc;
+}
+
+int emit_llvm_text_for(const Module *m, FILE *f, const char *cpu, const char *features, char *err, size_t errlen) {
+    LLVMTargetMachineRef tm = target_machine(cpu, features, err, errlen);
+    if (!tm) return -1;
+    LLVMContextRef c = LLVMContextCreate();
+    LLVMModuleRef mod = compile(m, c, tm, err, errlen);
+    int rc = mod ? 0 : -1;
+    if (mod) {
+        char *text = LLVMPrintModuleToString(mod);
+        if (fputs(text, f) == EOF || fflush(f) != 0) {
+            snprintf(err, errlen, "emit: cannot write the LLVM IR");
+            rc = -1;
+        }
+        LLVMDisposeMessage(text);
+        LLVMDisposeModule(mod);
+    }
+    LLVMContextDispose(c);
+    LLVMDisposeTargetMachine(tm);
+    return rc;
+}
+
+int emit_llvm_text(const Module *m, FILE *f, char *err, size_t errlen) {
+    return emit_llvm_text_for(m, f, NULL, NULL, err, errlen);
+}

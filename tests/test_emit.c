@@ -1,0 +1,820 @@
+/* test_emit.c — the LLVM back end (compiler/emit_llvm.c) against the interpreter.
+ *
+ * Modules are either built by hand (with the kernel attributes, stream/pos
+ * and space/offset fields the passes would set, written here directly) or
+ * loaded from models/ and sent through autodiff, optimizer, fuse, schedule
+ * and memplan (and also, unfused, through a stand-in plan written here).
+ * Each is JIT'd, one step runs on the runtime, and every output (loss,
+ * grad:*, lr, grad_norm) and every optimizer state after the step is
+ * compared with the f32 interpreter on the same weights and inputs: relative
+ * error <= 1e-5 of each tensor's largest magnitude.  Hand-built modules
+ * compare the params after the step too (see PARAMS for why models don't).
+ *
+ * Also: the program table field by field, the accuracy of the generated
+ * exp/tanh over the whole float range, the object file, the golden text of
+ * `--emit llvm` for a small fused kernel (UPDATE_GOLDEN=1 rewrites it), and
+ * the internal error for an op the back end cannot emit.
+ */
+#include "testutil.h"
+
+#include <float.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "emit.h"
+#include "kiln_rt.h"
+
+static const double TOL = 1e-5;
+
+/* ---- building modules by hand ---- */
+
+typedef struct {
+    Module *m;
+    Graph *g;
+    Loc loc;
+    int kernel; /* >= 0: new nodes get {kernel=K} */
+} Bld;
+
+static Bld bld(const char *name) {
+    Bld b = {ir_module_new(name), NULL, {0}, -1};
+    b.g = b.m->stages[0];
+    b.loc = (Loc){ir_intern(b.m, "t.lua"), 1};
+    return b;
+}
+
+static int node(Bld *b, Op op, const int *in, int nin, const Attr *at, int nat, const Type *src) {
+    static const int none[1];
+    Attr all[8];
+    assert_true(nat < 8);
+    for (int i = 0; i < nat; i++) all[i] = at[i];
+    if (b->kernel >= 0) all[nat++] = ir_attr_int(b->m, "kernel", b->kernel);
+    NodeSpec s = ir_spec(op, b->loc);
+    s.in = in ? in : none;
+    s.nin = nin;
+    s.attr = all;
+    s.nattr = nat;
+    s.src_type = src;
+    char err[256];
+    int n = ir_add_node(b->g, &s, err, sizeof err);
+    if (n < 0) fail_msg("ir_add_node: %s", err);
+    b->loc.line++;
+    return n;
+}
+
+#define INS(...) (const int[]){__VA_ARGS__}, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int))
+#define ATS(...) (const Attr[]){__VA_ARGS__}, (int)(sizeof((Attr[]){__VA_ARGS__}) / sizeof(Attr))
+#define NOATS NULL, 0
+#define TY(dt, ...) ty(dt, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
+#define SCALAR ((Type){.dt = DT_F32, .rank = 0})
+
+static Type ty(DType dt, int rank, const int64_t *d) {
+    Type t = {.dt = dt, .rank = rank};
+    for (int i = 0; i < rank; i++) t.dim[i] = d[i];
+    return t;
+}
+
+static int val(Bld *b, Op op, const int *in, int nin, const Attr *at, int nat) {
+    return ir_out(b->g, node(b, op, in, nin, at, nat, NULL));
+}
+static Attr ai(Bld *b, const char *k, int64_t v) { return ir_attr_int(b->m, k, v); }
+static Attr af(Bld *b, const char *k, double v) { return ir_attr_float(b->m, k, v); }
+static Attr as(Bld *b, const char *k, const char *v) { return ir_attr_str(b->m, k, v); }
+static Attr shape(Bld *b, const Type t) { return ir_attr_ints(b->m, "shape", t.dim, t.rank); }
+
+static int input(Bld *b, const char *name, Type t) {
+    return ir_out(b->g, node(b, OP_input, NULL, 0, ATS(as(b, "name", name)), &t));
+}
+static int param(Bld *b, const char *name, Type t, const char *init, double std) {
+    return ir_out(b->g, node(b, OP_param, NULL, 0, ATS(as(b, "name", name), as(b, "init", init), af(b, "std", std)), &t));
+}
+static int state(Bld *b, const char *name, Type t) {
+    return ir_out(b->g, node(b, OP_state, NULL, 0, ATS(as(b, "name", name)), &t));
+}
+static int cnst(Bld *b, Type t, double v) { return ir_out(b->g, node(b, OP_const, NULL, 0, ATS(af(b, "v", v)), &t)); }
+static void output(Bld *b, int v, const char *name) { node(b, OP_output, INS(v), ATS(as(b, "name", name)), NULL); }
+static void assign(Bld *b, int v, const char *name) { node(b, OP_assign, INS(v), ATS(as(b, "name", name)), NULL); }
+static int bcast(Bld *b, int x, Type to) { return val(b, OP_broadcast, INS(x), ATS(shape(b, to))); }
+
+/* ---- a stand-in schedule and memory plan ----
+ * Everything on stream 0 in node order; params, grads ("grad:" outputs) and
+ * states in their spaces, the rest in ACT, each value its own 64-aligned
+ * buffer (no reuse); views share their input's buffer; values used only
+ * inside their fused group get none. */
+
+static int internal_to_group(const Graph *g, int vid) {
+    const Node *def = &g->nodes[g->vals[vid].def];
+    const Attr *k = ir_attr(def, "kernel");
+    if (!k) return 0;
+    int used = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i].nin; j++)
+            if (g->nodes[i].in[j] == vid) {
+                const Attr *ku = ir_attr(&g->nodes[i], "kernel");
+                if (!ku || ku->i != k->i) return 0;
+                used = 1;
+            }
+    return used;
+}
+
+static void plan_trivially(Module *m) {
+    Graph *g = m->stages[0];
+    int64_t top[RT_NSPACES] = {0};
+    char *grad = calloc((size_t)g->nvals, 1);
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = &g->nodes[i];
+        n->stream = 0;
+        n->pos = i;
+        if (n->op == OP_output && strncmp(ir_attr_s(n, "name", ""), "grad:", 5) == 0) grad[n->in[0]] = 1;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nout; k++) {
+            Value *v = &g->vals[n->out[k]];
+            if (n->op == OP_reshape || n->op == OP_loss) {
+                v->space = g->vals[n->in[0]].space;
+                v->offset = g->vals[n->in[0]].offset;
+                continue;
+            }
+            if (internal_to_group(g, v->id)) continue;
+            int s = n->op == OP_param ? RT_SPACE_PARAMS : n->op == OP_state ? RT_SPACE_OPT : grad[v->id] ? RT_SPACE_GRADS : RT_SPACE_ACT;
+            v->space = s;
+            v->offset = top[s];
+            top[s] += (ir_numel(&v->t) * (int64_t)ir_dtype_size(v->t.dt) + 63) / 64 * 64;
+        }
+    }
+    free(grad);
+}
+
+/* ---- running a program ---- */
+
+typedef struct {
+    const rt_program *p;
+    Jit *jit;
+    rt_ctx *ctx;
+    char *spaces[RT_NSPACES];
+} Run;
+
+static Run run_open(const Module *m) {
+    Run r = {0};
+    char err[2048];
+    r.jit = emit_jit(m, &r.p, err, sizeof err);
+    if (!r.jit) fail_msg("emit_jit: %s", err);
+    assert_non_null(r.p);
+    rt_options o = {.threads = 2};
+    r.ctx = rt_new(r.p, &o);
+    if (!r.ctx) fail_msg("rt_new failed");
+    for (int s = 0; s < RT_NSPACES; s++) {
+        r.spaces[s] = rt_space(r.ctx, s);
+        if (r.p->space_bytes[s] > 0) memset(r.spaces[s], 0xff, (size_t)r.p->space_bytes[s]); /* NaNs: reads of unwritten memory show */
+    }
+    return r;
+}
+
+static void run_step(Run *r) {
+    char err[1024];
+    if (rt_step(r->ctx, err, sizeof err) != 0) fail_msg("rt_step: %s", err);
+}
+
+/* The context first: the trace it may write names kernels by JIT'd strings. */
+static void run_close(Run *r) {
+    rt_free(r->ctx);
+    emit_jit_free(r->jit);
+}
+
+static void *tptr(Run *r, const rt_tensor *t) { return r->spaces[t->space] + t->offset; }
+
+static int64_t tnumel(const rt_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->rank; d++) n *= t->dim[d];
+    return n;
+}
+
+static void put(Run *r, const rt_tensor *t, const double *d) {
+    for (int64_t i = 0; i < tnumel(t); i++) {
+        if (t->dtype == RT_F32) ((float *)tptr(r, t))[i] = (float)d[i];
+        else if (t->dtype == RT_I32) ((int32_t *)tptr(r, t))[i] = (int32_t)d[i];
+        else fail_msg("%s: dtype %d", t->name, t->dtype);
+    }
+}
+
+static double get(Run *r, const rt_tensor *t, int64_t i) {
+    return t->dtype == RT_F32 ? ((float *)tptr(r, t))[i] : ((int32_t *)tptr(r, t))[i];
+}
+
+static const rt_tensor *find(const rt_tensor *ts, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(ts[i].name, name) == 0) return &ts[i];
+    return NULL;
+}
+
+/* max |got - want| / max |want| */
+static double tensor_err(Run *r, const rt_tensor *t, const double *want) {
+    double scale = 1e-12, worst = 0;
+    int64_t n = tnumel(t);
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
+    for (int64_t i = 0; i < n; i++) {
+        double g = get(r, t, i), d = fabs(g - want[i]) / scale;
+        if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
+    }
+    return worst;
+}
+
+/* Exclusive bound of an integer input's ids (as main.c): the smallest table
+ * or class count among the ops that index with it. */
+static int64_t id_bound(const Graph *g, int vid) {
+    int64_t bound = INT64_MAX;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] != vid) continue;
+            if (n->op == OP_embedding && g->vals[n->in[0]].t.dim[0] < bound) bound = g->vals[n->in[0]].t.dim[0];
+            if (n->op == OP_cross_entropy) {
+                const Type *t = &g->vals[n->in[0]].t;
+                if (t->dim[t->rank - 1] < bound) bound = t->dim[t->rank - 1];
+            }
+        }
+    }
+    return bound == INT64_MAX ? 100 : bound;
+}
+
+static uint64_t rng(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+enum {
+    RT_INIT = 1, /* weights from rt_init_params (checked equal to the interpreter's), else copied */
+    PARAMS = 2,  /* compare params after the step too (AdamW's first step is sign(g) for g ~ 0:
+                    ill-conditioned where a gradient is pure rounding noise) */
+};
+
+/* JIT m, run one step and the f32 interpreter on the same weights and
+ * random inputs (floats in [lo, hi)), compare every output and every state
+ * (and param, with PARAMS) after the step.  Returns the worst relative
+ * error; prints each tensor above TOL. */
+static double vs_interp(const Module *m, uint64_t seed, double lo, double hi, int flags) {
+    const Graph *g = m->stages[0];
+    Interp *it = interp_new(m, 0);
+    interp_init_state(it, seed);
+    Run r = run_open(m);
+    const rt_program *p = r.p;
+    double worst = 0;
+    if (flags & RT_INIT) {
+        rt_init_params(r.ctx, seed);
+        for (int i = 0; i < p->nparams; i++) {
+            double e = tensor_err(&r, &p->params[i], interp_state(it, 0, p->params[i].name)->d);
+            if (e != 0) printf("# init %s differs from the interpreter's: %g\n", p->params[i].name, e);
+            worst = fmax(worst, e);
+        }
+    }
+    for (int i = 0; i < p->nparams; i++) put(&r, &p->params[i], interp_state(it, 0, p->params[i].name)->d);
+    for (int i = 0; i < p->nstates; i++) put(&r, &p->states[i], interp_state(it, 0, p->states[i].name)->d);
+    uint64_t s = seed ^ 0xabcdefull;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_input) continue;
+        const char *name = ir_attr_s(n, "name", "");
+        const Type *t = &g->vals[n->out[0]].t;
+        int64_t cnt = ir_numel(t), bound = id_bound(g, n->out[0]);
+        double *d = malloc(sizeof(double) * (size_t)cnt);
+        for (int64_t k = 0; k < cnt; k++)
+            d[k] = ir_dtype_is_float(t->dt) ? lo + (hi - lo) * (double)(rng(&s) >> 11) / 9007199254740992.0
+                                            : (double)(rng(&s) % (uint64_t)bound);
+        assert_int_equal(interp_set_input(it, 0, name, d, cnt), 0);
+        const rt_tensor *rt = find(p->inputs, p->ninputs, name);
+        assert_non_null(rt);
+        put(&r, rt, d);
+        free(d);
+    }
+    char err[1024];
+    if (interp_run(it, err, sizeof err) != 0) fail_msg("interp_run: %s", err);
+    run_step(&r);
+    for (int i = 0; i < p->noutputs; i++) {
+        const Tensor *want = interp_output(it, 0, p->outputs[i].name);
+        assert_non_null(want);
+        assert_int_equal(want->n, tnumel(&p->outputs[i]));
+        double e = tensor_err(&r, &p->outputs[i], want->d);
+        if (!(e <= TOL)) printf("# output %s: relative error %g\n", p->outputs[i].name, e);
+        worst = fmax(worst, e);
+    }
+    for (int k = (flags & PARAMS) ? 0 : 1; k < 2; k++) { /* after the step's assigns */
+        const rt_tensor *ts = k ? p->states : p->params;
+        for (int i = 0; i < (k ? p->nstates : p->nparams); i++) {
+            double e = tensor_err(&r, &ts[i], interp_state(it, 0, ts[i].name)->d);
+            if (!(e <= TOL)) printf("# %s %s after the step: relative error %g\n", k ? "state" : "param", ts[i].name, e);
+            worst = fmax(worst, e);
+        }
+    }
+    run_close(&r);
+    interp_free(it);
+    return worst;
+}
+
+/* ---- the program table ---- */
+
+static void test_table(void **st) {
+    Bld b = bld("tablecheck");
+    int x = input(&b, "tokens", TY(DT_I32, 2, 3));
+    int w = param(&b, "w", TY(DT_F32, 4, 5), "normal", 0.5);
+    int bias = param(&b, "bias", TY(DT_F32, 5), "zeros", 0);
+    int a = input(&b, "a", TY(DT_F32, 2, 3, 4));
+    int mstate = state(&b, "opt.m.w", TY(DT_F32, 4, 5));
+    int y = val(&b, OP_matmul, INS(a, w), NOATS); /* [2,3,5]: 2*6*5*4 flops */
+    int q = input(&b, "q", TY(DT_F32, 1, 2, 4, 8));
+    int kv = input(&b, "kv", TY(DT_F32, 1, 1, 4, 8));
+    int att = node(&b, OP_attention, INS(q, kv, kv), ATS(ai(&b, "causal", 1), af(&b, "scale", 0.5)), NULL);
+    node(&b, OP_record, NULL, 0, ATS(ai(&b, "event", 3)), NULL);
+    node(&b, OP_wait, NULL, 0, ATS(ai(&b, "event", 3)), NULL);
+    b.kernel = 7;
+    int z = val(&b, OP_add, INS(y, bcast(&b, bias, TY(DT_F32, 2, 3, 5))), NOATS);
+    b.kernel = -1;
+    output(&b, z, "z");
+    output(&b, b.g->vals[b.g->nodes[att].out[1]].id, "lse");
+    assign(&b, w, "opt.m.w");
+    (void)x;
+    (void)mstate;
+    plan_trivially(b.m);
+    b.g->nodes[b.g->nnodes - 3].stream = 2; /* nstreams = 3 */
+
+    char err[1024];
+    const rt_program *p;
+    Jit *j = emit_jit(b.m, &p, err, sizeof err);
+    if (!j) fail_msg("emit_jit: %s", err);
+    assert_int_equal(p->abi_version, RT_ABI_VERSION);
+    assert_string_equal(p->model, "tablecheck");
+    Graph *g = b.g;
+    int64_t top[RT_NSPACES] = {0};
+    for (int i = 0; i < g->nvals; i++) {
+        const Value *v = &g->vals[i];
+        if (v->space >= 0) top[v->space] = fmax(top[v->space], v->offset + ir_numel(&v->t) * 4);
+    }
+    for (int s = 0; s < RT_NSPACES; s++) assert_int_equal(p->space_bytes[s], (top[s] + 63) / 64 * 64);
+    assert_int_equal(p->nparams, 2);
+    assert_int_equal(p->nstates, 1);
+    assert_int_equal(p->ninputs, 4);
+    assert_int_equal(p->noutputs, 2);
+    const rt_tensor *t = &p->params[0];
+    assert_string_equal(t->name, "w");
+    assert_int_equal(t->space, RT_SPACE_PARAMS);
+    assert_int_equal(t->offset, g->vals[w].offset);
+    assert_int_equal(t->dtype, RT_F32);
+    assert_int_equal(t->rank, 2);
+    assert_true(t->dim[0] == 4 && t->dim[1] == 5 && t->dim[2] == 0);
+    assert_string_equal(t->init, "normal");
+    assert_true(t->std == 0.5);
+    t = &p->params[1];
+    assert_string_equal(t->name, "bias");
+    assert_int_equal(t->offset, g->vals[bias].offset);
+    assert_string_equal(t->init, "zeros");
+    t = &p->states[0];
+    assert_string_equal(t->name, "opt.m.w");
+    assert_int_equal(t->space, RT_SPACE_OPT);
+    assert_null(t->init);
+    t = &p->inputs[0];
+    assert_string_equal(t->name, "tokens");
+    assert_int_equal(t->dtype, RT_I32);
+    assert_true(t->rank == 2 && t->dim[0] == 2 && t->dim[1] == 3);
+    assert_string_equal(p->inputs[3].name, "kv");
+    assert_int_equal(p->inputs[3].rank, 4);
+    t = &p->outputs[0];
+    assert_string_equal(t->name, "z");
+    assert_int_equal(t->space, g->vals[z].space);
+    assert_int_equal(t->offset, g->vals[z].offset);
+    assert_true(t->rank == 3 && t->dim[2] == 5);
+    t = &p->outputs[1];
+    assert_string_equal(t->name, "lse");
+    assert_true(t->rank == 3 && t->dim[0] == 1 && t->dim[1] == 2 && t->dim[2] == 4);
+    assert_int_equal(p->nstreams, 3);
+    assert_int_equal(p->nevents, 4);
+    /* matmul 2*2*3*5*4 = 240; causal attention 4*1*2*4*4*8/2 = 512 */
+    assert_true(p->flops == 240 + 512);
+    assert_non_null(p->step);
+    emit_jit_free(j);
+    ir_free(b.m);
+}
+
+/* ---- fused groups ---- */
+
+/* gelu(a*b + c) with c [16] broadcast to [2,3,16]; a*b is also an output. */
+static Module *gelu_module(void) {
+    Bld b = bld("fused");
+    int a = input(&b, "a", TY(DT_F32, 2, 3, 16));
+    int x = param(&b, "b", TY(DT_F32, 2, 3, 16), "normal", 1);
+    int c = param(&b, "c", TY(DT_F32, 16), "normal", 1);
+    b.kernel = 0;
+    int ab = val(&b, OP_mul, INS(a, x), NOATS);
+    int y = val(&b, OP_gelu, INS(val(&b, OP_add, INS(ab, bcast(&b, c, TY(DT_F32, 2, 3, 16))), NOATS)), NOATS);
+    b.kernel = -1;
+    output(&b, y, "y");
+    output(&b, ab, "ab");
+    plan_trivially(b.m);
+    return b.m;
+}
+
+static void test_fused_gelu(void **st) {
+    Module *m = gelu_module();
+    /* the add and the broadcast are internal: no buffer */
+    assert_int_equal(m->stages[0]->vals[4].space, -1);
+    assert_int_equal(m->stages[0]->vals[5].space, -1);
+    double e = vs_interp(m, 1, -2, 2, PARAMS);
+    if (!(e <= TOL)) fail_msg("relative error %g", e);
+    ir_free(m);
+}
+
+/* Every elementwise op (and cast) in one group or as one-node groups, on
+ * inputs over [-3, 3).  Outputs come after the groups (groups are contiguous). */
+static Module *unary_module(int one_group) {
+    Bld b = bld("unary");
+    Type t = TY(DT_F32, 5, 37);
+    int x = input(&b, "x", t), dy = input(&b, "dy", t);
+    static const Op un[] = {OP_neg, OP_exp, OP_tanh, OP_gelu, OP_silu, OP_relu};
+    static const Op bw[] = {OP_gelu_bwd, OP_silu_bwd, OP_relu_bwd, OP_add, OP_sub, OP_mul, OP_div};
+    int outs[32], nout = 0, k = 0;
+    const char *names[32];
+    b.kernel = 0;
+    for (size_t i = 0; i < sizeof un / sizeof *un; i++) {
+        if (!one_group) b.kernel = k++;
+        names[nout] = ir_ops[un[i]].name;
+        outs[nout++] = val(&b, un[i], INS(x), NOATS);
+    }
+    for (size_t i = 0; i < sizeof bw / sizeof *bw; i++) {
+        if (!one_group) b.kernel = k++;
+        names[nout] = ir_ops[bw[i]].name;
+        outs[nout++] = val(&b, bw[i], INS(dy, x), NOATS);
+    }
+    /* positive-domain ops on exp(x); a cast round trip; a const */
+    if (!one_group) b.kernel = k++;
+    int ex = val(&b, OP_exp, INS(x), NOATS);
+    names[nout] = "log", outs[nout++] = val(&b, OP_log, INS(ex), NOATS);
+    names[nout] = "sqrt", outs[nout++] = val(&b, OP_sqrt, INS(ex), NOATS);
+    names[nout] = "rsqrt", outs[nout++] = val(&b, OP_rsqrt, INS(ex), NOATS);
+    int ci = val(&b, OP_cast, INS(val(&b, OP_mul, INS(x, cnst(&b, t, 10)), NOATS)), ATS(as(&b, "dtype", "i32")));
+    names[nout] = "cast_i32", outs[nout++] = ci;
+    names[nout] = "cast_f32", outs[nout++] = val(&b, OP_cast, INS(ci), ATS(as(&b, "dtype", "f32")));
+    b.kernel = -1;
+    for (int i = 0; i < nout; i++) output(&b, outs[i], names[i]);
+    plan_trivially(b.m);
+    return b.m;
+}
+
+static void test_fused_ops(void **st) {
+    for (int one = 0; one < 2; one++) {
+        Module *m = unary_module(one);
+        double e = vs_interp(m, 2, -3, 3, PARAMS);
+        if (!(e <= TOL)) fail_msg("%s: relative error %g", one ? "one group" : "one-op groups", e);
+        ir_free(m);
+    }
+}
+
+/* Broadcast patterns read inside a group: trailing, leading, middle, scalar,
+ * and a run of two broadcast dims.  Large enough for rt_parallel_for, whose
+ * chunks start in the middle of rows. */
+static void test_fused_broadcasts(void **st) {
+    Bld b = bld("bcast");
+    Type big = TY(DT_F32, 7, 9, 11, 37);
+    static const int64_t shapes[][5] = {{1, 37}, {2, 11, 37}, {4, 7, 1, 11, 1}, {3, 9, 1, 37}, {0}, {4, 7, 1, 1, 37}, {3, 9, 1, 1}, {4, 1, 9, 11, 37}};
+    int x = input(&b, "x", big);
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        Type s = ty(DT_F32, (int)shapes[i][0], &shapes[i][1]);
+        char name[16];
+        snprintf(name, sizeof name, "s%zu", i);
+        int p = param(&b, name, s, "normal", 1);
+        b.kernel = (int)i;
+        int y = val(&b, OP_mul, INS(x, bcast(&b, p, big)), NOATS);
+        b.kernel = -1;
+        snprintf(name, sizeof name, "y%zu", i);
+        output(&b, y, name);
+    }
+    int lone = param(&b, "lone", TY(DT_F32, 11, 1), "normal", 1);
+    b.kernel = 100; /* a broadcast alone: materialised by a fused kernel */
+    int z = bcast(&b, lone, big);
+    b.kernel = -1;
+    output(&b, z, "lone_out");
+    plan_trivially(b.m);
+    double e = vs_interp(b.m, 3, -1, 1, PARAMS);
+    if (!(e <= TOL)) fail_msg("relative error %g", e);
+    ir_free(b.m);
+}
+
+/* Two streams: stream 1 computes y, records event 0; stream 0 waits for it
+ * and computes z from y. */
+static void test_streams(void **st) {
+    Bld b = bld("streams");
+    Type t = TY(DT_F32, 64, 129);
+    int x = input(&b, "x", t);
+    b.kernel = 0;
+    int y = val(&b, OP_tanh, INS(val(&b, OP_exp, INS(x), NOATS)), NOATS);
+    b.kernel = -1;
+    int rec = node(&b, OP_record, NULL, 0, ATS(ai(&b, "event", 0)), NULL);
+    int wt = node(&b, OP_wait, NULL, 0, ATS(ai(&b, "event", 0)), NULL);
+    b.kernel = 1;
+    int z = val(&b, OP_mul, INS(y, y), NOATS);
+    b.kernel = -1;
+    output(&b, y, "y");
+    output(&b, z, "z");
+    plan_trivially(b.m);
+    for (int i = 0; i <= rec; i++) b.g->nodes[i].stream = 1;
+    b.g->nodes[wt].stream = 0;
+    char err[1024];
+    if (ir_verify_module(b.m, err, sizeof err) != 0) fail_msg("verify: %s", err);
+    double e = vs_interp(b.m, 5, -2, 2, PARAMS);
+    if (!(e <= TOL)) fail_msg("relative error %g", e);
+    const rt_program *p;
+    Jit *j = emit_jit(b.m, &p, err, sizeof err);
+    assert_non_null(j);
+    assert_int_equal(p->nstreams, 2);
+    assert_int_equal(p->nevents, 1);
+    emit_jit_free(j);
+    ir_free(b.m);
+}
+
+/* kiln_expf and kiln_tanhf against libm over the whole float range. */
+static void test_exp_tanh_accuracy(void **st) {
+    enum { N = 4096 };
+    Bld b = bld("exp");
+    int x = input(&b, "x", TY(DT_F32, N));
+    b.kernel = 0;
+    int ex = val(&b, OP_exp, INS(x), NOATS), th = val(&b, OP_tanh, INS(x), NOATS);
+    b.kernel = -1;
+    output(&b, ex, "exp");
+    output(&b, th, "tanh");
+    plan_trivially(b.m);
+    Run r = run_open(b.m);
+    float *in = tptr(&r, &r.p->inputs[0]);
+    static const float special[] = {0, -0.0f, 1e-30f, -1e-8f, 0.5f, 0.625f, -0.625f, 1, 9, -9, 20, -20, 87.3f, 88.5f, 88.72f,
+                                    88.73f, 89, 100, -87.3f, -100, -103.5f, -104, -200, INFINITY, -INFINITY, NAN};
+    int ns = (int)(sizeof special / sizeof *special);
+    for (int i = 0; i < N; i++) in[i] = i < ns ? special[i] : -110 + 200 * (float)(i - ns) / (N - ns);
+    run_step(&r);
+    const float *ye = tptr(&r, &r.p->outputs[0]), *yt = tptr(&r, &r.p->outputs[1]);
+    double worst_e = 0, worst_t = 0;
+    for (int i = 0; i < N; i++) {
+        double we = exp((double)in[i]), wt = tanh((double)in[i]);
+        if (isnan(in[i])) {
+            assert_true(isnan(ye[i]) && isnan(yt[i]));
+            continue;
+        }
+        if (we > FLT_MAX) assert_true(isinf(ye[i]) && ye[i] > 0);
+        else if (we < FLT_MIN) assert_true(fabs(ye[i] - we) <= 0x1p-148);  /* denormal: absolute */
+        else worst_e = fmax(worst_e, fabs(ye[i] - we) / we);
+        worst_t = fmax(worst_t, fabs(yt[i] - wt) / fmax(fabs(wt), 1e-38));
+    }
+    printf("# kiln_expf max relative error %.3g, kiln_tanhf %.3g\n", worst_e, worst_t);
+    assert_true(worst_e <= 3e-7); /* 2.5 ulp */
+    assert_true(worst_t <= 5e-7);
+    run_close(&r);
+    ir_free(b.m);
+}
+
+/* ---- library ops (needs kernels/cpu) ---- */
+
+static void test_library_ops(void **st) {
+    Bld b = bld("lib");
+    int x = input(&b, "x", TY(DT_F32, 2, 3, 4, 5));
+    int w = param(&b, "w", TY(DT_F32, 5, 6), "normal", 1);
+    int wt = param(&b, "wt", TY(DT_F32, 6, 5), "normal", 1);
+    int bb = param(&b, "bb", TY(DT_F32, 2, 3, 5, 4), "normal", 1);
+    output(&b, val(&b, OP_matmul, INS(x, w), NOATS), "mm");
+    output(&b, val(&b, OP_matmul, INS(x, wt), ATS(ai(&b, "tb", 1))), "mm_tb");
+    output(&b, val(&b, OP_matmul, INS(x, bb), NOATS), "mm_batched");
+    output(&b, val(&b, OP_matmul, INS(bb, bb), ATS(ai(&b, "ta", 1))), "mm_ta_batched");
+    output(&b, val(&b, OP_matmul, INS(bb, x), ATS(ai(&b, "ta", 1), ai(&b, "tb", 1))), "mm_ta_tb2");
+    int x2 = val(&b, OP_reshape, INS(x), ATS(ir_attr_ints(b.m, "shape", (int64_t[]){24, 5}, 2)));
+    output(&b, val(&b, OP_matmul, INS(x2, w), ATS(ai(&b, "ta", 0))), "mm2");
+    output(&b, val(&b, OP_matmul, INS(x2, x2), ATS(ai(&b, "ta", 1))), "mm_ta");
+    for (int d = 0; d < 4; d++) {
+        char name[32];
+        snprintf(name, sizeof name, "sum%d", d);
+        output(&b, val(&b, OP_sum, INS(x), ATS(ai(&b, "dim", d))), name);
+        snprintf(name, sizeof name, "mean%d", d);
+        output(&b, val(&b, OP_mean, INS(x), ATS(ai(&b, "dim", d), ai(&b, "keep", 1))), name);
+        snprintf(name, sizeof name, "max%d", d);
+        int mx = val(&b, OP_max, INS(x), ATS(ai(&b, "dim", d)));
+        output(&b, mx, name);
+        snprintf(name, sizeof name, "max_bwd%d", d);
+        output(&b, val(&b, OP_max_bwd, INS(mx, x, mx), ATS(ai(&b, "dim", d))), name);
+    }
+    output(&b, val(&b, OP_sumsq, INS(x), NOATS), "sumsq");
+    output(&b, val(&b, OP_transpose, INS(x), ATS(ai(&b, "a", 1), ai(&b, "b", 3))), "tr13");
+    output(&b, val(&b, OP_transpose, INS(x), ATS(ai(&b, "a", 0), ai(&b, "b", 1))), "tr01");
+    output(&b, val(&b, OP_slice, INS(x), ATS(ai(&b, "dim", 2), ai(&b, "start", 1), ai(&b, "end", 3))), "slice");
+    output(&b, val(&b, OP_concat, INS(x, x, x), ATS(ai(&b, "dim", 1))), "concat");
+    int c = cnst(&b, TY(DT_F32, 2, 3, 4, 2), -1.5);
+    output(&b, val(&b, OP_concat, INS(c, x), ATS(ai(&b, "dim", 3))), "concat_const");
+    output(&b, val(&b, OP_broadcast, INS(w), ATS(shape(&b, TY(DT_F32, 3, 5, 6)))), "bcast");
+    output(&b, val(&b, OP_sumto, INS(x), ATS(shape(&b, TY(DT_F32, 4, 5)))), "sumto45");
+    output(&b, val(&b, OP_sumto, INS(x), ATS(shape(&b, TY(DT_F32, 3, 1, 5)))), "sumto315");
+    output(&b, val(&b, OP_sumto, INS(x), ATS(shape(&b, TY(DT_F32, 2, 1, 4, 1)))), "sumto2141");
+    output(&b, val(&b, OP_sumto, INS(x), ATS(shape(&b, SCALAR))), "sumto_scalar");
+    output(&b, val(&b, OP_softmax, INS(x), NOATS), "softmax");
+    output(&b, val(&b, OP_softmax_bwd, INS(x, val(&b, OP_softmax, INS(x), NOATS)), NOATS), "softmax_bwd");
+    int io = ir_out(b.g, node(&b, OP_iota, NULL, 0, NOATS, &(Type){.dt = DT_I32, .rank = 1, .dim = {7}}));
+    output(&b, io, "iota");
+    output(&b, cnst(&b, TY(DT_I32, 3), 4), "const_i32");
+    output(&b, val(&b, OP_allreduce, INS(x), ATS(as(&b, "group", "dp"))), "allreduce");
+    output(&b, val(&b, OP_allgather, INS(x), ATS(as(&b, "group", "tp"), ai(&b, "dim", 1))), "allgather");
+    plan_trivially(b.m);
+    double e = vs_interp(b.m, 4, -1, 1, PARAMS);
+    if (!(e <= TOL)) fail_msg("relative error %g", e);
+    ir_free(b.m);
+}
+
+/* ---- whole models ---- */
+
+/* real_passes: fuse, schedule and memplan; else the stand-in plan above. */
+static Module *load_model(const char *path, const char *const *sets, int nsets, Options *o, int real_passes) {
+    opt_defaults(o);
+    o->sets = calloc((size_t)nsets + 1, sizeof(KeyVal));
+    for (int i = 0; i < nsets; i++) {
+        const char *eq = strchr(sets[i], '=');
+        o->sets[i] = (KeyVal){strndup(sets[i], (size_t)(eq - sets[i])), eq + 1};
+    }
+    o->nsets = nsets;
+    char err[1024];
+    Module *m = fe_load(path, o, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    pass_autodiff(m, o);
+    pass_optimizer(m, o);
+    if (real_passes) {
+        pass_fuse(m, o);
+        pass_schedule(m, o);
+        pass_memplan(m, o);
+    } else {
+        plan_trivially(m);
+    }
+    if (ir_verify_module(m, err, sizeof err) != 0) fail_msg("verify: %s", err);
+    for (int i = 0; i < nsets; i++) free((char *)o->sets[i].key);
+    free(o->sets);
+    o->sets = NULL;
+    return m;
+}
+
+static void model_vs_interp(const char *path, const char *const *sets, int nsets) {
+    for (int real = 0; real < 2; real++) {
+        Options o;
+        Module *m = load_model(path, sets, nsets, &o, real);
+        int groups = 0;
+        for (int i = 0; i < m->stages[0]->nnodes; i++) groups += ir_attr(&m->stages[0]->nodes[i], "kernel") != NULL;
+        if (real) assert_true(groups > 0);
+        double e = vs_interp(m, 1234, -1, 1, RT_INIT);
+        printf("# %s (%s): %d fused nodes; worst relative error %.3g\n", path,
+               real ? "fuse, schedule, memplan" : "unfused, stand-in plan", groups, e);
+        if (!(e <= TOL)) fail_msg("%s: relative error %g > %g", path, e, TOL);
+        ir_free(m);
+    }
+}
+
+static void test_tiny_gpt(void **st) { model_vs_interp("models/tiny.lua", NULL, 0); }
+
+static void test_small_llama(void **st) {
+    static const char *const sets[] = {"layers=2", "dim=64", "heads=4", "kv_heads=2", "ffn=128", "vocab=256", "seq=32", "batch=2"};
+    model_vs_interp("models/llama.lua", sets, 8);
+}
+
+/* ---- object file, golden text, internal errors ---- */
+
+static void test_object(void **st) {
+    Module *m = gelu_module();
+    char path[] = "/tmp/kiln_emit_XXXXXX", err[1024];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    if (emit_object(m, path, err, sizeof err) != 0) fail_msg("emit_object: %s", err);
+    FILE *f = fopen(path, "rb");
+    unsigned char magic[4] = {0};
+    assert_non_null(f);
+    assert_int_equal(fread(magic, 1, 4, f), 4);
+    fclose(f);
+    assert_memory_equal(magic, "\x7f" "ELF", 4);
+    char cmd[256], line[256];
+    snprintf(cmd, sizeof cmd, "nm %s 2>&1", path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    int found = 0, external = 0;
+    while (fgets(line, sizeof line, p)) {
+        char a[64], t[64], name[200];
+        if (sscanf(line, "%63s %63s %199s", a, t, name) == 3) {
+            char type = t[0];
+            if (strcmp(name, "kiln_program") == 0) found = type == 'R' || type == 'D';
+            if (type >= 'A' && type <= 'Z' && type != 'U' && strncmp(name, "kiln_program", 12) != 0) external++;
+        }
+    }
+    pclose(p);
+    assert_true(found);
+    assert_int_equal(external, 0); /* only kiln_program is global */
+    unlink(path);
+    ir_free(m);
+}
+
+/* The text without lines that name the host (target triple/datalayout). */
+static char *strip_target(const char *s) {
+    char *out = malloc(strlen(s) + 1), *o = out;
+    while (*s) {
+        const char *nl = strchr(s, '\n');
+        size_t len = nl ? (size_t)(nl - s + 1) : strlen(s);
+        if (strncmp(s, "target ", 7) != 0) {
+            memcpy(o, s, len);
+            o += len;
+        }
+        s += len;
+    }
+    *o = 0;
+    return out;
+}
+
+static char *slurp(FILE *f) {
+    size_t n = 0, cap = 4096;
+    char *s = malloc(cap);
+    for (size_t k; (k = fread(s + n, 1, cap - n - 1, f)) > 0;)
+        if ((n += k) + 1 == cap) s = realloc(s, cap *= 2);
+    s[n] = 0;
+    return s;
+}
+
+static void test_golden_llvm(void **st) {
+    const char *golden = "tests/golden/fused_kernel.ll";
+    Module *m = gelu_module();
+    FILE *f = tmpfile();
+    char err[1024];
+    assert_non_null(f);
+    if (emit_llvm_text_for(m, f, "x86-64", "", err, sizeof err) != 0) fail_msg("emit_llvm_text: %s", err);
+    rewind(f);
+    char *text = slurp(f), *got = strip_target(text);
+    fclose(f);
+    assert_non_null(strstr(got, "@kiln_program = "));
+    assert_non_null(strstr(got, "kiln_fused_0"));
+    if (getenv("UPDATE_GOLDEN")) {
+        FILE *g = fopen(golden, "w");
+        assert_non_null(g);
+        fputs(got, g);
+        assert_int_equal(fclose(g), 0);
+    }
+    FILE *g = fopen(golden, "r");
+    if (!g) fail_msg("%s missing (UPDATE_GOLDEN=1 writes it)", golden);
+    char *want = slurp(g);
+    fclose(g);
+    if (strcmp(got, want) != 0) {
+        FILE *o = fopen("/tmp/kiln_fused_kernel.ll", "w");
+        if (o) { fputs(got, o); fclose(o); }
+        fail_msg("%s differs from the output (written to /tmp/kiln_fused_kernel.ll; UPDATE_GOLDEN=1 to accept)", golden);
+    }
+    /* the host's text is produced too */
+    FILE *h = fopen("/dev/null", "w");
+    assert_int_equal(emit_llvm_text(m, h, err, sizeof err), 0);
+    fclose(h);
+    free(text);
+    free(got);
+    free(want);
+    ir_free(m);
+}
+
+/* An op the back end cannot emit is an internal error naming it (in a child). */
+static void test_unknown_op_ice(void **st) {
+    Bld b = bld("ice");
+    b.m->mesh[1] = 2;
+    int x = input(&b, "x", TY(DT_F32, 4));
+    node(&b, OP_send, INS(x), ATS(as(&b, "group", "dp"), ai(&b, "peer", 1)), NULL);
+    plan_trivially(b.m);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        const rt_program *p;
+        char err[256];
+        emit_jit(b.m, &p, err, sizeof err);
+        _exit(0);
+    }
+    close(fds[1]);
+    char msg[1024] = {0};
+    size_t n = 0;
+    for (ssize_t k; (k = read(fds[0], msg + n, sizeof msg - 1 - n)) > 0;) n += (size_t)k;
+    close(fds[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    assert_non_null(strstr(msg, "send"));
+    ir_free(b.m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_fused_gelu),
+        cmocka_unit_test(test_fused_ops),
+        cmocka_unit_test(test_fused_broadcasts),
+        cmocka_unit_test(test_streams),
+        cmocka_unit_test(test_exp_tanh_accuracy),
+        cmocka_unit_test(test_library_ops),
+        cmocka_unit_test(test_tiny_gpt),
+        cmocka_unit_test(test_small_llama),
+        cmocka_unit_test(test_object),
+        cmocka_unit_test(test_golden_llvm),
+        cmocka_unit_test(test_unknown_op_ice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
