@@ -77,9 +77,11 @@ $(BUILD)/corpus.txt:
 	@mkdir -p $(BUILD)
 	cat $(addprefix /usr/share/common-licenses/,$(CORPUS_FILES)) > $@
 
+# the demo: compile the tiny model into a standalone trainer and train it
 demo: deps
-	$(MAKE) -j2 $(BUILD)/kiln $(BUILD)/corpus.txt
-	$(BUILD)/kiln run --interp models/tiny.lua --data $(BUILD)/corpus.txt --log $(BUILD)/demo.jsonl
+	$(MAKE) -j2 $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(BUILD)/libkilnrt.a $(BUILD)/corpus.txt
+	$(BUILD)/kiln compile models/tiny.lua --target cpu -o $(BUILD)/tiny
+	$(BUILD)/tiny --data $(BUILD)/corpus.txt --log $(BUILD)/demo.jsonl
 
 bench: $(BUILD)/kiln
 	BUILD=$(BUILD) bench/frontend.sh

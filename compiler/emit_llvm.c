@@ -229,8 +229,8 @@ static void init_types(Em *e) {
     LLVMTypeRef tpt = LLVMPointerType(e->ttensor, 0);
     e->tprogram = LLVMStructCreateNamed(c, "rt_program");
     LLVMTypeRef pf[] = {e->ti32, e->tp8, LLVMArrayType(e->ti64, RT_NSPACES), e->ti32, e->ti32, e->ti32, e->ti32,
-                        tpt, tpt, tpt, tpt, e->ti32, e->ti32, e->tf64, LLVMPointerType(e->tstep, 0)};
-    LLVMStructSetBody(e->tprogram, pf, 15, 0);
+                        tpt, tpt, tpt, tpt, e->ti32, e->ti32, e->ti32, e->tf64, LLVMPointerType(e->tstep, 0)};
+    LLVMStructSetBody(e->tprogram, pf, 16, 0);
 }
 
 static void declare_runtime(Em *e) {
@@ -1338,9 +1338,10 @@ static void emit_table(Em *e) {
     }
     LLVMValueRef sb[RT_NSPACES];
     for (int s = 0; s < RT_NSPACES; s++) sb[s] = I64(e, (space[s] + 63) / 64 * 64);
-    int nstreams = 1, nevents = 0;
+    int nstreams = 1, nevents = 0, steps = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
+        if (n->op == OP_lr_cosine) steps = (int)ir_attr_f(n, "total", 0);
         if (n->stream + 1 > nstreams) nstreams = n->stream + 1;
         if (ir_ops[n->op].flags & F_SYNC && ir_attr_i(n, "event", -1) + 1 > nevents) nevents = (int)ir_attr_i(n, "event", -1) + 1;
     }
@@ -1351,9 +1352,9 @@ static void emit_table(Em *e) {
     LLVMValueRef outputs = tensor_table(e, OP_output, "kiln_outputs", &no);
     LLVMValueRef f[] = {I32(e, RT_ABI_VERSION), cstr(e, e->m->name), LLVMConstArray(e->ti64, sb, RT_NSPACES),
                         I32(e, np), I32(e, ns), I32(e, ni), I32(e, no), params, states, inputs, outputs,
-                        I32(e, nstreams), I32(e, nevents), LLVMConstReal(e->tf64, e->flops), e->step};
+                        I32(e, nstreams), I32(e, nevents), I32(e, steps), LLVMConstReal(e->tf64, e->flops), e->step};
     LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, "kiln_program");
-    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 15));
+    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 16));
     LLVMSetGlobalConstant(gv, 1);
 }
 

@@ -36,7 +36,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RT_ABI_VERSION 1
+#define RT_ABI_VERSION 2
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -74,6 +74,7 @@ typedef struct rt_program {
     const rt_tensor *inputs;  /* written by the trainer before each step ("tokens", "targets") */
     const rt_tensor *outputs; /* read after each step ("loss", "lr", "grad_norm", "grad:<p>") */
     int nstreams, nevents;
+    int steps;    /* length of the compiled learning-rate schedule: the default --steps */
     double flops; /* useful FLOPs of one step (GEMMs and attention), for GFLOP/s */
     void (*step)(rt_ctx *ctx, char *const *spaces);
 } rt_program;

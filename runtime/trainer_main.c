@@ -4,4 +4,4 @@
 
 extern const rt_program kiln_program;
 
-int main(int argc, char **argv) { return rt_train_main(&kiln_program, argc, argv, 100); }
+int main(int argc, char **argv) { return rt_train_main(&kiln_program, argc, argv, kiln_program.steps > 0 ? kiln_program.steps : 100); }

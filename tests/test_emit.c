@@ -658,6 +658,14 @@ static void model_vs_interp(const char *path, const char *const *sets, int nsets
         int groups = 0;
         for (int i = 0; i < m->stages[0]->nnodes; i++) groups += ir_attr(&m->stages[0]->nodes[i], "kernel") != NULL;
         if (real) assert_true(groups > 0);
+        if (real) { /* the table carries the schedule length, the trainer's default --steps */
+            char err[512];
+            const rt_program *p;
+            Jit *j = emit_jit(m, &p, err, sizeof err);
+            if (!j) fail_msg("%s", err);
+            assert_int_equal(p->steps, (int)o.steps);
+            emit_jit_free(j);
+        }
         double e = vs_interp(m, 1234, -1, 1, RT_INIT);
         printf("# %s (%s): %d fused nodes; worst relative error %.3g\n", path,
                real ? "fuse, schedule, memplan" : "unfused, stand-in plan", groups, e);
