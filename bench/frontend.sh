@@ -25,3 +25,7 @@ row() { # name, target_ms, args...
 echo "front end + autodiff + verify + dump, best of 3 ($(date -u +%F), $(nproc) cores)"
 row "gpt2 124M (12 x 768)" 500 models/gpt2.lua
 row "gpt2 96 x 12288 (175B shape)" 3000 models/gpt2.lua --set layers=96 --set dim=12288 --set heads=96
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+ms=$(best "$K" compile models/gpt2.lua --target cpu -o "$tmp/gpt2")
+printf '%-34s %8d ms   target %5d ms   %s   (front to object file, linked trainer)\n' "kiln compile gpt2 124M (cpu)" "$ms" 5000 \
+    "$([ "$ms" -le 5000 ] && echo MET || echo MISSED)"
