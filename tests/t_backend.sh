@@ -49,3 +49,8 @@ err=$("$tmp/tiny" --data "$B/corpus.txt" --lr 1 2>&1 >/dev/null); rc=$?
 check "trainer: --lr names the compile-time flag (rc=$rc: $err)" "[ $rc = 1 ] && [[ \"\$err\" == *'kiln compile'* ]]"
 err=$("$tmp/tiny" --steps 1 2>&1 >/dev/null); rc=$?
 check "trainer: missing --data is a one-line error (rc=$rc)" "[ $rc = 1 ] && [[ \"\$err\" == *--data* ]]"
+err=$("$K" run models/tiny.lua --data "$B/corpus.txt" --lr 1e6 --min-lr 1e6 --steps 30 2>&1 >/dev/null); rc=$?
+check "a NaN loss stops training with the step number and exit 1 ($err)" "[ $rc = 1 ] && [[ \"\$err\" == 'step '*'loss is'*nan* ]]"
+err=$("$K" run models/tiny.lua --data "$B/corpus.txt" --set vocab=100 --steps 3 2>&1 >/dev/null); rc=$?
+check "a token id beyond the vocabulary fails the step with a one-line error ($err)" \
+    "[ $rc = 1 ] && [[ \"\$err\" == 'step 1: embedding: id '*'out of range [0,100)' ]]"
