@@ -34,6 +34,11 @@ $(BUILD)/compiler/emit_%.o: compiler/emit_%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LLVM_CFLAGS) -c $< -o $@
 
+# kiln compile links trainers with the flags kiln itself was built with (SAN=1)
+$(BUILD)/compiler/main.o: compiler/main.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DKILN_LINK_FLAGS='"$(SANFLAGS)"' -c $< -o $@
+
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -48,7 +53,7 @@ $(BUILD)/libkilnrt.a: $(RT_OBJ)
 $(BUILD)/kiln: $(BUILD)/compiler/main.o $(LIBS)
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $(BUILD)/compiler/main.o -Wl,--whole-archive $(BUILD)/libkilnrt.a -Wl,--no-whole-archive $(BUILD)/libkilnc.a $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(LIBS) $(HDRS) tests/testutil.h
+$(BUILD)/tests/%: tests/%.c $(LIBS) $(HDRS) tests/testutil.h tests/graphbuild.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -rdynamic -o $@ $< -Wl,--whole-archive $(BUILD)/libkilnrt.a -Wl,--no-whole-archive $(BUILD)/libkilnc.a $(LDLIBS) -lcmocka
 

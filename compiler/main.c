@@ -340,6 +340,10 @@ static int cmd_plan(Args *a) {
 
 /* ---- kiln compile: object file + runtime library = a standalone trainer ---- */
 
+#ifndef KILN_LINK_FLAGS
+#define KILN_LINK_FLAGS "" /* the Makefile passes the sanitizer flags of a SAN=1 build */
+#endif
+
 /* The folder of the running kiln binary: build/ holds libkilnrt.a and runtime/trainer_main.o. */
 static void exe_dir(char *buf, size_t n) {
     ssize_t k = readlink("/proc/self/exe", buf, n - 1);
@@ -370,8 +374,8 @@ static int cmd_compile(Args *a) {
     snprintf(obj, sizeof obj, "%s.o", a->out);
     if (emit_object(m, obj, err, sizeof err) != 0) die("compile: %s", err);
     exe_dir(dir, sizeof dir);
-    snprintf(cmd, sizeof cmd, "cc -o '%s' '%s' '%s/runtime/trainer_main.o' '%s/libkilnrt.a' -lopenblas -lpthread -lm",
-             a->out, obj, dir, dir);
+    snprintf(cmd, sizeof cmd, "cc %s -o '%s' '%s' '%s/runtime/trainer_main.o' '%s/libkilnrt.a' -lopenblas -lpthread -lm",
+             KILN_LINK_FLAGS, a->out, obj, dir, dir);
     int rc = system(cmd);
     if (rc != 0) die("compile: linking %s failed (%s)", a->out, cmd);
     unlink(obj);

@@ -16,6 +16,7 @@
  * the internal error for an op the back end cannot emit.
  */
 #include "testutil.h"
+#include "graphbuild.h"
 
 #include <float.h>
 #include <sys/wait.h>
@@ -26,74 +27,9 @@
 
 static const double TOL = 1e-5;
 
-/* ---- building modules by hand ---- */
+/* ---- building modules by hand (graphbuild.h) ---- */
 
-typedef struct {
-    Module *m;
-    Graph *g;
-    Loc loc;
-    int kernel; /* >= 0: new nodes get {kernel=K} */
-} Bld;
-
-static Bld bld(const char *name) {
-    Bld b = {ir_module_new(name), NULL, {0}, -1};
-    b.g = b.m->stages[0];
-    b.loc = (Loc){ir_intern(b.m, "t.lua"), 1};
-    return b;
-}
-
-static int node(Bld *b, Op op, const int *in, int nin, const Attr *at, int nat, const Type *src) {
-    static const int none[1];
-    Attr all[8];
-    assert_true(nat < 8);
-    for (int i = 0; i < nat; i++) all[i] = at[i];
-    if (b->kernel >= 0) all[nat++] = ir_attr_int(b->m, "kernel", b->kernel);
-    NodeSpec s = ir_spec(op, b->loc);
-    s.in = in ? in : none;
-    s.nin = nin;
-    s.attr = all;
-    s.nattr = nat;
-    s.src_type = src;
-    char err[256];
-    int n = ir_add_node(b->g, &s, err, sizeof err);
-    if (n < 0) fail_msg("ir_add_node: %s", err);
-    b->loc.line++;
-    return n;
-}
-
-#define INS(...) (const int[]){__VA_ARGS__}, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int))
-#define ATS(...) (const Attr[]){__VA_ARGS__}, (int)(sizeof((Attr[]){__VA_ARGS__}) / sizeof(Attr))
-#define NOATS NULL, 0
-#define TY(dt, ...) ty(dt, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
-#define SCALAR ((Type){.dt = DT_F32, .rank = 0})
-
-static Type ty(DType dt, int rank, const int64_t *d) {
-    Type t = {.dt = dt, .rank = rank};
-    for (int i = 0; i < rank; i++) t.dim[i] = d[i];
-    return t;
-}
-
-static int val(Bld *b, Op op, const int *in, int nin, const Attr *at, int nat) {
-    return ir_out(b->g, node(b, op, in, nin, at, nat, NULL));
-}
-static Attr ai(Bld *b, const char *k, int64_t v) { return ir_attr_int(b->m, k, v); }
-static Attr af(Bld *b, const char *k, double v) { return ir_attr_float(b->m, k, v); }
-static Attr as(Bld *b, const char *k, const char *v) { return ir_attr_str(b->m, k, v); }
-static Attr shape(Bld *b, const Type t) { return ir_attr_ints(b->m, "shape", t.dim, t.rank); }
-
-static int input(Bld *b, const char *name, Type t) {
-    return ir_out(b->g, node(b, OP_input, NULL, 0, ATS(as(b, "name", name)), &t));
-}
-static int param(Bld *b, const char *name, Type t, const char *init, double std) {
-    return ir_out(b->g, node(b, OP_param, NULL, 0, ATS(as(b, "name", name), as(b, "init", init), af(b, "std", std)), &t));
-}
-static int state(Bld *b, const char *name, Type t) {
-    return ir_out(b->g, node(b, OP_state, NULL, 0, ATS(as(b, "name", name)), &t));
-}
-static int cnst(Bld *b, Type t, double v) { return ir_out(b->g, node(b, OP_const, NULL, 0, ATS(af(b, "v", v)), &t)); }
-static void output(Bld *b, int v, const char *name) { node(b, OP_output, INS(v), ATS(as(b, "name", name)), NULL); }
-static void assign(Bld *b, int v, const char *name) { node(b, OP_assign, INS(v), ATS(as(b, "name", name)), NULL); }
-static int bcast(Bld *b, int x, Type to) { return val(b, OP_broadcast, INS(x), ATS(shape(b, to))); }
+static Bld bld(const char *name) { return bld_new(name, "t.lua"); }
 
 /* ---- a stand-in schedule and memory plan ----
  * Everything on stream 0 in node order; params, grads ("grad:" outputs) and

@@ -7,76 +7,19 @@
  * Unless a test says otherwise it runs in f64 mode with tolerance 1e-12.
  */
 #include "testutil.h"
+#include "graphbuild.h"
 
 #include <time.h>
 
-/* ---- building graphs ---- */
-
-typedef struct {
-    Module *m;
-    Graph *g;
-    Loc loc;
-} Bld;
+/* ---- building graphs (graphbuild.h) ---- */
 
 static Bld bld(int dp, int cp, int tp) {
-    Bld b = {ir_module_new("t"), NULL, {0}};
-    b.g = b.m->stages[0];
+    Bld b = bld_new("t", "t.lua");
     b.m->mesh[1] = dp;
     b.m->mesh[2] = cp;
     b.m->mesh[3] = tp;
-    b.loc = (Loc){ir_intern(b.m, "t.lua"), 1};
     return b;
 }
-
-static int node(Bld *b, Op op, const int *in, int nin, const Attr *at, int nat, const Type *src) {
-    static const int none[1];
-    NodeSpec s = ir_spec(op, b->loc);
-    s.in = in ? in : none; /* ir_add_node memcpy's it even when nin = 0 */
-    s.nin = nin;
-    s.attr = at;
-    s.nattr = nat;
-    s.src_type = src;
-    char err[256];
-    int n = ir_add_node(b->g, &s, err, sizeof err);
-    if (n < 0) fail_msg("ir_add_node: %s", err);
-    b->loc.line++;
-    return n;
-}
-
-#define INS(...) (const int[]){__VA_ARGS__}, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int))
-#define ATS(...) (const Attr[]){__VA_ARGS__}, (int)(sizeof((Attr[]){__VA_ARGS__}) / sizeof(Attr))
-#define NOATS NULL, 0
-#define TY(dt, ...) ty(dt, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
-#define SCALAR ((Type){.dt = DT_F32, .rank = 0})
-
-static Type ty(DType dt, int rank, const int64_t *d) {
-    Type t = {.dt = dt, .rank = rank};
-    for (int i = 0; i < rank; i++) t.dim[i] = d[i];
-    return t;
-}
-
-/* value id of node's first output */
-static int val(Bld *b, Op op, const int *in, int nin, const Attr *at, int nat) {
-    return ir_out(b->g, node(b, op, in, nin, at, nat, NULL));
-}
-
-static Attr ai(Bld *b, const char *k, int64_t v) { return ir_attr_int(b->m, k, v); }
-static Attr af(Bld *b, const char *k, double v) { return ir_attr_float(b->m, k, v); }
-static Attr as(Bld *b, const char *k, const char *v) { return ir_attr_str(b->m, k, v); }
-static Attr shape(Bld *b, const Type t) { return ir_attr_ints(b->m, "shape", t.dim, t.rank); }
-
-static int input(Bld *b, const char *name, Type t) {
-    return ir_out(b->g, node(b, OP_input, NULL, 0, ATS(as(b, "name", name)), &t));
-}
-static int param(Bld *b, const char *name, Type t, const char *init, double std) {
-    return ir_out(b->g, node(b, OP_param, NULL, 0, ATS(as(b, "name", name), as(b, "init", init), af(b, "std", std)), &t));
-}
-static int state(Bld *b, const char *name, Type t) {
-    return ir_out(b->g, node(b, OP_state, NULL, 0, ATS(as(b, "name", name)), &t));
-}
-static int cnst(Bld *b, Type t, double v) { return ir_out(b->g, node(b, OP_const, NULL, 0, ATS(af(b, "v", v)), &t)); }
-static void output(Bld *b, int v, const char *name) { node(b, OP_output, INS(v), ATS(as(b, "name", name)), NULL); }
-static void assign(Bld *b, int v, const char *name) { node(b, OP_assign, INS(v), ATS(as(b, "name", name)), NULL); }
 
 /* ---- running ---- */
 

@@ -16,65 +16,18 @@
  * first, a middle and the last dim, repeated embedding ids.
  */
 #include "testutil.h"
+#include "graphbuild.h"
 
 #include "kiln_rt.h"
 
 #define TOL 1e-5
 
-/* ---- graphs (as in test_interp.c) ---- */
+/* ---- graphs (graphbuild.h) ---- */
 
-typedef struct {
-    Module *m;
-    Graph *g;
-    Loc loc;
-} Bld;
+static Bld bld(void) { return bld_new("k", "k.lua"); }
 
-static Bld bld(void) {
-    Bld b = {ir_module_new("k"), NULL, {0}};
-    b.g = b.m->stages[0];
-    b.loc = (Loc){ir_intern(b.m, "k.lua"), 1};
-    return b;
-}
-
-static int node(Bld *b, Op op, const int *in, int nin, const Attr *at, int nat, const Type *src) {
-    static const int none[1];
-    NodeSpec s = ir_spec(op, b->loc);
-    s.in = in ? in : none;
-    s.nin = nin;
-    s.attr = at;
-    s.nattr = nat;
-    s.src_type = src;
-    char err[256];
-    int n = ir_add_node(b->g, &s, err, sizeof err);
-    if (n < 0) fail_msg("ir_add_node: %s", err);
-    b->loc.line++;
-    return n;
-}
-
-#define INS(...) (const int[]){__VA_ARGS__}, (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int))
-#define ATS(...) (const Attr[]){__VA_ARGS__}, (int)(sizeof((Attr[]){__VA_ARGS__}) / sizeof(Attr))
-#define NOATS NULL, 0
-#define TY(dt, ...) ty(dt, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__})
-
-static Type ty(DType dt, int rank, const int64_t *d) {
-    Type t = {.dt = dt, .rank = rank};
-    for (int i = 0; i < rank; i++) t.dim[i] = d[i];
-    return t;
-}
-
-static Attr ai(Bld *b, const char *k, int64_t v) { return ir_attr_int(b->m, k, v); }
-static Attr af(Bld *b, const char *k, double v) { return ir_attr_float(b->m, k, v); }
-static Attr as(Bld *b, const char *k, const char *v) { return ir_attr_str(b->m, k, v); }
-static Attr shape(Bld *b, const Type t) { return ir_attr_ints(b->m, "shape", t.dim, t.rank); }
-
-static int input(Bld *b, const char *name, Type t) {
-    return ir_out(b->g, node(b, OP_input, NULL, 0, ATS(as(b, "name", name)), &t));
-}
 /* output k of node n */
 static int outk(Bld *b, int n, int k) { return b->g->nodes[n].out[k]; }
-static int val(Bld *b, Op op, const int *in, int nin, const Attr *at, int nat) {
-    return outk(b, node(b, op, in, nin, at, nat, NULL), 0);
-}
 
 /* ---- memory: everything a test allocates is freed by its teardown ---- */
 

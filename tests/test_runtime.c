@@ -12,6 +12,7 @@
  * f32 interpreter's weights bit for bit.
  */
 #include "testutil.h"
+#include "graphbuild.h"
 
 #include <time.h>
 #include <unistd.h>
@@ -414,33 +415,17 @@ static void test_init_params_match_interp(void **st) {
         {"ln.b", "zeros", {7, 1}, 0},
     };
     enum { NP = 4, SEED = 42 };
-    Module *m = ir_module_new("t");
-    Graph *g = m->stages[0];
-    for (int i = 1; i < 4; i++) m->mesh[i] = 1;
-    Loc loc = {ir_intern(m, "t.lua"), 1};
+    Bld b = bld_new("t", "t.lua");
     rt_tensor params[NP], state = {.name = "opt.step", .space = RT_SPACE_OPT, .dtype = RT_F32, .rank = 0};
     int64_t off = 0;
     for (int i = 0; i < NP; i++) {
         Type t = {.dt = DT_F32, .rank = 2, .dim = {ps[i].dim[0], ps[i].dim[1]}};
-        Attr at[] = {ir_attr_str(m, "name", ps[i].name), ir_attr_str(m, "init", ps[i].init),
-                     ir_attr_float(m, "std", ps[i].std)};
-        NodeSpec s = ir_spec(OP_param, loc);
-        s.attr = at, s.nattr = 3, s.src_type = &t;
-        static const int none[1];
-        s.in = none;
-        char err[256];
-        int n = ir_add_node(g, &s, err, sizeof err);
-        if (n < 0) fail_msg("ir_add_node: %s", err);
-        Attr on = ir_attr_str(m, "name", ps[i].name);
-        NodeSpec o = ir_spec(OP_output, loc);
-        int v = ir_out(g, n);
-        o.in = &v, o.nin = 1, o.attr = &on, o.nattr = 1;
-        if (ir_add_node(g, &o, err, sizeof err) < 0) fail_msg("ir_add_node: %s", err);
+        output(&b, param(&b, ps[i].name, t, ps[i].init, ps[i].std), ps[i].name);
         params[i] = (rt_tensor){.name = ps[i].name, .space = RT_SPACE_PARAMS, .offset = off, .dtype = RT_F32,
                                 .rank = 2, .dim = {ps[i].dim[0], ps[i].dim[1]}, .init = ps[i].init, .std = ps[i].std};
         off += (ps[i].dim[0] * ps[i].dim[1] * 4 + 63) / 64 * 64;
     }
-    Interp *it = interp_new(m, 0);
+    Interp *it = interp_new(b.m, 0);
     assert_non_null(it);
     interp_init_state(it, SEED);
 
@@ -470,7 +455,7 @@ static void test_init_params_match_interp(void **st) {
         rt_free(c);
     }
     interp_free(it);
-    ir_free(m);
+    ir_free(b.m);
 }
 
 int main(void) {

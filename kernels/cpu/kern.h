@@ -89,9 +89,9 @@ static inline float k_exp(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t ti, bits;
+    uint32_t ti, bits;
     memcpy(&ti, &t, 4);
-    bits = (ti - 0x4B400000 + 127) << 23; /* integer n = bits(t) - bits(magic) */
+    bits = (ti - 0x4B400000u + 127u) << 23; /* integer n = bits(t) - bits(magic); unsigned: NaN input stays defined */
     float s;
     memcpy(&s, &bits, 4);
     float y = p * s;
