@@ -87,6 +87,8 @@ demo: deps
 	$(MAKE) -j2 $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(BUILD)/libkilnrt.a $(BUILD)/corpus.txt
 	$(BUILD)/kiln compile models/tiny.lua --target cpu -o $(BUILD)/tiny
 	$(BUILD)/tiny --data $(BUILD)/corpus.txt --log $(BUILD)/demo.jsonl
+	$(BUILD)/kiln plot $(BUILD)/demo.jsonl -o $(BUILD)/demo-loss.svg
+	@echo "loss curve: $(BUILD)/demo-loss.svg"
 
 bench: $(BUILD)/kiln
 	BUILD=$(BUILD) bench/frontend.sh

@@ -37,6 +37,17 @@
 
 #include "kiln.h"
 
+/* The gradient of `slice %x {dim, start, end}` is dy placed at [start, end)
+ * of dim.  Slices that split one value (q, k and v from one projection) are
+ * kept as pieces and joined by a single concat, with zeros only for the gaps,
+ * instead of one zero-padded copy per slice summed with adds. */
+typedef struct Piece {
+    int v, dim, dy;
+    int64_t start, end;
+    Loc loc;
+    int layer;
+} Piece;
+
 typedef struct {
     Module *m;
     Graph *g;
@@ -44,6 +55,8 @@ typedef struct {
     int nval;   /* forward value count */
     char *need; /* per forward value: gets a gradient */
     int *grad;  /* per forward value: accumulated gradient id, -1 none */
+    struct Piece *pieces; /* gradients of slices, joined when their value's gradient is read */
+    int npieces, cappieces;
     Loc loc;    /* metadata of the forward node being differentiated */
     int layer;
 } Ad;
@@ -245,22 +258,65 @@ static void vjp_transpose(Ad *a, const Node *n, const int *dy, int *dx) {
     dx[0] = transpose(a, dy[0], (int)ir_attr_i(n, "a", 0), (int)ir_attr_i(n, "b", 0));
 }
 
-/* Zeros before and after dy along the sliced dim. */
+/* Recorded as a piece of the input's gradient (see Piece); joined by join_pieces. */
 static void vjp_slice(Ad *a, const Node *n, const int *dy, int *dx) {
-    Type tx = vtype(a, n->in[0]);
-    int dim = (int)ir_attr_i(n, "dim", 0);
-    int64_t start = ir_attr_i(n, "start", 0), end = ir_attr_i(n, "end", 0);
-    int parts[3], np = 0;
-    Type z = tx;
-    if (start > 0) z.dim[dim] = start, parts[np++] = cnst(a, z, 0.0);
-    parts[np++] = dy[0];
-    if (end < tx.dim[dim]) z.dim[dim] = tx.dim[dim] - end, parts[np++] = cnst(a, z, 0.0);
-    if (np == 1) {
-        dx[0] = dy[0];
-        return;
+    if (a->npieces == a->cappieces) {
+        a->cappieces = a->cappieces ? 2 * a->cappieces : 64;
+        a->pieces = realloc(a->pieces, sizeof(Piece) * (size_t)a->cappieces);
+        if (!a->pieces) ICE("autodiff: out of memory");
     }
-    Attr at = ir_attr_int(a->m, "dim", dim);
-    dx[0] = ir_out(a->g, emit(a, OP_concat, np, parts, 1, &at, NULL));
+    a->pieces[a->npieces++] = (Piece){n->in[0], (int)ir_attr_i(n, "dim", 0), dy[0], ir_attr_i(n, "start", 0),
+                                      ir_attr_i(n, "end", 0), a->loc, a->layer};
+    dx[0] = -1;
+}
+
+static int by_start(const void *x, const void *y) {
+    const Piece *p = x, *q = y;
+    return p->start < q->start ? -1 : p->start > q->start;
+}
+
+/* Concatenate pieces of v sorted by start, all on dim, not overlapping:
+ * zeros fill the gaps. */
+static int concat_pieces(Ad *a, int v, Piece *p, int np, int dim) {
+    Type tv = vtype(a, v), z = tv;
+    int *parts = malloc(sizeof(int) * (size_t)(2 * np + 1)), k = 0;
+    if (!parts) ICE("autodiff: out of memory");
+    int64_t at = 0;
+    for (int i = 0; i <= np; i++) {
+        int64_t next = i < np ? p[i].start : tv.dim[dim];
+        if (next > at) z.dim[dim] = next - at, parts[k++] = cnst(a, z, 0.0);
+        if (i < np) parts[k++] = p[i].dy, at = p[i].end;
+    }
+    Attr att = ir_attr_int(a->m, "dim", dim);
+    int r = k == 1 ? parts[0] : ir_out(a->g, emit(a, OP_concat, k, parts, 1, &att, NULL));
+    free(parts);
+    return r;
+}
+
+/* Fold the slice pieces of v into its gradient: one concat when they lie on
+ * one dim without overlapping, else one concat per piece. */
+static void join_pieces(Ad *a, int v) {
+    Piece *mine = malloc(sizeof(Piece) * (size_t)(a->npieces ? a->npieces : 1));
+    if (!mine) ICE("autodiff: out of memory");
+    int np = 0, keep = 0;
+    for (int i = 0; i < a->npieces; i++)
+        if (a->pieces[i].v == v) mine[np++] = a->pieces[i];
+        else a->pieces[keep++] = a->pieces[i];
+    a->npieces = keep;
+    if (np) {
+        qsort(mine, (size_t)np, sizeof *mine, by_start);
+        int disjoint = 1;
+        for (int i = 0; i < np; i++)
+            disjoint &= mine[i].dim == mine[0].dim && (i == 0 || mine[i].start >= mine[i - 1].end);
+        a->loc = mine[0].loc, a->layer = mine[0].layer;
+        int dv = disjoint ? concat_pieces(a, v, mine, np, mine[0].dim) : -1;
+        for (int i = 0; !disjoint && i < np; i++) {
+            int one = concat_pieces(a, v, &mine[i], 1, mine[i].dim);
+            dv = dv < 0 ? one : op2(a, OP_add, dv, one);
+        }
+        a->grad[v] = a->grad[v] < 0 ? dv : op2(a, OP_add, a->grad[v], dv);
+    }
+    free(mine);
 }
 
 static void vjp_concat(Ad *a, const Node *n, const int *dy, int *dx) {
@@ -461,6 +517,7 @@ static void backprop_node(Ad *a, int i) {
     if (!any_in) return;
     int any_out = 0;
     for (int j = 0; j < n.nout; j++) {
+        if (a->need[n.out[j]]) join_pieces(a, n.out[j]);
         dy[j] = a->need[n.out[j]] ? a->grad[n.out[j]] : -1;
         any_out |= dy[j] >= 0;
     }
@@ -527,6 +584,7 @@ void pass_autodiff(Module *m, const Options *o) {
     for (int i = 0; i < a.nfwd; i++) {
         Node p = g->nodes[i];
         if (p.op != OP_param) continue;
+        join_pieces(&a, p.out[0]);
         int gv = a.grad[p.out[0]];
         a.loc = p.loc, a.layer = p.layer;
         if (gv < 0) gv = cnst(&a, vtype(&a, p.out[0]), 0.0);
@@ -536,4 +594,5 @@ void pass_autodiff(Module *m, const Options *o) {
     }
     free(a.need);
     free(a.grad);
+    free(a.pieces);
 }

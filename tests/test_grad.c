@@ -359,6 +359,31 @@ static void test_slice(void **s) {
     }
 }
 
+/* Several slices of one value: autodiff joins their gradients (one concat
+ * when they lie on one dim without overlap, zeros in the gaps; otherwise one
+ * padded copy each), plus a dense use of the same value. */
+static void test_slices_of_one_value(void **s) {
+    int64_t cases[3][2][3] = {
+        {{1, 0, 1}, {1, 2, 4}}, /* dim 1: [0,1) and [2,4), gap [1,2) and [4,5) */
+        {{1, 0, 3}, {1, 2, 5}}, /* overlapping */
+        {{1, 1, 4}, {2, 0, 2}}, /* different dims */
+    };
+    for (int c = 0; c < 3; c++)
+        for (int dense = 0; dense < 2; dense++) {
+            T *t = t_new();
+            int x = t_param1(t, "x", F32(2, 5, 3)), ys[3];
+            for (int k = 0; k < 2; k++) {
+                Attr at[3] = {ai(t, "dim", cases[c][k][0]), ai(t, "start", cases[c][k][1]), ai(t, "end", cases[c][k][2])};
+                ys[k] = t_op(t, OP_slice, 1, &x, 3, at);
+            }
+            ys[2] = x;
+            t_loss(t, 2 + dense, ys);
+            char label[64];
+            snprintf(label, sizeof label, "slices case %d dense %d", c, dense);
+            check_t(t, label);
+        }
+}
+
 static void test_concat(void **s) {
     T *t = t_new();
     int in[3] = {t_param1(t, "a", F32(2, 1, 3)), t_param1(t, "b", F32(2, 4, 3)), t_param1(t, "c", F32(2, 2, 3))};
@@ -662,7 +687,8 @@ int main(void) {
         cmocka_unit_test(test_unary),          cmocka_unit_test(test_binary),
         cmocka_unit_test(test_fanout),         cmocka_unit_test(test_reductions),
         cmocka_unit_test(test_sumsq),          cmocka_unit_test(test_reshape_transpose),
-        cmocka_unit_test(test_slice),          cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_slice),          cmocka_unit_test(test_slices_of_one_value),
+        cmocka_unit_test(test_concat),
         cmocka_unit_test(test_broadcast_sumto), cmocka_unit_test(test_cast),
         cmocka_unit_test(test_matmul),         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_softmax),
