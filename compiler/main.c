@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "emit.h"
@@ -365,22 +367,44 @@ static void emit_inspection(Args *a, Module *m, const char *path) {
     if (fclose(f) != 0) die("--emit: cannot write %s", path);
 }
 
+/* Link obj with the runtime into out: cc, run without a shell (paths may hold
+ * any character).  KILN_LINK_FLAGS is one word or empty. */
+static void link_trainer(const char *out, const char *obj) {
+    char dir[4096], main_o[4200], rtlib[4200];
+    exe_dir(dir, sizeof dir);
+    snprintf(main_o, sizeof main_o, "%s/runtime/trainer_main.o", dir);
+    snprintf(rtlib, sizeof rtlib, "%s/libkilnrt.a", dir);
+    char *argv[16];
+    int n = 0;
+    argv[n++] = "cc";
+    if (KILN_LINK_FLAGS[0]) argv[n++] = KILN_LINK_FLAGS;
+    argv[n++] = "-o", argv[n++] = (char *)out, argv[n++] = (char *)obj, argv[n++] = main_o, argv[n++] = rtlib;
+    argv[n++] = "-lopenblas", argv[n++] = "-lpthread", argv[n++] = "-lm", argv[n] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) die("compile: fork: %s", strerror(errno));
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        fprintf(stderr, "kiln: compile: cannot run cc: %s\n", strerror(errno));
+        _exit(127);
+    }
+    int status;
+    if (waitpid(pid, &status, 0) < 0) die("compile: waitpid: %s", strerror(errno));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("compile: linking %s with the runtime in %s failed", out, dir);
+}
+
 static int cmd_compile(Args *a) {
     if (!a->out) die("compile: -o FILE is required");
     Module *m = compile(a);
-    char err[1024], dir[4096], obj[4200], cmd[16384];
+    char err[1024], path[4200];
     if (a->emit) {
-        snprintf(obj, sizeof obj, "%s.%s", a->out, strcmp(a->emit, "llvm") == 0 ? "ll" : "schedule.ir");
-        emit_inspection(a, m, obj);
+        snprintf(path, sizeof path, "%s.%s", a->out, strcmp(a->emit, "llvm") == 0 ? "ll" : "schedule.ir");
+        emit_inspection(a, m, path);
     }
-    snprintf(obj, sizeof obj, "%s.o", a->out);
-    if (emit_object(m, obj, err, sizeof err) != 0) die("compile: %s", err);
-    exe_dir(dir, sizeof dir);
-    snprintf(cmd, sizeof cmd, "cc %s -o '%s' '%s' '%s/runtime/trainer_main.o' '%s/libkilnrt.a' -lopenblas -lpthread -lm",
-             KILN_LINK_FLAGS, a->out, obj, dir, dir);
-    int rc = system(cmd);
-    if (rc != 0) die("compile: linking %s failed (%s)", a->out, cmd);
-    unlink(obj);
+    snprintf(path, sizeof path, "%s.o", a->out);
+    if (emit_object(m, path, err, sizeof err) != 0) die("compile: %s", err);
+    link_trainer(a->out, path);
+    if (unlink(path) != 0) die("compile: cannot remove %s: %s", path, strerror(errno));
     printf("wrote %s\n", a->out);
     ir_free(m);
     return 0;
