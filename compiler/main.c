@@ -27,6 +27,7 @@
 #include "kiln.h"
 #include "memplan.h"
 #include "plot.h"
+#include "data_cmd.h"
 #include "trainer.h"
 #include "data.h"
 #include "safetensors.h"
@@ -66,6 +67,7 @@ static void usage(FILE *f) {
           "       kiln check MODEL\n"
           "       kiln plan  MODEL                      memory per rank: params, grads, optimizer, activations\n"
           "       kiln plot  RUN.jsonl [RUN2.jsonl ...] -o OUT.svg [--title T] [--log-y]\n"
+          "       kiln data  TEXT... -o PREFIX [--val-fraction F] [--shard-tokens N]   llm.c token shards\n"
           "       kiln compile MODEL --target cpu -o FILE [--emit llvm|schedule]\n"
           "       kiln run   MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run   MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
@@ -152,7 +154,7 @@ static void parse_args(Args *a, int argc, char **argv) {
     if (strcmp(a->cmd, "-h") == 0 || strcmp(a->cmd, "--help") == 0) { usage(stdout); exit(0); }
     if (strcmp(a->cmd, "dump") && strcmp(a->cmd, "check") && strcmp(a->cmd, "run") && strcmp(a->cmd, "plan") &&
         strcmp(a->cmd, "compile"))
-        die("unknown command \"%s\" (dump, check, plan, compile, run, plot; see kiln --help)", a->cmd);
+        die("unknown command \"%s\" (dump, check, plan, compile, run, plot, data; see kiln --help)", a->cmd);
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i];
         int has = i + 1 < argc;
@@ -533,6 +535,7 @@ static int cmd_run(Args *a) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "plot") == 0) return kiln_plot_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "data") == 0) return kiln_data_main(argc - 1, argv + 1);
     Args a = {0};
     parse_args(&a, argc, argv);
     int rc;

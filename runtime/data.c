@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t splitmix64(uint64_t *s) {
+uint64_t data_next(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -49,7 +49,7 @@ void data_free(Corpus *c) {
 
 void data_sample_i32(const Corpus *c, int64_t B, int64_t T, uint64_t *rng, int32_t *tok, int32_t *tgt) {
     for (int64_t b = 0; b < B; b++) {
-        size_t off = (size_t)(splitmix64(rng) % (c->n - (size_t)T));
+        size_t off = (size_t)(data_next(rng) % (c->n - (size_t)T));
         for (int64_t t = 0; t < T; t++) {
             tok[b * T + t] = c->bytes[off + (size_t)t];
             tgt[b * T + t] = c->bytes[off + (size_t)t + 1];

@@ -10,6 +10,21 @@
  * outputs "loss", "lr" and "grad_norm".  Shapes (batch, sequence) and the
  * optimizer's hyper-parameters are part of the program, so flags that would
  * change them name the compile-time flag instead.
+ *
+ * Data (shards.h): --data and --val take a file or a glob of llm.c token
+ * shards (.bin) or of text files (bytes are tokens).  A text file gives the
+ * same batches as before shards existed, so its losses are unchanged.
+ *
+ * Validation: the compiled step always ends with the AdamW update, and the
+ * program has no forward-only entry.  The loss it reports is computed by the
+ * forward pass on the weights as they were before the update, so the
+ * validation loss is measured by saving the parameter, gradient and
+ * optimizer spaces, running the step on validation windows, reading "loss",
+ * and restoring the three spaces byte for byte: the model and the optimizer
+ * (step count, moments, learning-rate schedule) are exactly as if the
+ * validation had not run (tests/t_data.sh checks the training losses are
+ * bit-identical with and without --val).  It costs a full step per
+ * validation batch; a forward-only program would cost a third of that.
  */
 #include "trainer.h"
 
@@ -21,10 +36,11 @@
 #include <time.h>
 
 #include "data.h"
+#include "shards.h"
 
 typedef struct {
-    const char *data, *log, *trace;
-    int steps, serial, threads, print_every;
+    const char *data, *val, *log, *trace;
+    int steps, serial, threads, print_every, val_every, val_batches;
     uint64_t seed;
 } TrainArgs;
 
@@ -39,8 +55,10 @@ static void die(const char *fmt, ...) {
 }
 
 static const char *usage =
-    "usage: %s --data FILE [--steps N] [--seed N] [--log FILE.jsonl] [--trace FILE.json]\n"
-    "          [--serial] [--threads N] [--print-every N]\n";
+    "usage: %s --data FILE|GLOB [--val FILE|GLOB --val-every N [--val-batches N]]\n"
+    "          [--steps N] [--seed N] [--log FILE.jsonl] [--trace FILE.json]\n"
+    "          [--serial] [--threads N] [--print-every N]\n"
+    "  FILE|GLOB: llm.c token shards (.bin) or text files (bytes are tokens); quote globs\n";
 
 static long int_flag(const char *flag, const char *v) {
     char *end;
@@ -53,6 +71,7 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
     a->steps = -1;
     a->seed = 1337;
     a->print_every = 10;
+    a->val_batches = 4;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         int has = i + 1 < argc;
@@ -64,6 +83,9 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
         if (!has) die("%s: unknown flag or missing value", f);
         const char *v = argv[++i];
         if (strcmp(f, "--data") == 0) a->data = v;
+        else if (strcmp(f, "--val") == 0) a->val = v;
+        else if (strcmp(f, "--val-every") == 0) a->val_every = (int)int_flag(f, v);
+        else if (strcmp(f, "--val-batches") == 0) a->val_batches = (int)int_flag(f, v);
         else if (strcmp(f, "--log") == 0) a->log = v;
         else if (strcmp(f, "--trace") == 0) a->trace = v;
         else if (strcmp(f, "--steps") == 0) a->steps = (int)int_flag(f, v);
@@ -72,7 +94,10 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
         else if (strcmp(f, "--print-every") == 0) a->print_every = (int)int_flag(f, v);
         else die("%s: unknown flag", f);
     }
-    if (!a->data) die("--data FILE is required (a text file; its bytes are the tokens)");
+    if (!a->data) die("--data FILE|GLOB is required (llm.c token shards .bin, or text files whose bytes are the tokens)");
+    if (a->val_every > 0 && !a->val) die("--val-every: needs --val FILE|GLOB");
+    if (a->val && a->val_every == 0) die("--val: needs --val-every N (validate every N steps)");
+    if (a->val_batches < 1) die("--val-batches: expected at least 1");
     if (a->print_every < 1) a->print_every = 1;
     (void)p;
 }
@@ -91,6 +116,34 @@ static double now(void) {
 
 static double scalar(rt_ctx *ctx, const rt_tensor *t) { return t ? *(float *)rt_tensor_ptr(ctx, t) : NAN; }
 
+static void open_data(Dataset *d, const char *pattern, const char *flag, int64_t T) {
+    char err[1024];
+    if (dataset_open(d, pattern, 0, flag, err, sizeof err) != 0) die("%s", err);
+    if (d->n < (size_t)T + 1)
+        die("%s: %s holds %zu tokens, fewer than one window of %lld", flag, pattern, d->n, (long long)T + 1);
+}
+
+/* The spaces a step changes for good: restored after a validation step. */
+static const int kept[] = {RT_SPACE_PARAMS, RT_SPACE_GRADS, RT_SPACE_OPT};
+enum { NKEPT = sizeof kept / sizeof kept[0] };
+
+/* Mean loss over the fixed validation windows (the same every time: the
+ * generator restarts from the seed), leaving the model untouched; NAN and a
+ * message in err when a step fails. */
+static double validate(rt_ctx *ctx, const rt_program *p, const Dataset *val, const TrainArgs *a, const rt_tensor *tok,
+                       const rt_tensor *tgt, const rt_tensor *loss_t, char **save, char *err, int errlen) {
+    err[0] = 0;
+    for (int i = 0; i < NKEPT; i++) memcpy(save[i], rt_space(ctx, kept[i]), (size_t)p->space_bytes[kept[i]]);
+    uint64_t rng = data_rng(a->seed);
+    double sum = 0;
+    for (int k = 0; k < a->val_batches && !isnan(sum); k++) {
+        dataset_sample(val, tok->dim[0], tok->dim[1], 0, 1, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt), NULL);
+        sum = rt_step(ctx, err, errlen) == 0 ? sum + scalar(ctx, loss_t) : NAN;
+    }
+    for (int i = 0; i < NKEPT; i++) memcpy(rt_space(ctx, kept[i]), save[i], (size_t)p->space_bytes[kept[i]]);
+    return sum / a->val_batches;
+}
+
 int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps) {
     TrainArgs a = {0};
     parse(&a, p, argc, argv);
@@ -103,9 +156,12 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     int64_t B = tok->dim[0], T = tok->dim[1];
 
     char err[1024];
-    Corpus c;
-    if (data_load_text(&c, a.data, err, sizeof err) != 0) die("%s", err);
-    if (c.n < (size_t)T + 2) die("--data: %s has %zu bytes, fewer than one window of %lld", a.data, c.n, (long long)T + 1);
+    Dataset train, val = {0};
+    open_data(&train, a.data, "--data", T);
+    if (a.val) open_data(&val, a.val, "--val", T);
+    char *save[NKEPT] = {0};
+    for (int i = 0; a.val && i < NKEPT; i++)
+        if (!(save[i] = malloc((size_t)p->space_bytes[kept[i]] + 1))) die("--val: out of memory");
     FILE *log = a.log ? fopen(a.log, "w") : NULL;
     if (a.log && !log) die("--log: cannot open %s", a.log);
 
@@ -119,7 +175,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     double t0 = now();
     int rc = 0;
     for (int step = 1; step <= a.steps; step++) {
-        data_sample_i32(&c, B, T, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt));
+        dataset_sample(&train, B, T, 0, 1, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt), NULL);
         double ts = now();
         if (rt_step(ctx, err, sizeof err) != 0) {
             fprintf(stderr, "step %d: %s\n", step, err);
@@ -134,17 +190,32 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
             rc = 1;
             break;
         }
+        double vloss = NAN;
+        if (a.val && (step % a.val_every == 0 || step == a.steps)) {
+            vloss = validate(ctx, p, &val, &a, tok, tgt, loss_t, save, err, sizeof err);
+            if (!isfinite(vloss)) {
+                fprintf(stderr, "step %d: validation: %s\n", step, isnan(vloss) && *err ? err : "loss is not finite");
+                rc = 1;
+                break;
+            }
+            printf("step %4d/%d | val loss %.4f\n", step, a.steps, vloss);
+        }
         if (step == 1 || step % a.print_every == 0 || step == a.steps)
             printf("step %4d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f GFLOP/s\n", step, a.steps,
                    loss, lr, gn, tps, gflops);
-        if (log)
-            fprintf(log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"gflops\":%.3f,\"elapsed\":%.3f}\n",
-                    step, loss, lr, gn, tps, gflops, now() - t0);
+        if (log) {
+            fprintf(log, "{\"step\":%d,\"loss\":%.9g,", step, loss);
+            if (!isnan(vloss)) fprintf(log, "\"val_loss\":%.9g,", vloss);
+            fprintf(log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"gflops\":%.3f,\"elapsed\":%.3f}\n",
+                    lr, gn, tps, gflops, now() - t0);
+        }
         fflush(stdout);
     }
     if (rc == 0) printf("done: %d steps in %.1f s\n", a.steps, now() - t0);
     if (log && fclose(log) != 0) die("--log: cannot write %s", a.log);
     rt_free(ctx);
-    data_free(&c);
+    dataset_close(&train);
+    dataset_close(&val);
+    for (int i = 0; i < NKEPT; i++) free(save[i]);
     return rc;
 }

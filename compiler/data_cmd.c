@@ -1,0 +1,199 @@
+/* data_cmd.c — `kiln data IN... -o PREFIX [--val-fraction F] [--shard-tokens N]`.
+ *
+ * Turns text files into llm.c token shards with byte-level tokens (each byte
+ * is one token, vocabulary 256, version 1 shards).  The inputs are read in
+ * order as one stream; its last F of the tokens (default 0.1) become
+ * PREFIX_val_000000.bin, ..., the rest PREFIX_train_000000.bin, ..., each
+ * shard holding at most N tokens (default 100,000,000, as llm.c).
+ *
+ * Every input is checked before anything is written, every shard is written
+ * to a temporary file, and the shards are renamed into place only when all
+ * of them were written: a bad input or a full disk leaves no half-written
+ * dataset and nothing written over.
+ */
+#include "data_cmd.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shards.h"
+
+typedef struct {
+    char **in;
+    int nin;
+    const char *out;
+    double val_fraction;
+    long long shard_tokens;
+} DataArgs;
+
+/* The shards written so far (all still temporary) and the one being filled. */
+typedef struct {
+    ShardWriter *w;
+    int n, cap;
+    const char *out, *split;
+    long long per_shard, in_current;
+    char err[1024];
+} Split;
+
+static const char *data_usage = "usage: kiln data IN... -o OUT_PREFIX [--val-fraction F] [--shard-tokens N]\n";
+
+static int dfail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int dfail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kiln data: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+static int parse_args(DataArgs *a, int argc, char **argv) {
+    a->val_fraction = 0.1;
+    a->shard_tokens = 100000000;
+    a->in = calloc((size_t)argc, sizeof *a->in);
+    if (!a->in) return dfail("out of memory");
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) {
+            fputs(data_usage, stdout);
+            exit(0);
+        }
+        if (f[0] != '-' || f[1] == 0) {
+            a->in[a->nin++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= argc) return dfail("%s: unknown flag or missing value", f);
+        const char *v = argv[++i];
+        char *end;
+        if (strcmp(f, "-o") == 0) a->out = v;
+        else if (strcmp(f, "--val-fraction") == 0) {
+            a->val_fraction = strtod(v, &end);
+            if (*v == 0 || *end || !(a->val_fraction >= 0 && a->val_fraction < 1))
+                return dfail("--val-fraction: expected a number in [0, 1), got \"%s\"", v);
+        } else if (strcmp(f, "--shard-tokens") == 0) {
+            a->shard_tokens = strtoll(v, &end, 10);
+            if (*v == 0 || *end || a->shard_tokens < 1 || a->shard_tokens > INT32_MAX)
+                return dfail("--shard-tokens: expected an integer in [1, %d], got \"%s\"", INT32_MAX, v);
+        } else return dfail("%s: unknown flag", f);
+    }
+    if (!a->out || a->nin == 0) {
+        fputs(data_usage, stderr);
+        return 1;
+    }
+    return 0;
+}
+
+/* Total bytes of the inputs; every one must be a readable regular file. */
+static int check_inputs(const DataArgs *a, long long *total) {
+    *total = 0;
+    for (int i = 0; i < a->nin; i++) {
+        struct stat st;
+        if (stat(a->in[i], &st) != 0) return dfail("%s: cannot open: %s", a->in[i], strerror(errno));
+        if (!S_ISREG(st.st_mode)) return dfail("%s: not a regular file", a->in[i]);
+        if (access(a->in[i], R_OK) != 0) return dfail("%s: cannot read: %s", a->in[i], strerror(errno));
+        *total += st.st_size;
+    }
+    return 0;
+}
+
+static int split_put(Split *s, const uint32_t *tok, long long n) {
+    while (n > 0) {
+        if (s->n == 0 || s->in_current == s->per_shard) {
+            if (s->n > 0 && shard_finish(&s->w[s->n - 1]) != 0) return -1;
+            if (s->n == s->cap) {
+                int cap = s->cap ? 2 * s->cap : 8;
+                ShardWriter *w = realloc(s->w, (size_t)cap * sizeof *w);
+                if (!w) return snprintf(s->err, sizeof s->err, "out of memory"), -1;
+                s->w = w, s->cap = cap;
+            }
+            char path[4096];
+            snprintf(path, sizeof path, "%s_%s_%06d.bin", s->out, s->split, s->n);
+            if (shard_begin(&s->w[s->n], path, 1, s->err, sizeof s->err) != 0) return -1;
+            s->n++;
+            s->in_current = 0;
+        }
+        long long k = s->per_shard - s->in_current;
+        if (k > n) k = n;
+        if (shard_put(&s->w[s->n - 1], tok, (size_t)k) != 0) return -1;
+        s->in_current += k, tok += k, n -= k;
+    }
+    return 0;
+}
+
+static void split_abort(Split *s) {
+    for (int i = 0; i < s->n; i++) shard_abort(&s->w[i]);
+    free(s->w);
+}
+
+/* Read every input in order; the first ntrain tokens go to train, the rest to val. */
+static int stream_inputs(const DataArgs *a, long long ntrain, long long total, Split *train, Split *val) {
+    static unsigned char buf[1 << 16];
+    static uint32_t tok[1 << 16];
+    long long seen = 0;
+    for (int i = 0; i < a->nin; i++) {
+        FILE *f = fopen(a->in[i], "rb");
+        if (!f) return dfail("%s: cannot open: %s", a->in[i], strerror(errno));
+        size_t k;
+        int rc = 0;
+        while (rc == 0 && (k = fread(buf, 1, sizeof buf, f)) > 0) {
+            for (size_t j = 0; j < k; j++) tok[j] = buf[j];
+            long long to_train = ntrain - seen;
+            to_train = to_train < 0 ? 0 : to_train > (long long)k ? (long long)k : to_train;
+            if (split_put(train, tok, to_train) != 0) rc = dfail("%s", train->err);
+            else if (split_put(val, tok + to_train, (long long)k - to_train) != 0) rc = dfail("%s", val->err);
+            seen += (long long)k;
+        }
+        if (rc == 0 && ferror(f)) rc = dfail("%s: read error", a->in[i]);
+        fclose(f);
+        if (rc != 0) return rc;
+    }
+    if (seen != total) return dfail("the inputs changed while being read (%lld bytes, expected %lld)", seen, total);
+    return 0;
+}
+
+static int finish_and_commit(Split *s) {
+    if (s->n > 0 && shard_finish(&s->w[s->n - 1]) != 0) return dfail("%s", s->err);
+    for (int i = 0; i < s->n; i++)
+        if (shard_commit(&s->w[i]) != 0) return dfail("%s", s->err);
+    char path[4096];
+    snprintf(path, sizeof path, "%s_%s_%06d.bin", s->out, s->split, s->n);
+    if (access(path, F_OK) == 0)
+        fprintf(stderr, "kiln data: warning: %s is left from an earlier run; a glob of %s_%s_*.bin would include it\n",
+                path, s->out, s->split);
+    return 0;
+}
+
+int kiln_data_main(int argc, char **argv) {
+    DataArgs a = {0};
+    long long total;
+    int rc = parse_args(&a, argc, argv);
+    if (rc == 0) rc = check_inputs(&a, &total);
+    if (rc != 0) {
+        free(a.in);
+        return rc;
+    }
+    long long nval = (long long)(a.val_fraction * (double)total + 0.5), ntrain = total - nval;
+    if (ntrain <= 0) {
+        free(a.in);
+        return dfail("no training tokens: the inputs hold %lld bytes", total);
+    }
+    Split train = {.out = a.out, .split = "train", .per_shard = a.shard_tokens};
+    Split val = {.out = a.out, .split = "val", .per_shard = a.shard_tokens};
+    rc = stream_inputs(&a, ntrain, total, &train, &val);
+    if (rc == 0) rc = finish_and_commit(&train);
+    if (rc == 0) rc = finish_and_commit(&val);
+    if (rc == 0)
+        printf("%lld train tokens in %d shard%s (%s_train_*.bin), %lld validation tokens in %d shard%s (%s_val_*.bin); "
+               "byte-level, vocabulary 256\n",
+               ntrain, train.n, train.n == 1 ? "" : "s", a.out, nval, val.n, val.n == 1 ? "" : "s", a.out);
+    split_abort(&train);
+    split_abort(&val);
+    free(a.in);
+    return rc;
+}

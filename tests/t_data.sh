@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Datasets: `kiln data` turns the demo corpus into llm.c token shards, the
+# compiled tiny trainer trains on a glob of them, validation leaves training
+# bit-identical, and bad input stops `kiln data` and the trainer with one
+# line naming the file, writing nothing over.
+set -u
+B=${BUILD:-build}
+K=$B/kiln
+n=0
+check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+[ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+DATA=("$K" data)
+P=$tmp/corpus
+"${DATA[@]}" "$B/corpus.txt" -o "$P" --shard-tokens 50000 > "$tmp/out"; rc=$?
+check "kiln data writes train and val shards (rc=$rc)" "[ $rc = 0 ] && [ -e ${P}_train_000000.bin ] && [ -e ${P}_train_000001.bin ] && [ -e ${P}_val_000000.bin ]"
+check "no temporary files left" "! ls $tmp/*.tmp >/dev/null 2>&1"
+check "the shards hold the corpus's bytes, in order (90% train, 10% val)" "python3 - '$B/corpus.txt' $P <<'PY'
+import glob, struct, sys
+data, toks = open(sys.argv[1], 'rb').read(), []
+for split in ('train', 'val'):
+    for f in sorted(glob.glob(sys.argv[2] + '_' + split + '_*.bin')):
+        d = open(f, 'rb').read()
+        magic, version, count = struct.unpack('<3i', d[:12])
+        assert magic == 20240520 and version == 1 and len(d) == 1024 + 2 * count and count <= 50000, f
+        toks += struct.unpack('<%dH' % count, d[1024:])
+    if split == 'train': ntrain = len(toks)
+assert bytes(toks) == data and ntrain == len(data) - round(0.1 * len(data))
+PY"
+
+"$K" compile models/tiny.lua --target cpu -o "$tmp/tiny" > /dev/null
+"$tmp/tiny" --data "${P}_train_*.bin" --steps 20 --log "$tmp/a.jsonl" > /dev/null; rc=$?
+first=$(head -1 "$tmp/a.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/')
+last=$(tail -1 "$tmp/a.jsonl" | sed 's/.*"loss":\([^,]*\),.*/\1/')
+check "the tiny trainer trains on a glob of shards (rc=$rc, loss $first -> $last)" "[ $rc = 0 ] && awk 'BEGIN{exit !($last < $first - 1)}'"
+"$tmp/tiny" --data "${P}_train_*.bin" --steps 20 --val "${P}_val_*.bin" --val-every 5 --log "$tmp/b.jsonl" > /dev/null; rc=$?
+strip() { sed -e 's/"val_loss":[^,]*,//' -e 's/,"tokens_per_s.*//' "$1"; }
+check "validation every 5 steps: 4 val losses in the log (rc=$rc)" "[ $rc = 0 ] && [ \$(grep -c val_loss $tmp/b.jsonl) = 4 ]"
+check "validation leaves the training losses bit-identical" "cmp -s <(strip $tmp/a.jsonl) <(strip $tmp/b.jsonl)"
+"$tmp/tiny" --data "$B/corpus.txt" --steps 3 > /dev/null; rc=$?
+check "a text file still trains (rc=$rc)" "[ $rc = 0 ]"
+
+# bad input: one line naming the file, non-zero exit, nothing written over
+sum_before=$(cat ${P}_*.bin | md5sum)
+one_line() { [ "$1" != 0 ] && [ "$(printf '%s\n' "$2" | wc -l)" = 1 ] && [[ "$2" == *"$3"* ]]; }
+err=$("${DATA[@]}" "$B/corpus.txt" "$tmp/missing.txt" -o "$P" 2>&1 >/dev/null); rc=$?
+check "kiln data: a missing input is one line naming it ($err)" "one_line $rc \"\$err\" missing.txt"
+check "kiln data: nothing written over after bad input" "[ \"\$(cat ${P}_*.bin | md5sum)\" = \"$sum_before\" ] && ! ls $tmp/*.tmp >/dev/null 2>&1"
+err=$("${DATA[@]}" "$B/corpus.txt" -o "$tmp/nodir/x" 2>&1 >/dev/null); rc=$?
+check "kiln data: an unwritable output is one line naming it ($err)" "one_line $rc \"\$err\" nodir/x_train_000000.bin"
+python3 -c "
+import struct, sys
+hdr = lambda m, v, c: struct.pack('<3i', m, v, c) + bytes(1024 - 12)
+toks = struct.pack('<200H', *range(200))
+open('$tmp/magic.bin', 'wb').write(hdr(1234, 1, 200) + toks)
+open('$tmp/trunc.bin', 'wb').write(hdr(20240520, 1, 300) + toks)
+open('$tmp/vocab.bin', 'wb').write(hdr(20240520, 1, 200) + struct.pack('<200H', *[300] * 200))
+"
+for bad in magic:"wrong magic 1234" trunc:truncated; do
+    f=${bad%%:*} want=${bad#*:}
+    err=$("$tmp/tiny" --data "$tmp/$f.bin" --steps 2 2>&1 >/dev/null); rc=$?
+    check "trainer: $f.bin is one line naming the file ($err)" "one_line $rc \"\$err\" \"$tmp/$f.bin: $want\""
+done
+err=$("$tmp/tiny" --data "${P}_train_*.bin" --val "$tmp/nothing_*.bin" --val-every 5 --steps 2 2>&1 >/dev/null); rc=$?
+check "trainer: a --val glob matching nothing is one line ($err)" "one_line $rc \"\$err\" '--val: no file matches'"
+err=$("$tmp/tiny" --data "$tmp/vocab.bin" --steps 2 2>&1 >/dev/null); rc=$?
+check "trainer: token id 300 >= vocabulary 256 stops the step with one line ($err)" "one_line $rc \"\$err\" 300"
