@@ -35,12 +35,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "checkpoint.h"
 #include "data.h"
 #include "shards.h"
 
 typedef struct {
-    const char *data, *val, *log, *trace;
-    int steps, serial, threads, print_every, val_every, val_batches;
+    const char *data, *val, *log, *trace, *ckpt, *resume, *init;
+    int steps, serial, threads, print_every, val_every, val_batches, ckpt_every, keep;
     uint64_t seed;
 } TrainArgs;
 
@@ -58,6 +59,7 @@ static const char *usage =
     "usage: %s --data FILE|GLOB [--val FILE|GLOB --val-every N [--val-batches N]]\n"
     "          [--steps N] [--seed N] [--log FILE.jsonl] [--trace FILE.json]\n"
     "          [--serial] [--threads N] [--print-every N]\n"
+    "          [--ckpt DIR [--ckpt-every N] [--keep K]] [--resume DIR] [--init FILE.safetensors]\n"
     "  FILE|GLOB: llm.c token shards (.bin) or text files (bytes are tokens); quote globs\n";
 
 static long int_flag(const char *flag, const char *v) {
@@ -72,6 +74,7 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
     a->seed = 1337;
     a->print_every = 10;
     a->val_batches = 4;
+    a->keep = 3;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         int has = i + 1 < argc;
@@ -92,6 +95,11 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
         else if (strcmp(f, "--seed") == 0) a->seed = (uint64_t)int_flag(f, v);
         else if (strcmp(f, "--threads") == 0) a->threads = (int)int_flag(f, v);
         else if (strcmp(f, "--print-every") == 0) a->print_every = (int)int_flag(f, v);
+        else if (strcmp(f, "--ckpt") == 0) a->ckpt = v;
+        else if (strcmp(f, "--ckpt-every") == 0) a->ckpt_every = (int)int_flag(f, v);
+        else if (strcmp(f, "--keep") == 0) a->keep = (int)int_flag(f, v);
+        else if (strcmp(f, "--resume") == 0) a->resume = v;
+        else if (strcmp(f, "--init") == 0) a->init = v;
         else die("%s: unknown flag", f);
     }
     if (!a->data) die("--data FILE|GLOB is required (llm.c token shards .bin, or text files whose bytes are the tokens)");
@@ -99,6 +107,8 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
     if (a->val && a->val_every == 0) die("--val: needs --val-every N (validate every N steps)");
     if (a->val_batches < 1) die("--val-batches: expected at least 1");
     if (a->print_every < 1) a->print_every = 1;
+    if (a->ckpt_every && !a->ckpt) die("--ckpt-every: needs --ckpt DIR");
+    if (a->resume && a->init) die("--init: not with --resume (the checkpoint holds the weights)");
     (void)p;
 }
 
@@ -162,19 +172,35 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     char *save[NKEPT] = {0};
     for (int i = 0; a.val && i < NKEPT; i++)
         if (!(save[i] = malloc((size_t)p->space_bytes[kept[i]] + 1))) die("--val: out of memory");
-    FILE *log = a.log ? fopen(a.log, "w") : NULL;
-    if (a.log && !log) die("--log: cannot open %s", a.log);
-
     rt_options o = {.threads = a.threads, .serial = a.serial, .trace_path = a.trace};
     rt_ctx *ctx = rt_new(p, &o);
     if (!ctx) return 1;
     rt_init_params(ctx, a.seed);
     uint64_t rng = data_rng(a.seed);
+    int first = 1;
+    if (a.ckpt && ckpt_prepare_dir(a.ckpt, err, sizeof err) != 0) die("--ckpt: %s", err);
+    if (a.init && ckpt_init_weights(ctx, p, a.init, err, sizeof err) != 0) die("--init: %s", err);
+    if (a.resume) {
+        CkptExtra x;
+        char used[4096];
+        int r = ckpt_resume(ctx, p, a.resume, &x, used, sizeof used, err, sizeof err);
+        if (r < 0) die("--resume: %s", err);
+        if (r == 0) {
+            rng = x.rng;
+            first = (int)x.step + 1;
+            printf("resumed from %s (step %lld)\n", used, (long long)x.step);
+        } else {
+            printf("--resume: no checkpoint in %s yet; starting from step 1\n", a.resume);
+        }
+    }
+    /* a resumed run appends to its log (kiln plot keeps the later points) */
+    FILE *log = a.log ? fopen(a.log, a.resume ? "a" : "w") : NULL;
+    if (a.log && !log) die("--log: cannot open %s", a.log);
     printf("training %s on %s: %d steps of %lld x %lld tokens (compiled, %s)\n", p->model, a.data, a.steps,
            (long long)B, (long long)T, a.serial ? "serial" : "threaded");
     double t0 = now();
     int rc = 0;
-    for (int step = 1; step <= a.steps; step++) {
+    for (int step = first; step <= a.steps; step++) {
         dataset_sample(&train, B, T, 0, 1, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt), NULL);
         double ts = now();
         if (rt_step(ctx, err, sizeof err) != 0) {
@@ -209,9 +235,17 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
             fprintf(log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"gflops\":%.3f,\"elapsed\":%.3f}\n",
                     lr, gn, tps, gflops, now() - t0);
         }
+        if (a.ckpt && ((a.ckpt_every && step % a.ckpt_every == 0) || step == a.steps)) {
+            CkptExtra x = {.step = step, .rng = rng, .data_pos = 0};
+            if (ckpt_save(ctx, p, a.ckpt, &x, a.keep, err, sizeof err) != 0) {
+                fprintf(stderr, "step %d: %s\n", step, err);
+                rc = 1;
+                break;
+            }
+        }
         fflush(stdout);
     }
-    if (rc == 0) printf("done: %d steps in %.1f s\n", a.steps, now() - t0);
+    if (rc == 0) printf("done: %d steps in %.1f s\n", a.steps - first + 1, now() - t0);
     if (log && fclose(log) != 0) die("--log: cannot write %s", a.log);
     rt_free(ctx);
     dataset_close(&train);

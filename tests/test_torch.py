@@ -110,9 +110,10 @@ class Tap:
 _DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64, "F16": np.float16}
 
 
-def read_safetensors(path):
-    """{name: torch tensor}: an 8-byte little-endian header length, a JSON
-    header {name: {dtype, shape, data_offsets}}, then the raw data."""
+def read_safetensors(path, select=lambda name: True):
+    """{name: torch tensor} for the names select() accepts: an 8-byte
+    little-endian header length, a JSON header {name: {dtype, shape,
+    data_offsets}}, then the raw data."""
     with open(path, "rb") as f:
         blob = f.read()
     (hlen,) = struct.unpack("<Q", blob[:8])
@@ -120,7 +121,7 @@ def read_safetensors(path):
     base = 8 + hlen
     out = {}
     for name, info in header.items():
-        if name == "__metadata__":
+        if name == "__metadata__" or not select(name):
             continue
         dt = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
         start, end = info["data_offsets"]
@@ -271,6 +272,36 @@ def compare(tap, label, prec, ex, rows, loss_fn):
              f"worst curve step {s}: {r:.2g}; worst grad norm step {ns}: {nr:.2g}")
 
 
+def check_checkpoint(tap, tmp):
+    """A kiln checkpoint of tiny GPT loads into the PyTorch model under
+    Hugging Face's names (transformer.*) and gives kiln's loss on a batch.
+    build/tests/test_checkpoint --torch-fixture DIR writes the checkpoint
+    (after 2 steps), the batch, and kiln's loss of those params on it."""
+    fixture = os.path.join(ROOT, BUILD, "tests", "test_checkpoint")
+    d = os.path.join(tmp, "ckpt")
+    os.makedirs(d, exist_ok=True)
+    try:
+        p = subprocess.run([fixture, "--torch-fixture", d], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError(f"exited {p.returncode}: {p.stderr.strip()[-300:]}")
+        ck = read_safetensors(os.path.join(d, "step_00000002.safetensors"), lambda n: n.startswith("transformer."))
+        batch = read_safetensors(os.path.join(d, "batch.safetensors"))
+    except (RuntimeError, ValueError, KeyError, OSError, subprocess.TimeoutExpired) as e:
+        tap.check(False, "checkpoint: kiln writes one", f"{type(e).__name__}: {e}")
+        return
+    names = sorted(ck)
+    tap.check("transformer.h.0.attn.c_attn.weight" in ck and "transformer.wte.weight" in ck,
+              "checkpoint: parameters under Hugging Face names", ", ".join(names[:4]))
+    P = {n[len("transformer."):]: t for n, t in ck.items()}
+    with torch.no_grad():
+        loss = torch_models.gpt_loss(P, GPT, batch["tokens"].long(), batch["targets"].long()).item()
+    want = float(batch["loss"])
+    err = abs(loss - want) / abs(want)
+    tap.check(err <= TOL["f32"]["loss"], "checkpoint: PyTorch loss of the loaded params equals kiln's",
+              f"torch {loss:.9g} kiln {want:.9g} rel {err:.3g}")
+    tap.diag(f"checkpoint: {len(P)} params; torch {loss:.9g}, kiln {want:.9g}, relative error {err:.3g}")
+
+
 def main():
     torch.set_default_dtype(torch.float32)
     torch.set_num_threads(1)
@@ -298,6 +329,7 @@ def main():
                     compare(tap, label, prec, ex, rows, loss_fn)
                 except Exception as e:  # a malformed export or a torch error: report, go on
                     tap.check(False, f"{label} {prec}: torch replay", f"{type(e).__name__}: {e}")
+        check_checkpoint(tap, tmp)
     print(f"1..{tap.n}")
     return 1 if tap.failed else 0
 

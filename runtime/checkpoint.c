@@ -1,0 +1,370 @@
+/* checkpoint.c — see checkpoint.h.
+ *
+ * Saving hands safetensors.c views of the program's memory (nothing is
+ * copied: params and states are written straight from their spaces), so a
+ * checkpoint costs one pass over the model's bytes.  The file appears
+ * atomically (st_write: temp file, fsync, rename, fsync of the directory);
+ * only then are older checkpoints pruned, so a crash at any point leaves
+ * the previous checkpoint intact.
+ *
+ * Loading is two-phase: `bind` matches every tensor the program needs to an
+ * entry of the (already validated) file and checks names, dtypes and
+ * shapes, and rejects entries it cannot account for; only when all of that
+ * holds does `copy_in` write the program's memory.  A failed load therefore
+ * never leaves a half-loaded model behind, which is what lets ckpt_resume
+ * fall back from a corrupt newest checkpoint to the one before.
+ */
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "safetensors.h"
+
+#define HF_PREFIX "transformer."
+
+static int fail(char *err, int errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, int errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, (size_t)errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+static int ends(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* ---- names ---- */
+
+/* GPT-2 style: wte.weight present and every param is wte/wpe/h.<i>./ln_f. */
+static int is_gpt2(const rt_program *p) {
+    int wte = 0;
+    for (int i = 0; i < p->nparams; i++) {
+        const char *n = p->params[i].name;
+        wte |= strcmp(n, "wte.weight") == 0;
+        if (strcmp(n, "wte.weight") && strcmp(n, "wpe.weight") && !starts(n, "h.") && !starts(n, "ln_f.")) return 0;
+    }
+    return wte;
+}
+
+static int is_param(const rt_program *p, const char *name) {
+    for (int i = 0; i < p->nparams; i++)
+        if (strcmp(p->params[i].name, name) == 0) return 1;
+    return 0;
+}
+
+/* The name a program tensor has in a checkpoint file. */
+static void file_name(const rt_program *p, int gpt2, const char *name, char *buf, size_t len) {
+    if (gpt2 && is_param(p, name)) { snprintf(buf, len, HF_PREFIX "%s", name); return; }
+    if (gpt2 && (starts(name, "opt.m.") || starts(name, "opt.v.")) && is_param(p, name + 6)) {
+        snprintf(buf, len, "%.6s" HF_PREFIX "%s", name, name + 6);
+        return;
+    }
+    snprintf(buf, len, "%s", name);
+}
+
+static int st_dtype_of(int rt_dtype) {
+    switch (rt_dtype) {
+    case RT_F32: return ST_F32;
+    case RT_BF16: return ST_BF16;
+    case RT_F16: return ST_F16;
+    case RT_I32: return ST_I32;
+    case RT_I64: return ST_I64;
+    }
+    return -1;
+}
+
+static size_t tensor_bytes(const rt_tensor *t) {
+    size_t n = (size_t)st_dtype_size(st_dtype_of(t->dtype));
+    for (int i = 0; i < t->rank; i++) n *= (size_t)t->dim[i];
+    return n;
+}
+
+/* ---- saving ---- */
+
+void ckpt_path(char *buf, int len, const char *dir, int64_t step) {
+    snprintf(buf, (size_t)len, "%s/step_%08lld.safetensors", dir, (long long)step);
+}
+
+static void add_tensors(StWriter *w, rt_ctx *ctx, const rt_program *p, int gpt2, const rt_tensor *t, int n) {
+    char name[512];
+    for (int i = 0; i < n; i++) {
+        file_name(p, gpt2, t[i].name, name, sizeof name);
+        st_add_view(w, name, st_dtype_of(t[i].dtype), t[i].dim, t[i].rank, rt_tensor_ptr(ctx, &t[i]));
+    }
+}
+
+/* The crash hook's byte count, -1 when unset. */
+static int crash_hook(int64_t *n, char *err, int errlen) {
+    const char *v = getenv("KILN_CKPT_CRASH_AFTER_BYTES");
+    *n = -1;
+    if (!v) return 0;
+    char *end;
+    errno = 0;
+    long long k = strtoll(v, &end, 10);
+    if (*v == 0 || *end || errno || k < 0) return fail(err, errlen, "KILN_CKPT_CRASH_AFTER_BYTES: expected a byte count, got \"%s\"", v);
+    *n = k;
+    return 0;
+}
+
+typedef struct {
+    int64_t step;
+    char name[64];
+} Found;
+
+/* step_<digits>.safetensors -> its step, else -1. */
+static int64_t parse_ckpt_name(const char *n) {
+    if (!starts(n, "step_")) return -1;
+    const char *d = n + 5, *e = d;
+    while (*e >= '0' && *e <= '9') e++;
+    if (e == d || e - d > 18 || strcmp(e, ".safetensors") != 0) return -1;
+    return strtoll(d, NULL, 10);
+}
+
+static int cmp_found_desc(const void *a, const void *b) {
+    int64_t x = ((const Found *)a)->step, y = ((const Found *)b)->step;
+    return x > y ? -1 : x < y;
+}
+
+/* The checkpoint files of dir, newest first. */
+static int list_ckpts(const char *dir, Found **out, int *n, char *err, int errlen) {
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return fail(err, errlen, "%s: cannot read the checkpoint directory: %s", dir, strerror(errno));
+    int cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s = parse_ckpt_name(e->d_name);
+        if (s < 0 || strlen(e->d_name) >= sizeof((Found *)0)->name) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            Found *f = realloc(*out, (size_t)cap * sizeof *f);
+            if (!f) { closedir(d); free(*out); *out = NULL; return fail(err, errlen, "%s: out of memory", dir); }
+            *out = f;
+        }
+        (*out)[*n].step = s;
+        snprintf((*out)[*n].name, sizeof(*out)[*n].name, "%s", e->d_name);
+        (*n)++;
+    }
+    closedir(d);
+    if (*n) qsort(*out, (size_t)*n, sizeof **out, cmp_found_desc);
+    return 0;
+}
+
+/* Keep the newest `keep` checkpoints up to step (counting the new one). */
+static void prune(const char *dir, int64_t step, int keep) {
+    Found *f;
+    int n, kept = 1;
+    char err[512], path[4096];
+    if (keep <= 0) return;
+    if (list_ckpts(dir, &f, &n, err, sizeof err) != 0) { fprintf(stderr, "warning: %s\n", err); return; }
+    for (int i = 0; i < n; i++) {
+        if (f[i].step >= step) continue;
+        if (kept < keep) { kept++; continue; }
+        snprintf(path, sizeof path, "%s/%s", dir, f[i].name);
+        if (unlink(path) != 0) fprintf(stderr, "warning: cannot delete old checkpoint %s: %s\n", path, strerror(errno));
+    }
+    free(f);
+}
+
+static int ensure_dir(const char *dir, char *err, int errlen) {
+    struct stat sb;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return fail(err, errlen, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    if (stat(dir, &sb) != 0) return fail(err, errlen, "%s: cannot use the checkpoint directory: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return fail(err, errlen, "%s: the checkpoint directory is not a directory", dir);
+    return 0;
+}
+
+int ckpt_prepare_dir(const char *dir, char *err, int errlen) {
+    if (ensure_dir(dir, err, errlen)) return -1;
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/.kiln-probe.%d", dir, (int)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return fail(err, errlen, "%s: cannot write into the checkpoint directory: %s", dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra *x, int keep, char *err, int errlen) {
+    int64_t crash;
+    if (x->step < 0) return fail(err, errlen, "%s: negative step %lld", dir, (long long)x->step);
+    if (crash_hook(&crash, err, errlen) || ensure_dir(dir, err, errlen)) return -1;
+    int gpt2 = is_gpt2(p);
+    StWriter *w = st_new();
+    char stepstr[32];
+    snprintf(stepstr, sizeof stepstr, "%lld", (long long)x->step);
+    st_add_meta(w, "format", "kiln-checkpoint-1");
+    st_add_meta(w, "model", p->model ? p->model : "");
+    st_add_meta(w, "step", stepstr);
+    add_tensors(w, ctx, p, gpt2, p->params, p->nparams);
+    add_tensors(w, ctx, p, gpt2, p->states, p->nstates);
+    st_add_raw(w, "trainer.step", ST_I64, NULL, 0, &x->step);
+    st_add_raw(w, "trainer.rng", ST_U64, NULL, 0, &x->rng);
+    st_add_raw(w, "trainer.data_pos", ST_I64, NULL, 0, &x->data_pos);
+    char path[4096];
+    ckpt_path(path, sizeof path, dir, x->step);
+    if (st_write_ex(w, path, crash, err, errlen) != 0) return -1;
+    prune(dir, x->step, keep);
+    return 0;
+}
+
+/* ---- loading ---- */
+
+typedef struct {
+    const StFile *f;
+    const rt_program *p;
+    int gpt2;
+    char *used;           /* per file entry: accounted for */
+    const StEntry **src;  /* per program tensor (params then states) */
+    const StEntry *xt[3]; /* trainer.step, trainer.rng, trainer.data_pos */
+    char missing[1024];   /* the first missing tensor's error, "" if none */
+} Binding;
+
+/* The entry for program tensor `name` (prefixed or bare), NULL if absent. */
+static int find_entry(Binding *b, const char *name, const StEntry **out, char *err, int errlen) {
+    char fn[512];
+    file_name(b->p, b->gpt2, name, fn, sizeof fn);
+    const StEntry *e = st_find(b->f, fn), *bare = strcmp(fn, name) ? st_find(b->f, name) : NULL;
+    if (e && bare) return fail(err, errlen, "%s: both \"%s\" and \"%s\" are present", b->f->path, fn, name);
+    *out = e ? e : bare;
+    if (*out) b->used[*out - b->f->t] = 1;
+    return 0;
+}
+
+static int check_entry(const Binding *b, const StEntry *e, const char *name, int dtype, const int64_t *dim, int rank, char *err, int errlen) {
+    char fs[256], ms[256];
+    st_shape_str(dim, rank, ms, sizeof ms);
+    if (!e) return fail(err, errlen, "%s: missing tensor \"%s\" (shape %s in model %s)", b->f->path, name, ms, b->p->model);
+    st_shape_str(e->shape, e->rank, fs, sizeof fs);
+    if (e->dtype != dtype)
+        return fail(err, errlen, "%s: tensor \"%s\": dtype %s in the file, %s in the model", b->f->path, e->name, st_dtype_name(e->dtype), st_dtype_name(dtype));
+    int same = e->rank == rank;
+    for (int i = 0; same && i < rank; i++) same = e->shape[i] == dim[i];
+    if (!same) return fail(err, errlen, "%s: tensor \"%s\": shape %s in the file, %s in the model", b->f->path, e->name, fs, ms);
+    return 0;
+}
+
+/* Match and check n program tensors; a missing one is noted in b->missing
+ * (the first) and binding goes on, so that the error can also name the
+ * file's unexpected tensor — usually the same tensor under another name. */
+static int bind_tensors(Binding *b, const rt_tensor *t, int n, const StEntry **src, char *err, int errlen) {
+    for (int i = 0; i < n; i++) {
+        if (find_entry(b, t[i].name, &src[i], err, errlen)) return -1;
+        if (!src[i] && b->missing[0]) continue;
+        if (check_entry(b, src[i], t[i].name, st_dtype_of(t[i].dtype), t[i].dim, t[i].rank, src[i] ? err : b->missing, src[i] ? errlen : (int)sizeof b->missing) && src[i]) return -1;
+    }
+    return 0;
+}
+
+static int bind_extra(Binding *b, char *err, int errlen) {
+    static const char *names[3] = {"trainer.step", "trainer.rng", "trainer.data_pos"};
+    static const int dtypes[3] = {ST_I64, ST_U64, ST_I64};
+    for (int i = 0; i < 3; i++) {
+        if (find_entry(b, names[i], &b->xt[i], err, errlen)) return -1;
+        if (!b->xt[i] && b->missing[0]) continue;
+        if (check_entry(b, b->xt[i], names[i], dtypes[i], NULL, 0, b->xt[i] ? err : b->missing, b->xt[i] ? errlen : (int)sizeof b->missing) && b->xt[i]) return -1;
+    }
+    return 0;
+}
+
+/* Entries the load did not bind that it may ignore. */
+static int ignorable(const Binding *b, const char *name, int init, int with_extra) {
+    if (init) {
+        if (starts(name, "opt.") || starts(name, "trainer.")) return 1;
+        if (!b->gpt2) return 0;
+        return strcmp(name, "lm_head.weight") == 0 || ends(name, ".attn.bias") || ends(name, ".attn.masked_bias");
+    }
+    return !with_extra && starts(name, "trainer.");
+}
+
+/* After binding: the first missing tensor and/or the first unexpected one. */
+static int check_complete(const Binding *b, int init, int with_extra, char *err, int errlen) {
+    const char *unexpected = NULL;
+    for (int i = 0; i < b->f->n && !unexpected; i++)
+        if (!b->used[i] && !ignorable(b, b->f->t[i].name, init, with_extra)) unexpected = b->f->t[i].name;
+    if (b->missing[0] && unexpected) return fail(err, errlen, "%s; the file has an unexpected tensor \"%s\"", b->missing, unexpected);
+    if (b->missing[0]) return fail(err, errlen, "%s", b->missing);
+    if (unexpected)
+        return fail(err, errlen, "%s: unexpected tensor \"%s\" (model %s has no such %s)", b->f->path, unexpected, b->p->model,
+                    init ? "parameter" : "parameter or state");
+    return 0;
+}
+
+static void copy_in(rt_ctx *ctx, const StFile *f, const rt_tensor *t, int n, const StEntry **src) {
+    for (int i = 0; i < n; i++) memcpy(rt_tensor_ptr(ctx, &t[i]), st_data(f, src[i]), tensor_bytes(&t[i]));
+}
+
+/* Load path into the program: params, states unless init, the trainer's
+ * state when x != NULL. */
+static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, CkptExtra *x, char *err, int errlen) {
+    StFile f;
+    if (st_open(&f, path, err, errlen) != 0) return -1;
+    Binding b = {&f, p, is_gpt2(p), calloc((size_t)f.n + 1, 1), calloc((size_t)p->nparams + (size_t)p->nstates + 1, sizeof(StEntry *)), {0}, ""};
+    int rc = -1;
+    if (!b.used || !b.src) { fail(err, errlen, "%s: out of memory", path); goto done; }
+    if (bind_tensors(&b, p->params, p->nparams, b.src, err, errlen)) goto done;
+    if (!init && bind_tensors(&b, p->states, p->nstates, b.src + p->nparams, err, errlen)) goto done;
+    if (x && bind_extra(&b, err, errlen)) goto done;
+    if (check_complete(&b, init, x != NULL, err, errlen)) goto done;
+    /* everything checked: now write the program's memory */
+    copy_in(ctx, &f, p->params, p->nparams, b.src);
+    if (!init) copy_in(ctx, &f, p->states, p->nstates, b.src + p->nparams);
+    if (x) {
+        memcpy(&x->step, st_data(&f, b.xt[0]), 8);
+        memcpy(&x->rng, st_data(&f, b.xt[1]), 8);
+        memcpy(&x->data_pos, st_data(&f, b.xt[2]), 8);
+    }
+    rc = 0;
+done:
+    free(b.used);
+    free(b.src);
+    st_close(&f);
+    return rc;
+}
+
+int ckpt_load(rt_ctx *ctx, const rt_program *p, const char *path, CkptExtra *x, char *err, int errlen) {
+    return load(ctx, p, path, 0, x, err, errlen);
+}
+
+int ckpt_init_weights(rt_ctx *ctx, const rt_program *p, const char *file, char *err, int errlen) {
+    return load(ctx, p, file, 1, NULL, err, errlen);
+}
+
+int ckpt_resume(rt_ctx *ctx, const rt_program *p, const char *dir, CkptExtra *x, char *used, int usedlen, char *err, int errlen) {
+    Found *f;
+    int n;
+    if (list_ckpts(dir, &f, &n, err, errlen) != 0) return -1;
+    if (n == 0) {
+        free(f);
+        fail(err, errlen, "%s: no checkpoint (step_*.safetensors) in it", dir);
+        return 1;
+    }
+    char path[4096], e[1024], first[1024] = "";
+    int rc = -1;
+    for (int i = 0; i < n && rc != 0; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, f[i].name);
+        if (ckpt_load(ctx, p, path, x, e, sizeof e) == 0) {
+            if (used) snprintf(used, (size_t)usedlen, "%s", path);
+            rc = 0;
+        } else {
+            fprintf(stderr, "warning: skipping checkpoint: %s\n", e);
+            if (!first[0]) snprintf(first, sizeof first, "%s", e);
+        }
+    }
+    if (rc) fail(err, errlen, "%s: no valid checkpoint among %d; the newest: %s", dir, n, first);
+    free(f);
+    return rc;
+}

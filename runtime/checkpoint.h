@@ -1,0 +1,68 @@
+/* checkpoint.h — training checkpoints as safetensors files.
+ *
+ * A checkpoint is one file DIR/step_00000123.safetensors holding everything
+ * a run needs to continue bit-identically: every parameter (the f32
+ * master), every state of the program (AdamW moments "opt.m.<p>",
+ * "opt.v.<p>", the counter "opt.step") and the trainer's own state in
+ * CkptExtra ("trainer.step" i64, "trainer.rng" u64, "trainer.data_pos" i64,
+ * all shape []), plus {"model": p->model, "format": "kiln-checkpoint-1"}
+ * in "__metadata__".
+ *
+ * Names: a GPT-2-style program (params wte.weight, wpe.weight, h.<i>.*,
+ * ln_f.*) stores its params under Hugging Face's names with the prefix
+ * "transformer." (transformer.h.0.attn.c_attn.weight), so PyTorch can load
+ * them; its moments follow (opt.m.transformer.h.0...).  Loading accepts the
+ * prefixed or the bare name.  Other models keep kiln's names.
+ *
+ * Loading validates the whole file before it writes anything into the
+ * program's memory: on any error (a missing, unexpected, misshapen or
+ * mistyped tensor; a corrupt or truncated file) the function returns -1
+ * with one line in err and the program's state is untouched.
+ *
+ * Test hook: with the environment variable KILN_CKPT_CRASH_AFTER_BYTES=N,
+ * ckpt_save kills its own process (SIGKILL) after writing N bytes of the
+ * temp file — the kill -9 test of tests/test_checkpoint.c.
+ */
+#ifndef KILN_CHECKPOINT_H
+#define KILN_CHECKPOINT_H
+#include <stdint.h>
+
+#include "kiln_rt.h"
+
+typedef struct {
+    int64_t step;     /* optimizer steps done; also names the file */
+    uint64_t rng;     /* the data sampler's generator state */
+    int64_t data_pos; /* the data stream's position (0 if the sampler has none) */
+} CkptExtra;
+
+/* Write DIR/step_<x->step>.safetensors atomically (DIR is created if
+ * missing, one level), then delete older checkpoints so that the newest
+ * `keep` remain (keep <= 0: keep all; files of later steps than x->step are
+ * left alone).  0, or -1 with one line in err. */
+int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra *x, int keep, char *err, int errlen);
+
+/* Create dir if missing and check that a file can be created in it (the
+ * trainer calls it before step 1, so a bad --ckpt fails at once, not after
+ * the first N steps).  0, or -1 with one line in err. */
+int ckpt_prepare_dir(const char *dir, char *err, int errlen);
+
+/* Load one checkpoint file: params, states and (x != NULL) the trainer's
+ * state, which must then be present.  0, or -1 with err, state untouched. */
+int ckpt_load(rt_ctx *ctx, const rt_program *p, const char *path, CkptExtra *x, char *err, int errlen);
+
+/* Load the newest valid checkpoint of dir; a newer one that fails to load
+ * is skipped with a "warning: ..." line on stderr.  The file used goes into
+ * used (may be NULL).  0; 1 when dir holds no checkpoint file at all (err
+ * says so; the caller may start fresh); -1 when dir is unreadable or no
+ * checkpoint loads (err gives the newest one's error). */
+int ckpt_resume(rt_ctx *ctx, const rt_program *p, const char *dir, CkptExtra *x, char *used, int usedlen, char *err, int errlen);
+
+/* --init FILE: params only, every param present with its shape and dtype.
+ * Other tensors are an error, except optimizer/trainer state (opt.*,
+ * trainer.*) and, for GPT-2-style programs, Hugging Face's non-parameter
+ * buffers (*.attn.bias, *.attn.masked_bias) and the tied lm_head.weight. */
+int ckpt_init_weights(rt_ctx *ctx, const rt_program *p, const char *file, char *err, int errlen);
+
+/* The checkpoint file name for a step: DIR/step_%08lld.safetensors. */
+void ckpt_path(char *buf, int len, const char *dir, int64_t step);
+#endif
