@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "data.h"
@@ -124,6 +125,24 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* "1:02:03" or "2:03" */
+static const char *hms(double s, char *buf, size_t n) {
+    long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+    return buf;
+}
+
+/* The terminal progress line between printed steps (rewritten in place). */
+static void progress(int step, int steps, double loss, double tps, double eta) {
+    char bar[31], buf[32];
+    int fill = steps > 0 ? (int)(30.0 * step / steps) : 30;
+    for (int i = 0; i < 30; i++) bar[i] = i < fill ? '=' : ' ';
+    bar[30] = 0;
+    printf("\r\033[K[%s] %d/%d | loss %.4f | %.0f tok/s | ETA %s", bar, step, steps, loss, tps, hms(eta, buf, sizeof buf));
+    fflush(stdout);
+}
+
 static double scalar(rt_ctx *ctx, const rt_tensor *t) { return t ? *(float *)rt_tensor_ptr(ctx, t) : NAN; }
 
 static void open_data(Dataset *d, const char *pattern, const char *flag, int64_t T) {
@@ -199,7 +218,8 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     printf("training %s on %s: %d steps of %lld x %lld tokens (compiled, %s)\n", p->model, a.data, a.steps,
            (long long)B, (long long)T, a.serial ? "serial" : "threaded");
     double t0 = now();
-    int rc = 0;
+    int rc = 0, tty = isatty(STDOUT_FILENO);
+    char buf[32];
     for (int step = first; step <= a.steps; step++) {
         dataset_sample(&train, B, T, 0, 1, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt), NULL);
         double ts = now();
@@ -224,16 +244,19 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
                 rc = 1;
                 break;
             }
-            printf("step %4d/%d | val loss %.4f\n", step, a.steps, vloss);
+            printf("%sstep %4d/%d | val loss %.4f\n", tty ? "\r\033[K" : "", step, a.steps, vloss);
         }
+        double elapsed = now() - t0, eta = elapsed / (step - first + 1) * (a.steps - step);
         if (step == 1 || step % a.print_every == 0 || step == a.steps)
-            printf("step %4d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f GFLOP/s\n", step, a.steps,
-                   loss, lr, gn, tps, gflops);
+            printf("%sstep %4d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f GFLOP/s | ETA %s\n",
+                   tty ? "\r\033[K" : "", step, a.steps, loss, lr, gn, tps, gflops, hms(eta, buf, sizeof buf));
+        else if (tty)
+            progress(step, a.steps, loss, tps, eta);
         if (log) {
             fprintf(log, "{\"step\":%d,\"loss\":%.9g,", step, loss);
             if (!isnan(vloss)) fprintf(log, "\"val_loss\":%.9g,", vloss);
-            fprintf(log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"gflops\":%.3f,\"elapsed\":%.3f}\n",
-                    lr, gn, tps, gflops, now() - t0);
+            fprintf(log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"gflops\":%.3f,\"elapsed\":%.3f,\"eta\":%.1f}\n",
+                    lr, gn, tps, gflops, elapsed, eta);
         }
         if (a.ckpt && ((a.ckpt_every && step % a.ckpt_every == 0) || step == a.steps)) {
             CkptExtra x = {.step = step, .rng = rng, .data_pos = 0};
@@ -245,6 +268,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
         }
         fflush(stdout);
     }
+    if (rc != 0 && tty) printf("\n"); /* end the progress line before the error's */
     if (rc == 0) printf("done: %d steps in %.1f s\n", a.steps - first + 1, now() - t0);
     if (log && fclose(log) != 0) die("--log: cannot write %s", a.log);
     rt_free(ctx);

@@ -54,3 +54,5 @@ check "a NaN loss stops training with the step number and exit 1 ($err)" "[ $rc 
 err=$("$K" run models/tiny.lua --data "$B/corpus.txt" --set vocab=100 --steps 3 2>&1 >/dev/null); rc=$?
 check "a token id beyond the vocabulary fails the step with a one-line error ($err)" \
     "[ $rc = 1 ] && [[ \"\$err\" == 'step 1: embedding: id '*'out of range [0,100)' ]]"
+check "the trainer's JSONL has step, loss, lr, grad_norm, tokens_per_s, gflops, elapsed, eta" \
+    "/usr/bin/python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; k={\"step\",\"loss\",\"lr\",\"grad_norm\",\"tokens_per_s\",\"gflops\",\"elapsed\",\"eta\"}; sys.exit(not (len(r)==100 and all(k <= set(x) for x in r) and r[-1][\"eta\"]==0 and r[0][\"eta\"]>0))' $tmp/tiny.bin"
