@@ -61,7 +61,7 @@ $(BUILD)/tests/%: tests/%.c $(LIBS) $(HDRS) tests/testutil.h tests/graphbuild.h
 $(BUILD)/fuzz_irtext: tests/fuzz_irtext.c $(LIB_SRC) $(RT_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
 	clang -O1 -g -std=c11 -D_GNU_SOURCE -Icompiler -Iruntime -I/usr/include/lua5.4 -fsanitize=fuzzer,address,undefined \
-	    -o $@ tests/fuzz_irtext.c $(filter-out compiler/emit_%.c,$(LIB_SRC)) $(RT_SRC) $(LDLIBS)
+	    -o $@ tests/fuzz_irtext.c $(filter-out compiler/emit_%.c compiler/sample.c,$(LIB_SRC)) $(RT_SRC) $(LDLIBS)
 
 FUZZ_SECONDS ?= 20
 fuzz: $(BUILD)/fuzz_irtext
@@ -86,9 +86,10 @@ $(BUILD)/corpus.txt:
 demo: deps
 	$(MAKE) -j2 $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(BUILD)/libkilnrt.a $(BUILD)/corpus.txt
 	$(BUILD)/kiln compile models/tiny.lua --target cpu -o $(BUILD)/tiny
-	$(BUILD)/tiny --data $(BUILD)/corpus.txt --log $(BUILD)/demo.jsonl
+	$(BUILD)/tiny --data $(BUILD)/corpus.txt --log $(BUILD)/demo.jsonl --ckpt $(BUILD)/demo-ckpt
 	$(BUILD)/kiln plot $(BUILD)/demo.jsonl -o $(BUILD)/demo-loss.svg
 	@echo "loss curve: $(BUILD)/demo-loss.svg"
+	$(BUILD)/kiln sample $(BUILD)/demo-ckpt/step_00000300.safetensors --prompt "The " --tokens 300 --temperature 0.8 --seed 1
 
 bench: $(BUILD)/kiln
 	BUILD=$(BUILD) bench/frontend.sh

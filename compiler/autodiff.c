@@ -3,7 +3,8 @@
  * The front end hands us one forward graph ending in a single `loss` node.
  * pass_autodiff appends, to that same graph, the backward program of one
  * micro-batch: the forward nodes stay exactly as they were (same order, same
- * metadata), then come the gradient nodes in reverse order of the forward
+ * metadata; only the model's own output nodes, such as "logits", are
+ * dropped: they serve forward-only programs), then come the gradient nodes in reverse order of the forward
  * nodes they differentiate, then the outputs
  *
  *     output %loss {name="loss"}
@@ -562,10 +563,25 @@ static int has_output(const Graph *g, const char *name) {
     return 0;
 }
 
+/* The training step exposes the loss and the gradients.  The model's own
+ * outputs (output("logits", x)) are for forward-only programs (sampling);
+ * kept here they would hold their buffers to the end of the step. */
+static void drop_model_outputs(Graph *g) {
+    int k = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = &g->nodes[i];
+        if (n->op == OP_output && strcmp(ir_attr_s(n, "name", ""), "loss") != 0) continue;
+        for (int j = 0; j < n->nout; j++) g->vals[n->out[j]].def = k;
+        g->nodes[k++] = *n;
+    }
+    g->nnodes = k;
+}
+
 void pass_autodiff(Module *m, const Options *o) {
     (void)o;
     if (m->nstages != 1) ICE("autodiff: expects one stage, got %d", m->nstages);
     Graph *g = m->stages[0];
+    drop_model_outputs(g);
     Ad a = {.m = m, .g = g, .nfwd = g->nnodes, .nval = g->nvals};
     a.need = calloc(a.nval, 1);
     a.grad = malloc(sizeof(int) * a.nval);

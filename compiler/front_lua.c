@@ -764,6 +764,24 @@ static const char *fe_name(lua_State *L, int i, const char *what)
     return s;
 }
 
+/* output(name, x): expose x as program output `name` (e.g. "logits", which
+ * `kiln sample` reads).  Names the compiler gives its own outputs are taken. */
+static int l_output(lua_State *L)
+{
+    Fe *fe = fe_of(L);
+    const char *name = fe_name(L, 1, "output");
+    int x = fe_tensor(L, 2, "output");
+    if (!strcmp(name, "loss") || !strcmp(name, "lr") || !strcmp(name, "grad_norm") || !strncmp(name, "grad:", 5))
+        fe_raise(L, "output: the name %s is reserved (loss, lr, grad_norm, grad:*)", name);
+    for (int i = 0; i < fe->g->nnodes; i++)
+        if (fe->g->nodes[i].op == OP_output && !strcmp(ir_attr_s(&fe->g->nodes[i], "name", ""), name))
+            fe_raise(L, "output: duplicate output name %s", name);
+    Attr a = ir_attr_str(fe->m, "name", name);
+    fe_node(L, OP_output, 1, &x, 1, &a, NULL);
+    fe_push(L, x);
+    return 1;
+}
+
 /* input(name, shape, dtype="f32") */
 static int l_input(lua_State *L)
 {
@@ -1036,7 +1054,7 @@ static void fe_open_dsl(lua_State *L)
         {"reshape", l_reshape}, {"transpose", l_transpose}, {"slice", l_slice},
         {"concat", l_concat}, {"broadcast", l_broadcast}, {"cast", l_cast},
         {"layernorm", l_layernorm}, {"rmsnorm", l_rmsnorm}, {"rope", l_rope},
-        {"attention", l_attention}, {"loss", l_loss}, {"layer", l_layer},
+        {"attention", l_attention}, {"loss", l_loss}, {"output", l_output}, {"layer", l_layer},
         {"require", l_require}, {"print", l_print}, {NULL, NULL},
     };
     static const struct {

@@ -38,6 +38,7 @@ void pass_optimizer(Module *m, const Options *o); /* optimizer.c */
 void pass_fuse(Module *m, const Options *o);      /* fuse.c: elementwise chains -> generated kernels */
 void pass_schedule(Module *m, const Options *o);  /* schedule.c: streams, events, linear order */
 void pass_memplan(Module *m, const Options *o);   /* memplan.c: static offsets per memory space */
+void pass_forward(Module *m, const Options *o);   /* forward.c: keep what output "logits" needs (inference) */
 
 /* ---- interpreter (interp.c): runs any module, all mesh ranks in one process ---- */
 typedef struct {

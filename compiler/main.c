@@ -28,6 +28,7 @@
 #include "memplan.h"
 #include "plot.h"
 #include "data_cmd.h"
+#include "sample.h"
 #include "trainer.h"
 #include "data.h"
 #include "safetensors.h"
@@ -68,6 +69,7 @@ static void usage(FILE *f) {
           "       kiln plan  MODEL                      memory per rank: params, grads, optimizer, activations\n"
           "       kiln plot  RUN.jsonl [RUN2.jsonl ...] -o OUT.svg [--title T] [--log-y]\n"
           "       kiln data  TEXT... -o PREFIX [--val-fraction F] [--shard-tokens N]   llm.c token shards\n"
+          "       kiln sample CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
           "       kiln compile MODEL --target cpu -o FILE [--emit llvm|schedule]\n"
           "       kiln run   MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run   MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
@@ -536,6 +538,7 @@ static int cmd_run(Args *a) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "plot") == 0) return kiln_plot_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "data") == 0) return kiln_data_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "sample")) return kiln_sample_main(argc - 1, argv + 1);
     Args a = {0};
     parse_args(&a, argc, argv);
     int rc;

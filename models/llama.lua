@@ -24,4 +24,5 @@ end
 
 x = nn.rmsnorm(x, "norm", c.norm_eps)
 local logits = nn.linear(x, "output", c.dim, c.vocab, {bias = false})
+output("logits", logits)
 loss(mean(cross_entropy(logits, targets)))

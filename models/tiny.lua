@@ -21,4 +21,5 @@ end
 
 x = nn.layernorm(x, "ln_f")
 local logits = matmul(x, wte, {tb = true}) -- [B,T,C] x [V,C]^T
+output("logits", logits)
 loss(mean(cross_entropy(logits, targets)))

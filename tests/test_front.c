@@ -110,10 +110,13 @@ static void check_nodes(Module *m, const char *file) {
             assert_int_equal(n->layer, layer);
         }
     }
-    /* exactly one loss, exposed as output "loss", a scalar f32 */
+    /* exactly one loss, exposed as output "loss", a scalar f32; before it
+     * output "logits" f32[B,T,V] for kiln sample */
     assert_int_equal(count_op(m, OP_loss), 1);
-    assert_int_equal(count_op(m, OP_output), 1);
-    const Node *out = nth_op(m, OP_output, 0);
+    assert_int_equal(count_op(m, OP_output), 2);
+    const Node *logits = nth_op(m, OP_output, 0), *out = nth_op(m, OP_output, 1);
+    assert_string_equal(ir_attr_s(logits, "name", ""), "logits");
+    assert_int_equal(in_type(m, logits, 0)->rank, 3);
     assert_string_equal(ir_attr_s(out, "name", ""), "loss");
     assert_int_equal(in_type(m, out, 0)->dt, DT_F32);
     assert_int_equal(in_type(m, out, 0)->rank, 0);
