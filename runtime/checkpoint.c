@@ -14,6 +14,7 @@
  * never leaves a half-loaded model behind, which is what lets ckpt_resume
  * fall back from a corrupt newest checkpoint to the one before.
  */
+#include "fsutil.h"
 #include "checkpoint.h"
 
 #include <dirent.h>
@@ -30,14 +31,6 @@
 
 #define HF_PREFIX "transformer."
 
-static int fail(char *err, int errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, int errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, (size_t)errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static int starts(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
 static int ends(const char *s, const char *suffix) {
@@ -113,7 +106,7 @@ static int crash_hook(int64_t *n, char *err, int errlen) {
     char *end;
     errno = 0;
     long long k = strtoll(v, &end, 10);
-    if (*v == 0 || *end || errno || k < 0) return fail(err, errlen, "KILN_CKPT_CRASH_AFTER_BYTES: expected a byte count, got \"%s\"", v);
+    if (*v == 0 || *end || errno || k < 0) return rt_errf(err, errlen, "KILN_CKPT_CRASH_AFTER_BYTES: expected a byte count, got \"%s\"", v);
     *n = k;
     return 0;
 }
@@ -142,7 +135,7 @@ static int list_ckpts(const char *dir, Found **out, int *n, char *err, int errle
     *out = NULL;
     *n = 0;
     DIR *d = opendir(dir);
-    if (!d) return fail(err, errlen, "%s: cannot read the checkpoint directory: %s", dir, strerror(errno));
+    if (!d) return rt_errf(err, errlen, "%s: cannot read the checkpoint directory: %s", dir, strerror(errno));
     int cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
@@ -151,7 +144,7 @@ static int list_ckpts(const char *dir, Found **out, int *n, char *err, int errle
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
             Found *f = realloc(*out, (size_t)cap * sizeof *f);
-            if (!f) { closedir(d); free(*out); *out = NULL; return fail(err, errlen, "%s: out of memory", dir); }
+            if (!f) { closedir(d); free(*out); *out = NULL; return rt_errf(err, errlen, "%s: out of memory", dir); }
             *out = f;
         }
         (*out)[*n].step = s;
@@ -181,9 +174,9 @@ static void prune(const char *dir, int64_t step, int keep) {
 
 static int ensure_dir(const char *dir, char *err, int errlen) {
     struct stat sb;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return fail(err, errlen, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
-    if (stat(dir, &sb) != 0) return fail(err, errlen, "%s: cannot use the checkpoint directory: %s", dir, strerror(errno));
-    if (!S_ISDIR(sb.st_mode)) return fail(err, errlen, "%s: the checkpoint directory is not a directory", dir);
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return rt_errf(err, errlen, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    if (stat(dir, &sb) != 0) return rt_errf(err, errlen, "%s: cannot use the checkpoint directory: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return rt_errf(err, errlen, "%s: the checkpoint directory is not a directory", dir);
     return 0;
 }
 
@@ -192,7 +185,7 @@ int ckpt_prepare_dir(const char *dir, char *err, int errlen) {
     char probe[4096];
     snprintf(probe, sizeof probe, "%s/.kiln-probe.%d", dir, (int)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return fail(err, errlen, "%s: cannot write into the checkpoint directory: %s", dir, strerror(errno));
+    if (fd < 0) return rt_errf(err, errlen, "%s: cannot write into the checkpoint directory: %s", dir, strerror(errno));
     close(fd);
     unlink(probe);
     return 0;
@@ -200,7 +193,7 @@ int ckpt_prepare_dir(const char *dir, char *err, int errlen) {
 
 int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra *x, int keep, char *err, int errlen) {
     int64_t crash;
-    if (x->step < 0) return fail(err, errlen, "%s: negative step %lld", dir, (long long)x->step);
+    if (x->step < 0) return rt_errf(err, errlen, "%s: negative step %lld", dir, (long long)x->step);
     if (crash_hook(&crash, err, errlen) || ensure_dir(dir, err, errlen)) return -1;
     int gpt2 = is_gpt2(p);
     StWriter *w = st_new();
@@ -238,7 +231,7 @@ static int find_entry(Binding *b, const char *name, const StEntry **out, char *e
     char fn[512];
     file_name(b->p, b->gpt2, name, fn, sizeof fn);
     const StEntry *e = st_find(b->f, fn), *bare = strcmp(fn, name) ? st_find(b->f, name) : NULL;
-    if (e && bare) return fail(err, errlen, "%s: both \"%s\" and \"%s\" are present", b->f->path, fn, name);
+    if (e && bare) return rt_errf(err, errlen, "%s: both \"%s\" and \"%s\" are present", b->f->path, fn, name);
     *out = e ? e : bare;
     if (*out) b->used[*out - b->f->t] = 1;
     return 0;
@@ -247,13 +240,13 @@ static int find_entry(Binding *b, const char *name, const StEntry **out, char *e
 static int check_entry(const Binding *b, const StEntry *e, const char *name, int dtype, const int64_t *dim, int rank, char *err, int errlen) {
     char fs[256], ms[256];
     st_shape_str(dim, rank, ms, sizeof ms);
-    if (!e) return fail(err, errlen, "%s: missing tensor \"%s\" (shape %s in model %s)", b->f->path, name, ms, b->p->model);
+    if (!e) return rt_errf(err, errlen, "%s: missing tensor \"%s\" (shape %s in model %s)", b->f->path, name, ms, b->p->model);
     st_shape_str(e->shape, e->rank, fs, sizeof fs);
     if (e->dtype != dtype)
-        return fail(err, errlen, "%s: tensor \"%s\": dtype %s in the file, %s in the model", b->f->path, e->name, st_dtype_name(e->dtype), st_dtype_name(dtype));
+        return rt_errf(err, errlen, "%s: tensor \"%s\": dtype %s in the file, %s in the model", b->f->path, e->name, st_dtype_name(e->dtype), st_dtype_name(dtype));
     int same = e->rank == rank;
     for (int i = 0; same && i < rank; i++) same = e->shape[i] == dim[i];
-    if (!same) return fail(err, errlen, "%s: tensor \"%s\": shape %s in the file, %s in the model", b->f->path, e->name, fs, ms);
+    if (!same) return rt_errf(err, errlen, "%s: tensor \"%s\": shape %s in the file, %s in the model", b->f->path, e->name, fs, ms);
     return 0;
 }
 
@@ -295,10 +288,10 @@ static int check_complete(const Binding *b, int init, int with_extra, char *err,
     const char *unexpected = NULL;
     for (int i = 0; i < b->f->n && !unexpected; i++)
         if (!b->used[i] && !ignorable(b, b->f->t[i].name, init, with_extra)) unexpected = b->f->t[i].name;
-    if (b->missing[0] && unexpected) return fail(err, errlen, "%s; the file has an unexpected tensor \"%s\"", b->missing, unexpected);
-    if (b->missing[0]) return fail(err, errlen, "%s", b->missing);
+    if (b->missing[0] && unexpected) return rt_errf(err, errlen, "%s; the file has an unexpected tensor \"%s\"", b->missing, unexpected);
+    if (b->missing[0]) return rt_errf(err, errlen, "%s", b->missing);
     if (unexpected)
-        return fail(err, errlen, "%s: unexpected tensor \"%s\" (model %s has no such %s)", b->f->path, unexpected, b->p->model,
+        return rt_errf(err, errlen, "%s: unexpected tensor \"%s\" (model %s has no such %s)", b->f->path, unexpected, b->p->model,
                     init ? "parameter" : "parameter or state");
     return 0;
 }
@@ -314,7 +307,7 @@ static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, Ck
     if (st_open(&f, path, err, errlen) != 0) return -1;
     Binding b = {&f, p, is_gpt2(p), calloc((size_t)f.n + 1, 1), calloc((size_t)p->nparams + (size_t)p->nstates + 1, sizeof(StEntry *)), {0}, ""};
     int rc = -1;
-    if (!b.used || !b.src) { fail(err, errlen, "%s: out of memory", path); goto done; }
+    if (!b.used || !b.src) { rt_errf(err, errlen, "%s: out of memory", path); goto done; }
     if (bind_tensors(&b, p->params, p->nparams, b.src, err, errlen)) goto done;
     if (!init && bind_tensors(&b, p->states, p->nstates, b.src + p->nparams, err, errlen)) goto done;
     if (x && bind_extra(&b, err, errlen)) goto done;
@@ -349,7 +342,7 @@ int ckpt_resume(rt_ctx *ctx, const rt_program *p, const char *dir, CkptExtra *x,
     if (list_ckpts(dir, &f, &n, err, errlen) != 0) return -1;
     if (n == 0) {
         free(f);
-        fail(err, errlen, "%s: no checkpoint (step_*.safetensors) in it", dir);
+        rt_errf(err, errlen, "%s: no checkpoint (step_*.safetensors) in it", dir);
         return 1;
     }
     char path[4096], e[1024], first[1024] = "";
@@ -364,7 +357,7 @@ int ckpt_resume(rt_ctx *ctx, const rt_program *p, const char *dir, CkptExtra *x,
             if (!first[0]) snprintf(first, sizeof first, "%s", e);
         }
     }
-    if (rc) fail(err, errlen, "%s: no valid checkpoint among %d; the newest: %s", dir, n, first);
+    if (rc) rt_errf(err, errlen, "%s: no valid checkpoint among %d; the newest: %s", dir, n, first);
     free(f);
     return rc;
 }

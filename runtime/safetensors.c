@@ -11,11 +11,11 @@
  * is checked against the data section.  Nothing is trusted: a corrupt or
  * truncated checkpoint must give a clear line, never a crash.
  */
+#include "fsutil.h"
 #include "safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -248,15 +248,6 @@ static void writer_free(StWriter *w) {
     free(w);
 }
 
-static int fsync_dir_of(const char *path) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-    if (dfd < 0) return -1;
-    int rc = fsync(dfd);
-    close(dfd);
-    return rc;
-}
 
 int st_write_ex(StWriter *w, const char *path, int64_t crash_after, char *err, int errlen) {
     size_t hlen;
@@ -283,7 +274,7 @@ int st_write_ex(StWriter *w, const char *path, int64_t crash_after, char *err, i
         unlink(tmp);
         goto done;
     }
-    if (fsync_dir_of(path) != 0) {
+    if (rt_fsync_dir_of(path) != 0) {
         snprintf(err, (size_t)errlen, "%s: cannot sync its directory: %s", path, strerror(errno));
         goto done;
     }
@@ -521,14 +512,6 @@ static int cmp_begin(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->end < y->end ? -1 : x->end > y->end;
 }
 
-static int fail(char *err, int errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, int errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, (size_t)errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* Each entry against the data section: sizes, bounds, no overlap, no hole. */
 static int check_entries(const StFile *f, char *err, int errlen) {
@@ -537,9 +520,9 @@ static int check_entries(const StFile *f, char *err, int errlen) {
         const StEntry *e = &f->t[i];
         char sh[256];
         st_shape_str(e->shape, e->rank, sh, sizeof sh);
-        if (e->begin > e->end) return fail(err, errlen, "%s: tensor \"%s\": data_offsets [%llu,%llu] end before they begin", p, e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
+        if (e->begin > e->end) return rt_errf(err, errlen, "%s: tensor \"%s\": data_offsets [%llu,%llu] end before they begin", p, e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
         if (e->end > f->data_len)
-            return fail(err, errlen, "%s: tensor \"%s\": data_offsets [%llu,%llu] run past the data section (%zu bytes; truncated file?)", p, e->name,
+            return rt_errf(err, errlen, "%s: tensor \"%s\": data_offsets [%llu,%llu] run past the data section (%zu bytes; truncated file?)", p, e->name,
                         (unsigned long long)e->begin, (unsigned long long)e->end, f->data_len);
         unsigned __int128 bytes = (unsigned)st_dtype_size(e->dtype);
         int huge = 0;
@@ -547,7 +530,7 @@ static int check_entries(const StFile *f, char *err, int errlen) {
         if (huge || bytes != e->end - e->begin) {
             char need[32] = "more than 2^64";
             if (!huge) snprintf(need, sizeof need, "%llu", (unsigned long long)bytes);
-            return fail(err, errlen, "%s: tensor \"%s\": shape %s of %s needs %s bytes but data_offsets [%llu,%llu] hold %llu", p, e->name, sh,
+            return rt_errf(err, errlen, "%s: tensor \"%s\": shape %s of %s needs %s bytes but data_offsets [%llu,%llu] hold %llu", p, e->name, sh,
                         st_dtype_name(e->dtype), need, (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)(e->end - e->begin));
         }
     }
@@ -556,20 +539,20 @@ static int check_entries(const StFile *f, char *err, int errlen) {
     int rc = 0;
     qsort(s, (size_t)f->n, sizeof *s, cmp_name);
     for (int i = 1; i < f->n && !rc; i++)
-        if (strcmp(s[i - 1]->name, s[i]->name) == 0) rc = fail(err, errlen, "%s: tensor \"%s\" appears twice in the header", p, s[i]->name);
+        if (strcmp(s[i - 1]->name, s[i]->name) == 0) rc = rt_errf(err, errlen, "%s: tensor \"%s\" appears twice in the header", p, s[i]->name);
     qsort(s, (size_t)f->n, sizeof *s, cmp_begin);
     uint64_t at = 0;
     for (int i = 0; i < f->n && !rc; i++) {
         if (s[i]->begin < at)
-            rc = fail(err, errlen, "%s: tensor \"%s\": data_offsets [%llu,%llu] overlap tensor \"%s\"", p, s[i]->name, (unsigned long long)s[i]->begin,
+            rc = rt_errf(err, errlen, "%s: tensor \"%s\": data_offsets [%llu,%llu] overlap tensor \"%s\"", p, s[i]->name, (unsigned long long)s[i]->begin,
                       (unsigned long long)s[i]->end, s[i - 1]->name);
         else if (s[i]->begin > at)
-            rc = fail(err, errlen, "%s: tensor \"%s\": data_offsets [%llu,%llu] leave a gap after byte %llu of the data section", p, s[i]->name,
+            rc = rt_errf(err, errlen, "%s: tensor \"%s\": data_offsets [%llu,%llu] leave a gap after byte %llu of the data section", p, s[i]->name,
                       (unsigned long long)s[i]->begin, (unsigned long long)s[i]->end, (unsigned long long)at);
         at = s[i]->end;
     }
     if (!rc && at != f->data_len)
-        rc = fail(err, errlen, "%s: the data section has %zu bytes but the tensors' data_offsets end at %llu (trailing bytes)", p, f->data_len, (unsigned long long)at);
+        rc = rt_errf(err, errlen, "%s: the data section has %zu bytes but the tensors' data_offsets end at %llu (trailing bytes)", p, f->data_len, (unsigned long long)at);
     free(s);
     return rc;
 }
@@ -587,29 +570,29 @@ int st_open(StFile *f, const char *path, char *err, int errlen) {
     f->path = xstrdup(path);
     int fd = open(path, O_RDONLY);
     struct stat sb;
-    if (fd < 0) { fail(err, errlen, "%s: cannot open: %s", path, strerror(errno)); goto bad; }
+    if (fd < 0) { rt_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); goto bad; }
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fail(err, errlen, "%s: not a regular file", path);
+        rt_errf(err, errlen, "%s: not a regular file", path);
         close(fd);
         goto bad;
     }
     f->size = (size_t)sb.st_size;
     if (f->size < 8) {
-        fail(err, errlen, "%s: %zu bytes, too short for a safetensors file (header length)", path, f->size);
+        rt_errf(err, errlen, "%s: %zu bytes, too short for a safetensors file (header length)", path, f->size);
         close(fd);
         goto bad;
     }
     f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (f->map == MAP_FAILED) { f->map = NULL; fail(err, errlen, "%s: cannot map: %s", path, strerror(errno)); goto bad; }
+    if (f->map == MAP_FAILED) { f->map = NULL; rt_errf(err, errlen, "%s: cannot map: %s", path, strerror(errno)); goto bad; }
     uint64_t hlen;
     memcpy(&hlen, f->map, 8);
     if (hlen < 2 || hlen > ST_MAX_HEADER || hlen > f->size - 8) {
-        fail(err, errlen, "%s: header length %llu does not fit the file (%zu bytes; not a safetensors file, or truncated)", path, (unsigned long long)hlen, f->size);
+        rt_errf(err, errlen, "%s: header length %llu does not fit the file (%zu bytes; not a safetensors file, or truncated)", path, (unsigned long long)hlen, f->size);
         goto bad;
     }
     const char *h = (const char *)f->map + 8;
-    if (h[0] != '{') { fail(err, errlen, "%s: header does not start with '{' (not a safetensors file)", path); goto bad; }
+    if (h[0] != '{') { rt_errf(err, errlen, "%s: header does not start with '{' (not a safetensors file)", path); goto bad; }
     f->data = (const unsigned char *)f->map + 8 + hlen;
     f->data_len = f->size - 8 - hlen;
     if (parse_header(f, h, hlen, err, errlen) || check_entries(f, err, errlen)) goto bad;

@@ -6,12 +6,12 @@
  * the field.  Shards are little-endian, as llm.c writes them (as is every
  * machine kiln runs on today).
  */
+#include "fsutil.h"
 #include "shards.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
-#include <libgen.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,14 +21,6 @@
 
 #include "data.h"
 
-static int fail(char *err, int errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, int errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, (size_t)errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -48,7 +40,7 @@ static uint32_t token_at(const DataFile *f, size_t i) {
 static int map_file(DataFile *f, int fd, size_t size, const char *flag, char *err, int errlen) {
     if (size == 0) return 0;
     void *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) return fail(err, errlen, "%s: %s: cannot map: %s", flag, f->path, strerror(errno));
+    if (m == MAP_FAILED) return rt_errf(err, errlen, "%s: %s: cannot map: %s", flag, f->path, strerror(errno));
     f->map = m;
     f->maplen = size;
     return 0;
@@ -56,26 +48,26 @@ static int map_file(DataFile *f, int fd, size_t size, const char *flag, char *er
 
 static int open_shard(DataFile *f, int fd, size_t size, const char *flag, char *err, int errlen) {
     if (size < SHARD_HEADER_BYTES)
-        return fail(err, errlen, "%s: %s: truncated header (%zu bytes; a shard starts with a %d-byte header)", flag, f->path,
+        return rt_errf(err, errlen, "%s: %s: truncated header (%zu bytes; a shard starts with a %d-byte header)", flag, f->path,
                     size, SHARD_HEADER_BYTES);
     if (map_file(f, fd, size, flag, err, errlen) != 0) return -1;
     int32_t h[3];
     memcpy(h, f->map, sizeof h);
     if (h[0] != SHARD_MAGIC)
-        return fail(err, errlen, "%s: %s: wrong magic %d in the header (a token shard has %d)", flag, f->path, h[0],
+        return rt_errf(err, errlen, "%s: %s: wrong magic %d in the header (a token shard has %d)", flag, f->path, h[0],
                     SHARD_MAGIC);
     if (h[1] != 1 && h[1] != 2)
-        return fail(err, errlen, "%s: %s: unknown version %d in the header (1: uint16 tokens, 2: uint32 tokens)", flag,
+        return rt_errf(err, errlen, "%s: %s: unknown version %d in the header (1: uint16 tokens, 2: uint32 tokens)", flag,
                     f->path, h[1]);
-    if (h[2] < 0) return fail(err, errlen, "%s: %s: negative token count %d in the header", flag, f->path, h[2]);
+    if (h[2] < 0) return rt_errf(err, errlen, "%s: %s: negative token count %d in the header", flag, f->path, h[2]);
     f->width = h[1] == 1 ? 2 : 4;
     f->n = (size_t)h[2];
     size_t want = SHARD_HEADER_BYTES + f->n * (size_t)f->width;
     if (size < want)
-        return fail(err, errlen, "%s: %s: truncated: the header's token count %zu needs %zu bytes, the file has %zu", flag,
+        return rt_errf(err, errlen, "%s: %s: truncated: the header's token count %zu needs %zu bytes, the file has %zu", flag,
                     f->path, f->n, want, size);
     if (size > want)
-        return fail(err, errlen, "%s: %s: %zu bytes after the %zu tokens the header's token count announces", flag,
+        return rt_errf(err, errlen, "%s: %s: %zu bytes after the %zu tokens the header's token count announces", flag,
                     f->path, size - want, f->n);
     f->tok = (const unsigned char *)f->map + SHARD_HEADER_BYTES;
     return 0;
@@ -84,23 +76,23 @@ static int open_shard(DataFile *f, int fd, size_t size, const char *flag, char *
 static int open_one(DataFile *f, const char *path, int64_t vocab, const char *flag, char *err, int errlen) {
     memset(f, 0, sizeof *f);
     f->path = strdup(path);
-    if (!f->path) return fail(err, errlen, "%s: out of memory", flag);
+    if (!f->path) return rt_errf(err, errlen, "%s: out of memory", flag);
     int fd = open(path, O_RDONLY);
-    if (fd < 0) return fail(err, errlen, "%s: %s: cannot open: %s", flag, path, strerror(errno));
+    if (fd < 0) return rt_errf(err, errlen, "%s: %s: cannot open: %s", flag, path, strerror(errno));
     struct stat st;
     int rc;
-    if (fstat(fd, &st) != 0) rc = fail(err, errlen, "%s: %s: cannot stat: %s", flag, path, strerror(errno));
-    else if (!S_ISREG(st.st_mode)) rc = fail(err, errlen, "%s: %s: not a regular file", flag, path);
+    if (fstat(fd, &st) != 0) rc = rt_errf(err, errlen, "%s: %s: cannot stat: %s", flag, path, strerror(errno));
+    else if (!S_ISREG(st.st_mode)) rc = rt_errf(err, errlen, "%s: %s: not a regular file", flag, path);
     else if (ends_with(path, ".bin")) rc = open_shard(f, fd, (size_t)st.st_size, flag, err, errlen);
     else {
         rc = map_file(f, fd, (size_t)st.st_size, flag, err, errlen);
         f->width = 1, f->n = (size_t)st.st_size, f->tok = f->map;
     }
-    if (close(fd) != 0 && rc == 0) rc = fail(err, errlen, "%s: %s: close: %s", flag, path, strerror(errno));
+    if (close(fd) != 0 && rc == 0) rc = rt_errf(err, errlen, "%s: %s: close: %s", flag, path, strerror(errno));
     for (size_t i = 0; rc == 0 && vocab > 0 && i < f->n; i++) {
         uint32_t t = token_at(f, i);
         if (t >= (uint64_t)vocab)
-            rc = fail(err, errlen, "%s: %s: token id %u at position %zu >= the vocabulary size %lld", flag, path, t, i,
+            rc = rt_errf(err, errlen, "%s: %s: token id %u at position %zu >= the vocabulary size %lld", flag, path, t, i,
                       (long long)vocab);
     }
     return rc;
@@ -111,18 +103,18 @@ int dataset_open(Dataset *d, const char *pattern, int64_t vocab, const char *fla
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
     if (rc == GLOB_NOMATCH) {
-        if (strpbrk(pattern, "*?[")) return fail(err, errlen, "%s: no file matches %s", flag, pattern);
-        return fail(err, errlen, "%s: %s: cannot open: %s", flag, pattern, strerror(ENOENT));
+        if (strpbrk(pattern, "*?[")) return rt_errf(err, errlen, "%s: no file matches %s", flag, pattern);
+        return rt_errf(err, errlen, "%s: %s: cannot open: %s", flag, pattern, strerror(ENOENT));
     }
-    if (rc != 0) return fail(err, errlen, "%s: %s: glob failed (%s)", flag, pattern, rc == GLOB_NOSPACE ? "out of memory" : "read error");
+    if (rc != 0) return rt_errf(err, errlen, "%s: %s: glob failed (%s)", flag, pattern, rc == GLOB_NOSPACE ? "out of memory" : "read error");
     int nbin = 0;
     for (size_t i = 0; i < g.gl_pathc; i++) nbin += ends_with(g.gl_pathv[i], ".bin");
     if (nbin != 0 && nbin != (int)g.gl_pathc) {
         globfree(&g);
-        return fail(err, errlen, "%s: %s matches both .bin shards and text files; use one kind", flag, pattern);
+        return rt_errf(err, errlen, "%s: %s matches both .bin shards and text files; use one kind", flag, pattern);
     }
     d->files = calloc(g.gl_pathc, sizeof *d->files);
-    rc = d->files ? 0 : fail(err, errlen, "%s: out of memory", flag);
+    rc = d->files ? 0 : rt_errf(err, errlen, "%s: out of memory", flag);
     for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) {
         d->nfiles++;
         rc = open_one(&d->files[i], g.gl_pathv[i], vocab, flag, err, errlen);
@@ -181,7 +173,7 @@ void dataset_sample(const Dataset *d, int64_t B, int64_t T, int rank, int world,
 /* ---- writing ---- */
 
 static int wfail(ShardWriter *w, const char *what) {
-    return fail(w->err, w->errlen, "%s: %s: %s", w->tmp ? w->tmp : w->path, what, strerror(errno));
+    return rt_errf(w->err, w->errlen, "%s: %s: %s", w->tmp ? w->tmp : w->path, what, strerror(errno));
 }
 
 static int write_header(ShardWriter *w) {
@@ -194,13 +186,13 @@ static int write_header(ShardWriter *w) {
 int shard_begin(ShardWriter *w, const char *path, int version, char *err, int errlen) {
     memset(w, 0, sizeof *w);
     w->err = err, w->errlen = errlen, w->version = version;
-    if (version != 1 && version != 2) return fail(err, errlen, "%s: unknown shard version %d", path, version);
+    if (version != 1 && version != 2) return rt_errf(err, errlen, "%s: unknown shard version %d", path, version);
     size_t k = strlen(path) + 5;
     w->path = strdup(path);
     w->tmp = malloc(k);
     if (!w->path || !w->tmp) {
         shard_abort(w);
-        return fail(err, errlen, "%s: out of memory", path);
+        return rt_errf(err, errlen, "%s: out of memory", path);
     }
     snprintf(w->tmp, k, "%s.tmp", path);
     w->f = fopen(w->tmp, "wb");
@@ -214,7 +206,7 @@ int shard_begin(ShardWriter *w, const char *path, int version, char *err, int er
 
 int shard_put(ShardWriter *w, const uint32_t *tok, size_t n) {
     uint16_t buf[4096];
-    if (w->n + n > INT32_MAX) return fail(w->err, w->errlen, "%s: more than %d tokens in one shard", w->path, INT32_MAX);
+    if (w->n + n > INT32_MAX) return rt_errf(w->err, w->errlen, "%s: more than %d tokens in one shard", w->path, INT32_MAX);
     if (w->version == 2) {
         if (n && fwrite(tok, 4, n, w->f) != n) return wfail(w, "write");
         w->n += n;
@@ -224,7 +216,7 @@ int shard_put(ShardWriter *w, const uint32_t *tok, size_t n) {
         size_t k = 0;
         for (; k < 4096 && i < n; k++, i++) {
             if (tok[i] > 0xffff)
-                return fail(w->err, w->errlen, "%s: token id %u does not fit a version 1 (uint16) shard", w->path, tok[i]);
+                return rt_errf(w->err, w->errlen, "%s: token id %u does not fit a version 1 (uint16) shard", w->path, tok[i]);
             buf[k] = (uint16_t)tok[i];
         }
         if (fwrite(buf, 2, k, w->f) != k) return wfail(w, "write");
@@ -245,12 +237,8 @@ int shard_finish(ShardWriter *w) {
 
 int shard_commit(ShardWriter *w) {
     if (rename(w->tmp, w->path) != 0) return wfail(w, "rename");
-    char *dir = strdup(w->path);
-    int rc = dir ? 0 : fail(w->err, w->errlen, "out of memory");
-    int fd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY) : -1;
-    if (rc == 0 && (fd < 0 || fsync(fd) != 0)) rc = fail(w->err, w->errlen, "%s: fsync of its directory: %s", w->path, strerror(errno));
-    if (fd >= 0) close(fd);
-    free(dir);
+    int rc = 0;
+    if (rt_fsync_dir_of(w->path) != 0) rc = rt_errf(w->err, w->errlen, "%s: fsync of its directory: %s", w->path, strerror(errno));
     free(w->tmp);
     w->tmp = NULL;
     shard_abort(w);
