@@ -372,16 +372,16 @@ static void emit_inspection(Args *a, Module *m, const char *path) {
 }
 
 /* Link obj with the runtime into out: cc, run without a shell (paths may hold
- * any character).  KILN_LINK_FLAGS is one word or empty. */
+ * any character).  KILN_LINK_FLAGS: space-separated words, or empty. */
 static void link_trainer(const char *out, const char *obj) {
     char dir[4096], main_o[4200], rtlib[4200];
     exe_dir(dir, sizeof dir);
     snprintf(main_o, sizeof main_o, "%s/runtime/trainer_main.o", dir);
     snprintf(rtlib, sizeof rtlib, "%s/libkilnrt.a", dir);
-    char *argv[16];
+    char *argv[32], flags[] = KILN_LINK_FLAGS;
     int n = 0;
     argv[n++] = "cc";
-    if (KILN_LINK_FLAGS[0]) argv[n++] = KILN_LINK_FLAGS;
+    for (char *w = strtok(flags, " "); w && n < 20; w = strtok(NULL, " ")) argv[n++] = w;
     argv[n++] = "-o", argv[n++] = (char *)out, argv[n++] = (char *)obj, argv[n++] = main_o, argv[n++] = rtlib;
     argv[n++] = "-lopenblas", argv[n++] = "-lpthread", argv[n++] = "-lm", argv[n] = NULL;
     fflush(stdout);
