@@ -27,11 +27,28 @@
 
 /* ---- helpers ---- */
 
+/* Buffers the helpers hand out (snapshots, temp dir names) live until the
+ * test ends: free_owned runs as every test's teardown. */
+static void *owned[1024];
+static int nowned;
+
+static void *own(void *p) {
+    assert_non_null(p);
+    assert_true(nowned < 1024);
+    return owned[nowned++] = p;
+}
+
+static int free_owned(void **st) {
+    (void)st;
+    while (nowned) free(owned[--nowned]);
+    return 0;
+}
+
 static char *tmpdir(void) {
     char t[] = "/tmp/kiln-ckpt-XXXXXX";
     char *d = mkdtemp(t);
     assert_non_null(d);
-    return strdup(d);
+    return own(strdup(d));
 }
 
 static void rm_rf(const char *dir) {
@@ -104,7 +121,6 @@ static void test_reader_accepts_valid(void **st) {
     assert_int_equal(st_find(&f, "b")->shape[1], 3);
     st_close(&f);
     rm_rf(d);
-    free(d);
 }
 
 static void test_writer_reader_round_trip(void **st) {
@@ -132,7 +148,6 @@ static void test_writer_reader_round_trip(void **st) {
     assert_int_equal((8 + (f.data - (const unsigned char *)f.map - 8)) % 8, 0); /* data 8-aligned */
     st_close(&f);
     rm_rf(d);
-    free(d);
 }
 
 static void test_reader_rejects_malformed(void **st) {
@@ -182,7 +197,6 @@ static void test_reader_rejects_malformed(void **st) {
     assert_int_equal(st_open(&f, path, err, sizeof err), -1);
     assert_one_line(err, "too short");
     rm_rf(d);
-    free(d);
 }
 
 /* ---- a real program: a small tiny-GPT ---- */
@@ -274,7 +288,7 @@ static Snap snap(rt_ctx *c) {
     Snap s = {0};
     for (int i = 0; i < G.p->nparams; i++) s.n += nbytes(&G.p->params[i]);
     for (int i = 0; i < G.p->nstates; i++) s.n += nbytes(&G.p->states[i]);
-    s.b = malloc(s.n);
+    s.b = own(malloc(s.n));
     size_t k = 0;
     for (int i = 0; i < G.p->nparams; i++) memcpy(s.b + k, rt_tensor_ptr(c, &G.p->params[i]), nbytes(&G.p->params[i])), k += nbytes(&G.p->params[i]);
     for (int i = 0; i < G.p->nstates; i++) memcpy(s.b + k, rt_tensor_ptr(c, &G.p->states[i]), nbytes(&G.p->states[i])), k += nbytes(&G.p->states[i]);
@@ -323,7 +337,6 @@ static void test_round_trip_is_exact(void **st) {
     rt_free(a);
     rt_free(b);
     rm_rf(d);
-    free(d);
 }
 
 static void test_gpt2_names_are_hugging_face(void **st) {
@@ -351,7 +364,6 @@ static void test_gpt2_names_are_hugging_face(void **st) {
     st_close(&f);
     rt_free(a);
     rm_rf(d);
-    free(d);
 }
 
 static void test_keep_last_k(void **st) {
@@ -385,7 +397,6 @@ static void test_keep_last_k(void **st) {
     assert_true(exists(path));
     rt_free(c);
     rm_rf(d);
-    free(d);
 }
 
 /* A saved context per step 1..3, their snapshots in s[1..3]. */
@@ -458,7 +469,6 @@ static void test_resume_falls_back(void **st) {
     rt_free(c3);
     rt_free(c4);
     rm_rf(d);
-    free(d);
 }
 
 /* Copy src to dst through the writer, changing one tensor: drop it, rename
@@ -542,7 +552,6 @@ static void test_load_errors_leave_state_untouched(void **st) {
     rt_free(a);
     rt_free(c);
     rm_rf(d);
-    free(d);
 }
 
 static void test_unwritable_directory(void **st) {
@@ -571,7 +580,6 @@ static void test_unwritable_directory(void **st) {
     closedir(dd);
     assert_int_equal(n, 2); /* the probe is gone */
     rm_rf(d);
-    free(d);
     rt_free(c);
 }
 
@@ -624,7 +632,6 @@ static void test_init_weights(void **st) {
     rt_free(c);
     rt_free(h);
     rm_rf(d);
-    free(d);
 }
 
 /* kill -9 in the middle of a checkpoint write (the fault hook, in a child). */
@@ -687,7 +694,6 @@ static void test_kill_9_during_save(void **st) {
     free(before);
     rt_free(c);
     rm_rf(d);
-    free(d);
 }
 
 /* For tests/test_torch.py: `test_checkpoint --torch-fixture DIR` trains
@@ -721,19 +727,19 @@ static int torch_fixture(const char *dir) {
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--torch-fixture") == 0) return torch_fixture(argv[2]);
     const struct CMUnitTest reader[] = {
-        cmocka_unit_test(test_reader_accepts_valid),
-        cmocka_unit_test(test_writer_reader_round_trip),
-        cmocka_unit_test(test_reader_rejects_malformed),
+        cmocka_unit_test_teardown(test_reader_accepts_valid, free_owned),
+        cmocka_unit_test_teardown(test_writer_reader_round_trip, free_owned),
+        cmocka_unit_test_teardown(test_reader_rejects_malformed, free_owned),
     };
     const struct CMUnitTest ckpt[] = {
-        cmocka_unit_test(test_round_trip_is_exact),
-        cmocka_unit_test(test_gpt2_names_are_hugging_face),
-        cmocka_unit_test(test_keep_last_k),
-        cmocka_unit_test(test_resume_falls_back),
-        cmocka_unit_test(test_load_errors_leave_state_untouched),
-        cmocka_unit_test(test_unwritable_directory),
-        cmocka_unit_test(test_init_weights),
-        cmocka_unit_test(test_kill_9_during_save),
+        cmocka_unit_test_teardown(test_round_trip_is_exact, free_owned),
+        cmocka_unit_test_teardown(test_gpt2_names_are_hugging_face, free_owned),
+        cmocka_unit_test_teardown(test_keep_last_k, free_owned),
+        cmocka_unit_test_teardown(test_resume_falls_back, free_owned),
+        cmocka_unit_test_teardown(test_load_errors_leave_state_untouched, free_owned),
+        cmocka_unit_test_teardown(test_unwritable_directory, free_owned),
+        cmocka_unit_test_teardown(test_init_weights, free_owned),
+        cmocka_unit_test_teardown(test_kill_9_during_save, free_owned),
     };
     int fails = cmocka_run_group_tests_name("safetensors", reader, NULL, NULL);
     fails += cmocka_run_group_tests_name("checkpoint", ckpt, setup, teardown);
