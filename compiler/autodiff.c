@@ -51,15 +51,13 @@ typedef struct Piece {
 
 typedef struct {
     Module *m;
-    Graph *g;
+    Builder bld; /* the graph, and the Loc/layer of the forward node being differentiated */
     int nfwd;   /* forward node count */
     int nval;   /* forward value count */
     char *need; /* per forward value: gets a gradient */
     int *grad;  /* per forward value: accumulated gradient id, -1 none */
     struct Piece *pieces; /* gradients of slices, joined when their value's gradient is read */
     int npieces, cappieces;
-    Loc loc;    /* metadata of the forward node being differentiated */
-    int layer;
 } Ad;
 
 /* A VJP rule: node n (a copy; its arrays stay valid), output gradients dy
@@ -68,39 +66,14 @@ typedef void (*VjpFn)(Ad *a, const Node *n, const int *dy, int *dx);
 
 /* ---- emitting backward nodes ---- */
 
-static Type vtype(Ad *a, int v) { return a->g->vals[v].t; }
+static Type vtype(Ad *a, int v) { return a->bld.g->vals[v].t; }
 
 static int wants(Ad *a, const Node *n, int i) { return a->need[n->in[i]]; }
-
-static int emit(Ad *a, Op op, int nin, const int *in, int nattr, const Attr *at,
-                const Type *src) {
-    NodeSpec s = ir_spec(op, a->loc);
-    s.nin = nin;
-    s.in = in;
-    s.nattr = nattr;
-    s.attr = at;
-    s.layer = a->layer;
-    s.phase = PH_BWD;
-    s.src_type = src;
-    char err[256];
-    int n = ir_add_node(a->g, &s, err, sizeof err);
-    if (n < 0) ICE("autodiff: %s: %s", ir_ops[op].name, err);
-    return n;
-}
-
-static int op1(Ad *a, Op op, int x, int nattr, const Attr *at) {
-    return ir_out(a->g, emit(a, op, 1, &x, nattr, at, NULL));
-}
-
-static int op2(Ad *a, Op op, int x, int y) {
-    int in[2] = {x, y};
-    return ir_out(a->g, emit(a, op, 2, in, 0, NULL, NULL));
-}
 
 /* A constant of type t filled with v. */
 static int cnst(Ad *a, Type t, double v) {
     Attr at = ir_attr_float(a->m, "v", v);
-    return ir_out(a->g, emit(a, OP_const, 0, NULL, 1, &at, &t));
+    return ir_out(a->bld.g, ir_build(&a->bld, OP_const, 0, NULL, 1, &at, &t));
 }
 
 static Attr shape_attr(Ad *a, const char *key, const Type *t) {
@@ -109,12 +82,12 @@ static Attr shape_attr(Ad *a, const char *key, const Type *t) {
 
 static int reshape(Ad *a, int x, Type t) {
     Attr at = shape_attr(a, "shape", &t);
-    return op1(a, OP_reshape, x, 1, &at);
+    return ir_build1(&a->bld, OP_reshape, x, 1, &at);
 }
 
 static int broadcast(Ad *a, int x, Type t) {
     Attr at = shape_attr(a, "shape", &t);
-    return op1(a, OP_broadcast, x, 1, &at);
+    return ir_build1(&a->bld, OP_broadcast, x, 1, &at);
 }
 
 /* A scalar constant broadcast to t (the cheap way to write "v everywhere"). */
@@ -126,30 +99,30 @@ static int fill(Ad *a, Type t, double v) {
 
 static int transpose(Ad *a, int x, int d0, int d1) {
     Attr at[2] = {ir_attr_int(a->m, "a", d0), ir_attr_int(a->m, "b", d1)};
-    return op1(a, OP_transpose, x, 2, at);
+    return ir_build1(&a->bld, OP_transpose, x, 2, at);
 }
 
 static int cast(Ad *a, int x, DType dt) {
     if (vtype(a, x).dt == dt) return x;
     Attr at = ir_attr_str(a->m, "dtype", ir_dtype_names[dt]);
-    return op1(a, OP_cast, x, 1, &at);
+    return ir_build1(&a->bld, OP_cast, x, 1, &at);
 }
 
 static int slice(Ad *a, int x, int dim, int64_t start, int64_t end) {
     Attr at[3] = {ir_attr_int(a->m, "dim", dim), ir_attr_int(a->m, "start", start),
                   ir_attr_int(a->m, "end", end)};
-    return op1(a, OP_slice, x, 3, at);
+    return ir_build1(&a->bld, OP_slice, x, 3, at);
 }
 
 static int matmul(Ad *a, int x, int y, int ta, int tb) {
     Attr at[2] = {ir_attr_int(a->m, "ta", ta), ir_attr_int(a->m, "tb", tb)};
     int in[2] = {x, y};
-    return ir_out(a->g, emit(a, OP_matmul, 2, in, 2, at, NULL));
+    return ir_out(a->bld.g, ir_build(&a->bld, OP_matmul, 2, in, 2, at, NULL));
 }
 
 /* A node with the forward node's attributes (the bwd op takes the same ones). */
 static int emit_like(Ad *a, Op op, const Node *n, int nin, const int *in) {
-    return emit(a, op, nin, in, n->nattr, n->attr, NULL);
+    return ir_build(&a->bld, op, nin, in, n->nattr, n->attr, NULL);
 }
 
 /* ---- VJP rules, in ops.def order ---- */
@@ -161,62 +134,62 @@ static void vjp_add(Ad *a, const Node *n, const int *dy, int *dx) {
 
 static void vjp_sub(Ad *a, const Node *n, const int *dy, int *dx) {
     dx[0] = dy[0];
-    if (wants(a, n, 1)) dx[1] = op1(a, OP_neg, dy[0], 0, NULL);
+    if (wants(a, n, 1)) dx[1] = ir_build1(&a->bld, OP_neg, dy[0], 0, NULL);
 }
 
 static void vjp_mul(Ad *a, const Node *n, const int *dy, int *dx) {
-    if (wants(a, n, 0)) dx[0] = op2(a, OP_mul, dy[0], n->in[1]);
-    if (wants(a, n, 1)) dx[1] = op2(a, OP_mul, dy[0], n->in[0]);
+    if (wants(a, n, 0)) dx[0] = ir_build2(&a->bld, OP_mul, dy[0], n->in[1]);
+    if (wants(a, n, 1)) dx[1] = ir_build2(&a->bld, OP_mul, dy[0], n->in[0]);
 }
 
 static void vjp_div(Ad *a, const Node *n, const int *dy, int *dx) {
     int x = n->in[0], y = n->in[1];
-    if (wants(a, n, 0)) dx[0] = op2(a, OP_div, dy[0], y);
+    if (wants(a, n, 0)) dx[0] = ir_build2(&a->bld, OP_div, dy[0], y);
     if (wants(a, n, 1)) { /* -dy * x / (y * y) */
-        int num = op2(a, OP_mul, dy[0], x), den = op2(a, OP_mul, y, y);
-        dx[1] = op1(a, OP_neg, op2(a, OP_div, num, den), 0, NULL);
+        int num = ir_build2(&a->bld, OP_mul, dy[0], x), den = ir_build2(&a->bld, OP_mul, y, y);
+        dx[1] = ir_build1(&a->bld, OP_neg, ir_build2(&a->bld, OP_div, num, den), 0, NULL);
     }
 }
 
 static void vjp_neg(Ad *a, const Node *n, const int *dy, int *dx) {
-    dx[0] = op1(a, OP_neg, dy[0], 0, NULL);
+    dx[0] = ir_build1(&a->bld, OP_neg, dy[0], 0, NULL);
 }
 
 static void vjp_exp(Ad *a, const Node *n, const int *dy, int *dx) {
-    dx[0] = op2(a, OP_mul, dy[0], n->out[0]);
+    dx[0] = ir_build2(&a->bld, OP_mul, dy[0], n->out[0]);
 }
 
 static void vjp_log(Ad *a, const Node *n, const int *dy, int *dx) {
-    dx[0] = op2(a, OP_div, dy[0], n->in[0]);
+    dx[0] = ir_build2(&a->bld, OP_div, dy[0], n->in[0]);
 }
 
 static void vjp_sqrt(Ad *a, const Node *n, const int *dy, int *dx) { /* dy * 0.5 / y */
     int y = n->out[0];
-    dx[0] = op2(a, OP_div, op2(a, OP_mul, dy[0], fill(a, vtype(a, y), 0.5)), y);
+    dx[0] = ir_build2(&a->bld, OP_div, ir_build2(&a->bld, OP_mul, dy[0], fill(a, vtype(a, y), 0.5)), y);
 }
 
 static void vjp_rsqrt(Ad *a, const Node *n, const int *dy, int *dx) { /* dy * -0.5 * y^3 */
     int y = n->out[0];
-    int h = op2(a, OP_mul, dy[0], fill(a, vtype(a, y), -0.5));
-    dx[0] = op2(a, OP_mul, op2(a, OP_mul, op2(a, OP_mul, h, y), y), y);
+    int h = ir_build2(&a->bld, OP_mul, dy[0], fill(a, vtype(a, y), -0.5));
+    dx[0] = ir_build2(&a->bld, OP_mul, ir_build2(&a->bld, OP_mul, ir_build2(&a->bld, OP_mul, h, y), y), y);
 }
 
 static void vjp_tanh(Ad *a, const Node *n, const int *dy, int *dx) { /* dy * (1 - y^2) */
     int y = n->out[0];
     int one = fill(a, vtype(a, y), 1.0);
-    dx[0] = op2(a, OP_mul, dy[0], op2(a, OP_sub, one, op2(a, OP_mul, y, y)));
+    dx[0] = ir_build2(&a->bld, OP_mul, dy[0], ir_build2(&a->bld, OP_sub, one, ir_build2(&a->bld, OP_mul, y, y)));
 }
 
 static void vjp_gelu(Ad *a, const Node *n, const int *dy, int *dx) {
-    dx[0] = op2(a, OP_gelu_bwd, dy[0], n->in[0]);
+    dx[0] = ir_build2(&a->bld, OP_gelu_bwd, dy[0], n->in[0]);
 }
 
 static void vjp_silu(Ad *a, const Node *n, const int *dy, int *dx) {
-    dx[0] = op2(a, OP_silu_bwd, dy[0], n->in[0]);
+    dx[0] = ir_build2(&a->bld, OP_silu_bwd, dy[0], n->in[0]);
 }
 
 static void vjp_relu(Ad *a, const Node *n, const int *dy, int *dx) {
-    dx[0] = op2(a, OP_relu_bwd, dy[0], n->in[0]);
+    dx[0] = ir_build2(&a->bld, OP_relu_bwd, dy[0], n->in[0]);
 }
 
 /* dy of a reduction over `dim`, spread back over x's shape. */
@@ -237,18 +210,18 @@ static void vjp_sum(Ad *a, const Node *n, const int *dy, int *dx) {
 static void vjp_mean(Ad *a, const Node *n, const int *dy, int *dx) {
     Type tx = vtype(a, n->in[0]);
     int s = spread(a, n, dy[0]), cnt = fill(a, tx, (double)tx.dim[ir_attr_i(n, "dim", 0)]);
-    dx[0] = op2(a, OP_div, s, cnt);
+    dx[0] = ir_build2(&a->bld, OP_div, s, cnt);
 }
 
 static void vjp_max(Ad *a, const Node *n, const int *dy, int *dx) {
     int in[3] = {dy[0], n->in[0], n->out[0]};
-    dx[0] = ir_out(a->g, emit_like(a, OP_max_bwd, n, 3, in));
+    dx[0] = ir_out(a->bld.g, emit_like(a, OP_max_bwd, n, 3, in));
 }
 
 static void vjp_sumsq(Ad *a, const Node *n, const int *dy, int *dx) { /* 2 x dy */
     Type tx = vtype(a, n->in[0]);
-    int d = broadcast(a, cast(a, dy[0], tx.dt), tx), xd = op2(a, OP_mul, d, n->in[0]);
-    dx[0] = op2(a, OP_mul, xd, fill(a, tx, 2.0));
+    int d = broadcast(a, cast(a, dy[0], tx.dt), tx), xd = ir_build2(&a->bld, OP_mul, d, n->in[0]);
+    dx[0] = ir_build2(&a->bld, OP_mul, xd, fill(a, tx, 2.0));
 }
 
 static void vjp_reshape(Ad *a, const Node *n, const int *dy, int *dx) {
@@ -267,7 +240,7 @@ static void vjp_slice(Ad *a, const Node *n, const int *dy, int *dx) {
         if (!a->pieces) ICE("autodiff: out of memory");
     }
     a->pieces[a->npieces++] = (Piece){n->in[0], (int)ir_attr_i(n, "dim", 0), dy[0], ir_attr_i(n, "start", 0),
-                                      ir_attr_i(n, "end", 0), a->loc, a->layer};
+                                      ir_attr_i(n, "end", 0), a->bld.loc, a->bld.layer};
     dx[0] = -1;
 }
 
@@ -289,7 +262,7 @@ static int concat_pieces(Ad *a, int v, Piece *p, int np, int dim) {
         if (i < np) parts[k++] = p[i].dy, at = p[i].end;
     }
     Attr att = ir_attr_int(a->m, "dim", dim);
-    int r = k == 1 ? parts[0] : ir_out(a->g, emit(a, OP_concat, k, parts, 1, &att, NULL));
+    int r = k == 1 ? parts[0] : ir_out(a->bld.g, ir_build(&a->bld, OP_concat, k, parts, 1, &att, NULL));
     free(parts);
     return r;
 }
@@ -309,13 +282,13 @@ static void join_pieces(Ad *a, int v) {
         int disjoint = 1;
         for (int i = 0; i < np; i++)
             disjoint &= mine[i].dim == mine[0].dim && (i == 0 || mine[i].start >= mine[i - 1].end);
-        a->loc = mine[0].loc, a->layer = mine[0].layer;
+        a->bld.loc = mine[0].loc, a->bld.layer = mine[0].layer;
         int dv = disjoint ? concat_pieces(a, v, mine, np, mine[0].dim) : -1;
         for (int i = 0; !disjoint && i < np; i++) {
             int one = concat_pieces(a, v, &mine[i], 1, mine[i].dim);
-            dv = dv < 0 ? one : op2(a, OP_add, dv, one);
+            dv = dv < 0 ? one : ir_build2(&a->bld, OP_add, dv, one);
         }
-        a->grad[v] = a->grad[v] < 0 ? dv : op2(a, OP_add, a->grad[v], dv);
+        a->grad[v] = a->grad[v] < 0 ? dv : ir_build2(&a->bld, OP_add, a->grad[v], dv);
     }
     free(mine);
 }
@@ -333,7 +306,7 @@ static void vjp_concat(Ad *a, const Node *n, const int *dy, int *dx) {
 static void vjp_broadcast(Ad *a, const Node *n, const int *dy, int *dx) {
     Type tx = vtype(a, n->in[0]);
     Attr at = shape_attr(a, "shape", &tx);
-    dx[0] = op1(a, OP_sumto, dy[0], 1, &at);
+    dx[0] = ir_build1(&a->bld, OP_sumto, dy[0], 1, &at);
 }
 
 static void vjp_sumto(Ad *a, const Node *n, const int *dy, int *dx) {
@@ -378,7 +351,7 @@ static void vjp_matmul(Ad *a, const Node *n, const int *dy, int *dx) {
  * returns one gradient per differentiable input. */
 static void fused_bwd(Ad *a, const Node *n, Op op, int nin, const int *in, int *dx) {
     int b = emit_like(a, op, n, nin, in);
-    Node *bn = &a->g->nodes[b];
+    Node *bn = &a->bld.g->nodes[b];
     for (int i = 0; i < bn->nout; i++)
         if (wants(a, n, i)) dx[i] = bn->out[i];
 }
@@ -394,7 +367,7 @@ static void vjp_rmsnorm(Ad *a, const Node *n, const int *dy, int *dx) {
 }
 
 static void vjp_softmax(Ad *a, const Node *n, const int *dy, int *dx) {
-    dx[0] = op2(a, OP_softmax_bwd, dy[0], n->out[0]);
+    dx[0] = ir_build2(&a->bld, OP_softmax_bwd, dy[0], n->out[0]);
 }
 
 static void vjp_rope(Ad *a, const Node *n, const int *dy, int *dx) {
@@ -403,7 +376,7 @@ static void vjp_rope(Ad *a, const Node *n, const int *dy, int *dx) {
 }
 
 /* Accumulate into dx[i] (for rules that contribute twice). */
-static void add_to(Ad *a, int *dx, int v) { *dx = *dx < 0 ? v : op2(a, OP_add, *dx, v); }
+static void add_to(Ad *a, int *dx, int v) { *dx = *dx < 0 ? v : ir_build2(&a->bld, OP_add, *dx, v); }
 
 static void vjp_attention(Ad *a, const Node *n, const int *dy, int *dx) {
     int q = n->in[0], k = n->in[1], v = n->in[2], o = n->out[0], lse = n->out[1];
@@ -422,12 +395,12 @@ static void vjp_attention(Ad *a, const Node *n, const int *dy, int *dx) {
             z.dim[3] -= 1;
             int parts[2] = {lane, cnst(a, z, 0.0)};
             Attr at = ir_attr_int(a->m, "dim", 3);
-            dout = ir_out(a->g, emit(a, OP_concat, 2, parts, 1, &at, NULL));
+            dout = ir_out(a->bld.g, ir_build(&a->bld, OP_concat, 2, parts, 1, &at, NULL));
         }
         int ones = fill(a, vtype(a, v), 1.0), zero = cnst(a, tq, 0.0);
         int in[6] = {dout, q, k, ones, zero, lse};
         int b = emit_like(a, OP_attention_bwd, n, 6, in);
-        int dq = a->g->nodes[b].out[0], dk = a->g->nodes[b].out[1];
+        int dq = a->bld.g->nodes[b].out[0], dk = a->bld.g->nodes[b].out[1];
         if (wants(a, n, 0)) add_to(a, &dx[0], dq);
         if (wants(a, n, 1)) add_to(a, &dx[1], dk);
     }
@@ -436,27 +409,27 @@ static void vjp_attention(Ad *a, const Node *n, const int *dy, int *dx) {
 static void vjp_embedding(Ad *a, const Node *n, const int *dy, int *dx) {
     Attr at = ir_attr_int(a->m, "v", vtype(a, n->in[0]).dim[0]);
     int in[2] = {dy[0], n->in[1]};
-    dx[0] = ir_out(a->g, emit(a, OP_embedding_bwd, 2, in, 1, &at, NULL));
+    dx[0] = ir_out(a->bld.g, ir_build(&a->bld, OP_embedding_bwd, 2, in, 1, &at, NULL));
 }
 
 static void vjp_cross_entropy(Ad *a, const Node *n, const int *dy, int *dx) {
     int in[3] = {dy[0], n->in[0], n->in[1]};
-    dx[0] = ir_out(a->g, emit(a, OP_cross_entropy_bwd, 3, in, 0, NULL, NULL));
+    dx[0] = ir_out(a->bld.g, ir_build(&a->bld, OP_cross_entropy_bwd, 3, in, 0, NULL, NULL));
 }
 
 static void vjp_loss(Ad *a, const Node *n, const int *dy, int *dx) { dx[0] = dy[0]; }
 
 /* Collectives: the transpose of a linear map over the group. */
 static void vjp_allreduce(Ad *a, const Node *n, const int *dy, int *dx) {
-    dx[0] = ir_out(a->g, emit_like(a, OP_allreduce, n, 1, dy));
+    dx[0] = ir_out(a->bld.g, emit_like(a, OP_allreduce, n, 1, dy));
 }
 
 static void vjp_reducescatter(Ad *a, const Node *n, const int *dy, int *dx) {
-    dx[0] = ir_out(a->g, emit_like(a, OP_allgather, n, 1, dy));
+    dx[0] = ir_out(a->bld.g, emit_like(a, OP_allgather, n, 1, dy));
 }
 
 static void vjp_allgather(Ad *a, const Node *n, const int *dy, int *dx) {
-    dx[0] = ir_out(a->g, emit_like(a, OP_reducescatter, n, 1, dy));
+    dx[0] = ir_out(a->bld.g, emit_like(a, OP_reducescatter, n, 1, dy));
 }
 
 static const VjpFn vjp[OP_COUNT] = {
@@ -480,7 +453,7 @@ static int is_float(const Graph *g, int v) { return ir_dtype_is_float(g->vals[v]
 
 /* need[v] = v is float, depends on a param, and reaches the loss. */
 static void find_needed(Ad *a, int loss_val) {
-    Graph *g = a->g;
+    Graph *g = a->bld.g;
     char *dep = calloc(a->nval, 1), *reach = calloc(a->nval, 1);
     for (int i = 0; i < a->nfwd; i++) {
         const Node *n = &g->nodes[i];
@@ -507,11 +480,11 @@ static void accumulate(Ad *a, int v, int dv) {
         ICE("autodiff: gradient of %%%d has type %s, want %s", v, ir_type_str(&td, b2, sizeof b2),
             ir_type_str(&tv, b1, sizeof b1));
     }
-    a->grad[v] = a->grad[v] < 0 ? dv : op2(a, OP_add, a->grad[v], dv);
+    a->grad[v] = a->grad[v] < 0 ? dv : ir_build2(&a->bld, OP_add, a->grad[v], dv);
 }
 
 static void backprop_node(Ad *a, int i) {
-    Node n = a->g->nodes[i]; /* a copy: emitting reallocates the node array */
+    Node n = a->bld.g->nodes[i]; /* a copy: emitting reallocates the node array */
     int any_in = 0, dy[8], dx[64];
     if (n.nin > 64 || n.nout > 8) ICE("autodiff: op %s has too many operands", ir_ops[n.op].name);
     for (int j = 0; j < n.nin; j++) any_in |= a->need[n.in[j]];
@@ -525,8 +498,8 @@ static void backprop_node(Ad *a, int i) {
     if (!any_out) return;
     if (!vjp[n.op]) ICE("autodiff: no VJP rule for op %s", ir_ops[n.op].name);
     for (int j = 0; j < n.nin; j++) dx[j] = -1;
-    a->loc = n.loc;
-    a->layer = n.layer;
+    a->bld.loc = n.loc;
+    a->bld.layer = n.layer;
     vjp[n.op](a, &n, dy, dx);
     for (int j = 0; j < n.nin; j++)
         if (dx[j] >= 0 && a->need[n.in[j]]) accumulate(a, n.in[j], dx[j]);
@@ -542,7 +515,7 @@ static void add_output(Ad *a, int v, const char *name, Loc loc, int layer, Phase
     s.layer = layer;
     s.phase = ph;
     char err[256];
-    if (ir_add_node(a->g, &s, err, sizeof err) < 0) ICE("autodiff: output %s: %s", name, err);
+    if (ir_add_node(a->bld.g, &s, err, sizeof err) < 0) ICE("autodiff: output %s: %s", name, err);
 }
 
 static int find_loss(const Graph *g) {
@@ -582,7 +555,8 @@ void pass_autodiff(Module *m, const Options *o) {
     if (m->nstages != 1) ICE("autodiff: expects one stage, got %d", m->nstages);
     Graph *g = m->stages[0];
     drop_model_outputs(g);
-    Ad a = {.m = m, .g = g, .nfwd = g->nnodes, .nval = g->nvals};
+    Ad a = {.m = m, .nfwd = g->nnodes, .nval = g->nvals};
+    a.bld = (Builder){.g = g, .pass = "autodiff", .layer = -1, .phase = PH_BWD};
     a.need = calloc(a.nval, 1);
     a.grad = malloc(sizeof(int) * a.nval);
     for (int v = 0; v < a.nval; v++) a.grad[v] = -1;
@@ -592,7 +566,7 @@ void pass_autodiff(Module *m, const Options *o) {
     int llayer = g->nodes[ln].layer;
     find_needed(&a, lv);
 
-    a.loc = lloc, a.layer = llayer;
+    a.bld.loc = lloc, a.bld.layer = llayer;
     if (a.need[lv]) a.grad[lv] = cnst(&a, vtype(&a, lv), 1.0);
     for (int i = a.nfwd - 1; i >= 0; i--) backprop_node(&a, i);
 
@@ -602,7 +576,7 @@ void pass_autodiff(Module *m, const Options *o) {
         if (p.op != OP_param) continue;
         join_pieces(&a, p.out[0]);
         int gv = a.grad[p.out[0]];
-        a.loc = p.loc, a.layer = p.layer;
+        a.bld.loc = p.loc, a.bld.layer = p.layer;
         if (gv < 0) gv = cnst(&a, vtype(&a, p.out[0]), 0.0);
         char name[512];
         snprintf(name, sizeof name, "grad:%s", ir_attr_s(&p, "name", "?"));

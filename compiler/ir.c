@@ -259,6 +259,30 @@ int ir_add_node(Graph *g, const NodeSpec *s, char *err, size_t errlen) {
     return idx;
 }
 
+int ir_build(Builder *b, Op op, int nin, const int *in, int nattr, const Attr *at, const Type *src) {
+    NodeSpec s = ir_spec(op, b->loc);
+    s.nin = nin;
+    s.in = in;
+    s.nattr = nattr;
+    s.attr = at;
+    s.layer = b->layer;
+    s.phase = b->phase;
+    s.src_type = src;
+    char err[256];
+    int n = ir_add_node(b->g, &s, err, sizeof err);
+    if (n < 0) ICE("%s: %s: %s", b->pass, ir_ops[op].name, err);
+    return n;
+}
+
+int ir_build1(Builder *b, Op op, int x, int nattr, const Attr *at) {
+    return ir_out(b->g, ir_build(b, op, 1, &x, nattr, at, NULL));
+}
+
+int ir_build2(Builder *b, Op op, int x, int y) {
+    int in[2] = {x, y};
+    return ir_out(b->g, ir_build(b, op, 2, in, 0, NULL, NULL));
+}
+
 /* ---- attributes ---- */
 
 Attr ir_attr_int(Module *m, const char *key, int64_t v) {

@@ -174,6 +174,19 @@ NodeSpec ir_spec(Op op, Loc loc);
 /* Infer output types, append the node and its output values.  Returns the
  * node index, or -1 with a one-line message (no location prefix) in err. */
 int ir_add_node(Graph *g, const NodeSpec *s, char *err, size_t errlen);
+/* For passes that build nodes: every node gets the builder's Loc, layer and
+ * phase; a node the pass builds wrong is an internal error naming the pass. */
+typedef struct {
+    Graph *g;
+    const char *pass;
+    Loc loc;
+    int layer;
+    Phase phase;
+} Builder;
+int ir_build(Builder *b, Op op, int nin, const int *in, int nattr, const Attr *at, const Type *src); /* node index */
+int ir_build1(Builder *b, Op op, int x, int nattr, const Attr *at); /* first output value */
+int ir_build2(Builder *b, Op op, int x, int y);                      /* first output value */
+
 /* Convenience: the first output value id of node index n. */
 static inline int ir_out(const Graph *g, int n) { return g->nodes[n].out[0]; }
 

@@ -30,44 +30,18 @@
 
 typedef struct {
     Module *m;
-    Graph *g;
-    Loc loc;
-    int layer;
+    Builder bld; /* the graph; the Loc and layer of the param being updated */
 } Opt;
-
-static int emit(Opt *b, Op op, int nin, const int *in, int nattr, const Attr *at, const Type *src) {
-    NodeSpec s = ir_spec(op, b->loc);
-    s.nin = nin;
-    s.in = in;
-    s.nattr = nattr;
-    s.attr = at;
-    s.layer = b->layer;
-    s.phase = PH_OPT;
-    s.src_type = src;
-    char err[256];
-    int n = ir_add_node(b->g, &s, err, sizeof err);
-    if (n < 0) ICE("optimizer: %s: %s", ir_ops[op].name, err);
-    return n;
-}
-
-static int op1(Opt *b, Op op, int x, int nattr, const Attr *at) {
-    return ir_out(b->g, emit(b, op, 1, &x, nattr, at, NULL));
-}
-
-static int op2(Opt *b, Op op, int x, int y) {
-    int in[2] = {x, y};
-    return ir_out(b->g, emit(b, op, 2, in, 0, NULL, NULL));
-}
 
 /* A named source (state) of type t. */
 static int source(Opt *b, Op op, const char *name, Type t) {
     Attr at = ir_attr_str(b->m, "name", name);
-    return ir_out(b->g, emit(b, op, 0, NULL, 1, &at, &t));
+    return ir_out(b->bld.g, ir_build(&b->bld, op, 0, NULL, 1, &at, &t));
 }
 
 static void sink(Opt *b, Op op, int x, const char *name) {
     Attr at = ir_attr_str(b->m, "name", name);
-    emit(b, op, 1, &x, 1, &at, NULL);
+    ir_build(&b->bld, op, 1, &x, 1, &at, NULL);
 }
 
 /* Step counts are written as ints when they are whole (the dump reads better). */
@@ -102,38 +76,38 @@ static int grad_of(const Graph *g, int i) {
 /* sqrt(sum over params of sumsq(grad)), f32[]. */
 static int grad_norm(Opt *b, int nfwd) {
     int acc = -1;
-    Loc loc = b->loc;
+    Loc loc = b->bld.loc;
     for (int i = 0; i < nfwd; i++) {
-        if (b->g->nodes[i].op != OP_param) continue;
-        b->loc = b->g->nodes[i].loc, b->layer = b->g->nodes[i].layer; /* the param's piece */
-        int s = op1(b, OP_sumsq, grad_of(b->g, i), 0, NULL);
-        b->loc = loc, b->layer = -1;
-        acc = acc < 0 ? s : op2(b, OP_add, acc, s);
+        if (b->bld.g->nodes[i].op != OP_param) continue;
+        b->bld.loc = b->bld.g->nodes[i].loc, b->bld.layer = b->bld.g->nodes[i].layer; /* the param's piece */
+        int s = ir_build1(&b->bld, OP_sumsq, grad_of(b->bld.g, i), 0, NULL);
+        b->bld.loc = loc, b->bld.layer = -1;
+        acc = acc < 0 ? s : ir_build2(&b->bld, OP_add, acc, s);
     }
     if (acc < 0) { /* no params: norm 0 */
         Attr z = ir_attr_float(b->m, "v", 0.0);
         Type t = {.dt = DT_F32, .rank = 0};
-        acc = ir_out(b->g, emit(b, OP_const, 0, NULL, 1, &z, &t));
+        acc = ir_out(b->bld.g, ir_build(&b->bld, OP_const, 0, NULL, 1, &z, &t));
     }
-    return op1(b, OP_sqrt, acc, 0, NULL);
+    return ir_build1(&b->bld, OP_sqrt, acc, 0, NULL);
 }
 
 static void update_param(Opt *b, const Options *o, int i, int lr, int scale, int t) {
-    Node p = b->g->nodes[i];
+    Node p = b->bld.g->nodes[i];
     const char *name = ir_attr_s(&p, "name", "?");
-    Type tp = b->g->vals[p.out[0]].t;
-    b->loc = p.loc, b->layer = p.layer;
+    Type tp = b->bld.g->vals[p.out[0]].t;
+    b->bld.loc = p.loc, b->bld.layer = p.layer;
     char mn[512], vn[512];
     snprintf(mn, sizeof mn, "opt.m.%s", name);
     snprintf(vn, sizeof vn, "opt.v.%s", name);
     int mv = source(b, OP_state, mn, tp), vv = source(b, OP_state, vn, tp);
-    int in[7] = {p.out[0], grad_of(b->g, i), mv, vv, lr, scale, t};
+    int in[7] = {p.out[0], grad_of(b->bld.g, i), mv, vv, lr, scale, t};
     Attr at[4] = {ir_attr_float(b->m, "b1", o->beta1), ir_attr_float(b->m, "b2", o->beta2),
                   ir_attr_float(b->m, "eps", o->eps),
                   ir_attr_float(b->m, "wd", tp.rank >= 2 ? o->weight_decay : 0.0)};
-    int n = emit(b, OP_adamw, 7, in, 4, at, NULL);
+    int n = ir_build(&b->bld, OP_adamw, 7, in, 4, at, NULL);
     int out[3];
-    memcpy(out, b->g->nodes[n].out, sizeof out);
+    memcpy(out, b->bld.g->nodes[n].out, sizeof out);
     sink(b, OP_assign, out[0], name);
     sink(b, OP_assign, out[1], mn);
     sink(b, OP_assign, out[2], vn);
@@ -143,24 +117,24 @@ void pass_optimizer(Module *m, const Options *o) {
     if (m->nstages != 1) ICE("optimizer: expects one stage, got %d", m->nstages);
     Graph *g = m->stages[0];
     int nfwd = g->nnodes;
-    Opt b = {.m = m, .g = g, .loc = loss_loc(g), .layer = -1};
+    Opt b = {.m = m, .bld = {.g = g, .pass = "optimizer", .loc = loss_loc(g), .layer = -1, .phase = PH_OPT}};
     Type scalar = {.dt = DT_F32, .rank = 0};
 
     int step = source(&b, OP_state, "opt.step", scalar);
     Attr one_v = ir_attr_float(m, "v", 1.0);
-    int one = ir_out(g, emit(&b, OP_const, 0, NULL, 1, &one_v, &scalar));
-    int t = op2(&b, OP_add, step, one);
+    int one = ir_out(g, ir_build(&b.bld, OP_const, 0, NULL, 1, &one_v, &scalar));
+    int t = ir_build2(&b.bld, OP_add, step, one);
     sink(&b, OP_assign, t, "opt.step");
 
     Attr sched[4] = {ir_attr_float(m, "lr", o->lr), ir_attr_float(m, "min_lr", o->min_lr),
                      num_attr(m, "warmup", o->warmup), num_attr(m, "total", o->steps)};
-    int lr = op1(&b, OP_lr_cosine, t, 4, sched);
+    int lr = ir_build1(&b.bld, OP_lr_cosine, t, 4, sched);
     sink(&b, OP_output, lr, "lr");
 
     int norm = grad_norm(&b, nfwd);
     sink(&b, OP_output, norm, "grad_norm");
     Attr mx = ir_attr_float(m, "max", o->grad_clip);
-    int scale = op1(&b, OP_clipscale, norm, 1, &mx);
+    int scale = ir_build1(&b.bld, OP_clipscale, norm, 1, &mx);
 
     for (int i = 0; i < nfwd; i++)
         if (g->nodes[i].op == OP_param) update_param(&b, o, i, lr, scale, t);
