@@ -250,13 +250,18 @@ static LLVMValueRef lib(Em *e, const char *name) {
 
 /* ---- math in registers (f32) ---- */
 
+/* An inlined float(float) function named name, the builder at its entry. */
+static LLVMValueRef math_fn(Em *e, const char *name) {
+    LLVMValueRef fn = add_fn(e, name, LLVMFunctionType(e->tf32, &e->tf32, 1, 0), 1);
+    add_fn_attr(e, fn, LLVMAttributeFunctionIndex, "alwaysinline");
+    LLVMPositionBuilderAtEnd(e->b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
+    return fn;
+}
+
 /* float kiln_expf(float): see the essay. */
 static LLVMValueRef build_expf(Em *e) {
-    LLVMTypeRef ty = LLVMFunctionType(e->tf32, &e->tf32, 1, 0);
-    LLVMValueRef fn = add_fn(e, "kiln_expf", ty, 1);
-    add_fn_attr(e, fn, LLVMAttributeFunctionIndex, "alwaysinline");
+    LLVMValueRef fn = math_fn(e, "kiln_expf");
     LLVMBuilderRef b = e->b;
-    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
     LLVMValueRef x = LLVMGetParam(fn, 0);
     LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, x, x, "");
     LLVMValueRef xc = LLVMBuildSelect(b, nan, F32(e, 0), x, "");
@@ -284,11 +289,8 @@ static LLVMValueRef build_expf(Em *e) {
 
 /* float kiln_tanhf(float): Cephes tanhf on kiln_expf. */
 static LLVMValueRef build_tanhf(Em *e) {
-    LLVMTypeRef ty = LLVMFunctionType(e->tf32, &e->tf32, 1, 0);
-    LLVMValueRef fn = add_fn(e, "kiln_tanhf", ty, 1);
-    add_fn_attr(e, fn, LLVMAttributeFunctionIndex, "alwaysinline");
+    LLVMValueRef fn = math_fn(e, "kiln_tanhf");
     LLVMBuilderRef b = e->b;
-    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
     LLVMValueRef x = LLVMGetParam(fn, 0), ax = call1(e, "llvm.fabs", x);
     /* small: x + x^3 P(x^2) */
     static const double P[] = {-5.70498872745E-3, 2.06390887954E-2, -5.37397155531E-2, 1.33314422036E-1, -3.33332819422E-1};
@@ -296,7 +298,7 @@ static LLVMValueRef build_tanhf(Em *e) {
     for (int i = 1; i < 5; i++) p = LLVMBuildFAdd(b, LLVMBuildFMul(b, p, z, ""), F32(e, P[i]), "");
     p = LLVMBuildFAdd(b, LLVMBuildFMul(b, LLVMBuildFMul(b, p, z, ""), x, ""), x, "");
     /* large: sign(x) (1 - 2/(e^2|x| + 1)) */
-    LLVMValueRef ex = LLVMBuildCall2(b, ty, e->expf_, (LLVMValueRef[]){LLVMBuildFMul(b, ax, F32(e, 2), "")}, 1, "");
+    LLVMValueRef ex = LLVMBuildCall2(b, LLVMGlobalGetValueType(e->expf_), e->expf_, (LLVMValueRef[]){LLVMBuildFMul(b, ax, F32(e, 2), "")}, 1, "");
     LLVMValueRef t = LLVMBuildFSub(b, F32(e, 1), LLVMBuildFDiv(b, F32(e, 2), LLVMBuildFAdd(b, ex, F32(e, 1), ""), ""), "");
     t = call2(e, "llvm.copysign", t, x);
     LLVMBuildRet(b, LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, ax, F32(e, 0.625), ""), p, t, ""));
