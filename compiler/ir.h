@@ -51,6 +51,7 @@ enum { /* op flags: passes ask these, never op names */
     F_OPTIMIZER = 1 << 11,
     F_COPY = 1 << 12,       /* device copies (offload) */
     F_SYNC = 1 << 13,       /* stream events (record/wait) */
+    F_VIEW = 1 << 14,       /* the output is the input's bytes: memplan gives it the input's buffer */
 };
 
 typedef struct {

@@ -109,7 +109,7 @@ void memlive_build(const Graph *g, MemLive *L) {
         const Node *nd = &g->nodes[i];
         for (int k = 0; k < nd->nout; k++) {
             int v = nd->out[k];
-            if ((nd->op == OP_reshape || nd->op == OP_loss) && L->root[nd->in[0]] >= 0) {
+            if ((ir_ops[nd->op].flags & F_VIEW) && L->root[nd->in[0]] >= 0) {
                 L->root[v] = L->root[nd->in[0]];
                 continue;
             }
