@@ -883,6 +883,20 @@ static int try_recv(Interp *it, Rank *R, const Node *n) {
     return 0;
 }
 
+/* shard: this rank's chunk (its index in the group) of dim, no communication. */
+static void do_shard(Interp *it, Rank *R, const Node *n) {
+    Ex ex = ex_of(it, R, n), *e = &ex;
+    int mask, idx, size = group_of(it, R, n, &mask, &idx);
+    const Type *t = &R->vals[n->in[0]].t;
+    int64_t outer, len, inner;
+    split_at(t, attr_dim(e, "dim", t), &outer, &len, &inner);
+    int64_t c = len / size;
+    const double *x = R->vals[n->in[0]].d;
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(OUT(0) + o * c * inner, x + (o * len + idx * c) * inner, sizeof(double) * (size_t)(c * inner));
+    round_outputs(it, e);
+}
+
 static const Node *node_at(const Rank *R) { return R->pc < R->g->nnodes ? &R->g->nodes[R->pc] : NULL; }
 
 /* Run the collective the members (world ranks, in group order) wait at. */
@@ -991,6 +1005,8 @@ static int advance(Interp *it, Rank *R) {
             if (!try_recv(it, R, n)) return moved;
         } else if (n->op == OP_send) {
             do_send(it, R, n);
+        } else if (n->op == OP_shard) {
+            do_shard(it, R, n);
         } else {
             Ex e = ex_of(it, R, n);
             exec_local(&e);

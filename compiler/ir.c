@@ -431,10 +431,10 @@ static int infer_comm(const Graph *g, const Node *n, const Type *x, Type *out, c
     for (int a = 0; a < IR_NAXES; a++)
         if (mask & (1 << a)) size *= g->m->mesh[a];
     *out = *x;
-    if (n->op == OP_reducescatter || n->op == OP_allgather) {
+    if (n->op == OP_reducescatter || n->op == OP_allgather || n->op == OP_shard) {
         int d = dim_attr(n, "dim", x->rank);
         if (d < 0) FAIL("%s: dim out of range for rank %d", op, x->rank);
-        if (n->op == OP_reducescatter) {
+        if (n->op != OP_allgather) {
             if (x->dim[d] % size) FAIL("%s: dim %d of size %lld not divisible by group size %d", op, d, (long long)x->dim[d], size);
             out->dim[d] = x->dim[d] / size;
         } else {
@@ -641,7 +641,7 @@ static int infer_rule(const Graph *g, const Node *n, Type out[], char *err, size
             if (t[i]->dt != DT_F32 || t[i]->rank != 0) FAIL("adamw: lr, scale and t must be f32[]");
         out[0] = out[1] = out[2] = *t[0];
         return 0;
-    case OP_allreduce: case OP_reducescatter: case OP_allgather:
+    case OP_allreduce: case OP_reducescatter: case OP_allgather: case OP_shard:
         return infer_comm(g, n, t[0], &out[0], err, errlen);
     default:
         FAIL("%s: no shape rule", op);

@@ -17,6 +17,12 @@ typedef struct {
     int nsets;
     /* mesh */
     int pp, dp, cp, tp;
+    /* data parallel: micro-batches per step (gradient accumulation); the
+     * distributed optimizer (zero 1, default) or plain all-reduce (zero 0);
+     * bucket size in MiB; no_overlap: collectives on the compute stream;
+     * drop_event (tests only): the schedule forgets its first wait */
+    int micro_batches, zero, no_overlap, drop_event;
+    double bucket_mb;
     /* optimizer (defaults in opt_defaults) */
     double lr, min_lr, warmup, steps, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
@@ -34,6 +40,7 @@ Module *fe_load(const char *path, Options *o, char *err, size_t errlen);
 /* ---- passes: one file each, one signature ---- */
 typedef void (*PassFn)(Module *m, const Options *o);
 void pass_autodiff(Module *m, const Options *o);  /* autodiff.c */
+void pass_parallelize(Module *m, const Options *o); /* parallelize.c: shard over the mesh (dp) and micro-batches */
 void pass_optimizer(Module *m, const Options *o); /* optimizer.c */
 void pass_fuse(Module *m, const Options *o);      /* fuse.c: elementwise chains -> generated kernels */
 void pass_schedule(Module *m, const Options *o);  /* schedule.c: streams, events, linear order */

@@ -38,6 +38,7 @@ static const struct {
     PassFn run;
 } passes[] = {
     {"autodiff", pass_autodiff},
+    {"parallelize", pass_parallelize},
     {"optimizer", pass_optimizer},
     {"fuse", pass_fuse},
     {"schedule", pass_schedule},
@@ -144,6 +145,13 @@ static int parse_int_flag(const char *flag, const char *v) {
     return (int)n;
 }
 
+static double parse_double_flag(const char *flag, const char *v) {
+    char *end;
+    double x = strtod(v, &end);
+    if (*v == 0 || *end || !(x > 0) || x > 1e9) die("%s: expected a positive number, got \"%s\"", flag, v);
+    return x;
+}
+
 static void parse_args(Args *a, int argc, char **argv) {
     static const struct { const char *flag, *key; } shorthands[] = {
         {"--lr", "lr"}, {"--min-lr", "min_lr"}, {"--warmup", "warmup"}, {"--steps", "steps"},
@@ -174,6 +182,8 @@ static void parse_args(Args *a, int argc, char **argv) {
         } else if (strcmp(f, "--interp") == 0) a->interp = 1;
         else if (strcmp(f, "--f64") == 0) a->f64 = 1;
         else if (strcmp(f, "--serial") == 0) a->serial = 1;
+        else if (strcmp(f, "--no-overlap") == 0) a->o.no_overlap = 1;
+        else if (strcmp(f, "--test-drop-event") == 0) a->o.drop_event = 1;
         else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { usage(stdout); exit(0); }
         else if (!has) die("%s: unknown flag or missing value", f);
         else if (strcmp(f, "--set") == 0) {
@@ -193,16 +203,23 @@ static void parse_args(Args *a, int argc, char **argv) {
         else if (strcmp(f, "--threads") == 0) a->threads = argv[++i];
         else if (strcmp(f, "--seed") == 0) a->o.seed = (uint64_t)parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--print-every") == 0) a->print_every = parse_int_flag(f, argv[++i]);
-        else if (strcmp(f, "--dp") == 0 || strcmp(f, "--cp") == 0 || strcmp(f, "--tp") == 0 || strcmp(f, "--pp") == 0) {
-            if (parse_int_flag(f, argv[++i]) != 1) die("%s: parallelism is not available yet (only 1)", f);
+        else if (strcmp(f, "--dp") == 0) a->o.dp = parse_int_flag(f, argv[++i]);
+        else if (strcmp(f, "--micro-batches") == 0) a->o.micro_batches = parse_int_flag(f, argv[++i]);
+        else if (strcmp(f, "--zero") == 0) a->o.zero = parse_int_flag(f, argv[++i]);
+        else if (strcmp(f, "--bucket-mb") == 0) a->o.bucket_mb = parse_double_flag(f, argv[++i]);
+        else if (strcmp(f, "--cp") == 0 || strcmp(f, "--tp") == 0 || strcmp(f, "--pp") == 0) {
+            if (parse_int_flag(f, argv[++i]) != 1) die("%s: this parallel axis is not available yet (only 1; --dp is)", f);
         } else die("%s: unknown flag", f);
     }
     if (!a->model) die("%s: no model file given", a->cmd);
     if (a->after) {
         int ok = strcmp(a->after, "front") == 0;
         for (int i = 0; i < NPASSES; i++) ok |= strcmp(a->after, passes[i].name) == 0;
-        if (!ok) die("--after: unknown pass \"%s\" (front, autodiff, optimizer, fuse, schedule, memplan)", a->after);
+        if (!ok) die("--after: unknown pass \"%s\" (front, autodiff, parallelize, optimizer, fuse, schedule, memplan)", a->after);
     }
+    if (a->o.dp < 1) die("--dp: expected at least 1");
+    if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
+    if (a->o.zero != 0 && a->o.zero != 1) die("--zero: expected 0 (all-reduce) or 1 (distributed optimizer), got %d", a->o.zero);
     if (a->format && strcmp(a->format, "text") && strcmp(a->format, "dot"))
         die("--format: expected text or dot, got \"%s\"", a->format);
     if (a->print_every < 1) a->print_every = 1;
@@ -301,7 +318,100 @@ static void fill_random_inputs(Interp *it, Graph *g, uint64_t seed) {
     }
 }
 
+/* ---- kiln check --dp N [--micro-batches M] [--zero 0|1]: the rank programs
+ * against the single-device one, in f64, on one random global batch ---- */
+
+/* Random global inputs: one array per input of the unsharded graph. */
+static double **random_global_inputs(Graph *g, uint64_t seed) {
+    double **in = calloc((size_t)g->nnodes, sizeof(double *));
+    uint64_t s = seed;
+    if (!in) die("out of memory");
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = &g->nodes[i];
+        if (n->op != OP_input) continue;
+        const Type *t = &g->vals[n->out[0]].t;
+        int64_t cnt = ir_numel(t), bound = id_bound(g, n->out[0]);
+        if (!(in[i] = malloc(sizeof(double) * (size_t)cnt))) die("out of memory");
+        for (int64_t k = 0; k < cnt; k++)
+            in[i][k] = ir_dtype_is_float(t->dt) ? (double)(rng_next(&s) >> 11) / 9007199254740992.0 - 0.5
+                                                : (double)(rng_next(&s) % (uint64_t)bound);
+    }
+    return in;
+}
+
+/* Largest |x - y| relative to the largest |y|. */
+static double rel_err(const Tensor *x, const Tensor *y) {
+    double worst = 0, scale = 1e-300;
+    for (int64_t k = 0; k < y->n; k++) scale = fmax(scale, fabs(y->d[k]));
+    for (int64_t k = 0; k < y->n; k++) worst = fmax(worst, fabs(x->d[k] - y->d[k]) / scale);
+    return x->n == y->n ? worst : INFINITY;
+}
+
+static int check_parallel(Args *a) {
+    Args ref = *a;
+    ref.o.dp = 1, ref.o.micro_batches = 1;
+    Module *m1 = compile(&ref), *mp = compile(a);
+    Graph *g1 = step_graph(m1), *gp = step_graph(mp);
+    Interp *it1 = interp_new(m1, 1), *itp = interp_new(mp, 1);
+    interp_init_state(it1, a->o.seed);
+    interp_init_state(itp, a->o.seed);
+    const double tol = 1e-9; /* f64 against f64: only the summation order differs */
+    double worst = 0, loss[2] = {0, 0};
+    int world = ir_world(mp), dp = mp->mesh[1], bad = 0, checked = 0;
+    /* two steps: after one, AdamW's update is nearly sign(g), blind to a
+     * gradient's scale; the second step's loss and update are not */
+    for (int step = 0; step < 2; step++) {
+        double **in = random_global_inputs(g1, a->o.seed + 1 + (uint64_t)step);
+        for (int i = 0; i < g1->nnodes; i++) {
+            if (!in[i]) continue;
+            const char *name = ir_attr_s(&g1->nodes[i], "name", "");
+            int64_t cnt = ir_numel(&g1->vals[g1->nodes[i].out[0]].t), per = cnt / dp;
+            interp_set_input(it1, 0, name, in[i], cnt);
+            for (int r = 0; r < world; r++) {
+                int c[IR_NAXES];
+                ir_rank_coords(mp, r, c);
+                if (interp_set_input(itp, r, name, in[i] + c[1] * per, per) != 0)
+                    die("check: rank %d has no input %s of %lld values", r, name, (long long)per);
+            }
+            free(in[i]);
+        }
+        free(in);
+        run_or_die(it1);
+        run_or_die(itp);
+        loss[step] = output_scalar(itp, "loss");
+        for (int r = 0; r < world; r++) {
+            for (int i = 0; i < gp->nnodes; i++) { /* scalar outputs, and gradients where the program has them */
+                if (gp->nodes[i].op != OP_output) continue;
+                const char *name = ir_attr_s(&gp->nodes[i], "name", "");
+                const Tensor *x = interp_output(itp, r, name), *y = interp_output(it1, 0, name);
+                if (!y) die("check: the single-device program has no output %s", name);
+                double e = rel_err(x, y);
+                worst = fmax(worst, e), checked++;
+                if (!(e <= tol)) printf("MISMATCH step %d rank %d output %-30s rel err %.3g (tolerance %.0e)\n", step + 1, r, name, e, tol), bad++;
+            }
+            for (int i = 0; i < gp->nnodes; i++) { /* updated params (assigns commit after the step) */
+                if (gp->nodes[i].op != OP_param) continue;
+                const char *name = ir_attr_s(&gp->nodes[i], "name", "");
+                const Tensor *x = interp_state(itp, r, name), *y = interp_state(it1, 0, name);
+                if (!x || !y) die("check: no param %s", name);
+                double e = rel_err(x, y);
+                worst = fmax(worst, e), checked++;
+                if (!(e <= tol)) printf("MISMATCH step %d rank %d param %-31s rel err %.3g (tolerance %.0e)\n", step + 1, r, name, e, tol), bad++;
+            }
+        }
+    }
+    printf("check %s --dp %d --micro-batches %d --zero %d: %d ranks, 2 steps; loss %.12f, %.12f; "
+           "%d values compared with the single-device program, worst rel err %.2g, %d mismatched\n",
+           a->model, dp, a->o.micro_batches, a->o.zero, world, loss[0], loss[1], checked, worst, bad);
+    interp_free(it1);
+    interp_free(itp);
+    ir_free(m1);
+    ir_free(mp);
+    return bad ? 1 : 0;
+}
+
 static int cmd_check(Args *a) {
+    if (a->o.dp > 1 || a->o.micro_batches > 1) return check_parallel(a);
     Module *m = compile(a);
     Graph *g = step_graph(m);
     Interp *it[2];

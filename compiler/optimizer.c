@@ -24,6 +24,7 @@
  * param's Loc and layer, the global ones the loss node's Loc and layer -1.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kiln.h"
@@ -74,13 +75,13 @@ static int grad_of(const Graph *g, int i) {
 }
 
 /* sqrt(sum over params of sumsq(grad)), f32[]. */
-static int grad_norm(Opt *b, int nfwd) {
+static int grad_norm(Opt *b, int nfwd, const int *gradv) {
     int acc = -1;
     Loc loc = b->bld.loc;
     for (int i = 0; i < nfwd; i++) {
         if (b->bld.g->nodes[i].op != OP_param) continue;
         b->bld.loc = b->bld.g->nodes[i].loc, b->bld.layer = b->bld.g->nodes[i].layer; /* the param's piece */
-        int s = ir_build1(&b->bld, OP_sumsq, grad_of(b->bld.g, i), 0, NULL);
+        int s = ir_build1(&b->bld, OP_sumsq, gradv[i], 0, NULL);
         b->bld.loc = loc, b->bld.layer = -1;
         acc = acc < 0 ? s : ir_build2(&b->bld, OP_add, acc, s);
     }
@@ -92,7 +93,14 @@ static int grad_norm(Opt *b, int nfwd) {
     return ir_build1(&b->bld, OP_sqrt, acc, 0, NULL);
 }
 
-static void update_param(Opt *b, const Options *o, int i, int lr, int scale, int t) {
+static Attr *adam_attrs(Opt *b, const Options *o, double wd) {
+    Attr *at = ir_alloc(b->m, sizeof(Attr) * 4);
+    at[0] = ir_attr_float(b->m, "b1", o->beta1), at[1] = ir_attr_float(b->m, "b2", o->beta2);
+    at[2] = ir_attr_float(b->m, "eps", o->eps), at[3] = ir_attr_float(b->m, "wd", wd);
+    return at;
+}
+
+static void update_param(Opt *b, const Options *o, int i, int grad, int lr, int scale, int t) {
     Node p = b->bld.g->nodes[i];
     const char *name = ir_attr_s(&p, "name", "?");
     Type tp = b->bld.g->vals[p.out[0]].t;
@@ -101,11 +109,8 @@ static void update_param(Opt *b, const Options *o, int i, int lr, int scale, int
     snprintf(mn, sizeof mn, "opt.m.%s", name);
     snprintf(vn, sizeof vn, "opt.v.%s", name);
     int mv = source(b, OP_state, mn, tp), vv = source(b, OP_state, vn, tp);
-    int in[7] = {p.out[0], grad_of(b->bld.g, i), mv, vv, lr, scale, t};
-    Attr at[4] = {ir_attr_float(b->m, "b1", o->beta1), ir_attr_float(b->m, "b2", o->beta2),
-                  ir_attr_float(b->m, "eps", o->eps),
-                  ir_attr_float(b->m, "wd", tp.rank >= 2 ? o->weight_decay : 0.0)};
-    int n = ir_build(&b->bld, OP_adamw, 7, in, 4, at, NULL);
+    int in[7] = {p.out[0], grad, mv, vv, lr, scale, t};
+    int n = ir_build(&b->bld, OP_adamw, 7, in, 4, adam_attrs(b, o, tp.rank >= 2 ? o->weight_decay : 0.0), NULL);
     int out[3];
     memcpy(out, b->bld.g->nodes[n].out, sizeof out);
     sink(b, OP_assign, out[0], name);
@@ -113,11 +118,234 @@ static void update_param(Opt *b, const Options *o, int i, int lr, int scale, int
     sink(b, OP_assign, out[2], vn);
 }
 
+/* ======================================================================
+ * Data parallel: gradients are partial sums over dp, reduced in buckets
+ * ====================================================================== */
+
+/* A flat buffer of the distributed optimizer: params of one weight-decay
+ * class, consecutive in backward order, flattened, padded to n (a multiple
+ * of dp). */
+typedef struct {
+    int *param;       /* param node indices */
+    int64_t *offset;  /* element offsets */
+    int nmembers;
+    int64_t n;
+    double wd;
+} Flat;
+
+static int64_t numel_of(const Graph *g, int v) { return ir_numel(&g->vals[v].t); }
+
+/* Params in the order backward produces their gradients. */
+static int *backward_order(const Graph *g, const int *gradv, int *np) {
+    int *ord = malloc(sizeof(int) * (size_t)(g->nnodes ? g->nnodes : 1));
+    if (!ord) ICE("out of memory");
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_param) ord[n++] = i;
+    for (int a = 1; a < n; a++) /* insertion sort by the gradient's producer */
+        for (int b = a; b > 0 && g->vals[gradv[ord[b]]].def < g->vals[gradv[ord[b - 1]]].def; b--) {
+            int t = ord[b];
+            ord[b] = ord[b - 1], ord[b - 1] = t;
+        }
+    *np = n;
+    return ord;
+}
+
+/* Buckets of about bucket_mb MiB in backward order; each split into its
+ * decayed and not-decayed flats (empty flats are skipped). */
+static Flat *plan_flats(Module *m, const Graph *g, const Options *o, const int *gradv, int *nflats) {
+    int np, *ord = backward_order(g, gradv, &np), nf = 0;
+    Flat *f = ir_alloc(m, sizeof(Flat) * (size_t)(2 * np + 2));
+    int64_t limit = (int64_t)(o->bucket_mb * 1048576.0), dp = m->mesh[1];
+    for (int start = 0; start < np;) {
+        int end = start;
+        int64_t bytes = 0;
+        while (end < np && (end == start || bytes < limit)) bytes += 4 * numel_of(g, g->nodes[ord[end++]].out[0]);
+        for (int cls = 1; cls >= 0; cls--) {
+            Flat *fl = &f[nf];
+            fl->param = ir_alloc(m, sizeof(int) * (size_t)(end - start));
+            fl->offset = ir_alloc(m, sizeof(int64_t) * (size_t)(end - start));
+            fl->wd = cls ? o->weight_decay : 0.0;
+            for (int k = start; k < end; k++) {
+                int v = g->nodes[ord[k]].out[0];
+                int decays = g->vals[v].t.rank >= 2 && o->weight_decay != 0.0;
+                if (decays != cls) continue;
+                fl->param[fl->nmembers] = ord[k];
+                fl->offset[fl->nmembers++] = fl->n;
+                fl->n += numel_of(g, v);
+            }
+            fl->n = (fl->n + dp - 1) / dp * dp;
+            if (fl->nmembers) nf++;
+        }
+        start = end;
+    }
+    free(ord);
+    *nflats = nf;
+    return f;
+}
+
+static int flat_1d(Opt *b, int x) {
+    int64_t n = numel_of(b->bld.g, x);
+    Attr sh = ir_attr_ints(b->m, "shape", &n, 1);
+    return ir_build1(&b->bld, OP_reshape, x, 1, &sh);
+}
+
+/* concat of the members' values (vals[param node]) flattened, zero padded. */
+static int gather_flat(Opt *b, const Flat *f, const int *vals) {
+    int *in = malloc(sizeof(int) * (size_t)(f->nmembers + 1)), k = 0;
+    if (!in) ICE("out of memory");
+    int64_t used = 0;
+    for (; k < f->nmembers; k++) used += numel_of(b->bld.g, vals[f->param[k]]), in[k] = flat_1d(b, vals[f->param[k]]);
+    if (used < f->n) {
+        Attr z = ir_attr_float(b->m, "v", 0.0);
+        Type t = {.dt = DT_F32, .rank = 1, .dim = {f->n - used}};
+        in[k++] = ir_out(b->bld.g, ir_build(&b->bld, OP_const, 0, NULL, 1, &z, &t));
+    }
+    Attr d = ir_attr_int(b->m, "dim", 0);
+    int x = k == 1 ? in[0] : ir_out(b->bld.g, ir_build(&b->bld, OP_concat, k, in, 1, &d, NULL));
+    free(in);
+    return x;
+}
+
+/* Member k of a flat [n] value, in its param's shape. */
+static int member_of(Opt *b, const Flat *f, int k, int flat) {
+    const Graph *g = b->bld.g;
+    const Type *t = &g->vals[g->nodes[f->param[k]].out[0]].t;
+    Attr at[3] = {ir_attr_int(b->m, "dim", 0), ir_attr_int(b->m, "start", f->offset[k]),
+                  ir_attr_int(b->m, "end", f->offset[k] + ir_numel(t))};
+    int s = ir_build1(&b->bld, OP_slice, flat, 3, at);
+    Attr sh = ir_attr_ints(b->m, "shape", t->dim, t->rank);
+    return ir_build1(&b->bld, OP_reshape, s, 1, &sh);
+}
+
+static int comm(Opt *b, Op op, int x, int with_dim) {
+    Attr at[2] = {ir_attr_str(b->m, "group", "dp"), ir_attr_int(b->m, "dim", 0)};
+    int y = ir_build1(&b->bld, op, x, with_dim ? 2 : 1, at);
+    if (op == OP_reducescatter || op == OP_shard) b->bld.g->vals[y].sh[1] = (AxisShard){SH_SPLIT, 0};
+    return y;
+}
+
+/* Put the builder at the flat's last member (the param whose gradient
+ * completes it): its Loc and layer. */
+static void at_flat(Opt *b, const Flat *f) {
+    const Node *p = &b->bld.g->nodes[f->param[f->nmembers - 1]];
+    b->bld.loc = p->loc, b->bld.layer = p->layer;
+}
+
+/* Remove the partial "grad:<p>" outputs (the reduced gradients replace them). */
+static void drop_grad_outputs(Graph *g) {
+    int k = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        Node *n = &g->nodes[i];
+        if (n->op == OP_output && strncmp(ir_attr_s(n, "name", ""), "grad:", 5) == 0) continue;
+        g->nodes[k] = *n;
+        for (int o = 0; o < n->nout; o++) g->vals[n->out[o]].def = k;
+        k++;
+    }
+    g->nnodes = k;
+}
+
+/* A state holding this rank's shard of flat `fi` (bucket attrs: kiln_rt.h rt_bucket). */
+static int shard_state(Opt *b, const Flat *f, int fi, const char *prefix) {
+    const Graph *g = b->bld.g;
+    char name[64], *params;
+    size_t len = 1;
+    for (int k = 0; k < f->nmembers; k++) len += strlen(ir_attr_s(&g->nodes[f->param[k]], "name", "?")) + 1;
+    if (!(params = malloc(len))) ICE("out of memory");
+    params[0] = 0;
+    for (int k = 0; k < f->nmembers; k++) {
+        const char *pn = ir_attr_s(&g->nodes[f->param[k]], "name", "?");
+        if (strchr(pn, ',')) ICE("optimizer: param name \"%s\" has a comma", pn);
+        if (k) strcat(params, ",");
+        strcat(params, pn);
+    }
+    snprintf(name, sizeof name, "%sb%d", prefix, fi);
+    Attr at[7] = {ir_attr_str(b->m, "name", name), ir_attr_int(b->m, "bucket", fi), ir_attr_str(b->m, "group", "dp"),
+                  ir_attr_str(b->m, "prefix", prefix), ir_attr_str(b->m, "params", params),
+                  ir_attr_ints(b->m, "offsets", f->offset, f->nmembers), ir_attr_int(b->m, "n", f->n)};
+    free(params);
+    Type t = {.dt = DT_F32, .rank = 1, .dim = {f->n / b->m->mesh[1]}};
+    int v = ir_out(b->bld.g, ir_build(&b->bld, OP_state, 0, NULL, 7, at, &t));
+    b->bld.g->vals[v].sh[1] = (AxisShard){SH_SPLIT, 0};
+    return v;
+}
+
+
+/* --zero 1: reduce-scatter each flat's gradients; AdamW on this rank's
+ * shard (params sharded from the replicated copy, moments in sharded
+ * states); all-gather the updated params. */
+static void update_sharded(Opt *b, const Options *o, Flat *f, int nf, int *gradv, int lr, int t, Loc gloc) {
+    int *gs = malloc(sizeof(int) * (size_t)(nf ? nf : 1)), acc = -1;
+    int *pval = calloc((size_t)b->bld.g->nnodes, sizeof(int));
+    if (!gs || !pval) ICE("out of memory");
+    for (int i = 0; i < nf; i++) {
+        at_flat(b, &f[i]);
+        gs[i] = comm(b, OP_reducescatter, gather_flat(b, &f[i], gradv), 1);
+        int s = ir_build1(&b->bld, OP_sumsq, gs[i], 0, NULL);
+        b->bld.loc = gloc, b->bld.layer = -1;
+        acc = acc < 0 ? s : ir_build2(&b->bld, OP_add, acc, s);
+    }
+    b->bld.loc = gloc, b->bld.layer = -1;
+    int norm = ir_build1(&b->bld, OP_sqrt, comm(b, OP_allreduce, acc, 0), 0, NULL);
+    sink(b, OP_output, norm, "grad_norm");
+    Attr mx = ir_attr_float(b->m, "max", o->grad_clip);
+    int scale = ir_build1(&b->bld, OP_clipscale, norm, 1, &mx);
+    for (int i = 0; i < b->bld.g->nnodes; i++)
+        if (b->bld.g->nodes[i].op == OP_param) pval[i] = b->bld.g->nodes[i].out[0];
+    for (int i = 0; i < nf; i++) {
+        at_flat(b, &f[i]);
+        int ps = comm(b, OP_shard, gather_flat(b, &f[i], pval), 1);
+        int mv = shard_state(b, &f[i], i, "opt.m."), vv = shard_state(b, &f[i], i, "opt.v.");
+        int in[7] = {ps, gs[i], mv, vv, lr, scale, t};
+        int n = ir_build(&b->bld, OP_adamw, 7, in, 4, adam_attrs(b, o, f[i].wd), NULL);
+        int out[3];
+        memcpy(out, b->bld.g->nodes[n].out, sizeof out);
+        b->bld.g->vals[out[0]].sh[1] = b->bld.g->vals[out[1]].sh[1] = b->bld.g->vals[out[2]].sh[1] = (AxisShard){SH_SPLIT, 0};
+        sink(b, OP_assign, out[1], ir_attr_s(&b->bld.g->nodes[b->bld.g->vals[mv].def], "name", "?"));
+        sink(b, OP_assign, out[2], ir_attr_s(&b->bld.g->nodes[b->bld.g->vals[vv].def], "name", "?"));
+        int full = comm(b, OP_allgather, out[0], 1);
+        for (int k = 0; k < f[i].nmembers; k++) {
+            const Node *p = &b->bld.g->nodes[f[i].param[k]];
+            sink(b, OP_assign, member_of(b, &f[i], k, full), ir_attr_s(p, "name", "?"));
+        }
+    }
+    free(gs);
+    free(pval);
+}
+
+/* --zero 0: all-reduce each flat; every rank updates every param. */
+static void reduce_all(Opt *b, Flat *f, int nf, int *gradv) {
+    for (int i = 0; i < nf; i++) {
+        at_flat(b, &f[i]);
+        int r = comm(b, OP_allreduce, gather_flat(b, &f[i], gradv), 0);
+        for (int k = 0; k < f[i].nmembers; k++) {
+            int p = f[i].param[k];
+            gradv[p] = member_of(b, &f[i], k, r);
+            char name[512];
+            snprintf(name, sizeof name, "grad:%s", ir_attr_s(&b->bld.g->nodes[p], "name", "?"));
+            sink(b, OP_output, gradv[p], name);
+        }
+    }
+}
+
 void pass_optimizer(Module *m, const Options *o) {
     if (m->nstages != 1) ICE("optimizer: expects one stage, got %d", m->nstages);
     Graph *g = m->stages[0];
+    int *gradv = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(int));
+    if (!gradv) ICE("out of memory");
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_param) gradv[i] = grad_of(g, i);
+    int dp = m->mesh[1], nf = 0;
+    Flat *flats = NULL;
+    if (dp > 1) {
+        drop_grad_outputs(g); /* params come first: their indices stay */
+        for (int i = 0; i < g->nnodes; i++)
+            if (gradv[i] && g->nodes[i].op != OP_param) ICE("optimizer: a param moved when grad outputs were dropped");
+        flats = plan_flats(m, g, o, gradv, &nf);
+    }
     int nfwd = g->nnodes;
     Opt b = {.m = m, .bld = {.g = g, .pass = "optimizer", .loc = loss_loc(g), .layer = -1, .phase = PH_OPT}};
+    Loc gloc = b.bld.loc;
     Type scalar = {.dt = DT_F32, .rank = 0};
 
     int step = source(&b, OP_state, "opt.step", scalar);
@@ -131,11 +359,19 @@ void pass_optimizer(Module *m, const Options *o) {
     int lr = ir_build1(&b.bld, OP_lr_cosine, t, 4, sched);
     sink(&b, OP_output, lr, "lr");
 
-    int norm = grad_norm(&b, nfwd);
+    if (dp > 1 && o->zero) {
+        update_sharded(&b, o, flats, nf, gradv, lr, t, gloc);
+        free(gradv);
+        return;
+    }
+    if (dp > 1) reduce_all(&b, flats, nf, gradv);
+    b.bld.loc = gloc, b.bld.layer = -1;
+    int norm = grad_norm(&b, nfwd, gradv);
     sink(&b, OP_output, norm, "grad_norm");
     Attr mx = ir_attr_float(m, "max", o->grad_clip);
     int scale = ir_build1(&b.bld, OP_clipscale, norm, 1, &mx);
 
     for (int i = 0; i < nfwd; i++)
-        if (g->nodes[i].op == OP_param) update_param(&b, o, i, lr, scale, t);
+        if (g->nodes[i].op == OP_param) update_param(&b, o, i, gradv[i], lr, scale, t);
+    free(gradv);
 }

@@ -17,4 +17,7 @@ void opt_defaults(Options *o) {
     o->eps = 1e-8;
     o->grad_clip = 1.0;
     o->seed = 1337;
+    o->micro_batches = 1;
+    o->zero = 1;
+    o->bucket_mb = 25;
 }
