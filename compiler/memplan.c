@@ -294,6 +294,56 @@ static void put_bytes(FILE *f, const char *what, int64_t b, const char *note) {
     fprintf(f, "  %-16s %12.2f MiB %16lld bytes%s%s\n", what, (double)b / (1 << 20), (long long)b, note ? "   " : "", note ? note : "");
 }
 
+/* Group size of a comm node. */
+static int group_size(const Module *m, const Node *n) {
+    int mask = ir_group_mask(ir_attr_s(n, "group", "")), size = 1;
+    for (int a = 0; a < IR_NAXES; a++)
+        if (mask > 0 && (mask & (1 << a))) size *= m->mesh[a];
+    return size;
+}
+
+/* Data parallel: bytes per parameter against Megatron's, the gradient
+ * buckets in the order they are reduced, and what each rank sends per step
+ * (ring algorithms: all-reduce 2(n-1)/n of the buffer, reduce-scatter and
+ * all-gather (n-1)/n of the full buffer). */
+static void report_comm(const Module *m, const Graph *g, FILE *f) {
+    int dp = m->mesh[1], nb = 0, mbs = 1;
+    int64_t nparam = 0, shard_state = 0;
+    double sent[3] = {0, 0, 0}; /* allreduce, reducescatter, allgather */
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->mb + 1 > mbs) mbs = n->mb + 1;
+        if (n->op == OP_param) nparam += ir_numel(&g->vals[n->out[0]].t);
+        if (n->op == OP_state && ir_attr(n, "bucket")) shard_state += memplan_bytes(&g->vals[n->out[0]]);
+    }
+    int zero = shard_state > 0;
+    fprintf(f, "data parallel: dp %d, %d micro-batch%s per step, %s\n", dp, mbs, mbs > 1 ? "es" : "",
+            zero ? "distributed optimizer (--zero 1)" : "all-reduce (--zero 0)");
+    double per = zero ? 4 + 4 + 8.0 / dp : 4 + 4 + 8;
+    fprintf(f, "  bytes per parameter: %.2f (f32 params 4 + f32 gradients 4 + AdamW m,v %s)\n", per,
+            zero ? "8/dp" : "8");
+    fprintf(f, "  Megatron, bf16 params + f32 grads: %.2f (6 + 12/dp with its distributed optimizer; 18 without)\n",
+            6 + 12.0 / dp);
+    fprintf(f, "  %lld parameters\n", (long long)nparam);
+    fprintf(f, "  gradient buckets (in reduction order):\n");
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (!(ir_ops[n->op].flags & F_COMM)) continue;
+        int size = group_size(m, n);
+        const Value *x = &g->vals[n->in[0]], *y = &g->vals[n->out[0]];
+        int64_t bx = memplan_bytes(x), by = memplan_bytes(y);
+        if (n->op == OP_allreduce) sent[0] += 2.0 * (size - 1) / size * (double)bx;
+        if (n->op == OP_reducescatter) sent[1] += (double)(size - 1) / size * (double)bx;
+        if (n->op == OP_allgather) sent[2] += (double)(size - 1) / size * (double)by;
+        if (n->phase == PH_OPT && (n->op == OP_reducescatter || (n->op == OP_allreduce && x->t.rank == 1 && ir_numel(&x->t) > 1)))
+            fprintf(f, "    %3d  %-13s %12lld elements %10.2f MiB   completed by layer %d's gradients (%s:%d)\n", nb++,
+                    ir_ops[n->op].name, (long long)ir_numel(&x->t), (double)bx / (1 << 20), n->layer,
+                    n->loc.file ? n->loc.file : "?", n->loc.line);
+    }
+    fprintf(f, "  sent per rank per step: all-reduce %.2f MiB, reduce-scatter %.2f MiB, all-gather %.2f MiB (ring algorithms)\n",
+            sent[0] / (1 << 20), sent[1] / (1 << 20), sent[2] / (1 << 20));
+}
+
 void memplan_report(const Module *m, FILE *f) {
     for (int s = 0; s < m->nstages; s++) {
         const Graph *g = m->stages[s];
@@ -303,12 +353,13 @@ void memplan_report(const Module *m, FILE *f) {
         if (m->nstages == 1) fprintf(f, "memory per rank:\n");
         else fprintf(f, "memory per rank of pipeline stage %d:\n", s);
         put_bytes(f, "params", p, NULL);
-        put_bytes(f, "grads", gr, NULL);
+        put_bytes(f, "grads", gr, ir_world(m) > 1 ? "(dp > 1: gradients accumulate in the activation arena and are reduced in buckets)" : NULL);
         put_bytes(f, "optimizer state", o, "(AdamW moments, step)");
         snprintf(note, sizeof note, "(arena peak; liveness lower bound %.2f MiB, %.3fx)", (double)lb / (1 << 20),
                  lb ? (double)a / (double)lb : 1.0);
         put_bytes(f, "activations", a, note);
         put_bytes(f, "workspace", 0, "(scratch of library kernels beyond their outputs: none on the CPU)");
         put_bytes(f, "total", p + gr + o + a, NULL);
+        if (ir_world(m) > 1) report_comm(m, g, f);
     }
 }
