@@ -13,8 +13,12 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Icompiler -Iruntime -I/usr/include/lua5.4 $(SANFLAGS)
 LLVM_CFLAGS := $(shell $(LLVM_CONFIG) --cflags 2>/dev/null)
 LLVM_LIBS   := $(shell $(LLVM_CONFIG) --ldflags --libs 2>/dev/null)
+# MPI (Debian's Open MPI) for the runtime's collectives (runtime/comm_mpi.c)
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS    := $(shell mpicc --showme:link 2>/dev/null)
+CFLAGS  += $(MPI_CFLAGS)
 # the runtime: what a generated trainer links (no Lua, no LLVM)
-RT_LIBS := -lopenblas -lpthread -lm
+RT_LIBS := -lopenblas -lpthread -lm $(MPI_LIBS)
 LDLIBS  := /usr/lib/x86_64-linux-gnu/liblua5.4.a $(LLVM_LIBS) $(RT_LIBS) -ldl
 LDFLAGS += $(SANFLAGS)
 
@@ -25,19 +29,23 @@ RT_SRC  := $(filter-out runtime/trainer_main.c,$(wildcard runtime/*.c)) $(wildca
 RT_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+# helper programs that tests/t_*.sh run (not test_*: run.sh would run them bare)
+TEST_AUX := $(BUILD)/tests/mpi_comm
 HDRS    := $(wildcard compiler/*.h runtime/*.h kernels/cpu/*.h) compiler/ops.def
 LIBS    := $(BUILD)/libkilnc.a $(BUILD)/libkilnrt.a
 
-all: $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(TEST_BIN)
+all: $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(TEST_BIN) $(TEST_AUX)
 
 $(BUILD)/compiler/emit_%.o: compiler/emit_%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LLVM_CFLAGS) -c $< -o $@
 
-# kiln compile links trainers with the flags kiln itself was built with (SAN=1)
+# kiln compile links trainers with the flags kiln itself was built with (SAN=1,
+# before the objects) and the runtime's libraries (KILN_RT_LIBS, after
+# libkilnrt.a: OpenBLAS, pthreads, libm, MPI)
 $(BUILD)/compiler/main.o: compiler/main.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DKILN_LINK_FLAGS='"$(SANFLAGS)"' -c $< -o $@
+	$(CC) $(CFLAGS) -DKILN_LINK_FLAGS='"$(SANFLAGS)"' -DKILN_RT_LIBS='"$(RT_LIBS)"' -c $< -o $@
 
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -60,7 +68,7 @@ $(BUILD)/tests/%: tests/%.c $(LIBS) $(HDRS) tests/testutil.h tests/graphbuild.h
 # The fuzz target for the IR text parser (libFuzzer, clang).
 $(BUILD)/fuzz_irtext: tests/fuzz_irtext.c $(LIB_SRC) $(RT_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
-	clang -O1 -g -std=c11 -D_GNU_SOURCE -Icompiler -Iruntime -I/usr/include/lua5.4 -fsanitize=fuzzer,address,undefined \
+	clang -O1 -g -std=c11 -D_GNU_SOURCE -Icompiler -Iruntime -I/usr/include/lua5.4 $(MPI_CFLAGS) -fsanitize=fuzzer,address,undefined \
 	    -o $@ tests/fuzz_irtext.c $(filter-out compiler/emit_%.c compiler/sample.c,$(LIB_SRC)) $(RT_SRC) $(LDLIBS)
 
 FUZZ_SECONDS ?= 20

@@ -6,6 +6,12 @@
  * the runtime ABI of runtime/kiln_rt.h: the constant table `kiln_program`
  * (an rt_program), its step function and one kernel per fused group.  LLVM's
  * types stay inside emit_llvm.c.
+ *
+ * Multi-rank programs: the table carries the module's mesh and the buckets
+ * of the distributed optimizer (from the bucket attributes of state nodes);
+ * collectives and shard become calls of the runtime's comm kernels.  A
+ * module the back end cannot emit (an unknown op, an inconsistent bucket, a
+ * collective the runtime has no kernel for) is an internal error naming it.
  */
 #ifndef KILN_EMIT_H
 #define KILN_EMIT_H

@@ -11,9 +11,12 @@
  *
  *   kiln_program   the constant rt_program: memory spaces, params, states,
  *                  inputs, outputs (name, place, type), streams, events,
- *                  FLOPs per step, and a pointer to the step function.  It
- *                  is the one external symbol; everything else is local, so
- *                  an object file links into any trainer without clashes.
+ *                  FLOPs per step, a pointer to the step function, the mesh
+ *                  and the distributed optimizer's buckets (collect_buckets).
+ *                  It is the one external symbol; everything else is local,
+ *                  so an object file links into any trainer without clashes.
+ *                  Its LLVM struct types are checked field by field against
+ *                  kiln_rt.h's C layout on the target (check_layout).
  *   kiln_step      straight-line code: in program order, one rt_launch per
  *                  library op or fused group, rt_record/rt_wait for events.
  *                  Pointers are spaces[space] + offset, computed from the
@@ -48,6 +51,13 @@
  * polynomial below 0.625, 1 - 2/(e^2|x|+1) above).  log and sqrt are the
  * intrinsics (sqrt is an instruction; log is rare in fused chains).
  *
+ * Ranks.  The program is SPMD: every rank runs the same step.  Collectives
+ * (allreduce, reducescatter, allgather) and shard are library kernels of the
+ * runtime (rtk_*, "ranks and communication" in kiln_rt.h) launched on their
+ * node's stream like any other; the group is passed as its RT_AXIS_* mask
+ * and the runtime finds this rank's index in it.  The mesh is fixed at
+ * compile time, so a group of one rank becomes a copy (emit_comm).
+ *
  * The module is verified (LLVMVerifyModule), optimized with "default<O3>"
  * for the host CPU (or a named one, for golden tests), then either JIT'd by
  * ORC LLJIT with a generator that resolves rt_* and rtk_* from the process,
@@ -64,6 +74,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,13 +106,17 @@ static int64_t f64_bits(double d) {
     return b;
 }
 
-/* The size of a mesh group given by a node's {group} attribute. */
-static int group_size(const Module *m, const Node *n) {
-    int mask = ir_group_mask(ir_attr_s(n, "group", ""));
+/* The number of ranks in a group of the mesh (mask: ir_group_mask). */
+static int mask_size(const Module *m, int mask) {
     int size = 1;
     for (int a = 0; mask > 0 && a < IR_NAXES; a++)
         if (mask & (1 << a)) size *= m->mesh[a];
     return size;
+}
+
+/* The size of a mesh group given by a node's {group} attribute. */
+static int group_size(const Module *m, const Node *n) {
+    return mask_size(m, ir_group_mask(ir_attr_s(n, "group", "")));
 }
 
 static const char *where(const Node *n, char *buf, size_t len) {
@@ -131,7 +146,7 @@ typedef struct {
     LLVMBuilderRef b;
     /* types */
     LLVMTypeRef tvoid, ti8, ti32, ti64, tf32, tf64, tp8, tpp8, tp64;
-    LLVMTypeRef tkernel, tbody, tstep, tlaunch, tevent, tpfor, ttensor, tprogram;
+    LLVMTypeRef tkernel, tbody, tstep, tlaunch, tevent, tpfor, ttensor, tbucket, tprogram;
     /* runtime entry points and helpers */
     LLVMValueRef rt_launch, rt_record, rt_wait, rt_parallel_for, expf_, tanhf_;
     LLVMValueRef opname[OP_COUNT];
@@ -221,16 +236,55 @@ static void init_types(Em *e) {
     e->tevent = LLVMFunctionType(e->tvoid, (LLVMTypeRef[]){e->tp8, e->ti32, e->ti32}, 3, 0);
     /* void rt_parallel_for(rt_ctx *, int64_t n, body, void *data) */
     e->tpfor = LLVMFunctionType(e->tvoid, (LLVMTypeRef[]){e->tp8, e->ti64, LLVMPointerType(e->tbody, 0), e->tp8}, 4, 0);
-    /* rt_tensor and rt_program, field for field as in kiln_rt.h (x86-64 C layout
-     * is LLVM's natural layout for these element types) */
+    /* rt_tensor, rt_bucket and rt_program, field for field as in kiln_rt.h
+     * (the C layout is LLVM's natural one for these element types on x86-64;
+     * check_layout makes sure) */
     e->ttensor = LLVMStructCreateNamed(c, "rt_tensor");
-    LLVMTypeRef tf[] = {e->tp8, e->ti32, e->ti64, e->ti32, e->ti32, LLVMArrayType(e->ti64, 5), e->tp8, e->tf64};
-    LLVMStructSetBody(e->ttensor, tf, 8, 0);
+    LLVMTypeRef tf[] = {e->tp8, e->ti32, e->ti64, e->ti32, e->ti32, LLVMArrayType(e->ti64, 5), e->tp8, e->tf64,
+                        e->ti32 /* bucket */, e->tp8 /* prefix */};
+    LLVMStructSetBody(e->ttensor, tf, 10, 0);
     LLVMTypeRef tpt = LLVMPointerType(e->ttensor, 0);
+    /* rt_bucket: group, n, nmembers, param, offset */
+    e->tbucket = LLVMStructCreateNamed(c, "rt_bucket");
+    LLVMTypeRef bf[] = {e->ti32, e->ti64, e->ti32, LLVMPointerType(e->ti32, 0), e->tp64};
+    LLVMStructSetBody(e->tbucket, bf, 5, 0);
     e->tprogram = LLVMStructCreateNamed(c, "rt_program");
     LLVMTypeRef pf[] = {e->ti32, e->tp8, LLVMArrayType(e->ti64, RT_NSPACES), e->ti32, e->ti32, e->ti32, e->ti32,
-                        tpt, tpt, tpt, tpt, e->ti32, e->ti32, e->ti32, e->tf64, LLVMPointerType(e->tstep, 0)};
-    LLVMStructSetBody(e->tprogram, pf, 16, 0);
+                        tpt, tpt, tpt, tpt, e->ti32, e->ti32, e->ti32, e->tf64, LLVMPointerType(e->tstep, 0),
+                        LLVMArrayType(e->ti32, 4) /* mesh */, e->ti32 /* nbuckets */, LLVMPointerType(e->tbucket, 0)};
+    LLVMStructSetBody(e->tprogram, pf, 19, 0);
+}
+
+/* The table's LLVM types must lay out exactly as kiln_rt.h's C structs (the
+ * JIT hands kiln_program to C code; a trainer links the object file): every
+ * field's offset and each struct's size, as this target's data layout puts
+ * them, against the compiler's. */
+static void check_struct(LLVMTargetDataRef dl, LLVMTypeRef t, const char *name, const size_t *off, unsigned n, size_t size) {
+    if (LLVMCountStructElementTypes(t) != n) ICE("emit: %s has %u fields in LLVM, %u in kiln_rt.h", name, LLVMCountStructElementTypes(t), n);
+    for (unsigned i = 0; i < n; i++)
+        if (LLVMOffsetOfElement(dl, t, i) != off[i])
+            ICE("emit: %s field %u at byte %llu in LLVM, %zu in kiln_rt.h", name, i, LLVMOffsetOfElement(dl, t, i), off[i]);
+    if (LLVMABISizeOfType(dl, t) != size)
+        ICE("emit: %s is %llu bytes in LLVM, %zu in kiln_rt.h", name, LLVMABISizeOfType(dl, t), size);
+}
+
+static void check_layout(Em *e, LLVMTargetDataRef dl) {
+#define O(T, f) offsetof(T, f)
+    static const size_t tensor[] = {O(rt_tensor, name), O(rt_tensor, space), O(rt_tensor, offset), O(rt_tensor, dtype),
+                                    O(rt_tensor, rank), O(rt_tensor, dim), O(rt_tensor, init), O(rt_tensor, std),
+                                    O(rt_tensor, bucket), O(rt_tensor, prefix)};
+    static const size_t bucket[] = {O(rt_bucket, group), O(rt_bucket, n), O(rt_bucket, nmembers), O(rt_bucket, param),
+                                    O(rt_bucket, offset)};
+    static const size_t program[] = {O(rt_program, abi_version), O(rt_program, model), O(rt_program, space_bytes),
+                                     O(rt_program, nparams), O(rt_program, nstates), O(rt_program, ninputs),
+                                     O(rt_program, noutputs), O(rt_program, params), O(rt_program, states),
+                                     O(rt_program, inputs), O(rt_program, outputs), O(rt_program, nstreams),
+                                     O(rt_program, nevents), O(rt_program, steps), O(rt_program, flops), O(rt_program, step),
+                                     O(rt_program, mesh), O(rt_program, nbuckets), O(rt_program, buckets)};
+#undef O
+    check_struct(dl, e->ttensor, "rt_tensor", tensor, sizeof tensor / sizeof *tensor, sizeof(rt_tensor));
+    check_struct(dl, e->tbucket, "rt_bucket", bucket, sizeof bucket / sizeof *bucket, sizeof(rt_bucket));
+    check_struct(dl, e->tprogram, "rt_program", program, sizeof program / sizeof *program, sizeof(rt_program));
 }
 
 static void declare_runtime(Em *e) {
@@ -1138,6 +1192,47 @@ static void emit_const(Em *e, const Node *n) {
     launch_lib(e, n, "fill", a, 4);
 }
 
+/* Collectives and shard over a mesh group (kiln_rt.h, "ranks and
+ * communication"), on the node's stream like any kernel.  The mesh is known
+ * at compile time, so a group of one rank is a copy (or nothing, when memplan
+ * put both in one buffer) and needs no runtime support.  Otherwise:
+ *   allreduce, reducescatter, allgather: rtk_<op>(x, y, n, mask), n the
+ *     element count of the per-rank chunk (y for reducescatter, x for the
+ *     others); f32 only.  The runtime's chunks are flat, so reducescatter and
+ *     allgather along a dim with anything but size-1 dims before it (chunks
+ *     that interleave) are not implemented.
+ *   shard: rtk_shard(x, y, outer, len, inner, elem_bytes, mask), len the
+ *     output's (this rank's) length along dim; any dtype. */
+static void emit_comm(Em *e, const Node *n) {
+    char w[160];
+    const Type *x = TY(e, n->in[0]), *y = TY(e, n->out[0]);
+    const char *op = ir_ops[n->op].name, *group = ir_attr_s(n, "group", "");
+    int mask = ir_group_mask(group), size = group_size(e->m, n);
+    if (mask <= 0) ICE("emit: %s: %s: bad group \"%s\"", where(n, w, sizeof w), op, group);
+    if (size == 1) {
+        launch_memcpy(e, n, n->out[0], n->in[0]);
+        return;
+    }
+    int64_t outer = 1, len = 1, inner = 1;
+    if (n->op != OP_allreduce) split_at(y, dim_of(n, y), &outer, &len, &inner);
+    if (n->op == OP_shard) {
+        LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, outer), I64(e, len), I64(e, inner), I64(e, esize(y)),
+                            I64(e, mask)};
+        launch_lib(e, n, "shard", a, 7);
+        return;
+    }
+    if (x->dt != DT_F32)
+        ICE("emit: %s: %s of %s over %d ranks: the CPU back end's collectives are f32 only", where(n, w, sizeof w), op,
+            ir_dtype_names[x->dt], size);
+    if (outer != 1)
+        ICE("emit: %s: %s along dim %d with %lld rows before it over %d ranks: collectives on non-contiguous chunks are not "
+            "implemented in the CPU back end",
+            where(n, w, sizeof w), op, (int)ir_attr_i(n, "dim", -1), (long long)outer, size);
+    int64_t count = ir_numel(n->op == OP_reducescatter ? y : x);
+    LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, count), I64(e, mask)};
+    launch_lib(e, n, op, a, 4);
+}
+
 /* The value of the param/state node named `name`, for assign. */
 static int state_value(Em *e, const Node *asg) {
     const char *name = ir_attr_s(asg, "name", "");
@@ -1232,12 +1327,7 @@ static void emit_node(Em *e, int idx) {
         launch_io(e, n, "adamw", ex, 5);
         return;
     }
-    case OP_allreduce: case OP_reducescatter: case OP_allgather:
-        if (group_size(e->m, n) != 1)
-            ICE("emit: %s: %s over %d ranks: multi-rank collectives are not implemented in the CPU back end",
-                where(n, w, sizeof w), ir_ops[n->op].name, group_size(e->m, n));
-        launch_memcpy(e, n, n->out[0], n->in[0]); /* a group of one: a copy */
-        return;
+    case OP_allreduce: case OP_reducescatter: case OP_allgather: case OP_shard: emit_comm(e, n); return;
     default:
         ICE("emit: %s: no code for op %s", where(n, w, sizeof w), ir_ops[n->op].name);
     }
@@ -1282,50 +1372,197 @@ static void emit_step(Em *e) {
 
 /* ---- the program table ---- */
 
-static LLVMValueRef tensor_entry(Em *e, const char *name, int vid, const char *init, double std) {
-    const Value *v = &e->g->vals[vid];
-    LLVMValueRef dims[5];
-    for (int d = 0; d < 5; d++) dims[d] = I64(e, d < v->t.rank ? v->t.dim[d] : 0);
-    LLVMValueRef f[] = {cstr(e, name), I32(e, v->space), I64(e, v->offset), I32(e, (int)v->t.dt), I32(e, v->t.rank),
-                        LLVMConstArray(e->ti64, dims, 5), cstr(e, init), LLVMConstReal(e->tf64, std)};
-    return LLVMConstNamedStruct(e->ttensor, f, 8);
-}
-
-/* A private constant array of rt_tensor for the nodes of `op` (first node per
- * name); returns a pointer to it (null when empty) and the count. */
-static LLVMValueRef tensor_table(Em *e, Op op, const char *sym, int *count) {
+/* The nodes of `op` that make table entries: the first per name, in node
+ * order (idx gets their indices).  Returns the count. */
+static int table_nodes(Em *e, Op op, int *idx) {
     const Graph *g = e->g;
-    LLVMValueRef *ent = xcalloc((size_t)g->nnodes, sizeof(LLVMValueRef));
-    const char **seen = xcalloc((size_t)g->nnodes, sizeof(char *));
     int n = 0;
     for (int i = 0; i < g->nnodes; i++) {
-        const Node *nd = &g->nodes[i];
-        if (nd->op != op) continue;
-        const char *name = ir_attr_s(nd, "name", "");
+        if (g->nodes[i].op != op) continue;
+        const char *name = ir_attr_s(&g->nodes[i], "name", "");
         int dup = 0;
-        for (int k = 0; k < n && !dup; k++) dup = strcmp(seen[k], name) == 0;
-        if (dup) continue;
-        int vid = op == OP_output ? nd->in[0] : nd->out[0];
-        planned(e, vid);
-        seen[n] = name;
-        if (op == OP_param)
-            ent[n++] = tensor_entry(e, name, vid, ir_attr_s(nd, "init", "normal"), ir_attr_f(nd, "std", 0.02));
-        else
-            ent[n++] = tensor_entry(e, name, vid, NULL, 0);
+        for (int k = 0; k < n && !dup; k++) dup = strcmp(ir_attr_s(&g->nodes[idx[k]], "name", ""), name) == 0;
+        if (!dup) idx[n++] = i;
     }
-    *count = n;
-    LLVMValueRef r = LLVMConstNull(LLVMPointerType(e->ttensor, 0));
-    if (n > 0) {
-        LLVMValueRef init = LLVMConstArray(e->ttensor, ent, (unsigned)n);
-        LLVMValueRef gv = LLVMAddGlobal(e->mod, LLVMTypeOf(init), sym);
-        LLVMSetInitializer(gv, init);
-        LLVMSetGlobalConstant(gv, 1);
-        LLVMSetLinkage(gv, LLVMPrivateLinkage);
-        LLVMValueRef zero[2] = {I32(e, 0), I32(e, 0)};
-        r = LLVMConstInBoundsGEP2(LLVMTypeOf(init), gv, zero, 2);
-    }
+    return n;
+}
+
+/* A private constant array of n elements of type elem; a pointer to its first
+ * element (a null pointer when n is 0). */
+static LLVMValueRef const_array(Em *e, LLVMTypeRef elem, LLVMValueRef *v, int n, const char *sym) {
+    if (n == 0) return LLVMConstNull(LLVMPointerType(elem, 0));
+    LLVMValueRef init = LLVMConstArray(elem, v, (unsigned)n);
+    LLVMValueRef gv = LLVMAddGlobal(e->mod, LLVMTypeOf(init), sym);
+    LLVMSetInitializer(gv, init);
+    LLVMSetGlobalConstant(gv, 1);
+    LLVMSetLinkage(gv, LLVMPrivateLinkage);
+    LLVMValueRef zero[2] = {I32(e, 0), I32(e, 0)};
+    return LLVMConstInBoundsGEP2(LLVMTypeOf(init), gv, zero, 2);
+}
+
+/* The rt_tensor of table node nd (param, state, input or output). */
+static LLVMValueRef tensor_entry(Em *e, const Node *nd) {
+    int vid = nd->op == OP_output ? nd->in[0] : nd->out[0];
+    const Value *v = planned(e, vid);
+    LLVMValueRef dims[5];
+    for (int d = 0; d < 5; d++) dims[d] = I64(e, d < v->t.rank ? v->t.dim[d] : 0);
+    int param = nd->op == OP_param, bucket = nd->op == OP_state ? (int)ir_attr_i(nd, "bucket", -1) : -1;
+    LLVMValueRef f[] = {cstr(e, ir_attr_s(nd, "name", "")), I32(e, v->space), I64(e, v->offset), I32(e, (int)v->t.dt),
+                        I32(e, v->t.rank), LLVMConstArray(e->ti64, dims, 5),
+                        cstr(e, param ? ir_attr_s(nd, "init", "normal") : NULL),
+                        LLVMConstReal(e->tf64, param ? ir_attr_f(nd, "std", 0.02) : 0), I32(e, bucket),
+                        cstr(e, bucket >= 0 ? ir_attr_s(nd, "prefix", NULL) : NULL)};
+    return LLVMConstNamedStruct(e->ttensor, f, 10);
+}
+
+/* The rt_tensor array of the nodes idx[0..n); a pointer to it. */
+static LLVMValueRef tensor_table(Em *e, const int *idx, int n, const char *sym) {
+    LLVMValueRef *ent = xcalloc((size_t)n, sizeof(LLVMValueRef));
+    for (int k = 0; k < n; k++) ent[k] = tensor_entry(e, &e->g->nodes[idx[k]]);
+    LLVMValueRef r = const_array(e, e->ttensor, ent, n, sym);
     free(ent);
-    free(seen);
+    return r;
+}
+
+/* ---- buckets of the distributed optimizer ----
+ * A bucket is described by the attributes of every state node that holds a
+ * shard of it (see collect_buckets); this is one bucket, checked. */
+typedef struct {
+    const Node *def;    /* the first state node naming it */
+    int mask;           /* RT_AXIS_* */
+    int64_t n;          /* padded flat length */
+    int nmembers;
+    int *param;         /* indices into the params table */
+    const int64_t *offset;
+} Bucket;
+
+static int attr_equal(const Attr *a, const Attr *b) {
+    if (!a || !b) return a == b;
+    if (a->kind != b->kind) return 0;
+    switch (a->kind) {
+    case AT_INT: return a->i == b->i;
+    case AT_FLOAT: return a->f == b->f;
+    case AT_STR: return strcmp(a->s, b->s) == 0;
+    case AT_INTS: return a->n == b->n && (a->n == 0 || memcmp(a->v, b->v, sizeof(int64_t) * (size_t)a->n) == 0);
+    }
+    return 0;
+}
+
+/* Index of the param named name[0..len) in the params table, or -1. */
+static int param_index(Em *e, const int *pidx, int np, const char *name, size_t len) {
+    for (int k = 0; k < np; k++) {
+        const char *pn = ir_attr_s(&e->g->nodes[pidx[k]], "name", "");
+        if (strlen(pn) == len && strncmp(pn, name, len) == 0) return k;
+    }
+    return -1;
+}
+
+/* Fill bucket k from its first state node and check it: a group of the
+ * mesh, members that are params, laid out in order without overlap inside
+ * n, n a multiple of the group's size. */
+static void bucket_layout(Em *e, Bucket *B, int k, const int *pidx, int np) {
+    const Node *d = B->def;
+    char w[160];
+    where(d, w, sizeof w);
+    const char *group = ir_attr_s(d, "group", ""), *params = ir_attr_s(d, "params", "");
+    const Attr *off = ir_attr(d, "offsets");
+    B->mask = ir_group_mask(group);
+    B->n = ir_attr_i(d, "n", -1);
+    if (B->mask <= 0) ICE("emit: %s: bucket %d: bad group \"%s\"", w, k, group);
+    if (B->n <= 0) ICE("emit: %s: bucket %d: n (the padded length) missing or not positive", w, k);
+    int size = mask_size(e->m, B->mask);
+    if (B->n % size)
+        ICE("emit: %s: bucket %d: length %lld is not a multiple of the %s group's size %d", w, k, (long long)B->n, group, size);
+    if (!*params) ICE("emit: %s: bucket %d has no params", w, k);
+    B->nmembers = 1;
+    for (const char *p = params; *p; p++) B->nmembers += *p == ',';
+    if (!off || off->kind != AT_INTS || off->n != B->nmembers)
+        ICE("emit: %s: bucket %d: offsets must be a list of %d ints, one per param", w, k, B->nmembers);
+    B->offset = off->v;
+    B->param = xcalloc((size_t)B->nmembers, sizeof(int));
+    int64_t end = 0;
+    const char *p = params;
+    for (int j = 0; j < B->nmembers; j++) {
+        size_t len = strcspn(p, ",");
+        B->param[j] = param_index(e, pidx, np, p, len);
+        if (B->param[j] < 0) ICE("emit: %s: bucket %d: no param named \"%.*s\"", w, k, (int)len, p);
+        int64_t numel = ir_numel(&e->g->vals[e->g->nodes[pidx[B->param[j]]].out[0]].t);
+        if (B->offset[j] < end || B->offset[j] + numel > B->n)
+            ICE("emit: %s: bucket %d: param %.*s at offset %lld (%lld elements) overlaps the one before it or ends past n = %lld",
+                w, k, (int)len, p, (long long)B->offset[j], (long long)numel, (long long)B->n);
+        end = B->offset[j] + numel;
+        p += len + (p[len] == ',');
+    }
+}
+
+/* The buckets, from the state nodes that carry them:
+ *   state {name="opt.m.b0", bucket=0, group="dp", prefix="opt.m.",
+ *          params="a,b", offsets=[0,16384], n=32768}
+ * Every state of a bucket carries the same bucket, group, params, offsets
+ * and n (its prefix is its own), and is this rank's shard of it: n/size
+ * elements.  Indices are dense from 0.  Anything else is an internal error:
+ * the optimizer pass wrote an inconsistent program.  Returns the count. */
+static int collect_buckets(Em *e, const int *sidx, int ns, const int *pidx, int np, Bucket **out) {
+    const Graph *g = e->g;
+    Bucket *B = xcalloc((size_t)ns, sizeof(Bucket));
+    static const char *const keys[] = {"group", "params", "offsets", "n"};
+    char w[160], w2[160];
+    int nb = 0;
+    for (int s = 0; s < ns; s++) {
+        const Node *nd = &g->nodes[sidx[s]];
+        const Attr *a = ir_attr(nd, "bucket");
+        if (!a) continue;
+        const char *name = ir_attr_s(nd, "name", "");
+        if (a->kind != AT_INT || a->i < 0 || a->i >= ns)
+            ICE("emit: %s: state %s: bucket must be an index in [0, %d)", where(nd, w, sizeof w), name, ns);
+        if (!*ir_attr_s(nd, "prefix", "")) ICE("emit: %s: state %s of bucket %d has no prefix", where(nd, w, sizeof w), name, (int)a->i);
+        Bucket *b = &B[a->i];
+        if (a->i + 1 > nb) nb = (int)a->i + 1;
+        if (!b->def) {
+            b->def = nd;
+            continue;
+        }
+        for (size_t q = 0; q < sizeof keys / sizeof *keys; q++)
+            if (!attr_equal(ir_attr(b->def, keys[q]), ir_attr(nd, keys[q])))
+                ICE("emit: %s: state %s describes bucket %d with another %s than state %s at %s", where(nd, w, sizeof w), name,
+                    (int)a->i, keys[q], ir_attr_s(b->def, "name", ""), where(b->def, w2, sizeof w2));
+    }
+    for (int k = 0; k < nb; k++) {
+        if (!B[k].def) ICE("emit: bucket %d has no state (bucket indices must be dense, 0..%d)", k, nb - 1);
+        bucket_layout(e, &B[k], k, pidx, np);
+    }
+    for (int s = 0; s < ns; s++) { /* each state is this rank's shard */
+        const Node *nd = &g->nodes[sidx[s]];
+        int k = (int)ir_attr_i(nd, "bucket", -1);
+        if (k < 0) continue;
+        int64_t want = B[k].n / mask_size(e->m, B[k].mask), got = ir_numel(&g->vals[nd->out[0]].t);
+        if (got != want)
+            ICE("emit: %s: state %s has %lld elements, its shard of bucket %d has %lld", where(nd, w, sizeof w),
+                ir_attr_s(nd, "name", ""), (long long)got, k, (long long)want);
+    }
+    *out = B;
+    return nb;
+}
+
+/* The rt_bucket array; a pointer to it. */
+static LLVMValueRef bucket_table(Em *e, const Bucket *B, int nb) {
+    LLVMValueRef *ent = xcalloc((size_t)nb, sizeof(LLVMValueRef));
+    for (int k = 0; k < nb; k++) {
+        LLVMValueRef *pv = xcalloc((size_t)B[k].nmembers, sizeof(LLVMValueRef));
+        LLVMValueRef *ov = xcalloc((size_t)B[k].nmembers, sizeof(LLVMValueRef));
+        for (int j = 0; j < B[k].nmembers; j++) {
+            pv[j] = I32(e, B[k].param[j]);
+            ov[j] = I64(e, B[k].offset[j]);
+        }
+        LLVMValueRef f[] = {I32(e, B[k].mask), I64(e, B[k].n), I32(e, B[k].nmembers),
+                            const_array(e, e->ti32, pv, B[k].nmembers, "kiln_bucket_params"),
+                            const_array(e, e->ti64, ov, B[k].nmembers, "kiln_bucket_offsets")};
+        ent[k] = LLVMConstNamedStruct(e->tbucket, f, 5);
+        free(pv);
+        free(ov);
+    }
+    LLVMValueRef r = const_array(e, e->tbucket, ent, nb, "kiln_buckets");
+    free(ent);
     return r;
 }
 
@@ -1347,17 +1584,29 @@ static void emit_table(Em *e) {
         if (n->stream + 1 > nstreams) nstreams = n->stream + 1;
         if (ir_ops[n->op].flags & F_SYNC && ir_attr_i(n, "event", -1) + 1 > nevents) nevents = (int)ir_attr_i(n, "event", -1) + 1;
     }
-    int np, ns, ni, no;
-    LLVMValueRef params = tensor_table(e, OP_param, "kiln_params", &np);
-    LLVMValueRef states = tensor_table(e, OP_state, "kiln_states", &ns);
-    LLVMValueRef inputs = tensor_table(e, OP_input, "kiln_inputs", &ni);
-    LLVMValueRef outputs = tensor_table(e, OP_output, "kiln_outputs", &no);
+    static const Op kinds[4] = {OP_param, OP_state, OP_input, OP_output};
+    static const char *const syms[4] = {"kiln_params", "kiln_states", "kiln_inputs", "kiln_outputs"};
+    int *idx[4], cnt[4];
+    LLVMValueRef tab[4];
+    for (int k = 0; k < 4; k++) {
+        idx[k] = xcalloc((size_t)g->nnodes, sizeof(int));
+        cnt[k] = table_nodes(e, kinds[k], idx[k]);
+    }
+    Bucket *B = NULL;
+    int nb = collect_buckets(e, idx[1], cnt[1], idx[0], cnt[0], &B);
+    for (int k = 0; k < 4; k++) tab[k] = tensor_table(e, idx[k], cnt[k], syms[k]);
+    LLVMValueRef mesh[4];
+    for (int a = 0; a < 4; a++) mesh[a] = I32(e, e->m->mesh[a]);
     LLVMValueRef f[] = {I32(e, RT_ABI_VERSION), cstr(e, e->m->name), LLVMConstArray(e->ti64, sb, RT_NSPACES),
-                        I32(e, np), I32(e, ns), I32(e, ni), I32(e, no), params, states, inputs, outputs,
-                        I32(e, nstreams), I32(e, nevents), I32(e, steps), LLVMConstReal(e->tf64, e->flops), e->step};
+                        I32(e, cnt[0]), I32(e, cnt[1]), I32(e, cnt[2]), I32(e, cnt[3]), tab[0], tab[1], tab[2], tab[3],
+                        I32(e, nstreams), I32(e, nevents), I32(e, steps), LLVMConstReal(e->tf64, e->flops), e->step,
+                        LLVMConstArray(e->ti32, mesh, 4), I32(e, nb), bucket_table(e, B, nb)};
     LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, "kiln_program");
-    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 16));
+    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 19));
     LLVMSetGlobalConstant(gv, 1);
+    for (int k = 0; k < nb; k++) free(B[k].param);
+    free(B);
+    for (int k = 0; k < 4; k++) free(idx[k]);
 }
 
 /* ---- building, checking and optimizing a module ---- */
@@ -1389,10 +1638,11 @@ static LLVMModuleRef build_module(const Module *m, LLVMContextRef c, LLVMTargetM
     LLVMDisposeMessage(triple);
     LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
     LLVMSetModuleDataLayout(e.mod, dl);
-    LLVMDisposeTargetData(dl);
     e.b = LLVMCreateBuilderInContext(c);
     e.reg = xcalloc((size_t)e.g->nvals, sizeof(LLVMValueRef));
     init_types(&e);
+    check_layout(&e, dl);
+    LLVMDisposeTargetData(dl);
     declare_runtime(&e);
     e.expf_ = build_expf(&e);
     e.tanhf_ = build_tanhf(&e);

@@ -461,6 +461,9 @@ static int cmd_plan(Args *a) {
 #ifndef KILN_LINK_FLAGS
 #define KILN_LINK_FLAGS "" /* the Makefile passes the sanitizer flags of a SAN=1 build */
 #endif
+#ifndef KILN_RT_LIBS
+#define KILN_RT_LIBS "-lopenblas -lpthread -lm" /* the Makefile passes the runtime's libraries (MPI too) */
+#endif
 
 /* The folder of the running kiln binary: build/ holds libkilnrt.a and runtime/trainer_main.o. */
 static void exe_dir(char *buf, size_t n) {
@@ -482,18 +485,20 @@ static void emit_inspection(Args *a, Module *m, const char *path) {
 }
 
 /* Link obj with the runtime into out: cc, run without a shell (paths may hold
- * any character).  KILN_LINK_FLAGS: space-separated words, or empty. */
+ * any character).  KILN_LINK_FLAGS (before the objects) and KILN_RT_LIBS
+ * (after them): space-separated words, or empty. */
 static void link_trainer(const char *out, const char *obj) {
     char dir[4096], main_o[4200], rtlib[4200];
     exe_dir(dir, sizeof dir);
     snprintf(main_o, sizeof main_o, "%s/runtime/trainer_main.o", dir);
     snprintf(rtlib, sizeof rtlib, "%s/libkilnrt.a", dir);
-    char *argv[32], flags[] = KILN_LINK_FLAGS;
+    char *argv[64], flags[] = KILN_LINK_FLAGS, libs[] = KILN_RT_LIBS;
     int n = 0;
     argv[n++] = "cc";
-    for (char *w = strtok(flags, " "); w && n < 20; w = strtok(NULL, " ")) argv[n++] = w;
+    for (char *w = strtok(flags, " "); w && n < 24; w = strtok(NULL, " ")) argv[n++] = w;
     argv[n++] = "-o", argv[n++] = (char *)out, argv[n++] = (char *)obj, argv[n++] = main_o, argv[n++] = rtlib;
-    argv[n++] = "-lopenblas", argv[n++] = "-lpthread", argv[n++] = "-lm", argv[n] = NULL;
+    for (char *w = strtok(libs, " "); w && n < 62; w = strtok(NULL, " ")) argv[n++] = w;
+    argv[n] = NULL;
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) die("compile: fork: %s", strerror(errno));

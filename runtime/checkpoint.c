@@ -13,6 +13,24 @@
  * holds does `copy_in` write the program's memory.  A failed load therefore
  * never leaves a half-loaded model behind, which is what lets ckpt_resume
  * fall back from a corrupt newest checkpoint to the one before.
+ *
+ * Several ranks (kiln_rt.h, rt_bucket).  A state with a prefix is this
+ * rank's shard of a flat bucket of optimizer state; the file holds the
+ * LOGICAL tensors instead: "<prefix><param>" with the param's shape for
+ * every member of the bucket, which is exactly what a one-rank (or
+ * --zero 0) program stores as its states opt.m.<p> and opt.v.<p>.  Saving
+ * is collective: every rank passes its shards to rt_host_allgather over
+ * the bucket's group, world rank 0 writes the file from the gathered
+ * buckets (the other ranks write nothing), and a world-wide exchange of
+ * outcomes (rt_host_agree) makes every rank return only after the file is
+ * committed, all with the same result.  Params are replicated across data-parallel ranks, but a
+ * program that all-gathers updated params at the start of the next step
+ * leaves only this rank's chunk of each bucket fresh between steps; so when
+ * a bucket's members lie in the params space as the flat bucket, the save
+ * gathers the params chunk by chunk too (a no-op when they are already
+ * identical).  Loading needs no communication: every rank reads the file
+ * and cuts its own shard out of the logical tensors (padding zero), so a
+ * checkpoint resumes under any dp and either zero mode.
  */
 #include "fsutil.h"
 #include "checkpoint.h"
@@ -27,6 +45,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "rt_private.h"
 #include "safetensors.h"
 
 #define HF_PREFIX "transformer."
@@ -78,10 +97,90 @@ static int st_dtype_of(int rt_dtype) {
     return -1;
 }
 
-static size_t tensor_bytes(const rt_tensor *t) {
-    size_t n = (size_t)st_dtype_size(st_dtype_of(t->dtype));
-    for (int i = 0; i < t->rank; i++) n *= (size_t)t->dim[i];
+static size_t elem_bytes(const rt_tensor *t) { return (size_t)st_dtype_size(st_dtype_of(t->dtype)); }
+
+static int64_t tensor_numel(const rt_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->dim[i];
     return n;
+}
+
+static size_t tensor_bytes(const rt_tensor *t) { return elem_bytes(t) * (size_t)tensor_numel(t); }
+
+/* ---- shards ---- */
+
+static int is_shard(const rt_tensor *t) { return t->prefix != NULL; }
+
+/* The logical tensor of member j of sharded state t: "<prefix><param>". */
+static void member_name(const rt_program *p, const rt_tensor *t, int j, char *buf, size_t len) {
+    snprintf(buf, len, "%s%s", t->prefix, p->params[p->buckets[t->bucket].param[j]].name);
+}
+
+/* Where params and states are written from: the program's memory, or
+ * whole buckets gathered from every rank's chunk (owned here). */
+typedef struct {
+    const void **param;  /* per param: its data */
+    char **state;        /* per state: the gathered bucket (sharded states), else NULL */
+    char **bucket_param; /* per bucket: the gathered params, or NULL */
+} Gathered;
+
+static void free_gathered(const rt_program *p, Gathered *g) {
+    for (int i = 0; g->state && i < p->nstates; i++) free(g->state[i]);
+    for (int b = 0; g->bucket_param && b < p->nbuckets; b++) free(g->bucket_param[b]);
+    free(g->param);
+    free(g->state);
+    free(g->bucket_param);
+}
+
+/* The byte offset in the params space where bucket k's flat layout starts
+ * when every member sits there (all of one dtype), else -1. */
+static int64_t flat_params_base(const rt_program *p, const rt_bucket *k) {
+    int64_t base = -1;
+    if (k->nmembers == 0) return -1;
+    size_t es = elem_bytes(&p->params[k->param[0]]);
+    for (int j = 0; j < k->nmembers; j++) {
+        const rt_tensor *t = &p->params[k->param[j]];
+        int64_t b = t->offset - k->offset[j] * (int64_t)es;
+        if (t->space != RT_SPACE_PARAMS || elem_bytes(t) != es || (j && b != base)) return -1;
+        base = b;
+    }
+    return base >= 0 && base + k->n * (int64_t)es <= p->space_bytes[RT_SPACE_PARAMS] ? base : -1;
+}
+
+/* Every rank: all-gather `chunk` bytes per group member into a new buffer. */
+static int gather(rt_ctx *ctx, int group, const void *mine, int64_t chunk, char **out, const char *what, char *err, int errlen) {
+    int size = rt_group_size(ctx, group);
+    char e[512];
+    if (!(*out = malloc((size_t)(chunk * size) + 1))) return rt_errf(err, errlen, "%s: out of memory", what);
+    if (rt_host_allgather(ctx, group, mine, *out, chunk, e, sizeof e) != 0) return rt_errf(err, errlen, "%s: %s", what, e);
+    return 0;
+}
+
+/* Every rank, collectively: the data of every param and the whole buckets
+ * of every sharded state. */
+static int gather_all(rt_ctx *ctx, const rt_program *p, Gathered *g, char *err, int errlen) {
+    g->param = calloc((size_t)p->nparams + 1, sizeof *g->param);
+    g->state = calloc((size_t)p->nstates + 1, sizeof *g->state);
+    g->bucket_param = calloc((size_t)p->nbuckets + 1, sizeof *g->bucket_param);
+    if (!g->param || !g->state || !g->bucket_param) return rt_errf(err, errlen, "checkpoint: out of memory");
+    for (int i = 0; i < p->nparams; i++) g->param[i] = rt_tensor_ptr(ctx, &p->params[i]);
+    for (int b = 0; b < p->nbuckets; b++) {
+        const rt_bucket *k = &p->buckets[b];
+        int64_t base = flat_params_base(p, k), size = rt_group_size(ctx, k->group);
+        if (base < 0 || size == 1) continue;
+        int64_t es = (int64_t)elem_bytes(&p->params[k->param[0]]), chunk = k->n / size * es;
+        const char *mine = rt_space(ctx, RT_SPACE_PARAMS) + base + rt_group_rank(ctx, k->group) * chunk;
+        if (gather(ctx, k->group, mine, chunk, &g->bucket_param[b], "checkpoint: gathering params", err, errlen)) return -1;
+        for (int j = 0; j < k->nmembers; j++) g->param[k->param[j]] = g->bucket_param[b] + k->offset[j] * es;
+    }
+    for (int i = 0; i < p->nstates; i++) {
+        const rt_tensor *t = &p->states[i];
+        if (!is_shard(t)) continue;
+        char what[600];
+        snprintf(what, sizeof what, "checkpoint: gathering %s", t->name);
+        if (gather(ctx, p->buckets[t->bucket].group, rt_tensor_ptr(ctx, t), (int64_t)tensor_bytes(t), &g->state[i], what, err, errlen)) return -1;
+    }
+    return 0;
 }
 
 /* ---- saving ---- */
@@ -90,11 +189,32 @@ void ckpt_path(char *buf, int len, const char *dir, int64_t step) {
     snprintf(buf, (size_t)len, "%s/step_%08lld.safetensors", dir, (long long)step);
 }
 
-static void add_tensors(StWriter *w, rt_ctx *ctx, const rt_program *p, int gpt2, const rt_tensor *t, int n) {
+static void add_params(StWriter *w, const rt_program *p, int gpt2, const Gathered *g) {
     char name[512];
-    for (int i = 0; i < n; i++) {
-        file_name(p, gpt2, t[i].name, name, sizeof name);
-        st_add_view(w, name, st_dtype_of(t[i].dtype), t[i].dim, t[i].rank, rt_tensor_ptr(ctx, &t[i]));
+    for (int i = 0; i < p->nparams; i++) {
+        const rt_tensor *t = &p->params[i];
+        file_name(p, gpt2, t->name, name, sizeof name);
+        st_add_view(w, name, st_dtype_of(t->dtype), t->dim, t->rank, g->param[i]);
+    }
+}
+
+/* Unsharded states as they are; a sharded one as its logical tensors. */
+static void add_states(StWriter *w, rt_ctx *ctx, const rt_program *p, int gpt2, const Gathered *g) {
+    char logical[512], name[512];
+    for (int i = 0; i < p->nstates; i++) {
+        const rt_tensor *t = &p->states[i];
+        if (!is_shard(t)) {
+            file_name(p, gpt2, t->name, name, sizeof name);
+            st_add_view(w, name, st_dtype_of(t->dtype), t->dim, t->rank, rt_tensor_ptr(ctx, t));
+            continue;
+        }
+        const rt_bucket *k = &p->buckets[t->bucket];
+        for (int j = 0; j < k->nmembers; j++) {
+            const rt_tensor *m = &p->params[k->param[j]];
+            member_name(p, t, j, logical, sizeof logical);
+            file_name(p, gpt2, logical, name, sizeof name);
+            st_add_view(w, name, st_dtype_of(t->dtype), m->dim, m->rank, g->state[i] + k->offset[j] * (int64_t)elem_bytes(t));
+        }
     }
 }
 
@@ -191,9 +311,10 @@ int ckpt_prepare_dir(const char *dir, char *err, int errlen) {
     return 0;
 }
 
-int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra *x, int keep, char *err, int errlen) {
+/* Rank 0: write the file from g, then prune. */
+static int write_ckpt(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra *x, int keep, const Gathered *g, char *err,
+                      int errlen) {
     int64_t crash;
-    if (x->step < 0) return rt_errf(err, errlen, "%s: negative step %lld", dir, (long long)x->step);
     if (crash_hook(&crash, err, errlen) || ensure_dir(dir, err, errlen)) return -1;
     int gpt2 = is_gpt2(p);
     StWriter *w = st_new();
@@ -202,8 +323,8 @@ int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra
     st_add_meta(w, "format", "kiln-checkpoint-1");
     st_add_meta(w, "model", p->model ? p->model : "");
     st_add_meta(w, "step", stepstr);
-    add_tensors(w, ctx, p, gpt2, p->params, p->nparams);
-    add_tensors(w, ctx, p, gpt2, p->states, p->nstates);
+    add_params(w, p, gpt2, g);
+    add_states(w, ctx, p, gpt2, g);
     st_add_raw(w, "trainer.step", ST_I64, NULL, 0, &x->step);
     st_add_raw(w, "trainer.rng", ST_U64, NULL, 0, &x->rng);
     st_add_raw(w, "trainer.data_pos", ST_I64, NULL, 0, &x->data_pos);
@@ -214,6 +335,15 @@ int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra
     return 0;
 }
 
+int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra *x, int keep, char *err, int errlen) {
+    if (x->step < 0) return rt_errf(err, errlen, "%s: negative step %lld", dir, (long long)x->step);
+    Gathered g = {0};
+    int rc = gather_all(ctx, p, &g, err, errlen);
+    if (rc == 0 && rt_world_rank(ctx) == 0) rc = write_ckpt(ctx, p, dir, x, keep, &g, err, errlen);
+    free_gathered(p, &g);
+    return rt_host_agree(ctx, rc, err, errlen); /* also holds every rank until rank 0 has committed */
+}
+
 /* ---- loading ---- */
 
 typedef struct {
@@ -222,6 +352,8 @@ typedef struct {
     int gpt2;
     char *used;           /* per file entry: accounted for */
     const StEntry **src;  /* per program tensor (params then states) */
+    const StEntry **msrc; /* sharded state i's members: msrc[moff[i] ..] */
+    int *moff;
     const StEntry *xt[3]; /* trainer.step, trainer.rng, trainer.data_pos */
     char missing[1024];   /* the first missing tensor's error, "" if none */
 } Binding;
@@ -250,14 +382,41 @@ static int check_entry(const Binding *b, const StEntry *e, const char *name, int
     return 0;
 }
 
-/* Match and check n program tensors; a missing one is noted in b->missing
- * (the first) and binding goes on, so that the error can also name the
- * file's unexpected tensor — usually the same tensor under another name. */
-static int bind_tensors(Binding *b, const rt_tensor *t, int n, const StEntry **src, char *err, int errlen) {
-    for (int i = 0; i < n; i++) {
-        if (find_entry(b, t[i].name, &src[i], err, errlen)) return -1;
-        if (!src[i] && b->missing[0]) continue;
-        if (check_entry(b, src[i], t[i].name, st_dtype_of(t[i].dtype), t[i].dim, t[i].rank, src[i] ? err : b->missing, src[i] ? errlen : (int)sizeof b->missing) && src[i]) return -1;
+/* Match and check one tensor the program needs; a missing one is noted in
+ * b->missing (the first) and binding goes on, so that the error can also
+ * name the file's unexpected tensor — usually the same tensor under
+ * another name. */
+static int bind_one(Binding *b, const char *name, int dtype, const int64_t *dim, int rank, const StEntry **src, char *err, int errlen) {
+    if (find_entry(b, name, src, err, errlen)) return -1;
+    if (!*src && b->missing[0]) return 0;
+    if (check_entry(b, *src, name, dtype, dim, rank, *src ? err : b->missing, *src ? errlen : (int)sizeof b->missing) && *src) return -1;
+    return 0;
+}
+
+static int bind_params(Binding *b, char *err, int errlen) {
+    for (int i = 0; i < b->p->nparams; i++) {
+        const rt_tensor *t = &b->p->params[i];
+        if (bind_one(b, t->name, st_dtype_of(t->dtype), t->dim, t->rank, &b->src[i], err, errlen)) return -1;
+    }
+    return 0;
+}
+
+/* A sharded state binds the logical tensors of its bucket's members. */
+static int bind_states(Binding *b, char *err, int errlen) {
+    const rt_program *p = b->p;
+    char logical[512];
+    for (int i = 0; i < p->nstates; i++) {
+        const rt_tensor *t = &p->states[i];
+        if (!is_shard(t)) {
+            if (bind_one(b, t->name, st_dtype_of(t->dtype), t->dim, t->rank, &b->src[p->nparams + i], err, errlen)) return -1;
+            continue;
+        }
+        const rt_bucket *k = &p->buckets[t->bucket];
+        for (int j = 0; j < k->nmembers; j++) {
+            const rt_tensor *m = &p->params[k->param[j]];
+            member_name(p, t, j, logical, sizeof logical);
+            if (bind_one(b, logical, st_dtype_of(t->dtype), m->dim, m->rank, &b->msrc[b->moff[i] + j], err, errlen)) return -1;
+        }
     }
     return 0;
 }
@@ -265,11 +424,8 @@ static int bind_tensors(Binding *b, const rt_tensor *t, int n, const StEntry **s
 static int bind_extra(Binding *b, char *err, int errlen) {
     static const char *names[3] = {"trainer.step", "trainer.rng", "trainer.data_pos"};
     static const int dtypes[3] = {ST_I64, ST_U64, ST_I64};
-    for (int i = 0; i < 3; i++) {
-        if (find_entry(b, names[i], &b->xt[i], err, errlen)) return -1;
-        if (!b->xt[i] && b->missing[0]) continue;
-        if (check_entry(b, b->xt[i], names[i], dtypes[i], NULL, 0, b->xt[i] ? err : b->missing, b->xt[i] ? errlen : (int)sizeof b->missing) && b->xt[i]) return -1;
-    }
+    for (int i = 0; i < 3; i++)
+        if (bind_one(b, names[i], dtypes[i], NULL, 0, &b->xt[i], err, errlen)) return -1;
     return 0;
 }
 
@@ -300,21 +456,56 @@ static void copy_in(rt_ctx *ctx, const StFile *f, const rt_tensor *t, int n, con
     for (int i = 0; i < n; i++) memcpy(rt_tensor_ptr(ctx, &t[i]), st_data(f, src[i]), tensor_bytes(&t[i]));
 }
 
+/* This rank's shard of t: elements [lo, lo+len) of the flat bucket, cut out
+ * of the members' logical tensors; padding zero. */
+static void copy_shard(rt_ctx *ctx, const StFile *f, const rt_program *p, const rt_tensor *t, const StEntry **src) {
+    const rt_bucket *k = &p->buckets[t->bucket];
+    int64_t len = k->n / rt_group_size(ctx, k->group), lo = rt_group_rank(ctx, k->group) * len, es = (int64_t)elem_bytes(t);
+    char *dst = rt_tensor_ptr(ctx, t);
+    memset(dst, 0, (size_t)(len * es));
+    for (int j = 0; j < k->nmembers; j++) {
+        int64_t o = k->offset[j], n = tensor_numel(&p->params[k->param[j]]);
+        int64_t a = lo > o ? lo : o, e = lo + len < o + n ? lo + len : o + n;
+        if (a < e) memcpy(dst + (a - lo) * es, (const char *)st_data(f, src[j]) + (a - o) * es, (size_t)((e - a) * es));
+    }
+}
+
+static void copy_states(rt_ctx *ctx, const Binding *b) {
+    for (int i = 0; i < b->p->nstates; i++) {
+        const rt_tensor *t = &b->p->states[i];
+        if (is_shard(t)) copy_shard(ctx, b->f, b->p, t, b->msrc + b->moff[i]);
+        else copy_in(ctx, b->f, t, 1, b->src + b->p->nparams + i);
+    }
+}
+
+/* Room for the members of every sharded state. */
+static int member_slots(Binding *b) {
+    const rt_program *p = b->p;
+    int total = 0;
+    if (!(b->moff = calloc((size_t)p->nstates + 1, sizeof *b->moff))) return -1;
+    for (int i = 0; i < p->nstates; i++) {
+        b->moff[i] = total;
+        if (is_shard(&p->states[i])) total += p->buckets[p->states[i].bucket].nmembers;
+    }
+    return (b->msrc = calloc((size_t)total + 1, sizeof *b->msrc)) ? 0 : -1;
+}
+
 /* Load path into the program: params, states unless init, the trainer's
  * state when x != NULL. */
 static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, CkptExtra *x, char *err, int errlen) {
     StFile f;
     if (st_open(&f, path, err, errlen) != 0) return -1;
-    Binding b = {&f, p, is_gpt2(p), calloc((size_t)f.n + 1, 1), calloc((size_t)p->nparams + (size_t)p->nstates + 1, sizeof(StEntry *)), {0}, ""};
+    Binding b = {.f = &f, .p = p, .gpt2 = is_gpt2(p), .used = calloc((size_t)f.n + 1, 1),
+                 .src = calloc((size_t)p->nparams + (size_t)p->nstates + 1, sizeof(StEntry *))};
     int rc = -1;
-    if (!b.used || !b.src) { rt_errf(err, errlen, "%s: out of memory", path); goto done; }
-    if (bind_tensors(&b, p->params, p->nparams, b.src, err, errlen)) goto done;
-    if (!init && bind_tensors(&b, p->states, p->nstates, b.src + p->nparams, err, errlen)) goto done;
+    if (!b.used || !b.src || member_slots(&b)) { rt_errf(err, errlen, "%s: out of memory", path); goto done; }
+    if (bind_params(&b, err, errlen)) goto done;
+    if (!init && bind_states(&b, err, errlen)) goto done;
     if (x && bind_extra(&b, err, errlen)) goto done;
     if (check_complete(&b, init, x != NULL, err, errlen)) goto done;
     /* everything checked: now write the program's memory */
     copy_in(ctx, &f, p->params, p->nparams, b.src);
-    if (!init) copy_in(ctx, &f, p->states, p->nstates, b.src + p->nparams);
+    if (!init) copy_states(ctx, &b);
     if (x) {
         memcpy(&x->step, st_data(&f, b.xt[0]), 8);
         memcpy(&x->rng, st_data(&f, b.xt[1]), 8);
@@ -324,6 +515,8 @@ static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, Ck
 done:
     free(b.used);
     free(b.src);
+    free(b.msrc);
+    free(b.moff);
     st_close(&f);
     return rc;
 }

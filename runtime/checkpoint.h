@@ -19,6 +19,14 @@
  * mistyped tensor; a corrupt or truncated file) the function returns -1
  * with one line in err and the program's state is untouched.
  *
+ * Several ranks: a state that is a shard of a distributed-optimizer bucket
+ * (rt_tensor.prefix set) is stored as the logical tensors of the bucket's
+ * members, "<prefix><param>" with the param's shape (opt.m.<p>, opt.v.<p>),
+ * the same tensors a one-rank program stores; loading cuts every rank's
+ * shard out of them, so a checkpoint resumes under any dp or zero mode.
+ * ckpt_save is then collective (every rank calls it; world rank 0 writes);
+ * loading is not (every rank reads the file).
+ *
  * Test hook: with the environment variable KILN_CKPT_CRASH_AFTER_BYTES=N,
  * ckpt_save kills its own process (SIGKILL) after writing N bytes of the
  * temp file — the kill -9 test of tests/test_checkpoint.c.
@@ -38,7 +46,9 @@ typedef struct {
 /* Write DIR/step_<x->step>.safetensors atomically (DIR is created if
  * missing, one level), then delete older checkpoints so that the newest
  * `keep` remain (keep <= 0: keep all; files of later steps than x->step are
- * left alone).  0, or -1 with one line in err. */
+ * left alone).  0, or -1 with one line in err.  With several ranks every
+ * rank calls it (it gathers the shards); rank 0 writes and prunes, and all
+ * return only once the file is committed, all 0 or all -1. */
 int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra *x, int keep, char *err, int errlen);
 
 /* Create dir if missing and check that a file can be created in it (the

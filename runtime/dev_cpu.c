@@ -41,6 +41,13 @@
  * writes them as Chrome trace JSON through a temp file and a rename.  Kernel
  * names are kept by pointer: they must outlive the context.
  *
+ * Ranks (comm_mpi.c).  rt_new first sets up the context's ranks and
+ * communicators (rt_comm_new: MPI only when the mesh has more than one rank
+ * or the process runs under mpirun), then checks the program's buckets
+ * against the mesh.  A trace is per rank: rank 0 writes the path it was
+ * given, rank r > 0 writes PATH.rank<r>, and the JSON's pid is the rank, so
+ * the files of one run can be concatenated into one timeline.
+ *
  * Failures of the system (pthread, clock, memory while running) print one
  * line and exit(1); rt_new reports a bad program or a failed allocation of
  * a space as NULL and a message; kernels report bad data with rt_fail, which
@@ -60,6 +67,7 @@
 
 #include "kiln_rt.h"
 #include "rng.h"
+#include "rt_private.h"
 
 /* ---- system failures ---- */
 
@@ -163,9 +171,13 @@ struct rt_ctx {
     char err[512];
     struct timespec t0;
     const char *trace_path;
+    char *trace_path_rank; /* the rank's trace file when rank > 0 */
     char *trace_tmp;
     FILE *trace;
+    RtComm *comm;
 };
+
+RtComm *rt_comm_of(rt_ctx *c) { return c->comm; }
 
 static double now_us(const rt_ctx *c) {
     struct timespec t;
@@ -452,6 +464,48 @@ static int check_program(const rt_program *p) {
            check_tensors(p, p->inputs, p->ninputs, "input") && check_tensors(p, p->outputs, p->noutputs, "output");
 }
 
+/* The distributed optimizer's buckets against the mesh and the params, and
+ * the sharded states against their buckets.  A state is a shard when its
+ * prefix is set (tables written before buckets existed have bucket 0 and
+ * prefix NULL: unsharded). */
+static int check_buckets(const rt_program *p) {
+    const char *model = p->model ? p->model : "program";
+    if (p->nbuckets < 0 || (p->nbuckets > 0 && !p->buckets)) {
+        fprintf(stderr, "kiln runtime: %s: malformed bucket table\n", model);
+        return 0;
+    }
+    for (int b = 0; b < p->nbuckets; b++) {
+        const rt_bucket *k = &p->buckets[b];
+        int size = rt_mesh_group_size(p, k->group);
+        if (size == 0 || k->n < 0 || k->n % size || k->nmembers < 0 || (k->nmembers > 0 && (!k->param || !k->offset))) {
+            fprintf(stderr, "kiln runtime: %s: bucket %d: bad group %d, length %lld or members\n", model, b, k->group, (long long)k->n);
+            return 0;
+        }
+        for (int j = 0; j < k->nmembers; j++) {
+            int i = k->param[j];
+            if (i < 0 || i >= p->nparams || k->offset[j] < 0 || k->offset[j] + tensor_numel(&p->params[i]) > k->n) {
+                fprintf(stderr, "kiln runtime: %s: bucket %d: member %d (param %d) lies outside the bucket\n", model, b, j, i);
+                return 0;
+            }
+        }
+    }
+    for (int s = 0; s < p->nstates; s++) {
+        const rt_tensor *t = &p->states[s];
+        if (!t->prefix) continue;
+        if (t->bucket < 0 || t->bucket >= p->nbuckets) {
+            fprintf(stderr, "kiln runtime: %s: state %s: bucket %d out of range (program has %d)\n", model, t->name, t->bucket, p->nbuckets);
+            return 0;
+        }
+        const rt_bucket *k = &p->buckets[t->bucket];
+        if (tensor_numel(t) != k->n / rt_mesh_group_size(p, k->group)) {
+            fprintf(stderr, "kiln runtime: %s: state %s: %lld elements, but a shard of bucket %d has %lld\n", model, t->name,
+                    (long long)tensor_numel(t), t->bucket, (long long)(k->n / rt_mesh_group_size(p, k->group)));
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Zeroed, page-aligned memory for each space (huge pages where the kernel
  * agrees: advice only, so its result does not matter). */
 static int map_spaces(rt_ctx *c) {
@@ -478,6 +532,12 @@ static void unmap_spaces(rt_ctx *c) {
 
 static int open_trace(rt_ctx *c, const char *path) {
     size_t n = strlen(path) + 32;
+    int rank = rt_world_rank(c);
+    if (rank > 0) {
+        c->trace_path_rank = xrealloc(NULL, n);
+        snprintf(c->trace_path_rank, n, "%s.rank%d", path, rank);
+        path = c->trace_path_rank;
+    }
     c->trace_path = path;
     c->trace_tmp = xrealloc(NULL, n);
     snprintf(c->trace_tmp, n, "%s.tmp.%ld", path, (long)getpid());
@@ -557,9 +617,11 @@ rt_ctx *rt_new(const rt_program *p, const rt_options *o) {
     c->nstreams = p->nstreams > 0 ? p->nstreams : 1;
     c->nevents = p->nevents;
     if (clock_gettime(CLOCK_MONOTONIC, &c->t0)) die("clock_gettime", errno);
-    if (!map_spaces(c) || (o->trace_path && !open_trace(c, o->trace_path))) {
+    if (!(c->comm = rt_comm_new(p)) || !check_buckets(p) || !map_spaces(c) || (o->trace_path && !open_trace(c, o->trace_path))) {
         unmap_spaces(c);
+        rt_comm_free(c->comm);
         free(c->trace_tmp);
+        free(c->trace_path_rank);
         free(c);
         return NULL;
     }
@@ -589,9 +651,10 @@ static void write_trace(rt_ctx *c) {
     static const char *stream_name[] = {"compute", "comm", "d2h", "h2d"};
     FILE *f = c->trace;
     const char *sep = "";
+    int pid = rt_world_rank(c);
     fprintf(f, "{\"traceEvents\":[");
     for (int i = 0; i < c->nstreams; i++) {
-        fprintf(f, "%s\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":", sep, i);
+        fprintf(f, "%s\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":", sep, pid, i);
         if (i < 4) fprintf(f, "\"%d %s\"}}", i, stream_name[i]);
         else fprintf(f, "\"%d\"}}", i);
         sep = ",";
@@ -599,7 +662,7 @@ static void write_trace(rt_ctx *c) {
             const Span *sp = &c->streams[i].span[k];
             fprintf(f, ",\n{\"name\":");
             json_string(f, sp->name ? sp->name : "kernel");
-            fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,\"tid\":%d}", sp->start, sp->end - sp->start, i);
+            fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d}", sp->start, sp->end - sp->start, pid, i);
         }
     }
     fprintf(f, "\n]}\n");
@@ -623,7 +686,9 @@ void rt_free(rt_ctx *c) {
     for (int i = 0; i < c->nstreams; i++) free(c->streams[i].span);
     free(c->streams);
     free(c->trace_tmp);
+    free(c->trace_path_rank);
     unmap_spaces(c);
+    rt_comm_free(c->comm);
     PT(pthread_mutex_destroy(&c->err_mu));
     free(c);
 }

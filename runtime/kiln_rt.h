@@ -36,7 +36,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RT_ABI_VERSION 2
+#define RT_ABI_VERSION 3
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -62,7 +62,31 @@ typedef struct {
     int64_t dim[5];
     const char *init; /* params: "normal" | "zeros" | "ones"; NULL otherwise */
     double std;
+    /* States only: bucket >= 0 marks this rank's shard of a flat bucket
+     * (rt_bucket) of optimizer state; the logical tensors it holds are
+     * "<prefix><param name>" for the bucket's members (prefix "opt.m." or
+     * "opt.v."), which is what checkpoints store.  -1 / NULL otherwise. */
+    int bucket;
+    const char *prefix;
 } rt_tensor;
+
+/* Mesh axes as group masks (the IR's ir_group_mask: "dp" = RT_AXIS_DP,
+ * "dp+cp" = RT_AXIS_DP|RT_AXIS_CP).  World rank r has coordinates
+ * (pp, dp, cp, tp) with tp fastest: r = ((pp*DP + dp)*CP + cp)*TP + tp. */
+enum { RT_AXIS_PP = 1, RT_AXIS_DP = 2, RT_AXIS_CP = 4, RT_AXIS_TP = 8 };
+
+/* A flat bucket of the distributed optimizer (kiln compile --zero 1): the
+ * members params[param[j]], flattened row-major, start at element
+ * offset[j]; the rest up to n is zero padding, n a multiple of the group's
+ * size.  Group-rank i of `group` holds elements [i*n/size, (i+1)*n/size) of
+ * every state with this bucket. */
+typedef struct {
+    int group;             /* RT_AXIS_* mask */
+    int64_t n;             /* padded length, elements */
+    int nmembers;
+    const int *param;      /* indices into rt_program.params */
+    const int64_t *offset; /* element offsets of the members */
+} rt_bucket;
 
 typedef struct rt_program {
     int abi_version; /* RT_ABI_VERSION */
@@ -77,6 +101,9 @@ typedef struct rt_program {
     int steps;    /* length of the compiled learning-rate schedule: the default --steps */
     double flops; /* useful FLOPs of one step (GEMMs and attention), for GFLOP/s */
     void (*step)(rt_ctx *ctx, char *const *spaces);
+    int mesh[4];  /* pp, dp, cp, tp: the program runs on their product of ranks */
+    int nbuckets;
+    const rt_bucket *buckets;
 } rt_program;
 
 /* ---- the runtime (runtime/dev_cpu.c) ---- */
@@ -108,6 +135,44 @@ void rt_parallel_for(rt_ctx *ctx, int64_t n, void (*fn)(void *data, int64_t i0, 
 void rt_fail(rt_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Same generator as the interpreter: normal(0, std) draws for `name`. */
 void rt_normal_fill(float *dst, int64_t n, const char *name, uint64_t seed, double std);
+
+/* ---- ranks and communication (runtime/comm_mpi.c) ----
+ * A program for one rank runs in a plain process.  A program whose mesh has
+ * more ranks runs under `mpirun -np <world>`: rt_new initialises MPI (thread
+ * level at least MPI_THREAD_SERIALIZED), checks the process count equals the
+ * mesh's world (a one-line error otherwise) and splits one communicator per
+ * group mask.  Collectives are kernels: they run on the thread of the stream
+ * that launches them (the comm stream, 1), so they overlap the compute
+ * stream's kernels; during a step only that stream calls MPI.  Every MPI
+ * return code is checked; a failure fails the step with MPI's message.  A
+ * rank that dies makes the others fail (mpirun tears the job down). */
+int rt_world_rank(rt_ctx *ctx);
+int rt_world_size(rt_ctx *ctx);
+int rt_group_rank(rt_ctx *ctx, int mask); /* this rank's index in its group (mesh order) */
+int rt_group_size(rt_ctx *ctx, int mask);
+/* Between steps, on the calling (main) thread, for the trainer: every rank of
+ * the group passes `bytes` bytes; y receives size*bytes, group-rank order.
+ * 0, or -1 with a message in err. */
+int rt_host_allgather(rt_ctx *ctx, int mask, const void *x, void *y, int64_t bytes, char *err, int errlen);
+int rt_host_barrier(rt_ctx *ctx, char *err, int errlen);
+/* Bytes this rank has sent through the collective kernels since rt_new, in
+ * the ring algorithm's terms (s ranks in the group, n the kernel's n):
+ * allreduce 2(s-1)n*4/s, reducescatter and allgather (s-1)n*4. */
+int64_t rt_comm_bytes(rt_ctx *ctx);
+/* f32 collectives over group `mask` (group size 1: a copy).
+ * allreduce:     x [n] -> y [n], the sum over the group; y may be x.  args: x, y, n, mask
+ * reducescatter: x [size*n] -> y [n], the sum of chunk i (i = this rank's group index).  args: x, y, n, mask
+ * allgather:     x [n] -> y [size*n], chunk j from group-rank j.  args: x, y, n, mask
+ * In place, without a copy: reducescatter y == x (the result in x's first
+ * n), allgather x == y + i*n (this rank's chunk already in place); any
+ * other overlap of x and y goes through a temporary. */
+void rtk_allreduce(rt_ctx *ctx, const int64_t *a);
+void rtk_reducescatter(rt_ctx *ctx, const int64_t *a);
+void rtk_allgather(rt_ctx *ctx, const int64_t *a);
+/* This rank's chunk of x (IR op `shard`): y[o,j,i] = x[o, r*len + j, i] for
+ * o < outer, j < len, i < inner (elements of elem_bytes), r = group index.
+ * args: x, y, outer, len, inner, elem_bytes, mask */
+void rtk_shard(rt_ctx *ctx, const int64_t *a);
 
 /* ---- library kernels (kernels/cpu/) and their args ----
  * Shapes are row-major; "rows" is the product of all leading dims. */

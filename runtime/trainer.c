@@ -25,6 +25,20 @@
  * validation had not run (tests/t_data.sh checks the training losses are
  * bit-identical with and without --val).  It costs a full step per
  * validation batch; a forward-only program would cost a third of that.
+ *
+ * Several ranks (a program whose mesh has more than one rank, run under
+ * mpirun).  Every rank runs this loop; the program's inputs are this rank's
+ * rows: the rank with data-parallel coordinate d of DP draws the global
+ * batch of DP x B windows from the shared generator and keeps windows
+ * [d*B, (d+1)*B) (shards.h), so the union over ranks is the one-rank batch
+ * of DP x B windows and every rank's generator stays in step.  Only world
+ * rank 0 prints and writes --log; checkpoints are saved collectively
+ * (checkpoint.h: rank 0 writes).  Every rank validates, since the step has
+ * collectives.  The loss is all-reduced by the program, so a NaN stops
+ * every rank at the same step.  Errors found before the first step (flags,
+ * data, checkpoints) are agreed on by all ranks (rt_host_agree) and printed
+ * once by rank 0; a failed step prints on the rank that failed, which
+ * exits, and mpirun then ends the others.
  */
 #include "trainer.h"
 
@@ -38,6 +52,7 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "rt_private.h"
 #include "shards.h"
 
 typedef struct {
@@ -46,14 +61,30 @@ typedef struct {
     uint64_t seed;
 } TrainArgs;
 
+/* This process's rank as its launcher says, before MPI is initialised. */
+static int launch_rank(void) {
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!r) r = getenv("PMIX_RANK");
+    return r ? atoi(r) : 0;
+}
+
+/* An error every rank meets alike (flags, the agreed errors): rank 0 says it. */
 static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    if (launch_rank() == 0) {
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
     va_end(ap);
     exit(1);
+}
+
+/* Every rank: exit 1 unless every rank passed rc == 0 (err: this rank's
+ * message); rank 0 prints the first failure. */
+static void agree_or_die(rt_ctx *ctx, int rc, char *err, int errlen) {
+    if (rt_host_agree(ctx, rc, err, errlen) != 0) die("%s", err);
 }
 
 static const char *usage =
@@ -145,12 +176,18 @@ static void progress(int step, int steps, double loss, double tps, double eta) {
 
 static double scalar(rt_ctx *ctx, const rt_tensor *t) { return t ? *(float *)rt_tensor_ptr(ctx, t) : NAN; }
 
-static void open_data(Dataset *d, const char *pattern, const char *flag, int64_t T) {
-    char err[1024];
-    if (dataset_open(d, pattern, 0, flag, err, sizeof err) != 0) die("%s", err);
-    if (d->n < (size_t)T + 1)
-        die("%s: %s holds %zu tokens, fewer than one window of %lld", flag, pattern, d->n, (long long)T + 1);
+static int open_data(Dataset *d, const char *pattern, const char *flag, int64_t T, char *err, int errlen) {
+    if (dataset_open(d, pattern, 0, flag, err, errlen) != 0) return -1;
+    if (d->n >= (size_t)T + 1) return 0;
+    snprintf(err, (size_t)errlen, "%s: %s holds %zu tokens, fewer than one window of %lld", flag, pattern, d->n, (long long)T + 1);
+    return -1;
 }
+
+/* This rank's place among the data-parallel ranks. */
+typedef struct {
+    int rank, world, dp, d; /* world rank and size; DP and this rank's dp coordinate */
+    int say;                /* world rank 0: prints and writes the log */
+} Ranks;
 
 /* The spaces a step changes for good: restored after a validation step. */
 static const int kept[] = {RT_SPACE_PARAMS, RT_SPACE_GRADS, RT_SPACE_OPT};
@@ -159,18 +196,53 @@ enum { NKEPT = sizeof kept / sizeof kept[0] };
 /* Mean loss over the fixed validation windows (the same every time: the
  * generator restarts from the seed), leaving the model untouched; NAN and a
  * message in err when a step fails. */
-static double validate(rt_ctx *ctx, const rt_program *p, const Dataset *val, const TrainArgs *a, const rt_tensor *tok,
+static double validate(rt_ctx *ctx, const rt_program *p, const Dataset *val, const TrainArgs *a, const Ranks *R, const rt_tensor *tok,
                        const rt_tensor *tgt, const rt_tensor *loss_t, char **save, char *err, int errlen) {
     err[0] = 0;
     for (int i = 0; i < NKEPT; i++) memcpy(save[i], rt_space(ctx, kept[i]), (size_t)p->space_bytes[kept[i]]);
     uint64_t rng = data_rng(a->seed);
     double sum = 0;
     for (int k = 0; k < a->val_batches && !isnan(sum); k++) {
-        dataset_sample(val, tok->dim[0], tok->dim[1], 0, 1, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt), NULL);
+        dataset_sample(val, tok->dim[0], tok->dim[1], R->d, R->dp, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt), NULL);
         sum = rt_step(ctx, err, errlen) == 0 ? sum + scalar(ctx, loss_t) : NAN;
     }
     for (int i = 0; i < NKEPT; i++) memcpy(rt_space(ctx, kept[i]), save[i], (size_t)p->space_bytes[kept[i]]);
     return sum / a->val_batches;
+}
+
+/* "FLAG: err" in err; -1. */
+static int prefix_err(const char *flag, char *err, int errlen) {
+    size_t k = strlen(flag) + 2, n = strlen(err);
+    if (k + 1 >= (size_t)errlen) return -1;
+    if (k + n + 1 > (size_t)errlen) n = (size_t)errlen - k - 1;
+    memmove(err + k, err, n);
+    memcpy(err, flag, k - 2);
+    memcpy(err + k - 2, ": ", 2);
+    err[k + n] = 0;
+    return -1;
+}
+
+/* --resume on every rank; all must land on the same step. */
+static void resume(rt_ctx *ctx, const rt_program *p, const TrainArgs *a, const Ranks *R, uint64_t *rng, int *first) {
+    CkptExtra x = {0};
+    char used[4096], err[1024] = "", e[512];
+    int r = ckpt_resume(ctx, p, a->resume, &x, used, sizeof used, err, sizeof err);
+    if (r < 0) prefix_err("--resume", err, sizeof err);
+    agree_or_die(ctx, r < 0, err, sizeof err);
+    int64_t mine = r == 0 ? x.step : -1, *all = calloc((size_t)R->world, sizeof *all);
+    if (!all) die("--resume: out of memory");
+    if (rt_host_allgather(ctx, RT_AXIS_PP | RT_AXIS_DP | RT_AXIS_CP | RT_AXIS_TP, &mine, all, sizeof mine, e, sizeof e) != 0) die("--resume: %s", e);
+    for (int k = 0; k < R->world; k++)
+        if (all[k] != mine) die("--resume: rank %d resumed at step %lld, rank %d at %lld (ranks see different files in %s)", k,
+                                (long long)all[k], R->rank, (long long)mine, a->resume);
+    free(all);
+    if (r != 0) {
+        if (R->say) printf("--resume: no checkpoint in %s yet; starting from step 1\n", a->resume);
+        return;
+    }
+    *rng = x.rng;
+    *first = (int)x.step + 1;
+    if (R->say) printf("resumed from %s (step %lld)\n", used, (long long)x.step);
 }
 
 int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps) {
@@ -184,84 +256,90 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     if (!loss_t) die("%s: the program has no loss output", p->model);
     int64_t B = tok->dim[0], T = tok->dim[1];
 
-    char err[1024];
-    Dataset train, val = {0};
-    open_data(&train, a.data, "--data", T);
-    if (a.val) open_data(&val, a.val, "--val", T);
-    char *save[NKEPT] = {0};
-    for (int i = 0; a.val && i < NKEPT; i++)
-        if (!(save[i] = malloc((size_t)p->space_bytes[kept[i]] + 1))) die("--val: out of memory");
     rt_options o = {.threads = a.threads, .serial = a.serial, .trace_path = a.trace};
     rt_ctx *ctx = rt_new(p, &o);
     if (!ctx) return 1;
+    Ranks R = {rt_world_rank(ctx), rt_world_size(ctx), rt_group_size(ctx, RT_AXIS_DP), rt_group_rank(ctx, RT_AXIS_DP), 0};
+    R.say = R.rank == 0;
+    char err[1024] = "";
+    Dataset train = {0}, val = {0};
+    int rc = open_data(&train, a.data, "--data", T, err, sizeof err);
+    if (rc == 0 && a.val) rc = open_data(&val, a.val, "--val", T, err, sizeof err);
+    agree_or_die(ctx, rc, err, sizeof err);
+    char *save[NKEPT] = {0};
+    for (int i = 0; a.val && i < NKEPT; i++)
+        if (!(save[i] = malloc((size_t)p->space_bytes[kept[i]] + 1))) die("--val: out of memory");
     rt_init_params(ctx, a.seed);
     uint64_t rng = data_rng(a.seed);
     int first = 1;
-    if (a.ckpt && ckpt_prepare_dir(a.ckpt, err, sizeof err) != 0) die("--ckpt: %s", err);
-    if (a.init && ckpt_init_weights(ctx, p, a.init, err, sizeof err) != 0) die("--init: %s", err);
-    if (a.resume) {
-        CkptExtra x;
-        char used[4096];
-        int r = ckpt_resume(ctx, p, a.resume, &x, used, sizeof used, err, sizeof err);
-        if (r < 0) die("--resume: %s", err);
-        if (r == 0) {
-            rng = x.rng;
-            first = (int)x.step + 1;
-            printf("resumed from %s (step %lld)\n", used, (long long)x.step);
-        } else {
-            printf("--resume: no checkpoint in %s yet; starting from step 1\n", a.resume);
-        }
-    }
+    if (a.ckpt && ckpt_prepare_dir(a.ckpt, err, sizeof err) != 0) rc = prefix_err("--ckpt", err, sizeof err);
+    agree_or_die(ctx, rc, err, sizeof err);
+    if (a.init && ckpt_init_weights(ctx, p, a.init, err, sizeof err) != 0) rc = prefix_err("--init", err, sizeof err);
+    agree_or_die(ctx, rc, err, sizeof err);
+    if (a.resume) resume(ctx, p, &a, &R, &rng, &first);
     /* a resumed run appends to its log (kiln plot keeps the later points) */
-    FILE *log = a.log ? fopen(a.log, a.resume ? "a" : "w") : NULL;
-    if (a.log && !log) die("--log: cannot open %s", a.log);
-    printf("training %s on %s: %d steps of %lld x %lld tokens (compiled, %s)\n", p->model, a.data, a.steps,
-           (long long)B, (long long)T, a.serial ? "serial" : "threaded");
+    FILE *log = a.log && R.say ? fopen(a.log, a.resume ? "a" : "w") : NULL;
+    if (R.say && a.log && !log) snprintf(err, sizeof err, "--log: cannot open %s", a.log), rc = -1;
+    agree_or_die(ctx, rc, err, sizeof err);
+    int64_t gB = B * R.dp; /* the global batch */
+    if (R.say) {
+        printf("training %s on %s: %d steps of %lld x %lld tokens (compiled, %s", p->model, a.data, a.steps, (long long)gB,
+               (long long)T, a.serial ? "serial" : "threaded");
+        if (R.world > 1) printf(", %d ranks, dp %d", R.world, R.dp);
+        printf(")\n");
+    }
     double t0 = now();
-    int rc = 0, tty = isatty(STDOUT_FILENO);
-    char buf[32];
+    int tty = R.say && R.world == 1 && isatty(STDOUT_FILENO); /* mpirun hands ranks a pty whatever its own stdout is */
+    char buf[32], who[32] = "";
+    if (R.world > 1) snprintf(who, sizeof who, "rank %d: ", R.rank);
+    int64_t comm0 = rt_comm_bytes(ctx);
     for (int step = first; step <= a.steps; step++) {
-        dataset_sample(&train, B, T, 0, 1, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt), NULL);
+        dataset_sample(&train, B, T, R.d, R.dp, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt), NULL);
         double ts = now();
         if (rt_step(ctx, err, sizeof err) != 0) {
-            fprintf(stderr, "step %d: %s\n", step, err);
+            fprintf(stderr, "%sstep %d: %s\n", who, step, err);
             rc = 1;
             break;
         }
         double dt = now() - ts;
+        int64_t comm = rt_comm_bytes(ctx) - comm0;
+        comm0 += comm;
         double loss = scalar(ctx, loss_t), lr = scalar(ctx, lr_t), gn = scalar(ctx, gn_t);
-        double tps = (double)(B * T) / dt, gflops = p->flops / dt * 1e-9;
-        if (!isfinite(loss)) {
-            fprintf(stderr, "step %d: loss is %g; stopping\n", step, loss);
+        /* p->flops is one rank's step: the job does world times that */
+        double tps = (double)(gB * T) / dt, gflops = p->flops * R.world / dt * 1e-9;
+        if (!isfinite(loss)) { /* the loss is all-reduced: every rank stops here */
+            if (R.say) fprintf(stderr, "step %d: loss is %g; stopping\n", step, loss);
             rc = 1;
             break;
         }
         double vloss = NAN;
         if (a.val && (step % a.val_every == 0 || step == a.steps)) {
-            vloss = validate(ctx, p, &val, &a, tok, tgt, loss_t, save, err, sizeof err);
+            vloss = validate(ctx, p, &val, &a, &R, tok, tgt, loss_t, save, err, sizeof err);
             if (!isfinite(vloss)) {
-                fprintf(stderr, "step %d: validation: %s\n", step, isnan(vloss) && *err ? err : "loss is not finite");
+                if (R.say || (isnan(vloss) && *err))
+                    fprintf(stderr, "%sstep %d: validation: %s\n", *err ? who : "", step, isnan(vloss) && *err ? err : "loss is not finite");
                 rc = 1;
                 break;
             }
-            printf("%sstep %4d/%d | val loss %.4f\n", tty ? "\r\033[K" : "", step, a.steps, vloss);
+            if (R.say) printf("%sstep %4d/%d | val loss %.4f\n", tty ? "\r\033[K" : "", step, a.steps, vloss);
         }
         double elapsed = now() - t0, eta = elapsed / (step - first + 1) * (a.steps - step);
-        if (step == 1 || step % a.print_every == 0 || step == a.steps)
+        if (R.say && (step == 1 || step % a.print_every == 0 || step == a.steps))
             printf("%sstep %4d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f GFLOP/s | ETA %s\n",
                    tty ? "\r\033[K" : "", step, a.steps, loss, lr, gn, tps, gflops, hms(eta, buf, sizeof buf));
-        else if (tty)
+        else if (tty) /* rank 0 only */
             progress(step, a.steps, loss, tps, eta);
         if (log) {
             fprintf(log, "{\"step\":%d,\"loss\":%.9g,", step, loss);
             if (!isnan(vloss)) fprintf(log, "\"val_loss\":%.9g,", vloss);
+            if (R.world > 1) fprintf(log, "\"comm_bytes\":%lld,", (long long)comm);
             fprintf(log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"gflops\":%.3f,\"elapsed\":%.3f,\"eta\":%.1f}\n",
                     lr, gn, tps, gflops, elapsed, eta);
         }
         if (a.ckpt && ((a.ckpt_every && step % a.ckpt_every == 0) || step == a.steps)) {
             CkptExtra x = {.step = step, .rng = rng, .data_pos = 0};
-            if (ckpt_save(ctx, p, a.ckpt, &x, a.keep, err, sizeof err) != 0) {
-                fprintf(stderr, "step %d: %s\n", step, err);
+            if (ckpt_save(ctx, p, a.ckpt, &x, a.keep, err, sizeof err) != 0) { /* every rank fails alike */
+                if (R.say) fprintf(stderr, "step %d: %s\n", step, err);
                 rc = 1;
                 break;
             }
@@ -269,7 +347,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
         fflush(stdout);
     }
     if (rc != 0 && tty) printf("\n"); /* end the progress line before the error's */
-    if (rc == 0) printf("done: %d steps in %.1f s\n", a.steps - first + 1, now() - t0);
+    if (rc == 0 && R.say) printf("done: %d steps in %.1f s\n", a.steps - first + 1, now() - t0);
     if (log && fclose(log) != 0) die("--log: cannot write %s", a.log);
     rt_free(ctx);
     dataset_close(&train);

@@ -14,10 +14,19 @@
  * exp/tanh over the whole float range, the object file, the golden text of
  * `--emit llvm` for a small fused kernel (UPDATE_GOLDEN=1 rewrites it), and
  * the internal error for an op the back end cannot emit.
+ *
+ * Multi-rank (comm_module: collectives, shard, bucketed optimizer state):
+ * the args of each comm kernel in the text of the step for dp = 2; the
+ * mesh, buckets and states' bucket/prefix in the JIT'd table; one rank
+ * against the interpreter (collectives are copies there); two real ranks
+ * under `mpirun -np 2` (this binary re-run with --mpi-rank) against the
+ * interpreter's two ranks; and the internal errors for what the back end
+ * does not emit (interleaved chunks, i32 collectives, inconsistent buckets).
  */
 #include "testutil.h"
 #include "graphbuild.h"
 
+#include <dlfcn.h>
 #include <float.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -180,6 +189,19 @@ static uint64_t rng(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
+/* Random data for input node n: floats in [lo, hi), ids below id_bound. */
+static double *random_input(const Graph *g, const Node *n, uint64_t *s, double lo, double hi, int64_t *cnt) {
+    const Type *t = &g->vals[n->out[0]].t;
+    int64_t bound = id_bound(g, n->out[0]);
+    *cnt = ir_numel(t);
+    double *d = malloc(sizeof(double) * (size_t)*cnt);
+    assert_non_null(d);
+    for (int64_t k = 0; k < *cnt; k++)
+        d[k] = ir_dtype_is_float(t->dt) ? lo + (hi - lo) * (double)(rng(s) >> 11) / 9007199254740992.0
+                                        : (double)(rng(s) % (uint64_t)bound);
+    return d;
+}
+
 enum {
     RT_INIT = 1, /* weights from rt_init_params (checked equal to the interpreter's), else copied */
     PARAMS = 2,  /* compare params after the step too (AdamW's first step is sign(g) for g ~ 0:
@@ -212,12 +234,8 @@ static double vs_interp(const Module *m, uint64_t seed, double lo, double hi, in
         const Node *n = &g->nodes[i];
         if (n->op != OP_input) continue;
         const char *name = ir_attr_s(n, "name", "");
-        const Type *t = &g->vals[n->out[0]].t;
-        int64_t cnt = ir_numel(t), bound = id_bound(g, n->out[0]);
-        double *d = malloc(sizeof(double) * (size_t)cnt);
-        for (int64_t k = 0; k < cnt; k++)
-            d[k] = ir_dtype_is_float(t->dt) ? lo + (hi - lo) * (double)(rng(&s) >> 11) / 9007199254740992.0
-                                            : (double)(rng(&s) % (uint64_t)bound);
+        int64_t cnt;
+        double *d = random_input(g, n, &s, lo, hi, &cnt);
         assert_int_equal(interp_set_input(it, 0, name, d, cnt), 0);
         const rt_tensor *rt = find(p->inputs, p->ninputs, name);
         assert_non_null(rt);
@@ -557,6 +575,351 @@ static void test_library_ops(void **st) {
     ir_free(b.m);
 }
 
+/* ---- multi-rank: collectives, shard, buckets ---- */
+
+static char *slurp(FILE *f);
+
+/* The passes a compiled program goes through after the optimizer. */
+static void fuse_schedule_plan(Module *m) {
+    Options o;
+    opt_defaults(&o);
+    pass_fuse(m, &o);
+    pass_schedule(m, &o);
+    pass_memplan(m, &o);
+    char err[1024];
+    if (ir_verify_module(m, err, sizeof err) != 0) fail_msg("verify: %s", err);
+}
+
+static int group_size_of(const Module *m, const Node *n) {
+    int mask = ir_group_mask(ir_attr_s(n, "group", "")), size = 1;
+    for (int a = 0; a < IR_NAXES; a++)
+        if (mask & (1 << a)) size *= m->mesh[a];
+    return size;
+}
+
+enum { B0_N = 40, B1_N = 6 }; /* bucket lengths: multiples of dp = 1, 2 */
+
+/* A state of bucket k as the optimizer pass declares it: this rank's shard. */
+static int bucket_state(Bld *b, const char *name, int k, const char *prefix, int dp) {
+    static const int64_t off0[] = {0, 32}, off1[] = {0};
+    int64_t n = k == 0 ? B0_N : B1_N;
+    Type t = TY(DT_F32, n / dp);
+    Attr at[] = {as(b, "name", name), ai(b, "bucket", k), as(b, "group", "dp"), as(b, "prefix", prefix),
+                 as(b, "params", k == 0 ? "w,bias" : "c"), ir_attr_ints(b->m, "offsets", k == 0 ? off0 : off1, k == 0 ? 2 : 1),
+                 ai(b, "n", n)};
+    return ir_out(b->g, node(b, OP_state, NULL, 0, at, 7, &t));
+}
+
+/* A module on a mesh of dp ranks (dp-way data parallel) with two buckets of
+ * optimizer state (bucket 0: params w [8,4] at 0 and bias [6] at 32 of 40;
+ * bucket 1: c [5] at 0 of 6), a state outside any bucket, and with `comm`:
+ * every collective and shard over dp (and dp+cp, and tp: a group of one),
+ * plus, on one rank, a reduce-scatter on interleaved chunks (a copy there).
+ * Bucket 0's first state adds an input, through an allreduce with comm. */
+static Module *comm_module(int dp, int comm) {
+    Bld b = bld("comm");
+    b.m->mesh[1] = dp;
+    int w = param(&b, "w", TY(DT_F32, 8, 4), "normal", 1);
+    param(&b, "bias", TY(DT_F32, 6), "zeros", 0);
+    param(&b, "c", TY(DT_F32, 5), "normal", 1);
+    int m0 = bucket_state(&b, "opt.m.b0", 0, "opt.m.", dp);
+    bucket_state(&b, "opt.v.b0", 0, "opt.v.", dp);
+    int m1 = bucket_state(&b, "opt.m.b1", 1, "opt.m.", dp);
+    bucket_state(&b, "opt.v.b1", 1, "opt.v.", dp);
+    int t = state(&b, "opt.t", SCALAR);
+    int x = input(&b, "x", TY(DT_F32, 8, 4));
+    if (comm) {
+        int ids = input(&b, "ids", TY(DT_I32, 6, 3));
+        output(&b, val(&b, OP_allreduce, INS(x), ATS(as(&b, "group", "dp"))), "ar");
+        int rs = val(&b, OP_reducescatter, INS(x), ATS(as(&b, "group", "dp"), ai(&b, "dim", 0)));
+        output(&b, rs, "rs");
+        output(&b, val(&b, OP_allgather, INS(rs), ATS(as(&b, "group", "dp"), ai(&b, "dim", 0))), "ag");
+        output(&b, val(&b, OP_shard, INS(x), ATS(as(&b, "group", "dp"), ai(&b, "dim", 1))), "sh");
+        output(&b, val(&b, OP_shard, INS(ids), ATS(as(&b, "group", "dp"), ai(&b, "dim", 0))), "sh_ids");
+        output(&b, val(&b, OP_allreduce, INS(x), ATS(as(&b, "group", "dp+cp"))), "ar_dpcp");
+        output(&b, val(&b, OP_allreduce, INS(x), ATS(as(&b, "group", "tp"))), "ar_tp");
+        output(&b, val(&b, OP_allgather, INS(w), ATS(as(&b, "group", "tp"), ai(&b, "dim", 1))), "ag_tp");
+        if (dp == 1) output(&b, val(&b, OP_reducescatter, INS(x), ATS(as(&b, "group", "dp"), ai(&b, "dim", 1))), "rs_dim1");
+    }
+    int g = input(&b, "g", TY(DT_F32, B0_N / dp));
+    int upd = comm ? val(&b, OP_allreduce, INS(g), ATS(as(&b, "group", "dp"))) : g;
+    assign(&b, val(&b, OP_add, INS(m0, upd), NOATS), "opt.m.b0");
+    assign(&b, val(&b, OP_mul, INS(m1, m1), NOATS), "opt.m.b1");
+    assign(&b, val(&b, OP_add, INS(t, cnst(&b, SCALAR, 1)), NOATS), "opt.t");
+    output(&b, val(&b, OP_matmul, INS(x, val(&b, OP_transpose, INS(w), ATS(ai(&b, "a", 0), ai(&b, "b", 1)))), NOATS), "y");
+    return b.m;
+}
+
+/* The launches of rtk_<kernel> in the text of kiln_step, in program order:
+ * for each, its stream and its args as written ("p" for a pointer, else the
+ * constant).  The step function is optnone: each launch is its args' stores
+ * into the args array followed by the rt_launch call. */
+enum { MAXL = 8, MAXA = 24 };
+typedef struct {
+    int stream, nargs;
+    char arg[MAXA][24];
+} Launch;
+
+static int launches(const char *text, const char *kernel, Launch *out) {
+    char callee[64];
+    snprintf(callee, sizeof callee, "@rtk_%s,", kernel);
+    const char *s = strstr(text, "define internal void @kiln_step(");
+    assert_non_null(s);
+    Launch cur = {0};
+    int n = 0;
+    while (*s && strncmp(s, "}\n", 2) != 0) {
+        const char *nl = strchr(s, '\n');
+        size_t len = nl ? (size_t)(nl - s) : strlen(s);
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), s);
+        const char *st = strstr(line, "store i64 ");
+        if (st && cur.nargs < MAXA) {
+            char v[24];
+            assert_int_equal(sscanf(st + 10, "%23[^,]", v), 1);
+            snprintf(cur.arg[cur.nargs++], sizeof cur.arg[0], "%s", v[0] == '%' ? "p" : v);
+        }
+        const char *call = strstr(line, "@rt_launch(");
+        if (call) {
+            if (strstr(line, callee) && n < MAXL) {
+                assert_int_equal(sscanf(strchr(call, ',') + 1, " i32 %d", &cur.stream), 1);
+                out[n++] = cur;
+            }
+            memset(&cur, 0, sizeof cur);
+        }
+        s += len + (nl != NULL);
+    }
+    return n;
+}
+
+static void want_args(const Launch *l, const char *const *want, int n) {
+    assert_int_equal(l->nargs, n);
+    for (int i = 0; i < n; i++)
+        if (strcmp(l->arg[i], want[i]) != 0) fail_msg("arg %d: %s, want %s", i, l->arg[i], want[i]);
+}
+#define WANT(l, ...) want_args(l, (const char *const[]){__VA_ARGS__}, (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *)))
+
+/* dp = 2: the text of the step calls the comm kernels with the chunk sizes
+ * and group masks of kiln_rt.h, on the node's stream; groups of one rank
+ * are copies. */
+static void test_comm_launches(void **st) {
+    Module *m = comm_module(2, 1);
+    fuse_schedule_plan(m);
+    /* launches carry their node's stream, whatever the schedule chose: the
+     * allreduces' streams in program order, the first one moved to stream 3 */
+    Graph *g = m->stages[0];
+    int ar_stream[MAXL], nar = 0;
+    for (int pos = 0; pos < g->nnodes; pos++)
+        for (int i = 0; i < g->nnodes; i++) {
+            Node *n = &g->nodes[i];
+            if (n->pos != pos || n->op != OP_allreduce || group_size_of(m, n) == 1) continue;
+            if (nar == 0) n->stream = 3;
+            assert_true(nar < MAXL);
+            ar_stream[nar++] = n->stream;
+        }
+    assert_int_equal(nar, 3);
+    FILE *f = tmpfile();
+    char err[1024];
+    assert_non_null(f);
+    if (emit_llvm_text_for(m, f, "x86-64", "", err, sizeof err) != 0) fail_msg("emit_llvm_text: %s", err);
+    rewind(f);
+    char *text = slurp(f);
+    fclose(f);
+    Launch l[MAXL];
+    char mask_dp[8], mask_dpcp[8];
+    snprintf(mask_dp, sizeof mask_dp, "%d", RT_AXIS_DP);
+    snprintf(mask_dpcp, sizeof mask_dpcp, "%d", RT_AXIS_DP | RT_AXIS_CP);
+    /* allreduce: x [8,4] over dp, over dp+cp, the input g [20]; tp is a copy */
+    assert_int_equal(launches(text, "allreduce", l), 3);
+    WANT(&l[0], "p", "p", "32", mask_dp);
+    WANT(&l[1], "p", "p", "32", mask_dpcp);
+    WANT(&l[2], "p", "p", "20", mask_dp);
+    for (int k = 0; k < 3; k++) assert_int_equal(l[k].stream, ar_stream[k]);
+    assert_int_equal(l[0].stream, 3);
+    /* reducescatter x [8,4] -> [4,4]: n = 16 per rank; allgather [4,4] -> [8,4]: n = 16 */
+    assert_int_equal(launches(text, "reducescatter", l), 1);
+    WANT(&l[0], "p", "p", "16", mask_dp);
+    assert_int_equal(launches(text, "allgather", l), 1); /* the tp one is a copy */
+    WANT(&l[0], "p", "p", "16", mask_dp);
+    /* shard x [8,4] on dim 1 -> [8,2]: outer 8, len 2, inner 1, 4-byte f32;
+     * ids i32 [6,3] on dim 0 -> [3,3]: outer 1, len 3, inner 3 */
+    assert_int_equal(launches(text, "shard", l), 2);
+    WANT(&l[0], "p", "p", "8", "2", "1", "4", mask_dp);
+    WANT(&l[1], "p", "p", "1", "3", "3", "4", mask_dp);
+    /* the table: the mesh and the bucket arrays */
+    assert_non_null(strstr(text, "[4 x i32] [i32 1, i32 2, i32 1, i32 1], i32 2, %rt_bucket* getelementptr"));
+    assert_non_null(strstr(text, "@kiln_buckets = private constant [2 x %rt_bucket]"));
+    free(text);
+    ir_free(m);
+}
+
+static const rt_tensor *must_find(const rt_tensor *ts, int n, const char *name) {
+    const rt_tensor *t = find(ts, n, name);
+    if (!t) fail_msg("no table entry %s", name);
+    return t;
+}
+
+/* The table of a dp = 2 program: mesh, buckets with their members' param
+ * indices and offsets, and the states' bucket and prefix. */
+static void check_comm_table(const rt_program *p, int dp) {
+    assert_int_equal(p->abi_version, RT_ABI_VERSION);
+    assert_true(p->mesh[0] == 1 && p->mesh[1] == dp && p->mesh[2] == 1 && p->mesh[3] == 1);
+    assert_int_equal(p->nbuckets, 2);
+    assert_non_null(p->buckets);
+    const rt_bucket *b0 = &p->buckets[0], *b1 = &p->buckets[1];
+    assert_int_equal(b0->group, RT_AXIS_DP);
+    assert_int_equal(b0->n, B0_N);
+    assert_int_equal(b0->nmembers, 2);
+    assert_string_equal(p->params[b0->param[0]].name, "w");
+    assert_string_equal(p->params[b0->param[1]].name, "bias");
+    assert_true(b0->offset[0] == 0 && b0->offset[1] == 32);
+    assert_int_equal(b1->group, RT_AXIS_DP);
+    assert_int_equal(b1->n, B1_N);
+    assert_int_equal(b1->nmembers, 1);
+    assert_string_equal(p->params[b1->param[0]].name, "c");
+    assert_int_equal(b1->offset[0], 0);
+    static const struct { const char *name, *prefix; int bucket; int64_t n; } st[] = {
+        {"opt.m.b0", "opt.m.", 0, B0_N}, {"opt.v.b0", "opt.v.", 0, B0_N}, {"opt.m.b1", "opt.m.", 1, B1_N},
+        {"opt.v.b1", "opt.v.", 1, B1_N}, {"opt.t", NULL, -1, 0}};
+    assert_int_equal(p->nstates, 5);
+    for (size_t i = 0; i < sizeof st / sizeof *st; i++) {
+        const rt_tensor *t = must_find(p->states, p->nstates, st[i].name);
+        assert_int_equal(t->bucket, st[i].bucket);
+        if (st[i].prefix) {
+            assert_string_equal(t->prefix, st[i].prefix);
+            assert_true(t->rank == 1 && t->dim[0] == st[i].n / dp); /* this rank's shard */
+        } else {
+            assert_null(t->prefix);
+        }
+        assert_int_equal(t->space, RT_SPACE_OPT);
+    }
+    for (int i = 0; i < p->nparams; i++) {
+        assert_int_equal(p->params[i].bucket, -1);
+        assert_null(p->params[i].prefix);
+    }
+    for (int i = 0; i < p->noutputs; i++) assert_int_equal(p->outputs[i].bucket, -1);
+}
+
+/* The JIT'd table of dp = 2 programs.  The program without collectives needs
+ * no comm kernels; the one with them is JIT'd when the runtime defines them
+ * (the JIT resolves rtk_* from this process). */
+static void test_comm_table(void **st) {
+    for (int comm = 0; comm < 2; comm++) {
+        if (comm && !dlsym(RTLD_DEFAULT, "rtk_allreduce")) {
+            printf("# rtk_allreduce is not in this process: the table of the program with collectives is not JIT'd\n");
+            continue;
+        }
+        Module *m = comm_module(2, comm);
+        fuse_schedule_plan(m);
+        const rt_program *p;
+        char err[1024];
+        Jit *j = emit_jit(m, &p, err, sizeof err);
+        if (!j) fail_msg("emit_jit: %s", err);
+        check_comm_table(p, 2);
+        emit_jit_free(j);
+        ir_free(m);
+    }
+}
+
+/* One rank: every collective is a copy, shard the whole tensor; a step with
+ * them and with bucketed states against the interpreter, through the real
+ * passes and through the stand-in plan. */
+static void test_comm_one_rank(void **st) {
+    for (int real = 0; real < 2; real++) {
+        Module *m = comm_module(1, 1);
+        if (real) fuse_schedule_plan(m);
+        else plan_trivially(m);
+        double e = vs_interp(m, 6, -1, 1, PARAMS);
+        if (!(e <= TOL)) fail_msg("%s: relative error %g", real ? "fuse, schedule, memplan" : "stand-in plan", e);
+        const rt_program *p;
+        char err[1024];
+        Jit *j = emit_jit(m, &p, err, sizeof err);
+        if (!j) fail_msg("emit_jit: %s", err);
+        check_comm_table(p, 1);
+        emit_jit_free(j);
+        ir_free(m);
+    }
+}
+
+/* Two ranks, for real: `mpirun -np 2` runs this binary with --mpi-rank
+ * (mpi_rank_main): each rank JITs the dp = 2 program, runs one step on the
+ * runtime's MPI collectives with its own inputs, and compares its outputs
+ * and states with its rank of the interpreter (which runs both ranks in one
+ * process).  Skipped without mpirun. */
+static int mpi_rank_main(void) {
+    Module *m = comm_module(2, 1);
+    fuse_schedule_plan(m);
+    const Graph *g = m->stages[0];
+    Interp *it = interp_new(m, 0);
+    interp_init_state(it, 7);
+    Run r = run_open(m);
+    const rt_program *p = r.p;
+    int rank = rt_world_rank(r.ctx);
+    for (int q = 0; q < 2; q++) { /* every rank's inputs for the interpreter; ours for the runtime */
+        uint64_t s = 0x5eedull + (uint64_t)q;
+        for (int i = 0; i < g->nnodes; i++) {
+            const Node *n = &g->nodes[i];
+            if (n->op != OP_input) continue;
+            int64_t cnt;
+            double *d = random_input(g, n, &s, -1, 1, &cnt);
+            if (interp_set_input(it, q, ir_attr_s(n, "name", ""), d, cnt) != 0) fail_msg("interp_set_input");
+            if (q == rank) put(&r, must_find(p->inputs, p->ninputs, ir_attr_s(n, "name", "")), d);
+            free(d);
+        }
+    }
+    for (int i = 0; i < p->nparams; i++) put(&r, &p->params[i], interp_state(it, rank, p->params[i].name)->d);
+    for (int i = 0; i < p->nstates; i++) put(&r, &p->states[i], interp_state(it, rank, p->states[i].name)->d);
+    char err[1024];
+    if (interp_run(it, err, sizeof err) != 0) fail_msg("interp_run: %s", err);
+    run_step(&r);
+    double worst = 0;
+    for (int i = 0; i < p->noutputs; i++) {
+        const Tensor *want = interp_output(it, rank, p->outputs[i].name);
+        if (!want || want->n != tnumel(&p->outputs[i])) fail_msg("output %s: no such output in the interpreter", p->outputs[i].name);
+        double e = tensor_err(&r, &p->outputs[i], want->d);
+        if (!(e <= TOL)) printf("# rank %d: output %s: relative error %g\n", rank, p->outputs[i].name, e);
+        worst = fmax(worst, e);
+    }
+    for (int i = 0; i < p->nstates; i++) {
+        double e = tensor_err(&r, &p->states[i], interp_state(it, rank, p->states[i].name)->d);
+        if (!(e <= TOL)) printf("# rank %d: state %s: relative error %g\n", rank, p->states[i].name, e);
+        worst = fmax(worst, e);
+    }
+    printf("# rank %d: worst relative error %.3g\n", rank, worst);
+    if (worst <= TOL) printf("rank %d agrees\n", rank);
+    fflush(stdout);
+    run_close(&r);
+    interp_free(it);
+    ir_free(m);
+    return worst <= TOL ? 0 : 1;
+}
+
+static void test_comm_two_ranks(void **st) {
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("# no mpirun: the two-rank run is skipped\n");
+        skip();
+    }
+    char self[4096], cmd[4400], line[512];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(len > 0);
+    self[len] = 0;
+    /* ranks leave Open MPI's own allocations behind: no leak check there (SAN=1) */
+    snprintf(cmd, sizeof cmd,
+             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" "
+             "timeout 120 mpirun -np 2 --oversubscribe '%s' --mpi-rank 2>&1",
+             self);
+    fflush(stdout);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    int agree = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "rank ", 5) == 0 && strstr(line, " agrees")) agree++;
+        else printf("# mpirun: %s", line);
+    }
+    int status = pclose(f);
+    if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) fail_msg("mpirun -np 2 %s --mpi-rank failed (status %d)", self, status);
+    assert_int_equal(agree, 2);
+}
+
 /* ---- whole models ---- */
 
 /* real_passes: fuse, schedule and memplan; else the stand-in plan above. */
@@ -714,13 +1077,9 @@ static void test_golden_llvm(void **st) {
     ir_free(m);
 }
 
-/* An op the back end cannot emit is an internal error naming it (in a child). */
-static void test_unknown_op_ice(void **st) {
-    Bld b = bld("ice");
-    b.m->mesh[1] = 2;
-    int x = input(&b, "x", TY(DT_F32, 4));
-    node(&b, OP_send, INS(x), ATS(as(&b, "group", "dp"), ai(&b, "peer", 1)), NULL);
-    plan_trivially(b.m);
+/* emit_jit of m dies (an internal error, in a child) with a message
+ * containing each of the needles. */
+static void expect_ice(const Module *m, const char *const *needles, int n) {
     int fds[2];
     assert_int_equal(pipe(fds), 0);
     fflush(stdout);
@@ -730,22 +1089,78 @@ static void test_unknown_op_ice(void **st) {
         dup2(fds[1], 2);
         const rt_program *p;
         char err[256];
-        emit_jit(b.m, &p, err, sizeof err);
+        emit_jit(m, &p, err, sizeof err);
         _exit(0);
     }
     close(fds[1]);
     char msg[1024] = {0};
-    size_t n = 0;
-    for (ssize_t k; (k = read(fds[0], msg + n, sizeof msg - 1 - n)) > 0;) n += (size_t)k;
+    size_t got = 0;
+    for (ssize_t k; (k = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0;) got += (size_t)k;
     close(fds[0]);
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFSIGNALED(status));
-    assert_non_null(strstr(msg, "send"));
+    if (!WIFSIGNALED(status)) fail_msg("no internal error (want \"%s\"); stderr: %s", needles[0], msg);
+    for (int i = 0; i < n; i++)
+        if (!strstr(msg, needles[i])) fail_msg("the internal error lacks \"%s\": %s", needles[i], msg);
+}
+#define EXPECT_ICE(m, ...) expect_ice(m, (const char *const[]){__VA_ARGS__}, (int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *)))
+
+/* An op the back end cannot emit is an internal error naming it. */
+static void test_unknown_op_ice(void **st) {
+    Bld b = bld("ice");
+    b.m->mesh[1] = 2;
+    int x = input(&b, "x", TY(DT_F32, 4));
+    node(&b, OP_send, INS(x), ATS(as(&b, "group", "dp"), ai(&b, "peer", 1)), NULL);
+    plan_trivially(b.m);
+    EXPECT_ICE(b.m, "send");
     ir_free(b.m);
 }
 
-int main(void) {
+/* Over two ranks: a reduce-scatter or all-gather whose chunks interleave
+ * (dims of size > 1 before dim) and a collective of i32 are not implemented;
+ * one rank copies both. */
+static void test_comm_ice(void **st) {
+    for (int k = 0; k < 3; k++) {
+        Bld b = bld("ice");
+        b.m->mesh[1] = 2;
+        int x = input(&b, "x", TY(k == 2 ? DT_I32 : DT_F32, 4, 6));
+        Op op = k == 0 ? OP_reducescatter : k == 1 ? OP_allgather : OP_allreduce;
+        output(&b, val(&b, op, INS(x), ATS(as(&b, "group", "dp"), ai(&b, "dim", 1))), "y");
+        plan_trivially(b.m);
+        if (k < 2) EXPECT_ICE(b.m, "t.lua:2", ir_ops[op].name, "along dim 1", "not implemented");
+        else EXPECT_ICE(b.m, "t.lua:2", "allreduce of i32", "f32 only");
+        ir_free(b.m);
+    }
+}
+
+/* A bucket the states describe inconsistently is an internal error naming
+ * what is wrong. */
+static void test_bucket_ice(void **st) {
+    enum { OTHER_N, UNKNOWN_PARAM, GAP, OVERLAP, SHARD_SIZE, NO_PREFIX, NCASES };
+    static const char *const want[NCASES][2] = {
+        {"opt.v.b0", "another n"}, {"bucket 0", "no param named \"nope\""}, {"bucket 0 has no state", "dense"},
+        {"bucket 0", "overlaps"},  {"opt.m.b0 has 8 elements", "its shard of bucket 0 has 4"}, {"opt.m.b0", "no prefix"}};
+    for (int c = 0; c < NCASES; c++) {
+        Bld b = bld("bucketice");
+        b.m->mesh[1] = 2;
+        param(&b, "w", TY(DT_F32, 3), "normal", 1);
+        param(&b, "v", TY(DT_F32, 2), "normal", 1);
+        for (int s = 0; s < 2; s++) {
+            int64_t off[] = {0, c == OVERLAP ? 2 : 3}, n = c == OTHER_N && s == 1 ? 10 : 8;
+            Type t = TY(DT_F32, c == SHARD_SIZE ? 8 : 4);
+            Attr at[] = {as(&b, "name", s ? "opt.v.b0" : "opt.m.b0"), ai(&b, "bucket", c == GAP ? 1 : 0), as(&b, "group", "dp"),
+                         as(&b, "params", c == UNKNOWN_PARAM ? "w,nope" : "w,v"), ir_attr_ints(b.m, "offsets", off, 2),
+                         ai(&b, "n", n), as(&b, "prefix", s ? "opt.v." : "opt.m.")};
+            node(&b, OP_state, NULL, 0, at, c == NO_PREFIX ? 6 : 7, &t);
+        }
+        plan_trivially(b.m);
+        EXPECT_ICE(b.m, want[c][0], want[c][1]);
+        ir_free(b.m);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--mpi-rank") == 0) return mpi_rank_main();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_fused_gelu),
@@ -759,6 +1174,12 @@ int main(void) {
         cmocka_unit_test(test_object),
         cmocka_unit_test(test_golden_llvm),
         cmocka_unit_test(test_unknown_op_ice),
+        cmocka_unit_test(test_comm_launches),
+        cmocka_unit_test(test_comm_table),
+        cmocka_unit_test(test_comm_one_rank),
+        cmocka_unit_test(test_comm_two_ranks),
+        cmocka_unit_test(test_comm_ice),
+        cmocka_unit_test(test_bucket_ice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

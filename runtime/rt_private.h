@@ -1,0 +1,27 @@
+/* rt_private.h — what the CPU device's two halves share: dev_cpu.c (memory,
+ * streams, events, the pool) and comm_mpi.c (ranks, groups, collectives).
+ * Not part of the ABI: generated code sees only kiln_rt.h. */
+#ifndef KILN_RT_PRIVATE_H
+#define KILN_RT_PRIVATE_H
+#include "kiln_rt.h"
+
+typedef struct RtComm RtComm;
+
+/* Ranks and communicators for p's mesh: MPI is initialised when the mesh
+ * has more than one rank or the process runs under mpirun; the process
+ * count must equal the mesh's world.  NULL after one line on stderr. */
+RtComm *rt_comm_new(const rt_program *p);
+void rt_comm_free(RtComm *cm);
+/* The context's communication state (dev_cpu.c owns the context). */
+RtComm *rt_comm_of(rt_ctx *ctx);
+/* The size of group `mask` in p's mesh (an unset mesh entry counts as 1);
+ * 0 for a mask outside 1..15. */
+int rt_mesh_group_size(const rt_program *p, int mask);
+/* Between steps, every rank of the world: exchange each rank's outcome rc
+ * (0 = success) and message.  0 when every rank passed 0; otherwise -1 on
+ * every rank with the first failing rank's message in err ("rank N: ..."
+ * for N > 0), so that rank 0 can print it once.  One rank: returns rc. */
+int rt_host_agree(rt_ctx *ctx, int rc, char *err, int errlen);
+/* "dp+cp" for RT_AXIS_DP|RT_AXIS_CP. */
+const char *rt_group_name(int mask, char *buf, int len);
+#endif

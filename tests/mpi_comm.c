@@ -1,0 +1,617 @@
+/* mpi_comm.c — the multi-rank runtime (runtime/comm_mpi.c, the sharded
+ * checkpoints of runtime/checkpoint.c, the trainer's ranks) on hand-built
+ * programs, no compiler involved.  tests/t_mpi.sh runs it under mpirun;
+ * it is not a test_* program because it needs mpirun and arguments.
+ *
+ *   mpi_comm plain           a one-rank program in a plain process: MPI is
+ *                            never initialised, collectives are copies
+ *   mpi_comm coll DP CP      (mpirun -np DP*CP) allreduce, reducescatter,
+ *                            allgather (also in place and piecewise) and
+ *                            shard over dp, cp and dp+cp, rank ids and group
+ *                            indices, rt_comm_bytes, the host calls
+ *   mpi_comm ckpt DIR        (mpirun -np 4) a sharded save at dp 4 stores
+ *                            the logical tensors of a --zero 0 program, byte
+ *                            for byte; loading it at dp 2 (and over dp+cp)
+ *                            gives every rank its shard
+ *   mpi_comm die             (mpirun -np 4) rank 1 SIGKILLs itself in step 3
+ *   mpi_comm train DP GB -- TRAINER FLAGS
+ *                            rt_train_main on a tiny model with a global
+ *                            batch of GB rows over DP data-parallel ranks
+ *
+ * The checks compare with values computed here from the rank ids alone
+ * (small integers, exact in f32).  Each check prints "PASS name" or
+ * "FAIL name" on world rank 0, after the outcome of every rank has been
+ * gathered; t_mpi.sh turns them into TAP.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "kiln_rt.h"
+#include "safetensors.h"
+#include "trainer.h"
+
+#define ALL (RT_AXIS_PP | RT_AXIS_DP | RT_AXIS_CP | RT_AXIS_TP)
+
+static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "mpi_comm: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(2);
+}
+
+/* ---- checks, agreed over the ranks ---- */
+
+enum { MAXCHECKS = 64 };
+static struct {
+    int n;
+    const char *name[MAXCHECKS];
+    char ok[MAXCHECKS];
+} C;
+
+static void check(int ok, const char *name) {
+    if (C.n == MAXCHECKS) die("too many checks");
+    C.name[C.n] = name;
+    C.ok[C.n++] = (char)(ok != 0);
+}
+
+/* Rank 0 prints each check, passed when it passed on every rank. */
+static int report(rt_ctx *ctx) {
+    int world = rt_world_size(ctx), failed = 0;
+    char *all = malloc((size_t)world * MAXCHECKS), err[512];
+    if (!all) die("out of memory");
+    if (rt_host_allgather(ctx, ALL, C.ok, all, MAXCHECKS, err, sizeof err)) die("report: %s", err);
+    for (int i = 0; i < C.n; i++) {
+        int ok = 1;
+        for (int r = 0; r < world; r++) ok &= all[r * MAXCHECKS + i];
+        if (rt_world_rank(ctx) == 0) printf("%s %s\n", ok ? "PASS" : "FAIL", C.name[i]);
+        failed += !ok;
+    }
+    fflush(stdout);
+    free(all);
+    C.n = 0;
+    return failed;
+}
+
+static rt_ctx *new_ctx(const rt_program *p) {
+    rt_options o = {.threads = 1};
+    rt_ctx *c = rt_new(p, &o);
+    if (!c) die("rt_new failed");
+    return c;
+}
+
+static void step_or_die(rt_ctx *c) {
+    char err[512];
+    if (rt_step(c, err, sizeof err)) die("rank %d: step: %s", rt_world_rank(c), err);
+}
+
+#define LAUNCH(c, s, k, name, ...) \
+    rt_launch(c, s, k, (const int64_t[]){__VA_ARGS__}, (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), name)
+
+/* args: dst, src, bytes */
+static void k_copy(rt_ctx *c, const int64_t *a) { memcpy(rt_arg_ptr(a[0]), rt_arg_ptr(a[1]), (size_t)a[2]); }
+
+/* ---- plain: one rank, no MPI ---- */
+
+static void step_nothing(rt_ctx *c, char *const *sp) { (void)c, (void)sp; }
+
+static int run_plain(void) {
+    rt_program p = {.abi_version = RT_ABI_VERSION, .model = "plain", .space_bytes = {0, 0, 0, 4096}, .nstreams = 2, .step = step_nothing};
+    rt_ctx *c = new_ctx(&p);
+    float *x = (float *)rt_space(c, RT_SPACE_ACT), *y = x + 64;
+    for (int i = 0; i < 8; i++) x[i] = (float)i + 1;
+    rtk_allreduce(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 8, RT_AXIS_DP});
+    int ok = 1;
+    for (int i = 0; i < 8; i++) ok &= y[i] == (float)i + 1;
+    memset(y, 0, 32);
+    rtk_reducescatter(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 8, RT_AXIS_DP | RT_AXIS_CP});
+    for (int i = 0; i < 8; i++) ok &= y[i] == (float)i + 1;
+    memset(y, 0, 32);
+    rtk_allgather(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 8, ALL});
+    for (int i = 0; i < 8; i++) ok &= y[i] == (float)i + 1;
+    check(ok, "one rank: allreduce, reducescatter and allgather are copies");
+    int inited = 1;
+    check(MPI_Initialized(&inited) == MPI_SUCCESS && !inited, "one rank in a plain process: MPI is not initialised");
+    check(rt_world_rank(c) == 0 && rt_world_size(c) == 1 && rt_group_size(c, RT_AXIS_DP) == 1 && rt_group_rank(c, ALL) == 0,
+          "one rank: rank 0 of 1, groups of one");
+    check(rt_comm_bytes(c) == 0, "one rank: rt_comm_bytes is 0");
+    int failed = report(c);
+    rt_free(c);
+    return failed != 0;
+}
+
+/* ---- coll: the collectives on a dp x cp mesh ---- */
+
+enum { N = 5, MAXG = 8, SH_OUTER = 2, SH_LEN = 3, SH_INNER = 3 };
+
+/* The act space, in floats. */
+enum {
+    X_AR = 0,                     /* allreduce input [N] */
+    Y_AR = X_AR + N,              /* allreduce output [N] */
+    IP_AR = Y_AR + N,             /* in-place allreduce [N] */
+    X_RS = IP_AR + N,             /* reducescatter input [MAXG*N] */
+    Y_RS = X_RS + MAXG * N,       /* reducescatter output [N] */
+    OWN_RS = Y_RS + N,            /* reducescatter into its own chunk [MAXG*N] */
+    X_AG = OWN_RS + MAXG * N,     /* allgather input [N] */
+    Y_AG = X_AG + N,              /* allgather output [MAXG*N] */
+    IP_AG = Y_AG + MAXG * N,      /* in-place allgather [MAXG*N] */
+    X_SH = IP_AG + MAXG * N,      /* shard input [outer, MAXG*len, inner] */
+    Y_SH = X_SH + SH_OUTER * MAXG * SH_LEN * SH_INNER,
+    OUT = Y_SH + SH_OUTER * SH_LEN * SH_INNER, /* stream 0's copy of everything above */
+    NFLOATS = 2 * OUT
+};
+
+typedef struct {
+    int mask;    /* the group under test */
+    int rank;    /* world rank */
+    int size, index;
+    int kill_at; /* die: the step at which rank 1 kills itself (0: never) */
+    int64_t step;
+} CollState;
+static CollState G;
+
+/* args: act base.  Rank-dependent inputs (rank r, group of size s). */
+static void k_fill(rt_ctx *c, const int64_t *a) {
+    float *f = RT_F32P(a[0]);
+    int r = G.rank, s = G.size;
+    if (G.kill_at && ++G.step == G.kill_at && r == 1) raise(SIGKILL);
+    for (int i = 0; i < N; i++) f[X_AR + i] = f[IP_AR + i] = (float)((r + 1) * (i + 1));
+    for (int k = 0; k < s * N; k++) f[X_RS + k] = f[OWN_RS + k] = (float)((r + 1) * (k + 1));
+    for (int i = 0; i < N; i++) f[X_AG + i] = f[IP_AG + G.index * N + i] = (float)(100 * r + i);
+    for (int k = 0; k < SH_OUTER * s * SH_LEN * SH_INNER; k++) f[X_SH + k] = (float)k;
+}
+
+static void step_coll(rt_ctx *c, char *const *sp) {
+    float *f = (float *)sp[RT_SPACE_ACT];
+    int m = G.mask, s = G.size, i = G.index;
+    LAUNCH(c, 0, k_fill, "fill", rt_ptr_arg(f));
+    rt_record(c, 0, 0);
+    rt_wait(c, 1, 0);
+    LAUNCH(c, 1, rtk_allreduce, "allreduce", rt_ptr_arg(f + X_AR), rt_ptr_arg(f + Y_AR), N, m);
+    LAUNCH(c, 1, rtk_allreduce, "allreduce in place", rt_ptr_arg(f + IP_AR), rt_ptr_arg(f + IP_AR), N, m);
+    LAUNCH(c, 1, rtk_reducescatter, "reducescatter", rt_ptr_arg(f + X_RS), rt_ptr_arg(f + Y_RS), N, m);
+    LAUNCH(c, 1, rtk_reducescatter, "reducescatter into own chunk", rt_ptr_arg(f + OWN_RS), rt_ptr_arg(f + OWN_RS + i * N), N, m);
+    LAUNCH(c, 1, rtk_allgather, "allgather", rt_ptr_arg(f + X_AG), rt_ptr_arg(f + Y_AG), N, m);
+    LAUNCH(c, 1, rtk_allgather, "allgather in place", rt_ptr_arg(f + IP_AG + i * N), rt_ptr_arg(f + IP_AG), N, m);
+    LAUNCH(c, 1, rtk_shard, "shard", rt_ptr_arg(f + X_SH), rt_ptr_arg(f + Y_SH), SH_OUTER, SH_LEN, SH_INNER, 4, m);
+    rt_record(c, 1, 1);
+    rt_wait(c, 0, 1);
+    LAUNCH(c, 0, k_copy, "results", rt_ptr_arg(f + OUT), rt_ptr_arg(f), OUT * 4);
+    (void)s;
+}
+
+/* The world ranks of r's group under mask on a 1 x DP x CP x 1 mesh,
+ * ascending (written out per mask, not with the runtime's arithmetic). */
+static int members(int mask, int r, int DP, int CP, int *out) {
+    int d = r / CP, cc = r % CP, n = 0;
+    if (mask == RT_AXIS_DP)
+        for (int k = 0; k < DP; k++) out[n++] = k * CP + cc;
+    else if (mask == RT_AXIS_CP)
+        for (int k = 0; k < CP; k++) out[n++] = d * CP + k;
+    else
+        for (int k = 0; k < DP * CP; k++) out[n++] = k;
+    return n;
+}
+
+static int close_to(const float *got, const double *want, int n) {
+    for (int k = 0; k < n; k++)
+        if ((double)got[k] != want[k]) return 0;
+    return 1;
+}
+
+static void check_group(rt_ctx *c, const float *o, int mask, const char *gname, int DP, int CP) {
+    static char names[16][8][96];
+    static int slot;
+    int mem[MAXG], s = members(mask, G.rank, DP, CP, mem), idx = -1;
+    for (int k = 0; k < s; k++)
+        if (mem[k] == G.rank) idx = k;
+    double want[MAXG * N];
+    char(*nm)[96] = names[slot++ % 16];
+    snprintf(nm[0], 96, "%s: group size and index from the mesh (dp %d x cp %d)", gname, DP, CP);
+    check(rt_group_size(c, mask) == s && rt_group_rank(c, mask) == idx, nm[0]);
+    for (int i = 0; i < N; i++) {
+        want[i] = 0;
+        for (int k = 0; k < s; k++) want[i] += (mem[k] + 1) * (i + 1);
+    }
+    snprintf(nm[1], 96, "%s: allreduce (and in place) = sum over the group", gname);
+    check(close_to(o + Y_AR, want, N) && close_to(o + IP_AR, want, N), nm[1]);
+    for (int i = 0; i < N; i++) {
+        want[i] = 0;
+        for (int k = 0; k < s; k++) want[i] += (mem[k] + 1) * (idx * N + i + 1);
+    }
+    snprintf(nm[2], 96, "%s: reducescatter (and into its own chunk) = sum of chunk i", gname);
+    check(close_to(o + Y_RS, want, N) && close_to(o + OWN_RS + idx * N, want, N), nm[2]);
+    for (int k = 0; k < s; k++)
+        for (int i = 0; i < N; i++) want[k * N + i] = 100 * mem[k] + i;
+    snprintf(nm[3], 96, "%s: allgather (and in place) = chunk j from group rank j", gname);
+    check(close_to(o + Y_AG, want, s * N) && close_to(o + IP_AG, want, s * N), nm[3]);
+    for (int oo = 0; oo < SH_OUTER; oo++)
+        for (int j = 0; j < SH_LEN; j++)
+            for (int i = 0; i < SH_INNER; i++)
+                want[(oo * SH_LEN + j) * SH_INNER + i] = (oo * s * SH_LEN + idx * SH_LEN + j) * SH_INNER + i;
+    snprintf(nm[4], 96, "%s: shard = this rank's chunk of the middle dim", gname);
+    check(close_to(o + Y_SH, want, SH_OUTER * SH_LEN * SH_INNER), nm[4]);
+    /* per step: 2 allreduces, 2 reducescatters, 2 allgathers of N floats */
+    int64_t bytes = s == 1 ? 0 : 2 * (2 * (int64_t)(s - 1) * N * 4 / s) + 4 * (int64_t)(s - 1) * N * 4;
+    snprintf(nm[5], 96, "%s: rt_comm_bytes = 2(2(s-1)4n/s) + 4(s-1)4n per step", gname);
+    check(rt_comm_bytes(c) == 2 * bytes, nm[5]); /* two steps were run */
+}
+
+static int run_coll(int DP, int CP) {
+    static const struct {
+        int mask;
+        const char *name;
+    } groups[] = {{RT_AXIS_DP, "dp"}, {RT_AXIS_CP, "cp"}, {RT_AXIS_DP | RT_AXIS_CP, "dp+cp"}};
+    int failed = 0;
+    for (int g = 0; g < 3; g++) {
+        rt_program p = {.abi_version = RT_ABI_VERSION, .model = "coll", .space_bytes = {0, 0, 0, NFLOATS * 4},
+                        .nstreams = 2, .nevents = 2, .step = step_coll, .mesh = {1, DP, CP, 1}};
+        rt_ctx *c = new_ctx(&p);
+        G.mask = groups[g].mask;
+        G.rank = rt_world_rank(c);
+        G.size = rt_group_size(c, G.mask);
+        G.index = rt_group_rank(c, G.mask);
+        if (G.size > MAXG) die("group too large");
+        step_or_die(c);
+        memset(rt_space(c, RT_SPACE_ACT), 0, NFLOATS * 4);
+        step_or_die(c); /* a second step: events and communicators are reused */
+        check_group(c, (const float *)rt_space(c, RT_SPACE_ACT) + OUT, G.mask, groups[g].name, DP, CP);
+        if (g == 0) {
+            int world = rt_world_size(c), mine = 10 * G.rank + 1, got[MAXG] = {0}, mem[MAXG];
+            char err[512];
+            check(world == DP * CP && G.rank >= 0 && G.rank < world, "world rank and size");
+            int s = members(RT_AXIS_DP, G.rank, DP, CP, mem), ok = rt_host_allgather(c, RT_AXIS_DP, &mine, got, sizeof mine, err, sizeof err) == 0;
+            for (int k = 0; ok && k < s; k++) ok = got[k] == 10 * mem[k] + 1;
+            check(ok, "rt_host_allgather over dp: ints in group-rank order");
+            check(rt_host_barrier(c, err, sizeof err) == 0, "rt_host_barrier");
+        }
+        failed += report(c);
+        rt_free(c);
+    }
+    return failed != 0;
+}
+
+static int run_die(void) {
+    rt_program p = {.abi_version = RT_ABI_VERSION, .model = "die", .space_bytes = {0, 0, 0, NFLOATS * 4},
+                    .nstreams = 2, .nevents = 2, .step = step_coll, .mesh = {1, 4, 1, 1}};
+    rt_ctx *c = new_ctx(&p);
+    G = (CollState){.mask = RT_AXIS_DP, .rank = rt_world_rank(c), .size = 4, .index = rt_group_rank(c, RT_AXIS_DP), .kill_at = 3};
+    for (int s = 0; s < 10; s++) step_or_die(c);
+    fprintf(stderr, "mpi_comm die: rank %d survived its peer's death\n", G.rank);
+    rt_free(c);
+    return 0;
+}
+
+/* ---- ckpt: sharded save and load ---- */
+
+/* Two params a [3,5] and b [7]; bucket members a at 0, b at 15. */
+enum { NA = 15, NB = 7 };
+static const rt_tensor ck_params[2] = {
+    {.name = "a", .space = RT_SPACE_PARAMS, .offset = 0, .dtype = RT_F32, .rank = 2, .dim = {3, 5}, .bucket = -1},
+    {.name = "b", .space = RT_SPACE_PARAMS, .offset = NA * 4, .dtype = RT_F32, .rank = 1, .dim = {NB}, .bucket = -1},
+};
+static const int ck_members[2] = {0, 1};
+static const int64_t ck_offsets[2] = {0, NA};
+
+/* The logical values: params, and the moments (which = 0 m, 1 v). */
+static float param_value(int p, int e) { return p == 0 ? 0.5f * (float)e + 1 : 100.0f + (float)e; }
+static float moment_value(int which, int p, int e) { return (which ? -1.0f : 1.0f) * (1000.0f * (float)(p + 1) + (float)e); }
+
+/* A program over mesh with one bucket of length n over group, or (n = 0)
+ * the --zero 0 program: full states opt.m.a, opt.m.b, opt.v.a, opt.v.b. */
+typedef struct {
+    rt_program p;
+    rt_bucket bucket;
+    rt_tensor states[5];
+} CkProg;
+
+static void ck_program(CkProg *c, int dp, int cp, int group, int64_t n) {
+    memset(c, 0, sizeof *c);
+    int size = (group & RT_AXIS_DP ? dp : 1) * (group & RT_AXIS_CP ? cp : 1);
+    int64_t shard = n / size;
+    c->bucket = (rt_bucket){.group = group, .n = n, .nmembers = 2, .param = ck_members, .offset = ck_offsets};
+    rt_tensor step = {.name = "opt.step", .space = RT_SPACE_OPT, .dtype = RT_F32, .rank = 1, .dim = {1}, .bucket = -1};
+    if (n) {
+        c->states[0] = (rt_tensor){.name = "opt.m.bucket0", .space = RT_SPACE_OPT, .offset = 0, .dtype = RT_F32, .rank = 1,
+                                   .dim = {shard}, .bucket = 0, .prefix = "opt.m."};
+        c->states[1] = (rt_tensor){.name = "opt.v.bucket0", .space = RT_SPACE_OPT, .offset = shard * 4, .dtype = RT_F32, .rank = 1,
+                                   .dim = {shard}, .bucket = 0, .prefix = "opt.v."};
+        step.offset = 2 * shard * 4;
+        c->states[2] = step;
+        c->p.nstates = 3;
+        c->p.nbuckets = 1;
+        c->p.buckets = &c->bucket;
+    } else {
+        static const char *names[4] = {"opt.m.a", "opt.m.b", "opt.v.a", "opt.v.b"};
+        int64_t off = 0;
+        for (int k = 0; k < 4; k++) {
+            const rt_tensor *pt = &ck_params[k % 2];
+            c->states[k] = (rt_tensor){.name = names[k], .space = RT_SPACE_OPT, .offset = off, .dtype = RT_F32, .rank = pt->rank,
+                                       .dim = {pt->dim[0], pt->dim[1]}, .bucket = -1};
+            off += (k % 2 ? NB : NA) * 4;
+        }
+        step.offset = off;
+        c->states[4] = step;
+        c->p.nstates = 5;
+    }
+    c->p.abi_version = RT_ABI_VERSION;
+    c->p.model = "ckpt";
+    c->p.space_bytes[RT_SPACE_PARAMS] = (n > NA + NB ? n : NA + NB) * 4;
+    c->p.space_bytes[RT_SPACE_OPT] = 64 * 4;
+    c->p.nparams = 2;
+    c->p.params = ck_params;
+    c->p.states = c->states;
+    c->p.nstreams = 1;
+    c->p.step = step_nothing;
+    c->p.mesh[1] = dp;
+    c->p.mesh[2] = cp;
+}
+
+/* Logical element e of the flat bucket: (param, element), or -1 for padding. */
+static int bucket_elem(int64_t e, int *el) {
+    if (e < NA) return *el = (int)e, 0;
+    if (e < NA + NB) return *el = (int)(e - NA), 1;
+    return -1;
+}
+
+/* Fill this rank's shards as a trained program would, and its params with
+ * only its own chunk fresh (the rest stale, as between an update and the
+ * next step's all-gather). */
+static void ck_fill_sharded(rt_ctx *ctx, const CkProg *c) {
+    int idx = rt_group_rank(ctx, c->bucket.group);
+    int64_t len = c->bucket.n / rt_group_size(ctx, c->bucket.group);
+    float *pa = (float *)rt_space(ctx, RT_SPACE_PARAMS);
+    for (int64_t e = 0; e < c->bucket.n; e++) {
+        int el, p = bucket_elem(e, &el), mine = e / len == idx;
+        pa[e] = !mine ? -999.0f : p < 0 ? 0 : param_value(p, el);
+    }
+    for (int w = 0; w < 2; w++) {
+        float *s = rt_tensor_ptr(ctx, &c->states[w]);
+        for (int64_t k = 0; k < len; k++) {
+            int el, p = bucket_elem(idx * len + k, &el);
+            s[k] = p < 0 ? 777.0f : moment_value(w, p, el); /* padding must not reach the file */
+        }
+    }
+    *(float *)rt_tensor_ptr(ctx, &c->states[2]) = 42;
+}
+
+static void ck_fill_full(rt_ctx *ctx, const CkProg *c) {
+    for (int p = 0; p < 2; p++) {
+        float *pa = rt_tensor_ptr(ctx, &ck_params[p]);
+        for (int e = 0; e < (p ? NB : NA); e++) pa[e] = param_value(p, e);
+    }
+    for (int k = 0; k < 4; k++) {
+        float *s = rt_tensor_ptr(ctx, &c->states[k]);
+        for (int e = 0; e < (k % 2 ? NB : NA); e++) s[e] = moment_value(k / 2, k % 2, e);
+    }
+    *(float *)rt_tensor_ptr(ctx, &c->states[4]) = 42;
+}
+
+static int ck_save(rt_ctx *ctx, const CkProg *c, const char *dir) {
+    char err[1024];
+    CkptExtra x = {.step = 7, .rng = 99, .data_pos = 0};
+    if (ckpt_save(ctx, &c->p, dir, &x, 0, err, sizeof err)) {
+        fprintf(stderr, "rank %d: ckpt_save: %s\n", rt_world_rank(ctx), err);
+        return 0;
+    }
+    return 1;
+}
+
+/* The file holds exactly the logical tensors, with their values. */
+static int ck_file_logical(const char *path) {
+    StFile f;
+    char err[1024];
+    if (st_open(&f, path, err, sizeof err)) return fprintf(stderr, "%s\n", err), 0;
+    static const char *names[6] = {"a", "b", "opt.m.a", "opt.m.b", "opt.v.a", "opt.v.b"};
+    int ok = f.n == 10; /* + opt.step and trainer.{step,rng,data_pos} */
+    for (int k = 0; ok && k < 6; k++) {
+        const StEntry *e = st_find(&f, names[k]);
+        int p = k % 2, n = p ? NB : NA;
+        ok = e && e->dtype == ST_F32 && e->end - e->begin == (uint64_t)n * 4 && e->rank == ck_params[p].rank;
+        for (int i = 0; ok && i < n; i++) {
+            float got = ((const float *)st_data(&f, e))[i];
+            ok = got == (k < 2 ? param_value(p, i) : moment_value(k / 4, p, i));
+        }
+    }
+    ok = ok && st_find(&f, "opt.step") && !st_find(&f, "opt.m.bucket0");
+    st_close(&f);
+    return ok;
+}
+
+/* Identical entries (names, dtypes, shapes, bytes) in both files. */
+static int same_tensors(const char *x, const char *y) {
+    StFile f, g;
+    char err[1024];
+    if (st_open(&f, x, err, sizeof err)) return 0;
+    if (st_open(&g, y, err, sizeof err)) return st_close(&f), 0;
+    int ok = f.n == g.n;
+    for (int i = 0; ok && i < f.n; i++) {
+        const StEntry *a = &f.t[i], *b = st_find(&g, a->name);
+        ok = b && a->dtype == b->dtype && a->rank == b->rank && a->end - a->begin == b->end - b->begin &&
+             memcmp(a->shape, b->shape, sizeof a->shape) == 0 && memcmp(st_data(&f, a), st_data(&g, b), a->end - a->begin) == 0;
+    }
+    st_close(&f);
+    st_close(&g);
+    return ok;
+}
+
+/* After a load: params whole, this rank's shards cut from the logical
+ * tensors, padding zero. */
+static int ck_loaded_ok(rt_ctx *ctx, const CkProg *c) {
+    int ok = 1, idx = rt_group_rank(ctx, c->bucket.group);
+    int64_t len = c->bucket.n / rt_group_size(ctx, c->bucket.group);
+    for (int p = 0; p < 2; p++)
+        for (int e = 0; e < (p ? NB : NA); e++) ok &= ((float *)rt_tensor_ptr(ctx, &ck_params[p]))[e] == param_value(p, e);
+    for (int w = 0; w < 2; w++)
+        for (int64_t k = 0; k < len; k++) {
+            int el, p = bucket_elem(idx * len + k, &el);
+            ok &= ((float *)rt_tensor_ptr(ctx, &c->states[w]))[k] == (p < 0 ? 0.0f : moment_value(w, p, el));
+        }
+    return ok && *(float *)rt_tensor_ptr(ctx, &c->states[2]) == 42;
+}
+
+static int ck_load(rt_ctx *ctx, const CkProg *c, const char *path) {
+    char err[1024];
+    CkptExtra x;
+    for (int i = 0; i < c->p.nstates; i++) memset(rt_tensor_ptr(ctx, &c->states[i]), 0x55, 4); /* not zero: the load must write */
+    if (ckpt_load(ctx, &c->p, path, &x, err, sizeof err)) return fprintf(stderr, "rank %d: %s\n", rt_world_rank(ctx), err), 0;
+    return x.step == 7 && x.rng == 99;
+}
+
+static int run_ckpt(const char *dir) {
+    char d1[4096], d0[4096], f1[4200], f0[4200];
+    snprintf(d1, sizeof d1, "%s/zero1", dir);
+    snprintf(d0, sizeof d0, "%s/zero0", dir);
+    ckpt_path(f1, sizeof f1, d1, 7);
+    ckpt_path(f0, sizeof f0, d0, 7);
+    int failed = 0;
+    CkProg c4, c22, cdc, c0;
+    ck_program(&c4, 4, 1, RT_AXIS_DP, 24);                /* 22 elements padded to 24 over 4 ranks */
+    ck_program(&c22, 2, 2, RT_AXIS_DP, 22);               /* dp 2: shards of 11 */
+    ck_program(&cdc, 2, 2, RT_AXIS_DP | RT_AXIS_CP, 28);  /* over dp+cp: shards of 7 */
+    ck_program(&c0, 4, 1, RT_AXIS_DP, 0);                 /* --zero 0: full states */
+
+    rt_ctx *ctx = new_ctx(&c4.p);
+    ck_fill_sharded(ctx, &c4);
+    check(ck_save(ctx, &c4, d1), "dp 4: ckpt_save with sharded states succeeds on every rank");
+    check(rt_world_rank(ctx) != 0 || ck_file_logical(f1), "dp 4: the file holds the logical tensors (params gathered, no padding)");
+    rt_free(ctx);
+
+    ctx = new_ctx(&c0.p);
+    ck_fill_full(ctx, &c0);
+    check(ck_save(ctx, &c0, d0), "--zero 0: ckpt_save");
+    check(rt_world_rank(ctx) != 0 || same_tensors(f0, f1), "the sharded checkpoint == the --zero 0 program's, tensor for tensor");
+    memset(rt_space(ctx, RT_SPACE_OPT), 0, 64 * 4);
+    CkptExtra x;
+    char err[1024];
+    int ok = ckpt_load(ctx, &c0.p, f1, &x, err, sizeof err) == 0;
+    for (int k = 0; ok && k < 4; k++)
+        for (int e = 0; e < (k % 2 ? NB : NA); e++) ok &= ((float *)rt_tensor_ptr(ctx, &c0.states[k]))[e] == moment_value(k / 2, k % 2, e);
+    check(ok, "--zero 0 loads the sharded checkpoint");
+    failed += report(ctx);
+    rt_free(ctx);
+
+    ctx = new_ctx(&c22.p);
+    check(ck_load(ctx, &c22, f1) && ck_loaded_ok(ctx, &c22), "dp 4 -> dp 2 (x cp 2): every rank gets its shard, padding zero");
+    rt_free(ctx);
+    ctx = new_ctx(&cdc.p);
+    check(ck_load(ctx, &cdc, f1) && ck_loaded_ok(ctx, &cdc), "dp 4 -> a bucket over dp+cp (28 = 4 x 7): shards re-cut");
+    check(ck_load(ctx, &cdc, f0) && ck_loaded_ok(ctx, &cdc), "--zero 0 checkpoint -> sharded program");
+    failed += report(ctx);
+    rt_free(ctx);
+    return failed != 0;
+}
+
+/* ---- train: a tiny model through rt_train_main ----
+ *
+ * loss = mean over the global batch of (w[target] + u[token & 3] - token/100)^2
+ * with params w [256], u [4] in one bucket over dp; the step all-gathers
+ * the params at its start (the update leaves only this rank's chunk fresh),
+ * computes the local loss and gradients, all-reduces the loss and
+ * reduce-scatters the gradients, and runs momentum SGD on this rank's
+ * shard: m = 0.9 m + g, p -= 0.5 m. */
+
+enum { V = 256, NU = 4 };
+static struct {
+    rt_program p;
+    rt_tensor params[2], states[2], inputs[2], outputs[1];
+    rt_bucket bucket;
+    int members[2];
+    int64_t offsets[2];
+    int64_t n, len, B, T, ntot;
+    int dp;
+} M;
+
+/* args: tokens, targets, params, grads, loss */
+static void k_fwd_bwd(rt_ctx *c, const int64_t *a) {
+    const int32_t *tok = RT_I32P(a[0]), *tgt = RT_I32P(a[1]);
+    const float *w = RT_F32P(a[2]), *u = w + V;
+    float *gw = RT_F32P(a[3]), *gu = gw + V;
+    memset(gw, 0, (size_t)M.n * 4);
+    double loss = 0;
+    for (int64_t k = 0; k < M.B * M.T; k++) {
+        double e = (double)w[tgt[k]] + u[tok[k] & 3] - tok[k] / 100.0;
+        loss += e * e / (double)M.ntot;
+        gw[tgt[k]] += (float)(2 * e / (double)M.ntot);
+        gu[tok[k] & 3] += (float)(2 * e / (double)M.ntot);
+    }
+    *RT_F32P(a[4]) = (float)loss;
+}
+
+/* args: params chunk, m, g, len */
+static void k_update(rt_ctx *c, const int64_t *a) {
+    float *p = RT_F32P(a[0]), *m = RT_F32P(a[1]);
+    const float *g = RT_F32P(a[2]);
+    for (int64_t k = 0; k < a[3]; k++) {
+        m[k] = 0.9f * m[k] + g[k];
+        p[k] -= 0.5f * m[k];
+    }
+}
+
+static void step_train(rt_ctx *c, char *const *sp) {
+    char *act = sp[RT_SPACE_ACT];
+    float *params = (float *)sp[RT_SPACE_PARAMS], *grads = (float *)sp[RT_SPACE_GRADS], *m = (float *)sp[RT_SPACE_OPT];
+    float *loss = (float *)act, *gshard = loss + 16;
+    int32_t *tok = (int32_t *)(act + M.inputs[0].offset), *tgt = (int32_t *)(act + M.inputs[1].offset);
+    float *mine = params + rt_group_rank(c, RT_AXIS_DP) * M.len;
+    LAUNCH(c, 1, rtk_allgather, "allgather params", rt_ptr_arg(mine), rt_ptr_arg(params), M.len, RT_AXIS_DP);
+    rt_record(c, 1, 0);
+    rt_wait(c, 0, 0);
+    LAUNCH(c, 0, k_fwd_bwd, "fwd_bwd", rt_ptr_arg(tok), rt_ptr_arg(tgt), rt_ptr_arg(params), rt_ptr_arg(grads), rt_ptr_arg(loss));
+    rt_record(c, 0, 1);
+    rt_wait(c, 1, 1);
+    LAUNCH(c, 1, rtk_allreduce, "allreduce loss", rt_ptr_arg(loss), rt_ptr_arg(loss), 1, RT_AXIS_DP);
+    LAUNCH(c, 1, rtk_reducescatter, "reducescatter grads", rt_ptr_arg(grads), rt_ptr_arg(gshard), M.len, RT_AXIS_DP);
+    rt_record(c, 1, 2);
+    rt_wait(c, 0, 2);
+    LAUNCH(c, 0, k_update, "update", rt_ptr_arg(mine), rt_ptr_arg(m), rt_ptr_arg(gshard), M.len);
+}
+
+static int run_train(int dp, int gb, int argc, char **argv) {
+    if (dp < 1 || gb % dp) die("train: global batch %d not divisible by dp %d", gb, dp);
+    M.dp = dp;
+    M.B = gb / dp;
+    M.T = 16;
+    M.ntot = (int64_t)gb * M.T;
+    M.n = (V + NU + dp - 1) / dp * dp;
+    M.len = M.n / dp;
+    M.params[0] = (rt_tensor){.name = "w", .space = RT_SPACE_PARAMS, .offset = 0, .dtype = RT_F32, .rank = 1, .dim = {V}, .init = "normal", .std = 0.02, .bucket = -1};
+    M.params[1] = (rt_tensor){.name = "u", .space = RT_SPACE_PARAMS, .offset = V * 4, .dtype = RT_F32, .rank = 1, .dim = {NU}, .init = "ones", .bucket = -1};
+    M.members[0] = 0, M.members[1] = 1, M.offsets[0] = 0, M.offsets[1] = V;
+    M.bucket = (rt_bucket){.group = RT_AXIS_DP, .n = M.n, .nmembers = 2, .param = M.members, .offset = M.offsets};
+    M.states[0] = (rt_tensor){.name = "opt.m.bucket0", .space = RT_SPACE_OPT, .dtype = RT_F32, .rank = 1, .dim = {M.len}, .bucket = 0, .prefix = "opt.m."};
+    M.states[1] = (rt_tensor){.name = "opt.step", .space = RT_SPACE_OPT, .offset = M.len * 4, .dtype = RT_F32, .rank = 1, .dim = {1}, .bucket = -1};
+    int64_t in0 = (16 + M.len) * 4, inb = M.B * M.T * 4;
+    M.inputs[0] = (rt_tensor){.name = "tokens", .space = RT_SPACE_ACT, .offset = in0, .dtype = RT_I32, .rank = 2, .dim = {M.B, M.T}, .bucket = -1};
+    M.inputs[1] = (rt_tensor){.name = "targets", .space = RT_SPACE_ACT, .offset = in0 + inb, .dtype = RT_I32, .rank = 2, .dim = {M.B, M.T}, .bucket = -1};
+    M.outputs[0] = (rt_tensor){.name = "loss", .space = RT_SPACE_ACT, .offset = 0, .dtype = RT_F32, .rank = 0, .bucket = -1};
+    M.p = (rt_program){.abi_version = RT_ABI_VERSION, .model = "mini", .space_bytes = {M.n * 4, M.n * 4, (M.len + 1) * 4, in0 + 2 * inb},
+                       .nparams = 2, .nstates = 2, .ninputs = 2, .noutputs = 1, .params = M.params, .states = M.states,
+                       .inputs = M.inputs, .outputs = M.outputs, .nstreams = 2, .nevents = 3, .steps = 20, .step = step_train,
+                       .mesh = {1, dp, 1, 1}, .nbuckets = 1, .buckets = &M.bucket};
+    return rt_train_main(&M.p, argc, argv, 20);
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "plain") == 0) return run_plain();
+    if (strcmp(mode, "coll") == 0 && argc == 4) return run_coll(atoi(argv[2]), atoi(argv[3]));
+    if (strcmp(mode, "ckpt") == 0 && argc == 3) return run_ckpt(argv[2]);
+    if (strcmp(mode, "die") == 0) return run_die();
+    if (strcmp(mode, "train") == 0 && argc >= 5 && strcmp(argv[4], "--") == 0) {
+        argv[4] = argv[0];
+        return run_train(atoi(argv[2]), atoi(argv[3]), argc - 4, argv + 4);
+    }
+    die("usage: mpi_comm plain | coll DP CP | ckpt DIR | die | train DP GLOBAL_BATCH -- TRAINER FLAGS");
+}

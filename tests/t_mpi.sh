@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The multi-rank CPU runtime under mpirun (Open MPI), on the hand-built
+# programs of tests/mpi_comm.c: collectives over dp, cp and dp+cp groups
+# (whole and in pieces) against values computed from the rank ids, a
+# one-rank program that never touches MPI, sharded checkpoints (saved at
+# dp 4, loaded at dp 2 / over dp+cp / by a --zero 0 program), and the
+# trainer: 4 ranks give the 1-rank loss curve of the same global batch,
+# a run resumes at another dp, --val and --trace per rank, a wrong process
+# count is one line and exit 1, and a rank that SIGKILLs itself ends the
+# job (no hang).  Loss comparisons: relative 1e-5 (the ranks sum partial
+# losses and gradients in another order than one rank does).
+set -u
+B=${BUILD:-build}
+M=$B/tests/mpi_comm
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+notok() { n=$((n + 1)); echo "not ok $n - $1"; }
+check() { if eval "$2"; then ok "$1"; else notok "$1"; fi; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if ! command -v mpirun > /dev/null || [ ! -x "$M" ]; then notok "mpirun and $M are needed (make deps all)"; exit 1; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI's own allocations (MPI_Init, its plugins) read as leaks to a
+# sanitizer build's LeakSanitizer: processes that initialise MPI run without
+# leak checks (ASan and UBSan stay on); the one-rank runs keep them.
+nolsan() { ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$@"; }
+mpi() { nolsan timeout 90 mpirun -np "$1" --oversubscribe "${@:2}"; }
+
+# PASS/FAIL lines of mpi_comm -> TAP; a crash or no output is a failure
+checks() { # label, command...
+    local label=$1; shift
+    "$@" > "$tmp/out" 2> "$tmp/err"
+    local rc=$? seen=0
+    while read -r verdict name; do
+        case $verdict in
+        PASS) ok "$label$name"; seen=1 ;;
+        FAIL) notok "$label$name"; seen=1 ;;
+        esac
+    done < "$tmp/out"
+    if [ $rc != 0 ] || [ $seen = 0 ]; then notok "${label}mpi_comm exited $rc: $(head -3 "$tmp/err" | tr '\n' ' ')"; fi
+}
+
+checks "" "$M" plain
+checks "" mpi 4 "$M" coll 2 2
+checks "dp 4 x cp 1: " mpi 4 "$M" coll 4 1
+checks "pieces of 2: " mpi 4 -x KILN_RT_COMM_CHUNK=2 "$M" coll 2 2
+mkdir "$tmp/ck"
+checks "" mpi 4 "$M" ckpt "$tmp/ck"
+
+# ---- the trainer on the tiny model (global batch 8) ----
+head -c 30000 /usr/share/common-licenses/GPL-3 > "$tmp/d.txt"
+tail -c 5000 /usr/share/common-licenses/GPL-2 > "$tmp/v.txt"
+D="--data $tmp/d.txt"
+losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
+vlosses() { grep val_loss "$1" | sed 's/.*"val_loss":\([^,]*\),.*/\1/'; }
+# max relative difference of two columns of numbers, equal length
+maxrel() { paste <($1) <($2) | awk 'NF != 2 {bad = 1} {d = $1 - $2; if (d < 0) d = -d; s = $2 < 0 ? -$2 : $2; if (s > 0 && d / s > m) m = d / s; k++}
+    END {if (bad || k == 0) print 1; else printf "%g\n", m}'; }
+close() { awk -v x="$1" 'BEGIN {exit !(x <= 1e-5)}'; }
+
+"$M" train 1 8 -- $D --steps 30 --log "$tmp/l1" > /dev/null
+mpi 4 "$M" train 4 8 -- $D --steps 30 --log "$tmp/l4" > "$tmp/o4"
+r=$(maxrel "losses $tmp/l1" "losses $tmp/l4")
+check "4 ranks x 2 rows == 1 rank x 8 rows over 30 steps (max rel diff $r)" "[ \$(wc -l < $tmp/l4) = 30 ] && close $r"
+check "only rank 0 prints and logs" "[ \$(grep -c '^training' $tmp/o4) = 1 ] && [ \$(grep -c '^step   30/30' $tmp/o4) = 1 ]"
+want=$((2 * 3 * 65 * 4 + 2 * 3 * 4 / 4)) # allgather + reducescatter of 65 floats over 4 ranks, allreduce of 1
+check "the log's comm_bytes per step = $want (the ring formula)" "[ \$(grep -c '\"comm_bytes\":$want,' $tmp/l4) = 30 ]"
+
+mpi 4 "$M" train 4 8 -- $D --steps 15 --ckpt "$tmp/rck" > /dev/null
+mpi 2 "$M" train 2 8 -- $D --steps 30 --resume "$tmp/rck" --log "$tmp/r2" > "$tmp/o2"
+r=$(maxrel "eval tail -15 $tmp/l4 | sed 's/.*\"loss\":\([^,]*\),.*/\1/'" "losses $tmp/r2")
+check "resume at dp 2 from a dp 4 checkpoint: the same next 15 losses (max rel diff $r)" \
+    "grep -q 'resumed from .*step_00000015' $tmp/o2 && [ \$(wc -l < $tmp/r2) = 15 ] && close $r"
+"$M" train 1 8 -- $D --steps 30 --resume "$tmp/rck" --log "$tmp/r1" > /dev/null
+r=$(maxrel "eval tail -15 $tmp/l4 | sed 's/.*\"loss\":\([^,]*\),.*/\1/'" "losses $tmp/r1")
+check "resume on 1 rank from the dp 4 checkpoint (max rel diff $r)" "[ \$(wc -l < $tmp/r1) = 15 ] && close $r"
+
+V="--val $tmp/v.txt --val-every 10"
+"$M" train 1 8 -- $D --steps 30 $V --log "$tmp/v1" > /dev/null
+mpi 4 "$M" train 4 8 -- $D --steps 30 $V --log "$tmp/v4" --trace "$tmp/tr.json" > /dev/null
+r=$(maxrel "vlosses $tmp/v1" "vlosses $tmp/v4")
+check "--val on 4 ranks: the 1-rank validation losses (max rel diff $r), training losses unchanged" \
+    "[ \$(vlosses $tmp/v4 | wc -l) = 3 ] && close $r && cmp -s <(losses $tmp/v4) <(losses $tmp/l4)"
+check "--trace: one file per rank, pid = rank, the collectives on the comm stream" "python3 - <<EOF
+import json, sys
+for r, f in enumerate(['$tmp/tr.json'] + ['$tmp/tr.json.rank%d' % k for k in (1, 2, 3)]):
+    ev = [e for e in json.load(open(f))['traceEvents'] if e['ph'] == 'X']
+    comm = {e['name'] for e in ev if e['tid'] == 1}
+    assert {e['pid'] for e in ev} == {r} and comm == {'allgather params', 'allreduce loss', 'reducescatter grads'}, f
+EOF"
+
+# ---- bad launches ----
+msg="mini: compiled for 4 ranks (pp x dp x cp x tp = 1 x 4 x 1 x 1); launched with 2 processes (use mpirun -np 4)"
+mpi 2 "$M" train 4 8 -- $D > /dev/null 2> "$tmp/e"; rc=$?
+check "4-rank program under mpirun -np 2: exit 1, one line: $msg" "[ $rc = 1 ] && [ \$(grep -c 'compiled for' $tmp/e) = 1 ] && grep -qxF '$msg' $tmp/e"
+nolsan "$M" train 4 8 -- $D > /dev/null 2> "$tmp/e"; rc=$?
+check "4-rank program in a plain process: exit 1, one line: $(cat "$tmp/e")" \
+    "[ $rc = 1 ] && [ \$(wc -l < $tmp/e) = 1 ] && grep -q 'launched with 1 processes (use mpirun -np 4)' $tmp/e"
+mpi 4 "$M" train 4 8 -- --data "$tmp/missing.txt" > /dev/null 2> "$tmp/e"; rc=$?
+check "a missing --data on 4 ranks: exit 1, said once: $(grep '^--data' "$tmp/e")" "[ $rc = 1 ] && [ \$(grep -c 'missing.txt' $tmp/e) = 1 ]"
+start=$SECONDS
+mpi 4 "$M" die > /dev/null 2> "$tmp/e"; rc=$?
+check "rank 1 SIGKILLs itself in step 3: mpirun ends the job (rc=$rc) in $((SECONDS - start)) s, no hang" \
+    "[ $rc != 0 ] && [ $rc != 124 ] && [ $((SECONDS - start)) -lt 60 ] && ! grep -q survived $tmp/e"
