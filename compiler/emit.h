@@ -9,7 +9,9 @@
  *
  * Multi-rank programs: the table carries the module's mesh and the buckets
  * of the distributed optimizer (from the bucket attributes of state nodes);
- * collectives and shard become calls of the runtime's comm kernels.  A
+ * collectives and shard become calls of the runtime's comm kernels.  A param
+ * the step never reads has no storage (space = offset = -1 in the table):
+ * its values live in a bucket's state with prefix "".  A
  * module the back end cannot emit (an unknown op, an inconsistent bucket, a
  * collective the runtime has no kernel for) is an internal error naming it.
  */

@@ -56,7 +56,11 @@
  * runtime (rtk_*, "ranks and communication" in kiln_rt.h) launched on their
  * node's stream like any other; the group is passed as its RT_AXIS_* mask
  * and the runtime finds this rank's index in it.  The mesh is fixed at
- * compile time, so a group of one rank becomes a copy (emit_comm).
+ * compile time, so a group of one rank becomes a copy (emit_comm).  With
+ * the distributed optimizer a param's values may live only in the shard
+ * state "param.b<k>" of its bucket (prefix ""): memplan gives such a param,
+ * which the step never reads, no buffer, and its table entry says so with
+ * space = offset = -1 (check_param_storage keeps the two consistent).
  *
  * The module is verified (LLVMVerifyModule), optimized with "default<O3>"
  * for the host CPU (or a named one, for golden tests), then either JIT'd by
@@ -160,6 +164,7 @@ typedef struct {
     int ngroups;
     LLVMValueRef *reg; /* value id -> register in the loop being built */
     double flops;
+    const Node *user; /* the node whose launch or table entry is being built (for internal errors) */
 } Em;
 
 static LLVMValueRef I64(Em *e, int64_t v) { return LLVMConstInt(e->ti64, (unsigned long long)v, 1); }
@@ -917,15 +922,23 @@ static void emit_group(Em *e, Group *gr) {
 
 /* ---- the step function ---- */
 
-/* ICE unless value vid has a buffer from memplan. */
+/* ICE unless value vid has a buffer from memplan.  Values without one are
+ * those internal to a fused group (registers of its loop, never passed
+ * here) and params the step never reads (their values live in a bucket's
+ * "param.b<k>" shard, see collect_buckets): anything that reads or writes
+ * one of those through a pointer is a bug in an earlier pass. */
 static const Value *planned(Em *e, int vid) {
     const Value *v = &e->g->vals[vid];
     if (v->space < 0 || v->space >= RT_NSPACES || v->offset < 0) {
-        char w[160];
-        int def = v->def;
-        ICE("emit: %%%d (defined by %s at %s) has no planned buffer (space %d, offset %lld)", vid,
-            def >= 0 ? ir_ops[e->g->nodes[def].op].name : "?", def >= 0 ? where(&e->g->nodes[def], w, sizeof w) : "?",
-            v->space, (long long)v->offset);
+        char w[160], wu[160], def[300];
+        const Node *d = v->def >= 0 ? &e->g->nodes[v->def] : NULL;
+        int param = d && d->op == OP_param;
+        if (param) snprintf(def, sizeof def, "param \"%s\"", ir_attr_s(d, "name", ""));
+        else snprintf(def, sizeof def, "%s", d ? ir_ops[d->op].name : "?");
+        ICE("emit: %%%d (defined by %s at %s) has no planned buffer (space %d, offset %lld), but %s at %s uses it%s", vid, def,
+            d ? where(d, w, sizeof w) : "?", v->space, (long long)v->offset, e->user ? ir_ops[e->user->op].name : "?",
+            e->user ? where(e->user, wu, sizeof wu) : "?",
+            param ? " (a param without storage lives in a \"param.b<k>\" shard: the step may not read it)" : "");
     }
     return v;
 }
@@ -968,7 +981,7 @@ static void launch_lib(Em *e, const Node *n, const char *kname, const LLVMValueR
 }
 
 static void launch_memcpy(Em *e, const Node *n, int dst, int src) {
-    const Value *d = &e->g->vals[dst], *s = &e->g->vals[src];
+    const Value *d = planned(e, dst), *s = planned(e, src);
     if (d->space == s->space && d->offset == s->offset) return; /* already there */
     int64_t bytes = ir_numel(&s->t) * (int64_t)ir_dtype_size(s->t.dt);
     LLVMValueRef a[] = {P(e, dst, 0), P(e, src, 0), I64(e, bytes)};
@@ -1248,6 +1261,7 @@ static int state_value(Em *e, const Node *asg) {
 static void emit_node(Em *e, int idx) {
     const Node *n = &e->g->nodes[idx];
     char w[160];
+    e->user = n;
     if (e->group_of[idx] >= 0) {
         Group *gr = &e->groups[e->group_of[idx]];
         if (gr->nodes[0] != idx) return; /* launched at its first member */
@@ -1400,10 +1414,20 @@ static LLVMValueRef const_array(Em *e, LLVMTypeRef elem, LLVMValueRef *v, int n,
     return LLVMConstInBoundsGEP2(LLVMTypeOf(init), gv, zero, 2);
 }
 
-/* The rt_tensor of table node nd (param, state, input or output). */
+/* A param without storage: space and offset both -1 (memplan gives none to
+ * a param the step never reads; collect_buckets checks that a bucket with
+ * prefix "" holds its values). */
+static int storageless_param(const Em *e, const Node *nd) {
+    const Value *v = &e->g->vals[nd->out[0]];
+    return nd->op == OP_param && v->space == -1 && v->offset == -1;
+}
+
+/* The rt_tensor of table node nd (param, state, input or output).  A param
+ * without storage has space = offset = -1, the rest as usual. */
 static LLVMValueRef tensor_entry(Em *e, const Node *nd) {
     int vid = nd->op == OP_output ? nd->in[0] : nd->out[0];
-    const Value *v = planned(e, vid);
+    e->user = nd;
+    const Value *v = storageless_param(e, nd) ? &e->g->vals[vid] : planned(e, vid);
     LLVMValueRef dims[5];
     for (int d = 0; d < 5; d++) dims[d] = I64(e, d < v->t.rank ? v->t.dim[d] : 0);
     int param = nd->op == OP_param, bucket = nd->op == OP_state ? (int)ir_attr_i(nd, "bucket", -1) : -1;
@@ -1429,6 +1453,7 @@ static LLVMValueRef tensor_table(Em *e, const int *idx, int n, const char *sym) 
  * shard of it (see collect_buckets); this is one bucket, checked. */
 typedef struct {
     const Node *def;    /* the first state node naming it */
+    const Node *master; /* its state with prefix "" (the params' own values), or NULL */
     int mask;           /* RT_AXIS_* */
     int64_t n;          /* padded flat length */
     int nmembers;
@@ -1495,13 +1520,42 @@ static void bucket_layout(Em *e, Bucket *B, int k, const int *pidx, int np) {
     }
 }
 
+/* Params without storage against the buckets with prefix "" (the
+ * distributed optimizer's master weights, state "param.b<k>"): a param has
+ * no storage exactly when one such bucket holds it.  A storage-less param
+ * outside them would have its values nowhere; a stored one inside would
+ * exist twice (and be checkpointed twice under one name). */
+static void check_param_storage(Em *e, const Bucket *B, int nb, const int *pidx, int np) {
+    char w[160];
+    for (int k = 0; k < np; k++) {
+        const Node *pn = &e->g->nodes[pidx[k]];
+        const char *name = ir_attr_s(pn, "name", "");
+        int held = -1;
+        for (int b = 0; b < nb; b++)
+            for (int j = 0; B[b].master && j < B[b].nmembers; j++) {
+                if (B[b].param[j] != k) continue;
+                if (held >= 0)
+                    ICE("emit: %s: param %s is held by two buckets with prefix \"\" (%d and %d)", where(pn, w, sizeof w), name, held, b);
+                held = b;
+            }
+        const Value *v = &e->g->vals[pn->out[0]];
+        if (storageless_param(e, pn) && held < 0)
+            ICE("emit: %s: param %s has no storage (memplan: the step never reads it) but no bucket with prefix \"\" holds its values",
+                where(pn, w, sizeof w), name);
+        if (v->space >= 0 && held >= 0)
+            ICE("emit: %s: param %s has storage (space %d, offset %lld) but bucket %d's state %s (prefix \"\") holds its values too",
+                where(pn, w, sizeof w), name, v->space, (long long)v->offset, held, ir_attr_s(B[held].master, "name", ""));
+    }
+}
+
 /* The buckets, from the state nodes that carry them:
  *   state {name="opt.m.b0", bucket=0, group="dp", prefix="opt.m.",
  *          params="a,b", offsets=[0,16384], n=32768}
  * Every state of a bucket carries the same bucket, group, params, offsets
- * and n (its prefix is its own), and is this rank's shard of it: n/size
- * elements.  Indices are dense from 0.  Anything else is an internal error:
- * the optimizer pass wrote an inconsistent program.  Returns the count. */
+ * and n (its prefix is its own, "" for the params themselves: at most one
+ * such state per bucket), and is this rank's shard of it: n/size elements.
+ * Indices are dense from 0.  Anything else is an internal error: the
+ * optimizer pass wrote an inconsistent program.  Returns the count. */
 static int collect_buckets(Em *e, const int *sidx, int ns, const int *pidx, int np, Bucket **out) {
     const Graph *g = e->g;
     Bucket *B = xcalloc((size_t)ns, sizeof(Bucket));
@@ -1515,9 +1569,14 @@ static int collect_buckets(Em *e, const int *sidx, int ns, const int *pidx, int 
         const char *name = ir_attr_s(nd, "name", "");
         if (a->kind != AT_INT || a->i < 0 || a->i >= ns)
             ICE("emit: %s: state %s: bucket must be an index in [0, %d)", where(nd, w, sizeof w), name, ns);
-        if (!*ir_attr_s(nd, "prefix", "")) ICE("emit: %s: state %s of bucket %d has no prefix", where(nd, w, sizeof w), name, (int)a->i);
+        const char *prefix = ir_attr_s(nd, "prefix", NULL);
+        if (!prefix) ICE("emit: %s: state %s of bucket %d has no prefix", where(nd, w, sizeof w), name, (int)a->i);
         Bucket *b = &B[a->i];
         if (a->i + 1 > nb) nb = (int)a->i + 1;
+        if (!*prefix && b->master)
+            ICE("emit: %s: states %s and %s both hold bucket %d's params (prefix \"\")", where(nd, w, sizeof w),
+                ir_attr_s(b->master, "name", ""), name, (int)a->i);
+        if (!*prefix) b->master = nd;
         if (!b->def) {
             b->def = nd;
             continue;
@@ -1540,6 +1599,7 @@ static int collect_buckets(Em *e, const int *sidx, int ns, const int *pidx, int 
             ICE("emit: %s: state %s has %lld elements, its shard of bucket %d has %lld", where(nd, w, sizeof w),
                 ir_attr_s(nd, "name", ""), (long long)got, k, (long long)want);
     }
+    check_param_storage(e, B, nb, pidx, np);
     *out = B;
     return nb;
 }

@@ -1195,6 +1195,27 @@ static void init_normal(Interp *it, int r, const Value *v, Tensor *t, uint64_t s
     free(all);
 }
 
+/* A state holding a shard of params (prefix "": the distributed optimizer's
+ * master weights) starts as this rank's chunk of its flat bucket. */
+static void fill_param_shard(Interp *it, Rank *R, Slot *s) {
+    const Node *n = &R->g->nodes[s->node];
+    const char *prefix = ir_attr_s(n, "prefix", NULL);
+    if (n->op != OP_state || !prefix || *prefix) return;
+    int mask = ir_group_mask(ir_attr_s(n, "group", "")), idx;
+    if (mask <= 0) ICE("interp: state %s: bad group", s->name);
+    ir_group_members(it->m, R->id, mask, it->members, &idx);
+    int64_t base = idx * s->t.n, off;
+    char name[512];
+    memset(s->t.d, 0, sizeof(double) * (size_t)s->t.n);
+    for (int k = 0; ir_bucket_member(n, k, name, sizeof name, &off) == 0; k++) {
+        int j = find_slot(R->state, R->nstate, name);
+        if (j < 0) ICE("interp: state %s: no param %s", s->name, name);
+        const Tensor *p = &R->state[j].t;
+        for (int64_t e = 0; e < p->n; e++)
+            if (off + e >= base && off + e < base + s->t.n) s->t.d[off + e - base] = p->d[e];
+    }
+}
+
 void interp_init_state(Interp *it, uint64_t seed) {
     for (int r = 0; r < it->world; r++) {
         Rank *R = &it->ranks[r];
@@ -1213,6 +1234,7 @@ void interp_init_state(Interp *it, uint64_t seed) {
             }
             round_to(s->t.d, s->t.n, s->t.t.dt, it->f64);
         }
+        for (int i = 0; i < R->nstate; i++) fill_param_shard(it, R, &R->state[i]);
     }
 }
 

@@ -709,3 +709,18 @@ int ir_group_members(const Module *m, int r, int mask, int *members, int *index)
     }
     return cnt;
 }
+
+int ir_bucket_member(const Node *n, int k, char *name, size_t len, int64_t *offset) {
+    const char *p = ir_attr_s(n, "params", NULL);
+    const Attr *off = ir_attr(n, "offsets");
+    if (!p || !off || off->kind != AT_INTS || k < 0 || k >= off->n || len == 0) return -1;
+    for (int i = 0; i < k; i++)
+        if (!(p = strchr(p, ','))) return -1;
+        else p++;
+    size_t m = strcspn(p, ",");
+    if (m >= len) m = len - 1;
+    memcpy(name, p, m);
+    name[m] = 0;
+    *offset = off->v[k];
+    return 0;
+}

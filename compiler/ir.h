@@ -228,6 +228,12 @@ int ir_group_mask(const char *group);
  * sets *index to r's position in it. */
 int ir_group_members(const Module *m, int r, int mask, int *members, int *index);
 
+/* A bucketed state of the distributed optimizer (optimizer.c; attrs bucket,
+ * group, prefix, params="a,b,..", offsets=[..], n): member k's param name
+ * (into name) and element offset in the flat bucket; -1 if there is no
+ * member k. */
+int ir_bucket_member(const Node *n, int k, char *name, size_t len, int64_t *offset);
+
 /* ---- errors ---- */
 /* User error at a model location: prints "file:line: msg" and exits 1. */
 void error_at(Loc loc, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));

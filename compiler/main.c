@@ -347,6 +347,35 @@ static double rel_err(const Tensor *x, const Tensor *y) {
     return x->n == y->n ? worst : INFINITY;
 }
 
+/* Param `name` as rank r's group holds it: from the shards of the state with
+ * prefix "" that has it as a member (the distributed optimizer's master
+ * weights), else the param's own value.  Into out (numel values). */
+static void logical_param(Interp *it, Module *m, int r, const char *name, double *out, int64_t numel) {
+    Graph *g = step_graph(m);
+    char member[512];
+    int64_t off;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        const char *prefix = ir_attr_s(n, "prefix", NULL);
+        if (n->op != OP_state || !prefix || *prefix) continue;
+        for (int k = 0; ir_bucket_member(n, k, member, sizeof member, &off) == 0; k++) {
+            if (strcmp(member, name)) continue;
+            int mem[64], idx, size = ir_group_members(m, r, ir_group_mask(ir_attr_s(n, "group", "")), mem, &idx);
+            const char *sname = ir_attr_s(n, "name", "");
+            int64_t c = interp_state(it, mem[0], sname)->n;
+            for (int64_t e = 0; e < numel; e++) {
+                int64_t gidx = off + e;
+                if (gidx / c >= size) die("check: %s: member %s past its bucket", sname, name);
+                out[e] = interp_state(it, mem[gidx / c], sname)->d[gidx % c];
+            }
+            return;
+        }
+    }
+    const Tensor *t = interp_state(it, r, name);
+    if (!t || t->n != numel) die("check: no param %s", name);
+    memcpy(out, t->d, sizeof(double) * (size_t)numel);
+}
+
 static int check_parallel(Args *a) {
     Args ref = *a;
     ref.o.dp = 1, ref.o.micro_batches = 1;
@@ -392,9 +421,13 @@ static int check_parallel(Args *a) {
             for (int i = 0; i < gp->nnodes; i++) { /* updated params (assigns commit after the step) */
                 if (gp->nodes[i].op != OP_param) continue;
                 const char *name = ir_attr_s(&gp->nodes[i], "name", "");
-                const Tensor *x = interp_state(itp, r, name), *y = interp_state(it1, 0, name);
-                if (!x || !y) die("check: no param %s", name);
-                double e = rel_err(x, y);
+                const Tensor *y = interp_state(it1, 0, name);
+                if (!y) die("check: no param %s", name);
+                Tensor x = *y;
+                if (!(x.d = malloc(sizeof(double) * (size_t)y->n))) die("out of memory");
+                logical_param(itp, mp, r, name, x.d, y->n);
+                double e = rel_err(&x, y);
+                free(x.d);
                 worst = fmax(worst, e), checked++;
                 if (!(e <= tol)) printf("MISMATCH step %d rank %d param %-31s rel err %.3g (tolerance %.0e)\n", step + 1, r, name, e, tol), bad++;
             }

@@ -11,6 +11,10 @@
  *   opt     the state values (AdamW moments, the step counter);
  *   act     everything else, packed by liveness.
  *
+ * A param the step never reads has no buffer: with the distributed
+ * optimizer its values live in the shard state "param.b<k>" and the step
+ * reads the all-gathered copy.
+ *
  * Views share their input's buffer: `reshape` (row-major, same bytes) and
  * `loss` (identity) get their input's space and offset and extend its life.
  * Values internal to a fused group, and nodes without outputs, get none
@@ -104,11 +108,15 @@ void memlive_build(const Graph *g, MemLive *L) {
             if (d >= 0 && (kern[d] < 0 || first[i] != first[d])) outside[v] = 1;
         }
 
+    char *read = xcalloc((size_t)nv, 1);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) read[g->nodes[i].in[k]] = 1;
     for (int v = 0; v < nv; v++) L->root[v] = -1;
     for (int i = 0; i < n; i++) {
         const Node *nd = &g->nodes[i];
         for (int k = 0; k < nd->nout; k++) {
             int v = nd->out[k];
+            if (nd->op == OP_param && !read[v]) continue; /* lives in a shard state (--zero 1): no storage */
             if ((ir_ops[nd->op].flags & F_VIEW) && L->root[nd->in[0]] >= 0) {
                 L->root[v] = L->root[nd->in[0]];
                 continue;
@@ -131,7 +139,7 @@ void memlive_build(const Graph *g, MemLive *L) {
             L->end[r] = max_i(L->end[r], e);
         }
     }
-    free(kern), free(first), free(last), free(outside);
+    free(kern), free(first), free(last), free(outside), free(read);
 }
 
 void memlive_free(MemLive *L) {
@@ -224,7 +232,7 @@ static void plan_graph(Graph *g) {
     for (int v = 0; v < g->nvals; v++) g->vals[v].space = -1, g->vals[v].offset = -1;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *nd = &g->nodes[i];
-        if (nd->op == OP_param) put(g, nd->out[0], RT_SPACE_PARAMS, top);
+        if (nd->op == OP_param && L.root[nd->out[0]] >= 0) put(g, nd->out[0], RT_SPACE_PARAMS, top);
         if (nd->op == OP_state) put(g, nd->out[0], RT_SPACE_OPT, top);
     }
     place_grads(g, &L, top);
@@ -319,9 +327,10 @@ static void report_comm(const Module *m, const Graph *g, FILE *f) {
     int zero = shard_state > 0;
     fprintf(f, "data parallel: dp %d, %d micro-batch%s per step, %s\n", dp, mbs, mbs > 1 ? "es" : "",
             zero ? "distributed optimizer (--zero 1)" : "all-reduce (--zero 0)");
-    double per = zero ? 4 + 4 + 8.0 / dp : 4 + 4 + 8;
-    fprintf(f, "  bytes per parameter: %.2f (f32 params 4 + f32 gradients 4 + AdamW m,v %s)\n", per,
-            zero ? "8/dp" : "8");
+    double per = zero ? 4 + 4 + 12.0 / dp : 4 + 4 + 8;
+    fprintf(f, "  bytes per parameter: %.2f (%s)\n", per,
+            zero ? "gathered f32 params 4 (activations) + f32 gradients 4 + master weights, AdamW m, v 12/dp"
+                 : "f32 params 4 + f32 gradients 4 + AdamW m, v 8");
     fprintf(f, "  Megatron, bf16 params + f32 grads: %.2f (6 + 12/dp with its distributed optimizer; 18 without)\n",
             6 + 12.0 / dp);
     fprintf(f, "  %lld parameters\n", (long long)nparam);
@@ -352,9 +361,9 @@ void memplan_report(const Module *m, FILE *f) {
         char note[160];
         if (m->nstages == 1) fprintf(f, "memory per rank:\n");
         else fprintf(f, "memory per rank of pipeline stage %d:\n", s);
-        put_bytes(f, "params", p, NULL);
+        put_bytes(f, "params", p, ir_world(m) > 1 && !p ? "(--zero 1: params are gathered into the activation arena each step)" : NULL);
         put_bytes(f, "grads", gr, ir_world(m) > 1 ? "(dp > 1: gradients accumulate in the activation arena and are reduced in buckets)" : NULL);
-        put_bytes(f, "optimizer state", o, "(AdamW moments, step)");
+        put_bytes(f, "optimizer state", o, p || ir_world(m) == 1 ? "(AdamW moments, step)" : "(1/dp of the master weights and AdamW moments; step)");
         snprintf(note, sizeof note, "(arena peak; liveness lower bound %.2f MiB, %.3fx)", (double)lb / (1 << 20),
                  lb ? (double)a / (double)lb : 1.0);
         put_bytes(f, "activations", a, note);

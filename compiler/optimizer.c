@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "kiln.h"
+#include "memplan.h" /* sched_reorder */
 
 typedef struct {
     Module *m;
@@ -245,8 +246,10 @@ static void drop_grad_outputs(Graph *g) {
     g->nnodes = k;
 }
 
-/* A state holding this rank's shard of flat `fi` (bucket attrs: kiln_rt.h rt_bucket). */
-static int shard_state(Opt *b, const Flat *f, int fi, const char *prefix) {
+/* A state "<state_prefix>b<fi>" holding this rank's shard of flat `fi`
+ * (bucket attrs: kiln_rt.h rt_bucket); its logical tensors are
+ * "<prefix><param>" ("" for the params themselves). */
+static int shard_state(Opt *b, const Flat *f, int fi, const char *state_prefix, const char *prefix) {
     const Graph *g = b->bld.g;
     char name[64], *params;
     size_t len = 1;
@@ -259,7 +262,7 @@ static int shard_state(Opt *b, const Flat *f, int fi, const char *prefix) {
         if (k) strcat(params, ",");
         strcat(params, pn);
     }
-    snprintf(name, sizeof name, "%sb%d", prefix, fi);
+    snprintf(name, sizeof name, "%sb%d", state_prefix, fi);
     Attr at[7] = {ir_attr_str(b->m, "name", name), ir_attr_int(b->m, "bucket", fi), ir_attr_str(b->m, "group", "dp"),
                   ir_attr_str(b->m, "prefix", prefix), ir_attr_str(b->m, "params", params),
                   ir_attr_ints(b->m, "offsets", f->offset, f->nmembers), ir_attr_int(b->m, "n", f->n)};
@@ -271,13 +274,91 @@ static int shard_state(Opt *b, const Flat *f, int fi, const char *prefix) {
 }
 
 
-/* --zero 1: reduce-scatter each flat's gradients; AdamW on this rank's
- * shard (params sharded from the replicated copy, moments in sharded
- * states); all-gather the updated params. */
-static void update_sharded(Opt *b, const Options *o, Flat *f, int nf, int *gradv, int lr, int t, Loc gloc) {
+/* --zero 1, the start of the step: every rank keeps 1/dp of each flat's
+ * params (state "param.b<k>", the master weights; the param nodes keep their
+ * names and inits but no storage).  The flats are all-gathered on the comm
+ * stream in the order forward first needs them, and every use of a param
+ * reads its piece of the gathered flat, placed right before that first use
+ * (node order), so layer 0 computes while later layers' params are still
+ * being gathered; the schedule waits on each flat's gather event. */
+typedef struct {
+    int *slice, *reshape; /* per param node: the nodes of its view (-1) */
+    int *gather;          /* per flat: the state node and the allgather node */
+} Views;
+
+static void gather_params(Opt *b, Flat *f, int nf, int *ps, Views *vw, int nold) {
+    Graph *g = b->bld.g;
+    int *view = calloc((size_t)g->nnodes, sizeof(int));
+    if (!view) ICE("out of memory");
+    b->bld.phase = PH_FWD;
+    for (int i = 0; i < nf; i++) {
+        const Node *p0 = &g->nodes[f[i].param[0]];
+        b->bld.loc = p0->loc, b->bld.layer = p0->layer;
+        ps[i] = shard_state(b, &f[i], i, "param.", "");
+        vw->gather[2 * i] = g->vals[ps[i]].def;
+        int full = comm(b, OP_allgather, ps[i], 1);
+        vw->gather[2 * i + 1] = g->vals[full].def;
+        for (int k = 0; k < f[i].nmembers; k++) {
+            int pn = f[i].param[k];
+            b->bld.loc = g->nodes[pn].loc, b->bld.layer = g->nodes[pn].layer;
+            view[pn] = member_of(b, &f[i], k, full);
+            vw->reshape[pn] = g->vals[view[pn]].def;
+            vw->slice[pn] = g->vals[g->nodes[vw->reshape[pn]].in[0]].def;
+        }
+    }
+    b->bld.phase = PH_OPT;
+    for (int i = 0; i < nold; i++) /* every read of a param now reads its view */
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            int d = g->vals[g->nodes[i].in[k]].def;
+            if (d >= 0 && g->nodes[d].op == OP_param) g->nodes[i].in[k] = view[d];
+        }
+    free(view);
+}
+
+/* Node order with the gathers first (flats in order of first use) and each
+ * param's view right before its first reader; the optimizer's nodes after. */
+static void place_gathers(Graph *g, const Views *vw, int nf, int nold, const int *flat_of) {
+    int n = g->nnodes, k = 0;
+    int *order = malloc(sizeof(int) * (size_t)n), *first = malloc(sizeof(int) * (size_t)(nf ? nf : 1));
+    char *placed = calloc((size_t)n, 1);
+    if (!order || !first || !placed) ICE("out of memory");
+    for (int i = 0; i < nf; i++) first[i] = n;
+    for (int i = 0; i < nold; i++)
+        for (int j = 0; j < g->nodes[i].nin; j++) {
+            int d = g->vals[g->nodes[i].in[j]].def, fi;
+            if (d >= 0 && g->nodes[d].op == OP_reshape && (fi = flat_of[d]) >= 0 && i < first[fi]) first[fi] = i;
+        }
+    for (int done = 0; done < nf; done++) { /* flats by first use */
+        int best = -1;
+        for (int i = 0; i < nf; i++)
+            if (!placed[vw->gather[2 * i]] && (best < 0 || first[i] < first[best])) best = i;
+        order[k++] = vw->gather[2 * best], order[k++] = vw->gather[2 * best + 1];
+        placed[vw->gather[2 * best]] = placed[vw->gather[2 * best + 1]] = 1;
+    }
+    for (int i = 0; i < nold; i++) {
+        for (int j = 0; j < g->nodes[i].nin; j++) {
+            int d = g->vals[g->nodes[i].in[j]].def;
+            if (d < 0 || flat_of[d] < 0 || placed[d]) continue;
+            int sl = g->vals[g->nodes[d].in[0]].def;
+            order[k++] = sl, order[k++] = d;
+            placed[sl] = placed[d] = 1;
+        }
+        order[k++] = i;
+        placed[i] = 1;
+    }
+    for (int i = nold; i < n; i++)
+        if (!placed[i]) order[k++] = i, placed[i] = 1;
+    if (k != n) ICE("optimizer: placing the gathers lost nodes (%d of %d)", k, n);
+    sched_reorder(g, order);
+    free(order), free(first), free(placed);
+}
+
+/* --zero 1, the end of the step: reduce-scatter each flat's gradients (on
+ * the comm stream, as soon as backward completes the flat), the global norm
+ * from the shards, AdamW on this rank's shard of params and moments. */
+static void update_sharded(Opt *b, const Options *o, Flat *f, int nf, int *gradv, const int *ps, int lr, int t, Loc gloc) {
     int *gs = malloc(sizeof(int) * (size_t)(nf ? nf : 1)), acc = -1;
-    int *pval = calloc((size_t)b->bld.g->nnodes, sizeof(int));
-    if (!gs || !pval) ICE("out of memory");
+    if (!gs) ICE("out of memory");
     for (int i = 0; i < nf; i++) {
         at_flat(b, &f[i]);
         gs[i] = comm(b, OP_reducescatter, gather_flat(b, &f[i], gradv), 1);
@@ -290,27 +371,19 @@ static void update_sharded(Opt *b, const Options *o, Flat *f, int nf, int *gradv
     sink(b, OP_output, norm, "grad_norm");
     Attr mx = ir_attr_float(b->m, "max", o->grad_clip);
     int scale = ir_build1(&b->bld, OP_clipscale, norm, 1, &mx);
-    for (int i = 0; i < b->bld.g->nnodes; i++)
-        if (b->bld.g->nodes[i].op == OP_param) pval[i] = b->bld.g->nodes[i].out[0];
     for (int i = 0; i < nf; i++) {
         at_flat(b, &f[i]);
-        int ps = comm(b, OP_shard, gather_flat(b, &f[i], pval), 1);
-        int mv = shard_state(b, &f[i], i, "opt.m."), vv = shard_state(b, &f[i], i, "opt.v.");
-        int in[7] = {ps, gs[i], mv, vv, lr, scale, t};
+        int mv = shard_state(b, &f[i], i, "opt.m.", "opt.m."), vv = shard_state(b, &f[i], i, "opt.v.", "opt.v.");
+        int in[7] = {ps[i], gs[i], mv, vv, lr, scale, t};
         int n = ir_build(&b->bld, OP_adamw, 7, in, 4, adam_attrs(b, o, f[i].wd), NULL);
-        int out[3];
-        memcpy(out, b->bld.g->nodes[n].out, sizeof out);
-        b->bld.g->vals[out[0]].sh[1] = b->bld.g->vals[out[1]].sh[1] = b->bld.g->vals[out[2]].sh[1] = (AxisShard){SH_SPLIT, 0};
-        sink(b, OP_assign, out[1], ir_attr_s(&b->bld.g->nodes[b->bld.g->vals[mv].def], "name", "?"));
-        sink(b, OP_assign, out[2], ir_attr_s(&b->bld.g->nodes[b->bld.g->vals[vv].def], "name", "?"));
-        int full = comm(b, OP_allgather, out[0], 1);
-        for (int k = 0; k < f[i].nmembers; k++) {
-            const Node *p = &b->bld.g->nodes[f[i].param[k]];
-            sink(b, OP_assign, member_of(b, &f[i], k, full), ir_attr_s(p, "name", "?"));
+        const Graph *g = b->bld.g;
+        for (int k = 0; k < 3; k++) {
+            int v = g->nodes[n].out[k], src = g->vals[in[k == 0 ? 0 : k + 1]].def;
+            b->bld.g->vals[v].sh[1] = (AxisShard){SH_SPLIT, 0};
+            sink(b, OP_assign, v, ir_attr_s(&b->bld.g->nodes[src], "name", "?"));
         }
     }
     free(gs);
-    free(pval);
 }
 
 /* --zero 0: all-reduce each flat; every rank updates every param. */
@@ -360,8 +433,19 @@ void pass_optimizer(Module *m, const Options *o) {
     sink(&b, OP_output, lr, "lr");
 
     if (dp > 1 && o->zero) {
-        update_sharded(&b, o, flats, nf, gradv, lr, t, gloc);
-        free(gradv);
+        int nold = nfwd, *ps = malloc(sizeof(int) * (size_t)(nf ? nf : 1));
+        Views vw = {calloc((size_t)g->nnodes + 1, sizeof(int)), calloc((size_t)g->nnodes + 1, sizeof(int)),
+                    calloc((size_t)(2 * nf + 1), sizeof(int))};
+        if (!ps || !vw.slice || !vw.reshape || !vw.gather) ICE("out of memory");
+        gather_params(&b, flats, nf, ps, &vw, nold);
+        update_sharded(&b, o, flats, nf, gradv, ps, lr, t, gloc);
+        int *flat_of = malloc(sizeof(int) * (size_t)g->nnodes); /* per node: the flat a param view reshape belongs to */
+        if (!flat_of) ICE("out of memory");
+        for (int i = 0; i < g->nnodes; i++) flat_of[i] = -1;
+        for (int i = 0; i < nf; i++)
+            for (int k = 0; k < flats[i].nmembers; k++) flat_of[vw.reshape[flats[i].param[k]]] = i;
+        place_gathers(g, &vw, nf, nold, flat_of);
+        free(ps), free(vw.slice), free(vw.reshape), free(vw.gather), free(flat_of), free(gradv);
         return;
     }
     if (dp > 1) reduce_all(&b, flats, nf, gradv);

@@ -41,32 +41,30 @@ void sched_reorder(Graph *g, const int *order) {
 
 /* Nodes to issue as early as their inputs allow: collectives and the
  * optimizer's nodes that only feed collectives (a bucket's flatten and
- * concat), but nothing downstream of a collective's result, so a bucket's
- * reduce-scatter starts as soon as backward has produced its last gradient
- * while the compute stream goes on.  Fused groups stay where fuse put them. */
+ * concat), so a bucket's reduce-scatter starts as soon as backward has
+ * produced its last gradient while the compute stream goes on.  A node that
+ * reads a collective's result directly is never hoisted (on the compute
+ * stream it would wait for the collective at once), and fused groups stay
+ * where fuse put them. */
 static char *hoistable(const Graph *g) {
     int n = g->nnodes;
-    char *h = calloc((size_t)(n ? n : 1), 1), *after_comm = calloc((size_t)(g->nvals ? g->nvals : 1), 1);
+    char *h = calloc((size_t)(n ? n : 1), 1);
     int *users_ok = calloc((size_t)(g->nvals ? g->nvals : 1), sizeof(int));
-    if (!h || !after_comm || !users_ok) ICE("out of memory");
-    for (int i = 0; i < n; i++) { /* values computed from a collective's result */
-        const Node *nd = &g->nodes[i];
-        int tainted = (ir_ops[nd->op].flags & F_COMM) != 0;
-        for (int k = 0; k < nd->nin; k++) tainted |= after_comm[nd->in[k]];
-        for (int k = 0; k < nd->nout; k++) after_comm[nd->out[k]] = tainted;
-    }
+    if (!h || !users_ok) ICE("out of memory");
     for (int v = 0; v < g->nvals; v++) users_ok[v] = 1;
     for (int i = n - 1; i >= 0; i--) {
         const Node *nd = &g->nodes[i];
         unsigned f = ir_ops[nd->op].flags;
         int ok = nd->nout > 0 && fuse_group(nd) < 0 && !(f & (F_SINK | F_SYNC));
-        for (int k = 0; k < nd->nin && ok; k++) ok = !after_comm[nd->in[k]];
+        for (int k = 0; k < nd->nin && ok && !(f & F_COMM); k++) {
+            int d = g->vals[nd->in[k]].def;
+            ok = d < 0 || !(ir_ops[g->nodes[d].op].flags & F_COMM);
+        }
         int users = 1;
         for (int k = 0; k < nd->nout; k++) users &= users_ok[nd->out[k]];
         h[i] = ok && ((f & F_COMM) || (nd->phase == PH_OPT && users));
         for (int k = 0; k < nd->nin; k++) users_ok[nd->in[k]] &= h[i];
     }
-    free(after_comm);
     free(users_ok);
     return h;
 }

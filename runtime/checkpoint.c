@@ -31,6 +31,18 @@
  * identical).  Loading needs no communication: every rank reads the file
  * and cuts its own shard out of the logical tensors (padding zero), so a
  * checkpoint resumes under any dp and either zero mode.
+ *
+ * Params without storage (space -1; kiln_rt.h).  A program that all-gathers
+ * the params at the start of its step keeps them only as "param shards",
+ * states with prefix "" (param.b<k>).  Saving gathers such a shard like
+ * opt.m and hands its members to add_params, which writes every param in
+ * the params' order under the param's own file name (file_name: the
+ * "transformer." naming of a GPT-2-style program), and add_states skips the
+ * shard itself; the file is therefore byte for byte the one a program with
+ * stored params writes for the same weights and states in the same order.
+ * Loading binds every param by name whether it has storage or not; a param
+ * shard's members are those entries, and the shard is cut out of them like
+ * any other.  --init loads params only, which includes the param shards.
  */
 #include "fsutil.h"
 #include "checkpoint.h"
@@ -109,7 +121,7 @@ static size_t tensor_bytes(const rt_tensor *t) { return elem_bytes(t) * (size_t)
 
 /* ---- shards ---- */
 
-static int is_shard(const rt_tensor *t) { return t->prefix != NULL; }
+static int is_shard(const rt_tensor *t) { return rt_is_shard(t); }
 
 /* The logical tensor of member j of sharded state t: "<prefix><param>". */
 static void member_name(const rt_program *p, const rt_tensor *t, int j, char *buf, size_t len) {
@@ -157,7 +169,8 @@ static int gather(rt_ctx *ctx, int group, const void *mine, int64_t chunk, char 
 }
 
 /* Every rank, collectively: the data of every param and the whole buckets
- * of every sharded state. */
+ * of every sharded state; a param without storage points into its param
+ * shard's gathered bucket. */
 static int gather_all(rt_ctx *ctx, const rt_program *p, Gathered *g, char *err, int errlen) {
     g->param = calloc((size_t)p->nparams + 1, sizeof *g->param);
     g->state = calloc((size_t)p->nstates + 1, sizeof *g->state);
@@ -178,7 +191,10 @@ static int gather_all(rt_ctx *ctx, const rt_program *p, Gathered *g, char *err, 
         if (!is_shard(t)) continue;
         char what[600];
         snprintf(what, sizeof what, "checkpoint: gathering %s", t->name);
-        if (gather(ctx, p->buckets[t->bucket].group, rt_tensor_ptr(ctx, t), (int64_t)tensor_bytes(t), &g->state[i], what, err, errlen)) return -1;
+        const rt_bucket *k = &p->buckets[t->bucket];
+        if (gather(ctx, k->group, rt_tensor_ptr(ctx, t), (int64_t)tensor_bytes(t), &g->state[i], what, err, errlen)) return -1;
+        for (int j = 0; rt_is_param_shard(t) && j < k->nmembers; j++) /* the members' values: the gathered bucket */
+            g->param[k->param[j]] = g->state[i] + k->offset[j] * (int64_t)elem_bytes(t);
     }
     return 0;
 }
@@ -189,6 +205,8 @@ void ckpt_path(char *buf, int len, const char *dir, int64_t step) {
     snprintf(buf, (size_t)len, "%s/step_%08lld.safetensors", dir, (long long)step);
 }
 
+/* Every param, stored or not, in the params' order, so that the file is
+ * the same whether the params live in the params space or in param shards. */
 static void add_params(StWriter *w, const rt_program *p, int gpt2, const Gathered *g) {
     char name[512];
     for (int i = 0; i < p->nparams; i++) {
@@ -198,11 +216,13 @@ static void add_params(StWriter *w, const rt_program *p, int gpt2, const Gathere
     }
 }
 
-/* Unsharded states as they are; a sharded one as its logical tensors. */
+/* Unsharded states as they are; a sharded one as its logical tensors; a
+ * param shard not at all (add_params wrote its members). */
 static void add_states(StWriter *w, rt_ctx *ctx, const rt_program *p, int gpt2, const Gathered *g) {
     char logical[512], name[512];
     for (int i = 0; i < p->nstates; i++) {
         const rt_tensor *t = &p->states[i];
+        if (rt_is_param_shard(t)) continue;
         if (!is_shard(t)) {
             file_name(p, gpt2, t->name, name, sizeof name);
             st_add_view(w, name, st_dtype_of(t->dtype), t->dim, t->rank, rt_tensor_ptr(ctx, t));
@@ -393,10 +413,17 @@ static int bind_one(Binding *b, const char *name, int dtype, const int64_t *dim,
     return 0;
 }
 
+/* Every param, stored or not; then a param shard's members are its
+ * params' entries. */
 static int bind_params(Binding *b, char *err, int errlen) {
-    for (int i = 0; i < b->p->nparams; i++) {
-        const rt_tensor *t = &b->p->params[i];
+    const rt_program *p = b->p;
+    for (int i = 0; i < p->nparams; i++) {
+        const rt_tensor *t = &p->params[i];
         if (bind_one(b, t->name, st_dtype_of(t->dtype), t->dim, t->rank, &b->src[i], err, errlen)) return -1;
+    }
+    for (int i = 0; i < p->nstates; i++) {
+        const rt_bucket *k = rt_is_param_shard(&p->states[i]) ? &p->buckets[p->states[i].bucket] : NULL;
+        for (int j = 0; k && j < k->nmembers; j++) b->msrc[b->moff[i] + j] = b->src[k->param[j]];
     }
     return 0;
 }
@@ -407,6 +434,7 @@ static int bind_states(Binding *b, char *err, int errlen) {
     char logical[512];
     for (int i = 0; i < p->nstates; i++) {
         const rt_tensor *t = &p->states[i];
+        if (rt_is_param_shard(t)) continue; /* bound with the params */
         if (!is_shard(t)) {
             if (bind_one(b, t->name, st_dtype_of(t->dtype), t->dim, t->rank, &b->src[p->nparams + i], err, errlen)) return -1;
             continue;
@@ -452,8 +480,10 @@ static int check_complete(const Binding *b, int init, int with_extra, char *err,
     return 0;
 }
 
+/* Tensors with storage (a param without storage is filled by its shard). */
 static void copy_in(rt_ctx *ctx, const StFile *f, const rt_tensor *t, int n, const StEntry **src) {
-    for (int i = 0; i < n; i++) memcpy(rt_tensor_ptr(ctx, &t[i]), st_data(f, src[i]), tensor_bytes(&t[i]));
+    for (int i = 0; i < n; i++)
+        if (rt_is_stored(&t[i])) memcpy(rt_tensor_ptr(ctx, &t[i]), st_data(f, src[i]), tensor_bytes(&t[i]));
 }
 
 /* This rank's shard of t: elements [lo, lo+len) of the flat bucket, cut out
@@ -470,9 +500,11 @@ static void copy_shard(rt_ctx *ctx, const StFile *f, const rt_program *p, const 
     }
 }
 
-static void copy_states(rt_ctx *ctx, const Binding *b) {
+/* Every state; init (--init, params only): the param shards alone. */
+static void copy_states(rt_ctx *ctx, const Binding *b, int init) {
     for (int i = 0; i < b->p->nstates; i++) {
         const rt_tensor *t = &b->p->states[i];
+        if (init && !rt_is_param_shard(t)) continue;
         if (is_shard(t)) copy_shard(ctx, b->f, b->p, t, b->msrc + b->moff[i]);
         else copy_in(ctx, b->f, t, 1, b->src + b->p->nparams + i);
     }
@@ -490,8 +522,9 @@ static int member_slots(Binding *b) {
     return (b->msrc = calloc((size_t)total + 1, sizeof *b->msrc)) ? 0 : -1;
 }
 
-/* Load path into the program: params, states unless init, the trainer's
- * state when x != NULL. */
+/* Load path into the program: params (stored, and the param shards cut
+ * from them), the other states unless init, the trainer's state when
+ * x != NULL. */
 static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, CkptExtra *x, char *err, int errlen) {
     StFile f;
     if (st_open(&f, path, err, errlen) != 0) return -1;
@@ -505,7 +538,7 @@ static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, Ck
     if (check_complete(&b, init, x != NULL, err, errlen)) goto done;
     /* everything checked: now write the program's memory */
     copy_in(ctx, &f, p->params, p->nparams, b.src);
-    if (!init) copy_states(ctx, &b);
+    copy_states(ctx, &b, init);
     if (x) {
         memcpy(&x->step, st_data(&f, b.xt[0]), 8);
         memcpy(&x->rng, st_data(&f, b.xt[1]), 8);

@@ -25,7 +25,11 @@
  * the same tensors a one-rank program stores; loading cuts every rank's
  * shard out of them, so a checkpoint resumes under any dp or zero mode.
  * ckpt_save is then collective (every rank calls it; world rank 0 writes);
- * loading is not (every rank reads the file).
+ * loading is not (every rank reads the file).  A param without storage
+ * (space -1) whose values live in a param shard (prefix "", param.b<k>) is
+ * saved and loaded as the param itself, under its own name: the file does
+ * not say where the program keeps its params, so it moves between dp
+ * values, zero modes and layouts both ways; --init fills the param shards.
  *
  * Test hook: with the environment variable KILN_CKPT_CRASH_AFTER_BYTES=N,
  * ckpt_save kills its own process (SIGKILL) after writing N bytes of the

@@ -44,7 +44,14 @@
  * Ranks (comm_mpi.c).  rt_new first sets up the context's ranks and
  * communicators (rt_comm_new: MPI only when the mesh has more than one rank
  * or the process runs under mpirun), then checks the program's buckets
- * against the mesh.  A trace is per rank: rank 0 writes the path it was
+ * against the mesh.  Params without storage (space -1: --zero 1 programs
+ * whose step all-gathers the params at its start) live only as this rank's
+ * "param shard" of their bucket (a state with prefix ""); rt_init_params
+ * draws each member's part of the shard from the member's own stream at
+ * the member's element offsets, so the shard equals the chunk of what a
+ * stored param would hold, bit for bit (rng.h: the stream has random
+ * access), and check_buckets insists that every storage-less param has
+ * exactly one such home.  A trace is per rank: rank 0 writes the path it was
  * given, rank r > 0 writes PATH.rank<r>, and the JSON's pid is the rank, so
  * the files of one run can be concatenated into one timeline.
  *
@@ -433,10 +440,19 @@ int rt_step(rt_ctx *c, char *err, int errlen) {
 
 static const char *space_name[RT_NSPACES] = {"params", "grads", "opt", "act"};
 
+/* Every tensor inside its space; a param may instead have no storage
+ * (space -1, offset -1: its values live in a param shard, check_buckets). */
 static int check_tensors(const rt_program *p, const rt_tensor *t, int n, const char *what) {
+    int params = t == p->params;
     for (int i = 0; i < n; i++) {
-        int sp = t[i].space, ok = t[i].rank >= 0 && t[i].rank <= 5 && sp >= 0 && sp < RT_NSPACES && t[i].offset >= 0;
+        int sp = t[i].space, ok = t[i].rank >= 0 && t[i].rank <= 5;
         for (int d = 0; ok && d < t[i].rank; d++) ok = t[i].dim[d] >= 0;
+        if (ok && params && sp == -1) {
+            if (t[i].offset == -1) continue;
+            fprintf(stderr, "kiln runtime: param %s has no storage (space -1) but offset %lld, not -1\n", t[i].name, (long long)t[i].offset);
+            return 0;
+        }
+        ok = ok && sp >= 0 && sp < RT_NSPACES && t[i].offset >= 0;
         if (!ok || t[i].offset + tensor_bytes(&t[i]) > p->space_bytes[sp]) {
             fprintf(stderr, "kiln runtime: %s %s lies outside its memory space\n", what, t[i].name);
             return 0;
@@ -462,6 +478,38 @@ static int check_program(const rt_program *p) {
         }
     return check_tensors(p, p->params, p->nparams, "param") && check_tensors(p, p->states, p->nstates, "state") &&
            check_tensors(p, p->inputs, p->ninputs, "input") && check_tensors(p, p->outputs, p->noutputs, "output");
+}
+
+/* The param shards (prefix ""): at most one per bucket, its members of its
+ * dtype and without storage of their own; and every param without storage
+ * is a member of exactly one bucket that has a param shard (its values
+ * must live somewhere, once).  Buckets are already checked. */
+static int check_param_shards(const rt_program *p) {
+    const char *model = p->model ? p->model : "program";
+    int *home = xrealloc(NULL, sizeof(int) * ((size_t)p->nparams + 1)), ok = 1; /* per param: its param shard's state, or -1 */
+    for (int i = 0; i < p->nparams; i++) home[i] = -1;
+    for (int s = 0; ok && s < p->nstates; s++) {
+        const rt_tensor *t = &p->states[s];
+        if (!rt_is_param_shard(t)) continue;
+        const rt_bucket *k = &p->buckets[t->bucket];
+        for (int j = 0; ok && j < k->nmembers; j++) {
+            const rt_tensor *m = &p->params[k->param[j]];
+            const char *why = home[k->param[j]] >= 0 ? "is in two param shards"
+                              : rt_is_stored(m)        ? "has storage of its own (space >= 0)"
+                              : m->dtype != t->dtype   ? "has another dtype than the shard"
+                                                       : NULL;
+            if (why) fprintf(stderr, "kiln runtime: %s: param shard %s: member %s %s\n", model, t->name, m->name, why);
+            ok = !why;
+            home[k->param[j]] = s;
+        }
+    }
+    for (int i = 0; ok && i < p->nparams; i++)
+        if (!rt_is_stored(&p->params[i]) && home[i] < 0) {
+            fprintf(stderr, "kiln runtime: %s: param %s has no storage and is in no param shard (state with prefix \"\")\n", model, p->params[i].name);
+            ok = 0;
+        }
+    free(home);
+    return ok;
 }
 
 /* The distributed optimizer's buckets against the mesh and the params, and
@@ -491,7 +539,7 @@ static int check_buckets(const rt_program *p) {
     }
     for (int s = 0; s < p->nstates; s++) {
         const rt_tensor *t = &p->states[s];
-        if (!t->prefix) continue;
+        if (!rt_is_shard(t)) continue;
         if (t->bucket < 0 || t->bucket >= p->nbuckets) {
             fprintf(stderr, "kiln runtime: %s: state %s: bucket %d out of range (program has %d)\n", model, t->name, t->bucket, p->nbuckets);
             return 0;
@@ -503,7 +551,7 @@ static int check_buckets(const rt_program *p) {
             return 0;
         }
     }
-    return 1;
+    return check_param_shards(p);
 }
 
 /* Zeroed, page-aligned memory for each space (huge pages where the kernel
@@ -697,18 +745,22 @@ void rt_free(rt_ctx *c) {
 
 char *rt_space(rt_ctx *c, int space) { return space >= 0 && space < RT_NSPACES ? c->space[space] : NULL; }
 
-void *rt_tensor_ptr(rt_ctx *c, const rt_tensor *t) { return c->space[t->space] + t->offset; }
+/* NULL for a param without storage (space -1). */
+void *rt_tensor_ptr(rt_ctx *c, const rt_tensor *t) {
+    return t->space >= 0 && t->space < RT_NSPACES ? c->space[t->space] + t->offset : NULL;
+}
 
 void rt_normal_fill(float *dst, int64_t n, const char *name, uint64_t seed, double std) {
     rng_normal_f32(dst, 0, n, rng_stream(name, seed), std);
 }
 
-/* A "normal" init in blocks on the pool: the stream has random access. */
+/* A "normal" init in blocks on the pool: the stream has random access, so
+ * values first .. first+n of a param's stream can be drawn alone (a shard). */
 enum { NORMAL_BLOCK = 1 << 16 };
 
 typedef struct {
     float *dst;
-    int64_t n;
+    int64_t first, n;
     uint64_t stream;
     double std;
 } NormalJob;
@@ -716,15 +768,16 @@ typedef struct {
 static void normal_blocks(void *data, int64_t b0, int64_t b1) {
     const NormalJob *j = data;
     int64_t i0 = b0 * NORMAL_BLOCK, i1 = b1 * NORMAL_BLOCK < j->n ? b1 * NORMAL_BLOCK : j->n;
-    rng_normal_f32(j->dst + i0, i0, i1 - i0, j->stream, j->std);
+    rng_normal_f32(j->dst + i0, j->first + i0, i1 - i0, j->stream, j->std);
 }
 
-static void init_param(rt_ctx *c, const rt_tensor *t, uint64_t seed) {
+/* Elements first .. first+n of param t's init (row-major) into dst: the
+ * same values wherever they land, so a shard holds exactly its chunk of
+ * the stored param's init. */
+static void init_range(rt_ctx *c, const rt_tensor *t, void *dst, int64_t first, int64_t n, uint64_t seed) {
     const char *init = t->init ? t->init : "normal";
-    int64_t n = tensor_numel(t);
-    void *d = rt_tensor_ptr(c, t);
     if (strcmp(init, "zeros") == 0) {
-        memset(d, 0, (size_t)tensor_bytes(t));
+        memset(dst, 0, (size_t)(n * dtype_size(t->dtype)));
         return;
     }
     if (t->dtype != RT_F32) {
@@ -732,9 +785,9 @@ static void init_param(rt_ctx *c, const rt_tensor *t, uint64_t seed) {
         exit(1);
     }
     if (strcmp(init, "ones") == 0) {
-        for (int64_t i = 0; i < n; i++) ((float *)d)[i] = 1.0f;
+        for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = 1.0f;
     } else if (strcmp(init, "normal") == 0) {
-        NormalJob j = {d, n, rng_stream(t->name, seed), t->std};
+        NormalJob j = {dst, first, n, rng_stream(t->name, seed), t->std};
         rt_parallel_for(c, (n + NORMAL_BLOCK - 1) / NORMAL_BLOCK, normal_blocks, &j);
     } else {
         fprintf(stderr, "kiln runtime: param %s: unknown init \"%s\"\n", t->name, init);
@@ -742,7 +795,28 @@ static void init_param(rt_ctx *c, const rt_tensor *t, uint64_t seed) {
     }
 }
 
+/* A param shard: this rank's elements [lo, lo+len) of the flat bucket, each
+ * member's part from its init, padding zero. */
+static void init_param_shard(rt_ctx *c, const rt_tensor *t, uint64_t seed) {
+    const rt_bucket *k = &c->p->buckets[t->bucket];
+    int64_t len = k->n / rt_group_size(c, k->group), lo = rt_group_rank(c, k->group) * len, es = dtype_size(t->dtype);
+    char *dst = rt_tensor_ptr(c, t);
+    memset(dst, 0, (size_t)(len * es));
+    for (int j = 0; j < k->nmembers; j++) {
+        const rt_tensor *m = &c->p->params[k->param[j]];
+        int64_t o = k->offset[j], n = tensor_numel(m);
+        int64_t a = lo > o ? lo : o, e = lo + len < o + n ? lo + len : o + n;
+        if (a < e) init_range(c, m, dst + (a - lo) * es, a - o, e - a, seed);
+    }
+}
+
 void rt_init_params(rt_ctx *c, uint64_t seed) {
-    for (int i = 0; i < c->p->nparams; i++) init_param(c, &c->p->params[i], seed);
-    for (int i = 0; i < c->p->nstates; i++) memset(rt_tensor_ptr(c, &c->p->states[i]), 0, (size_t)tensor_bytes(&c->p->states[i]));
+    const rt_program *p = c->p;
+    for (int i = 0; i < p->nparams; i++)
+        if (rt_is_stored(&p->params[i])) init_range(c, &p->params[i], rt_tensor_ptr(c, &p->params[i]), 0, tensor_numel(&p->params[i]), seed);
+    for (int i = 0; i < p->nstates; i++) {
+        const rt_tensor *t = &p->states[i];
+        if (rt_is_param_shard(t)) init_param_shard(c, t, seed);
+        else memset(rt_tensor_ptr(c, t), 0, (size_t)tensor_bytes(t));
+    }
 }

@@ -65,7 +65,14 @@ typedef struct {
     /* States only: bucket >= 0 marks this rank's shard of a flat bucket
      * (rt_bucket) of optimizer state; the logical tensors it holds are
      * "<prefix><param name>" for the bucket's members (prefix "opt.m." or
-     * "opt.v."), which is what checkpoints store.  -1 / NULL otherwise. */
+     * "opt.v."), which is what checkpoints store.  -1 / NULL otherwise.
+     * Prefix "" (state "param.b<k>"): the shard holds the params
+     * themselves (the distributed optimizer's master weights; the step
+     * all-gathers them at its start).  Those params have no storage of
+     * their own: space = -1 and offset = -1 in params[]; rt_init_params
+     * fills the shard from their init (normal: the same full-tensor draw as
+     * a stored param, this rank's chunk), and checkpoints store them under
+     * the param's own (checkpoint) name, exactly as a stored param. */
     int bucket;
     const char *prefix;
 } rt_tensor;

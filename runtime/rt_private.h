@@ -24,4 +24,13 @@ int rt_mesh_group_size(const rt_program *p, int mask);
 int rt_host_agree(rt_ctx *ctx, int rc, char *err, int errlen);
 /* "dp+cp" for RT_AXIS_DP|RT_AXIS_CP. */
 const char *rt_group_name(int mask, char *buf, int len);
+
+/* The distributed optimizer's sharded states (kiln_rt.h, rt_tensor.bucket):
+ * a shard of a flat bucket (prefix set), and among those the shards that
+ * hold the params themselves (prefix "", state "param.b<k>"), whose
+ * members have no storage of their own. */
+static inline int rt_is_shard(const rt_tensor *t) { return t->prefix != NULL; }
+static inline int rt_is_param_shard(const rt_tensor *t) { return t->prefix && !t->prefix[0]; }
+/* A param without storage (space -1): its values live in a param shard. */
+static inline int rt_is_stored(const rt_tensor *t) { return t->space >= 0; }
 #endif

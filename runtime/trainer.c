@@ -20,7 +20,9 @@
  * forward pass on the weights as they were before the update, so the
  * validation loss is measured by saving the parameter, gradient and
  * optimizer spaces, running the step on validation windows, reading "loss",
- * and restoring the three spaces byte for byte: the model and the optimizer
+ * and restoring the three spaces byte for byte (params kept only in param
+ * shards, kiln_rt.h, live in the optimizer space, so they are restored
+ * too): the model and the optimizer
  * (step count, moments, learning-rate schedule) are exactly as if the
  * validation had not run (tests/t_data.sh checks the training losses are
  * bit-identical with and without --val).  It costs a full step per

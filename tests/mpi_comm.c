@@ -13,10 +13,17 @@
  *                            the logical tensors of a --zero 0 program, byte
  *                            for byte; loading it at dp 2 (and over dp+cp)
  *                            gives every rank its shard
+ *   mpi_comm pckpt DP DIR    (mpirun -np DP, or plain for 1) params without
+ *                            storage in a param shard (prefix ""): its init
+ *                            is the chunk of the stored params' init; its
+ *                            checkpoint is the stored-params program's file
+ *                            byte for byte; it loads the files of earlier
+ *                            runs at other dp in DIR, --init both ways
  *   mpi_comm die             (mpirun -np 4) rank 1 SIGKILLs itself in step 3
  *   mpi_comm train DP GB -- TRAINER FLAGS
  *                            rt_train_main on a tiny model with a global
  *                            batch of GB rows over DP data-parallel ranks
+ *   mpi_comm train-ps DP GB -- ...  the same with the params in a param shard
  *
  * The checks compare with values computed here from the rank ids alone
  * (small integers, exact in f32).  Each check prints "PASS name" or
@@ -398,10 +405,10 @@ static void ck_fill_full(rt_ctx *ctx, const CkProg *c) {
     *(float *)rt_tensor_ptr(ctx, &c->states[4]) = 42;
 }
 
-static int ck_save(rt_ctx *ctx, const CkProg *c, const char *dir) {
+static int ck_save(rt_ctx *ctx, const rt_program *p, const char *dir) {
     char err[1024];
     CkptExtra x = {.step = 7, .rng = 99, .data_pos = 0};
-    if (ckpt_save(ctx, &c->p, dir, &x, 0, err, sizeof err)) {
+    if (ckpt_save(ctx, p, dir, &x, 0, err, sizeof err)) {
         fprintf(stderr, "rank %d: ckpt_save: %s\n", rt_world_rank(ctx), err);
         return 0;
     }
@@ -484,13 +491,13 @@ static int run_ckpt(const char *dir) {
 
     rt_ctx *ctx = new_ctx(&c4.p);
     ck_fill_sharded(ctx, &c4);
-    check(ck_save(ctx, &c4, d1), "dp 4: ckpt_save with sharded states succeeds on every rank");
+    check(ck_save(ctx, &c4.p, d1), "dp 4: ckpt_save with sharded states succeeds on every rank");
     check(rt_world_rank(ctx) != 0 || ck_file_logical(f1), "dp 4: the file holds the logical tensors (params gathered, no padding)");
     rt_free(ctx);
 
     ctx = new_ctx(&c0.p);
     ck_fill_full(ctx, &c0);
-    check(ck_save(ctx, &c0, d0), "--zero 0: ckpt_save");
+    check(ck_save(ctx, &c0.p, d0), "--zero 0: ckpt_save");
     check(rt_world_rank(ctx) != 0 || same_tensors(f0, f1), "the sharded checkpoint == the --zero 0 program's, tensor for tensor");
     memset(rt_space(ctx, RT_SPACE_OPT), 0, 64 * 4);
     CkptExtra x;
@@ -513,6 +520,272 @@ static int run_ckpt(const char *dir) {
     return failed != 0;
 }
 
+/* ---- pckpt: params without storage, in a param shard ----
+ *
+ * The --zero 1 layout whose step all-gathers the params at its start: the
+ * params have no storage (space -1) and live in the param shard
+ * "param.b0" (prefix "").  S is that program on dp W; R the same model with
+ * its params stored and full states (--zero 0).  Three GPT-2-named params
+ * (so the files use the "transformer." names), one per init, in a bucket
+ * of 28 in another order than the params' (P2 at 0, P1 at 3, P0 at 10,
+ * padding 25..27), so that shards cut through members. */
+
+enum { PN0 = 15, PN1 = 7, PN2 = 3, PBUCKET = 28 };
+static const int pk_members[3] = {2, 1, 0};
+static const int64_t pk_offsets[3] = {0, PN2, PN2 + PN1};
+static const int64_t pk_numel[3] = {PN0, PN1, PN2};
+static const char *pk_names[3] = {"wte.weight", "h.0.ln_1.weight", "h.0.ln_1.bias"};
+
+typedef struct {
+    rt_program p;
+    rt_bucket bucket;
+    rt_tensor params[3], states[7];
+    int64_t len; /* S: the shard length */
+    int sharded;
+} PkProg;
+
+/* S (sharded = 1): states opt.m.b0, param.b0, opt.v.b0, opt.step (the
+ * param shard between the moments: the save must skip it, not stop).  R:
+ * params stored in their order; opt.m.<p>, opt.v.<p> in the bucket's member
+ * order (the order S's file lists them) and opt.step. */
+static void pk_program(PkProg *c, int dp, int sharded) {
+    memset(c, 0, sizeof *c);
+    c->sharded = sharded;
+    c->len = PBUCKET / dp;
+    static const int64_t dims[3][2] = {{3, 5}, {PN1, 0}, {PN2, 0}};
+    static const char *inits[3] = {"normal", "ones", "zeros"};
+    int64_t off = 0;
+    for (int k = 0; k < 3; k++) {
+        c->params[k] = (rt_tensor){.name = pk_names[k], .space = sharded ? -1 : RT_SPACE_PARAMS, .offset = sharded ? -1 : off * 4,
+                                   .dtype = RT_F32, .rank = k ? 1 : 2, .dim = {dims[k][0], dims[k][1]}, .init = inits[k], .std = 0.5,
+                                   .bucket = -1};
+        off += pk_numel[k];
+    }
+    if (sharded) {
+        static const char *names[3] = {"opt.m.b0", "param.b0", "opt.v.b0"}, *prefixes[3] = {"opt.m.", "", "opt.v."};
+        for (int k = 0; k < 3; k++)
+            c->states[k] = (rt_tensor){.name = names[k], .space = RT_SPACE_OPT, .offset = k * c->len * 4, .dtype = RT_F32, .rank = 1,
+                                       .dim = {c->len}, .bucket = 0, .prefix = prefixes[k]};
+        c->states[3] = (rt_tensor){.name = "opt.step", .space = RT_SPACE_OPT, .offset = 3 * c->len * 4, .dtype = RT_F32, .rank = 1, .dim = {1}, .bucket = -1};
+        c->p.nstates = 4;
+        c->bucket = (rt_bucket){.group = RT_AXIS_DP, .n = PBUCKET, .nmembers = 3, .param = pk_members, .offset = pk_offsets};
+        c->p.nbuckets = 1;
+        c->p.buckets = &c->bucket;
+    } else {
+        static char names[6][64];
+        int64_t so = 0;
+        for (int k = 0; k < 6; k++) {
+            const rt_tensor *pt = &c->params[pk_members[k % 3]];
+            snprintf(names[k], sizeof names[k], "%s%s", k < 3 ? "opt.m." : "opt.v.", pt->name);
+            c->states[k] = (rt_tensor){.name = names[k], .space = RT_SPACE_OPT, .offset = so * 4, .dtype = RT_F32, .rank = pt->rank,
+                                       .dim = {pt->dim[0], pt->dim[1]}, .bucket = -1};
+            so += pk_numel[pk_members[k % 3]];
+        }
+        c->states[6] = (rt_tensor){.name = "opt.step", .space = RT_SPACE_OPT, .offset = so * 4, .dtype = RT_F32, .rank = 1, .dim = {1}, .bucket = -1};
+        c->p.nstates = 7;
+    }
+    c->p.abi_version = RT_ABI_VERSION;
+    c->p.model = "pshard";
+    c->p.space_bytes[RT_SPACE_PARAMS] = sharded ? 0 : off * 4;
+    c->p.space_bytes[RT_SPACE_OPT] = (3 * PBUCKET + 1) * 4; /* S at dp 1: three shards of the whole bucket */
+    c->p.nparams = 3;
+    c->p.params = c->params;
+    c->p.states = c->states;
+    c->p.nstreams = 1;
+    c->p.step = step_nothing;
+    c->p.mesh[1] = dp;
+}
+
+/* The logical values of the trained model: params and moments (w 0 m, 1 v). */
+static float pk_param(int p, int64_t e) { return (float)(100 * p + e) + 0.25f; }
+static float pk_moment(int w, int p, int64_t e) { return (w ? -1.0f : 1.0f) * (float)(1000 * (p + 1) + e); }
+
+/* Element e of the flat bucket: its param (element in *el), or -1: padding. */
+static int pk_elem(int64_t e, int64_t *el) {
+    for (int j = 0; j < 3; j++)
+        if (e >= pk_offsets[j] && e < pk_offsets[j] + pk_numel[pk_members[j]]) return *el = e - pk_offsets[j], pk_members[j];
+    return -1;
+}
+
+/* S's shard of state w (0 opt.m, 1 param, 2 opt.v), at this rank. */
+static float *pk_shard(rt_ctx *ctx, const PkProg *c, int w) { return rt_tensor_ptr(ctx, &c->states[w]); }
+static int64_t pk_lo(rt_ctx *ctx, const PkProg *c) { return rt_group_rank(ctx, RT_AXIS_DP) * c->len; }
+
+/* The trained values: S as shards (padding 777: it must not reach the file), R whole. */
+static void pk_fill(rt_ctx *ctx, const PkProg *c) {
+    if (c->sharded) {
+        for (int64_t k = 0, el; k < c->len; k++) {
+            int p = pk_elem(pk_lo(ctx, c) + k, &el);
+            pk_shard(ctx, c, 0)[k] = p < 0 ? 777.0f : pk_moment(0, p, el);
+            pk_shard(ctx, c, 1)[k] = p < 0 ? 777.0f : pk_param(p, el);
+            pk_shard(ctx, c, 2)[k] = p < 0 ? 777.0f : pk_moment(1, p, el);
+        }
+        *(float *)rt_tensor_ptr(ctx, &c->states[3]) = 42;
+        return;
+    }
+    for (int p = 0; p < 3; p++)
+        for (int64_t e = 0; e < pk_numel[p]; e++) ((float *)rt_tensor_ptr(ctx, &c->params[p]))[e] = pk_param(p, e);
+    for (int k = 0; k < 6; k++)
+        for (int64_t e = 0; e < pk_numel[pk_members[k % 3]]; e++) ((float *)rt_tensor_ptr(ctx, &c->states[k]))[e] = pk_moment(k / 3, pk_members[k % 3], e);
+    *(float *)rt_tensor_ptr(ctx, &c->states[6]) = 42;
+}
+
+/* After a load: the trained values (S: this rank's shards, padding 0);
+ * params only: the states still hold the 0x55 bytes pk_poison wrote. */
+static int pk_loaded(rt_ctx *ctx, const PkProg *c, int params_only) {
+    int ok = 1;
+    float poison;
+    memset(&poison, 0x55, 4);
+    if (c->sharded) {
+        for (int64_t k = 0, el; k < c->len; k++) {
+            int p = pk_elem(pk_lo(ctx, c) + k, &el);
+            ok &= pk_shard(ctx, c, 1)[k] == (p < 0 ? 0.0f : pk_param(p, el));
+            for (int w = 0; w < 2; w++) ok &= pk_shard(ctx, c, 2 * w)[k] == (params_only ? poison : p < 0 ? 0.0f : pk_moment(w, p, el));
+        }
+        return ok && *(float *)rt_tensor_ptr(ctx, &c->states[3]) == (params_only ? poison : 42);
+    }
+    for (int p = 0; p < 3; p++)
+        for (int64_t e = 0; e < pk_numel[p]; e++) ok &= ((float *)rt_tensor_ptr(ctx, &c->params[p]))[e] == pk_param(p, e);
+    for (int k = 0; k < 6; k++)
+        for (int64_t e = 0; e < pk_numel[pk_members[k % 3]]; e++)
+            ok &= ((float *)rt_tensor_ptr(ctx, &c->states[k]))[e] == (params_only ? poison : pk_moment(k / 3, pk_members[k % 3], e));
+    return ok && *(float *)rt_tensor_ptr(ctx, &c->states[6]) == (params_only ? poison : 42);
+}
+
+static void pk_poison(rt_ctx *ctx, const PkProg *c) {
+    memset(rt_space(ctx, RT_SPACE_OPT), 0x55, (size_t)c->p.space_bytes[RT_SPACE_OPT]);
+    if (!c->sharded) memset(rt_space(ctx, RT_SPACE_PARAMS), 0x55, (size_t)c->p.space_bytes[RT_SPACE_PARAMS]);
+}
+
+/* Load path into c after poisoning it (init: --init, params only). */
+static int pk_load(rt_ctx *ctx, const PkProg *c, const char *path, int init) {
+    char err[1024];
+    CkptExtra x = {0};
+    pk_poison(ctx, c);
+    int rc = init ? ckpt_init_weights(ctx, &c->p, path, err, sizeof err) : ckpt_load(ctx, &c->p, path, &x, err, sizeof err);
+    if (rc) return fprintf(stderr, "rank %d: %s: %s\n", rt_world_rank(ctx), path, err), 0;
+    return pk_loaded(ctx, c, init) && (init || (x.step == 7 && x.rng == 99));
+}
+
+/* S's init against the chunk of R's (the stored params' init, the
+ * reference) laid out as the bucket, padding 0, the other states zero; R's
+ * init itself: normal values distinct and nonzero, ones, zeros. */
+static int pk_init_ok(rt_ctx *cs, const PkProg *s, rt_ctx *cr, const PkProg *r) {
+    pk_poison(cs, s);
+    pk_poison(cr, r);
+    rt_init_params(cs, 1234);
+    rt_init_params(cr, 1234);
+    const float *w = rt_tensor_ptr(cr, &r->params[0]);
+    int ok = 1;
+    for (int e = 0; e < PN0; e++) ok &= w[e] != 0 && (e == 0 || w[e] != w[e - 1]) && fabsf(w[e]) < 5;
+    for (int e = 0; e < PN1; e++) ok &= ((float *)rt_tensor_ptr(cr, &r->params[1]))[e] == 1.0f;
+    for (int e = 0; e < PN2; e++) ok &= ((float *)rt_tensor_ptr(cr, &r->params[2]))[e] == 0.0f;
+    for (int64_t k = 0, el; k < s->len; k++) {
+        int p = pk_elem(pk_lo(cs, s) + k, &el);
+        ok &= pk_shard(cs, s, 1)[k] == (p < 0 ? 0.0f : ((float *)rt_tensor_ptr(cr, &r->params[p]))[el]);
+        ok &= pk_shard(cs, s, 0)[k] == 0 && pk_shard(cs, s, 2)[k] == 0;
+    }
+    return ok && *(float *)rt_tensor_ptr(cs, &s->states[3]) == 0;
+}
+
+/* The whole file's bytes equal. */
+static int same_file(const char *x, const char *y) {
+    FILE *f = fopen(x, "rb"), *g = fopen(y, "rb");
+    int ok = f && g, a = 0, b = 0;
+    while (ok && (a = getc(f)) == (b = getc(g)) && a != EOF) {}
+    ok = ok && a == EOF && b == EOF;
+    if (f) fclose(f);
+    if (g) fclose(g);
+    return ok;
+}
+
+/* The file under the HF names: transformer.<p> with the values, the
+ * moments opt.m.transformer.<p>, nothing of the shards' own names. */
+static int pk_file_ok(const char *path) {
+    StFile f;
+    char err[1024], name[128];
+    if (st_open(&f, path, err, sizeof err)) return fprintf(stderr, "%s\n", err), 0;
+    int ok = f.n == 3 + 6 + 1 + 3;
+    for (int k = 0; ok && k < 9; k++) {
+        int p = k % 3;
+        snprintf(name, sizeof name, "%s" "transformer.%s", k < 3 ? "" : k < 6 ? "opt.m." : "opt.v.", pk_names[p]);
+        const StEntry *e = st_find(&f, name);
+        ok = e && e->dtype == ST_F32 && e->end - e->begin == (uint64_t)pk_numel[p] * 4 && e->rank == (p ? 1 : 2);
+        for (int64_t i = 0; ok && i < pk_numel[p]; i++) {
+            float got = ((const float *)st_data(&f, e))[i];
+            ok = got == (k < 3 ? pk_param(p, i) : pk_moment(k / 6, p, i));
+        }
+    }
+    ok = ok && !st_find(&f, "param.b0") && !st_find(&f, "transformer.param.b0") && !st_find(&f, "opt.m.b0");
+    st_close(&f);
+    return ok;
+}
+
+/* Programs rt_new must refuse (one line each on stderr). */
+static int pk_rejected(int dp) {
+    PkProg c;
+    int ok = 1;
+    pk_program(&c, dp, 1);
+    c.states[1].prefix = "opt.x."; /* no param shard: the params live nowhere */
+    ok &= rt_new(&c.p, NULL) == NULL;
+    pk_program(&c, dp, 1);
+    c.params[1].offset = 0; /* space -1 needs offset -1 */
+    ok &= rt_new(&c.p, NULL) == NULL;
+    pk_program(&c, dp, 1);
+    c.params[2] = (rt_tensor){.name = pk_names[2], .space = RT_SPACE_PARAMS, .offset = 0, .dtype = RT_F32, .rank = 1, .dim = {PN2}, .bucket = -1};
+    c.p.space_bytes[RT_SPACE_PARAMS] = PN2 * 4; /* a member of a param shard with storage of its own */
+    ok &= rt_new(&c.p, NULL) == NULL;
+    return ok;
+}
+
+static const char *pk_file(char *buf, size_t len, const char *dir, int dp, const char *which) {
+    char d[4200];
+    snprintf(d, sizeof d, "%s/dp%d%s", dir, dp, which);
+    ckpt_path(buf, (int)len, d, 7);
+    return buf;
+}
+
+/* At dp W (mesh 1 x W): init, save (S's file == R's, byte for byte; this
+ * run's file == the earlier runs' at other dp), load every file found in
+ * DIR (written at any dp) into S and R, --init both ways. */
+static int run_pckpt(int W, const char *dir) {
+    static char names[16][160];
+    int nn = 0, failed = 0;
+#define NAME(...) (snprintf(names[nn], sizeof names[nn], __VA_ARGS__), names[nn++])
+    PkProg s, r;
+    pk_program(&s, W, 1);
+    pk_program(&r, W, 0);
+    check(pk_rejected(W), NAME("dp %d: rt_new refuses a storage-less param outside a param shard, offset != -1, a stored member", W));
+    rt_ctx *cs = new_ctx(&s.p), *cr = new_ctx(&r.p);
+    check(pk_init_ok(cs, &s, cr, &r), NAME("dp %d: param shard init == this rank's chunk of the stored params' init (normal, ones, zeros; padding 0)", W));
+    char fs[4400], fr[4400], fo[4400], d[4200];
+    pk_fill(cs, &s);
+    pk_fill(cr, &r);
+    check(ck_save(cs, &s.p, (snprintf(d, sizeof d, "%s/dp%dS", dir, W), d)) && ck_save(cr, &r.p, (snprintf(d, sizeof d, "%s/dp%dR", dir, W), d)),
+          NAME("dp %d: ckpt_save with params in a param shard", W));
+    pk_file(fs, sizeof fs, dir, W, "S");
+    pk_file(fr, sizeof fr, dir, W, "R");
+    int rank0 = rt_world_rank(cs) == 0;
+    check(!rank0 || pk_file_ok(fs), NAME("dp %d: the file holds transformer.<p> and opt.m/v.transformer.<p>, gathered, no padding", W));
+    check(!rank0 || same_file(fs, fr), NAME("dp %d: the file == the stored-params program's, byte for byte", W));
+    failed += report(cs);
+    for (int o = 1; o <= 4; o *= 2) {
+        if (o == W || access(pk_file(fo, sizeof fo, dir, o, "S"), F_OK) != 0) continue;
+        check(!rank0 || same_file(fs, fo), NAME("dp %d: the file == the one saved at dp %d", W, o));
+        check(pk_load(cs, &s, fo, 0) && pk_load(cs, &s, pk_file(fo, sizeof fo, dir, o, "R"), 0),
+              NAME("dp %d: loads dp %d's files (params in shards / stored) into param shards", W, o));
+        check(pk_load(cr, &r, pk_file(fo, sizeof fo, dir, o, "S"), 0), NAME("dp %d: the stored-params program loads dp %d's param-shard file", W, o));
+        failed += report(cs);
+    }
+    check(pk_load(cs, &s, fs, 0) && pk_load(cs, &s, fr, 0) && pk_load(cr, &r, fs, 0), NAME("dp %d: load at the same dp, both ways", W));
+    check(pk_load(cs, &s, fr, 1) && pk_load(cr, &r, fs, 1), NAME("dp %d: --init fills the param shards (and only the params), both ways", W));
+    failed += report(cs);
+    rt_free(cr);
+    rt_free(cs);
+    return failed != 0;
+#undef NAME
+}
+
 /* ---- train: a tiny model through rt_train_main ----
  *
  * loss = mean over the global batch of (w[target] + u[token & 3] - token/100)^2
@@ -520,17 +793,23 @@ static int run_ckpt(const char *dir) {
  * the params at its start (the update leaves only this rank's chunk fresh),
  * computes the local loss and gradients, all-reduces the loss and
  * reduce-scatters the gradients, and runs momentum SGD on this rank's
- * shard: m = 0.9 m + g, p -= 0.5 m. */
+ * shard: m = 0.9 m + g, p -= 0.5 m.
+ *
+ * train-ps: the same model and arithmetic with the params stored nowhere
+ * (space -1): they live in the param shard "param.b0" (prefix ""), which
+ * the step all-gathers into the act space at its start and updates in
+ * place at its end, so its losses equal train's bit for bit and the
+ * checkpoints of the two move between them. */
 
 enum { V = 256, NU = 4 };
 static struct {
     rt_program p;
-    rt_tensor params[2], states[2], inputs[2], outputs[1];
+    rt_tensor params[2], states[3], inputs[2], outputs[1];
     rt_bucket bucket;
     int members[2];
     int64_t offsets[2];
     int64_t n, len, B, T, ntot;
-    int dp;
+    int dp, ps;
 } M;
 
 /* args: tokens, targets, params, grads, loss */
@@ -559,12 +838,15 @@ static void k_update(rt_ctx *c, const int64_t *a) {
     }
 }
 
+/* The act space: loss [16], the gradient shard [len], (train-ps) the
+ * gathered params [n], tokens, targets. */
 static void step_train(rt_ctx *c, char *const *sp) {
     char *act = sp[RT_SPACE_ACT];
-    float *params = (float *)sp[RT_SPACE_PARAMS], *grads = (float *)sp[RT_SPACE_GRADS], *m = (float *)sp[RT_SPACE_OPT];
+    float *grads = (float *)sp[RT_SPACE_GRADS], *m = (float *)sp[RT_SPACE_OPT];
     float *loss = (float *)act, *gshard = loss + 16;
     int32_t *tok = (int32_t *)(act + M.inputs[0].offset), *tgt = (int32_t *)(act + M.inputs[1].offset);
-    float *mine = params + rt_group_rank(c, RT_AXIS_DP) * M.len;
+    float *params = M.ps ? gshard + M.len : (float *)sp[RT_SPACE_PARAMS];
+    float *mine = M.ps ? (float *)(sp[RT_SPACE_OPT] + M.states[2].offset) : params + rt_group_rank(c, RT_AXIS_DP) * M.len;
     LAUNCH(c, 1, rtk_allgather, "allgather params", rt_ptr_arg(mine), rt_ptr_arg(params), M.len, RT_AXIS_DP);
     rt_record(c, 1, 0);
     rt_wait(c, 0, 0);
@@ -578,9 +860,10 @@ static void step_train(rt_ctx *c, char *const *sp) {
     LAUNCH(c, 0, k_update, "update", rt_ptr_arg(mine), rt_ptr_arg(m), rt_ptr_arg(gshard), M.len);
 }
 
-static int run_train(int dp, int gb, int argc, char **argv) {
+static int run_train(int dp, int gb, int ps, int argc, char **argv) {
     if (dp < 1 || gb % dp) die("train: global batch %d not divisible by dp %d", gb, dp);
     M.dp = dp;
+    M.ps = ps;
     M.B = gb / dp;
     M.T = 16;
     M.ntot = (int64_t)gb * M.T;
@@ -592,12 +875,14 @@ static int run_train(int dp, int gb, int argc, char **argv) {
     M.bucket = (rt_bucket){.group = RT_AXIS_DP, .n = M.n, .nmembers = 2, .param = M.members, .offset = M.offsets};
     M.states[0] = (rt_tensor){.name = "opt.m.bucket0", .space = RT_SPACE_OPT, .dtype = RT_F32, .rank = 1, .dim = {M.len}, .bucket = 0, .prefix = "opt.m."};
     M.states[1] = (rt_tensor){.name = "opt.step", .space = RT_SPACE_OPT, .offset = M.len * 4, .dtype = RT_F32, .rank = 1, .dim = {1}, .bucket = -1};
-    int64_t in0 = (16 + M.len) * 4, inb = M.B * M.T * 4;
+    M.states[2] = (rt_tensor){.name = "param.b0", .space = RT_SPACE_OPT, .offset = (M.len + 1) * 4, .dtype = RT_F32, .rank = 1, .dim = {M.len}, .bucket = 0, .prefix = ""};
+    for (int i = 0; ps && i < 2; i++) M.params[i].space = -1, M.params[i].offset = -1;
+    int64_t in0 = (16 + M.len + (ps ? M.n : 0)) * 4, inb = M.B * M.T * 4;
     M.inputs[0] = (rt_tensor){.name = "tokens", .space = RT_SPACE_ACT, .offset = in0, .dtype = RT_I32, .rank = 2, .dim = {M.B, M.T}, .bucket = -1};
     M.inputs[1] = (rt_tensor){.name = "targets", .space = RT_SPACE_ACT, .offset = in0 + inb, .dtype = RT_I32, .rank = 2, .dim = {M.B, M.T}, .bucket = -1};
     M.outputs[0] = (rt_tensor){.name = "loss", .space = RT_SPACE_ACT, .offset = 0, .dtype = RT_F32, .rank = 0, .bucket = -1};
-    M.p = (rt_program){.abi_version = RT_ABI_VERSION, .model = "mini", .space_bytes = {M.n * 4, M.n * 4, (M.len + 1) * 4, in0 + 2 * inb},
-                       .nparams = 2, .nstates = 2, .ninputs = 2, .noutputs = 1, .params = M.params, .states = M.states,
+    M.p = (rt_program){.abi_version = RT_ABI_VERSION, .model = "mini", .space_bytes = {ps ? 0 : M.n * 4, M.n * 4, (2 * M.len + 1) * 4, in0 + 2 * inb},
+                       .nparams = 2, .nstates = ps ? 3 : 2, .ninputs = 2, .noutputs = 1, .params = M.params, .states = M.states,
                        .inputs = M.inputs, .outputs = M.outputs, .nstreams = 2, .nevents = 3, .steps = 20, .step = step_train,
                        .mesh = {1, dp, 1, 1}, .nbuckets = 1, .buckets = &M.bucket};
     return rt_train_main(&M.p, argc, argv, 20);
@@ -608,10 +893,12 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "plain") == 0) return run_plain();
     if (strcmp(mode, "coll") == 0 && argc == 4) return run_coll(atoi(argv[2]), atoi(argv[3]));
     if (strcmp(mode, "ckpt") == 0 && argc == 3) return run_ckpt(argv[2]);
+    if (strcmp(mode, "pckpt") == 0 && argc == 4) return run_pckpt(atoi(argv[2]), argv[3]);
     if (strcmp(mode, "die") == 0) return run_die();
-    if (strcmp(mode, "train") == 0 && argc >= 5 && strcmp(argv[4], "--") == 0) {
+    int ps = strcmp(mode, "train-ps") == 0;
+    if ((ps || strcmp(mode, "train") == 0) && argc >= 5 && strcmp(argv[4], "--") == 0) {
         argv[4] = argv[0];
-        return run_train(atoi(argv[2]), atoi(argv[3]), argc - 4, argv + 4);
+        return run_train(atoi(argv[2]), atoi(argv[3]), ps, argc - 4, argv + 4);
     }
-    die("usage: mpi_comm plain | coll DP CP | ckpt DIR | die | train DP GLOBAL_BATCH -- TRAINER FLAGS");
+    die("usage: mpi_comm plain | coll DP CP | ckpt DIR | pckpt DP DIR | die | train[-ps] DP GLOBAL_BATCH -- TRAINER FLAGS");
 }

@@ -7,8 +7,14 @@
 # trainer: 4 ranks give the 1-rank loss curve of the same global batch,
 # a run resumes at another dp, --val and --trace per rank, a wrong process
 # count is one line and exit 1, and a rank that SIGKILLs itself ends the
-# job (no hang).  Loss comparisons: relative 1e-5 (the ranks sum partial
-# losses and gradients in another order than one rank does).
+# job (no hang).  Params without storage, living in a param shard
+# (prefix "", the layout whose step all-gathers the params at its start):
+# init, checkpoints identical to the stored-params program's at dp 4, 1, 2
+# and loadable across them both ways, --init; the trainer's losses equal
+# the stored layout's bit for bit, and checkpoints resume across layouts.
+# Loss comparisons: relative 1e-5 (the ranks sum partial losses and
+# gradients in another order than one rank does); bit for bit where the
+# arithmetic is the same.
 set -u
 B=${BUILD:-build}
 M=$B/tests/mpi_comm
@@ -45,6 +51,11 @@ checks "dp 4 x cp 1: " mpi 4 "$M" coll 4 1
 checks "pieces of 2: " mpi 4 -x KILN_RT_COMM_CHUNK=2 "$M" coll 2 2
 mkdir "$tmp/ck"
 checks "" mpi 4 "$M" ckpt "$tmp/ck"
+# params in a param shard: each run also loads the files the earlier ones saved
+mkdir "$tmp/pk"
+checks "" mpi 4 "$M" pckpt 4 "$tmp/pk"
+checks "" "$M" pckpt 1 "$tmp/pk"
+checks "" mpi 2 "$M" pckpt 2 "$tmp/pk"
 
 # ---- the trainer on the tiny model (global batch 8) ----
 head -c 30000 /usr/share/common-licenses/GPL-3 > "$tmp/d.txt"
@@ -87,6 +98,29 @@ for r, f in enumerate(['$tmp/tr.json'] + ['$tmp/tr.json.rank%d' % k for k in (1,
     comm = {e['name'] for e in ev if e['tid'] == 1}
     assert {e['pid'] for e in ev} == {r} and comm == {'allgather params', 'allreduce loss', 'reducescatter grads'}, f
 EOF"
+
+# ---- the trainer with the params in a param shard (train-ps) ----
+"$M" train-ps 1 8 -- $D --steps 30 --log "$tmp/p1" > /dev/null
+mpi 4 "$M" train-ps 4 8 -- $D --steps 30 $V --log "$tmp/p4" --ckpt "$tmp/pck" --ckpt-every 15 > /dev/null
+check "params in a param shard: the stored layout's losses bit for bit (1 rank; 4 ranks with --val)" \
+    "[ \$(wc -l < $tmp/p4) = 30 ] && cmp -s <(losses $tmp/p1) <(losses $tmp/l1) && cmp -s <(losses $tmp/p4) <(losses $tmp/l4) && cmp -s <(vlosses $tmp/p4) <(vlosses $tmp/v4)"
+check "params in a param shard: the step-15 checkpoint == the stored layout's, byte for byte" \
+    "cmp -s $tmp/pck/step_00000015.safetensors $tmp/rck/step_00000015.safetensors"
+mkdir "$tmp/pck15" && cp "$tmp/pck/step_00000015.safetensors" "$tmp/pck15/"
+tail4() { tail -15 "$tmp/l4" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+"$M" train 1 8 -- $D --steps 30 --resume "$tmp/pck15" --log "$tmp/pr1" > /dev/null
+r=$(maxrel tail4 "losses $tmp/pr1")
+check "param-shard checkpoint of dp 4 -> stored params on 1 rank: the same next 15 losses (max rel diff $r)" "[ \$(wc -l < $tmp/pr1) = 15 ] && close $r"
+mpi 2 "$M" train-ps 2 8 -- $D --steps 30 --resume "$tmp/rck" --log "$tmp/pr2" > /dev/null
+r=$(maxrel tail4 "losses $tmp/pr2")
+check "stored-params checkpoint of dp 4 -> param shards at dp 2: the same next 15 losses (max rel diff $r)" "[ \$(wc -l < $tmp/pr2) = 15 ] && close $r"
+I="--steps 5 --init $tmp/pck15/step_00000015.safetensors"
+"$M" train 1 8 -- $D $I --log "$tmp/i1" > /dev/null
+"$M" train-ps 1 8 -- $D $I --log "$tmp/i1p" > /dev/null
+mpi 2 "$M" train-ps 2 8 -- $D $I --log "$tmp/i2p" > /dev/null
+r=$(maxrel "losses $tmp/i1" "losses $tmp/i2p")
+check "--init into param shards: 1 rank == stored params bit for bit, dp 2 within 1e-5 ($r), not the fresh init's losses" \
+    "[ \$(wc -l < $tmp/i1p) = 5 ] && cmp -s <(losses $tmp/i1) <(losses $tmp/i1p) && close $r && [ \"\$(losses $tmp/i1p | head -1)\" != \"\$(losses $tmp/p1 | head -1)\" ]"
 
 # ---- bad launches ----
 msg="mini: compiled for 4 ranks (pp x dp x cp x tp = 1 x 4 x 1 x 1); launched with 2 processes (use mpirun -np 4)"

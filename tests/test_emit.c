@@ -22,6 +22,12 @@
  * under `mpirun -np 2` (this binary re-run with --mpi-rank) against the
  * interpreter's two ranks; and the internal errors for what the back end
  * does not emit (interleaved chunks, i32 collectives, inconsistent buckets).
+ *
+ * Params without storage (master_module: the distributed optimizer's master
+ * weights in a bucket with prefix ""): space = offset = -1 in the table and
+ * prefix "" on their state, at dp = 2 and at one rank (where a step runs
+ * against the interpreter too), and the internal errors when such a param
+ * is read or its bucket and its storage disagree.
  */
 #include "testutil.h"
 #include "graphbuild.h"
@@ -44,7 +50,15 @@ static Bld bld(const char *name) { return bld_new(name, "t.lua"); }
  * Everything on stream 0 in node order; params, grads ("grad:" outputs) and
  * states in their spaces, the rest in ACT, each value its own 64-aligned
  * buffer (no reuse); views share their input's buffer; values used only
- * inside their fused group get none. */
+ * inside their fused group get none, nor (as in memplan) params nothing
+ * reads: their values live in a "param.b<k>" shard. */
+
+static int read_by_any(const Graph *g, int vid) {
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i].nin; j++)
+            if (g->nodes[i].in[j] == vid) return 1;
+    return 0;
+}
 
 static int internal_to_group(const Graph *g, int vid) {
     const Node *def = &g->nodes[g->vals[vid].def];
@@ -80,7 +94,7 @@ static void plan_trivially(Module *m) {
                 v->offset = g->vals[n->in[0]].offset;
                 continue;
             }
-            if (internal_to_group(g, v->id)) continue;
+            if (internal_to_group(g, v->id) || (n->op == OP_param && !read_by_any(g, v->id))) continue;
             int s = n->op == OP_param ? RT_SPACE_PARAMS : n->op == OP_state ? RT_SPACE_OPT : grad[v->id] ? RT_SPACE_GRADS : RT_SPACE_ACT;
             v->space = s;
             v->offset = top[s];
@@ -126,7 +140,13 @@ static void run_close(Run *r) {
     emit_jit_free(r->jit);
 }
 
-static void *tptr(Run *r, const rt_tensor *t) { return r->spaces[t->space] + t->offset; }
+static void *tptr(Run *r, const rt_tensor *t) {
+    if (t->space < 0 || t->space >= RT_NSPACES || t->offset < 0) fail_msg("%s has no storage (space %d)", t->name, t->space);
+    return r->spaces[t->space] + t->offset;
+}
+
+/* A param without storage (its values live in a "param.b<k>" state). */
+static int stored(const rt_tensor *t) { return t->space != -1; }
 
 static int64_t tnumel(const rt_tensor *t) {
     int64_t n = 1;
@@ -222,12 +242,14 @@ static double vs_interp(const Module *m, uint64_t seed, double lo, double hi, in
     if (flags & RT_INIT) {
         rt_init_params(r.ctx, seed);
         for (int i = 0; i < p->nparams; i++) {
+            if (!stored(&p->params[i])) continue;
             double e = tensor_err(&r, &p->params[i], interp_state(it, 0, p->params[i].name)->d);
             if (e != 0) printf("# init %s differs from the interpreter's: %g\n", p->params[i].name, e);
             worst = fmax(worst, e);
         }
     }
-    for (int i = 0; i < p->nparams; i++) put(&r, &p->params[i], interp_state(it, 0, p->params[i].name)->d);
+    for (int i = 0; i < p->nparams; i++)
+        if (stored(&p->params[i])) put(&r, &p->params[i], interp_state(it, 0, p->params[i].name)->d);
     for (int i = 0; i < p->nstates; i++) put(&r, &p->states[i], interp_state(it, 0, p->states[i].name)->d);
     uint64_t s = seed ^ 0xabcdefull;
     for (int i = 0; i < g->nnodes; i++) {
@@ -256,6 +278,7 @@ static double vs_interp(const Module *m, uint64_t seed, double lo, double hi, in
     for (int k = (flags & PARAMS) ? 0 : 1; k < 2; k++) { /* after the step's assigns */
         const rt_tensor *ts = k ? p->states : p->params;
         for (int i = 0; i < (k ? p->nstates : p->nparams); i++) {
+            if (!stored(&ts[i])) continue;
             double e = tensor_err(&r, &ts[i], interp_state(it, 0, ts[i].name)->d);
             if (!(e <= TOL)) printf("# %s %s after the step: relative error %g\n", k ? "state" : "param", ts[i].name, e);
             worst = fmax(worst, e);
@@ -612,7 +635,8 @@ static int bucket_state(Bld *b, const char *name, int k, const char *prefix, int
 
 /* A module on a mesh of dp ranks (dp-way data parallel) with two buckets of
  * optimizer state (bucket 0: params w [8,4] at 0 and bias [6] at 32 of 40;
- * bucket 1: c [5] at 0 of 6), a state outside any bucket, and with `comm`:
+ * bucket 1: c [5] at 0 of 6), a state outside any bucket, every param read
+ * (one the step does not read has no storage: see master_module), and with `comm`:
  * every collective and shard over dp (and dp+cp, and tp: a group of one),
  * plus, on one rank, a reduce-scatter on interleaved chunks (a copy there).
  * Bucket 0's first state adds an input, through an allreduce with comm. */
@@ -620,8 +644,10 @@ static Module *comm_module(int dp, int comm) {
     Bld b = bld("comm");
     b.m->mesh[1] = dp;
     int w = param(&b, "w", TY(DT_F32, 8, 4), "normal", 1);
-    param(&b, "bias", TY(DT_F32, 6), "zeros", 0);
-    param(&b, "c", TY(DT_F32, 5), "normal", 1);
+    int bias = param(&b, "bias", TY(DT_F32, 6), "zeros", 0);
+    int c = param(&b, "c", TY(DT_F32, 5), "normal", 1);
+    output(&b, val(&b, OP_mul, INS(bias, bias), NOATS), "bias2");
+    output(&b, val(&b, OP_mul, INS(c, c), NOATS), "c2");
     int m0 = bucket_state(&b, "opt.m.b0", 0, "opt.m.", dp);
     bucket_state(&b, "opt.v.b0", 0, "opt.v.", dp);
     int m1 = bucket_state(&b, "opt.m.b1", 1, "opt.m.", dp);
@@ -793,6 +819,7 @@ static void check_comm_table(const rt_program *p, int dp) {
         assert_int_equal(t->space, RT_SPACE_OPT);
     }
     for (int i = 0; i < p->nparams; i++) {
+        assert_int_equal(p->params[i].space, RT_SPACE_PARAMS);
         assert_int_equal(p->params[i].bucket, -1);
         assert_null(p->params[i].prefix);
     }
@@ -866,7 +893,8 @@ static int mpi_rank_main(void) {
             free(d);
         }
     }
-    for (int i = 0; i < p->nparams; i++) put(&r, &p->params[i], interp_state(it, rank, p->params[i].name)->d);
+    for (int i = 0; i < p->nparams; i++)
+        if (stored(&p->params[i])) put(&r, &p->params[i], interp_state(it, rank, p->params[i].name)->d);
     for (int i = 0; i < p->nstates; i++) put(&r, &p->states[i], interp_state(it, rank, p->states[i].name)->d);
     char err[1024];
     if (interp_run(it, err, sizeof err) != 0) fail_msg("interp_run: %s", err);
@@ -1159,6 +1187,145 @@ static void test_bucket_ice(void **st) {
     }
 }
 
+/* ---- params without storage (the distributed optimizer's master weights) ---- */
+
+enum { MASTER_N = 6 }; /* bucket 0: u [5] at 0 and one element of padding */
+
+/* Param u [5], which the step never reads (memplan gives it no storage), is
+ * held by bucket 0 over dp: its values by state "param.b0" (prefix ""),
+ * its moment by "opt.m.b0".  Param w [2,3] is read as usual.  The step
+ * all-gathers param.b0 (output "u_full", how a step reads master weights),
+ * updates both shards from the input g and outputs w * x.  With `read_u`,
+ * the step also reads u (output "u2"), which a storage-less u must not be. */
+static Module *master_module(int dp, int read_u) {
+    Bld b = bld("master");
+    b.m->mesh[1] = dp;
+    int w = param(&b, "w", TY(DT_F32, 2, 3), "normal", 1);
+    int u = param(&b, "u", TY(DT_F32, 5), "normal", 0.5);
+    static const int64_t off[] = {0};
+    static const char *const names[2] = {"param.b0", "opt.m.b0"}, *const prefixes[2] = {"", "opt.m."};
+    int sh[2];
+    for (int k = 0; k < 2; k++) {
+        Type t = TY(DT_F32, MASTER_N / dp);
+        Attr at[] = {as(&b, "name", names[k]), ai(&b, "bucket", 0), as(&b, "group", "dp"), as(&b, "prefix", prefixes[k]),
+                     as(&b, "params", "u"), ir_attr_ints(b.m, "offsets", off, 1), ai(&b, "n", MASTER_N)};
+        sh[k] = ir_out(b.g, node(&b, OP_state, NULL, 0, at, 7, &t));
+    }
+    int x = input(&b, "x", TY(DT_F32, 2, 3));
+    int g = input(&b, "g", TY(DT_F32, MASTER_N / dp));
+    output(&b, val(&b, OP_allgather, INS(sh[0]), ATS(as(&b, "group", "dp"), ai(&b, "dim", 0))), "u_full");
+    output(&b, val(&b, OP_mul, INS(w, x), NOATS), "y");
+    if (read_u) output(&b, val(&b, OP_mul, INS(u, u), NOATS), "u2");
+    int m = val(&b, OP_add, INS(sh[1], g), NOATS);
+    assign(&b, m, "opt.m.b0");
+    assign(&b, val(&b, OP_sub, INS(sh[0], m), NOATS), "param.b0");
+    return b.m;
+}
+
+/* The table of master_module(dp): u without storage (space = offset = -1,
+ * the rest as for any param), w in the params space (which holds w alone),
+ * param.b0 with prefix "" (a string, not NULL) and bucket 0 naming u. */
+static void check_master_table(const rt_program *p, int dp) {
+    assert_true(p->mesh[0] == 1 && p->mesh[1] == dp && p->mesh[2] == 1 && p->mesh[3] == 1);
+    assert_int_equal(p->nparams, 2);
+    const rt_tensor *u = must_find(p->params, p->nparams, "u"), *w = must_find(p->params, p->nparams, "w");
+    assert_int_equal(u->space, -1);
+    assert_int_equal(u->offset, -1);
+    assert_int_equal(u->dtype, RT_F32);
+    assert_true(u->rank == 1 && u->dim[0] == 5);
+    assert_string_equal(u->init, "normal");
+    assert_true(u->std == 0.5);
+    assert_int_equal(u->bucket, -1);
+    assert_null(u->prefix);
+    assert_int_equal(w->space, RT_SPACE_PARAMS);
+    assert_true(w->offset >= 0);
+    assert_int_equal(p->space_bytes[RT_SPACE_PARAMS], 64); /* w's 24 bytes, 64-aligned: nothing for u */
+    assert_int_equal(p->nstates, 2);
+    const rt_tensor *pb = must_find(p->states, p->nstates, "param.b0"), *mb = must_find(p->states, p->nstates, "opt.m.b0");
+    assert_non_null(pb->prefix);
+    assert_string_equal(pb->prefix, "");
+    assert_string_equal(mb->prefix, "opt.m.");
+    for (int k = 0; k < 2; k++) {
+        const rt_tensor *t = k ? mb : pb;
+        assert_int_equal(t->bucket, 0);
+        assert_int_equal(t->space, RT_SPACE_OPT);
+        assert_true(t->rank == 1 && t->dim[0] == MASTER_N / dp);
+    }
+    assert_int_equal(p->nbuckets, 1);
+    const rt_bucket *b = &p->buckets[0];
+    assert_int_equal(b->group, RT_AXIS_DP);
+    assert_int_equal(b->n, MASTER_N);
+    assert_int_equal(b->nmembers, 1);
+    assert_true(&p->params[b->param[0]] == u);
+    assert_int_equal(b->offset[0], 0);
+}
+
+/* dp = 2 through fuse, schedule and memplan: the JIT'd table. */
+static void test_master_table(void **st) {
+    if (!dlsym(RTLD_DEFAULT, "rtk_allgather")) {
+        printf("# rtk_allgather is not in this process: the program is not JIT'd\n");
+        skip();
+    }
+    Module *m = master_module(2, 0);
+    fuse_schedule_plan(m);
+    const rt_program *p;
+    char err[1024];
+    Jit *j = emit_jit(m, &p, err, sizeof err);
+    if (!j) fail_msg("emit_jit: %s", err);
+    check_master_table(p, 2);
+    emit_jit_free(j);
+    ir_free(m);
+}
+
+/* One rank, through the real passes and the stand-in plan: the table, and
+ * a step against the interpreter (u itself is neither written nor compared:
+ * param.b0 carries it). */
+static void test_master_one_rank(void **st) {
+    for (int real = 0; real < 2; real++) {
+        Module *m = master_module(1, 0);
+        if (real) fuse_schedule_plan(m);
+        else plan_trivially(m);
+        const rt_program *p;
+        char err[1024];
+        Jit *j = emit_jit(m, &p, err, sizeof err);
+        if (!j) fail_msg("emit_jit: %s", err);
+        check_master_table(p, 1);
+        emit_jit_free(j);
+        double e = vs_interp(m, 8, -1, 1, PARAMS);
+        if (!(e <= TOL)) fail_msg("%s: relative error %g", real ? "fuse, schedule, memplan" : "stand-in plan", e);
+        ir_free(m);
+    }
+}
+
+/* Params without storage that the program gets wrong: one the step reads
+ * (its value has no buffer), one no bucket with prefix "" holds, a stored
+ * one such a bucket holds too, and two prefix-"" states in one bucket. */
+static void test_master_ice(void **st) {
+    enum { READ, UNHELD, STORED, TWO_MASTERS, NCASES };
+    for (int c = 0; c < NCASES; c++) {
+        Module *m = master_module(2, c == READ);
+        plan_trivially(m);
+        Graph *g = m->stages[0];
+        for (int i = 0; i < g->nnodes; i++) {
+            Node *n = &g->nodes[i];
+            const char *name = ir_attr_s(n, "name", "");
+            if (n->op == OP_param && strcmp(name, "u") == 0) {
+                Value *v = &g->vals[n->out[0]];
+                if (c == READ) v->space = v->offset = -1; /* as memplan would leave it, but read */
+                if (c == STORED) v->space = RT_SPACE_PARAMS, v->offset = 4096;
+            }
+            const char *prefix = c == UNHELD ? "opt.v." : c == TWO_MASTERS && strcmp(name, "opt.m.b0") == 0 ? "" : NULL;
+            for (int k = 0; n->op == OP_state && prefix && k < n->nattr; k++)
+                if (strcmp(n->attr[k].key, "prefix") == 0) n->attr[k] = ir_attr_str(m, "prefix", prefix);
+        }
+        if (c == READ) EXPECT_ICE(m, "param \"u\"", "no planned buffer", "but mul at t.lua:", "param.b<k>");
+        if (c == UNHELD) EXPECT_ICE(m, "param u has no storage", "no bucket with prefix \"\" holds");
+        if (c == STORED) EXPECT_ICE(m, "param u has storage", "state param.b0 (prefix \"\")");
+        if (c == TWO_MASTERS) EXPECT_ICE(m, "param.b0 and opt.m.b0 both hold bucket 0");
+        ir_free(m);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--mpi-rank") == 0) return mpi_rank_main();
     const struct CMUnitTest tests[] = {
@@ -1180,6 +1347,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_comm_two_ranks),
         cmocka_unit_test(test_comm_ice),
         cmocka_unit_test(test_bucket_ice),
+        cmocka_unit_test(test_master_table),
+        cmocka_unit_test(test_master_one_rank),
+        cmocka_unit_test(test_master_ice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
