@@ -22,6 +22,18 @@
  * micro-batches, reduce-scatter buckets) keep this pass working.  Every node
  * is phase opt; per-param nodes (sumsq, states, adamw, assigns) carry the
  * param's Loc and layer, the global ones the loss node's Loc and layer -1.
+ *
+ * Data parallel (mesh dp > 1): parallelize leaves every gradient a partial
+ * sum over dp.  The params are grouped, in the order backward produces
+ * their gradients, into buckets of about --bucket-mb, each split into a
+ * weight-decayed and a not-decayed "flat" padded to a multiple of dp
+ * (plan_flats).  --zero 0 all-reduces each flat and updates as above.
+ * --zero 1 is Megatron's distributed optimizer: the params live as 1/dp
+ * shards ("param.b<k>", with "opt.m.b<k>" and "opt.v.b<k>"), all-gathered
+ * at the start of the step right before forward needs them
+ * (gather_params, place_gathers), and each flat's gradients are
+ * reduce-scattered so each rank updates only its shard (update_sharded).
+ * docs/parallel.md tells the user's side.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,6 +379,7 @@ static void update_sharded(Opt *b, const Options *o, Flat *f, int nf, int *gradv
         acc = acc < 0 ? s : ir_build2(&b->bld, OP_add, acc, s);
     }
     b->bld.loc = gloc, b->bld.layer = -1;
+    if (acc < 0) error_at(gloc, "--dp: the model has no params to train");
     int norm = ir_build1(&b->bld, OP_sqrt, comm(b, OP_allreduce, acc, 0), 0, NULL);
     sink(b, OP_output, norm, "grad_norm");
     Attr mx = ir_attr_float(b->m, "max", o->grad_clip);
