@@ -30,8 +30,9 @@
  * The one non-obvious rule is attention's second output.  lse_t =
  * log sum_s exp(score_ts), so d score_ts += dlse_t * p_ts.  attention_bwd
  * computes d score_ts = p_ts * (do_t . v_s - do_t . o_t); called again with
- * do' = dlse_t in the first lane (zeros elsewhere), v' = ones and o' = 0 it
- * yields exactly p_ts * dlse_t, and its dq, dk are the lse contributions.
+ * do' = dlse_t in the first lane (zeros elsewhere), v' = ones and o' = 0 (and
+ * the forward's positions, if it has them) it yields exactly p_ts * dlse_t,
+ * and its dq, dk are the lse contributions.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -378,11 +379,16 @@ static void vjp_rope(Ad *a, const Node *n, const int *dy, int *dx) {
 /* Accumulate into dx[i] (for rules that contribute twice). */
 static void add_to(Ad *a, int *dx, int v) { *dx = *dx < 0 ? v : ir_build2(&a->bld, OP_add, *dx, v); }
 
+/* attention_bwd gets the forward's positions (inputs 3, 4 when present) and
+ * masks as the forward did; positions are integers and get no gradient. */
 static void vjp_attention(Ad *a, const Node *n, const int *dy, int *dx) {
     int q = n->in[0], k = n->in[1], v = n->in[2], o = n->out[0], lse = n->out[1];
+    int npos = n->nin - 3, nin = 6 + npos;
+    if (npos != 0 && npos != 2) ICE("autodiff: attention with %d inputs", n->nin);
     if (dy[0] >= 0) {
-        int in[6] = {dy[0], q, k, v, o, lse};
-        fused_bwd(a, n, OP_attention_bwd, 6, in, dx);
+        int in[8] = {dy[0], q, k, v, o, lse};
+        for (int i = 0; i < npos; i++) in[6 + i] = n->in[3 + i];
+        fused_bwd(a, n, OP_attention_bwd, nin, in, dx);
     }
     if (dy[1] >= 0) { /* see the essay: d score += dlse * p */
         Type tq = vtype(a, q), col = vtype(a, dy[1]);
@@ -398,8 +404,9 @@ static void vjp_attention(Ad *a, const Node *n, const int *dy, int *dx) {
             dout = ir_out(a->bld.g, ir_build(&a->bld, OP_concat, 2, parts, 1, &at, NULL));
         }
         int ones = fill(a, vtype(a, v), 1.0), zero = cnst(a, tq, 0.0);
-        int in[6] = {dout, q, k, ones, zero, lse};
-        int b = emit_like(a, OP_attention_bwd, n, 6, in);
+        int in[8] = {dout, q, k, ones, zero, lse};
+        for (int i = 0; i < npos; i++) in[6 + i] = n->in[3 + i];
+        int b = emit_like(a, OP_attention_bwd, n, nin, in);
         int dq = a->bld.g->nodes[b].out[0], dk = a->bld.g->nodes[b].out[1];
         if (wants(a, n, 0)) add_to(a, &dx[0], dq);
         if (wants(a, n, 1)) add_to(a, &dx[1], dk);

@@ -17,6 +17,12 @@
  *                  so an object file links into any trainer without clashes.
  *                  Its LLVM struct types are checked field by field against
  *                  kiln_rt.h's C layout on the target (check_layout).
+ *   kiln_schedule  the program's learning-rate schedule (rt_schedule), the
+ *                  one mutable global: initialised with the attributes of
+ *                  the lr_cosine node(s) (one schedule per program, or an
+ *                  internal error), pointed to by kiln_program.schedule and
+ *                  passed by address to rtk_lr_cosine, so the trainer can
+ *                  set --lr, --min-lr, --warmup and the length at run time.
  *   kiln_step      straight-line code: in program order, one rt_launch per
  *                  library op or fused group, rt_record/rt_wait for events.
  *                  Pointers are spaces[space] + offset, computed from the
@@ -150,7 +156,7 @@ typedef struct {
     LLVMBuilderRef b;
     /* types */
     LLVMTypeRef tvoid, ti8, ti32, ti64, tf32, tf64, tp8, tpp8, tp64;
-    LLVMTypeRef tkernel, tbody, tstep, tlaunch, tevent, tpfor, ttensor, tbucket, tprogram;
+    LLVMTypeRef tkernel, tbody, tstep, tlaunch, tevent, tpfor, ttensor, tbucket, tschedule, tprogram;
     /* runtime entry points and helpers */
     LLVMValueRef rt_launch, rt_record, rt_wait, rt_parallel_for, expf_, tanhf_;
     LLVMValueRef opname[OP_COUNT];
@@ -164,6 +170,8 @@ typedef struct {
     int ngroups;
     LLVMValueRef *reg; /* value id -> register in the loop being built */
     double flops;
+    const Node *sched;     /* the lr_cosine node whose attributes are the schedule, NULL if none */
+    LLVMValueRef schedule; /* kiln_schedule, the mutable rt_schedule (collect_schedule), NULL if none */
     const Node *user; /* the node whose launch or table entry is being built (for internal errors) */
 } Em;
 
@@ -253,11 +261,16 @@ static void init_types(Em *e) {
     e->tbucket = LLVMStructCreateNamed(c, "rt_bucket");
     LLVMTypeRef bf[] = {e->ti32, e->ti64, e->ti32, LLVMPointerType(e->ti32, 0), e->tp64};
     LLVMStructSetBody(e->tbucket, bf, 5, 0);
+    /* rt_schedule: lr, min_lr, warmup, total */
+    e->tschedule = LLVMStructCreateNamed(c, "rt_schedule");
+    LLVMTypeRef sf[] = {e->tf64, e->tf64, e->tf64, e->tf64};
+    LLVMStructSetBody(e->tschedule, sf, 4, 0);
     e->tprogram = LLVMStructCreateNamed(c, "rt_program");
     LLVMTypeRef pf[] = {e->ti32, e->tp8, LLVMArrayType(e->ti64, RT_NSPACES), e->ti32, e->ti32, e->ti32, e->ti32,
                         tpt, tpt, tpt, tpt, e->ti32, e->ti32, e->ti32, e->tf64, LLVMPointerType(e->tstep, 0),
-                        LLVMArrayType(e->ti32, 4) /* mesh */, e->ti32 /* nbuckets */, LLVMPointerType(e->tbucket, 0)};
-    LLVMStructSetBody(e->tprogram, pf, 19, 0);
+                        LLVMArrayType(e->ti32, 4) /* mesh */, e->ti32 /* nbuckets */, LLVMPointerType(e->tbucket, 0),
+                        LLVMPointerType(e->tschedule, 0) /* schedule */};
+    LLVMStructSetBody(e->tprogram, pf, 20, 0);
 }
 
 /* The table's LLVM types must lay out exactly as kiln_rt.h's C structs (the
@@ -285,10 +298,13 @@ static void check_layout(Em *e, LLVMTargetDataRef dl) {
                                      O(rt_program, noutputs), O(rt_program, params), O(rt_program, states),
                                      O(rt_program, inputs), O(rt_program, outputs), O(rt_program, nstreams),
                                      O(rt_program, nevents), O(rt_program, steps), O(rt_program, flops), O(rt_program, step),
-                                     O(rt_program, mesh), O(rt_program, nbuckets), O(rt_program, buckets)};
+                                     O(rt_program, mesh), O(rt_program, nbuckets), O(rt_program, buckets),
+                                     O(rt_program, schedule)};
+    static const size_t schedule[] = {O(rt_schedule, lr), O(rt_schedule, min_lr), O(rt_schedule, warmup), O(rt_schedule, total)};
 #undef O
     check_struct(dl, e->ttensor, "rt_tensor", tensor, sizeof tensor / sizeof *tensor, sizeof(rt_tensor));
     check_struct(dl, e->tbucket, "rt_bucket", bucket, sizeof bucket / sizeof *bucket, sizeof(rt_bucket));
+    check_struct(dl, e->tschedule, "rt_schedule", schedule, sizeof schedule / sizeof *schedule, sizeof(rt_schedule));
     check_struct(dl, e->tprogram, "rt_program", program, sizeof program / sizeof *program, sizeof(rt_program));
 }
 
@@ -1155,6 +1171,10 @@ static void emit_matmul(Em *e, const Node *n) {
 
 static void emit_attention(Em *e, const Node *n) {
     int bwd = n->op == OP_attention_bwd;
+    if (n->nin != 3 + 3 * bwd) {
+        char w[160];
+        ICE("emit: %s: attention with positions: not implemented in the CPU back end yet", where(n, w, sizeof w));
+    }
     const Type *q = TY(e, n->in[bwd]), *k = TY(e, n->in[bwd + 1]);
     int64_t B = q->dim[0], H = q->dim[1], T = q->dim[2], D = q->dim[3], KH = k->dim[1], S = k->dim[2];
     int64_t causal = ir_attr_i(n, "causal", 0) != 0;
@@ -1324,10 +1344,10 @@ static void emit_node(Em *e, int idx) {
         launch_io(e, n, ir_ops[n->op].name, ex, 2);
         return;
     }
-    case OP_lr_cosine: {
-        LLVMValueRef ex[] = {F(e, ir_attr_f(n, "lr", 0)), F(e, ir_attr_f(n, "min_lr", 0)), F(e, ir_attr_f(n, "warmup", 0)),
-                             F(e, ir_attr_f(n, "total", 0))};
-        launch_io(e, n, "lr_cosine", ex, 4);
+    case OP_lr_cosine: { /* the constants are the program's schedule table (collect_schedule) */
+        if (!e->schedule) ICE("emit: %s: lr_cosine without the program's schedule table", where(n, w, sizeof w));
+        LLVMValueRef ex[] = {LLVMBuildPtrToInt(e->b, e->schedule, e->ti64, "")};
+        launch_io(e, n, "lr_cosine", ex, 1);
         return;
     }
     case OP_clipscale: {
@@ -1626,6 +1646,37 @@ static LLVMValueRef bucket_table(Em *e, const Bucket *B, int nb) {
     return r;
 }
 
+/* ---- the learning-rate schedule ---- */
+
+static const char *const sched_keys[4] = {"lr", "min_lr", "warmup", "total"}; /* rt_schedule's fields, in order */
+
+/* The program's one schedule: every lr_cosine node must carry the same
+ * attributes (numerically; the table has room for one schedule), which
+ * become the initial values of kiln_schedule, a mutable rt_schedule of this
+ * module (internal: the table points to it, nothing links against it). */
+static void collect_schedule(Em *e) {
+    char w[160], w2[160];
+    for (int i = 0; i < e->g->nnodes; i++) {
+        const Node *n = &e->g->nodes[i];
+        if (n->op != OP_lr_cosine) continue;
+        if (!e->sched) {
+            e->sched = n;
+            continue;
+        }
+        for (int k = 0; k < 4; k++)
+            if (ir_attr_f(n, sched_keys[k], 0) != ir_attr_f(e->sched, sched_keys[k], 0))
+                ICE("emit: %s: lr_cosine with %s=%g, but the one at %s has %s=%g (a program has one learning-rate schedule)",
+                    where(n, w, sizeof w), sched_keys[k], ir_attr_f(n, sched_keys[k], 0), where(e->sched, w2, sizeof w2),
+                    sched_keys[k], ir_attr_f(e->sched, sched_keys[k], 0));
+    }
+    if (!e->sched) return;
+    LLVMValueRef v[4];
+    for (int k = 0; k < 4; k++) v[k] = LLVMConstReal(e->tf64, ir_attr_f(e->sched, sched_keys[k], 0));
+    e->schedule = LLVMAddGlobal(e->mod, e->tschedule, "kiln_schedule");
+    LLVMSetInitializer(e->schedule, LLVMConstNamedStruct(e->tschedule, v, 4));
+    LLVMSetLinkage(e->schedule, LLVMInternalLinkage);
+}
+
 static void emit_table(Em *e) {
     const Graph *g = e->g;
     int64_t space[RT_NSPACES] = {0};
@@ -1637,10 +1688,9 @@ static void emit_table(Em *e) {
     }
     LLVMValueRef sb[RT_NSPACES];
     for (int s = 0; s < RT_NSPACES; s++) sb[s] = I64(e, (space[s] + 63) / 64 * 64);
-    int nstreams = 1, nevents = 0, steps = 0;
+    int nstreams = 1, nevents = 0, steps = e->sched ? (int)ir_attr_f(e->sched, "total", 0) : 0;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        if (n->op == OP_lr_cosine) steps = (int)ir_attr_f(n, "total", 0);
         if (n->stream + 1 > nstreams) nstreams = n->stream + 1;
         if (ir_ops[n->op].flags & F_SYNC && ir_attr_i(n, "event", -1) + 1 > nevents) nevents = (int)ir_attr_i(n, "event", -1) + 1;
     }
@@ -1660,9 +1710,10 @@ static void emit_table(Em *e) {
     LLVMValueRef f[] = {I32(e, RT_ABI_VERSION), cstr(e, e->m->name), LLVMConstArray(e->ti64, sb, RT_NSPACES),
                         I32(e, cnt[0]), I32(e, cnt[1]), I32(e, cnt[2]), I32(e, cnt[3]), tab[0], tab[1], tab[2], tab[3],
                         I32(e, nstreams), I32(e, nevents), I32(e, steps), LLVMConstReal(e->tf64, e->flops), e->step,
-                        LLVMConstArray(e->ti32, mesh, 4), I32(e, nb), bucket_table(e, B, nb)};
+                        LLVMConstArray(e->ti32, mesh, 4), I32(e, nb), bucket_table(e, B, nb),
+                        e->schedule ? e->schedule : LLVMConstNull(LLVMPointerType(e->tschedule, 0))};
     LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, "kiln_program");
-    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 19));
+    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 20));
     LLVMSetGlobalConstant(gv, 1);
     for (int k = 0; k < nb; k++) free(B[k].param);
     free(B);
@@ -1708,6 +1759,7 @@ static LLVMModuleRef build_module(const Module *m, LLVMContextRef c, LLVMTargetM
     e.tanhf_ = build_tanhf(&e);
     program_order(&e);
     collect_groups(&e);
+    collect_schedule(&e);
     for (int k = 0; k < e.ngroups; k++) {
         Group *gr = &e.groups[k];
         for (int j = 0; j < k && !gr->fn; j++)

@@ -588,23 +588,36 @@ static void ex_rope(Ex *e) {
     }
 }
 
-/* ---- attention: q[B,H,T,D], k,v[B,KH,S,D]; head h reads kv head h/(H/KH) ---- */
+/* ---- attention: q[B,H,T,D], k,v[B,KH,S,D]; head h reads kv head h/(H/KH) ----
+ * Causal masking compares token positions: key s is visible to query t iff
+ * kpos[s] <= qpos[t], with the optional position inputs (any order: context
+ * parallel chunks, K/V blocks of other ranks) or 0..T-1 and 0..S-1.  Keys
+ * are visited in index order either way, so positions 0..T-1 give exactly
+ * the arithmetic of the plain op. */
 
 typedef struct {
     int64_t B, H, KH, T, S, D;
     int causal;
     double scale;
+    const double *qpos, *kpos; /* NULL: positions are the indices */
 } AttnDims;
 
-static AttnDims attn_dims(Ex *e, const Type *q, const Type *k) {
-    AttnDims a = {q->dim[0], q->dim[1], k->dim[1], q->dim[2], k->dim[2], q->dim[3], 0, 0};
+/* q, k are inputs `first` and `first`+1; qpos, kpos, if present, come after
+ * the op's nfixed other inputs. */
+static AttnDims attn_dims(Ex *e, int first, int nfixed) {
+    const Type *q = INT(first), *k = INT(first + 1);
+    AttnDims a = {q->dim[0], q->dim[1], k->dim[1], q->dim[2], k->dim[2], q->dim[3], 0, 0, NULL, NULL};
     a.causal = ir_attr_i(e->n, "causal", 0) != 0;
     a.scale = ir_attr_f(e->n, "scale", 1 / sqrt((double)a.D));
+    if (e->n->nin == nfixed + 2) a.qpos = IN(nfixed), a.kpos = IN(nfixed + 1);
     return a;
 }
 
-/* keys visible to query t: s < nvis(t) (causal: s <= t) */
-static int64_t nvis(const AttnDims *a, int64_t t) { return a->causal ? (t + 1 < a->S ? t + 1 : a->S) : a->S; }
+/* key s visible to query t */
+static int visible(const AttnDims *a, int64_t t, int64_t s) {
+    if (!a->causal) return 1;
+    return a->qpos ? a->kpos[s] <= a->qpos[t] : s <= t;
+}
 
 static double dot(const double *x, const double *y, int64_t n) {
     double s = 0;
@@ -613,7 +626,7 @@ static double dot(const double *x, const double *y, int64_t n) {
 }
 
 static void ex_attention(Ex *e) {
-    AttnDims a = attn_dims(e, INT(0), INT(1));
+    AttnDims a = attn_dims(e, 0, 3);
     int64_t D = a.D, rep = a.H / a.KH;
     double *p = scratch(e->it, 0, a.S);
     for (int64_t b = 0; b < a.B; b++)
@@ -623,16 +636,17 @@ static void ex_attention(Ex *e) {
             const double *k = IN(1) + (b * a.KH + kh) * a.S * D, *v = IN(2) + (b * a.KH + kh) * a.S * D;
             double *o = OUT(0) + (b * a.H + h) * a.T * D, *lse = OUT(1) + (b * a.H + h) * a.T;
             for (int64_t t = 0; t < a.T; t++) {
-                int64_t ns = nvis(&a, t);
                 double *ot = o + t * D, m = -INFINITY, l = 0;
                 memset(ot, 0, sizeof(double) * (size_t)D);
-                if (ns <= 0) { lse[t] = -INFINITY; continue; }
-                for (int64_t s = 0; s < ns; s++) {
+                for (int64_t s = 0; s < a.S; s++) {
+                    if (!visible(&a, t, s)) continue;
                     p[s] = a.scale * dot(q + t * D, k + s * D, D);
                     m = p[s] > m ? p[s] : m;
                 }
-                if (m == -INFINITY) { lse[t] = -INFINITY; continue; } /* every score -inf: as if masked */
-                for (int64_t s = 0; s < ns; s++) {
+                /* no visible key, or every score -inf: o = 0, lse = -inf */
+                if (m == -INFINITY) { lse[t] = -INFINITY; continue; }
+                for (int64_t s = 0; s < a.S; s++) {
+                    if (!visible(&a, t, s)) continue;
                     p[s] = exp(p[s] - m);
                     l += p[s];
                     axpy(ot, p[s], v + s * D, D);
@@ -643,10 +657,11 @@ static void ex_attention(Ex *e) {
         }
 }
 
-/* (do, q, k, v, o, lse) -> dq, dk, dv with P = exp(scale q.k - lse):
- * dv += P do; dS = P (do.v - do.o); dq += scale dS k; dk += scale dS q. */
+/* (do, q, k, v, o, lse [, qpos, kpos]) -> dq, dk, dv with P = exp(scale q.k - lse)
+ * over the visible keys: dv += P do; dS = P (do.v - do.o); dq += scale dS k;
+ * dk += scale dS q.  A row with lse = -inf (no key) contributes nothing. */
 static void ex_attention_bwd(Ex *e) {
-    AttnDims a = attn_dims(e, INT(1), INT(2));
+    AttnDims a = attn_dims(e, 1, 6);
     int64_t D = a.D, rep = a.H / a.KH;
     double *dq = OUT(0), *dk = OUT(1), *dv = OUT(2);
     memset(dq, 0, sizeof(double) * (size_t)NOUT(0));
@@ -658,11 +673,11 @@ static void ex_attention_bwd(Ex *e) {
             const double *dO = IN(0) + qoff, *q = IN(1) + qoff, *k = IN(2) + koff, *v = IN(3) + koff;
             const double *o = IN(4) + qoff, *lse = IN(5) + (b * a.H + h) * a.T;
             for (int64_t t = 0; t < a.T; t++) {
-                int64_t ns = nvis(&a, t);
-                if (ns <= 0 || lse[t] == -INFINITY) continue;
+                if (lse[t] == -INFINITY) continue;
                 const double *dot_ = dO + t * D, *qt = q + t * D;
                 double Dt = dot(dot_, o + t * D, D), *dqt = dq + qoff + t * D;
-                for (int64_t s = 0; s < ns; s++) {
+                for (int64_t s = 0; s < a.S; s++) {
+                    if (!visible(&a, t, s)) continue;
                     const double *ks = k + s * D, *vs = v + s * D;
                     double *dks = dk + koff + s * D, *dvs = dv + koff + s * D;
                     double P = exp(a.scale * dot(qt, ks, D) - lse[t]);
@@ -897,6 +912,22 @@ static void do_shard(Interp *it, Rank *R, const Node *n) {
     round_outputs(it, e);
 }
 
+/* iota {group, layout}: the global positions of this rank's tokens when
+ * the sequence is split over the group: "contiguous" piece i, or "dual"
+ * chunks i and 2n-1-i of 2n (context parallel's load-balanced layout). */
+static void do_rank_iota(Interp *it, Rank *R, const Node *n) {
+    Ex ex = ex_of(it, R, n), *e = &ex;
+    int mask, idx, size = group_of(it, R, n, &mask, &idx);
+    int64_t len = NOUT(0);
+    if (strcmp(ir_attr_s(n, "layout", "contiguous"), "dual") == 0) {
+        if (len % 2) fail(it, n, "iota: dual layout needs an even length, got %lld", (long long)len);
+        int64_t c = len / 2;
+        for (int64_t k = 0; k < c; k++) OUT(0)[k] = (double)(idx * c + k), OUT(0)[c + k] = (double)((2 * size - 1 - idx) * c + k);
+    } else {
+        for (int64_t k = 0; k < len; k++) OUT(0)[k] = (double)(idx * len + k);
+    }
+}
+
 static const Node *node_at(const Rank *R) { return R->pc < R->g->nnodes ? &R->g->nodes[R->pc] : NULL; }
 
 /* Run the collective the members (world ranks, in group order) wait at. */
@@ -1007,6 +1038,8 @@ static int advance(Interp *it, Rank *R) {
             do_send(it, R, n);
         } else if (n->op == OP_shard) {
             do_shard(it, R, n);
+        } else if (n->op == OP_iota && ir_attr(n, "group")) {
+            do_rank_iota(it, R, n);
         } else {
             Ex e = ex_of(it, R, n);
             exec_local(&e);

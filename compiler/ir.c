@@ -393,8 +393,15 @@ static int infer_matmul(const Node *n, const Type *a, const Type *b, Type *out, 
     return 0;
 }
 
-static int infer_attention(const Node *n, const Type *q, const Type *k, const Type *v, char *err, size_t errlen) {
+/* q, k, v are t[first..first+2] (attention_bwd: after do); the optional
+ * qpos, kpos follow the op's nfixed other inputs (3, or 6 after lse). */
+static int infer_attention(const Node *n, const Type *const *t, int first, int nfixed, char *err, size_t errlen) {
     char x[96], y[96];
+    const char *op = ir_ops[n->op].name;
+    int npos = n->nin - nfixed;
+    if (npos != 0 && npos != 2)
+        FAIL("%s: takes %d inputs, or %d with qpos and kpos, got %d", op, nfixed, nfixed + 2, n->nin);
+    const Type *q = t[first], *k = t[first + 1], *v = t[first + 2];
     for (int i = 0; i < 3; i++)
         if (need_float((const Type *[]){q, k, v}[i], "attention", "q/k/v", err, errlen)) return -1;
     if (q->rank != 4 || k->rank != 4 || v->rank != 4) FAIL("attention: q, k, v must be [B,H,T,D]");
@@ -404,8 +411,16 @@ static int infer_attention(const Node *n, const Type *q, const Type *k, const Ty
         FAIL("attention: q %s and k %s differ in batch or head dim", tstr(q, x), tstr(k, y));
     if (k->dim[1] < 1 || q->dim[1] % k->dim[1] != 0)
         FAIL("attention: %lld query heads not a multiple of %lld kv heads", (long long)q->dim[1], (long long)k->dim[1]);
-    if (ir_attr_i(n, "causal", 0) && q->dim[2] != k->dim[2])
-        FAIL("attention: causal needs equal query and key lengths (%lld vs %lld)", (long long)q->dim[2], (long long)k->dim[2]);
+    if (npos == 0 && ir_attr_i(n, "causal", 0) && q->dim[2] != k->dim[2])
+        FAIL("attention: causal without positions needs equal query and key lengths (%lld vs %lld)",
+             (long long)q->dim[2], (long long)k->dim[2]);
+    for (int i = 0; i < npos; i++) {
+        const Type *p = t[nfixed + i];
+        int64_t len = (i ? k : q)->dim[2];
+        if (p->dt != DT_I32 || p->rank != 1 || p->dim[0] != len)
+            FAIL("%s: %s must be i32[%lld] (the %s length), got %s", op, i ? "kpos" : "qpos", (long long)len,
+                 i ? "key" : "query", tstr(p, x));
+    }
     return 0;
 }
 
@@ -584,14 +599,16 @@ static int infer_rule(const Graph *g, const Node *n, Type out[], char *err, size
         out[0] = *t[0];
         return 0;
     case OP_attention:
-        if (infer_attention(n, t[0], t[1], t[2], err, errlen)) return -1;
+        if (infer_attention(n, t, 0, 3, err, errlen)) return -1;
         out[0] = *t[0];
         out[1] = (Type){.dt = DT_F32, .rank = 3, .dim = {t[0]->dim[0], t[0]->dim[1], t[0]->dim[2]}};
         return 0;
     case OP_attention_bwd:
-        if (infer_attention(n, t[1], t[2], t[3], err, errlen)) return -1;
+        if (infer_attention(n, t, 1, 6, err, errlen)) return -1;
         if (same_type(t[0], t[1], op, err, errlen) || same_type(t[4], t[1], op, err, errlen)) return -1;
-        if (t[5]->dt != DT_F32 || t[5]->rank != 3) FAIL("attention_bwd: lse must be f32[B,H,T]");
+        if (t[5]->dt != DT_F32 || t[5]->rank != 3 || t[5]->dim[0] != t[1]->dim[0] || t[5]->dim[1] != t[1]->dim[1] ||
+            t[5]->dim[2] != t[1]->dim[2])
+            FAIL("attention_bwd: lse %s must be f32[B,H,T] for q %s", tstr(t[5], x), tstr(t[1], y));
         out[0] = *t[1];
         out[1] = *t[2];
         out[2] = *t[3];

@@ -23,6 +23,10 @@ typedef struct {
      * drop_event (tests only): the schedule forgets its first wait */
     int micro_batches, zero, no_overlap, drop_event;
     double bucket_mb;
+    /* context parallel: the sequence's layout over cp ranks (0: dual chunk,
+     * load-balanced; 1: contiguous, for comparison) and how attention
+     * communicates (0: all-gather K,V) */
+    int cp_contiguous, cp_comm;
     /* optimizer (defaults in opt_defaults) */
     double lr, min_lr, warmup, steps, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;

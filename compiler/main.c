@@ -207,8 +207,18 @@ static void parse_args(Args *a, int argc, char **argv) {
         else if (strcmp(f, "--micro-batches") == 0) a->o.micro_batches = parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--zero") == 0) a->o.zero = parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--bucket-mb") == 0) a->o.bucket_mb = parse_double_flag(f, argv[++i]);
-        else if (strcmp(f, "--cp") == 0 || strcmp(f, "--tp") == 0 || strcmp(f, "--pp") == 0) {
-            if (parse_int_flag(f, argv[++i]) != 1) die("%s: this parallel axis is not available yet (only 1; --dp is)", f);
+        else if (strcmp(f, "--cp") == 0) a->o.cp = parse_int_flag(f, argv[++i]);
+        else if (strcmp(f, "--cp-layout") == 0) {
+            const char *v = argv[++i];
+            if (strcmp(v, "dual") && strcmp(v, "contiguous")) die("--cp-layout: expected dual or contiguous, got \"%s\"", v);
+            a->o.cp_contiguous = strcmp(v, "contiguous") == 0;
+        } else if (strcmp(f, "--cp-comm") == 0) {
+            const char *v = argv[++i];
+            if (strcmp(v, "allgather") == 0) a->o.cp_comm = 0;
+            else if (strcmp(v, "p2p") == 0) die("--cp-comm p2p: ring attention is not available yet (use allgather)");
+            else die("--cp-comm: expected p2p or allgather, got \"%s\"", v);
+        } else if (strcmp(f, "--tp") == 0 || strcmp(f, "--pp") == 0) {
+            if (parse_int_flag(f, argv[++i]) != 1) die("%s: this parallel axis is not available yet (only 1; --dp and --cp are)", f);
         } else die("%s: unknown flag", f);
     }
     if (!a->model) die("%s: no model file given", a->cmd);
@@ -218,6 +228,9 @@ static void parse_args(Args *a, int argc, char **argv) {
         if (!ok) die("--after: unknown pass \"%s\" (front, autodiff, parallelize, optimizer, fuse, schedule, memplan)", a->after);
     }
     if (a->o.dp < 1) die("--dp: expected at least 1");
+    if (a->o.cp < 1) die("--cp: expected at least 1");
+    if (a->o.cp > 1 && (strcmp(a->cmd, "compile") == 0 || strcmp(a->cmd, "run") == 0))
+        die("--cp %d: the CPU back end does not run context-parallel programs yet (kiln check, plan and dump do)", a->o.cp);
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
     if (a->o.zero != 0 && a->o.zero != 1) die("--zero: expected 0 (all-reduce) or 1 (distributed optimizer), got %d", a->o.zero);
     if (a->format && strcmp(a->format, "text") && strcmp(a->format, "dot"))
@@ -376,9 +389,29 @@ static void logical_param(Interp *it, Module *m, int r, const char *name, double
     memcpy(out, t->d, sizeof(double) * (size_t)numel);
 }
 
+/* Rank r's piece of a global input [B, T, ...]: rows of its dp coordinate,
+ * and with cp the tokens of its cp coordinate (dual chunk: chunks c and
+ * 2cp-1-c of 2cp; contiguous: piece c).  *n: its element count. */
+static double *rank_input(const Module *m, int r, const Type *t, const double *x, int contiguous, int64_t *n) {
+    int c[IR_NAXES], dp = m->mesh[1], cp = m->mesh[2];
+    ir_rank_coords(m, r, c);
+    int64_t B = t->dim[0], T = t->rank > 1 ? t->dim[1] : 1, inner = ir_numel(t) / (B * T);
+    int64_t b = B / dp, tl = T / cp, half = tl / 2;
+    double *y = malloc(sizeof(double) * (size_t)(b * tl * inner + 1));
+    if (!y) die("out of memory");
+    for (int64_t i = 0; i < b; i++)
+        for (int64_t j = 0; j < tl; j++) {
+            int64_t gj = cp == 1 ? j : contiguous ? c[2] * tl + j
+                                   : j < half ? c[2] * half + j : (2 * cp - 1 - c[2]) * half + (j - half);
+            memcpy(y + (i * tl + j) * inner, x + ((c[1] * b + i) * T + gj) * inner, sizeof(double) * (size_t)inner);
+        }
+    *n = b * tl * inner;
+    return y;
+}
+
 static int check_parallel(Args *a) {
     Args ref = *a;
-    ref.o.dp = 1, ref.o.micro_batches = 1;
+    ref.o.dp = 1, ref.o.micro_batches = 1, ref.o.cp = 1;
     Module *m1 = compile(&ref), *mp = compile(a);
     Graph *g1 = step_graph(m1), *gp = step_graph(mp);
     Interp *it1 = interp_new(m1, 1), *itp = interp_new(mp, 1);
@@ -394,13 +427,15 @@ static int check_parallel(Args *a) {
         for (int i = 0; i < g1->nnodes; i++) {
             if (!in[i]) continue;
             const char *name = ir_attr_s(&g1->nodes[i], "name", "");
-            int64_t cnt = ir_numel(&g1->vals[g1->nodes[i].out[0]].t), per = cnt / dp;
+            const Type *t = &g1->vals[g1->nodes[i].out[0]].t;
+            int64_t cnt = ir_numel(t);
             interp_set_input(it1, 0, name, in[i], cnt);
             for (int r = 0; r < world; r++) {
-                int c[IR_NAXES];
-                ir_rank_coords(mp, r, c);
-                if (interp_set_input(itp, r, name, in[i] + c[1] * per, per) != 0)
+                int64_t per;
+                double *mine = rank_input(mp, r, t, in[i], a->o.cp_contiguous, &per);
+                if (interp_set_input(itp, r, name, mine, per) != 0)
                     die("check: rank %d has no input %s of %lld values", r, name, (long long)per);
+                free(mine);
             }
             free(in[i]);
         }
@@ -433,9 +468,10 @@ static int check_parallel(Args *a) {
             }
         }
     }
-    printf("check %s --dp %d --micro-batches %d --zero %d: %d ranks, 2 steps; loss %.12f, %.12f; "
+    printf("check %s --dp %d --cp %d%s --micro-batches %d --zero %d: %d ranks, 2 steps; loss %.12f, %.12f; "
            "%d values compared with the single-device program, worst rel err %.2g, %d mismatched\n",
-           a->model, dp, a->o.micro_batches, a->o.zero, world, loss[0], loss[1], checked, worst, bad);
+           a->model, dp, mp->mesh[2], a->o.cp_contiguous ? " --cp-layout contiguous" : "", a->o.micro_batches, a->o.zero,
+           world, loss[0], loss[1], checked, worst, bad);
     interp_free(it1);
     interp_free(itp);
     ir_free(m1);
@@ -444,7 +480,7 @@ static int check_parallel(Args *a) {
 }
 
 static int cmd_check(Args *a) {
-    if (a->o.dp > 1 || a->o.micro_batches > 1) return check_parallel(a);
+    if (a->o.dp > 1 || a->o.micro_batches > 1 || a->o.cp > 1) return check_parallel(a);
     Module *m = compile(a);
     Graph *g = step_graph(m);
     Interp *it[2];
@@ -485,6 +521,15 @@ static int cmd_check(Args *a) {
 static int cmd_plan(Args *a) {
     Module *m = compile(a);
     memplan_report(m, stdout);
+    if (m->mesh[2] > 1) { /* context parallel: activation memory against the same program at cp = 1 */
+        Args one = *a;
+        one.o.cp = 1;
+        Module *m1 = compile(&one);
+        int64_t act = memplan_peak(m, RT_SPACE_ACT), act1 = memplan_peak(m1, RT_SPACE_ACT);
+        printf("  activations per rank: %.2f MiB at cp %d, %.2f MiB at cp 1 (%.3fx)\n", (double)act / (1 << 20), m->mesh[2],
+               (double)act1 / (1 << 20), act1 ? (double)act / (double)act1 : 0.0);
+        ir_free(m1);
+    }
     ir_free(m);
     return 0;
 }

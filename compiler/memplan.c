@@ -353,6 +353,52 @@ static void report_comm(const Module *m, const Graph *g, FILE *f) {
             sent[0] / (1 << 20), sent[1] / (1 << 20), sent[2] / (1 << 20));
 }
 
+/* Causal (query, key) pairs rank c of cp sees under a layout: query at
+ * global position p sees p + 1 keys. */
+static int64_t causal_pairs(int64_t T, int cp, int c, int dual) {
+    int64_t pairs = 0, tl = T / cp, half = tl / 2;
+    for (int64_t j = 0; j < tl; j++) {
+        int64_t p = !dual ? c * tl + j : j < half ? c * half + j : (2 * cp - 1 - c) * half + (j - half);
+        pairs += p + 1;
+    }
+    return pairs;
+}
+
+/* Context parallel: the balance of causal attention work over the cp ranks
+ * and the K,V bytes each rank sends per layer, next to the formula
+ * 2 b s kv_heads head_dim (cp-1)/cp elements. */
+static void report_cp(const Module *m, const Graph *g, FILE *f) {
+    int cp = m->mesh[2], dual = 1, natt = 0;
+    double sent = 0, formula = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op == OP_iota && ir_attr(n, "layout")) dual = strcmp(ir_attr_s(n, "layout", ""), "dual") == 0;
+        if (n->op == OP_allgather && n->phase == PH_FWD && strcmp(ir_attr_s(n, "group", ""), "cp") == 0 &&
+            g->vals[n->in[0]].t.rank == 4) /* K or V [b, kv_heads, s/cp, head_dim] */
+            sent += (double)(cp - 1) / cp * (double)ir_numel(&g->vals[n->out[0]].t);
+        if (n->op == OP_attention && n->nin == 5) {
+            const Type *k = &g->vals[n->in[1]].t;
+            formula += 2.0 * (double)(k->dim[0] * k->dim[1] * k->dim[2] * k->dim[3]) * (cp - 1) / cp;
+            natt++;
+        }
+    }
+    int64_t T = 0;
+    for (int i = 0; i < g->nnodes && !T; i++)
+        if (g->nodes[i].op == OP_attention && g->nodes[i].nin == 5) T = g->vals[g->nodes[i].in[1]].t.dim[2];
+    fprintf(f, "context parallel: cp %d, %s layout, all-gather attention\n", cp, dual ? "dual-chunk" : "contiguous");
+    if (!natt || !T) return;
+    int64_t lo = INT64_MAX, hi = 0;
+    fprintf(f, "  causal attention work per cp rank (query-key pairs per sequence and head):");
+    for (int c = 0; c < cp; c++) {
+        int64_t p = causal_pairs(T, cp, c, dual);
+        lo = p < lo ? p : lo, hi = p > hi ? p : hi;
+        fprintf(f, " %lld", (long long)p);
+    }
+    fprintf(f, "\n  balance max/min %.3f\n", (double)hi / (double)lo);
+    fprintf(f, "  K,V sent per rank per layer, forward: %.0f elements (formula 2 b s kv_heads head_dim (cp-1)/cp = %.0f)\n",
+            sent / natt, formula / natt);
+}
+
 void memplan_report(const Module *m, FILE *f) {
     for (int s = 0; s < m->nstages; s++) {
         const Graph *g = m->stages[s];
@@ -370,5 +416,6 @@ void memplan_report(const Module *m, FILE *f) {
         put_bytes(f, "workspace", 0, "(scratch of library kernels beyond their outputs: none on the CPU)");
         put_bytes(f, "total", p + gr + o + a, NULL);
         if (ir_world(m) > 1) report_comm(m, g, f);
+        if (m->mesh[2] > 1) report_cp(m, g, f);
     }
 }

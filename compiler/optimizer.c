@@ -47,6 +47,18 @@ typedef struct {
     Builder bld; /* the graph; the Loc and layer of the param being updated */
 } Opt;
 
+/* Gradients are partial sums over the data-parallel group: dp, and cp
+ * (every cp rank saw other tokens of the same sequences). */
+static int red_size(const Module *m) { return m->mesh[1] * m->mesh[2]; }
+static const char *red_group(const Module *m) {
+    return m->mesh[1] > 1 && m->mesh[2] > 1 ? "dp+cp" : m->mesh[2] > 1 ? "cp" : "dp";
+}
+/* A value split on dim 0 over the reduction group. */
+static void split_over_group(Graph *g, int v) {
+    for (int a = 1; a <= 2; a++)
+        if (g->m->mesh[a] > 1) g->vals[v].sh[a] = (AxisShard){SH_SPLIT, 0};
+}
+
 /* A named source (state) of type t. */
 static int source(Opt *b, Op op, const char *name, Type t) {
     Attr at = ir_attr_str(b->m, "name", name);
@@ -169,7 +181,7 @@ static int *backward_order(const Graph *g, const int *gradv, int *np) {
 static Flat *plan_flats(Module *m, const Graph *g, const Options *o, const int *gradv, int *nflats) {
     int np, *ord = backward_order(g, gradv, &np), nf = 0;
     Flat *f = ir_alloc(m, sizeof(Flat) * (size_t)(2 * np + 2));
-    int64_t limit = (int64_t)(o->bucket_mb * 1048576.0), dp = m->mesh[1];
+    int64_t limit = (int64_t)(o->bucket_mb * 1048576.0), dp = red_size(m);
     for (int start = 0; start < np;) {
         int end = start;
         int64_t bytes = 0;
@@ -232,9 +244,9 @@ static int member_of(Opt *b, const Flat *f, int k, int flat) {
 }
 
 static int comm(Opt *b, Op op, int x, int with_dim) {
-    Attr at[2] = {ir_attr_str(b->m, "group", "dp"), ir_attr_int(b->m, "dim", 0)};
+    Attr at[2] = {ir_attr_str(b->m, "group", red_group(b->m)), ir_attr_int(b->m, "dim", 0)};
     int y = ir_build1(&b->bld, op, x, with_dim ? 2 : 1, at);
-    if (op == OP_reducescatter || op == OP_shard) b->bld.g->vals[y].sh[1] = (AxisShard){SH_SPLIT, 0};
+    if (op == OP_reducescatter || op == OP_shard) split_over_group(b->bld.g, y);
     return y;
 }
 
@@ -275,13 +287,13 @@ static int shard_state(Opt *b, const Flat *f, int fi, const char *state_prefix, 
         strcat(params, pn);
     }
     snprintf(name, sizeof name, "%sb%d", state_prefix, fi);
-    Attr at[7] = {ir_attr_str(b->m, "name", name), ir_attr_int(b->m, "bucket", fi), ir_attr_str(b->m, "group", "dp"),
+    Attr at[7] = {ir_attr_str(b->m, "name", name), ir_attr_int(b->m, "bucket", fi), ir_attr_str(b->m, "group", red_group(b->m)),
                   ir_attr_str(b->m, "prefix", prefix), ir_attr_str(b->m, "params", params),
                   ir_attr_ints(b->m, "offsets", f->offset, f->nmembers), ir_attr_int(b->m, "n", f->n)};
     free(params);
-    Type t = {.dt = DT_F32, .rank = 1, .dim = {f->n / b->m->mesh[1]}};
+    Type t = {.dt = DT_F32, .rank = 1, .dim = {f->n / red_size(b->m)}};
     int v = ir_out(b->bld.g, ir_build(&b->bld, OP_state, 0, NULL, 7, at, &t));
-    b->bld.g->vals[v].sh[1] = (AxisShard){SH_SPLIT, 0};
+    split_over_group(b->bld.g, v);
     return v;
 }
 
@@ -392,7 +404,7 @@ static void update_sharded(Opt *b, const Options *o, Flat *f, int nf, int *gradv
         const Graph *g = b->bld.g;
         for (int k = 0; k < 3; k++) {
             int v = g->nodes[n].out[k], src = g->vals[in[k == 0 ? 0 : k + 1]].def;
-            b->bld.g->vals[v].sh[1] = (AxisShard){SH_SPLIT, 0};
+            split_over_group(b->bld.g, v);
             sink(b, OP_assign, v, ir_attr_s(&b->bld.g->nodes[src], "name", "?"));
         }
     }
@@ -421,7 +433,7 @@ void pass_optimizer(Module *m, const Options *o) {
     if (!gradv) ICE("out of memory");
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i].op == OP_param) gradv[i] = grad_of(g, i);
-    int dp = m->mesh[1], nf = 0;
+    int dp = red_size(m), nf = 0;
     Flat *flats = NULL;
     if (dp > 1) {
         drop_grad_outputs(g); /* params come first: their indices stay */

@@ -1,41 +1,53 @@
-/* parallelize.c — data parallelism and micro-batches: the step of one rank.
+/* parallelize.c — the step of one rank: data parallel, micro-batches and
+ * context parallel.
  *
  * Autodiff leaves the training step of the whole global batch on one
- * device: inputs [B, ...], the loss a mean over every token, gradients of
- * that mean.  This pass rewrites it into the program every rank of the
- * data-parallel group runs: each rank holds B/dp rows of every input and
- * processes them in M micro-batches of b = B/(dp*M) rows (gradient
- * accumulation), so the batch is cut into S = dp*M pieces.
+ * device: inputs [B, T, ...], the loss a mean over every token, gradients of
+ * that mean.  This pass rewrites it into the program every rank of the mesh
+ * runs.  Two axes cut the data:
+ *   - the batch axis: dp ranks each hold B/dp rows of every input and
+ *     process them in M micro-batches (gradient accumulation), so dim 0 of
+ *     the inputs is cut into S = dp*M pieces;
+ *   - the sequence axis: cp ranks each hold T/cp tokens of every sequence,
+ *     dim 1 of the inputs, in the load-balanced "dual chunk" layout (the
+ *     sequence cut into 2cp chunks, rank r holding chunks r and 2cp-1-r,
+ *     so every rank has the same share of causal attention work), or in
+ *     contiguous pieces with --cp-layout contiguous.
  *
  * It works by sharding propagation, the way GSPMD and Megatron reason about
- * tensor layouts.  Every value of the global graph gets a sharding along the
- * batch: replicated (the same on every piece: params, positions), split on
- * a dim (each piece holds a slice: activations, split on the batch dim and
- * on whatever dim the batch dim becomes through reshapes and transposes), or
- * partial (each piece holds a summand of the value: the loss, whose mean is
- * a sum over pieces, and every weight gradient, which contracts the batch).
- * Inputs start split on dim 0; each op's rule (`rule`) derives its outputs'
- * shardings from its inputs', and names the model's line when an op cannot
- * take its inputs' layout (a max over the batch, a norm across it).
+ * tensor layouts, once per axis.  Every value of the global graph gets a
+ * sharding along the axis: replicated (the same on every piece: params),
+ * split (each piece holds some of the indices of one dim: activations; a
+ * split remembers the element stride and size of the cut sub-dimension, so
+ * it follows reshapes that merge [B,T] into [B*T] and back), or partial
+ * (each piece holds a summand: the loss, whose mean is a sum over pieces,
+ * and every weight gradient, which contracts the tokens).  Inputs start
+ * split; each op's rule (`rule`) derives its outputs' shardings from its
+ * inputs', and names the model's line when an op cannot take its inputs'
+ * layout (a max over the batch, a norm across it).  Positions (`iota`) are
+ * split along the sequence with their global values (a rank-dependent iota),
+ * and attention over a split sequence becomes all-gather attention: K and V
+ * (only the kv heads) are all-gathered over cp with their positions, the
+ * local queries attend with causal masking by global position, and in
+ * backward dK, dV are reduce-scattered home.
  *
  * Then the graph is rebuilt with local shapes.  Nodes that depend on the
- * batch are cloned once per micro-batch (Node.mb); replicated nodes are
- * built once, on first use.  A partial value that reaches an output is
+ * inputs are cloned once per micro-batch (Node.mb); the others are built
+ * once, on first use (`get`).  A partial value that reaches an output is
  * accumulated over micro-batches with `add` as each micro-batch produces it
  * (f32, like Megatron's main_grad buffers).  Two rewrites keep the global
  * semantics exact:
- *   - `mean` over the split dim divides by the local count, so its result is
- *     multiplied by 1/S to become a summand of the global mean;
+ *   - `mean` over a split dim divides by the local count, so its result is
+ *     multiplied by 1/pieces to become a summand of the global mean;
  *   - a replicated value that meets split values in an op (a bias broadcast
  *     to [B,T,C], the 1/N seed of the loss's gradient) is constant along the
- *     batch, so its local piece is the same chain built at the local shape
- *     (`uniform`, `localize`).  Constants keep their global values: the
+ *     split dim, so its local piece is the same chain built at the local
+ *     shape (`uniform`, `get`).  Constants keep their global values: the
  *     gradient of the global mean is 1/N_global per token on every piece.
  * Outputs: a partial output that is not a gradient (the loss) is all-reduced
- * over dp so every rank reports the global value; gradients "grad:<p>" stay
- * partial over dp (Value.sh[dp] = partial) for the optimizer, which reduces
- * them in buckets (all-reduce, or reduce-scatter for the distributed
- * optimizer).  With dp = M = 1 the pass only records the mesh.
+ * so every rank reports the global value; gradients "grad:<p>" stay partial
+ * (Value.sh) for the optimizer, which reduces them over dp x cp in buckets.
+ * With dp = M = cp = 1 the pass only records the mesh.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,24 +55,42 @@
 
 #include "kiln.h"
 
-enum { AXIS_DP = 1 }; /* index of dp in Module.mesh and Value.sh */
-enum { MAXIN = 64 };  /* inputs per node this pass handles */
+enum { AX_BATCH, AX_SEQ, NAX };        /* the axes this pass cuts */
+static const int mesh_axis[NAX] = {1, 2}; /* their Module.mesh / Value.sh index: dp, cp */
+static const char *const axis_group[NAX] = {"dp", "cp"};
+enum { MAXIN = 64 };                   /* inputs per node this pass handles */
+
+/* A sharding along one axis.  SPLIT: dim `dim`'s index decomposes as
+ * hi*(size*stride) + mid*stride + lo, and the pieces cut `mid` (of `size`). */
+typedef struct {
+    ShardKind kind;
+    int dim;
+    int64_t stride, size;
+} Sp;
+
+/* A memoised local version of a value: in micro-batch mb (-1: the same in
+ * all), under the per-axis shardings want[]. */
+typedef struct Memo {
+    int mb, nv;
+    Sp want[NAX];
+    struct Memo *next;
+} Memo;
 
 typedef struct {
     Module *m;
+    const Options *o;
     const Graph *g; /* the global graph */
     Graph *ng;      /* the rank's graph being built */
     Builder b;
-    int dp, M, S;
-    AxisShard *sh;  /* per global value: its sharding along the batch */
-    int *conv;      /* per (node, input): >= 0: a replicated input used split on that dim */
-    int *map;       /* [M][nvals]: the local value of a batch-dependent value in micro-batch i */
-    int *rep;       /* per global value: its replicated clone, -1 until built */
-    int *loc;       /* per global value: its localized (split) clone, -1 until built */
-    int *acc;       /* per global value feeding a partial output: the running sum */
-    char *to_acc;   /* per global value: feeds a partial output */
-    int input0;     /* per-rank input values are created at first use */
-    int *input;     /* per global input value: the rank's [B/dp, ...] input */
+    int dp, M, cp, dual;
+    int pieces[NAX]; /* dp*M, cp */
+    Sp *sh[NAX];     /* per global value */
+    char *dep;       /* per global value: depends on the inputs (cloned per micro-batch) */
+    int *map;        /* [M][nvals]: the native local value of a dependent value */
+    Memo **memo;     /* per global value */
+    int *acc;        /* per global value feeding a partial output: the running sum */
+    char *to_acc;
+    int *input;      /* per global input value: the rank's input */
 } Par;
 
 static void *xcalloc(size_t n, size_t sz) {
@@ -69,306 +99,366 @@ static void *xcalloc(size_t n, size_t sz) {
     return p;
 }
 
-static AxisShard REP = {SH_REP, 0}, PART = {SH_PARTIAL, 0};
-static AxisShard split(int d) { return (AxisShard){SH_SPLIT, d}; }
-static int is_rep(AxisShard s) { return s.kind == SH_REP; }
-static int is_split(AxisShard s) { return s.kind == SH_SPLIT; }
-static int is_part(AxisShard s) { return s.kind == SH_PARTIAL; }
+static const Sp REP = {SH_REP, 0, 0, 0}, PART = {SH_PARTIAL, 0, 0, 0};
+static int is_rep(Sp s) { return s.kind == SH_REP; }
+static int is_split(Sp s) { return s.kind == SH_SPLIT; }
+static int is_part(Sp s) { return s.kind == SH_PARTIAL; }
+static int sp_eq(Sp a, Sp b) {
+    return a.kind == b.kind && (a.kind != SH_SPLIT || (a.dim == b.dim && a.stride == b.stride && a.size == b.size));
+}
+static Sp split_at(Sp s, int dim) { return s.dim = dim, s; }
 
 static const Type *vtype(const Par *P, int v) { return &P->g->vals[v].t; }
 static const Node *def_of(const Par *P, int v) {
     int d = P->g->vals[v].def;
     return d >= 0 ? &P->g->nodes[d] : NULL;
 }
+static int64_t prod(const Type *t, int from, int to) { /* dims [from, to) */
+    int64_t p = 1;
+    for (int k = from; k < to; k++) p *= t->dim[k];
+    return p;
+}
 
 /* ======================================================================
  * Propagation
  * ====================================================================== */
 
-/* The input dim of a reshape whose elements start where output dim od's do
- * and that has its size: a split there is the same split.  -1 if none. */
-static int reshape_map(const Type *from, int d, const Type *to) {
-    int64_t pre = 1;
-    for (int k = 0; k < d; k++) pre *= from->dim[k];
-    int64_t p = 1;
-    for (int k = 0; k < to->rank; k++) {
-        if (p == pre && to->dim[k] == from->dim[d]) return k;
-        p *= to->dim[k];
+/* Where split s of a reshape's input lands in its output: the output dim
+ * that holds the cut sub-dimension whole.  kind REP if none. */
+static Sp reshape_split(Sp s, const Type *in, const Type *out) {
+    int64_t e = s.stride * prod(in, s.dim + 1, in->rank); /* element stride of the cut sub-dim */
+    for (int k = out->rank - 1; k >= 0; k--) {
+        int64_t inner = prod(out, k + 1, out->rank);
+        if (e % inner == 0 && e / inner < out->dim[k] && out->dim[k] % (e / inner * s.size) == 0)
+            return (Sp){SH_SPLIT, k, e / inner, s.size};
     }
-    return -1;
+    return REP;
 }
 
-/* Where a split of a reshape's input on dim d lands in its output: the
- * output dim starting at the same element whose size the S pieces divide;
- * -1 if none (the split would not stay contiguous). */
-static int reshape_split(const Type *in, int d, const Type *out, int S) {
-    int64_t pre = 1;
-    for (int k = 0; k < d; k++) pre *= in->dim[k];
-    int64_t p = 1;
-    for (int k = 0; k < out->rank; k++) {
-        if (p == pre && out->dim[k] > 1 && out->dim[k] % S == 0) return k;
-        p *= out->dim[k];
-    }
+/* The input dim a reshape's output dim d comes from unchanged (the same
+ * elements and size), -1 if none. */
+static int reshape_map(const Type *from, int d, const Type *to) {
+    int64_t pre = prod(from, 0, d);
+    for (int k = 0, p = 1; k < to->rank; p *= (int)to->dim[k], k++)
+        if (p == pre && to->dim[k] == from->dim[d]) return k;
     return -1;
 }
 
 /* 1 if v is the same along dim d (so each piece's slice is computable
  * locally): constants, broadcasts along d, and elementwise/reshape chains
  * of those. */
-static int uniform(const Par *P, int v, int d) {
+static int uniform(const Par *P, int ax, int v, int d) {
     const Node *n = def_of(P, v);
-    if (!n || !is_rep(P->sh[v])) return 0;
+    if (!n || !is_rep(P->sh[ax][v])) return 0;
     const Type *t = vtype(P, v);
     if (n->op == OP_const) return 1;
     if (n->op == OP_broadcast) {
         const Type *x = vtype(P, n->in[0]);
         int di = d - (t->rank - x->rank);
-        return di < 0 || x->dim[di] == 1 || uniform(P, n->in[0], di);
+        return di < 0 || x->dim[di] == 1 || uniform(P, ax, n->in[0], di);
     }
     if (n->op == OP_reshape) {
         int di = reshape_map(t, d, vtype(P, n->in[0]));
-        return di >= 0 && uniform(P, n->in[0], di);
+        return di >= 0 && uniform(P, ax, n->in[0], di);
     }
     if (ir_ops[n->op].flags & F_ELEMENTWISE) {
         for (int k = 0; k < n->nin; k++)
-            if (!uniform(P, n->in[k], d)) return 0;
+            if (!uniform(P, ax, n->in[k], d)) return 0;
         return 1;
     }
     return 0;
 }
 
-/* The dim every split input of ks[] shares; replicated inputs must be
- * uniform along it (conv[k] = d).  -1: all replicated.  -2: no common
- * layout (a message in why). */
-static int unify(Par *P, const Node *n, const int *ks, int nk, int *conv, const char **why) {
-    int d = -1;
+/* The split every split input of ks[] shares; replicated inputs must be
+ * uniform along its dim (they are used split: conv[k] = 1).  kind REP: all
+ * replicated; *why set: no common layout. */
+static Sp unify(Par *P, int ax, const Node *n, const int *ks, int nk, char *conv, const char **why) {
+    Sp d = REP;
     for (int j = 0; j < nk; j++) {
-        AxisShard s = P->sh[n->in[ks[j]]];
-        if (is_part(s)) return *why = "an input is a partial sum", -2;
+        Sp s = P->sh[ax][n->in[ks[j]]];
+        if (is_part(s)) return *why = "an input is a partial sum", REP;
         if (is_split(s)) {
-            if (d >= 0 && s.dim != d) return *why = "inputs are split on different dims", -2;
-            d = s.dim;
+            if (is_split(d) && !sp_eq(s, d)) return *why = "inputs are split differently", REP;
+            d = s;
         }
     }
-    if (d < 0) return -1;
+    if (!is_split(d)) return REP;
     for (int j = 0; j < nk; j++) {
         int v = n->in[ks[j]];
-        if (!is_rep(P->sh[v])) continue;
-        if (d >= vtype(P, v)->rank || !uniform(P, v, d)) return *why = "a replicated input meets inputs split on the batch", -2;
-        conv[ks[j]] = d;
+        if (!is_rep(P->sh[ax][v])) continue;
+        if (d.dim >= vtype(P, v)->rank || !uniform(P, ax, v, d.dim)) return *why = "a replicated input meets split inputs", REP;
+        conv[ks[j]] = 1;
     }
     return d;
 }
 
-static int linear_in_partial(const Par *P, const Node *n) {
+static int linear_in_partial(const Sp *s, const Node *n) {
     int np = 0;
-    for (int k = 0; k < n->nin; k++) np += is_part(P->sh[n->in[k]]);
+    for (int k = 0; k < n->nin; k++) np += is_part(s[n->in[k]]);
     switch (n->op) {
     case OP_add: case OP_sub: return np == 2;
     case OP_neg: case OP_cast: return 1;
-    case OP_mul: for (int k = 0; k < 2; k++) if (!is_part(P->sh[n->in[k]]) && !is_rep(P->sh[n->in[k]])) return 0; return np == 1;
-    case OP_div: return is_part(P->sh[n->in[0]]) && is_rep(P->sh[n->in[1]]);
+    case OP_mul:
+        for (int k = 0; k < 2; k++)
+            if (!is_part(s[n->in[k]]) && !is_rep(s[n->in[k]])) return 0;
+        return np == 1;
+    case OP_div: return is_part(s[n->in[0]]) && is_rep(s[n->in[1]]);
     default: return 0;
     }
 }
 
-static const char *rule_matmul(Par *P, const Node *n, AxisShard *out) {
-    AxisShard a = P->sh[n->in[0]], b = P->sh[n->in[1]];
+static const char *rule_matmul(const Par *P, const Sp *sh, const Node *n, Sp *out) {
+    Sp a = sh[n->in[0]], b = sh[n->in[1]];
     const Type *ta = vtype(P, n->in[0]), *tb = vtype(P, n->in[1]);
     int ra = ta->rank, rb = tb->rank, ro = ra > rb ? ra : rb;
     int TA = (int)ir_attr_i(n, "ta", 0), TB = (int)ir_attr_i(n, "tb", 0);
     int a_m = TA ? ra - 1 : ra - 2, a_k = TA ? ra - 2 : ra - 1;
     int b_k = TB ? rb - 1 : rb - 2, b_n = TB ? rb - 2 : rb - 1;
     if ((is_part(a) && is_rep(b)) || (is_rep(a) && is_part(b))) return *out = PART, NULL;
-    if (is_split(a) && is_split(b) && a.dim == a_k && b.dim == b_k) return *out = PART, NULL;
+    if (is_split(a) && is_split(b) && a.dim == a_k && b.dim == b_k && a.stride == b.stride && a.size == b.size)
+        return *out = PART, NULL;
     if (is_split(a) && a.dim < ra - 2 && (rb == 2 ? is_rep(b) : is_split(b) && b.dim == a.dim + rb - ra))
-        return *out = split(a.dim + ro - ra), NULL;
-    if (is_split(a) && a.dim == a_m && is_rep(b)) return *out = split(ro - 2), NULL;
-    if (is_rep(a) && is_split(b) && b.dim == b_n) return *out = split(ro - 1), NULL;
-    return "matmul: the inputs' layouts along the batch do not combine";
+        return *out = split_at(a, a.dim + ro - ra), NULL;
+    if (is_split(a) && a.dim == a_m && is_rep(b)) return *out = split_at(a, ro - 2), NULL;
+    if (is_rep(a) && is_split(b) && b.dim == b_n) return *out = split_at(b, ro - 1), NULL;
+    return "matmul: the inputs' layouts do not combine";
 }
 
-/* Output shardings of node n from its inputs'; NULL, or why not. */
-static const char *rule(Par *P, const Node *n, AxisShard out[], int *conv) {
+/* Output shardings along axis ax of node n from its inputs'; NULL, or why not. */
+static const char *rule(Par *P, int ax, const Node *n, Sp out[], char *conv) {
+    const Sp *sh = P->sh[ax];
     int all_rep = 1;
-    for (int k = 0; k < n->nin; k++) all_rep &= is_rep(P->sh[n->in[k]]);
+    for (int k = 0; k < n->nin; k++) all_rep &= is_rep(sh[n->in[k]]);
     for (int k = 0; k < n->nout; k++) out[k] = REP;
-    if (n->op == OP_input) return out[0] = split(0), NULL;
-    if (all_rep) return NULL;
+    if (n->op == OP_input) {
+        const Type *t = vtype(P, n->out[0]);
+        int d = ax == AX_BATCH ? 0 : 1;
+        if (P->pieces[ax] == 1) return NULL;
+        if (t->rank <= d) return ax == AX_SEQ ? "an input without a sequence dim (dim 2) under --cp" : "an input without a batch dim";
+        return out[0] = (Sp){SH_SPLIT, d, 1, t->dim[d]}, NULL;
+    }
+    if (n->op == OP_iota && ax == AX_SEQ && P->pieces[ax] > 1) /* positions: global indices of the rank's tokens */
+        return out[0] = (Sp){SH_SPLIT, 0, 1, vtype(P, n->out[0])->dim[0]}, NULL;
+    if (all_rep || n->op == OP_output) return NULL;
+    if (n->nin > MAXIN) ICE("parallelize: node with %d inputs", n->nin);
     const char *why = "";
     unsigned f = ir_ops[n->op].flags;
-    if (n->nin > MAXIN) ICE("parallelize: node with %d inputs", n->nin);
-    AxisShard x = P->sh[n->in[0]];
+    Sp x = sh[n->in[0]];
     const Type *tx = vtype(P, n->in[0]);
     int r = tx->rank, dim = (int)ir_attr_i(n, "dim", 0), ks[MAXIN];
     for (int k = 0; k < MAXIN; k++) ks[k] = k;
-    if (n->op == OP_output) return NULL;
     if (f & F_ELEMENTWISE) {
         int any_part = 0;
-        for (int k = 0; k < n->nin; k++) any_part |= is_part(P->sh[n->in[k]]);
-        if (any_part) return linear_in_partial(P, n) ? (out[0] = PART, NULL) : "a partial sum goes through a non-linear op";
-        int d = unify(P, n, ks, n->nin, conv, &why);
-        return d < -1 ? why : (out[0] = split(d), NULL);
+        for (int k = 0; k < n->nin; k++) any_part |= is_part(sh[n->in[k]]);
+        if (any_part) return linear_in_partial(sh, n) ? (out[0] = PART, NULL) : "a partial sum goes through a non-linear op";
+        Sp d = unify(P, ax, n, ks, n->nin, conv, &why);
+        return *why ? why : (out[0] = d, NULL);
     }
     switch (n->op) {
     case OP_sum: case OP_mean: case OP_max: case OP_sumsq:
         if (is_part(x)) return n->op == OP_sum || n->op == OP_mean ? (out[0] = PART, NULL) : "max/sumsq of a partial sum";
-        if (n->op == OP_sumsq || dim == x.dim) return n->op == OP_max ? "max over the batch" : (out[0] = PART, NULL);
-        return out[0] = split(x.dim - (!ir_attr_i(n, "keep", 0) && dim < x.dim)), NULL;
+        if (n->op == OP_sumsq || dim == x.dim) return n->op == OP_max ? "max over a split dim" : (out[0] = PART, NULL);
+        return out[0] = split_at(x, x.dim - (!ir_attr_i(n, "keep", 0) && dim < x.dim)), NULL;
     case OP_max_bwd: /* (dy, x, y): dy and y have x's layout with dim reduced */
-        if (!is_split(x) || x.dim == dim || !is_split(P->sh[n->in[0]]) || !is_split(P->sh[n->in[2]])) return "max_bwd over the batch";
-        return out[0] = P->sh[n->in[1]], NULL;
+        if (!is_split(x = sh[n->in[1]]) || x.dim == dim || !is_split(sh[n->in[0]]) || !is_split(sh[n->in[2]]))
+            return "max_bwd over a split dim";
+        return out[0] = x, NULL;
     case OP_reshape: {
         if (is_part(x)) return out[0] = PART, NULL;
-        int d = reshape_split(tx, x.dim, &P->g->vals[n->out[0]].t, P->S);
-        return d < 0 ? "a reshape that breaks the batch split" : (out[0] = split(d), NULL);
+        Sp s = reshape_split(x, tx, vtype(P, n->out[0]));
+        return is_split(s) ? (out[0] = s, NULL) : "a reshape that breaks the split";
     }
     case OP_transpose: {
         if (is_part(x)) return out[0] = PART, NULL;
         int a = (int)ir_attr_i(n, "a", 0), b = (int)ir_attr_i(n, "b", 0);
-        return out[0] = split(x.dim == a ? b : x.dim == b ? a : x.dim), NULL;
+        return out[0] = split_at(x, x.dim == a ? b : x.dim == b ? a : x.dim), NULL;
     }
     case OP_slice:
         if (is_part(x)) return out[0] = PART, NULL;
-        return x.dim == dim ? "a slice of the batch dim" : (out[0] = x, NULL);
+        return x.dim == dim ? "a slice of a split dim" : (out[0] = x, NULL);
     case OP_concat: {
-        int d = unify(P, n, ks, n->nin, conv, &why);
-        return d < -1 ? why : d == dim ? "a concat along the batch dim" : (out[0] = split(d), NULL);
+        Sp d = unify(P, ax, n, ks, n->nin, conv, &why);
+        return *why ? why : d.dim == dim ? "a concat along a split dim" : (out[0] = d, NULL);
     }
-    case OP_broadcast: {
+    case OP_broadcast:
         if (is_part(x)) return out[0] = PART, NULL;
-        return out[0] = split(x.dim + P->g->vals[n->out[0]].t.rank - r), NULL;
-    }
+        return out[0] = split_at(x, x.dim + vtype(P, n->out[0])->rank - r), NULL;
     case OP_sumto: {
         if (is_part(x)) return out[0] = PART, NULL;
-        const Type *to = &P->g->vals[n->out[0]].t;
+        const Type *to = vtype(P, n->out[0]);
         int od = x.dim - (r - to->rank);
-        return out[0] = od < 0 || to->dim[od] != tx->dim[x.dim] ? PART : split(od), NULL;
+        return out[0] = od < 0 || to->dim[od] != tx->dim[x.dim] ? PART : split_at(x, od), NULL;
     }
     case OP_layernorm: case OP_rmsnorm: case OP_softmax:
-        if (!is_split(x) || x.dim >= r - 1) return "a norm or softmax across the batch";
+        if (!is_split(x) || x.dim >= r - 1) return "a norm or softmax across a split dim";
         for (int k = 1; k < n->nin; k++)
-            if (!is_rep(P->sh[n->in[k]])) return "a split norm weight";
+            if (!is_rep(sh[n->in[k]])) return "a split norm weight";
         return out[0] = x, NULL;
     case OP_layernorm_bwd: case OP_rmsnorm_bwd: case OP_softmax_bwd: {
-        int d = unify(P, n, ks, 2, conv, &why);
-        if (d < -1) return why;
-        if (d < 0 || d >= r - 1 || (n->nin > 2 && !is_rep(P->sh[n->in[2]]))) return "a norm backward across the batch";
-        out[0] = split(d);
+        Sp d = unify(P, ax, n, ks, 2, conv, &why);
+        if (*why) return why;
+        if (!is_split(d) || d.dim >= r - 1 || (n->nin > 2 && !is_rep(sh[n->in[2]]))) return "a norm backward across a split dim";
+        out[0] = d;
         for (int k = 1; k < n->nout; k++) out[k] = PART;
         return NULL;
     }
-    case OP_rope: case OP_rope_bwd:
-        if (!is_split(x) || (x.dim != 0 && x.dim != 2) || !is_rep(P->sh[n->in[1]])) return "rope across positions";
-        return out[0] = x, NULL;
-    case OP_attention: case OP_attention_bwd: {
-        int d = unify(P, n, ks, n->nin, conv, &why);
-        if (d < -1) return why;
-        if (d != 0) return "attention split other than on the batch";
-        for (int k = 0; k < n->nout; k++) out[k] = split(0);
+    case OP_rope: case OP_rope_bwd: { /* x [B,T,H,D], pos [T] */
+        Sp p = sh[n->in[1]];
+        if (is_split(x) && (x.dim == 0 || x.dim == 2) && is_rep(p)) return out[0] = x, NULL;
+        if (is_split(x) && x.dim == 1 && is_split(p) && p.dim == 0) return out[0] = x, NULL;
+        return "rope: the positions are not split like the tokens";
+    }
+    case OP_attention: case OP_attention_bwd: { /* positions (optional, last two) follow the tokens */
+        int nt = n->op == OP_attention ? 3 : 6;
+        Sp d = unify(P, ax, n, ks, nt, conv, &why);
+        for (int k = nt; k < n->nin && !*why; k++)
+            if (!is_rep(sh[n->in[k]]) && !(is_split(sh[n->in[k]]) && sh[n->in[k]].dim == 0 && d.dim == 2)) why = "attention positions split unlike the tokens";
+        if (*why) return why;
+        if (d.dim != 0 && !(ax == AX_SEQ && d.dim == 2)) return "attention split other than on the batch or the sequence";
+        for (int k = 0; k < n->nout; k++) out[k] = d;
         return NULL;
     }
     case OP_embedding:
         if (!is_rep(x)) return "a split embedding table";
-        if (!is_split(P->sh[n->in[1]])) return "embedding ids";
-        return out[0] = P->sh[n->in[1]], NULL;
+        if (!is_split(sh[n->in[1]])) return "embedding ids";
+        return out[0] = sh[n->in[1]], NULL;
     case OP_embedding_bwd:
-        if (is_part(x) && is_rep(P->sh[n->in[1]])) return out[0] = PART, NULL;
-        return unify(P, n, ks, 2, conv, &why) < 0 ? "embedding_bwd layouts" : (out[0] = PART, NULL);
+        if (is_part(x) && is_rep(sh[n->in[1]])) return out[0] = PART, NULL;
+        unify(P, ax, n, ks, 2, conv, &why);
+        return *why ? why : (out[0] = PART, NULL);
     case OP_cross_entropy: case OP_cross_entropy_bwd: {
-        int d = unify(P, n, ks, n->nin, conv, &why);
-        if (d < -1) return why;
-        return d < 0 || d >= vtype(P, n->in[n->nin - 2])->rank - 1 ? "cross entropy across the vocabulary" : (out[0] = split(d), NULL);
+        Sp d = unify(P, ax, n, ks, n->nin, conv, &why);
+        if (*why) return why;
+        return !is_split(d) || d.dim >= vtype(P, n->in[n->nin - 2])->rank - 1 ? "cross entropy across the vocabulary"
+                                                                                 : (out[0] = d, NULL);
     }
     case OP_matmul:
-        return rule_matmul(P, n, &out[0]);
+        return rule_matmul(P, sh, n, &out[0]);
     case OP_loss:
-        return is_part(x) ? (out[0] = PART, NULL) : "the loss is not a reduction over the batch";
+        return is_part(x) ? (out[0] = PART, NULL) : "the loss is not a reduction over the split tokens";
     default:
         ICE("parallelize: %s after autodiff and before the optimizer", ir_ops[n->op].name);
     }
 }
 
-static void propagate(Par *P) {
+static char *conv_of(const Par *P, int ax, int i); /* per (axis, node): the inputs used split */
+static char *conv_store;
+
+static void propagate(Par *P, int ax) {
     const Graph *g = P->g;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        AxisShard out[8];
-        const char *why = rule(P, n, out, &P->conv[(size_t)i * MAXIN]);
-        if (why) error_at(n->loc, "%s cannot be split over the batch (dp %d x micro-batches %d): %s", ir_ops[n->op].name,
-                          P->dp, P->M, why);
-        for (int k = 0; k < n->nout; k++) P->sh[n->out[k]] = out[k];
+        Sp out[8];
+        const char *why = rule(P, ax, n, out, conv_of(P, ax, i));
+        if (why)
+            error_at(n->loc, "%s cannot be split over the %s (%s): %s", ir_ops[n->op].name,
+                     ax == AX_BATCH ? "batch" : "sequence",
+                     ax == AX_BATCH ? "dp x micro-batches" : "cp", why);
+        for (int k = 0; k < n->nout; k++) P->sh[ax][n->out[k]] = out[k];
     }
 }
+
+static char *conv_of(const Par *P, int ax, int i) { return conv_store + ((size_t)ax * (size_t)P->g->nnodes + (size_t)i) * MAXIN; }
 
 /* ======================================================================
  * Building the rank's graph
  * ====================================================================== */
 
-static Type local_type(const Par *P, const Type *t, AxisShard s, Loc loc) {
+static Type local_type(const Par *P, const Type *t, const Sp *want, Loc loc) {
     Type l = *t;
-    if (is_split(s)) {
-        if (t->dim[s.dim] % P->S) error_at(loc, "dim %d of size %lld is not divisible by dp %d x micro-batches %d", s.dim + 1,
-                                           (long long)t->dim[s.dim], P->dp, P->M);
-        l.dim[s.dim] /= P->S;
+    for (int ax = 0; ax < NAX; ax++) {
+        if (!is_split(want[ax])) continue;
+        int d = want[ax].dim;
+        if (l.dim[d] % P->pieces[ax])
+            error_at(loc, "dim %d of size %lld is not divisible by %s %d", d + 1, (long long)l.dim[d],
+                     ax == AX_BATCH ? "dp x micro-batches" : "cp", P->pieces[ax]);
+        l.dim[d] /= P->pieces[ax];
     }
     return l;
 }
 
-/* The node's attrs with {shape} replaced by the local output shape. */
-static const Attr *local_attrs(Par *P, const Node *n, const Type *lt) {
-    if (!ir_attr(n, "shape")) return n->attr;
-    Attr *a = ir_alloc(P->m, sizeof(Attr) * (size_t)n->nattr);
+/* The node's attrs with {shape} replaced by the local output shape, plus extra. */
+static const Attr *local_attrs(Par *P, const Node *n, const Type *lt, const Attr *extra, int nextra, int *nattr) {
+    Attr *a = ir_alloc(P->m, sizeof(Attr) * (size_t)(n->nattr + nextra + 1));
     for (int k = 0; k < n->nattr; k++)
         a[k] = strcmp(n->attr[k].key, "shape") ? n->attr[k] : ir_attr_ints(P->m, "shape", lt->dim, lt->rank);
+    for (int k = 0; k < nextra; k++) a[n->nattr + k] = extra[k];
+    *nattr = n->nattr + nextra;
     return a;
 }
 
-static void set_sh(Par *P, int nv, AxisShard s) {
-    if (P->dp > 1) P->ng->vals[nv].sh[AXIS_DP] = s;
+static void set_sh(Par *P, int nv, const Sp *s) {
+    for (int ax = 0; ax < NAX; ax++)
+        if (P->pieces[ax] > 1 && (ax != AX_BATCH || P->dp > 1))
+            P->ng->vals[nv].sh[mesh_axis[ax]] = (AxisShard){s[ax].kind, s[ax].dim};
+}
+static void set_sh1(Par *P, int nv, Sp batch, Sp seq) {
+    Sp s[NAX] = {batch, seq};
+    set_sh(P, nv, s);
 }
 
-/* Clone global node n with new inputs and local output types; returns the
- * new node index. */
-static int clone(Par *P, const Node *n, const int *in, int mb, const AxisShard *osh) {
+static void set_mb(Par *P, int nv, int mb) { P->ng->nodes[P->ng->vals[nv].def].mb = mb < 0 ? 0 : mb; }
+
+/* Clone global node n with new inputs and the local output types of want
+ * (per output, per axis); returns the new node index. */
+static int clone(Par *P, const Node *n, const int *in, int mb, Sp want[][NAX]) {
     if (!n->nout) ICE("parallelize: clone of a sink");
-    Type lt = local_type(P, &P->g->vals[n->out[0]].t, osh[0], n->loc);
+    Type lt = local_type(P, &P->g->vals[n->out[0]].t, want[0], n->loc);
+    Attr extra[2];
+    int nextra = 0, nattr;
+    if (n->op == OP_iota && is_split(want[0][AX_SEQ])) { /* this rank's global positions */
+        extra[nextra++] = ir_attr_str(P->m, "group", "cp");
+        extra[nextra++] = ir_attr_str(P->m, "layout", P->dual ? "dual" : "contiguous");
+    }
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
-    int j = ir_build(&P->b, n->op, n->nin, in, n->nattr, local_attrs(P, n, &lt),
-                     ir_ops[n->op].flags & F_SOURCE ? &lt : NULL);
-    P->ng->nodes[j].mb = mb;
-    for (int k = 0; k < n->nout; k++) set_sh(P, P->ng->nodes[j].out[k], osh[k]);
+    const Attr *at = local_attrs(P, n, &lt, extra, nextra, &nattr);
+    int j = ir_build(&P->b, n->op, n->nin, in, nattr, at, ir_ops[n->op].flags & F_SOURCE ? &lt : NULL);
+    P->ng->nodes[j].mb = mb < 0 ? 0 : mb;
+    for (int k = 0; k < n->nout; k++) set_sh(P, P->ng->nodes[j].out[k], want[k]);
     return j;
 }
 
-static int rep_of(Par *P, int v);
-
-/* The local slice of replicated value v (uniform along d) in the rank's graph. */
-static int localize(Par *P, int v, int d) {
-    if (P->loc[v] >= 0) return P->loc[v];
-    const Node *n = def_of(P, v);
-    int in[MAXIN];
-    for (int k = 0; k < n->nin; k++) {
-        const Type *t = vtype(P, v), *x = vtype(P, n->in[k]);
-        int di = n->op == OP_broadcast ? d - (t->rank - x->rank) : n->op == OP_reshape ? reshape_map(t, d, x) : d;
-        in[k] = n->op == OP_broadcast && (di < 0 || x->dim[di] == 1) ? rep_of(P, n->in[k]) : localize(P, n->in[k], di);
-    }
-    AxisShard s = split(d);
-    int j = clone(P, n, in, 0, &s);
-    set_sh(P, ir_out(P->ng, j), REP); /* the same on every rank */
-    return P->loc[v] = ir_out(P->ng, j);
+static int native(const Par *P, int v, const Sp *want) {
+    for (int ax = 0; ax < NAX; ax++)
+        if (!sp_eq(want[ax], P->sh[ax][v])) return 0;
+    return 1;
 }
 
-/* The clone of replicated value v, built on first use. */
-static int rep_of(Par *P, int v) {
-    if (P->rep[v] >= 0) return P->rep[v];
+/* The local value of global value v in micro-batch mb under the per-axis
+ * shardings want[]: its native sharding, or, along an axis where v is
+ * replicated and uniform, split as want says (built at the local shape). */
+static int get(Par *P, int v, int mb, const Sp *want) {
+    if (!P->dep[v]) mb = -1;
+    if (mb >= 0 && native(P, v, want)) {
+        int x = P->map[(size_t)mb * (size_t)P->g->nvals + (size_t)v];
+        if (x < 0) ICE("parallelize: %%%d used before it is built", v);
+        return x;
+    }
+    for (Memo *q = P->memo[v]; q; q = q->next)
+        if (q->mb == mb && sp_eq(q->want[0], want[0]) && sp_eq(q->want[1], want[1])) return q->nv;
     const Node *n = def_of(P, v);
     int in[MAXIN];
-    for (int k = 0; k < n->nin; k++) in[k] = rep_of(P, n->in[k]);
-    AxisShard osh[8] = {REP, REP, REP, REP, REP, REP, REP, REP};
-    int j = clone(P, n, in, 0, osh);
-    for (int k = 0; k < n->nout; k++) P->rep[n->out[k]] = P->ng->nodes[j].out[k];
-    return P->rep[v];
+    if (n->nin > MAXIN) ICE("parallelize: node with %d inputs", n->nin);
+    for (int k = 0; k < n->nin; k++) {
+        const Type *t = vtype(P, v), *x = vtype(P, n->in[k]);
+        Sp w[NAX];
+        for (int ax = 0; ax < NAX; ax++) {
+            w[ax] = P->sh[ax][n->in[k]];
+            if (!is_split(want[ax]) || !is_rep(P->sh[ax][v])) continue; /* native along ax */
+            int d = want[ax].dim;
+            int di = n->op == OP_broadcast ? d - (t->rank - x->rank) : n->op == OP_reshape ? reshape_map(t, d, x) : d;
+            if (!(n->op == OP_broadcast && (di < 0 || x->dim[di] == 1))) w[ax] = split_at(want[ax], di);
+        }
+        in[k] = get(P, n->in[k], mb, w);
+    }
+    Sp wants[8][NAX];
+    for (int k = 0; k < n->nout; k++)
+        for (int ax = 0; ax < NAX; ax++) wants[k][ax] = k == 0 ? want[ax] : P->sh[ax][n->out[k]];
+    int j = clone(P, n, in, mb, wants);
+    Memo *q = ir_alloc(P->m, sizeof(Memo));
+    *q = (Memo){mb, P->ng->nodes[j].out[(int)(P->g->vals[v].defout)], {want[0], want[1]}, P->memo[v]};
+    P->memo[v] = q;
+    return q->nv;
 }
 
 static int const_like(Par *P, const Type *t, double v) {
@@ -376,26 +466,69 @@ static int const_like(Par *P, const Type *t, double v) {
     return ir_out(P->ng, ir_build(&P->b, OP_const, 0, NULL, 1, &a, t));
 }
 
+static Sp sh_of(const Par *P, int ax, int v) { return P->sh[ax][v]; }
+
 /* Micro-batch mb's rows of input node n: a slice of the rank's input. */
 static int input_of(Par *P, const Node *n, int mb) {
     int v = n->out[0];
+    Sp nat[NAX] = {sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v)};
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
     if (P->input[v] < 0) {
         Type t = *vtype(P, v);
-        t.dim[0] /= P->dp;
+        if (is_split(nat[AX_BATCH])) t.dim[0] /= P->dp;
+        if (is_split(nat[AX_SEQ])) t.dim[1] /= P->cp;
         P->input[v] = ir_out(P->ng, ir_build(&P->b, OP_input, 0, NULL, n->nattr, n->attr, &t));
-        set_sh(P, P->input[v], split(0));
+        set_sh(P, P->input[v], nat);
     }
     if (P->M == 1) return P->input[v];
-    int64_t b = vtype(P, v)->dim[0] / P->S;
+    int64_t b = vtype(P, v)->dim[0] / P->pieces[AX_BATCH];
     Attr at[3] = {ir_attr_int(P->m, "dim", 0), ir_attr_int(P->m, "start", mb * b), ir_attr_int(P->m, "end", (mb + 1) * b)};
     int s = ir_build1(&P->b, OP_slice, P->input[v], 3, at);
-    P->ng->nodes[P->ng->vals[s].def].mb = mb;
-    set_sh(P, s, split(0));
+    set_mb(P, s, mb);
+    set_sh(P, s, nat);
     return s;
 }
 
-/* Node n of micro-batch mb, its inputs converted as the rule said. */
+/* Over a split sequence: K or V gathered over cp (all kv heads' tokens in
+ * rank order), and the positions that go with them. */
+static int cp_gather(Par *P, int x, int dim) {
+    Attr at[2] = {ir_attr_str(P->m, "group", "cp"), ir_attr_int(P->m, "dim", dim)};
+    return ir_build1(&P->b, OP_allgather, x, 2, at);
+}
+
+static int cp_positions(Par *P, int64_t local_len) {
+    Type t = {.dt = DT_I32, .rank = 1, .dim = {local_len}};
+    Attr at[2] = {ir_attr_str(P->m, "group", "cp"), ir_attr_str(P->m, "layout", P->dual ? "dual" : "contiguous")};
+    return ir_out(P->ng, ir_build(&P->b, OP_iota, 0, NULL, 2, at, &t));
+}
+
+/* attention / attention_bwd over a sequence split on cp: all-gather K and V
+ * (kv heads only), attend with global positions; backward reduce-scatters
+ * dK and dV home. */
+static void cp_attention(Par *P, const Node *n, const int *in, int mb, int *out) {
+    P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
+    int fwd = n->op == OP_attention, q = fwd ? in[0] : in[1];
+    int k = cp_gather(P, fwd ? in[1] : in[2], 2), v = cp_gather(P, fwd ? in[2] : in[3], 2);
+    int64_t tl = P->ng->vals[q].t.dim[2];
+    int np = fwd ? 3 : 6, has = n->nin > np; /* the model's own positions, or the tokens' global indices */
+    int qpos = has ? in[np] : cp_positions(P, tl), kpos = cp_gather(P, has ? in[np + 1] : qpos, 0);
+    int args[8], na = 0;
+    if (fwd) args[na++] = q, args[na++] = k, args[na++] = v;
+    else args[na++] = in[0], args[na++] = q, args[na++] = k, args[na++] = v, args[na++] = in[4], args[na++] = in[5];
+    args[na++] = qpos, args[na++] = kpos;
+    int j = ir_build(&P->b, n->op, na, args, n->nattr, n->attr, NULL);
+    const Node *c = &P->ng->nodes[j];
+    for (int o = 0; o < c->nout; o++) out[o] = c->out[o];
+    if (!fwd) { /* dK, dV: reduce-scatter the gathered gradients home */
+        Attr at[2] = {ir_attr_str(P->m, "group", "cp"), ir_attr_int(P->m, "dim", 2)};
+        out[1] = ir_build1(&P->b, OP_reducescatter, out[1], 2, at);
+        out[2] = ir_build1(&P->b, OP_reducescatter, out[2], 2, at);
+    }
+    for (int o = 0; o < n->nout; o++) set_sh1(P, out[o], sh_of(P, AX_BATCH, n->out[o]), sh_of(P, AX_SEQ, n->out[o]));
+    for (int i = j; i < P->ng->nnodes; i++) P->ng->nodes[i].mb = mb;
+}
+
+/* Node n of micro-batch mb, its inputs converted as the rules said. */
 static void build_node(Par *P, int i, int mb) {
     const Node *n = &P->g->nodes[i];
     int *map = P->map + (size_t)mb * (size_t)P->g->nvals;
@@ -403,38 +536,46 @@ static void build_node(Par *P, int i, int mb) {
         map[n->out[0]] = input_of(P, n, mb);
         return;
     }
-    int in[MAXIN];
+    int in[MAXIN], out[8];
     for (int k = 0; k < n->nin; k++) {
-        int v = n->in[k], c = P->conv[(size_t)i * MAXIN + (size_t)k];
-        in[k] = !is_rep(P->sh[v]) ? map[v] : c >= 0 ? localize(P, v, c) : rep_of(P, v);
+        Sp w[NAX];
+        for (int ax = 0; ax < NAX; ax++) {
+            Sp s = P->sh[ax][n->in[k]];
+            w[ax] = s;
+            if (conv_of(P, ax, i)[k]) { /* a replicated input used split like the node's split inputs */
+                for (int j = 0; j < n->nin; j++)
+                    if (is_split(P->sh[ax][n->in[j]])) { w[ax] = P->sh[ax][n->in[j]]; break; }
+            }
+        }
+        in[k] = get(P, n->in[k], mb, w);
     }
-    AxisShard osh[8];
-    for (int k = 0; k < n->nout; k++) osh[k] = P->sh[n->out[k]];
-    int j = clone(P, n, in, mb, osh);
-    int out0 = ir_out(P->ng, j);
-    if (n->op == OP_mean && is_split(P->sh[n->in[0]]) && P->sh[n->in[0]].dim == ir_attr_i(n, "dim", 0)) {
-        /* local mean / S = this piece's summand of the global mean */
-        int c = const_like(P, &P->ng->vals[out0].t, 1.0 / P->S);
-        out0 = ir_build2(&P->b, OP_mul, out0, c);
-        P->ng->nodes[P->ng->vals[out0].def].mb = mb;
-        set_sh(P, out0, PART);
+    if ((n->op == OP_attention || n->op == OP_attention_bwd) && is_split(P->sh[AX_SEQ][n->in[0]])) {
+        cp_attention(P, n, in, mb, out);
+    } else {
+        Sp wants[8][NAX];
+        for (int k = 0; k < n->nout; k++)
+            for (int ax = 0; ax < NAX; ax++) wants[k][ax] = P->sh[ax][n->out[k]];
+        int j = clone(P, n, in, mb, wants);
+        for (int k = 0; k < n->nout; k++) out[k] = P->ng->nodes[j].out[k];
+        if (n->op == OP_mean)
+            for (int ax = 0; ax < NAX; ax++) {
+                Sp x = P->sh[ax][n->in[0]];
+                if (!is_split(x) || x.dim != ir_attr_i(n, "dim", 0)) continue;
+                /* local mean / pieces = this piece's summand of the global mean */
+                int c = const_like(P, &P->ng->vals[out[0]].t, 1.0 / P->pieces[ax]);
+                out[0] = ir_build2(&P->b, OP_mul, out[0], c);
+                set_mb(P, out[0], mb);
+                set_sh(P, out[0], wants[0]);
+            }
     }
     for (int k = 0; k < n->nout; k++) {
-        int v = n->out[k], nv = k ? P->ng->nodes[j].out[k] : out0;
-        map[v] = nv;
+        int v = n->out[k];
+        map[v] = out[k];
         if (!P->to_acc[v]) continue;
-        P->acc[v] = mb == 0 ? nv : ir_build2(&P->b, OP_add, P->acc[v], nv);
-        P->ng->nodes[P->ng->vals[P->acc[v]].def].mb = mb;
-        set_sh(P, P->acc[v], PART);
+        P->acc[v] = mb == 0 ? out[k] : ir_build2(&P->b, OP_add, P->acc[v], out[k]);
+        set_mb(P, P->acc[v], mb);
+        set_sh1(P, P->acc[v], sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v));
     }
-}
-
-/* A batch-dependent node: an input, or a node with a non-replicated input. */
-static int batch_dependent(const Par *P, const Node *n) {
-    if (n->op == OP_input) return 1;
-    for (int k = 0; k < n->nin; k++)
-        if (!is_rep(P->sh[n->in[k]])) return 1;
-    return 0;
 }
 
 static int is_grad_output(const Node *n) { return strncmp(ir_attr_s(n, "name", ""), "grad:", 5) == 0; }
@@ -444,63 +585,99 @@ static int is_grad_output(const Node *n) { return strncmp(ir_attr_s(n, "name", "
 static void build_output(Par *P, const Node *n) {
     int v = n->in[0], x;
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
-    if (is_split(P->sh[v])) error_at(n->loc, "output %s is split over the batch; only sums and replicated values can be outputs with dp or micro-batches", ir_attr_s(n, "name", "?"));
-    if (is_part(P->sh[v])) {
-        x = P->acc[v];
-        if (P->dp > 1 && !is_grad_output(n)) {
-            Attr g = ir_attr_str(P->m, "group", "dp");
-            x = ir_build1(&P->b, OP_allreduce, x, 1, &g);
-            set_sh(P, x, REP);
-        }
+    char group[16] = "";
+    for (int ax = 0; ax < NAX; ax++) {
+        Sp s = P->sh[ax][v];
+        if (is_split(s))
+            error_at(n->loc, "output %s is split over the %s; only sums and replicated values can be outputs",
+                     ir_attr_s(n, "name", "?"), ax == AX_BATCH ? "batch" : "sequence");
+        if (is_part(s) && (ax == AX_SEQ || P->dp > 1)) snprintf(group + strlen(group), sizeof group - strlen(group), "%s%s", *group ? "+" : "", axis_group[ax]);
+    }
+    if (P->dep[v]) {
+        x = P->to_acc[v] ? P->acc[v] : P->map[(size_t)(P->M - 1) * (size_t)P->g->nvals + (size_t)v];
     } else {
-        x = rep_of(P, v);
+        Sp nat[NAX] = {sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v)};
+        x = get(P, v, -1, nat);
+    }
+    if (*group && !is_grad_output(n)) {
+        Attr g = ir_attr_str(P->m, "group", group);
+        x = ir_build1(&P->b, OP_allreduce, x, 1, &g);
+        set_sh1(P, x, REP, REP);
     }
     int j = ir_build(&P->b, OP_output, 1, &x, n->nattr, n->attr, NULL);
     P->ng->nodes[j].mb = P->M - 1;
+}
+
+static void check_inputs(const Par *P) {
+    const Graph *g = P->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_input) continue;
+        const Type *t = &g->vals[n->out[0]].t;
+        if (P->pieces[AX_BATCH] > 1 && (t->rank < 1 || t->dim[0] % P->pieces[AX_BATCH]))
+            error_at(n->loc, "input %s: the global batch %lld is not divisible by dp %d x micro-batches %d",
+                     ir_attr_s(n, "name", "?"), t->rank ? (long long)t->dim[0] : 0LL, P->dp, P->M);
+        int chunks = P->dual ? 2 * P->cp : P->cp;
+        if (P->cp > 1 && (t->rank < 2 || t->dim[1] % chunks))
+            error_at(n->loc, "input %s: the sequence %lld is not divisible by %s%d (--cp %d%s)", ir_attr_s(n, "name", "?"),
+                     t->rank > 1 ? (long long)t->dim[1] : 0LL, P->dual ? "2 x cp = " : "cp = ", chunks, P->cp,
+                     P->dual ? ", dual-chunk layout" : "");
+    }
+}
+
+/* Does value v depend on the inputs (then it is cloned per micro-batch)? */
+static void mark_dependent(Par *P) {
+    const Graph *g = P->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int d = n->op == OP_input;
+        for (int k = 0; k < n->nin; k++) d |= P->dep[n->in[k]];
+        for (int k = 0; k < n->nout; k++) P->dep[n->out[k]] = (char)d;
+    }
 }
 
 void pass_parallelize(Module *m, const Options *o) {
     if (m->nstages != 1) ICE("parallelize: expects one stage, got %d", m->nstages);
     m->mesh[0] = o->pp, m->mesh[1] = o->dp, m->mesh[2] = o->cp, m->mesh[3] = o->tp;
     int M = o->micro_batches > 0 ? o->micro_batches : 1;
-    if (o->dp * M == 1) return;
+    if (o->dp * M * o->cp == 1) return;
     const Graph *g = m->stages[0];
     int nv = g->nvals;
-    Par P = {.m = m, .g = g, .dp = o->dp, .M = M, .S = o->dp * M};
+    Par P = {.m = m, .o = o, .g = g, .dp = o->dp, .M = M, .cp = o->cp, .dual = !o->cp_contiguous};
+    P.pieces[AX_BATCH] = o->dp * M, P.pieces[AX_SEQ] = o->cp;
     P.ng = ir_graph_new(m);
     P.b = (Builder){.g = P.ng, .pass = "parallelize", .layer = -1};
-    P.sh = xcalloc((size_t)nv, sizeof(AxisShard));
-    P.conv = xcalloc((size_t)g->nnodes * MAXIN, sizeof(int));
+    for (int ax = 0; ax < NAX; ax++) P.sh[ax] = xcalloc((size_t)nv, sizeof(Sp));
+    conv_store = xcalloc((size_t)NAX * (size_t)g->nnodes * MAXIN, 1);
+    P.dep = xcalloc((size_t)nv, 1);
     P.map = xcalloc((size_t)nv * (size_t)M, sizeof(int));
-    P.rep = xcalloc((size_t)nv, sizeof(int));
-    P.loc = xcalloc((size_t)nv, sizeof(int));
+    P.memo = xcalloc((size_t)nv, sizeof(Memo *));
     P.acc = xcalloc((size_t)nv, sizeof(int));
     P.input = xcalloc((size_t)nv, sizeof(int));
     P.to_acc = xcalloc((size_t)nv, 1);
-    for (size_t i = 0; i < (size_t)g->nnodes * MAXIN; i++) P.conv[i] = -1;
-    for (int v = 0; v < nv; v++) P.rep[v] = P.loc[v] = P.acc[v] = P.input[v] = -1;
+    for (int v = 0; v < nv; v++) P.acc[v] = P.input[v] = -1;
     for (size_t k = 0; k < (size_t)nv * (size_t)M; k++) P.map[k] = -1;
 
+    check_inputs(&P);
+    for (int ax = 0; ax < NAX; ax++) propagate(&P, ax);
+    mark_dependent(&P);
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        const Type *t = n->op == OP_input ? &g->vals[n->out[0]].t : NULL;
-        if (t && (t->rank < 1 || t->dim[0] % P.S))
-            error_at(n->loc, "input %s: the global batch %lld is not divisible by dp %d x micro-batches %d",
-                     ir_attr_s(n, "name", "?"), t->rank ? (long long)t->dim[0] : 0LL, P.dp, P.M);
+        if (n->op == OP_output && P.dep[n->in[0]] && (is_part(P.sh[AX_BATCH][n->in[0]]) || is_part(P.sh[AX_SEQ][n->in[0]])))
+            P.to_acc[n->in[0]] = 1;
     }
-    propagate(&P);
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].op == OP_output && is_part(P.sh[g->nodes[i].in[0]])) P.to_acc[g->nodes[i].in[0]] = 1;
 
     /* params and states first, in their order (the params space keeps it) */
     for (int i = 0; i < g->nnodes; i++)
-        if (ir_ops[g->nodes[i].op].flags & F_STATE) rep_of(&P, g->nodes[i].out[0]);
+        if (ir_ops[g->nodes[i].op].flags & F_STATE) get(&P, g->nodes[i].out[0], -1, (Sp[NAX]){REP, REP});
     for (int mb = 0; mb < M; mb++)
         for (int i = 0; i < g->nnodes; i++)
-            if (g->nodes[i].op != OP_output && batch_dependent(&P, &g->nodes[i])) build_node(&P, i, mb);
+            if (g->nodes[i].op != OP_output && P.dep[g->nodes[i].out[0]]) build_node(&P, i, mb);
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i].op == OP_output) build_output(&P, &g->nodes[i]);
 
     m->stages[0] = P.ng;
-    free(P.sh), free(P.conv), free(P.map), free(P.rep), free(P.loc), free(P.acc), free(P.input), free(P.to_acc);
+    for (int ax = 0; ax < NAX; ax++) free(P.sh[ax]);
+    free(conv_store), free(P.dep), free(P.map), free(P.memo), free(P.acc), free(P.input), free(P.to_acc);
+    conv_store = NULL;
 }

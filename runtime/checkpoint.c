@@ -50,6 +50,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,14 @@ static int ends(const char *s, const char *suffix) {
 }
 
 /* ---- names ---- */
+
+/* The schedule's metadata keys (checkpoint.h), in rt_schedule's order. */
+static const char *const sched_keys[4] = {"lr", "min_lr", "warmup", "schedule_steps"};
+
+static double *sched_field(rt_schedule *s, int i) {
+    double *f[4] = {&s->lr, &s->min_lr, &s->warmup, &s->total};
+    return f[i];
+}
 
 /* GPT-2 style: wte.weight present and every param is wte/wpe/h.<i>./ln_f. */
 static int is_gpt2(const rt_program *p) {
@@ -348,6 +357,11 @@ static int write_ckpt(rt_ctx *ctx, const rt_program *p, const char *dir, const C
     st_add_raw(w, "trainer.step", ST_I64, NULL, 0, &x->step);
     st_add_raw(w, "trainer.rng", ST_U64, NULL, 0, &x->rng);
     st_add_raw(w, "trainer.data_pos", ST_I64, NULL, 0, &x->data_pos);
+    for (int i = 0; p->schedule && i < 4; i++) { /* %.17g: the double back exactly */
+        char v[40];
+        snprintf(v, sizeof v, "%.17g", *sched_field(p->schedule, i));
+        st_add_meta(w, sched_keys[i], v);
+    }
     char path[4096];
     ckpt_path(path, sizeof path, dir, x->step);
     if (st_write_ex(w, path, crash, err, errlen) != 0) return -1;
@@ -375,6 +389,8 @@ typedef struct {
     const StEntry **msrc; /* sharded state i's members: msrc[moff[i] ..] */
     int *moff;
     const StEntry *xt[3]; /* trainer.step, trainer.rng, trainer.data_pos */
+    int has_sched;        /* the file's metadata holds the schedule ... */
+    double sched[4];      /* ... in rt_schedule's order */
     char missing[1024];   /* the first missing tensor's error, "" if none */
 } Binding;
 
@@ -449,12 +465,32 @@ static int bind_states(Binding *b, char *err, int errlen) {
     return 0;
 }
 
+/* The optional schedule in the metadata: all four keys or none, each a
+ * finite number >= 0 (lr > 0); checked here, before anything is written. */
+static int bind_schedule(Binding *b, char *err, int errlen) {
+    int found = 0;
+    for (int i = 0; i < 4; i++) found += st_meta(b->f, sched_keys[i]) != NULL;
+    if (found == 0) return 0;
+    for (int i = 0; i < 4; i++) {
+        const char *v = st_meta(b->f, sched_keys[i]);
+        if (!v) return rt_errf(err, errlen, "%s: metadata has part of the learning-rate schedule but not \"%s\"", b->f->path, sched_keys[i]);
+        char *end;
+        double x = strtod(v, &end);
+        if (*v == 0 || *end || !isfinite(x) || x < 0 || (i == 0 && x == 0))
+            return rt_errf(err, errlen, "%s: metadata \"%s\": \"%s\" is not a valid value (a finite number %s 0)", b->f->path,
+                           sched_keys[i], v, i == 0 ? ">" : ">=");
+        b->sched[i] = x;
+    }
+    b->has_sched = 1;
+    return 0;
+}
+
 static int bind_extra(Binding *b, char *err, int errlen) {
     static const char *names[3] = {"trainer.step", "trainer.rng", "trainer.data_pos"};
     static const int dtypes[3] = {ST_I64, ST_U64, ST_I64};
     for (int i = 0; i < 3; i++)
         if (bind_one(b, names[i], dtypes[i], NULL, 0, &b->xt[i], err, errlen)) return -1;
-    return 0;
+    return bind_schedule(b, err, errlen);
 }
 
 /* Entries the load did not bind that it may ignore. */
@@ -543,6 +579,7 @@ static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, Ck
         memcpy(&x->step, st_data(&f, b.xt[0]), 8);
         memcpy(&x->rng, st_data(&f, b.xt[1]), 8);
         memcpy(&x->data_pos, st_data(&f, b.xt[2]), 8);
+        for (int i = 0; p->schedule && b.has_sched && i < 4; i++) *sched_field(p->schedule, i) = b.sched[i];
     }
     rc = 0;
 done:

@@ -8,6 +8,19 @@
  * all shape []), plus {"model": p->model, "format": "kiln-checkpoint-1"}
  * in "__metadata__".
  *
+ * The learning-rate schedule the run trains with (*p->schedule, which the
+ * trainer's flags may have changed from the compiled values) is trainer
+ * state too, kept in "__metadata__" as decimal strings that read back to
+ * the same doubles ("lr", "min_lr", "warmup", "schedule_steps" = its
+ * total), whenever the program has a schedule.  Metadata rather than
+ * tensors, so the tensor set is unchanged and older readers ignore them.
+ * Loading with the trainer's state (x != NULL) restores them into
+ * *p->schedule; they are optional: a checkpoint written before they existed
+ * has none, and the table keeps what it holds (the compiled values, unless
+ * the caller changed them).  All four or none; each must be a finite number
+ * >= 0, lr > 0, or the file is rejected like any malformed checkpoint.  A
+ * program without a schedule ignores them.
+ *
  * Names: a GPT-2-style program (params wte.weight, wpe.weight, h.<i>.*,
  * ln_f.*) stores its params under Hugging Face's names with the prefix
  * "transformer." (transformer.h.0.attn.c_attn.weight), so PyTorch can load
@@ -61,7 +74,8 @@ int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra
 int ckpt_prepare_dir(const char *dir, char *err, int errlen);
 
 /* Load one checkpoint file: params, states and (x != NULL) the trainer's
- * state, which must then be present.  0, or -1 with err, state untouched. */
+ * state, which must then be present, and the schedule when the file has
+ * one.  0, or -1 with err, state untouched. */
 int ckpt_load(rt_ctx *ctx, const rt_program *p, const char *path, CkptExtra *x, char *err, int errlen);
 
 /* Load the newest valid checkpoint of dir; a newer one that fails to load

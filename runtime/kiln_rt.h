@@ -4,7 +4,8 @@
  * parameters, state, inputs and outputs with their places in memory) and a
  * `step` function: straight-line code that issues, in schedule order, kernel
  * launches and event record/wait calls on numbered streams.  Nothing is
- * decided at run time except the rank indices.
+ * decided at run time except the rank indices and the learning-rate
+ * schedule's four numbers (rt_schedule), which the trainer may set.
  *
  * Every kernel, library or generated, has one signature:
  *
@@ -36,7 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RT_ABI_VERSION 3
+#define RT_ABI_VERSION 4
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -95,6 +96,15 @@ typedef struct {
     const int64_t *offset; /* element offsets of the members */
 } rt_bucket;
 
+/* The learning-rate schedule of op lr_cosine (ops.def), one per program.
+ * The generated module holds it as a mutable global initialised with the
+ * compiled attributes; rtk_lr_cosine reads it every step, so the trainer may
+ * set it before training (--lr, --min-lr, --warmup, --schedule-steps) and a
+ * checkpoint restores it.  Write it only between steps. */
+typedef struct {
+    double lr, min_lr, warmup, total;
+} rt_schedule;
+
 typedef struct rt_program {
     int abi_version; /* RT_ABI_VERSION */
     const char *model;
@@ -105,12 +115,13 @@ typedef struct rt_program {
     const rt_tensor *inputs;  /* written by the trainer before each step ("tokens", "targets") */
     const rt_tensor *outputs; /* read after each step ("loss", "lr", "grad_norm", "grad:<p>") */
     int nstreams, nevents;
-    int steps;    /* length of the compiled learning-rate schedule: the default --steps */
+    int steps;    /* length of the compiled learning-rate schedule (schedule->total): the default --steps */
     double flops; /* useful FLOPs of one step (GEMMs and attention), for GFLOP/s */
     void (*step)(rt_ctx *ctx, char *const *spaces);
     int mesh[4];  /* pp, dp, cp, tp: the program runs on their product of ranks */
     int nbuckets;
     const rt_bucket *buckets;
+    rt_schedule *schedule; /* the lr_cosine schedule (mutable; starts at the compiled values); NULL without one */
 } rt_program;
 
 /* ---- the runtime (runtime/dev_cpu.c) ---- */
@@ -221,7 +232,8 @@ void rtk_cross_entropy_bwd(rt_ctx *ctx, const int64_t *a);
 /* torch AdamW on g*scale[0]; lr, scale, t point to f32 scalars.
  * args: p, g, m, v, lr, scale, t, p_out, m_out, v_out, n, b1, b2, eps, wd (may alias p_out=p etc.) */
 void rtk_adamw(rt_ctx *ctx, const int64_t *a);
-/* args: t, out, lr, min_lr, warmup, total  (ops.def lr_cosine) */
+/* out = lr_cosine(t) (ops.def) with the values *schedule holds when the
+ * kernel runs.  args: t, out, schedule (an rt_schedule pointer) */
 void rtk_lr_cosine(rt_ctx *ctx, const int64_t *a);
 /* args: norm, out, max  (ops.def clipscale) */
 void rtk_clipscale(rt_ctx *ctx, const int64_t *a);

@@ -7,9 +7,21 @@
  *
  * Everything the step needs was decided at compile time; the trainer only
  * feeds the inputs "tokens" and "targets", runs the step, and reads the
- * outputs "loss", "lr" and "grad_norm".  Shapes (batch, sequence) and the
- * optimizer's hyper-parameters are part of the program, so flags that would
- * change them name the compile-time flag instead.
+ * outputs "loss", "lr" and "grad_norm".  Shapes (batch, sequence) are part
+ * of the program, so --batch names the compile-time flag instead.  The one
+ * exception is the learning-rate schedule (kiln_rt.h, rt_schedule): its
+ * four numbers live in a table the step reads, and the trainer sets them
+ * before the first step, in this order of precedence (later wins):
+ *   1. the compiled values (kiln compile --lr --min-lr --warmup --steps);
+ *   2. with --resume, the values the checkpoint was saved with (a resumed
+ *      run keeps the schedule it started with; checkpoints from before the
+ *      schedule was saved have none and keep 1);
+ *   3. the flags --lr, --min-lr, --warmup, and for the length (total):
+ *      --schedule-steps N, else --steps N when given — so `--steps 5000`
+ *      decays the cosine over those 5000 steps, and a run that stops early
+ *      on purpose says --schedule-steps for the full length.
+ * Without --steps the run trains to the end of its schedule (total after
+ * 1-3), so a resumed run without flags finishes the run it continues.
  *
  * Data (shards.h): --data and --val take a file or a glob of llm.c token
  * shards (.bin) or of text files (bytes are tokens).  A text file gives the
@@ -61,6 +73,9 @@ typedef struct {
     const char *data, *val, *log, *trace, *ckpt, *resume, *init;
     int steps, serial, threads, print_every, val_every, val_batches, ckpt_every, keep;
     uint64_t seed;
+    /* the schedule's flags: NAN / -1 when not given */
+    double lr, min_lr;
+    long warmup, schedule_steps;
 } TrainArgs;
 
 /* This process's rank as its launcher says, before MPI is initialised. */
@@ -92,9 +107,12 @@ static void agree_or_die(rt_ctx *ctx, int rc, char *err, int errlen) {
 static const char *usage =
     "usage: %s --data FILE|GLOB [--val FILE|GLOB --val-every N [--val-batches N]]\n"
     "          [--steps N] [--seed N] [--log FILE.jsonl] [--trace FILE.json]\n"
+    "          [--lr X] [--min-lr X] [--warmup N] [--schedule-steps N]\n"
     "          [--serial] [--threads N] [--print-every N]\n"
     "          [--ckpt DIR [--ckpt-every N] [--keep K]] [--resume DIR] [--init FILE.safetensors]\n"
-    "  FILE|GLOB: llm.c token shards (.bin) or text files (bytes are tokens); quote globs\n";
+    "  FILE|GLOB: llm.c token shards (.bin) or text files (bytes are tokens); quote globs\n"
+    "  the cosine schedule: compiled values, then a --resume checkpoint's, then these flags;\n"
+    "  its length is --schedule-steps, else --steps when given; without --steps, train to its end\n";
 
 static long int_flag(const char *flag, const char *v) {
     char *end;
@@ -103,8 +121,23 @@ static long int_flag(const char *flag, const char *v) {
     return n;
 }
 
+/* A finite real >= min (> min when strict). */
+static double real_flag(const char *flag, const char *v, double min, int strict) {
+    char *end;
+    double x = strtod(v, &end);
+    if (*v == 0 || *end || !isfinite(x) || x < min || (strict && x == min))
+        die("%s: expected a finite number %s %g, got \"%s\"", flag, strict ? ">" : ">=", min, v);
+    return x;
+}
+
+static int schedule_flag(const char *f) {
+    return strcmp(f, "--lr") == 0 || strcmp(f, "--min-lr") == 0 || strcmp(f, "--warmup") == 0 || strcmp(f, "--schedule-steps") == 0;
+}
+
 static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
     a->steps = -1;
+    a->lr = a->min_lr = NAN;
+    a->warmup = a->schedule_steps = -1;
     a->seed = 1337;
     a->print_every = 10;
     a->val_batches = 4;
@@ -114,12 +147,17 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
         int has = i + 1 < argc;
         if (strcmp(f, "--serial") == 0) { a->serial = 1; continue; }
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { printf(usage, argv[0]); exit(0); }
-        if (strcmp(f, "--batch") == 0 || strcmp(f, "--lr") == 0)
-            die("%s: fixed when the program was compiled; pass it to kiln compile (%s)", f,
-                strcmp(f, "--lr") == 0 ? "--lr X" : "--set batch=N");
+        if (strcmp(f, "--batch") == 0) die("%s: fixed when the program was compiled; pass it to kiln compile (--set batch=N)", f);
         if (!has) die("%s: unknown flag or missing value", f);
         const char *v = argv[++i];
+        if (schedule_flag(f) && !p->schedule) die("%s: %s has no learning-rate schedule (no lr_cosine) to set", f, p->model);
         if (strcmp(f, "--data") == 0) a->data = v;
+        else if (strcmp(f, "--lr") == 0) a->lr = real_flag(f, v, 0, 1);
+        else if (strcmp(f, "--min-lr") == 0) a->min_lr = real_flag(f, v, 0, 0);
+        else if (strcmp(f, "--warmup") == 0) a->warmup = int_flag(f, v);
+        else if (strcmp(f, "--schedule-steps") == 0) {
+            if ((a->schedule_steps = int_flag(f, v)) < 1) die("%s: expected at least 1, got \"%s\"", f, v);
+        }
         else if (strcmp(f, "--val") == 0) a->val = v;
         else if (strcmp(f, "--val-every") == 0) a->val_every = (int)int_flag(f, v);
         else if (strcmp(f, "--val-batches") == 0) a->val_batches = (int)int_flag(f, v);
@@ -143,7 +181,22 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
     if (a->print_every < 1) a->print_every = 1;
     if (a->ckpt_every && !a->ckpt) die("--ckpt-every: needs --ckpt DIR");
     if (a->resume && a->init) die("--init: not with --resume (the checkpoint holds the weights)");
-    (void)p;
+}
+
+/* The schedule's flags over what the table holds (compiled, or resumed);
+ * then the run's length (the essay's rule). */
+static void set_schedule(const rt_program *p, TrainArgs *a, int default_steps) {
+    rt_schedule *s = p->schedule;
+    if (!s) {
+        if (a->steps < 0) a->steps = default_steps;
+        return;
+    }
+    if (!isnan(a->lr)) s->lr = a->lr;
+    if (!isnan(a->min_lr)) s->min_lr = a->min_lr;
+    if (a->warmup >= 0) s->warmup = (double)a->warmup;
+    if (a->schedule_steps >= 0) s->total = (double)a->schedule_steps;
+    else if (a->steps >= 0) s->total = a->steps;
+    if (a->steps < 0) a->steps = s->total < 1 ? default_steps : s->total < 1e9 ? (int)s->total : 1000000000;
 }
 
 static const rt_tensor *find(const rt_tensor *t, int n, const char *name) {
@@ -250,7 +303,6 @@ static void resume(rt_ctx *ctx, const rt_program *p, const TrainArgs *a, const R
 int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps) {
     TrainArgs a = {0};
     parse(&a, p, argc, argv);
-    if (a.steps < 0) a.steps = default_steps;
     const rt_tensor *tok = find(p->inputs, p->ninputs, "tokens"), *tgt = find(p->inputs, p->ninputs, "targets");
     if (!tok || !tgt || tok->rank != 2 || tok->dtype != RT_I32) die("%s: the program needs i32 inputs tokens and targets [batch, seq]", p->model);
     const rt_tensor *loss_t = find(p->outputs, p->noutputs, "loss");
@@ -279,6 +331,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     if (a.init && ckpt_init_weights(ctx, p, a.init, err, sizeof err) != 0) rc = prefix_err("--init", err, sizeof err);
     agree_or_die(ctx, rc, err, sizeof err);
     if (a.resume) resume(ctx, p, &a, &R, &rng, &first);
+    set_schedule(p, &a, default_steps);
     /* a resumed run appends to its log (kiln plot keeps the later points) */
     FILE *log = a.log && R.say ? fopen(a.log, a.resume ? "a" : "w") : NULL;
     if (R.say && a.log && !log) snprintf(err, sizeof err, "--log: cannot open %s", a.log), rc = -1;
@@ -289,6 +342,8 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
                (long long)T, a.serial ? "serial" : "threaded");
         if (R.world > 1) printf(", %d ranks, dp %d", R.world, R.dp);
         printf(")\n");
+        const rt_schedule *s = p->schedule;
+        if (s) printf("lr schedule: %g -> %g cosine over %g steps, warmup %g\n", s->lr, s->min_lr, s->total, s->warmup);
     }
     double t0 = now();
     int tty = R.say && R.world == 1 && isatty(STDOUT_FILENO); /* mpirun hands ranks a pty whatever its own stdout is */

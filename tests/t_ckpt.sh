@@ -14,7 +14,7 @@ T=$tmp/tiny
 D="--data $B/corpus.txt"
 losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
 "$T" $D --log "$tmp/full" > /dev/null
-"$T" $D --steps 50 --ckpt "$tmp/ck" --ckpt-every 25 --log "$tmp/half" > /dev/null
+"$T" $D --steps 50 --schedule-steps 100 --ckpt "$tmp/ck" --ckpt-every 25 --log "$tmp/half" > /dev/null
 "$T" $D --resume "$tmp/ck" --ckpt "$tmp/ck" --log "$tmp/half" > "$tmp/out"
 check "100 steps straight == 50 + resume + 50 (bit-identical losses)" \
     "[ \$(wc -l < $tmp/full) = 100 ] && cmp -s <(losses $tmp/full) <(losses $tmp/half)"

@@ -44,6 +44,7 @@ typedef struct {
     const char *name;
     double lo, hi; /* uniform init (floats), or [lo, hi) ints for int inputs */
     int is_int;
+    const double *fixed; /* non-NULL: these values instead (token positions) */
 } Fill;
 
 typedef struct {
@@ -102,7 +103,13 @@ static Attr as(T *t, const char *k, const char *v) { return ir_attr_str(t->m, k,
 static int t_source(T *t, Op op, const char *name, Type ty_, double lo, double hi, int is_int) {
     Attr at[2] = {as(t, "name", name), as(t, "init", "zeros")};
     int v = ir_out(t->g, t_node(t, op, 0, NULL, op == OP_param ? 2 : 1, at, &ty_));
-    t->fills[t->nfills++] = (Fill){ir_intern(t->m, name), lo, hi, is_int};
+    t->fills[t->nfills++] = (Fill){ir_intern(t->m, name), lo, hi, is_int, NULL};
+    return v;
+}
+/* An int input holding exactly `vals` (numel of ty_ of them; they must outlive the test). */
+static int t_fixed(T *t, const char *name, Type ty_, const double *vals) {
+    int v = t_source(t, OP_input, name, ty_, 0, 0, 1);
+    t->fills[t->nfills - 1].fixed = vals;
     return v;
 }
 static int t_param(T *t, const char *name, Type ty_, double lo, double hi) {
@@ -151,8 +158,9 @@ static void set_data(Interp *it, const Graph *g, const Fill *fills, int nfills) 
         double *d = malloc(sizeof(double) * (size_t)n);
         for (int64_t k = 0; k < n; k++) {
             double u = urand();
-            d[k] = fills[f].is_int ? (double)(int)(fills[f].lo + u * (fills[f].hi - fills[f].lo))
-                                   : fills[f].lo + u * (fills[f].hi - fills[f].lo);
+            d[k] = fills[f].fixed    ? fills[f].fixed[k]
+                   : fills[f].is_int ? (double)(int)(fills[f].lo + u * (fills[f].hi - fills[f].lo))
+                                     : fills[f].lo + u * (fills[f].hi - fills[f].lo);
         }
         if (p) {
             assert_int_equal(p->n, n);
@@ -539,6 +547,39 @@ static void test_attention(void **s) {
         for (int use = 1; use <= 3; use++) attention_case(causal, use);
 }
 
+/* attention(q, k, v, qpos, kpos), GQA (4 query heads, 2 kv heads), with
+ * positions as context parallelism has them: not contiguous, not sorted,
+ * S != T.  use as in attention_case; the lse is only used (use & 2) when
+ * every query sees a key (else lse = -inf makes the loss infinite). */
+static void attention_pos_case(int causal, int use, int T_, const double *qp, int S, const double *kp, const char *what) {
+    const int64_t B = 2, H = 4, KH = 2, D = 3;
+    T *t = t_new();
+    int in[5] = {t_param1(t, "q", F32(B, H, T_, D)), t_param1(t, "k", F32(B, KH, S, D)),
+                 t_param1(t, "v", F32(B, KH, S, D)), t_fixed(t, "qpos", I32(T_), qp), t_fixed(t, "kpos", I32(S), kp)};
+    Attr at[2] = {ai(t, "causal", causal), af(t, "scale", 0.6)};
+    int n = t_node(t, OP_attention, 5, in, 2, at, NULL);
+    int outs[2], nout = 0;
+    if (use & 1) outs[nout++] = t->g->nodes[n].out[0];
+    if (use & 2) outs[nout++] = t->g->nodes[n].out[1];
+    t_loss(t, nout, outs);
+    char label[96];
+    snprintf(label, sizeof label, "attention positions %s causal=%d use=%d", what, causal, use);
+    check_t(t, label);
+}
+
+static void test_attention_positions(void **s) {
+    /* cp rank 0 of 2 on a length-8 sequence holds chunks 0 and 3: {0,1,6,7} */
+    static const double own[4] = {0, 1, 6, 7}, shuffled[4] = {6, 0, 7, 1}, other[4] = {2, 3, 4, 5};
+    static const double q4[4] = {5, 2, 4, 3}, k6[6] = {6, 0, 3, 7, 1, 4};
+    for (int causal = 0; causal < 2; causal++)
+        for (int use = 1; use <= 3; use++) {
+            attention_pos_case(causal, use, 4, own, 4, shuffled, "dual-chunk");
+            attention_pos_case(causal, use, 4, q4, 6, k6, "permuted S!=T");
+        }
+    /* a block of later tokens: queries 0 and 1 see no key (o = 0, no gradient) */
+    attention_pos_case(1, 1, 4, own, 4, other, "masked rows");
+}
+
 static void test_embedding(void **s) {
     T *t = t_new();
     int in[2] = {t_param1(t, "table", F32(5, 3)), t_ints(t, "ids", I32(2, 4), 0, 5)};
@@ -662,7 +703,7 @@ static void model_case(const char *path, KeyVal *sets, int nsets) {
         const Node *n = &g->nodes[i];
         if (n->op != OP_input) continue;
         int is_int = !ir_dtype_is_float(g->vals[n->out[0]].t.dt);
-        fills[nf++] = (Fill){ir_attr_s(n, "name", "?"), is_int ? 0 : -1, is_int ? (double)vocab : 1, is_int};
+        fills[nf++] = (Fill){ir_attr_s(n, "name", "?"), is_int ? 0 : -1, is_int ? (double)vocab : 1, is_int, NULL};
     }
     /* params keep their init (interp_init_state); inputs random */
     double e = check_grads(m, fills, nf, 20, path);
@@ -693,6 +734,7 @@ int main(void) {
         cmocka_unit_test(test_matmul),         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_rope),           cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_positions),
         cmocka_unit_test(test_embedding),      cmocka_unit_test(test_cross_entropy),
         cmocka_unit_test(test_comm),           cmocka_unit_test(test_structure),
         cmocka_unit_test(test_model_tiny),     cmocka_unit_test(test_model_llama),

@@ -346,9 +346,11 @@ static void test_matmul(void **st) {
 
 /* ---- attention ---- */
 
-/* naive softmax(QK^T*scale)V, no max-shift; GQA head h reads kv head h/(H/KH) */
+/* naive softmax(QK^T*scale)V, no max-shift; GQA head h reads kv head h/(H/KH);
+ * causal: key s counts for query t iff kp[s] <= qp[t] (qp, kp NULL: s <= t);
+ * a row with no key: o = 0, lse = -inf.  S <= 16. */
 static void attn_ref(const double *q, const double *k, const double *v, int B, int H, int KH, int T, int S, int D,
-                     int causal, double scale, double *o, double *lse) {
+                     int causal, double scale, const int *qp, const int *kp, double *o, double *lse) {
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++) {
@@ -357,16 +359,27 @@ static void attn_ref(const double *q, const double *k, const double *v, int B, i
                 for (int s = 0; s < S; s++) {
                     double sc = 0;
                     for (int d = 0; d < D; d++) sc += q[((b * H + h) * T + t) * D + d] * k[((b * KH + kh) * S + s) * D + d];
-                    w[s] = causal && s > t ? 0 : exp(sc * scale);
+                    int masked = causal && (qp ? kp[s] > qp[t] : s > t);
+                    w[s] = masked ? 0 : exp(sc * scale);
                     z += w[s];
                 }
                 for (int d = 0; d < D; d++) {
                     double acc = 0;
-                    for (int s = 0; s < S; s++) acc += w[s] / z * v[((b * KH + kh) * S + s) * D + d];
+                    for (int s = 0; s < S && z > 0; s++) acc += w[s] / z * v[((b * KH + kh) * S + s) * D + d];
                     o[((b * H + h) * T + t) * D + d] = acc;
                 }
-                lse[(b * H + h) * T + t] = log(z);
+                lse[(b * H + h) * T + t] = z > 0 ? log(z) : -INFINITY;
             }
+}
+
+/* near(), but infinities must match exactly (rel_err reads inf - inf = NaN as no error). */
+static void near_inf(const double *got, const double *want, int64_t n, double tol) {
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(got[i])) fail_msg("[%lld] is NaN", (long long)i);
+        if (isinf(want[i]) && got[i] != want[i]) fail_msg("[%lld] got %.17g want %g", (long long)i, got[i], want[i]);
+        if (isinf(want[i])) continue;
+        near(&got[i], &want[i], 1, tol);
+    }
 }
 
 static void check_attention(int H, int KH, int causal, int explicit_scale) {
@@ -383,7 +396,7 @@ static void check_attention(int H, int KH, int causal, int explicit_scale) {
     fill(Q, B * H * T * D, 3);
     fill(K, B * KH * T * D, 4);
     fill(V, B * KH * T * D, 5);
-    attn_ref(Q, K, V, B, H, KH, T, T, D, causal, scale, O, L);
+    attn_ref(Q, K, V, B, H, KH, T, T, D, causal, scale, NULL, NULL, O, L);
     Interp *it = interp_new(b.m, 1);
     set(it, 0, "q", Q, B * H * T * D);
     set(it, 0, "k", K, B * KH * T * D);
@@ -427,6 +440,189 @@ static void test_attention_masked_row(void **st) {
     assert_true(isfinite(L[1]) && isfinite(O[2]) && isfinite(O[3]));
     assert_true(dq[0] == 0 && dq[1] == 0 && isfinite(dq[2]));
     interp_free(it);
+    ir_free(b.m);
+}
+
+/* ---- attention with token positions (context parallelism) ---- */
+
+/* attention(q, k, v, qpos, kpos) with T queries at positions qp and S keys at
+ * kp (GQA: 4 query heads on 2 kv heads), against attn_ref. */
+static void check_attention_pos(int causal, int T, const int *qp, int S, const int *kp) {
+    enum { B = 2, H = 4, KH = 2, D = 3, MAXT = 8 };
+    Bld b = bld(1, 1, 1);
+    int q = input(&b, "q", TY(DT_F32, B, H, T, D));
+    int k = input(&b, "k", TY(DT_F32, B, KH, S, D)), v = input(&b, "v", TY(DT_F32, B, KH, S, D));
+    int qpos = input(&b, "qpos", TY(DT_I32, T)), kpos = input(&b, "kpos", TY(DT_I32, S));
+    int n = node(&b, OP_attention, INS(q, k, v, qpos, kpos), ATS(ai(&b, "causal", causal), af(&b, "scale", 0.8)), NULL);
+    output(&b, b.g->nodes[n].out[0], "o");
+    output(&b, b.g->nodes[n].out[1], "lse");
+    double Q[B * H * MAXT * D], K[B * KH * MAXT * D], V[B * KH * MAXT * D], O[B * H * MAXT * D], L[B * H * MAXT];
+    double QP[MAXT], KP[MAXT];
+    assert_true(T <= MAXT && S <= MAXT);
+    fill(Q, B * H * T * D, 13);
+    fill(K, B * KH * S * D, 14);
+    fill(V, B * KH * S * D, 15);
+    for (int i = 0; i < T; i++) QP[i] = qp[i];
+    for (int i = 0; i < S; i++) KP[i] = kp[i];
+    attn_ref(Q, K, V, B, H, KH, T, S, D, causal, 0.8, qp, kp, O, L);
+    for (int f64 = 0; f64 < 2; f64++) {
+        Interp *it = interp_new(b.m, f64);
+        set(it, 0, "q", Q, B * H * T * D);
+        set(it, 0, "k", K, B * KH * S * D);
+        set(it, 0, "v", V, B * KH * S * D);
+        set(it, 0, "qpos", QP, T);
+        set(it, 0, "kpos", KP, S);
+        run_ok(it);
+        double tol = f64 ? 1e-12 : 1e-5; /* f32 mode rounds q, k, v and the results to float */
+        near_inf(out(it, 0, "o"), O, B * H * T * D, tol);
+        near_inf(out(it, 0, "lse"), L, B * H * T, tol);
+        interp_free(it);
+    }
+    ir_free(b.m);
+}
+
+static void test_attention_positions(void **st) {
+    /* cp rank 0 of 2 holds chunks 0 and 3 of a length-8 sequence: q at {0,1,6,7} */
+    static const int own[4] = {0, 1, 6, 7}, own_shuffled[4] = {6, 0, 7, 1}, other[4] = {2, 3, 4, 5};
+    static const int q4[4] = {5, 2, 4, 3}, k6[6] = {6, 0, 3, 7, 1, 4};
+    for (int causal = 0; causal < 2; causal++) {
+        check_attention_pos(causal, 4, own, 4, own_shuffled); /* its own K/V, keys in another order */
+        check_attention_pos(causal, 4, own, 4, other); /* rank 1's block: queries 0, 1 see no key */
+        check_attention_pos(causal, 4, q4, 6, k6);     /* S != T, both permuted */
+    }
+}
+
+/* With positions 0..T-1 (iota), attention and attention_bwd give exactly the
+ * bits of the ops without positions, in f32 and f64 mode. */
+static void test_attention_positions_identity(void **st) {
+    enum { B = 2, H = 4, KH = 2, T = 7, D = 5 };
+    for (int causal = 0; causal < 2; causal++) {
+        Bld b = bld(1, 1, 1);
+        Type qt = TY(DT_F32, B, H, T, D), kt = TY(DT_F32, B, KH, T, D);
+        int q = input(&b, "q", qt), k = input(&b, "k", kt), v = input(&b, "v", kt), dO = input(&b, "do", qt);
+        int pos = ir_out(b.g, node(&b, OP_iota, NULL, 0, NOATS, &(Type){DT_I32, 1, {T}}));
+        for (int with = 0; with < 2; with++) {
+            Attr at[1] = {ai(&b, "causal", causal)};
+            int n = with ? node(&b, OP_attention, INS(q, k, v, pos, pos), at, 1, NULL)
+                         : node(&b, OP_attention, INS(q, k, v), at, 1, NULL);
+            int o = b.g->nodes[n].out[0], lse = b.g->nodes[n].out[1];
+            int nb = with ? node(&b, OP_attention_bwd, INS(dO, q, k, v, o, lse, pos, pos), at, 1, NULL)
+                          : node(&b, OP_attention_bwd, INS(dO, q, k, v, o, lse), at, 1, NULL);
+            const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
+            int vals[5] = {o, lse, b.g->nodes[nb].out[0], b.g->nodes[nb].out[1], b.g->nodes[nb].out[2]};
+            for (int i = 0; i < 5; i++) {
+                char nm[16];
+                snprintf(nm, sizeof nm, "%s%d", names[i], with);
+                output(&b, vals[i], nm);
+            }
+        }
+        double Q[B * H * T * D], K[B * KH * T * D], V[B * KH * T * D], DO[B * H * T * D];
+        fill(Q, B * H * T * D, 21);
+        fill(K, B * KH * T * D, 22);
+        fill(V, B * KH * T * D, 23);
+        fill(DO, B * H * T * D, 24);
+        for (int f64 = 0; f64 < 2; f64++) {
+            Interp *it = interp_new(b.m, f64);
+            set(it, 0, "q", Q, B * H * T * D);
+            set(it, 0, "k", K, B * KH * T * D);
+            set(it, 0, "v", V, B * KH * T * D);
+            set(it, 0, "do", DO, B * H * T * D);
+            run_ok(it);
+            const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
+            for (int i = 0; i < 5; i++) {
+                char n0[16], n1[16];
+                snprintf(n0, sizeof n0, "%s0", names[i]);
+                snprintf(n1, sizeof n1, "%s1", names[i]);
+                const Tensor *a = interp_output(it, 0, n0), *c = interp_output(it, 0, n1);
+                assert_non_null(a);
+                assert_non_null(c);
+                assert_int_equal(a->n, c->n);
+                if (memcmp(a->d, c->d, sizeof(double) * (size_t)a->n) != 0)
+                    fail_msg("causal=%d f64=%d: %s with positions 0..T-1 differs from without", causal, f64, names[i]);
+            }
+            interp_free(it);
+        }
+        ir_free(b.m);
+    }
+}
+
+/* ir_add_node refuses node spec s with a message containing `want`. */
+static void refused(Bld *b, Op op, const int *in, int nin, int causal, const char *want) {
+    Attr at = ai(b, "causal", causal);
+    NodeSpec s = ir_spec(op, b->loc);
+    s.in = in;
+    s.nin = nin;
+    s.attr = &at;
+    s.nattr = 1;
+    char err[256] = "";
+    if (ir_add_node(b->g, &s, err, sizeof err) >= 0) fail_msg("%s with %d inputs accepted, want \"%s\"", ir_ops[op].name, nin, want);
+    if (!strstr(err, want)) fail_msg("error \"%s\" lacks \"%s\"", err, want);
+}
+
+/* The shape rule: 3 or 5 (attention), 6 or 8 (attention_bwd) inputs;
+ * positions i32[T] and i32[S]; causal with T != S needs positions. */
+static void test_attention_positions_shape_rule(void **st) {
+    Bld b = bld(1, 1, 1);
+    int q = input(&b, "q", TY(DT_F32, 1, 2, 4, 3)), k = input(&b, "k", TY(DT_F32, 1, 1, 6, 3));
+    int qp = input(&b, "qp", TY(DT_I32, 4)), kp = input(&b, "kp", TY(DT_I32, 6));
+    int fp = input(&b, "fp", TY(DT_F32, 4)), lp = input(&b, "lp", TY(DT_I64, 6)), q2 = input(&b, "q2", TY(DT_I32, 2, 2));
+    refused(&b, OP_attention, INS(q, k, k, qp), 0, "attention: takes 3 inputs, or 5 with qpos and kpos, got 4");
+    refused(&b, OP_attention, INS(q, k, k, qp, kp, kp), 0, "got 6");
+    refused(&b, OP_attention, INS(q, k, k, fp, kp), 1, "attention: qpos must be i32[4] (the query length), got f32[4]");
+    refused(&b, OP_attention, INS(q, k, k, q2, kp), 1, "qpos must be i32[4]");
+    refused(&b, OP_attention, INS(q, k, k, qp, lp), 1, "attention: kpos must be i32[6] (the key length), got i64[6]");
+    refused(&b, OP_attention, INS(q, k, k, qp, qp), 1, "kpos must be i32[6]");
+    refused(&b, OP_attention, INS(q, k, k), 1, "causal without positions needs equal query and key lengths (4 vs 6)");
+    int n = node(&b, OP_attention, INS(q, k, k, qp, kp), ATS(ai(&b, "causal", 1)), NULL); /* T != S: fine with positions */
+    int o = b.g->nodes[n].out[0], lse = b.g->nodes[n].out[1];
+    refused(&b, OP_attention_bwd, INS(o, q, k, k, o, lse, qp), 1, "attention_bwd: takes 6 inputs, or 8 with qpos and kpos, got 7");
+    refused(&b, OP_attention_bwd, INS(o, q, k, k, o, lse, kp, kp), 1, "attention_bwd: qpos must be i32[4]");
+    refused(&b, OP_attention_bwd, INS(o, q, k, k, o, lse), 1, "causal without positions");
+    node(&b, OP_attention_bwd, INS(o, q, k, k, o, lse, qp, kp), ATS(ai(&b, "causal", 1)), NULL);
+    char err[256];
+    if (ir_verify_module(b.m, err, sizeof err) != 0) fail_msg("verify: %s", err);
+    ir_free(b.m);
+}
+
+/* The text form carries the positions: dump, parse, equal, and the parsed
+ * module computes the same. */
+static void test_attention_positions_text(void **st) {
+    Bld b = bld(1, 1, 1);
+    int q = input(&b, "q", TY(DT_F32, 1, 2, 4, 3)), k = input(&b, "k", TY(DT_F32, 1, 1, 4, 3));
+    int qp = input(&b, "qp", TY(DT_I32, 4)), kp = input(&b, "kp", TY(DT_I32, 4));
+    int n = node(&b, OP_attention, INS(q, k, k, qp, kp), ATS(ai(&b, "causal", 1)), NULL);
+    int o = b.g->nodes[n].out[0], lse = b.g->nodes[n].out[1];
+    int nb = node(&b, OP_attention_bwd, INS(o, q, k, k, o, lse, qp, kp), ATS(ai(&b, "causal", 1)), NULL);
+    output(&b, b.g->nodes[nb].out[0], "dq");
+    output(&b, o, "o");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    ir_dump(b.m, f);
+    assert_int_equal(fclose(f), 0);
+    char err[256];
+    Module *m2 = ir_parse(text, "t.ir", err, sizeof err);
+    if (!m2) fail_msg("parse: %s\n%s", err, text);
+    assert_true(ir_module_equal(b.m, m2));
+    double Q[24], K[12], QP[4] = {7, 1, 4, 0}, KP[4] = {4, 0, 8, 1};
+    fill(Q, 24, 31);
+    fill(K, 12, 32);
+    const Module *ms[2] = {b.m, m2};
+    double res[2][24];
+    for (int i = 0; i < 2; i++) {
+        Interp *it = interp_new(ms[i], 1);
+        set(it, 0, "q", Q, 24);
+        set(it, 0, "k", K, 12);
+        set(it, 0, "qp", QP, 4);
+        set(it, 0, "kp", KP, 4);
+        run_ok(it);
+        memcpy(res[i], out(it, 0, "dq"), sizeof res[i]);
+        interp_free(it);
+    }
+    assert_memory_equal(res[0], res[1], sizeof res[0]);
+    free(text);
+    ir_free(m2);
     ir_free(b.m);
 }
 
@@ -831,6 +1027,10 @@ int main(void) {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_masked_row),
+        cmocka_unit_test(test_attention_positions),
+        cmocka_unit_test(test_attention_positions_identity),
+        cmocka_unit_test(test_attention_positions_shape_rule),
+        cmocka_unit_test(test_attention_positions_text),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_norms_softmax),
         cmocka_unit_test(test_cross_entropy_embedding),

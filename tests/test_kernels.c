@@ -469,7 +469,8 @@ static void test_lr_clip(void **st) {
         set(it, "t", &ts[i], 1), set(it, "n", &n, 1);
         run_ok(it);
         float ft = (float)ts[i], fn = (float)n, out = NAN;
-        RUN(rtk_lr_cosine, P(&ft), P(&out), F(1e-3), F(1e-4), F(3), F(100));
+        rt_schedule sched = {.lr = 1e-3, .min_lr = 1e-4, .warmup = 3, .total = 100};
+        RUN(rtk_lr_cosine, P(&ft), P(&out), P(&sched));
         check("lr_cosine", &out, ref(it, lr), 1, TOL);
         RUN(rtk_clipscale, P(&fn), P(&out), F(1));
         check("clipscale", &out, ref(it, c1), 1, TOL);

@@ -10,6 +10,9 @@
  * memory, computed earlier in the step; the bias corrections are computed
  * once in double.
  *
+ * The cosine schedule's constants are not kernel args but the program's
+ * rt_schedule table (kiln_rt.h), so the trainer can change them at run time.
+ *
  * sumsq accumulates in double over fixed blocks (the same partition for any
  * pool size, so the norm is reproducible bit for bit).
  */
@@ -76,9 +79,11 @@ void rtk_adamw(rt_ctx *ctx, const int64_t *a) {
     k_par(ctx, a[10], 16, adamw_range, &s);
 }
 
-/* args: t, out, lr, min_lr, warmup, total (ops.def lr_cosine) */
+/* args: t, out, schedule (ops.def lr_cosine; the rt_schedule the trainer
+ * may have set, read when the kernel runs) */
 void rtk_lr_cosine(rt_ctx *ctx, const int64_t *a) {
-    double t = *A_F32(0), lr = A_F64(2), min_lr = A_F64(3), warmup = A_F64(4), total = A_F64(5);
+    const rt_schedule *s = rt_arg_ptr(a[2]);
+    double t = *A_F32(0), lr = s->lr, min_lr = s->min_lr, warmup = s->warmup, total = s->total;
     if (warmup > 0 && t <= warmup) {
         *A_F32(1) = (float)(lr * t / warmup);
         return;

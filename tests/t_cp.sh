@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Context parallel in the interpreter: `kiln check --cp N` runs every rank of
+# the sequence-sharded step (dual-chunk layout, all-gather attention with
+# global positions) for two steps and compares loss, grad-norm, lr, gradients
+# (zero 0) and updated parameters with the single-device program (f64,
+# relative 1e-9); `kiln plan` shows equal causal attention work per rank for
+# the dual-chunk layout, the imbalance of the contiguous one, and K,V bytes
+# per layer equal to 2 b s kv_heads head_dim (cp-1)/cp — heads/kv_heads times
+# fewer with GQA.  Then the bad inputs.
+set -u
+K=${BUILD:-build}/kiln
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $*"; }
+notok() { n=$((n + 1)); echo "not ok $n - $*"; }
+# a learning rate that moves the params (llama.lua's warm-up is 2000 steps)
+LR="--warmup 1 --lr 0.01"
+LLAMA="models/llama.lua --set vocab=128 --set dim=64 --set layers=2 --set heads=4 --set kv_heads=2 --set ffn=128 --set seq=32 --set batch=4 $LR"
+check() { # args...
+    out=$(timeout 300 "$K" check "$@" 2>&1); rc=$?
+    if [ $rc = 0 ] && [[ "$out" == *", 0 mismatched"* ]]; then ok "check $*: ${out##*: }"
+    else notok "check $*: rc=$rc $out"; fi
+}
+for cp in 2 4 8; do
+    check models/tiny.lua --cp $cp --zero 0
+    check $LLAMA --cp $cp
+done
+check models/tiny.lua --cp 4 --cp-layout contiguous
+check models/tiny.lua --dp 2 --cp 2 --micro-batches 2
+check $LLAMA --dp 2 --cp 2 --zero 0
+
+plan() { "$K" plan "$@" 2>&1; }
+p=$(plan models/tiny.lua --cp 4)
+if printf '%s\n' "$p" | grep -q 'balance max/min 1.000'; then ok "dual chunk: equal causal work on every cp rank"
+else notok "dual chunk balance: $p"; fi
+p=$(plan models/tiny.lua --cp 4 --cp-layout contiguous)
+b=$(printf '%s\n' "$p" | sed -n 's/.*balance max\/min \([0-9.]*\).*/\1/p')
+if awk -v b="${b:-0}" 'BEGIN{exit !(b > 2)}'; then ok "contiguous layout shows the imbalance (max/min $b)"; else notok "contiguous balance $b"; fi
+sent() { printf '%s\n' "$1" | sed -n 's/.*forward: \([0-9]*\) elements (formula .* = \([0-9]*\)).*/\1 \2/p'; }
+read -r s f < <(sent "$(plan models/tiny.lua --cp 4)")
+if [ -n "$s" ] && [ "$s" = "$f" ]; then ok "K,V elements sent per layer = formula ($s)"; else notok "K,V sent '$s' vs formula '$f'"; fi
+read -r gqa _ < <(sent "$(plan $LLAMA --cp 4)")
+read -r mha _ < <(sent "$(plan ${LLAMA/kv_heads=2/kv_heads=4} --cp 4)")
+if [ -n "$gqa" ] && [ $((gqa * 2)) = "$mha" ]; then ok "GQA (4 heads, 2 kv heads) sends half of MHA's K,V ($gqa vs $mha)"
+else notok "GQA $gqa vs MHA $mha"; fi
+
+bad() { # description, expected substring, args...
+    local desc=$1 sub=$2; shift 2
+    err=$(timeout 60 "$K" "$@" 2>&1 >/dev/null); rc=$?
+    nl=$(printf '%s\n' "$err" | wc -l)
+    if [ "$rc" = 1 ] && [ "$nl" = 1 ] && [[ "$err" == *"$sub"* ]]; then ok "$desc: $err"; else notok "$desc: rc=$rc got '$err'"; fi
+}
+bad "sequence not divisible by 2 cp" "models/tiny.lua:10: input tokens: the sequence 64 is not divisible by 2 x cp = 6" check models/tiny.lua --cp 3
+bad "more cp ranks than sequence chunks" "not divisible by 2 x cp = 128" check models/tiny.lua --cp 64
+bad "contiguous layout needs cp to divide the sequence" "not divisible by cp = 3" check models/tiny.lua --cp 3 --cp-layout contiguous
+bad "--cp-layout bad" "--cp-layout" check models/tiny.lua --cp 2 --cp-layout diagonal
+bad "--cp-comm p2p not yet" "p2p" check models/tiny.lua --cp 2 --cp-comm p2p
+bad "--cp 0" "--cp" check models/tiny.lua --cp 0
+bad "the CPU back end refuses cp" "context-parallel" compile models/tiny.lua --cp 2 -o /dev/null
