@@ -690,6 +690,20 @@ static void ex_attention_bwd(Ex *e) {
         }
 }
 
+/* attn_merge: two partial attentions over disjoint key sets -> the
+ * attention over their union.  A part with lse -inf (its keys all masked
+ * for that row) weighs 0; both -inf: o = 0, lse = -inf. */
+static void ex_attn_merge(Ex *e) {
+    int64_t rows = e->in[1]->n, D = e->in[0]->n / (rows ? rows : 1);
+    for (int64_t r = 0; r < rows; r++) {
+        double la = IN(1)[r], lb = IN(3)[r], hi = la > lb ? la : lb, lo = la > lb ? lb : la;
+        double lse = hi == -INFINITY ? -INFINITY : hi + log1p(exp(lo - hi));
+        double wa = la == -INFINITY ? 0 : exp(la - lse), wb = lb == -INFINITY ? 0 : exp(lb - lse);
+        for (int64_t d = 0; d < D; d++) OUT(0)[r * D + d] = wa * IN(0)[r * D + d] + wb * IN(2)[r * D + d];
+        OUT(1)[r] = lse;
+    }
+}
+
 /* ---- embedding and loss ---- */
 
 /* ids[i] as an index in [0, V), or fail naming the op. */
@@ -809,6 +823,7 @@ static void exec_local(Ex *e) {
     case OP_rope: case OP_rope_bwd: ex_rope(e); break;
     case OP_attention: ex_attention(e); break;
     case OP_attention_bwd: ex_attention_bwd(e); break;
+    case OP_attn_merge: ex_attn_merge(e); break;
     case OP_embedding: ex_embedding(e); break;
     case OP_embedding_bwd: ex_embedding_bwd(e); break;
     case OP_cross_entropy: ex_cross_entropy(e); break;

@@ -613,6 +613,14 @@ static int infer_rule(const Graph *g, const Node *n, Type out[], char *err, size
         out[1] = *t[2];
         out[2] = *t[3];
         return 0;
+    case OP_attn_merge:
+        if (need_float(t[0], op, "o_a", err, errlen) || same_type(t[0], t[2], op, err, errlen) || same_type(t[1], t[3], op, err, errlen)) return -1;
+        if (t[0]->rank != 4 || t[1]->dt != DT_F32 || t[1]->rank != 3 || t[1]->dim[0] != t[0]->dim[0] ||
+            t[1]->dim[1] != t[0]->dim[1] || t[1]->dim[2] != t[0]->dim[2])
+            FAIL("attn_merge: o %s must be [B,H,T,D] and lse %s f32[B,H,T]", tstr(t[0], x), tstr(t[1], y));
+        out[0] = *t[0];
+        out[1] = *t[1];
+        return 0;
     case OP_embedding:
         if (need_float(t[0], op, "table", err, errlen) || need_int(t[1], op, "ids", err, errlen)) return -1;
         if (t[0]->rank != 2) FAIL("embedding: table must be [V,C], got %s", tstr(t[0], x));

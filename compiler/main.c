@@ -215,7 +215,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         } else if (strcmp(f, "--cp-comm") == 0) {
             const char *v = argv[++i];
             if (strcmp(v, "allgather") == 0) a->o.cp_comm = 0;
-            else if (strcmp(v, "p2p") == 0) die("--cp-comm p2p: ring attention is not available yet (use allgather)");
+            else if (strcmp(v, "p2p") == 0) a->o.cp_comm = 1;
             else die("--cp-comm: expected p2p or allgather, got \"%s\"", v);
         } else if (strcmp(f, "--tp") == 0 || strcmp(f, "--pp") == 0) {
             if (parse_int_flag(f, argv[++i]) != 1) die("%s: this parallel axis is not available yet (only 1; --dp and --cp are)", f);
@@ -468,9 +468,10 @@ static int check_parallel(Args *a) {
             }
         }
     }
-    printf("check %s --dp %d --cp %d%s --micro-batches %d --zero %d: %d ranks, 2 steps; loss %.12f, %.12f; "
+    printf("check %s --dp %d --cp %d%s%s --micro-batches %d --zero %d: %d ranks, 2 steps; loss %.12f, %.12f; "
            "%d values compared with the single-device program, worst rel err %.2g, %d mismatched\n",
-           a->model, dp, mp->mesh[2], a->o.cp_contiguous ? " --cp-layout contiguous" : "", a->o.micro_batches, a->o.zero,
+           a->model, dp, mp->mesh[2], a->o.cp_contiguous ? " --cp-layout contiguous" : "",
+           mp->mesh[2] > 1 ? (a->o.cp_comm ? " --cp-comm p2p" : " --cp-comm allgather") : "", a->o.micro_batches, a->o.zero,
            world, loss[0], loss[1], checked, worst, bad);
     interp_free(it1);
     interp_free(itp);

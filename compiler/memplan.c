@@ -368,24 +368,25 @@ static int64_t causal_pairs(int64_t T, int cp, int c, int dual) {
  * and the K,V bytes each rank sends per layer, next to the formula
  * 2 b s kv_heads head_dim (cp-1)/cp elements. */
 static void report_cp(const Module *m, const Graph *g, FILE *f) {
-    int cp = m->mesh[2], dual = 1, natt = 0;
+    int cp = m->mesh[2], dual = 1, natt = 0, p2p = 0, last_layer = INT_MIN;
     double sent = 0, formula = 0;
+    int64_t T = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if (n->op == OP_iota && ir_attr(n, "layout")) dual = strcmp(ir_attr_s(n, "layout", ""), "dual") == 0;
-        if (n->op == OP_allgather && n->phase == PH_FWD && strcmp(ir_attr_s(n, "group", ""), "cp") == 0 &&
-            g->vals[n->in[0]].t.rank == 4) /* K or V [b, kv_heads, s/cp, head_dim] */
-            sent += (double)(cp - 1) / cp * (double)ir_numel(&g->vals[n->out[0]].t);
-        if (n->op == OP_attention && n->nin == 5) {
-            const Type *k = &g->vals[n->in[1]].t;
-            formula += 2.0 * (double)(k->dim[0] * k->dim[1] * k->dim[2] * k->dim[3]) * (cp - 1) / cp;
-            natt++;
+        int kv = n->phase == PH_FWD && n->nin && strcmp(ir_attr_s(n, "group", ""), "cp") == 0 &&
+                 g->vals[n->in[0]].t.rank == 4; /* K or V [b, kv_heads, s/cp, head_dim] */
+        if (kv && n->op == OP_allgather) sent += (double)(cp - 1) / cp * (double)ir_numel(&g->vals[n->out[0]].t), p2p = 0;
+        if (kv && n->op == OP_send) sent += (double)ir_numel(&g->vals[n->in[0]].t), p2p = 1;
+        if (n->op == OP_attention && n->nin == 5 && n->layer != last_layer) { /* once per layer (a ring has cp) */
+            last_layer = n->layer, natt++;
+            const Type *q = &g->vals[n->in[0]].t, *k = &g->vals[n->in[1]].t;
+            formula += 2.0 * (double)(k->dim[0] * k->dim[1] * q->dim[2] * cp * k->dim[3]) * (cp - 1) / cp;
+            T = q->dim[2] * cp;
         }
     }
-    int64_t T = 0;
-    for (int i = 0; i < g->nnodes && !T; i++)
-        if (g->nodes[i].op == OP_attention && g->nodes[i].nin == 5) T = g->vals[g->nodes[i].in[1]].t.dim[2];
-    fprintf(f, "context parallel: cp %d, %s layout, all-gather attention\n", cp, dual ? "dual-chunk" : "contiguous");
+    fprintf(f, "context parallel: cp %d, %s layout, %s attention\n", cp, dual ? "dual-chunk" : "contiguous",
+            p2p ? "ring (p2p)" : "all-gather");
     if (!natt || !T) return;
     int64_t lo = INT64_MAX, hi = 0;
     fprintf(f, "  causal attention work per cp rank (query-key pairs per sequence and head):");

@@ -91,6 +91,7 @@ typedef struct {
     int *acc;        /* per global value feeding a partial output: the running sum */
     char *to_acc;
     int *input;      /* per global input value: the rank's input */
+    int64_t tag;     /* next send/recv tag */
 } Par;
 
 static void *xcalloc(size_t n, size_t sz) {
@@ -502,30 +503,79 @@ static int cp_positions(Par *P, int64_t local_len) {
     return ir_out(P->ng, ir_build(&P->b, OP_iota, 0, NULL, 2, at, &t));
 }
 
-/* attention / attention_bwd over a sequence split on cp: all-gather K and V
- * (kv heads only), attend with global positions; backward reduce-scatters
- * dK and dV home. */
+/* One hop of the ring: send x to the next cp rank, receive the previous
+ * rank's (the same type) — the block moves on while this rank computes. */
+static int ring_pass(Par *P, int x) {
+    Type t = P->ng->vals[x].t;
+    int64_t tag = P->tag++;
+    Attr s[3] = {ir_attr_str(P->m, "group", "cp"), ir_attr_int(P->m, "peer", 1), ir_attr_int(P->m, "tag", tag)};
+    Attr r[3] = {ir_attr_str(P->m, "group", "cp"), ir_attr_int(P->m, "peer", -1), ir_attr_int(P->m, "tag", tag)};
+    ir_build(&P->b, OP_send, 1, &x, 3, s, NULL);
+    int y = ir_out(P->ng, ir_build(&P->b, OP_recv, 0, NULL, 3, r, &t));
+    memcpy(P->ng->vals[y].sh, P->ng->vals[x].sh, sizeof P->ng->vals[y].sh);
+    return y;
+}
+
+static int attend(Par *P, const Node *n, int na, const int *args, int *out) {
+    int j = ir_build(&P->b, n->op, na, args, n->nattr, n->attr, NULL);
+    for (int o = 0; o < P->ng->nodes[j].nout; o++) out[o] = P->ng->nodes[j].out[o];
+    return j;
+}
+
+/* attention over a sequence split on cp.
+ * allgather: K and V (kv heads only) all-gathered with their positions,
+ *   the local queries attend with causal masking by global position;
+ *   backward reduce-scatters dK, dV home.
+ * p2p (ring attention): cp steps; at step i this rank holds the K,V block of
+ *   the rank i before it, attends to it (masking by position: the diagonal
+ *   block is causal, the others wholly visible or wholly masked per row)
+ *   and merges the result by log-sum-exp (attn_merge) while the block moves
+ *   on to the next rank.  Backward runs the same ring with the final O and
+ *   LSE; dK, dV accumulate while travelling with their block and a last hop
+ *   brings them home; dQ accumulates locally. */
 static void cp_attention(Par *P, const Node *n, const int *in, int mb, int *out) {
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
-    int fwd = n->op == OP_attention, q = fwd ? in[0] : in[1];
-    int k = cp_gather(P, fwd ? in[1] : in[2], 2), v = cp_gather(P, fwd ? in[2] : in[3], 2);
-    int64_t tl = P->ng->vals[q].t.dim[2];
-    int np = fwd ? 3 : 6, has = n->nin > np; /* the model's own positions, or the tokens' global indices */
-    int qpos = has ? in[np] : cp_positions(P, tl), kpos = cp_gather(P, has ? in[np + 1] : qpos, 0);
+    int first = P->ng->nnodes, fwd = n->op == OP_attention, np = fwd ? 3 : 6, has = n->nin > np;
+    int q = fwd ? in[0] : in[1], k = fwd ? in[1] : in[2], v = fwd ? in[2] : in[3];
+    int qpos = has ? in[np] : cp_positions(P, P->ng->vals[q].t.dim[2]), kpos = has ? in[np + 1] : qpos;
     int args[8], na = 0;
-    if (fwd) args[na++] = q, args[na++] = k, args[na++] = v;
-    else args[na++] = in[0], args[na++] = q, args[na++] = k, args[na++] = v, args[na++] = in[4], args[na++] = in[5];
-    args[na++] = qpos, args[na++] = kpos;
-    int j = ir_build(&P->b, n->op, na, args, n->nattr, n->attr, NULL);
-    const Node *c = &P->ng->nodes[j];
-    for (int o = 0; o < c->nout; o++) out[o] = c->out[o];
-    if (!fwd) { /* dK, dV: reduce-scatter the gathered gradients home */
-        Attr at[2] = {ir_attr_str(P->m, "group", "cp"), ir_attr_int(P->m, "dim", 2)};
-        out[1] = ir_build1(&P->b, OP_reducescatter, out[1], 2, at);
-        out[2] = ir_build1(&P->b, OP_reducescatter, out[2], 2, at);
+    if (!fwd) args[na++] = in[0];
+    args[na++] = q, na += 2; /* k, v at [na-2], [na-1] */
+    if (!fwd) args[na++] = in[4], args[na++] = in[5];
+    int ki = fwd ? 1 : 2;
+    if (P->o->cp_comm == 0) {
+        args[ki] = cp_gather(P, k, 2), args[ki + 1] = cp_gather(P, v, 2);
+        args[na] = qpos, args[na + 1] = cp_gather(P, kpos, 0);
+        attend(P, n, na + 2, args, out);
+        if (!fwd) { /* dK, dV: reduce-scatter the gathered gradients home */
+            Attr at[2] = {ir_attr_str(P->m, "group", "cp"), ir_attr_int(P->m, "dim", 2)};
+            out[1] = ir_build1(&P->b, OP_reducescatter, out[1], 2, at);
+            out[2] = ir_build1(&P->b, OP_reducescatter, out[2], 2, at);
+        }
+    } else {
+        int acc[3] = {-1, -1, -1}, part[3];
+        for (int step = 0; step < P->cp; step++) {
+            if (step > 0) {
+                k = ring_pass(P, k), v = ring_pass(P, v), kpos = ring_pass(P, kpos);
+                if (!fwd) acc[1] = ring_pass(P, acc[1]), acc[2] = ring_pass(P, acc[2]);
+            }
+            args[ki] = k, args[ki + 1] = v, args[na] = qpos, args[na + 1] = kpos;
+            attend(P, n, na + 2, args, part);
+            if (step == 0) {
+                memcpy(acc, part, sizeof acc);
+            } else if (fwd) {
+                int m[4] = {acc[0], acc[1], part[0], part[1]};
+                int j = ir_build(&P->b, OP_attn_merge, 4, m, 0, NULL, NULL);
+                acc[0] = P->ng->nodes[j].out[0], acc[1] = P->ng->nodes[j].out[1];
+            } else {
+                for (int o = 0; o < 3; o++) acc[o] = ir_build2(&P->b, OP_add, acc[o], part[o]);
+            }
+        }
+        if (!fwd && P->cp > 1) acc[1] = ring_pass(P, acc[1]), acc[2] = ring_pass(P, acc[2]); /* dK, dV home */
+        memcpy(out, acc, sizeof(int) * (size_t)n->nout);
     }
     for (int o = 0; o < n->nout; o++) set_sh1(P, out[o], sh_of(P, AX_BATCH, n->out[o]), sh_of(P, AX_SEQ, n->out[o]));
-    for (int i = j; i < P->ng->nnodes; i++) P->ng->nodes[i].mb = mb;
+    for (int i = first; i < P->ng->nnodes; i++) P->ng->nodes[i].mb = mb;
 }
 
 /* Node n of micro-batch mb, its inputs converted as the rules said. */

@@ -55,7 +55,7 @@ static char *hoistable(const Graph *g) {
     for (int i = n - 1; i >= 0; i--) {
         const Node *nd = &g->nodes[i];
         unsigned f = ir_ops[nd->op].flags;
-        int ok = nd->nout > 0 && fuse_group(nd) < 0 && !(f & (F_SINK | F_SYNC));
+        int ok = nd->nout > 0 && fuse_group(nd) < 0 && !(f & (F_SINK | F_SYNC | F_SOURCE)); /* a recv waits where it is */
         for (int k = 0; k < nd->nin && ok && !(f & F_COMM); k++) {
             int d = g->vals[nd->in[k]].def;
             ok = d < 0 || !(ir_ops[g->nodes[d].op].flags & F_COMM);

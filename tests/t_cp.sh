@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Context parallel in the interpreter: `kiln check --cp N` runs every rank of
-# the sequence-sharded step (dual-chunk layout, all-gather attention with
-# global positions) for two steps and compares loss, grad-norm, lr, gradients
+# the sequence-sharded step (dual-chunk layout; all-gather attention or ring
+# attention with log-sum-exp merges, causal masking by global position) for
+# two steps and compares loss, grad-norm, lr, gradients
 # (zero 0) and updated parameters with the single-device program (f64,
 # relative 1e-9); `kiln plan` shows equal causal attention work per rank for
 # the dual-chunk layout, the imbalance of the contiguous one, and K,V bytes
@@ -20,13 +21,15 @@ check() { # args...
     if [ $rc = 0 ] && [[ "$out" == *", 0 mismatched"* ]]; then ok "check $*: ${out##*: }"
     else notok "check $*: rc=$rc $out"; fi
 }
-for cp in 2 4 8; do
-    check models/tiny.lua --cp $cp --zero 0
-    check $LLAMA --cp $cp
+for comm in allgather p2p; do
+    for cp in 2 4 8; do
+        check models/tiny.lua --cp $cp --cp-comm $comm --zero 0
+        check $LLAMA --cp $cp --cp-comm $comm
+    done
+    check models/tiny.lua --cp 4 --cp-comm $comm --cp-layout contiguous
+    check models/tiny.lua --dp 2 --cp 2 --cp-comm $comm --micro-batches 2
+    check $LLAMA --dp 2 --cp 2 --cp-comm $comm --zero 0
 done
-check models/tiny.lua --cp 4 --cp-layout contiguous
-check models/tiny.lua --dp 2 --cp 2 --micro-batches 2
-check $LLAMA --dp 2 --cp 2 --zero 0
 
 plan() { "$K" plan "$@" 2>&1; }
 p=$(plan models/tiny.lua --cp 4)
@@ -36,8 +39,15 @@ p=$(plan models/tiny.lua --cp 4 --cp-layout contiguous)
 b=$(printf '%s\n' "$p" | sed -n 's/.*balance max\/min \([0-9.]*\).*/\1/p')
 if awk -v b="${b:-0}" 'BEGIN{exit !(b > 2)}'; then ok "contiguous layout shows the imbalance (max/min $b)"; else notok "contiguous balance $b"; fi
 sent() { printf '%s\n' "$1" | sed -n 's/.*forward: \([0-9]*\) elements (formula .* = \([0-9]*\)).*/\1 \2/p'; }
-read -r s f < <(sent "$(plan models/tiny.lua --cp 4)")
-if [ -n "$s" ] && [ "$s" = "$f" ]; then ok "K,V elements sent per layer = formula ($s)"; else notok "K,V sent '$s' vs formula '$f'"; fi
+for comm in allgather p2p; do
+    read -r s f < <(sent "$(plan models/tiny.lua --cp 4 --cp-comm $comm)")
+    if [ -n "$s" ] && [ "$s" = "$f" ]; then ok "$comm: K,V elements sent per layer = formula ($s)"; else notok "$comm: K,V sent '$s' vs formula '$f'"; fi
+done
+# the ring: cp-1 hops of K, V and positions per attention, send/recv on the comm stream
+ir=$("$K" dump models/tiny.lua --set layers=1 --cp 4 --cp-comm p2p 2>&1)
+sends=$(printf '%s\n' "$ir" | grep -c '^send .* L0 fwd')
+if [ "$sends" = 9 ] && ! printf '%s\n' "$ir" | grep -q 'allgather %.*group="cp", dim=2'; then ok "ring forward: 9 sends (3 hops x K, V, positions), no K,V all-gather"
+else notok "ring forward sends: $sends"; fi
 read -r gqa _ < <(sent "$(plan $LLAMA --cp 4)")
 read -r mha _ < <(sent "$(plan ${LLAMA/kv_heads=2/kv_heads=4} --cp 4)")
 if [ -n "$gqa" ] && [ $((gqa * 2)) = "$mha" ]; then ok "GQA (4 heads, 2 kv heads) sends half of MHA's K,V ($gqa vs $mha)"
@@ -53,6 +63,6 @@ bad "sequence not divisible by 2 cp" "models/tiny.lua:10: input tokens: the sequ
 bad "more cp ranks than sequence chunks" "not divisible by 2 x cp = 128" check models/tiny.lua --cp 64
 bad "contiguous layout needs cp to divide the sequence" "not divisible by cp = 3" check models/tiny.lua --cp 3 --cp-layout contiguous
 bad "--cp-layout bad" "--cp-layout" check models/tiny.lua --cp 2 --cp-layout diagonal
-bad "--cp-comm p2p not yet" "p2p" check models/tiny.lua --cp 2 --cp-comm p2p
+bad "--cp-comm bad" "--cp-comm" check models/tiny.lua --cp 2 --cp-comm ring
 bad "--cp 0" "--cp" check models/tiny.lua --cp 0
 bad "the CPU back end refuses cp" "context-parallel" compile models/tiny.lua --cp 2 -o /dev/null

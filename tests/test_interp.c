@@ -492,6 +492,56 @@ static void test_attention_positions(void **st) {
     }
 }
 
+/* attn_merge (ring attention's log-sum-exp merge): attention to keys split
+ * into two blocks, merged, equals attention to all of them, on random data,
+ * with causal masking by position such that some rows see no key of the
+ * first block but some of the second, and one row no key at all (o = 0,
+ * lse = -inf, no NaN: the bug class of Megatron-LM issue 1764). */
+static void test_attn_merge(void **st) {
+    enum { B = 2, H = 4, KH = 2, T = 5, S = 6, S1 = 3, D = 3 };
+    static const double qp[T] = {-1, 0, 2, 4, 9}, kp[S] = {3, 5, 4, 0, 1, 2};
+    Bld b = bld(1, 1, 1);
+    Type qt = TY(DT_F32, B, H, T, D), kt = TY(DT_F32, B, KH, S, D);
+    int q = input(&b, "q", qt), k = input(&b, "k", kt), v = input(&b, "v", kt);
+    int qpos = input(&b, "qpos", TY(DT_I32, T)), kpos = input(&b, "kpos", TY(DT_I32, S));
+    Attr causal = ai(&b, "causal", 1);
+    int full = node(&b, OP_attention, INS(q, k, v, qpos, kpos), &causal, 1, NULL), part[2];
+    for (int p = 0; p < 2; p++) { /* keys [0, S1) and [S1, S) */
+        Attr at[3] = {ai(&b, "dim", 2), ai(&b, "start", p ? S1 : 0), ai(&b, "end", p ? S : S1)};
+        Attr a0[3] = {ai(&b, "dim", 0), ai(&b, "start", p ? S1 : 0), ai(&b, "end", p ? S : S1)};
+        int kb = val(&b, OP_slice, INS(k), at, 3), vb = val(&b, OP_slice, INS(v), at, 3), pb = val(&b, OP_slice, INS(kpos), a0, 3);
+        part[p] = node(&b, OP_attention, INS(q, kb, vb, qpos, pb), &causal, 1, NULL);
+    }
+    const Node *pa = &b.g->nodes[part[0]], *pb = &b.g->nodes[part[1]];
+    int mg = node(&b, OP_attn_merge, INS(pa->out[0], pa->out[1], pb->out[0], pb->out[1]), NOATS, NULL);
+    output(&b, b.g->nodes[full].out[0], "o"), output(&b, b.g->nodes[full].out[1], "lse");
+    output(&b, b.g->nodes[mg].out[0], "mo"), output(&b, b.g->nodes[mg].out[1], "mlse");
+    output(&b, pa->out[1], "lse_a"), output(&b, pb->out[1], "lse_b");
+    double Q[B * H * T * D], K[B * KH * S * D], V[B * KH * S * D];
+    fill(Q, B * H * T * D, 31), fill(K, B * KH * S * D, 32), fill(V, B * KH * S * D, 33);
+    for (int i = 0; i < B * KH * S * D; i++) K[i] *= 8; /* spread the scores: exp() would overflow unshifted in f32 */
+    for (int f64 = 0; f64 < 2; f64++) {
+        Interp *it = interp_new(b.m, f64);
+        set(it, 0, "q", Q, B * H * T * D), set(it, 0, "k", K, B * KH * S * D), set(it, 0, "v", V, B * KH * S * D);
+        set(it, 0, "qpos", qp, T), set(it, 0, "kpos", kp, S);
+        run_ok(it);
+        const double *o = out(it, 0, "o"), *mo = out(it, 0, "mo"), *lse = out(it, 0, "lse"), *mlse = out(it, 0, "mlse");
+        const double *la = out(it, 0, "lse_a"), *lb = out(it, 0, "lse_b");
+        int masked_a = 0, masked_b = 0, masked_all = 0;
+        for (int r = 0; r < B * H * T; r++) {
+            masked_a += la[r] == -INFINITY, masked_b += lb[r] == -INFINITY, masked_all += lse[r] == -INFINITY;
+            if (isnan(mlse[r]) || (lse[r] == -INFINITY) != (mlse[r] == -INFINITY)) fail_msg("row %d: lse %g, merged %g", r, lse[r], mlse[r]);
+            if (lse[r] > -INFINITY && fabs(mlse[r] - lse[r]) > (f64 ? 1e-12 : 1e-5) * (1 + fabs(lse[r]))) fail_msg("row %d: lse %.17g merged %.17g", r, lse[r], mlse[r]);
+        }
+        for (int i = 0; i < B * H * T * D; i++)
+            if (isnan(mo[i])) fail_msg("merged o[%d] is NaN", i);
+        near(mo, o, B * H * T * D, f64 ? 1e-12 : 1e-5);
+        /* the positions make both kinds of masked row: one block empty (the first), and both */
+        assert_true(masked_a > masked_all && masked_all > 0 && masked_b == masked_all);
+        interp_free(it);
+    }
+}
+
 /* With positions 0..T-1 (iota), attention and attention_bwd give exactly the
  * bits of the ops without positions, in f32 and f64 mode. */
 static void test_attention_positions_identity(void **st) {
@@ -1029,6 +1079,7 @@ int main(void) {
         cmocka_unit_test(test_attention_masked_row),
         cmocka_unit_test(test_attention_positions),
         cmocka_unit_test(test_attention_positions_identity),
+        cmocka_unit_test(test_attn_merge),
         cmocka_unit_test(test_attention_positions_shape_rule),
         cmocka_unit_test(test_attention_positions_text),
         cmocka_unit_test(test_rope),

@@ -340,13 +340,95 @@ static void attn_cases(void) {
     attn_case(1, 2, 1, 9, 9, 4, 0, 1);      /* a fully masked row: o = 0, lse = -inf */
 }
 
-/* the micro kernels this CPU picks (AVX2 where it has it), then the plain ones */
-static void test_attention(void **st) {
-    attn_cases();
+/* Run `cases` with each of attention.c's micro kernels: the best this CPU
+ * has, then capped at avx2 and at plain (KILN_ATTENTION_MICRO; a CPU
+ * without the instructions runs the next one down), then with
+ * KILN_KERNELS_BASELINE, which forces plain. */
+static void attn_each_micro(void (*cases)(void)) {
+    static const char *const micro[] = {"avx2", "plain"};
+    cases();
+    for (int i = 0; i < 2; i++) {
+        if (setenv("KILN_ATTENTION_MICRO", micro[i], 1)) fail_msg("setenv");
+        cases();
+    }
+    unsetenv("KILN_ATTENTION_MICRO");
     if (setenv("KILN_KERNELS_BASELINE", "1", 1)) fail_msg("setenv");
-    attn_cases();
+    cases();
     unsetenv("KILN_KERNELS_BASELINE");
 }
+
+static void test_attention(void **st) { attn_each_micro(attn_cases); }
+
+/* Odd sizes against a naive reference written out here in double (so not
+ * the interpreter): lengths that are not multiples of attention.c's tiles
+ * (64 query rows, 128 keys) nor of the 16-lane vectors, D not a multiple
+ * of 16, GQA, causal with T != S (key s visible to query t iff s <= t:
+ * with T > S the last rows see every key, with T < S the last keys are
+ * seen by no query and get dk = dv = 0), and a query longer than one tile
+ * with a single key.  The backward gets the reference's o and lse.  Tolerance
+ * 1e-5 as max |kernel - ref| / max |ref| per tensor; observed about 1e-6. */
+static void attn_naive_case(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, int64_t D, int causal) {
+    int64_t nq = B * H * T * D, nk = B * KH * S * D, nl = B * H * T, rep = H / KH;
+    double scale = 1 / sqrt((double)D);
+    const double *Q = rnd(nq, 40, 2), *K = rnd(nk, 41, 2), *V = rnd(nk, 42, 1), *DO = rnd(nq, 43, 1);
+    double *O = keep(calloc((size_t)nq, sizeof(double))), *L = keep(malloc(sizeof(double) * (size_t)nl));
+    double *DQ = keep(calloc((size_t)nq, sizeof(double))), *DK = keep(calloc((size_t)nk, sizeof(double)));
+    double *DV = keep(calloc((size_t)nk, sizeof(double))), *sc = keep(malloc(sizeof(double) * (size_t)S));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t t = 0; t < T; t++) {
+                const double *q = Q + ((b * H + h) * T + t) * D, *dO = DO + ((b * H + h) * T + t) * D;
+                const double *k = K + (b * KH + h / rep) * S * D, *v = V + (b * KH + h / rep) * S * D;
+                double *o = O + ((b * H + h) * T + t) * D, *dq = DQ + ((b * H + h) * T + t) * D;
+                double *dk = DK + (b * KH + h / rep) * S * D, *dv = DV + (b * KH + h / rep) * S * D;
+                int64_t n = causal ? (t + 1 < S ? t + 1 : S) : S;
+                double m = -INFINITY, l = 0, Dt = 0;
+                for (int64_t s = 0; s < n; s++) {
+                    sc[s] = 0;
+                    for (int64_t d = 0; d < D; d++) sc[s] += q[d] * k[s * D + d];
+                    sc[s] *= scale;
+                    m = sc[s] > m ? sc[s] : m;
+                }
+                for (int64_t s = 0; s < n; s++) l += exp(sc[s] - m);
+                for (int64_t s = 0; s < n; s++)
+                    for (int64_t d = 0; d < D; d++) o[d] += exp(sc[s] - m) / l * v[s * D + d];
+                L[(b * H + h) * T + t] = n ? m + log(l) : -INFINITY;
+                for (int64_t d = 0; d < D; d++) Dt += (double)(float)dO[d] * (float)o[d]; /* the kernel sees o in f32 */
+                for (int64_t s = 0; s < n; s++) {
+                    double p = exp(sc[s] - m) / l, dp = 0;
+                    for (int64_t d = 0; d < D; d++) dp += dO[d] * v[s * D + d];
+                    double ds = p * (dp - Dt) * scale;
+                    for (int64_t d = 0; d < D; d++) {
+                        dq[d] += ds * k[s * D + d];
+                        dk[s * D + d] += ds * q[d];
+                        dv[s * D + d] += p * dO[d];
+                    }
+                }
+            }
+    float *fq = f32(Q, nq), *fk = f32(K, nk), *fv = f32(V, nk), *fo = fbuf(nq), *fl = fbuf(nl);
+    char what[128];
+    snprintf(what, sizeof what, "attention naive B%lld H%lld KH%lld T%lld S%lld D%lld%s", (long long)B, (long long)H,
+             (long long)KH, (long long)T, (long long)S, (long long)D, causal ? " causal" : "");
+    RUN(rtk_attention, P(fq), P(fk), P(fv), P(fo), P(fl), B, H, KH, T, S, D, causal, F(scale));
+    check(what, fo, O, nq, TOL);
+    check("  lse", fl, L, nl, TOL);
+    float *fdq = fbuf(nq), *fdk = fbuf(nk), *fdv = fbuf(nk);
+    RUN(rtk_attention_bwd, P(f32(DO, nq)), P(fq), P(fk), P(fv), P(f32(O, nq)), P(f32(L, nl)), P(fdq), P(fdk), P(fdv), B,
+        H, KH, T, S, D, causal, F(scale));
+    check("  dq", fdq, DQ, nq, TOL);
+    check("  dk", fdk, DK, nk, TOL);
+    check("  dv", fdv, DV, nk, TOL);
+}
+
+static void attn_naive_cases(void) {
+    attn_naive_case(2, 4, 2, 131, 131, 40, 1); /* GQA, causal, 2 query tiles + 3 rows, 1 key block + 3 keys */
+    attn_naive_case(1, 2, 2, 150, 200, 24, 0); /* T != S, not causal, D = 16 + 8 */
+    attn_naive_case(1, 3, 1, 90, 45, 72, 1);   /* causal, T > S: the rows past S see every key; D = 64 + 8 */
+    attn_naive_case(1, 2, 1, 45, 140, 20, 1);  /* causal, T < S: keys past T are seen by nobody */
+    attn_naive_case(1, 1, 1, 70, 1, 5, 0);     /* one key, D < 16 */
+}
+
+static void test_attention_naive(void **st) { attn_each_micro(attn_naive_cases); }
 
 /* ---- embedding, cross-entropy ---- */
 
@@ -743,7 +825,8 @@ int main(void) {
 #define T(f) cmocka_unit_test_teardown(f, release)
     const struct CMUnitTest tests[] = {
         T(test_gemm),      T(test_layernorm), T(test_rmsnorm),  T(test_softmax),         T(test_rope),
-        T(test_attention), T(test_embedding), T(test_embedding_bad_id), T(test_cross_entropy), T(test_adamw),
+        T(test_attention), T(test_attention_naive),
+        T(test_embedding), T(test_embedding_bad_id), T(test_cross_entropy), T(test_adamw),
         T(test_lr_clip),   T(test_sumsq),     T(test_reduce),   T(test_max_bwd),         T(test_sumto),
         T(test_copy),      T(test_fill_iota_memcpy),
     };
