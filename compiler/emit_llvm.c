@@ -11,8 +11,9 @@
  *
  *   kiln_program   the constant rt_program: memory spaces, params, states,
  *                  inputs, outputs (name, place, type), streams, events,
- *                  FLOPs per step, a pointer to the step function, the mesh
- *                  and the distributed optimizer's buckets (collect_buckets).
+ *                  FLOPs per step, a pointer to the step function, the mesh,
+ *                  the distributed optimizer's buckets (collect_buckets) and
+ *                  the cp layout (cp_contiguous, from the rank iotas).
  *                  It is the one external symbol; everything else is local,
  *                  so an object file links into any trainer without clashes.
  *                  Its LLVM struct types are checked field by field against
@@ -269,8 +270,8 @@ static void init_types(Em *e) {
     LLVMTypeRef pf[] = {e->ti32, e->tp8, LLVMArrayType(e->ti64, RT_NSPACES), e->ti32, e->ti32, e->ti32, e->ti32,
                         tpt, tpt, tpt, tpt, e->ti32, e->ti32, e->ti32, e->tf64, LLVMPointerType(e->tstep, 0),
                         LLVMArrayType(e->ti32, 4) /* mesh */, e->ti32 /* nbuckets */, LLVMPointerType(e->tbucket, 0),
-                        LLVMPointerType(e->tschedule, 0) /* schedule */};
-    LLVMStructSetBody(e->tprogram, pf, 20, 0);
+                        LLVMPointerType(e->tschedule, 0) /* schedule */, e->ti32 /* cp_contiguous */};
+    LLVMStructSetBody(e->tprogram, pf, 21, 0);
 }
 
 /* The table's LLVM types must lay out exactly as kiln_rt.h's C structs (the
@@ -299,7 +300,7 @@ static void check_layout(Em *e, LLVMTargetDataRef dl) {
                                      O(rt_program, inputs), O(rt_program, outputs), O(rt_program, nstreams),
                                      O(rt_program, nevents), O(rt_program, steps), O(rt_program, flops), O(rt_program, step),
                                      O(rt_program, mesh), O(rt_program, nbuckets), O(rt_program, buckets),
-                                     O(rt_program, schedule)};
+                                     O(rt_program, schedule), O(rt_program, cp_contiguous)};
     static const size_t schedule[] = {O(rt_schedule, lr), O(rt_schedule, min_lr), O(rt_schedule, warmup), O(rt_schedule, total)};
 #undef O
     check_struct(dl, e->ttensor, "rt_tensor", tensor, sizeof tensor / sizeof *tensor, sizeof(rt_tensor));
@@ -1229,11 +1230,14 @@ static void emit_const(Em *e, const Node *n) {
  * communication"), on the node's stream like any kernel.  The mesh is known
  * at compile time, so a group of one rank is a copy (or nothing, when memplan
  * put both in one buffer) and needs no runtime support.  Otherwise:
- *   allreduce, reducescatter, allgather: rtk_<op>(x, y, n, mask), n the
- *     element count of the per-rank chunk (y for reducescatter, x for the
- *     others); f32 only.  The runtime's chunks are flat, so reducescatter and
- *     allgather along a dim with anything but size-1 dims before it (chunks
- *     that interleave) are not implemented.
+ *   allreduce: rtk_allreduce(x, y, n, mask), n the element count; f32 only.
+ *   reducescatter, allgather: rtk_<op>(x, y, outer, n, inner, mask), the
+ *     tensors viewed as [outer, len, inner] around the node's dim, n the
+ *     per-rank length along it (y's for reducescatter, x's for allgather);
+ *     f32 only, except that allgather moves any 4-byte type (context
+ *     parallel gathers the i32 key positions with K and V).  outer > 1
+ *     (context parallel's K, V on T) is fine: the runtime packs through a
+ *     temporary.
  *   shard: rtk_shard(x, y, outer, len, inner, elem_bytes, mask), len the
  *     output's (this rank's) length along dim; any dtype. */
 static void emit_comm(Em *e, const Node *n) {
@@ -1254,16 +1258,55 @@ static void emit_comm(Em *e, const Node *n) {
         launch_lib(e, n, "shard", a, 7);
         return;
     }
-    if (x->dt != DT_F32)
-        ICE("emit: %s: %s of %s over %d ranks: the CPU back end's collectives are f32 only", where(n, w, sizeof w), op,
-            ir_dtype_names[x->dt], size);
-    if (outer != 1)
-        ICE("emit: %s: %s along dim %d with %lld rows before it over %d ranks: collectives on non-contiguous chunks are not "
-            "implemented in the CPU back end",
-            where(n, w, sizeof w), op, (int)ir_attr_i(n, "dim", -1), (long long)outer, size);
-    int64_t count = ir_numel(n->op == OP_reducescatter ? y : x);
-    LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, count), I64(e, mask)};
-    launch_lib(e, n, op, a, 4);
+    if (x->dt != DT_F32 && !(n->op == OP_allgather && ir_dtype_size(x->dt) == 4)) /* allgather moves bits: i32 positions too */
+        ICE("emit: %s: %s of %s over %d ranks: the CPU back end's collectives are f32 only (allgather: any 4-byte type)",
+            where(n, w, sizeof w), op, ir_dtype_names[x->dt], size);
+    if (n->op == OP_allreduce) {
+        LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, ir_numel(x)), I64(e, mask)};
+        launch_lib(e, n, op, a, 4);
+        return;
+    }
+    if (n->op == OP_allgather) {
+        if (len % size) ICE("emit: %s: allgather to length %lld over %d ranks", where(n, w, sizeof w), (long long)len, size);
+        len /= size;
+    }
+    LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, outer), I64(e, len), I64(e, inner), I64(e, mask)};
+    launch_lib(e, n, op, a, 6);
+}
+
+/* iota: 0..n-1 (rtk_iota), or with a group, this rank's global token
+ * indices of a sequence split over it (rtk_iota_rank(dst, n, mask, dual);
+ * layout "dual" or "contiguous", the default, as compiler/interp.c).  Over
+ * a group of one rank both layouts are 0..n-1: a plain iota. */
+static void emit_iota(Em *e, const Node *n) {
+    LLVMValueRef a[] = {P(e, n->out[0], 0), I64(e, ir_numel(TY(e, n->out[0]))), NULL, NULL};
+    const char *group = ir_attr_s(n, "group", "");
+    char w[160];
+    int mask = *group ? ir_group_mask(group) : 0;
+    if (*group && mask <= 0) ICE("emit: %s: iota: bad group \"%s\"", where(n, w, sizeof w), group);
+    if (!*group || group_size(e->m, n) == 1) {
+        launch_lib(e, n, "iota", a, 2);
+        return;
+    }
+    a[2] = I64(e, mask);
+    a[3] = I64(e, strcmp(ir_attr_s(n, "layout", "contiguous"), "dual") == 0);
+    launch_lib(e, n, "iota_rank", a, 4);
+}
+
+/* rt_program.cp_contiguous: 1 when the rank-dependent iotas over cp split
+ * the sequence contiguously, 0 for the dual layout or without any (all of a
+ * program's must agree; iotas over other groups say nothing about cp). */
+static int cp_contiguous(Em *e) {
+    int found = -1;
+    char w[160];
+    for (int i = 0; i < e->g->nnodes; i++) {
+        const Node *n = &e->g->nodes[i];
+        if (n->op != OP_iota || ir_group_mask(ir_attr_s(n, "group", "")) != RT_AXIS_CP) continue;
+        int c = strcmp(ir_attr_s(n, "layout", "contiguous"), "dual") != 0;
+        if (found >= 0 && c != found) ICE("emit: %s: iota layouts disagree within one program", where(n, w, sizeof w));
+        found = c;
+    }
+    return found > 0;
 }
 
 /* The value of the param/state node named `name`, for assign. */
@@ -1298,11 +1341,7 @@ static void emit_node(Em *e, int idx) {
     case OP_input: case OP_param: case OP_state: case OP_output:
         return;
     case OP_const: emit_const(e, n); return;
-    case OP_iota: {
-        LLVMValueRef a[] = {P(e, n->out[0], 0), I64(e, ir_numel(TY(e, n->out[0])))};
-        launch_lib(e, n, "iota", a, 2);
-        return;
-    }
+    case OP_iota: emit_iota(e, n); return;
     case OP_assign: launch_memcpy(e, n, state_value(e, n), n->in[0]); return;
     case OP_record: case OP_wait: {
         LLVMValueRef a[3] = {e->ctx, I32(e, stream_of(n)), I32(e, (int)ir_attr_i(n, "event", 0))};
@@ -1711,9 +1750,9 @@ static void emit_table(Em *e) {
                         I32(e, cnt[0]), I32(e, cnt[1]), I32(e, cnt[2]), I32(e, cnt[3]), tab[0], tab[1], tab[2], tab[3],
                         I32(e, nstreams), I32(e, nevents), I32(e, steps), LLVMConstReal(e->tf64, e->flops), e->step,
                         LLVMConstArray(e->ti32, mesh, 4), I32(e, nb), bucket_table(e, B, nb),
-                        e->schedule ? e->schedule : LLVMConstNull(LLVMPointerType(e->tschedule, 0))};
+                        e->schedule ? e->schedule : LLVMConstNull(LLVMPointerType(e->tschedule, 0)), I32(e, cp_contiguous(e))};
     LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, "kiln_program");
-    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 20));
+    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 21));
     LLVMSetGlobalConstant(gv, 1);
     for (int k = 0; k < nb; k++) free(B[k].param);
     free(B);

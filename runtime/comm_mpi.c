@@ -54,7 +54,18 @@
  * kernels in the ring algorithm's terms, the bus volume a plan predicts:
  * with s ranks in the group and n f32 elements (n = the kernel's n arg)
  * allreduce 2(s-1)n*4/s bytes (integer division), reduce-scatter and
- * allgather (s-1)n*4; a group of one and shard send nothing.  Host calls are
+ * allgather (s-1)n*4 with n the per-rank chunk (outer*n*inner of their
+ * args); a group of one and shard send nothing.
+ *
+ * Strided chunks.  reducescatter and allgather along a dim with rows
+ * before it (args outer > 1; context parallel's K, V [B, KH, T/cp, D]
+ * gathered on T) pack through a temporary [size, outer, n*inner] and move
+ * it with the flat collective, so the flat case (outer 1) keeps its
+ * zero-copy path and its speed.
+ *
+ * Rank iota.  rtk_iota_rank writes this rank's global token indices (IR
+ * iota with a group, compiler/interp.c do_rank_iota); it lives here because
+ * it needs the group index.  Host calls are
  * not counted (they are the checkpoint's, not the step's).
  */
 #include <limits.h>
@@ -435,53 +446,144 @@ void rtk_allreduce(rt_ctx *c, const int64_t *a) {
     finish(c, &g, rc, 2 * (int64_t)(g.size - 1) * n * 4 / g.size);
 }
 
-void rtk_reducescatter(rt_ctx *c, const int64_t *a) {
-    float *x = RT_F32P(a[0]), *y = RT_F32P(a[1]), *tmp = NULL;
-    int64_t n = a[2];
-    Group g;
-    if (group_of(c, "reducescatter", a[3], n, &g)) return;
-    if (g.size == 1 || n == 0) {
-        if (x != y && n) memmove(y, x, (size_t)n * 4);
-        return;
+/* Returned by a collective's helper that already failed the step (rt_fail);
+ * MPI's codes are >= 0. */
+enum { FAILED = -1 };
+
+/* Check a strided collective's shape (outer, n, inner >= 0, a chunk that
+ * fits); 0, or -1 after rt_fail. */
+static int strided_shape(rt_ctx *c, const char *op, int64_t outer, int64_t n, int64_t inner, int64_t *count) {
+    if (outer < 0 || n < 0 || inner < 0 || (n && inner > INT64_MAX / n) || (n * inner != 0 && outer > INT64_MAX / (n * inner))) {
+        rt_fail(c, "%s: bad shape %lld x %lld x %lld", op, (long long)outer, (long long)n, (long long)inner);
+        return -1;
     }
-    float *out = y;
-    if (x != y && overlap(x, g.size * n * 4, y, n * 4)) { /* e.g. y = this rank's chunk of x: reduce into a temporary */
-        if (!(tmp = malloc((size_t)n * 4))) {
-            rt_fail(c, "reducescatter: out of memory for %lld floats", (long long)n);
-            return;
+    *count = outer * n * inner;
+    return 0;
+}
+
+/* tmp [size, outer, m] <-> v [outer, size*m]: pack (to_tmp) or unpack. */
+static void regroup(float *tmp, float *v, int64_t outer, int64_t m, int size, int to_tmp) {
+    for (int j = 0; j < size; j++)
+        for (int64_t o = 0; o < outer; o++) {
+            float *t = tmp + (j * outer + o) * m, *w = v + (o * size + j) * m;
+            if (to_tmp) memcpy(t, w, (size_t)m * 4);
+            else memcpy(w, t, (size_t)m * 4);
+        }
+}
+
+/* outer 1: flat chunks of count elements, in place where the layout allows. */
+static int reducescatter_flat(rt_ctx *c, const Group *g, float *x, float *y, int64_t count) {
+    float *out = y, *tmp = NULL;
+    if (x != y && overlap(x, g->size * count * 4, y, count * 4)) { /* e.g. y = this rank's chunk of x: reduce into a temporary */
+        if (!(tmp = malloc((size_t)count * 4))) {
+            rt_fail(c, "reducescatter: out of memory for %lld floats", (long long)count);
+            return FAILED;
         }
         out = tmp;
     }
     mpi_lock();
-    int rc = reducescatter_pieces(g.comm, x == y ? NULL : x, out, n, g.size);
+    int rc = reducescatter_pieces(g->comm, x == y ? NULL : x, out, count, g->size);
     mpi_unlock();
-    if (tmp && rc == MPI_SUCCESS) memcpy(y, tmp, (size_t)n * 4);
+    if (tmp && rc == MPI_SUCCESS) memcpy(y, tmp, (size_t)count * 4);
     free(tmp);
-    finish(c, &g, rc, (int64_t)(g.size - 1) * n * 4);
+    return rc;
+}
+
+/* outer > 1: chunk j of every row packed together, then a flat reduce-scatter
+ * whose result is y [outer, n, inner] as it stands. */
+static int reducescatter_strided(rt_ctx *c, const Group *g, float *x, float *y, int64_t outer, int64_t m) {
+    float *tmp = malloc((size_t)(g->size * outer * m) * 4);
+    if (!tmp) {
+        rt_fail(c, "reducescatter: out of memory for %lld floats", (long long)(g->size * outer * m));
+        return FAILED;
+    }
+    regroup(tmp, x, outer, m, g->size, 1);
+    mpi_lock();
+    int rc = reducescatter_pieces(g->comm, tmp, y, outer * m, g->size);
+    mpi_unlock();
+    free(tmp);
+    return rc;
+}
+
+void rtk_reducescatter(rt_ctx *c, const int64_t *a) {
+    float *x = RT_F32P(a[0]), *y = RT_F32P(a[1]);
+    int64_t outer = a[2], count;
+    Group g;
+    if (strided_shape(c, "reducescatter", outer, a[3], a[4], &count) || group_of(c, "reducescatter", a[5], count, &g)) return;
+    if (g.size == 1 || count == 0) {
+        if (x != y && count) memmove(y, x, (size_t)count * 4);
+        return;
+    }
+    int rc = outer == 1 ? reducescatter_flat(c, &g, x, y, count) : reducescatter_strided(c, &g, x, y, outer, a[3] * a[4]);
+    if (rc != FAILED) finish(c, &g, rc, (int64_t)(g.size - 1) * count * 4);
+}
+
+static int allgather_flat(rt_ctx *c, const Group *g, const float *x, float *y, int64_t count) {
+    float *tmp = NULL;
+    const float *in = x == y + g->index * count ? NULL : x; /* NULL: this rank's chunk is already in place */
+    if (in && overlap(x, count * 4, y, g->size * count * 4)) {
+        if (!(tmp = malloc((size_t)count * 4))) {
+            rt_fail(c, "allgather: out of memory for %lld floats", (long long)count);
+            return FAILED;
+        }
+        in = memcpy(tmp, x, (size_t)count * 4);
+    }
+    mpi_lock();
+    int rc = allgather_pieces(g->comm, (const char *)in, (char *)y, count, MPI_FLOAT, 4);
+    mpi_unlock();
+    free(tmp);
+    return rc;
+}
+
+/* outer > 1: gather the chunks whole into a temporary [size, outer, m], then
+ * interleave them into y (x is only read by the gather, so it may overlap y). */
+static int allgather_strided(rt_ctx *c, const Group *g, const float *x, float *y, int64_t outer, int64_t m) {
+    float *tmp = malloc((size_t)(g->size * outer * m) * 4);
+    if (!tmp) {
+        rt_fail(c, "allgather: out of memory for %lld floats", (long long)(g->size * outer * m));
+        return FAILED;
+    }
+    mpi_lock();
+    int rc = allgather_pieces(g->comm, (const char *)x, (char *)tmp, outer * m, MPI_FLOAT, 4);
+    mpi_unlock();
+    if (rc == MPI_SUCCESS) regroup(tmp, y, outer, m, g->size, 0);
+    free(tmp);
+    return rc;
 }
 
 void rtk_allgather(rt_ctx *c, const int64_t *a) {
-    float *x = RT_F32P(a[0]), *y = RT_F32P(a[1]), *tmp = NULL;
-    int64_t n = a[2];
+    float *x = RT_F32P(a[0]), *y = RT_F32P(a[1]);
+    int64_t outer = a[2], count;
     Group g;
-    if (group_of(c, "allgather", a[3], n, &g)) return;
-    if (g.size == 1 || n == 0) {
-        if (x != y && n) memmove(y, x, (size_t)n * 4);
+    if (strided_shape(c, "allgather", outer, a[3], a[4], &count) || group_of(c, "allgather", a[5], count, &g)) return;
+    if (g.size == 1 || count == 0) {
+        if (x != y && count) memmove(y, x, (size_t)count * 4);
         return;
     }
-    const float *in = x == y + g.index * n ? NULL : x; /* NULL: this rank's chunk is already in place */
-    if (in && overlap(x, n * 4, y, g.size * n * 4)) {
-        if (!(tmp = malloc((size_t)n * 4))) {
-            rt_fail(c, "allgather: out of memory for %lld floats", (long long)n);
-            return;
-        }
-        in = memcpy(tmp, x, (size_t)n * 4);
+    int rc = outer == 1 ? allgather_flat(c, &g, x, y, count) : allgather_strided(c, &g, x, y, outer, a[3] * a[4]);
+    if (rc != FAILED) finish(c, &g, rc, (int64_t)(g.size - 1) * count * 4);
+}
+
+/* Global token indices of this rank's part of a split sequence (kiln_rt.h;
+ * compiler/interp.c do_rank_iota is the reference).  args: dst, n, mask, dual */
+void rtk_iota_rank(rt_ctx *c, const int64_t *a) {
+    int32_t *d = RT_I32P(a[0]);
+    int64_t n = a[1];
+    Group g;
+    if (group_of(c, "iota_rank", a[2], 0, &g)) return;
+    if (n < 0 || (a[3] && n % 2) || (int64_t)g.size * n > INT32_MAX) {
+        rt_fail(c, "iota_rank: bad length %lld for %s layout over %d ranks", (long long)n, a[3] ? "the dual" : "a contiguous", g.size);
+        return;
     }
-    mpi_lock();
-    int rc = allgather_pieces(g.comm, (const char *)in, (char *)y, n, MPI_FLOAT, 4);
-    mpi_unlock();
-    free(tmp);
-    finish(c, &g, rc, (int64_t)(g.size - 1) * n * 4);
+    if (!a[3]) {
+        for (int64_t k = 0; k < n; k++) d[k] = (int32_t)(g.index * n + k);
+        return;
+    }
+    int64_t h = n / 2;
+    for (int64_t k = 0; k < h; k++) {
+        d[k] = (int32_t)(g.index * h + k);
+        d[h + k] = (int32_t)((2 * g.size - 1 - g.index) * h + k);
+    }
 }
 
 void rtk_shard(rt_ctx *c, const int64_t *a) {

@@ -37,7 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RT_ABI_VERSION 4
+#define RT_ABI_VERSION 5
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -122,6 +122,12 @@ typedef struct rt_program {
     int nbuckets;
     const rt_bucket *buckets;
     rt_schedule *schedule; /* the lr_cosine schedule (mutable; starts at the compiled values); NULL without one */
+    /* How the sequence is split over the cp ranks (mesh[2] > 1), as the
+     * program's rank-dependent iotas say: 0 dual (the sequence in 2*cp equal
+     * chunks, cp coordinate c holds chunks c and 2cp-1-c, in that order), 1
+     * contiguous (c holds piece c of cp).  0 without cp.  The trainer hands
+     * each rank its tokens accordingly. */
+    int cp_contiguous;
 } rt_program;
 
 /* ---- the runtime (runtime/dev_cpu.c) ---- */
@@ -175,15 +181,23 @@ int rt_host_allgather(rt_ctx *ctx, int mask, const void *x, void *y, int64_t byt
 int rt_host_barrier(rt_ctx *ctx, char *err, int errlen);
 /* Bytes this rank has sent through the collective kernels since rt_new, in
  * the ring algorithm's terms (s ranks in the group, n the kernel's n):
- * allreduce 2(s-1)n*4/s, reducescatter and allgather (s-1)n*4. */
+ * allreduce 2(s-1)n*4/s, reducescatter and allgather (s-1)n*4 with n the
+ * per-rank chunk's element count (outer*n*inner in their args). */
 int64_t rt_comm_bytes(rt_ctx *ctx);
-/* f32 collectives over group `mask` (group size 1: a copy).
+/* f32 collectives over group `mask` (group size 1: a copy).  i = this
+ * rank's group index.  reducescatter and allgather work along the middle dim
+ * of a row-major [outer, *, inner] view (outer 1: flat chunks):
  * allreduce:     x [n] -> y [n], the sum over the group; y may be x.  args: x, y, n, mask
- * reducescatter: x [size*n] -> y [n], the sum of chunk i (i = this rank's group index).  args: x, y, n, mask
- * allgather:     x [n] -> y [size*n], chunk j from group-rank j.  args: x, y, n, mask
- * In place, without a copy: reducescatter y == x (the result in x's first
- * n), allgather x == y + i*n (this rank's chunk already in place); any
- * other overlap of x and y goes through a temporary. */
+ * reducescatter: x [outer, size*n, inner] -> y [outer, n, inner], the sum over
+ *                the group of x[:, i*n:(i+1)*n, :].  args: x, y, outer, n, inner, mask
+ * allgather:     x [outer, n, inner] -> y [outer, size*n, inner], y[:, j*n:(j+1)*n, :]
+ *                = x of group-rank j.  args: x, y, outer, n, inner, mask
+ *                It moves bits, so any 4-byte type (i32 positions) works too.
+ * In place, without a copy (outer 1 only): reducescatter y == x (the result
+ * in x's first n*inner), allgather x == y + i*n*inner (this rank's chunk
+ * already in place); any other overlap of x and y goes through a
+ * temporary.  outer > 1 always packs through a temporary, so x and y may
+ * overlap in any way. */
 void rtk_allreduce(rt_ctx *ctx, const int64_t *a);
 void rtk_reducescatter(rt_ctx *ctx, const int64_t *a);
 void rtk_allgather(rt_ctx *ctx, const int64_t *a);
@@ -256,6 +270,12 @@ void rtk_sumto(rt_ctx *ctx, const int64_t *a);
 void rtk_fill(rt_ctx *ctx, const int64_t *a);
 /* i32 0..n-1.  args: dst, n */
 void rtk_iota(rt_ctx *ctx, const int64_t *a);
+/* i32 global token indices of this rank's part of a sequence split over
+ * group `mask` (IR iota {group, layout}; size s, index i; runtime/comm_mpi.c):
+ * dual 0 (contiguous): dst[k] = i*n + k;
+ * dual 1: n even, c = n/2, dst[k] = i*c + k and dst[c+k] = (2s-1-i)*c + k
+ * for k < c.  args: dst, n, mask, dual */
+void rtk_iota_rank(rt_ctx *ctx, const int64_t *a);
 /* args: dst, src, bytes */
 void rtk_memcpy(rt_ctx *ctx, const int64_t *a);
 

@@ -45,7 +45,12 @@
  * rows: the rank with data-parallel coordinate d of DP draws the global
  * batch of DP x B windows from the shared generator and keeps windows
  * [d*B, (d+1)*B) (shards.h), so the union over ranks is the one-rank batch
- * of DP x B windows and every rank's generator stays in step.  Only world
+ * of DP x B windows and every rank's generator stays in step.  With
+ * context parallel (cp > 1) the program's T is this rank's T/cp tokens of
+ * each window: the rank draws its dp slice of windows of cp x T tokens and
+ * keeps its cp columns, chunks c and 2cp-1-c of 2cp (dual layout) or piece
+ * c of cp (rt_program.cp_contiguous), tokens and targets alike, so the
+ * union over the dp x cp ranks is again the one-rank batch.  Only world
  * rank 0 prints and writes --log; checkpoints are saved collectively
  * (checkpoint.h: rank 0 writes).  Every rank validates, since the step has
  * collectives.  The loss is all-reduced by the program, so a NaN stops
@@ -238,11 +243,49 @@ static int open_data(Dataset *d, const char *pattern, const char *flag, int64_t 
     return -1;
 }
 
-/* This rank's place among the data-parallel ranks. */
+/* This rank's place among the data-parallel and context-parallel ranks. */
 typedef struct {
     int rank, world, dp, d; /* world rank and size; DP and this rank's dp coordinate */
+    int cp, c;              /* CP and this rank's cp coordinate */
+    int cp_contiguous;      /* rt_program.cp_contiguous */
     int say;                /* world rank 0: prints and writes the log */
 } Ranks;
+
+/* Column k < T/cp of this rank's part of a sequence of T tokens (kiln_rt.h,
+ * rt_program.cp_contiguous): contiguous, piece c of cp; dual, chunks c and
+ * 2cp-1-c of 2cp, in that order. */
+static int64_t cp_column(const Ranks *R, int64_t T, int64_t k) {
+    int64_t Tl = T / R->cp;
+    if (R->cp_contiguous) return R->c * Tl + k;
+    int64_t h = Tl / 2;
+    return k < h ? R->c * h + k : (2 * R->cp - 1 - R->c) * h + (k - h);
+}
+
+/* Buffers of the global sequence [B, T] that this rank's rows are drawn
+ * into before it keeps its cp columns (unused without cp). */
+typedef struct {
+    int32_t *tok, *tgt;
+} SeqBuf;
+
+/* The program's inputs for this rank: the dp slice of the global batch of
+ * DP x B windows of T = cp x T/cp tokens (shards.h), then, with cp, this
+ * rank's columns of it, so the union over ranks is the one-rank batch. */
+static void sample_inputs(rt_ctx *ctx, const Dataset *d, const Ranks *R, const rt_tensor *tok, const rt_tensor *tgt,
+                          const SeqBuf *sb, uint64_t *rng) {
+    int64_t B = tok->dim[0], Tl = tok->dim[1], T = Tl * R->cp;
+    int32_t *mt = rt_tensor_ptr(ctx, tok), *mg = rt_tensor_ptr(ctx, tgt);
+    if (R->cp == 1) {
+        dataset_sample(d, B, T, R->d, R->dp, rng, mt, mg, NULL);
+        return;
+    }
+    dataset_sample(d, B, T, R->d, R->dp, rng, sb->tok, sb->tgt, NULL);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = 0; k < Tl; k++) {
+            int64_t col = cp_column(R, T, k);
+            mt[b * Tl + k] = sb->tok[b * T + col];
+            mg[b * Tl + k] = sb->tgt[b * T + col];
+        }
+}
 
 /* The spaces a step changes for good: restored after a validation step. */
 static const int kept[] = {RT_SPACE_PARAMS, RT_SPACE_GRADS, RT_SPACE_OPT};
@@ -252,13 +295,13 @@ enum { NKEPT = sizeof kept / sizeof kept[0] };
  * generator restarts from the seed), leaving the model untouched; NAN and a
  * message in err when a step fails. */
 static double validate(rt_ctx *ctx, const rt_program *p, const Dataset *val, const TrainArgs *a, const Ranks *R, const rt_tensor *tok,
-                       const rt_tensor *tgt, const rt_tensor *loss_t, char **save, char *err, int errlen) {
+                       const rt_tensor *tgt, const SeqBuf *sb, const rt_tensor *loss_t, char **save, char *err, int errlen) {
     err[0] = 0;
     for (int i = 0; i < NKEPT; i++) memcpy(save[i], rt_space(ctx, kept[i]), (size_t)p->space_bytes[kept[i]]);
     uint64_t rng = data_rng(a->seed);
     double sum = 0;
     for (int k = 0; k < a->val_batches && !isnan(sum); k++) {
-        dataset_sample(val, tok->dim[0], tok->dim[1], R->d, R->dp, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt), NULL);
+        sample_inputs(ctx, val, R, tok, tgt, sb, &rng);
         sum = rt_step(ctx, err, errlen) == 0 ? sum + scalar(ctx, loss_t) : NAN;
     }
     for (int i = 0; i < NKEPT; i++) memcpy(rt_space(ctx, kept[i]), save[i], (size_t)p->space_bytes[kept[i]]);
@@ -313,8 +356,15 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     rt_options o = {.threads = a.threads, .serial = a.serial, .trace_path = a.trace};
     rt_ctx *ctx = rt_new(p, &o);
     if (!ctx) return 1;
-    Ranks R = {rt_world_rank(ctx), rt_world_size(ctx), rt_group_size(ctx, RT_AXIS_DP), rt_group_rank(ctx, RT_AXIS_DP), 0};
+    Ranks R = {.rank = rt_world_rank(ctx), .world = rt_world_size(ctx), .dp = rt_group_size(ctx, RT_AXIS_DP),
+               .d = rt_group_rank(ctx, RT_AXIS_DP), .cp = rt_group_size(ctx, RT_AXIS_CP), .c = rt_group_rank(ctx, RT_AXIS_CP),
+               .cp_contiguous = p->cp_contiguous != 0};
     R.say = R.rank == 0;
+    if (R.cp > 1 && !R.cp_contiguous && T % 2)
+        die("%s: the dual cp layout needs an even number of tokens per rank, the program has %lld", p->model, (long long)T);
+    T *= R.cp; /* the global sequence */
+    SeqBuf sb = {0};
+    if (R.cp > 1 && (!(sb.tok = malloc((size_t)(B * T) * 4)) || !(sb.tgt = malloc((size_t)(B * T) * 4)))) die("out of memory");
     char err[1024] = "";
     Dataset train = {0}, val = {0};
     int rc = open_data(&train, a.data, "--data", T, err, sizeof err);
@@ -341,6 +391,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
         printf("training %s on %s: %d steps of %lld x %lld tokens (compiled, %s", p->model, a.data, a.steps, (long long)gB,
                (long long)T, a.serial ? "serial" : "threaded");
         if (R.world > 1) printf(", %d ranks, dp %d", R.world, R.dp);
+        if (R.cp > 1) printf(", cp %d (%s)", R.cp, R.cp_contiguous ? "contiguous" : "dual");
         printf(")\n");
         const rt_schedule *s = p->schedule;
         if (s) printf("lr schedule: %g -> %g cosine over %g steps, warmup %g\n", s->lr, s->min_lr, s->total, s->warmup);
@@ -351,7 +402,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     if (R.world > 1) snprintf(who, sizeof who, "rank %d: ", R.rank);
     int64_t comm0 = rt_comm_bytes(ctx);
     for (int step = first; step <= a.steps; step++) {
-        dataset_sample(&train, B, T, R.d, R.dp, &rng, rt_tensor_ptr(ctx, tok), rt_tensor_ptr(ctx, tgt), NULL);
+        sample_inputs(ctx, &train, &R, tok, tgt, &sb, &rng);
         double ts = now();
         if (rt_step(ctx, err, sizeof err) != 0) {
             fprintf(stderr, "%sstep %d: %s\n", who, step, err);
@@ -371,7 +422,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
         }
         double vloss = NAN;
         if (a.val && (step % a.val_every == 0 || step == a.steps)) {
-            vloss = validate(ctx, p, &val, &a, &R, tok, tgt, loss_t, save, err, sizeof err);
+            vloss = validate(ctx, p, &val, &a, &R, tok, tgt, &sb, loss_t, save, err, sizeof err);
             if (!isfinite(vloss)) {
                 if (R.say || (isnan(vloss) && *err))
                     fprintf(stderr, "%sstep %d: validation: %s\n", *err ? who : "", step, isnan(vloss) && *err ? err : "loss is not finite");
@@ -410,5 +461,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     dataset_close(&train);
     dataset_close(&val);
     for (int i = 0; i < NKEPT; i++) free(save[i]);
+    free(sb.tok);
+    free(sb.tgt);
     return rc;
 }

@@ -6,9 +6,11 @@
  *   mpi_comm plain           a one-rank program in a plain process: MPI is
  *                            never initialised, collectives are copies
  *   mpi_comm coll DP CP      (mpirun -np DP*CP) allreduce, reducescatter,
- *                            allgather (also in place and piecewise) and
- *                            shard over dp, cp and dp+cp, rank ids and group
- *                            indices, rt_comm_bytes, the host calls
+ *                            allgather (also in place, piecewise and
+ *                            strided: chunks of a middle dim) and shard over
+ *                            dp, cp and dp+cp, rank iotas (dual and
+ *                            contiguous), rank ids and group indices,
+ *                            rt_comm_bytes, the host calls
  *   mpi_comm ckpt DIR        (mpirun -np 4) a sharded save at dp 4 stores
  *                            the logical tensors of a --zero 0 program, byte
  *                            for byte; loading it at dp 2 (and over dp+cp)
@@ -24,6 +26,9 @@
  *                            rt_train_main on a tiny model with a global
  *                            batch of GB rows over DP data-parallel ranks
  *   mpi_comm train-ps DP GB -- ...  the same with the params in a param shard
+ *   mpi_comm train-cp DP CP LAYOUT GB -- ...  the same over dp x cp ranks,
+ *                            the sequence split in LAYOUT (dual|contiguous,
+ *                            or mismatch: the table and the positions disagree)
  *
  * The checks compare with values computed here from the rank ids alone
  * (small integers, exact in f32).  Each check prints "PASS name" or
@@ -122,10 +127,10 @@ static int run_plain(void) {
     int ok = 1;
     for (int i = 0; i < 8; i++) ok &= y[i] == (float)i + 1;
     memset(y, 0, 32);
-    rtk_reducescatter(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 8, RT_AXIS_DP | RT_AXIS_CP});
+    rtk_reducescatter(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 2, 2, 2, RT_AXIS_DP | RT_AXIS_CP});
     for (int i = 0; i < 8; i++) ok &= y[i] == (float)i + 1;
     memset(y, 0, 32);
-    rtk_allgather(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 8, ALL});
+    rtk_allgather(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 2, 4, 1, ALL});
     for (int i = 0; i < 8; i++) ok &= y[i] == (float)i + 1;
     check(ok, "one rank: allreduce, reducescatter and allgather are copies");
     int inited = 1;
@@ -141,6 +146,9 @@ static int run_plain(void) {
 /* ---- coll: the collectives on a dp x cp mesh ---- */
 
 enum { N = 5, MAXG = 8, SH_OUTER = 2, SH_LEN = 3, SH_INNER = 3 };
+/* strided reducescatter / allgather [SO, *, SI] (chunks of SN along the
+ * middle dim interleave); rank iotas of IN positions */
+enum { SO = 3, SN = 2, SI = 2, IN = 4 };
 
 /* The act space, in floats. */
 enum {
@@ -155,7 +163,14 @@ enum {
     IP_AG = Y_AG + MAXG * N,      /* in-place allgather [MAXG*N] */
     X_SH = IP_AG + MAXG * N,      /* shard input [outer, MAXG*len, inner] */
     Y_SH = X_SH + SH_OUTER * MAXG * SH_LEN * SH_INNER,
-    OUT = Y_SH + SH_OUTER * SH_LEN * SH_INNER, /* stream 0's copy of everything above */
+    X_SRS = Y_SH + SH_OUTER * SH_LEN * SH_INNER, /* strided reducescatter input [SO, MAXG*SN, SI] */
+    Y_SRS = X_SRS + SO * MAXG * SN * SI,          /* its output [SO, SN, SI] */
+    X_SAG = Y_SRS + SO * SN * SI,                 /* strided allgather input [SO, SN, SI] */
+    Y_SAG = X_SAG + SO * SN * SI,                 /* its output [SO, MAXG*SN, SI] */
+    I_DUAL = Y_SAG + SO * MAXG * SN * SI,         /* rank iota, dual layout: i32 [IN] */
+    I_CONT = I_DUAL + IN,                         /* rank iota, contiguous: i32 [IN] */
+    I_ALL = I_CONT + IN,                          /* the dual iotas all-gathered (i32: moved as bits) [MAXG*IN] */
+    OUT = I_ALL + MAXG * IN, /* stream 0's copy of everything above */
     NFLOATS = 2 * OUT
 };
 
@@ -177,6 +192,8 @@ static void k_fill(rt_ctx *c, const int64_t *a) {
     for (int k = 0; k < s * N; k++) f[X_RS + k] = f[OWN_RS + k] = (float)((r + 1) * (k + 1));
     for (int i = 0; i < N; i++) f[X_AG + i] = f[IP_AG + G.index * N + i] = (float)(100 * r + i);
     for (int k = 0; k < SH_OUTER * s * SH_LEN * SH_INNER; k++) f[X_SH + k] = (float)k;
+    for (int k = 0; k < SO * s * SN * SI; k++) f[X_SRS + k] = (float)((r + 1) * (k + 1));
+    for (int k = 0; k < SO * SN * SI; k++) f[X_SAG + k] = (float)(1000 * r + k);
 }
 
 static void step_coll(rt_ctx *c, char *const *sp) {
@@ -187,10 +204,15 @@ static void step_coll(rt_ctx *c, char *const *sp) {
     rt_wait(c, 1, 0);
     LAUNCH(c, 1, rtk_allreduce, "allreduce", rt_ptr_arg(f + X_AR), rt_ptr_arg(f + Y_AR), N, m);
     LAUNCH(c, 1, rtk_allreduce, "allreduce in place", rt_ptr_arg(f + IP_AR), rt_ptr_arg(f + IP_AR), N, m);
-    LAUNCH(c, 1, rtk_reducescatter, "reducescatter", rt_ptr_arg(f + X_RS), rt_ptr_arg(f + Y_RS), N, m);
-    LAUNCH(c, 1, rtk_reducescatter, "reducescatter into own chunk", rt_ptr_arg(f + OWN_RS), rt_ptr_arg(f + OWN_RS + i * N), N, m);
-    LAUNCH(c, 1, rtk_allgather, "allgather", rt_ptr_arg(f + X_AG), rt_ptr_arg(f + Y_AG), N, m);
-    LAUNCH(c, 1, rtk_allgather, "allgather in place", rt_ptr_arg(f + IP_AG + i * N), rt_ptr_arg(f + IP_AG), N, m);
+    LAUNCH(c, 1, rtk_reducescatter, "reducescatter", rt_ptr_arg(f + X_RS), rt_ptr_arg(f + Y_RS), 1, N, 1, m);
+    LAUNCH(c, 1, rtk_reducescatter, "reducescatter into own chunk", rt_ptr_arg(f + OWN_RS), rt_ptr_arg(f + OWN_RS + i * N), 1, N, 1, m);
+    LAUNCH(c, 1, rtk_allgather, "allgather", rt_ptr_arg(f + X_AG), rt_ptr_arg(f + Y_AG), 1, N, 1, m);
+    LAUNCH(c, 1, rtk_allgather, "allgather in place", rt_ptr_arg(f + IP_AG + i * N), rt_ptr_arg(f + IP_AG), 1, N, 1, m);
+    LAUNCH(c, 1, rtk_reducescatter, "strided reducescatter", rt_ptr_arg(f + X_SRS), rt_ptr_arg(f + Y_SRS), SO, SN, SI, m);
+    LAUNCH(c, 1, rtk_allgather, "strided allgather", rt_ptr_arg(f + X_SAG), rt_ptr_arg(f + Y_SAG), SO, SN, SI, m);
+    LAUNCH(c, 1, rtk_iota_rank, "iota dual", rt_ptr_arg(f + I_DUAL), IN, m, 1);
+    LAUNCH(c, 1, rtk_iota_rank, "iota contiguous", rt_ptr_arg(f + I_CONT), IN, m, 0);
+    LAUNCH(c, 1, rtk_allgather, "allgather i32", rt_ptr_arg(f + I_DUAL), rt_ptr_arg(f + I_ALL), 1, IN, 1, m);
     LAUNCH(c, 1, rtk_shard, "shard", rt_ptr_arg(f + X_SH), rt_ptr_arg(f + Y_SH), SH_OUTER, SH_LEN, SH_INNER, 4, m);
     rt_record(c, 1, 1);
     rt_wait(c, 0, 1);
@@ -217,8 +239,34 @@ static int close_to(const float *got, const double *want, int n) {
     return 1;
 }
 
+/* Rank iotas: the contiguous one is positions [idx*IN, (idx+1)*IN); the
+ * dual one cuts a sequence of s*IN positions into 2s chunks of IN/2 and
+ * holds chunks idx and 2s-1-idx, in that order; and over the group the dual
+ * positions (all-gathered by rtk_allgather as i32, small ints that are
+ * denormals as floats: bits must pass untouched) cover every position of
+ * the sequence exactly once. */
+static void check_iota(const int32_t *dual, const int32_t *cont, const int32_t *all, int s, int idx, const char *gname, char *n1,
+                       char *n2) {
+    int ok = 1, h = IN / 2;
+    for (int k = 0; k < IN; k++) ok &= cont[k] == idx * IN + k;
+    snprintf(n1, 96, "%s: rank iota, contiguous layout = idx*n + k", gname);
+    check(ok, n1);
+    int chunk[2] = {idx, 2 * s - 1 - idx};
+    ok = 1;
+    for (int q = 0; q < 2; q++)
+        for (int k = 0; k < h; k++) ok &= dual[q * h + k] == chunk[q] * h + k;
+    int32_t seen[MAXG * IN] = {0};
+    for (int k = 0; ok && k < s * IN; k++) {
+        ok &= all[k] >= 0 && all[k] < s * IN;
+        if (ok) seen[all[k]]++;
+    }
+    for (int k = 0; ok && k < s * IN; k++) ok &= seen[k] == 1;
+    snprintf(n2, 96, "%s: rank iota, dual: chunks idx, 2s-1-idx; all-gathered (i32) they cover the sequence once", gname);
+    check(ok, n2);
+}
+
 static void check_group(rt_ctx *c, const float *o, int mask, const char *gname, int DP, int CP) {
-    static char names[16][8][96];
+    static char names[16][10][96];
     static int slot;
     int mem[MAXG], s = members(mask, G.rank, DP, CP, mem), idx = -1;
     for (int k = 0; k < s; k++)
@@ -249,9 +297,30 @@ static void check_group(rt_ctx *c, const float *o, int mask, const char *gname, 
                 want[(oo * SH_LEN + j) * SH_INNER + i] = (oo * s * SH_LEN + idx * SH_LEN + j) * SH_INNER + i;
     snprintf(nm[4], 96, "%s: shard = this rank's chunk of the middle dim", gname);
     check(close_to(o + Y_SH, want, SH_OUTER * SH_LEN * SH_INNER), nm[4]);
-    /* per step: 2 allreduces, 2 reducescatters, 2 allgathers of N floats */
-    int64_t bytes = s == 1 ? 0 : 2 * (2 * (int64_t)(s - 1) * N * 4 / s) + 4 * (int64_t)(s - 1) * N * 4;
-    snprintf(nm[5], 96, "%s: rt_comm_bytes = 2(2(s-1)4n/s) + 4(s-1)4n per step", gname);
+    /* strided: y[o, j, i] = sum over the group of x[o, idx*SN + j, i] */
+    for (int oo = 0; oo < SO; oo++)
+        for (int j = 0; j < SN; j++)
+            for (int i = 0; i < SI; i++) {
+                double *w = &want[(oo * SN + j) * SI + i];
+                *w = 0;
+                for (int k = 0; k < s; k++) *w += (mem[k] + 1) * (((oo * s * SN + idx * SN + j) * SI + i) + 1);
+            }
+    snprintf(nm[6], 96, "%s: strided reducescatter [%d, s*%d, %d] = sum of chunk i of the middle dim", gname, SO, SN, SI);
+    check(close_to(o + Y_SRS, want, SO * SN * SI), nm[6]);
+    /* y[o, k*SN + j, i] = x of group rank k [o, j, i] */
+    for (int oo = 0; oo < SO; oo++)
+        for (int k = 0; k < s; k++)
+            for (int j = 0; j < SN; j++)
+                for (int i = 0; i < SI; i++) want[((oo * s + k) * SN + j) * SI + i] = 1000 * mem[k] + (oo * SN + j) * SI + i;
+    snprintf(nm[7], 96, "%s: strided allgather [%d, %d, %d] -> chunk j of the middle dim from group rank j", gname, SO, SN, SI);
+    check(close_to(o + Y_SAG, want, SO * s * SN * SI), nm[7]);
+    check_iota((const int32_t *)(o + I_DUAL), (const int32_t *)(o + I_CONT), (const int32_t *)(o + I_ALL), s, idx, gname, nm[8], nm[9]);
+    /* per step: 2 allreduces, 2 reducescatters, 2 allgathers of N floats, a
+     * strided reducescatter and allgather of SO*SN*SI, an allgather of IN i32 */
+    int64_t bytes = s == 1 ? 0
+                           : 2 * (2 * (int64_t)(s - 1) * N * 4 / s) + 4 * (int64_t)(s - 1) * N * 4 + 2 * (int64_t)(s - 1) * SO * SN * SI * 4 +
+                                 (int64_t)(s - 1) * IN * 4;
+    snprintf(nm[5], 96, "%s: rt_comm_bytes = 2(2(s-1)4n/s) + 4(s-1)4n + 2(s-1)4m + (s-1)4i per step", gname);
     check(rt_comm_bytes(c) == 2 * bytes, nm[5]); /* two steps were run */
 }
 
@@ -788,8 +857,9 @@ static int run_pckpt(int W, const char *dir) {
 
 /* ---- train: a tiny model through rt_train_main ----
  *
- * loss = mean over the global batch of (w[target] + u[token & 3] - token/100)^2
- * with params w [256], u [4] in one bucket over dp; the step all-gathers
+ * loss = mean over the global batch of (w[target] + u[(token + pos/3) & 3] - token/100)^2
+ * with pos the token's position in its window (global: rtk_iota_rank over
+ * cp), params w [256], u [4] in one bucket over dp; the step all-gathers
  * the params at its start (the update leaves only this rank's chunk fresh),
  * computes the local loss and gradients, all-reduces the loss and
  * reduce-scatters the gradients, and runs momentum SGD on this rank's
@@ -799,7 +869,13 @@ static int run_pckpt(int W, const char *dir) {
  * (space -1): they live in the param shard "param.b0" (prefix ""), which
  * the step all-gathers into the act space at its start and updates in
  * place at its end, so its losses equal train's bit for bit and the
- * checkpoints of the two move between them. */
+ * checkpoints of the two move between them.
+ *
+ * train-cp: the same model over dp x cp ranks, each with T/cp tokens of
+ * every window as the trainer hands them out (rt_program.cp_contiguous);
+ * positions from rtk_iota_rank in the layout given, the bucket, the loss
+ * and the gradients over dp+cp.  Layout "mismatch" says contiguous in the
+ * table but computes dual positions: a wrong hand-out, which must show. */
 
 enum { V = 256, NU = 4 };
 static struct {
@@ -809,21 +885,22 @@ static struct {
     int members[2];
     int64_t offsets[2];
     int64_t n, len, B, T, ntot;
-    int dp, ps;
+    int dp, ps, cp, group, dual; /* group: of the bucket, loss and grads; dual: the iota's layout */
 } M;
 
-/* args: tokens, targets, params, grads, loss */
+/* args: tokens, targets, params, grads, loss, positions */
 static void k_fwd_bwd(rt_ctx *c, const int64_t *a) {
-    const int32_t *tok = RT_I32P(a[0]), *tgt = RT_I32P(a[1]);
+    const int32_t *tok = RT_I32P(a[0]), *tgt = RT_I32P(a[1]), *pos = RT_I32P(a[5]);
     const float *w = RT_F32P(a[2]), *u = w + V;
     float *gw = RT_F32P(a[3]), *gu = gw + V;
     memset(gw, 0, (size_t)M.n * 4);
     double loss = 0;
     for (int64_t k = 0; k < M.B * M.T; k++) {
-        double e = (double)w[tgt[k]] + u[tok[k] & 3] - tok[k] / 100.0;
+        int j = (tok[k] + pos[k % M.T] / 3) & 3; /* / 3: not periodic in the chunk lengths */
+        double e = (double)w[tgt[k]] + u[j] - tok[k] / 100.0;
         loss += e * e / (double)M.ntot;
         gw[tgt[k]] += (float)(2 * e / (double)M.ntot);
-        gu[tok[k] & 3] += (float)(2 * e / (double)M.ntot);
+        gu[j] += (float)(2 * e / (double)M.ntot);
     }
     *RT_F32P(a[4]) = (float)loss;
 }
@@ -839,40 +916,47 @@ static void k_update(rt_ctx *c, const int64_t *a) {
 }
 
 /* The act space: loss [16], the gradient shard [len], (train-ps) the
- * gathered params [n], tokens, targets. */
+ * gathered params [n], tokens, targets, positions [T]. */
 static void step_train(rt_ctx *c, char *const *sp) {
     char *act = sp[RT_SPACE_ACT];
     float *grads = (float *)sp[RT_SPACE_GRADS], *m = (float *)sp[RT_SPACE_OPT];
     float *loss = (float *)act, *gshard = loss + 16;
-    int32_t *tok = (int32_t *)(act + M.inputs[0].offset), *tgt = (int32_t *)(act + M.inputs[1].offset);
+    int32_t *tok = (int32_t *)(act + M.inputs[0].offset), *tgt = (int32_t *)(act + M.inputs[1].offset), *pos = tgt + M.B * M.T;
     float *params = M.ps ? gshard + M.len : (float *)sp[RT_SPACE_PARAMS];
-    float *mine = M.ps ? (float *)(sp[RT_SPACE_OPT] + M.states[2].offset) : params + rt_group_rank(c, RT_AXIS_DP) * M.len;
-    LAUNCH(c, 1, rtk_allgather, "allgather params", rt_ptr_arg(mine), rt_ptr_arg(params), M.len, RT_AXIS_DP);
+    float *mine = M.ps ? (float *)(sp[RT_SPACE_OPT] + M.states[2].offset) : params + rt_group_rank(c, M.group) * M.len;
+    LAUNCH(c, 1, rtk_allgather, "allgather params", rt_ptr_arg(mine), rt_ptr_arg(params), 1, M.len, 1, M.group);
+    LAUNCH(c, 0, rtk_iota_rank, "positions", rt_ptr_arg(pos), M.T, RT_AXIS_CP, M.dual);
     rt_record(c, 1, 0);
     rt_wait(c, 0, 0);
-    LAUNCH(c, 0, k_fwd_bwd, "fwd_bwd", rt_ptr_arg(tok), rt_ptr_arg(tgt), rt_ptr_arg(params), rt_ptr_arg(grads), rt_ptr_arg(loss));
+    LAUNCH(c, 0, k_fwd_bwd, "fwd_bwd", rt_ptr_arg(tok), rt_ptr_arg(tgt), rt_ptr_arg(params), rt_ptr_arg(grads), rt_ptr_arg(loss),
+           rt_ptr_arg(pos));
     rt_record(c, 0, 1);
     rt_wait(c, 1, 1);
-    LAUNCH(c, 1, rtk_allreduce, "allreduce loss", rt_ptr_arg(loss), rt_ptr_arg(loss), 1, RT_AXIS_DP);
-    LAUNCH(c, 1, rtk_reducescatter, "reducescatter grads", rt_ptr_arg(grads), rt_ptr_arg(gshard), M.len, RT_AXIS_DP);
+    LAUNCH(c, 1, rtk_allreduce, "allreduce loss", rt_ptr_arg(loss), rt_ptr_arg(loss), 1, M.group);
+    LAUNCH(c, 1, rtk_reducescatter, "reducescatter grads", rt_ptr_arg(grads), rt_ptr_arg(gshard), 1, M.len, 1, M.group);
     rt_record(c, 1, 2);
     rt_wait(c, 0, 2);
     LAUNCH(c, 0, k_update, "update", rt_ptr_arg(mine), rt_ptr_arg(m), rt_ptr_arg(gshard), M.len);
 }
 
-static int run_train(int dp, int gb, int ps, int argc, char **argv) {
+/* layout: 0 dual, 1 contiguous, 2 mismatch (see above) */
+static int run_train(int dp, int cp, int layout, int gb, int ps, int argc, char **argv) {
     if (dp < 1 || gb % dp) die("train: global batch %d not divisible by dp %d", gb, dp);
+    if (cp < 1 || 16 % (2 * cp)) die("train: cp %d does not divide the window of 16 into 2cp chunks", cp);
     M.dp = dp;
     M.ps = ps;
+    M.cp = cp;
+    M.group = cp > 1 ? RT_AXIS_DP | RT_AXIS_CP : RT_AXIS_DP;
+    M.dual = layout != 1;
     M.B = gb / dp;
-    M.T = 16;
-    M.ntot = (int64_t)gb * M.T;
-    M.n = (V + NU + dp - 1) / dp * dp;
-    M.len = M.n / dp;
+    M.T = 16 / cp;
+    M.ntot = (int64_t)gb * 16;
+    M.n = (V + NU + dp * cp - 1) / (dp * cp) * (dp * cp);
+    M.len = M.n / (dp * cp);
     M.params[0] = (rt_tensor){.name = "w", .space = RT_SPACE_PARAMS, .offset = 0, .dtype = RT_F32, .rank = 1, .dim = {V}, .init = "normal", .std = 0.02, .bucket = -1};
     M.params[1] = (rt_tensor){.name = "u", .space = RT_SPACE_PARAMS, .offset = V * 4, .dtype = RT_F32, .rank = 1, .dim = {NU}, .init = "ones", .bucket = -1};
     M.members[0] = 0, M.members[1] = 1, M.offsets[0] = 0, M.offsets[1] = V;
-    M.bucket = (rt_bucket){.group = RT_AXIS_DP, .n = M.n, .nmembers = 2, .param = M.members, .offset = M.offsets};
+    M.bucket = (rt_bucket){.group = M.group, .n = M.n, .nmembers = 2, .param = M.members, .offset = M.offsets};
     M.states[0] = (rt_tensor){.name = "opt.m.bucket0", .space = RT_SPACE_OPT, .dtype = RT_F32, .rank = 1, .dim = {M.len}, .bucket = 0, .prefix = "opt.m."};
     M.states[1] = (rt_tensor){.name = "opt.step", .space = RT_SPACE_OPT, .offset = M.len * 4, .dtype = RT_F32, .rank = 1, .dim = {1}, .bucket = -1};
     M.states[2] = (rt_tensor){.name = "param.b0", .space = RT_SPACE_OPT, .offset = (M.len + 1) * 4, .dtype = RT_F32, .rank = 1, .dim = {M.len}, .bucket = 0, .prefix = ""};
@@ -881,10 +965,10 @@ static int run_train(int dp, int gb, int ps, int argc, char **argv) {
     M.inputs[0] = (rt_tensor){.name = "tokens", .space = RT_SPACE_ACT, .offset = in0, .dtype = RT_I32, .rank = 2, .dim = {M.B, M.T}, .bucket = -1};
     M.inputs[1] = (rt_tensor){.name = "targets", .space = RT_SPACE_ACT, .offset = in0 + inb, .dtype = RT_I32, .rank = 2, .dim = {M.B, M.T}, .bucket = -1};
     M.outputs[0] = (rt_tensor){.name = "loss", .space = RT_SPACE_ACT, .offset = 0, .dtype = RT_F32, .rank = 0, .bucket = -1};
-    M.p = (rt_program){.abi_version = RT_ABI_VERSION, .model = "mini", .space_bytes = {ps ? 0 : M.n * 4, M.n * 4, (2 * M.len + 1) * 4, in0 + 2 * inb},
+    M.p = (rt_program){.abi_version = RT_ABI_VERSION, .model = "mini", .space_bytes = {ps ? 0 : M.n * 4, M.n * 4, (2 * M.len + 1) * 4, in0 + 2 * inb + M.T * 4},
                        .nparams = 2, .nstates = ps ? 3 : 2, .ninputs = 2, .noutputs = 1, .params = M.params, .states = M.states,
                        .inputs = M.inputs, .outputs = M.outputs, .nstreams = 2, .nevents = 3, .steps = 20, .step = step_train,
-                       .mesh = {1, dp, 1, 1}, .nbuckets = 1, .buckets = &M.bucket};
+                       .mesh = {1, dp, cp, 1}, .nbuckets = 1, .buckets = &M.bucket, .cp_contiguous = layout != 0};
     return rt_train_main(&M.p, argc, argv, 20);
 }
 
@@ -898,7 +982,17 @@ int main(int argc, char **argv) {
     int ps = strcmp(mode, "train-ps") == 0;
     if ((ps || strcmp(mode, "train") == 0) && argc >= 5 && strcmp(argv[4], "--") == 0) {
         argv[4] = argv[0];
-        return run_train(atoi(argv[2]), atoi(argv[3]), ps, argc - 4, argv + 4);
+        return run_train(atoi(argv[2]), 1, 0, atoi(argv[3]), ps, argc - 4, argv + 4);
     }
-    die("usage: mpi_comm plain | coll DP CP | ckpt DIR | pckpt DP DIR | die | train[-ps] DP GLOBAL_BATCH -- TRAINER FLAGS");
+    if (strcmp(mode, "train-cp") == 0 && argc >= 7 && strcmp(argv[6], "--") == 0) {
+        static const char *const layouts[] = {"dual", "contiguous", "mismatch"};
+        int layout = -1;
+        for (int k = 0; k < 3; k++)
+            if (strcmp(argv[4], layouts[k]) == 0) layout = k;
+        if (layout < 0) die("train-cp: layout dual, contiguous or mismatch, got \"%s\"", argv[4]);
+        argv[6] = argv[0];
+        return run_train(atoi(argv[2]), atoi(argv[3]), layout, atoi(argv[5]), 0, argc - 6, argv + 6);
+    }
+    die("usage: mpi_comm plain | coll DP CP | ckpt DIR | pckpt DP DIR | die | train[-ps] DP GLOBAL_BATCH -- TRAINER FLAGS | "
+        "train-cp DP CP dual|contiguous|mismatch GLOBAL_BATCH -- TRAINER FLAGS");
 }

@@ -12,6 +12,10 @@
 # init, checkpoints identical to the stored-params program's at dp 4, 1, 2
 # and loadable across them both ways, --init; the trainer's losses equal
 # the stored layout's bit for bit, and checkpoints resume across layouts.
+# Context parallel (train-cp): strided collectives and rank iotas in coll;
+# dp x cp trainers in both layouts give the 1-rank losses (the trainer's cp
+# columns agree with the positions of rtk_iota_rank), and a table that
+# disagrees with the positions gives other losses.
 # Loss comparisons: relative 1e-5 (the ranks sum partial losses and
 # gradients in another order than one rank does); bit for bit where the
 # arithmetic is the same.
@@ -98,6 +102,22 @@ for r, f in enumerate(['$tmp/tr.json'] + ['$tmp/tr.json.rank%d' % k for k in (1,
     comm = {e['name'] for e in ev if e['tid'] == 1}
     assert {e['pid'] for e in ev} == {r} and comm == {'allgather params', 'allreduce loss', 'reducescatter grads'}, f
 EOF"
+
+# ---- context parallel: the trainer hands each rank its cp columns ----
+# (train-cp: positions from rtk_iota_rank, bucket, loss and grads over dp+cp)
+for cfg in "2 1 2 dual" "2 1 2 contiguous" "4 2 2 dual" "4 1 4 contiguous"; do
+    set -- $cfg
+    mpi "$1" "$M" train-cp "$2" "$3" "$4" 8 -- $D --steps 30 --log "$tmp/cp" > /dev/null 2> "$tmp/e"
+    r=$(maxrel "losses $tmp/l1" "losses $tmp/cp")
+    check "dp $2 x cp $3 ($4): the 1-rank losses over 30 steps (max rel diff $r)" "[ \$(wc -l < $tmp/cp) = 30 ] && close $r"
+done
+mpi 4 "$M" train-cp 2 2 dual 8 -- $D --steps 30 $V --log "$tmp/cpv" > /dev/null
+r=$(maxrel "vlosses $tmp/v1" "vlosses $tmp/cpv")
+check "dp 2 x cp 2 --val: the 1-rank validation losses (max rel diff $r)" "[ \$(vlosses $tmp/cpv | wc -l) = 3 ] && close $r"
+mpi 2 "$M" train-cp 1 2 mismatch 8 -- $D --steps 30 --log "$tmp/cpm" > /dev/null
+r=$(maxrel "losses $tmp/l1" "losses $tmp/cpm")
+check "cp 2, table contiguous but dual positions: the losses differ (max rel diff $r > 1e-3), so the checks above can fail" \
+    "awk -v x=$r 'BEGIN {exit !(x > 1e-3)}'"
 
 # ---- the trainer with the params in a param shard (train-ps) ----
 "$M" train-ps 1 8 -- $D --steps 30 --log "$tmp/p1" > /dev/null
