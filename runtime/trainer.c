@@ -139,6 +139,14 @@ static int schedule_flag(const char *f) {
     return strcmp(f, "--lr") == 0 || strcmp(f, "--min-lr") == 0 || strcmp(f, "--warmup") == 0 || strcmp(f, "--schedule-steps") == 0;
 }
 
+/* The global batch the program was compiled for: its tokens' rows times dp. */
+static long global_batch(const rt_program *p) {
+    for (int i = 0; i < p->ninputs; i++)
+        if (strcmp(p->inputs[i].name, "tokens") == 0 && p->inputs[i].rank >= 1)
+            return (long)p->inputs[i].dim[0] * (p->mesh[1] > 0 ? p->mesh[1] : 1);
+    return 0;
+}
+
 static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
     a->steps = -1;
     a->lr = a->min_lr = NAN;
@@ -152,8 +160,14 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
         int has = i + 1 < argc;
         if (strcmp(f, "--serial") == 0) { a->serial = 1; continue; }
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { printf(usage, argv[0]); exit(0); }
-        if (strcmp(f, "--batch") == 0) die("%s: fixed when the program was compiled; pass it to kiln compile (--set batch=N)", f);
         if (!has) die("%s: unknown flag or missing value", f);
+        if (strcmp(f, "--batch") == 0) { /* shapes are compiled in: accept the compiled global batch, name the way to others */
+            long want = int_flag(f, argv[++i]), have = global_batch(p);
+            if (want != have)
+                die("--batch %ld: %s was compiled for a global batch of %ld; recompile with kiln compile --set batch=%ld "
+                    "(--micro-batches M keeps the memory per step)", want, p->model, have, want);
+            continue;
+        }
         const char *v = argv[++i];
         if (schedule_flag(f) && !p->schedule) die("%s: %s has no learning-rate schedule (no lr_cosine) to set", f, p->model);
         if (strcmp(f, "--data") == 0) a->data = v;

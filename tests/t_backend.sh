@@ -47,6 +47,8 @@ check "kiln plan prints params, grads, optimizer state, activations, workspace" 
     "grep -q params $tmp/plan && grep -q grads $tmp/plan && grep -q 'optimizer state' $tmp/plan && grep -q activations $tmp/plan && grep -q workspace $tmp/plan"
 err=$("$tmp/tiny" --data "$B/corpus.txt" --batch 4 2>&1 >/dev/null); rc=$?
 check "trainer: --batch names the compile-time flag (rc=$rc: $err)" "[ $rc = 1 ] && [[ \"\$err\" == *'kiln compile'* ]]"
+"$tmp/tiny" --data "$B/corpus.txt" --steps 1 --batch 8 > /dev/null 2>&1; rc=$?
+check "trainer: --batch equal to the compiled global batch is accepted (rc=$rc)" "[ $rc = 0 ]"
 err=$("$tmp/tiny" --steps 1 2>&1 >/dev/null); rc=$?
 check "trainer: missing --data is a one-line error (rc=$rc)" "[ $rc = 1 ] && [[ \"\$err\" == *--data* ]]"
 err=$("$K" run models/tiny.lua --data "$B/corpus.txt" --lr 1e6 --min-lr 1e6 --steps 30 2>&1 >/dev/null); rc=$?
