@@ -526,9 +526,9 @@ static int cmd_plan(Args *a) {
         Args one = *a;
         one.o.cp = 1;
         Module *m1 = compile(&one);
-        int64_t act = memplan_peak(m, RT_SPACE_ACT), act1 = memplan_peak(m1, RT_SPACE_ACT);
-        printf("  activations per rank: %.2f MiB at cp %d, %.2f MiB at cp 1 (%.3fx)\n", (double)act / (1 << 20), m->mesh[2],
-               (double)act1 / (1 << 20), act1 ? (double)act / (double)act1 : 0.0);
+        int64_t act = memplan_fwd_bwd_peak(m), act1 = memplan_fwd_bwd_peak(m1);
+        printf("  fwd+bwd activations per rank: %.2f MiB at cp %d, %.2f MiB at cp 1 (%.3fx)\n", (double)act / (1 << 20),
+               m->mesh[2], (double)act1 / (1 << 20), act1 ? (double)act / (double)act1 : 0.0);
         ir_free(m1);
     }
     ir_free(m);

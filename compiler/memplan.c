@@ -262,12 +262,36 @@ static int64_t stage_peak(const Graph *g, int space) {
     return align_up(peak);
 }
 
-static int64_t stage_lower_bound(const Graph *g) {
+/* 1 for the model's activations: values computed in forward or backward
+ * from the data, not partial sums (gradients) — what sequence length,
+ * recompute and cp change, without params gathered for the step, gradient
+ * buckets or the AdamW outputs that wait for the end of the step. */
+static char *activation_values(const Graph *g) {
+    char *data = xcalloc((size_t)g->nvals, 1), *act = xcalloc((size_t)g->nvals, 1);
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int d = n->op == OP_input;
+        for (int k = 0; k < n->nin; k++) d |= data[n->in[k]];
+        for (int k = 0; k < n->nout; k++) {
+            int v = n->out[k], part = 0;
+            for (int a = 0; a < IR_NAXES; a++) part |= g->vals[v].sh[a].kind == SH_PARTIAL;
+            data[v] = (char)d;
+            act[v] = (char)(d && !part && n->phase != PH_OPT);
+        }
+    }
+    free(data);
+    return act;
+}
+
+/* The largest sum of live ACT buffer bytes at one position; activations:
+ * only the model's activations (activation_values). */
+static int64_t live_peak(const Graph *g, int activations) {
     MemLive L;
     memlive_build(g, &L);
+    char *act = activations ? activation_values(g) : NULL;
     int64_t *delta = xcalloc((size_t)g->nnodes + 2, sizeof(int64_t)), live = 0, peak = 0;
     for (int v = 0; v < g->nvals; v++)
-        if (L.root[v] == v && g->vals[v].space == RT_SPACE_ACT) {
+        if (L.root[v] == v && g->vals[v].space == RT_SPACE_ACT && (!act || act[v])) {
             delta[L.start[v]] += memplan_bytes(&g->vals[v]);
             delta[L.end[v] + 1] -= memplan_bytes(&g->vals[v]);
         }
@@ -275,8 +299,19 @@ static int64_t stage_lower_bound(const Graph *g) {
         live += delta[i];
         if (live > peak) peak = live;
     }
-    free(delta);
+    free(delta), free(act);
     memlive_free(&L);
+    return peak;
+}
+
+static int64_t stage_lower_bound(const Graph *g) { return live_peak(g, 0); }
+
+int64_t memplan_fwd_bwd_peak(const Module *m) {
+    int64_t peak = 0;
+    for (int s = 0; s < m->nstages; s++) {
+        int64_t p = live_peak(m->stages[s], 1);
+        if (p > peak) peak = p;
+    }
     return peak;
 }
 
@@ -414,6 +449,7 @@ void memplan_report(const Module *m, FILE *f) {
         snprintf(note, sizeof note, "(arena peak; liveness lower bound %.2f MiB, %.3fx)", (double)lb / (1 << 20),
                  lb ? (double)a / (double)lb : 1.0);
         put_bytes(f, "activations", a, note);
+        put_bytes(f, "  of which model", live_peak(g, 1), "(peak of the forward/backward activations alone: what sequence length and cp change)");
         put_bytes(f, "workspace", 0, "(scratch of library kernels beyond their outputs: none on the CPU)");
         put_bytes(f, "total", p + gr + o + a, NULL);
         if (ir_world(m) > 1) report_comm(m, g, f);

@@ -59,6 +59,10 @@ int64_t memplan_peak(const Module *m, int space);
 /* The best any placement could do for ACT: the largest sum of live ACT
  * buffer bytes at one position (max over stages). */
 int64_t memplan_lower_bound(const Module *m);
+/* The same bound over the model's activations alone: values computed in
+ * forward or backward from the data, not gradients, gathered params or
+ * optimizer values (what sequence length, recompute and cp change). */
+int64_t memplan_fwd_bwd_peak(const Module *m);
 /* Peak memory per rank: params, grads, optimizer state, activations, workspace. */
 void memplan_report(const Module *m, FILE *f);
 
