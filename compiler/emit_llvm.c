@@ -1170,25 +1170,26 @@ static void emit_matmul(Em *e, const Node *n) {
     launch_lib(e, n, "gemm", a, 13);
 }
 
+/* rtk_attention(_bwd): the fixed inputs (q, k, v; do, q, k, v, o, lse),
+ * the outputs, the dims, scale, then the qpos, kpos pointers: the last two
+ * inputs when the node has positions, else 0 (positions = indices). */
 static void emit_attention(Em *e, const Node *n) {
-    int bwd = n->op == OP_attention_bwd;
-    if (n->nin != 3 + 3 * bwd) {
-        char w[160];
-        ICE("emit: %s: attention with positions: not implemented in the CPU back end yet", where(n, w, sizeof w));
-    }
+    int bwd = n->op == OP_attention_bwd, nfixed = 3 + 3 * bwd, pos = n->nin == nfixed + 2;
     const Type *q = TY(e, n->in[bwd]), *k = TY(e, n->in[bwd + 1]);
     int64_t B = q->dim[0], H = q->dim[1], T = q->dim[2], D = q->dim[3], KH = k->dim[1], S = k->dim[2];
     int64_t causal = ir_attr_i(n, "causal", 0) != 0;
     double scale = ir_attr_f(n, "scale", 1 / sqrt((double)D));
     double fl = 4.0 * (double)B * (double)H * (double)T * (double)S * (double)D * (causal ? 0.5 : 1);
     e->flops += bwd ? 2.5 * fl : fl;
-    LLVMValueRef a[17];
+    LLVMValueRef a[19]; /* attention_bwd: 9 pointers, 8 dims and scale, 2 positions */
     int na = 0;
-    for (int i = 0; i < n->nin; i++) a[na++] = P(e, n->in[i], 0);
+    for (int i = 0; i < nfixed; i++) a[na++] = P(e, n->in[i], 0);
     for (int i = 0; i < n->nout; i++) a[na++] = P(e, n->out[i], 0);
     int64_t dims[] = {B, H, KH, T, S, D, causal};
     for (int i = 0; i < 7; i++) a[na++] = I64(e, dims[i]);
     a[na++] = F(e, scale);
+    a[na++] = pos ? P(e, n->in[nfixed], 0) : I64(e, 0);
+    a[na++] = pos ? P(e, n->in[nfixed + 1], 0) : I64(e, 0);
     launch_lib(e, n, bwd ? "attention_bwd" : "attention", a, na);
 }
 

@@ -230,10 +230,15 @@ void rtk_softmax_bwd(rt_ctx *ctx, const int64_t *a);
 /* rotate-half RoPE on x [B,T,H,D] with pos i32[T].  args: x, pos, y, B, T, H, D, theta, sign (+1 fwd, -1 bwd) */
 void rtk_rope(rt_ctx *ctx, const int64_t *a);
 /* Flash-style tiled attention, q [B,H,T,D], k/v [B,KH,S,D], o [B,H,T,D],
- * lse f32 [B,H,T]; head h reads kv head h/(H/KH); causal: s <= t.
- * args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale */
+ * lse f32 [B,H,T]; head h reads kv head h/(H/KH).  qpos i32[T], kpos
+ * i32[S] (any order; context parallel): causal means key s visible to query
+ * t iff kpos[s] <= qpos[t]; both 0 (NULL) mean positions 0..T-1 and
+ * 0..S-1, i.e. s <= t (the fast path).  Without causal they are ignored.
+ * A row that sees no key gets o = 0, lse = -inf.
+ * args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos */
 void rtk_attention(rt_ctx *ctx, const int64_t *a);
-/* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale  (dq, dk, dv overwritten) */
+/* masked as rtk_attention.
+ * args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale, qpos, kpos  (dq, dk, dv overwritten) */
 void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a);
 /* out[i,:] = table[ids[i],:].  args: table, ids, out, n, C, V (an id outside [0,V) fails the step) */
 void rtk_embedding(rt_ctx *ctx, const int64_t *a);

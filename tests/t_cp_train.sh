@@ -4,18 +4,10 @@
 # the 1-rank loss curve over 30 steps (relative 1e-5: f32, only the
 # summation order differs), which checks the compiled program (rank iotas,
 # K/V all-gather and dK/dV reduce-scatter along T, attention with
-# positions) and the trainer's hand-out of cp columns together.
-#
-# DISABLED until the CPU attention kernel takes positions (qpos, kpos) and
-# compiler/main.c stops refusing `--cp N` for compile/run (the check after
-# "--cp: expected at least 1", the "does not run context-parallel programs
-# yet" die) and emit_llvm.c's emit_attention stops refusing attention with
-# positions.  Until then it reports a TAP skip; KILN_CP_TRAIN=1 runs it.
+# positions) and the trainer's hand-out of cp columns together.  Only the
+# default --cp-comm allgather: p2p needs send/recv and attn_merge kernels
+# the CPU back end does not have yet (kiln compile refuses it).
 set -u
-if [ "${KILN_CP_TRAIN:-0}" != 1 ]; then
-    echo "1..0 # SKIP needs the CPU attention kernel with positions and kiln compile --cp (KILN_CP_TRAIN=1 runs it)"
-    exit 0
-fi
 B=${BUILD:-build}
 K=$B/kiln
 n=0

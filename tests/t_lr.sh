@@ -135,4 +135,4 @@ bad "--min-lr -1" "--min-lr: expected a finite number >= 0" --min-lr -1
 bad "--warmup -2" "--warmup: expected a non-negative integer" --warmup -2
 bad "--warmup 1.5" "--warmup: expected a non-negative integer" --warmup 1.5
 bad "--schedule-steps 0" "--schedule-steps: expected at least 1" --schedule-steps 0
-bad "--batch stays compile-time" "--batch: fixed when the program was compiled; pass it to kiln compile" --batch 4
+bad "--batch stays compile-time" "--batch 4: tiny was compiled for a global batch of 8; recompile with kiln compile --set batch=4" --batch 4

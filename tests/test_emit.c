@@ -1212,9 +1212,9 @@ static void test_cp_table(void **st) {
 /* tiny GPT at --cp 2 (dual and contiguous) through the real passes: the
  * program has rank iotas over cp, all-gathers (K, V along T of
  * [B, KH, T/cp, D]: strided, and the i32 key positions) and reduce-scatters
- * (dK, dV); everything emits up to the first attention with positions,
- * which is the one thing the CPU back end cannot emit yet (emit_attention's
- * internal error; remove this expectation when the kernel takes positions). */
+ * (dK, dV); the attentions take the positions: rtk_attention gets 15 args
+ * and rtk_attention_bwd 19, the last two the qpos, kpos pointers, with the
+ * local T = S / cp queries against the all-gathered S keys, causal. */
 static Module *tiny_cp(int contiguous) {
     Options o;
     opt_defaults(&o);
@@ -1245,7 +1245,28 @@ static void test_cp_model(void **st) {
             nrs += n->op == OP_reducescatter && ir_group_mask(ir_attr_s(n, "group", "")) == RT_AXIS_CP;
         }
         assert_true(niota >= 1 && nag >= 2 && nrs >= 2);
-        EXPECT_ICE(m, "attention with positions");
+        FILE *f = tmpfile();
+        char err[1024];
+        assert_non_null(f);
+        if (emit_llvm_text_for(m, f, "x86-64", "", err, sizeof err) != 0) fail_msg("emit_llvm_text: %s", err);
+        rewind(f);
+        char *text = slurp(f);
+        fclose(f);
+        Launch l[MAXL];
+        for (int bwd = 0; bwd < 2; bwd++) {
+            int nl = launches(text, bwd ? "attention_bwd" : "attention", l), np = bwd ? 9 : 5;
+            assert_true(nl >= 1); /* tiny has at least one layer */
+            for (int i = 0; i < nl; i++) {
+                assert_int_equal(l[i].nargs, np + 10);
+                for (int a = 0; a < np; a++) assert_string_equal(l[i].arg[a], "p");
+                long T = atol(l[i].arg[np + 3]), S = atol(l[i].arg[np + 4]);
+                assert_true(T > 0 && 2 * T == S);
+                assert_string_equal(l[i].arg[np + 6], "1"); /* causal */
+                assert_string_equal(l[i].arg[np + 8], "p"); /* qpos */
+                assert_string_equal(l[i].arg[np + 9], "p"); /* kpos */
+            }
+        }
+        free(text);
         ir_free(m);
     }
 }

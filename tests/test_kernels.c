@@ -307,7 +307,7 @@ static void attn_case(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, in
     run_ok(it);
     float *O = fbuf(nq), *L = fbuf(nl), *DQ = fbuf(nq), *DK = fbuf(nk), *DV = fbuf(nk);
     float *fq = f32(Q, nq), *fk = f32(K, nk), *fv = f32(V, nk);
-    RUN(rtk_attention, P(fq), P(fk), P(fv), P(O), P(L), B, H, KH, T, S, D, causal, F(scale));
+    RUN(rtk_attention, P(fq), P(fk), P(fv), P(O), P(L), B, H, KH, T, S, D, causal, F(scale), 0, 0);
     char what[128];
     snprintf(what, sizeof what, "attention B%lld H%lld KH%lld T%lld S%lld D%lld%s%s", (long long)B, (long long)H,
              (long long)KH, (long long)T, (long long)S, (long long)D, causal ? " causal" : "", mask_row ? " masked" : "");
@@ -322,7 +322,7 @@ static void attn_case(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, in
     check(what, O, ref(it, o), nq, TOL);
     check("  lse", L, Lfin, nl, TOL);
     RUN(rtk_attention_bwd, P(f32(DO, nq)), P(fq), P(fk), P(fv), P(f32(ref(it, o), nq)), P(f32(Lr, nl)), P(DQ), P(DK),
-        P(DV), B, H, KH, T, S, D, causal, F(scale));
+        P(DV), B, H, KH, T, S, D, causal, F(scale), 0, 0);
     check("  dq", DQ, ref(it, outk(&b, nb, 0)), nq, TOL);
     check("  dk", DK, ref(it, outk(&b, nb, 1)), nk, TOL);
     check("  dv", DV, ref(it, outk(&b, nb, 2)), nk, TOL);
@@ -366,14 +366,19 @@ static void test_attention(void **st) { attn_each_micro(attn_cases); }
  * with T > S the last rows see every key, with T < S the last keys are
  * seen by no query and get dk = dv = 0), and a query longer than one tile
  * with a single key.  The backward gets the reference's o and lse.  Tolerance
- * 1e-5 as max |kernel - ref| / max |ref| per tensor; observed about 1e-6. */
-static void attn_naive_case(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, int64_t D, int causal) {
+ * 1e-5 as max |kernel - ref| / max |ref| per tensor; observed about 1e-6.
+ * With positions qp i32[T], kp i32[S] (NULL: the index path), causal means
+ * key s visible to query t iff kp[s] <= qp[t]; a row that sees no key must
+ * give o = 0 and lse = -inf exactly. */
+static void attn_naive_case_pos(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, int64_t D, int causal,
+                                const int32_t *qp, const int32_t *kp) {
     int64_t nq = B * H * T * D, nk = B * KH * S * D, nl = B * H * T, rep = H / KH;
     double scale = 1 / sqrt((double)D);
     const double *Q = rnd(nq, 40, 2), *K = rnd(nk, 41, 2), *V = rnd(nk, 42, 1), *DO = rnd(nq, 43, 1);
     double *O = keep(calloc((size_t)nq, sizeof(double))), *L = keep(malloc(sizeof(double) * (size_t)nl));
     double *DQ = keep(calloc((size_t)nq, sizeof(double))), *DK = keep(calloc((size_t)nk, sizeof(double)));
     double *DV = keep(calloc((size_t)nk, sizeof(double))), *sc = keep(malloc(sizeof(double) * (size_t)S));
+    char *seen = keep(malloc((size_t)S + 1));
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t t = 0; t < T; t++) {
@@ -381,20 +386,24 @@ static void attn_naive_case(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t
                 const double *k = K + (b * KH + h / rep) * S * D, *v = V + (b * KH + h / rep) * S * D;
                 double *o = O + ((b * H + h) * T + t) * D, *dq = DQ + ((b * H + h) * T + t) * D;
                 double *dk = DK + (b * KH + h / rep) * S * D, *dv = DV + (b * KH + h / rep) * S * D;
-                int64_t n = causal ? (t + 1 < S ? t + 1 : S) : S;
+                int64_t n = 0;
+                for (int64_t s = 0; s < S; s++) {
+                    seen[s] = !causal || (qp ? kp[s] <= qp[t] : s <= t);
+                    n += seen[s];
+                }
                 double m = -INFINITY, l = 0, Dt = 0;
-                for (int64_t s = 0; s < n; s++) {
+                for (int64_t s = 0; s < S; s++) if (seen[s]) {
                     sc[s] = 0;
                     for (int64_t d = 0; d < D; d++) sc[s] += q[d] * k[s * D + d];
                     sc[s] *= scale;
                     m = sc[s] > m ? sc[s] : m;
                 }
-                for (int64_t s = 0; s < n; s++) l += exp(sc[s] - m);
-                for (int64_t s = 0; s < n; s++)
+                for (int64_t s = 0; s < S; s++) if (seen[s]) l += exp(sc[s] - m);
+                for (int64_t s = 0; s < S; s++) if (seen[s])
                     for (int64_t d = 0; d < D; d++) o[d] += exp(sc[s] - m) / l * v[s * D + d];
                 L[(b * H + h) * T + t] = n ? m + log(l) : -INFINITY;
                 for (int64_t d = 0; d < D; d++) Dt += (double)(float)dO[d] * (float)o[d]; /* the kernel sees o in f32 */
-                for (int64_t s = 0; s < n; s++) {
+                for (int64_t s = 0; s < S; s++) if (seen[s]) {
                     double p = exp(sc[s] - m) / l, dp = 0;
                     for (int64_t d = 0; d < D; d++) dp += dO[d] * v[s * D + d];
                     double ds = p * (dp - Dt) * scale;
@@ -409,16 +418,64 @@ static void attn_naive_case(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t
     char what[128];
     snprintf(what, sizeof what, "attention naive B%lld H%lld KH%lld T%lld S%lld D%lld%s", (long long)B, (long long)H,
              (long long)KH, (long long)T, (long long)S, (long long)D, causal ? " causal" : "");
-    RUN(rtk_attention, P(fq), P(fk), P(fv), P(fo), P(fl), B, H, KH, T, S, D, causal, F(scale));
+    RUN(rtk_attention, P(fq), P(fk), P(fv), P(fo), P(fl), B, H, KH, T, S, D, causal, F(scale), P(qp), P(kp));
     check(what, fo, O, nq, TOL);
-    check("  lse", fl, L, nl, TOL);
+    double *Lfin = keep(malloc(sizeof(double) * (size_t)nl));
+    for (int64_t i = 0; i < nl; i++) { /* rows with no key: -inf exactly */
+        if ((isinf(L[i]) || isinf(fl[i])) && !(fl[i] == L[i]))
+            fail_msg("%s: lse[%lld] = %g, want %g", what, (long long)i, fl[i], L[i]);
+        Lfin[i] = isinf(L[i]) ? 0 : L[i];
+    }
+    float *flfin = fbuf(nl);
+    for (int64_t i = 0; i < nl; i++) flfin[i] = isinf(fl[i]) ? 0 : fl[i];
+    check("  lse", flfin, Lfin, nl, TOL);
     float *fdq = fbuf(nq), *fdk = fbuf(nk), *fdv = fbuf(nk);
     RUN(rtk_attention_bwd, P(f32(DO, nq)), P(fq), P(fk), P(fv), P(f32(O, nq)), P(f32(L, nl)), P(fdq), P(fdk), P(fdv), B,
-        H, KH, T, S, D, causal, F(scale));
+        H, KH, T, S, D, causal, F(scale), P(qp), P(kp));
     check("  dq", fdq, DQ, nq, TOL);
     check("  dk", fdk, DK, nk, TOL);
     check("  dv", fdv, DV, nk, TOL);
 }
+
+static void attn_naive_case(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, int64_t D, int causal) {
+    attn_naive_case_pos(B, H, KH, T, S, D, causal, NULL, NULL);
+}
+
+/* the positions of a dual-chunk cp rank: chunks c and 2cp-1-c of a
+ * sequence of 2 cp n positions, n each */
+static int32_t *dual_chunk(int cp, int c, int64_t n, int32_t *pos) {
+    for (int64_t j = 0; j < n; j++) {
+        pos[j] = (int32_t)(c * n + j);
+        pos[n + j] = (int32_t)((2 * cp - 1 - c) * n + j);
+    }
+    return pos;
+}
+
+/* attention with positions against the naive reference, on every micro kernel */
+static void attn_pos_cases(void) {
+    enum { CP = 4, N = 40 }; /* dual chunk over a sequence of 2 CP N = 320: T = 80 per rank, S = 320 */
+    int32_t *kp = keep(malloc(sizeof(int32_t) * 2 * CP * N)), *qp = keep(malloc(sizeof(int32_t) * 2 * N));
+    for (int r = 0; r < CP; r++) dual_chunk(CP, r, N, kp + r * 2 * N); /* the all-gathered keys, rank by rank */
+    for (int c = 0; c < CP; c += 3) /* the first and last rank: least and most causal work */
+        attn_naive_case_pos(1, 4, 2, 2 * N, 2 * CP * N, 24, 1, dual_chunk(CP, c, N, qp), kp); /* GQA, T != S */
+    /* any order, T = 70 > S = 50, positions with gaps and repeats; rows with qpos < 0 see no key */
+    int32_t q2[70], k2[50];
+    for (int i = 0; i < 70; i++) q2[i] = (int32_t)((i * 37) % 70) - 5;
+    for (int i = 0; i < 50; i++) k2[i] = (int32_t)((i * 23) % 50) + (i % 3 == 0);
+    attn_naive_case_pos(2, 2, 1, 70, 50, 20, 1, q2, k2);
+    attn_naive_case_pos(2, 2, 1, 70, 50, 20, 0, q2, k2); /* not causal: positions ignored */
+    /* index positions through the masked path give the index path's answer */
+    int32_t q3[150], k3[150];
+    for (int i = 0; i < 150; i++) q3[i] = k3[i] = (int32_t)i;
+    attn_naive_case_pos(1, 2, 2, 150, 150, 16, 1, q3, k3);
+    /* a query tile that sees every key of the later block, one that sees nothing, and a key block nobody sees */
+    int32_t q4[130], k4[260];
+    for (int i = 0; i < 130; i++) q4[i] = i < 64 ? 1000 + i : -1 - i;
+    for (int i = 0; i < 260; i++) k4[i] = i < 128 ? 2000 + i : i;
+    attn_naive_case_pos(1, 1, 1, 130, 260, 8, 1, q4, k4);
+}
+
+static void test_attention_positions(void **st) { attn_each_micro(attn_pos_cases); }
 
 static void attn_naive_cases(void) {
     attn_naive_case(2, 4, 2, 131, 131, 40, 1); /* GQA, causal, 2 query tiles + 3 rows, 1 key block + 3 keys */
@@ -825,7 +882,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_teardown(f, release)
     const struct CMUnitTest tests[] = {
         T(test_gemm),      T(test_layernorm), T(test_rmsnorm),  T(test_softmax),         T(test_rope),
-        T(test_attention), T(test_attention_naive),
+        T(test_attention), T(test_attention_naive), T(test_attention_positions),
         T(test_embedding), T(test_embedding_bad_id), T(test_cross_entropy), T(test_adamw),
         T(test_lr_clip),   T(test_sumsq),     T(test_reduce),   T(test_max_bwd),         T(test_sumto),
         T(test_copy),      T(test_fill_iota_memcpy),

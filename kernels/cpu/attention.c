@@ -4,6 +4,19 @@
  * head h/(H/KH) (grouped-query attention).  causal: key s is visible to
  * query t iff s <= t.  Scores are scale * q.k.
  *
+ * Positions (context parallel: a rank holds chunks of the sequence, and
+ * the keys it gathers come in any order).  With qpos i32[T] and kpos
+ * i32[S], causal means key s is visible to query t iff kpos[s] <= qpos[t].
+ * There is no index band then: every (query tile, key block) pair is
+ * classified by tile_kind from the min and max positions on each side:
+ * masked whole (skipped), visible whole (computed as without causal), or
+ * mixed (computed whole, and the row functions mask element by element:
+ * -inf before the softmax, P = dS = 0 after).  A masked key of a mixed
+ * tile still enters the P v and dS k products as 0 * v, 0 * k (NaN if
+ * they are not finite, where the interpreter skips the key).  NULL
+ * positions (and any positions without causal) take the index path,
+ * unchanged.
+ *
  * Forward.  One job per (b, h, tile of BQ query rows).  The job walks the
  * visible keys in blocks of BK: a [BQ, BK] tile of scores, then per row the
  * running max m and running sum l of e^(score - m) are updated, the row of
@@ -91,10 +104,10 @@ typedef void (*mm_fn)(int mode, float *c, int64_t ldc, int64_t rows, int64_t col
                       int64_t aks, const float *b, int64_t ldb, int64_t K, int64_t lo, int64_t hi);
 /* the forward's softmax rows of a score tile, see fwd_rows */
 typedef void (*fwd_rows_fn)(float *sc, int64_t rows, int64_t ncols, int64_t hi, float scale, float *m, double *l,
-                            float *o, int64_t D);
+                            float *o, int64_t D, const int32_t *kp, const int32_t *qp);
 /* the backward's P and dS rows of a tile, see bwd_rows */
 typedef void (*bwd_rows_fn)(float *p, float *ds, int64_t rows, int64_t ncols, int64_t hi, float scale,
-                            const float *lse, const float *dt);
+                            const float *lse, const float *dt, const int32_t *kp, const int32_t *qp);
 /* one key block of k or v transposed, see tblock */
 typedef void (*tblock_fn)(const float *src, int64_t n, int64_t D, float *tile);
 
@@ -102,7 +115,8 @@ typedef struct {
     const float *q, *k, *v, *o, *lse, *dO;
     float *o_out, *lse_out, *dq, *dk, *dv;
     int64_t B, H, KH, T, S, D, nblk; /* nblk: key blocks, ceil(S / BK) */
-    int causal;
+    int causal;                 /* by index (s <= t); 0 when positions are given */
+    const int32_t *qpos, *kpos; /* causal by position, or NULL: see tile_kind */
     float scale;
     rt_ctx *ctx;
     float *dt;        /* backward: do.o per query row [B,H,T] */
@@ -166,11 +180,13 @@ static inline float row_max(const float *x, int64_t n) {
  * the row into e^(scale q.k - m) (0 where masked) and scales the row of o
  * [rows, D] by e^(m_old - m_new), ready for this block's P v. */
 K_CLONES static void fwd_rows(float *sc, int64_t rows, int64_t ncols, int64_t hi, float scale, float *m, double *l,
-                              float *o, int64_t D) {
+                              float *o, int64_t D, const int32_t *kp, const int32_t *qp) {
     for (int64_t r = 0; r < rows; r++) {
         float *x = sc + r * BK;
         int64_t nb = row_nb(r, hi, ncols);
         for (int64_t j = 0; j < nb; j++) x[j] *= scale;
+        if (kp)
+            for (int64_t j = 0; j < nb; j++) x[j] = kp[j] <= qp[r] ? x[j] : -INFINITY;
         float mb = row_max(x, nb), mnew = k_max2(m[r], mb);
         if (nb == 0 || mnew == -INFINITY) { /* nothing visible, or only -inf scores so far */
             memset(x, 0, sizeof(float) * (size_t)ncols);
@@ -178,6 +194,8 @@ K_CLONES static void fwd_rows(float *sc, int64_t rows, int64_t ncols, int64_t hi
         }
         float alpha = k_exp(m[r] - mnew);
         for (int64_t j = 0; j < nb; j++) x[j] = k_exp(x[j] - mnew);
+        if (kp)
+            for (int64_t j = 0; j < nb; j++) x[j] = kp[j] <= qp[r] ? x[j] : 0;
         for (int64_t j = nb; j < ncols; j++) x[j] = 0;
         l[r] = l[r] * alpha + k_dsum(x, nb);
         m[r] = mnew;
@@ -191,7 +209,7 @@ K_CLONES static void fwd_rows(float *sc, int64_t rows, int64_t ncols, int64_t hi
  * lse is -inf).  p becomes P = e^(scale q.k - lse), ds becomes
  * P (do.v - Dt) scale; both are 0 where masked. */
 K_CLONES static void bwd_rows(float *p, float *ds, int64_t rows, int64_t ncols, int64_t hi, float scale,
-                              const float *lse, const float *dt) {
+                              const float *lse, const float *dt, const int32_t *kp, const int32_t *qp) {
     for (int64_t r = 0; r < rows; r++) {
         float *pr = p + r * BK, *dr = ds + r * BK, L = lse[r], Dt = dt[r];
         int64_t nb = L == -INFINITY ? 0 : row_nb(r, hi, ncols);
@@ -199,6 +217,9 @@ K_CLONES static void bwd_rows(float *p, float *ds, int64_t rows, int64_t ncols, 
             pr[j] = k_exp(pr[j] * scale - L);
             dr[j] = pr[j] * (dr[j] - Dt) * scale;
         }
+        if (kp)
+            for (int64_t j = 0; j < nb; j++)
+                if (kp[j] > qp[r]) pr[j] = dr[j] = 0;
         for (int64_t j = nb; j < ncols; j++) pr[j] = dr[j] = 0;
     }
 }
@@ -418,17 +439,26 @@ AVX512 static inline __m512 exp_avx512(__m512 x) {
 
 static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
 
+/* the lanes of keys [j, j+16) below n that the query at position qr sees:
+ * kp NULL (no element mask) or kp[key] <= qr */
+AVX512 static inline __mmask16 vis16(const int32_t *kp, int32_t qr, int64_t j, int64_t n) {
+    __mmask16 k = lanes(n - j);
+    if (!kp) return k;
+    return _mm512_mask_cmp_epi32_mask(k, _mm512_maskz_loadu_epi32(k, kp + j), _mm512_set1_epi32(qr), _MM_CMPINT_LE);
+}
+
 /* fwd_rows on 16 lanes */
 AVX512 static void fwd_rows_avx512(float *sc, int64_t rows, int64_t ncols, int64_t hi, float scale, float *m,
-                                   double *l, float *o, int64_t D) {
+                                   double *l, float *o, int64_t D, const int32_t *kp, const int32_t *qp) {
     __m512 vs = _mm512_set1_ps(scale);
     for (int64_t r = 0; r < rows; r++) {
         float *x = sc + r * BK;
         int64_t nb = row_nb(r, hi, ncols);
+        int32_t qr = kp ? qp[r] : 0;
         __m512 vmax = _mm512_set1_ps(-INFINITY);
         __mmask16 nan = 0;
         for (int64_t j = 0; j < nb; j += 16) {
-            __mmask16 k = lanes(nb - j);
+            __mmask16 k = vis16(kp, qr, j, nb);
             __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), vs);
             nan |= _mm512_mask_cmp_ps_mask(k, y, y, _CMP_UNORD_Q);
             vmax = _mm512_mask_max_ps(vmax, k, y, vmax);
@@ -441,7 +471,7 @@ AVX512 static void fwd_rows_avx512(float *sc, int64_t rows, int64_t ncols, int64
         float alpha = k_exp(m[r] - mnew);
         __m512 vm = _mm512_set1_ps(mnew), sum = _mm512_setzero_ps();
         for (int64_t j = 0; j < ncols; j += 16) {
-            __mmask16 k = lanes(ncols - j), vis = nb > j ? lanes(nb - j) : 0;
+            __mmask16 k = lanes(ncols - j), vis = nb > j ? vis16(kp, qr, j, nb) : 0;
             __m512 e = _mm512_maskz_mov_ps(vis, exp_avx512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(vis, x + j), vs, vm)));
             _mm512_mask_storeu_ps(x + j, k, e);
             sum = _mm512_add_ps(sum, e);
@@ -460,14 +490,15 @@ AVX512 static void fwd_rows_avx512(float *sc, int64_t rows, int64_t ncols, int64
 
 /* bwd_rows on 16 lanes */
 AVX512 static void bwd_rows_avx512(float *p, float *ds, int64_t rows, int64_t ncols, int64_t hi, float scale,
-                                   const float *lse, const float *dt) {
+                                   const float *lse, const float *dt, const int32_t *kp, const int32_t *qp) {
     __m512 vs = _mm512_set1_ps(scale);
     for (int64_t r = 0; r < rows; r++) {
         float *pr = p + r * BK, *dr = ds + r * BK;
         int64_t nb = lse[r] == -INFINITY ? 0 : row_nb(r, hi, ncols);
+        int32_t qr = kp ? qp[r] : 0;
         __m512 vl = _mm512_set1_ps(lse[r]), vd = _mm512_set1_ps(dt[r]);
         for (int64_t j = 0; j < ncols; j += 16) {
-            __mmask16 k = lanes(ncols - j), vis = nb > j ? lanes(nb - j) : 0;
+            __mmask16 k = lanes(ncols - j), vis = nb > j ? vis16(kp, qr, j, nb) : 0;
             __m512 e = _mm512_maskz_mov_ps(vis, exp_avx512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(vis, pr + j), vs, vl)));
             __m512 d = _mm512_mul_ps(_mm512_mul_ps(e, _mm512_sub_ps(_mm512_maskz_loadu_ps(vis, dr + j), vd)), vs);
             _mm512_mask_storeu_ps(pr + j, k, e);
@@ -549,6 +580,7 @@ static void pick_micro(Attn *t) {
 
 /* ---- shared pieces ---- */
 
+/* a: the dims (B, H, KH, T, S, D, causal, scale), then qpos, kpos */
 static void attn_args(Attn *t, const int64_t *a) {
     t->B = a[0];
     t->H = a[1];
@@ -559,7 +591,35 @@ static void attn_args(Attn *t, const int64_t *a) {
     t->causal = a[6] != 0;
     t->scale = (float)rt_bits_f64(a[7]);
     t->nblk = (t->S + BK - 1) / BK;
+    if (t->causal && a[8] && a[9]) { /* causal by position: no index band */
+        t->qpos = RT_I32P(a[8]);
+        t->kpos = RT_I32P(a[9]);
+        t->causal = 0;
+    }
     pick_micro(t);
+}
+
+/* With positions, how keys [s0, s0+n) meet query rows [t0, t0+rows):
+ * TILE_NONE when every key is later than every query (min kpos > max
+ * qpos: the tile is skipped), TILE_ALL when every query sees every key
+ * (min qpos >= max kpos: no mask), else TILE_SOME (the row functions mask
+ * element by element).  Without positions every tile is TILE_ALL here
+ * (the index band does the causal work).  O(rows + n), against the tile's
+ * O(rows n D). */
+enum { TILE_NONE, TILE_SOME, TILE_ALL };
+static int tile_kind(const Attn *t, int64_t t0, int64_t rows, int64_t s0, int64_t n) {
+    if (!t->qpos) return TILE_ALL;
+    int32_t qmin = INT32_MAX, qmax = INT32_MIN, kmin = INT32_MAX, kmax = INT32_MIN;
+    for (int64_t r = t0; r < t0 + rows; r++) {
+        qmin = t->qpos[r] < qmin ? t->qpos[r] : qmin;
+        qmax = t->qpos[r] > qmax ? t->qpos[r] : qmax;
+    }
+    for (int64_t s = s0; s < s0 + n; s++) {
+        kmin = t->kpos[s] < kmin ? t->kpos[s] : kmin;
+        kmax = t->kpos[s] > kmax ? t->kpos[s] : kmax;
+    }
+    if (kmin > qmax) return TILE_NONE;
+    return qmin >= kmax ? TILE_ALL : TILE_SOME;
 }
 
 /* keys visible to query row t: [0, nvis) */
@@ -617,8 +677,11 @@ K_CLONES static void fwd_tile(const Attn *t, int64_t b, int64_t h, int64_t t0, i
     int64_t send = nvis(t, t0 + rows - 1);
     for (int64_t s0 = 0; s0 < send; s0 += BK) {
         int64_t ncols = imin(BK, send - s0), hi = band_hi(t, t0, s0);
+        int kind = tile_kind(t, t0, rows, s0, ncols);
+        if (kind == TILE_NONE) continue;
+        const int32_t *kp = kind == TILE_SOME ? t->kpos + s0 : NULL, *qp = kind == TILE_SOME ? t->qpos + t0 : NULL;
         t->mm(MM_SET, sc, BK, rows, ncols, q, D, 1, kt + s0 / BK * D * BK, BK, D, 0, hi);
-        t->fwd_rows(sc, rows, ncols, hi, t->scale, m, l, o, D);
+        t->fwd_rows(sc, rows, ncols, hi, t->scale, m, l, o, D, kp, qp);
         t->mm(MM_ADD, o, D, rows, D, sc, BK, 1, v + s0 * D, D, ncols, -NOLIM, hi);
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -648,7 +711,7 @@ static void fwd_jobs(void *data, int64_t i0, int64_t i1) {
     free(p.kt);
 }
 
-/* args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale */
+/* args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos */
 void rtk_attention(rt_ctx *ctx, const int64_t *a) {
     Attn t = {.q = A_F32(0), .k = A_F32(1), .v = A_F32(2), .o_out = A_F32(3), .lse_out = A_F32(4), .ctx = ctx};
     attn_args(&t, a + 5);
@@ -683,9 +746,12 @@ K_CLONES static void bwd_head(const Attn *t, int64_t b, int64_t h, const float *
         const float *ktb = kt + s0 / BK * D * BK, *vtb = vt + s0 / BK * D * BK;
         for (int64_t t0 = t->causal ? s0 / BQ * BQ : 0; t0 < T; t0 += BQ) {
             int64_t rows = imin(BQ, T - t0), hi = band_hi(t, t0, s0);
+            int kind = tile_kind(t, t0, rows, s0, ncols);
+            if (kind == TILE_NONE) continue;
+            const int32_t *kp = kind == TILE_SOME ? t->kpos + s0 : NULL, *qp = kind == TILE_SOME ? t->qpos + t0 : NULL;
             t->mm(MM_SET, p, BK, rows, ncols, q + t0 * D, D, 1, ktb, BK, D, 0, hi);
             t->mm(MM_SET, ds, BK, rows, ncols, dO + t0 * D, D, 1, vtb, BK, D, 0, hi);
-            t->bwd_rows(p, ds, rows, ncols, hi, t->scale, lse + t0, dt + t0);
+            t->bwd_rows(p, ds, rows, ncols, hi, t->scale, lse + t0, dt + t0, kp, qp);
             /* runs of rows with a finite lse; rows with lse = -inf see no key and
              * add nothing (not even 0 * q, which is NaN for the -inf q that
              * such a row can have) */
@@ -732,7 +798,7 @@ static void sum_groups(void *data, int64_t e0, int64_t e1) {
     }
 }
 
-/* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale */
+/* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale, qpos, kpos */
 void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a) {
     Attn t = {.dO = A_F32(0), .q = A_F32(1), .k = A_F32(2), .v = A_F32(3), .o = A_F32(4), .lse = A_F32(5),
               .dq = A_F32(6), .dk = A_F32(7), .dv = A_F32(8), .ctx = ctx};
