@@ -38,3 +38,4 @@ run() { # name, ranks, compile flags...
 run cp2 2 --cp 2
 run cp2c 2 --cp 2 --cp-layout contiguous
 run dp2cp2 4 --dp 2 --cp 2
+run cp4 4 --cp 4
