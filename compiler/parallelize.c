@@ -92,6 +92,7 @@ typedef struct {
     char *to_acc;
     int *input;      /* per global input value: the rank's input */
     int64_t tag;     /* next send/recv tag */
+    char *conv;      /* [axis][node][input]: a replicated input the rule uses split */
 } Par;
 
 static void *xcalloc(size_t n, size_t sz) {
@@ -342,8 +343,8 @@ static const char *rule(Par *P, int ax, const Node *n, Sp out[], char *conv) {
     }
 }
 
-static char *conv_of(const Par *P, int ax, int i); /* per (axis, node): the inputs used split */
-static char *conv_store;
+/* The inputs of node i that the rule along ax uses split (replicated, uniform). */
+static char *conv_of(const Par *P, int ax, int i) { return P->conv + ((size_t)ax * (size_t)P->g->nnodes + (size_t)i) * MAXIN; }
 
 static void propagate(Par *P, int ax) {
     const Graph *g = P->g;
@@ -358,8 +359,6 @@ static void propagate(Par *P, int ax) {
         for (int k = 0; k < n->nout; k++) P->sh[ax][n->out[k]] = out[k];
     }
 }
-
-static char *conv_of(const Par *P, int ax, int i) { return conv_store + ((size_t)ax * (size_t)P->g->nnodes + (size_t)i) * MAXIN; }
 
 /* ======================================================================
  * Building the rank's graph
@@ -698,7 +697,7 @@ void pass_parallelize(Module *m, const Options *o) {
     P.ng = ir_graph_new(m);
     P.b = (Builder){.g = P.ng, .pass = "parallelize", .layer = -1};
     for (int ax = 0; ax < NAX; ax++) P.sh[ax] = xcalloc((size_t)nv, sizeof(Sp));
-    conv_store = xcalloc((size_t)NAX * (size_t)g->nnodes * MAXIN, 1);
+    P.conv = xcalloc((size_t)NAX * (size_t)g->nnodes * MAXIN, 1);
     P.dep = xcalloc((size_t)nv, 1);
     P.map = xcalloc((size_t)nv * (size_t)M, sizeof(int));
     P.memo = xcalloc((size_t)nv, sizeof(Memo *));
@@ -728,6 +727,5 @@ void pass_parallelize(Module *m, const Options *o) {
 
     m->stages[0] = P.ng;
     for (int ax = 0; ax < NAX; ax++) free(P.sh[ax]);
-    free(conv_store), free(P.dep), free(P.map), free(P.memo), free(P.acc), free(P.input), free(P.to_acc);
-    conv_store = NULL;
+    free(P.conv), free(P.dep), free(P.map), free(P.memo), free(P.acc), free(P.input), free(P.to_acc);
 }
