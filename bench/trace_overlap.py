@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""bench/trace_overlap.py TRACE.json — how much of the comm stream's time
+"""bench/trace_overlap.py TRACE.json [NAMES] — how much of the comm stream's time
 the compute stream hid, from a kiln --trace timeline (every step of the run).
 
 Reads the Chrome-trace 'X' events of one rank.  Comm kernels are the
-collectives (by name: allreduce, reducescatter, allgather) on any stream;
+collectives and ring attention's point-to-point kernels (by name:
+allreduce, reducescatter, allgather, send, recv; NAMES, a comma-separated
+list, picks others, e.g. "send,recv" for the ring alone) on any stream;
 compute kernels are the other events of stream 0.  For every comm kernel,
 the part of its interval during which some compute kernel ran is hidden; the
 rest is exposed (the compute stream idle, waiting, or running the
@@ -27,7 +29,8 @@ def main():
     if isinstance(ev, dict):
         ev = ev.get("traceEvents", [])
     xs = [e for e in ev if e.get("ph") == "X"]
-    is_comm = lambda e: any(k in e.get("name", "") for k in ("allreduce", "reducescatter", "allgather"))
+    names = sys.argv[2].split(",") if len(sys.argv) > 2 else ["allreduce", "reducescatter", "allgather", "send", "recv"]
+    is_comm = lambda e: any(k in e.get("name", "") for k in names)
     comp = merge([[e["ts"], e["ts"] + e["dur"]] for e in xs if e.get("tid") == 0 and not is_comm(e)])
     comm = [[e["ts"], e["ts"] + e["dur"]] for e in xs if is_comm(e)]
     total = sum(b - a for a, b in comm)

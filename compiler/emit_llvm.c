@@ -63,7 +63,10 @@
  * runtime (rtk_*, "ranks and communication" in kiln_rt.h) launched on their
  * node's stream like any other; the group is passed as its RT_AXIS_* mask
  * and the runtime finds this rank's index in it.  The mesh is fixed at
- * compile time, so a group of one rank becomes a copy (emit_comm).  With
+ * compile time, so a group of one rank becomes a copy (emit_comm).  Ring
+ * attention's send/recv are rtk_send/rtk_recv on the comm stream (the
+ * runtime stages each send, so a ring of blocking-looking pairs cannot
+ * deadlock) and attn_merge is a library kernel (emit_p2p).  With
  * the distributed optimizer a param's values may live only in the shard
  * state "param.b<k>" of its bucket (prefix ""): memplan gives such a param,
  * which the step never reads, no buffer, and its table entry says so with
@@ -174,6 +177,9 @@ typedef struct {
     const Node *sched;     /* the lr_cosine node whose attributes are the schedule, NULL if none */
     LLVMValueRef schedule; /* kiln_schedule, the mutable rt_schedule (collect_schedule), NULL if none */
     const Node *user; /* the node whose launch or table entry is being built (for internal errors) */
+    /* recv fences (recv_fences): extra events after/before program positions */
+    int *fence_after, *fence_after_stream, *fence_before; /* per position: event id or -1 */
+    int nevents_extra, nevents_base;
 } Em;
 
 static LLVMValueRef I64(Em *e, int64_t v) { return LLVMConstInt(e->ti64, (unsigned long long)v, 1); }
@@ -1275,6 +1281,24 @@ static void emit_comm(Em *e, const Node *n) {
     launch_lib(e, n, op, a, 6);
 }
 
+/* Point to point (ring attention): rtk_send(x, bytes, mask, peer, tag) and
+ * rtk_recv(y, bytes, mask, peer, tag), any dtype (K, V and the i32 key
+ * positions travel).  The runtime handles every group size, a group of one
+ * included (the send waits in its staging list for the recv), so the
+ * launch does not depend on the mesh. */
+static void emit_p2p(Em *e, const Node *n) {
+    char w[160];
+    const char *group = ir_attr_s(n, "group", "");
+    int mask = ir_group_mask(group);
+    if (mask <= 0) ICE("emit: %s: %s: bad group \"%s\"", where(n, w, sizeof w), ir_ops[n->op].name, group);
+    int vid = n->op == OP_send ? n->in[0] : n->out[0];
+    const Type *t = TY(e, vid);
+    int64_t tag = ir_attr_i(n, "tag", -1);
+    if (tag < 0 || tag > 32767) ICE("emit: %s: %s: tag %lld outside 0..32767", where(n, w, sizeof w), ir_ops[n->op].name, (long long)tag);
+    LLVMValueRef a[] = {P(e, vid, 0), I64(e, ir_numel(t) * esize(t)), I64(e, mask), I64(e, ir_attr_i(n, "peer", 0)), I64(e, tag)};
+    launch_lib(e, n, ir_ops[n->op].name, a, 5);
+}
+
 /* iota: 0..n-1 (rtk_iota), or with a group, this rank's global token
  * indices of a sequence split over it (rtk_iota_rank(dst, n, mask, dual);
  * layout "dual" or "contiguous", the default, as compiler/interp.c).  Over
@@ -1402,6 +1426,14 @@ static void emit_node(Em *e, int idx) {
         return;
     }
     case OP_allreduce: case OP_reducescatter: case OP_allgather: case OP_shard: emit_comm(e, n); return;
+    case OP_send: case OP_recv: emit_p2p(e, n); return;
+    case OP_attn_merge: { /* o_a [.., D], lse_a [rows], o_b, lse_b -> o, lse */
+        const Type *o = TY(e, n->in[0]);
+        int64_t rows = ir_numel(TY(e, n->in[1]));
+        LLVMValueRef ex[] = {I64(e, rows), I64(e, rows ? ir_numel(o) / rows : 0)};
+        launch_io(e, n, "attn_merge", ex, 2);
+        return;
+    }
     default:
         ICE("emit: %s: no code for op %s", where(n, w, sizeof w), ir_ops[n->op].name);
     }
@@ -1424,6 +1456,71 @@ static void program_order(Em *e) {
     }
 }
 
+/* Recv fences.  memplan's liveness orders a buffer's reuse by program
+ * position and keeps a buffer read on another stream than its producer's
+ * until the producer's stream has waited for the reader.  A recv has no
+ * input, so nothing orders its stream (the comm stream) after the compute
+ * stream's last use of the buffer memplan hands it: the recv could write
+ * into bytes a compute kernel is still reading.  (Collectives do not have
+ * this problem: their input is waited for, which orders them after
+ * everything the compute stream launched before it.)  So for each recv on
+ * stream sr, and each other stream su, the last node before it on su that
+ * reads or writes a buffer overlapping the recv's gets an extra event
+ * recorded right after it, and the recv's stream waits for it right before
+ * the recv.  The records come early (at the last use, not at the recv), so
+ * the ring still overlaps the compute.  The extra events are numbered after
+ * the schedule's.  (The proper home of this is memplan/schedule; until then
+ * the emitter keeps the CPU program race-free.) */
+static int node_touches(const Graph *g, const Node *n, int space, int64_t lo, int64_t hi) {
+    for (int io = 0; io < 2; io++)
+        for (int k = 0; k < (io ? n->nout : n->nin); k++) {
+            const Value *v = &g->vals[io ? n->out[k] : n->in[k]];
+            if (v->space != space || v->offset < 0) continue;
+            int64_t end = v->offset + ir_numel(&v->t) * (int64_t)ir_dtype_size(v->t.dt);
+            if (v->offset < hi && lo < end) return 1;
+        }
+    return 0;
+}
+
+static void recv_fences(Em *e) {
+    const Graph *g = e->g;
+    int n = e->norder;
+    e->fence_after = xcalloc((size_t)n * 8 + 1, sizeof(int));
+    e->fence_after_stream = xcalloc((size_t)n * 8 + 1, sizeof(int));
+    e->fence_before = xcalloc((size_t)n * 8 + 1, sizeof(int));
+    for (int i = 0; i < n * 8; i++) e->fence_after[i] = e->fence_before[i] = -1;
+    e->nevents_base = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (ir_ops[g->nodes[i].op].flags & F_SYNC && ir_attr_i(&g->nodes[i], "event", -1) + 1 > e->nevents_base)
+            e->nevents_base = (int)ir_attr_i(&g->nodes[i], "event", -1) + 1;
+    for (int p = 0; p < n; p++) {
+        const Node *r = &g->nodes[e->order[p]];
+        if (r->op != OP_recv) continue;
+        const Value *v = &g->vals[r->out[0]];
+        if (v->space < 0 || v->offset < 0) continue;
+        int64_t lo = v->offset, hi = lo + ir_numel(&v->t) * (int64_t)ir_dtype_size(v->t.dt);
+        int sr = stream_of(r), nb = 0;
+        for (int su = 0; su < 8; su++) {
+            if (su == sr) continue;
+            int q = p - 1;
+            while (q >= 0 && !(stream_of(&g->nodes[e->order[q]]) == su && node_touches(g, &g->nodes[e->order[q]], v->space, lo, hi))) q--;
+            if (q < 0) continue;
+            int slot = q * 8;
+            while (slot < q * 8 + 8 && e->fence_after[slot] >= 0) slot++;
+            if (slot == q * 8 + 8 || nb == 8) ICE("emit: too many recv fences at position %d", q);
+            int ev = e->nevents_base + e->nevents_extra++;
+            e->fence_after[slot] = ev;
+            e->fence_after_stream[slot] = su;
+            e->fence_before[p * 8 + nb++] = ev;
+        }
+    }
+}
+
+static void emit_event(Em *e, LLVMValueRef fn, int stream, int ev) {
+    LLVMValueRef a[3] = {e->ctx, I32(e, stream), I32(e, ev)};
+    LLVMBuildCall2(e->b, e->tevent, fn, a, 3, "");
+}
+
 static void emit_step(Em *e) {
     LLVMBuilderRef b = e->b;
     e->step = add_fn(e, "kiln_step", e->tstep, 1);
@@ -1440,7 +1537,15 @@ static void emit_step(Em *e) {
     for (int k = 0; k < e->ngroups; k++)
         if (e->groups[k].nin + e->groups[k].nout + 1 > e->maxargs) e->maxargs = e->groups[k].nin + e->groups[k].nout + 1;
     e->args = LLVMBuildAlloca(b, LLVMArrayType(e->ti64, (unsigned)e->maxargs), "args");
-    for (int p = 0; p < e->norder; p++) emit_node(e, e->order[p]);
+    recv_fences(e);
+    for (int p = 0; p < e->norder; p++) {
+        for (int k = 0; k < 8 && e->fence_before[p * 8 + k] >= 0; k++)
+            emit_event(e, e->rt_wait, stream_of(&e->g->nodes[e->order[p]]), e->fence_before[p * 8 + k]);
+        emit_node(e, e->order[p]);
+        for (int k = 0; k < 8 && e->fence_after[p * 8 + k] >= 0; k++)
+            emit_event(e, e->rt_record, e->fence_after_stream[p * 8 + k], e->fence_after[p * 8 + k]);
+    }
+    free(e->fence_after), free(e->fence_after_stream), free(e->fence_before);
     LLVMBuildRetVoid(b);
 }
 
@@ -1734,6 +1839,7 @@ static void emit_table(Em *e) {
         if (n->stream + 1 > nstreams) nstreams = n->stream + 1;
         if (ir_ops[n->op].flags & F_SYNC && ir_attr_i(n, "event", -1) + 1 > nevents) nevents = (int)ir_attr_i(n, "event", -1) + 1;
     }
+    nevents += e->nevents_extra; /* recv_fences' */
     static const Op kinds[4] = {OP_param, OP_state, OP_input, OP_output};
     static const char *const syms[4] = {"kiln_params", "kiln_states", "kiln_inputs", "kiln_outputs"};
     int *idx[4], cnt[4];

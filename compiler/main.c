@@ -229,8 +229,6 @@ static void parse_args(Args *a, int argc, char **argv) {
     }
     if (a->o.dp < 1) die("--dp: expected at least 1");
     if (a->o.cp < 1) die("--cp: expected at least 1");
-    if (a->o.cp > 1 && a->o.cp_comm == 1 && (strcmp(a->cmd, "compile") == 0 || strcmp(a->cmd, "run") == 0))
-        die("--cp-comm p2p: not available in the CPU back end yet (no send/recv or attn_merge kernels; --cp-comm allgather is)");
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
     if (a->o.zero != 0 && a->o.zero != 1) die("--zero: expected 0 (all-reduce) or 1 (distributed optimizer), got %d", a->o.zero);
     if (a->format && strcmp(a->format, "text") && strcmp(a->format, "dot"))

@@ -84,6 +84,38 @@ static int ordered_end(const Graph *g, int u, int su, int sd) {
 
 static int max_i(int a, int b) { return a > b ? a : b; }
 
+/* A buffer written off the compute stream (a collective's or a recv's
+ * output) may be written as soon as its stream gets there, before the other
+ * streams have finished with the bytes' earlier owners: it counts as live
+ * from just after the last position of each other stream that its stream
+ * has waited for (an event recorded there), 0 if none. */
+static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
+    enum { NS = SCHED_NSTREAMS };
+    int known[NS][NS], n = g->nnodes;
+    for (int a = 0; a < NS; a++)
+        for (int b = 0; b < NS; b++) known[a][b] = -1;
+    int64_t maxev = -1;
+    for (int i = 0; i < n; i++)
+        if (g->nodes[i].op == OP_record) maxev = ir_attr_i(&g->nodes[i], "event", -1) > maxev ? ir_attr_i(&g->nodes[i], "event", -1) : maxev;
+    int *recpos = xcalloc((size_t)(maxev + 2), sizeof(int)), *recstream = xcalloc((size_t)(maxev + 2), sizeof(int));
+    for (int i = 0; i < n; i++) {
+        const Node *nd = &g->nodes[i];
+        int s = nd->stream;
+        if (s < 0 || s >= NS) continue;
+        int64_t e = ir_attr_i(nd, "event", -1);
+        if (nd->op == OP_record && e >= 0 && e <= maxev) recpos[e] = i, recstream[e] = s;
+        if (nd->op == OP_wait && e >= 0 && e <= maxev && recstream[e] != s) known[s][recstream[e]] = max_i(known[s][recstream[e]], recpos[e]);
+        if (s == 0) continue;
+        for (int k = 0; k < nd->nout; k++) {
+            int v = nd->out[k];
+            if (L->root[v] != v) continue;
+            for (int t = 0; t < NS; t++)
+                if ((used >> t & 1) && t != s && known[s][t] + 1 < L->start[v]) L->start[v] = known[s][t] + 1;
+        }
+    }
+    free(recpos), free(recstream);
+}
+
 void memlive_build(const Graph *g, MemLive *L) {
     int n = g->nnodes, nv = g->nvals;
     L->nnodes = n, L->nvals = nv;
@@ -128,6 +160,9 @@ void memlive_build(const Graph *g, MemLive *L) {
         }
     }
 
+    unsigned used = 0; /* streams with nodes */
+    for (int i = 0; i < n; i++)
+        if (g->nodes[i].stream >= 0 && g->nodes[i].stream < 32) used |= 1u << g->nodes[i].stream;
     for (int i = 0; i < n; i++) {
         const Node *nd = &g->nodes[i];
         for (int k = 0; k < nd->nin; k++) {
@@ -136,9 +171,12 @@ void memlive_build(const Graph *g, MemLive *L) {
             int e = nd->op == OP_output ? n : last[i];
             int sd = g->nodes[g->vals[r].def].stream, su = nd->stream;
             if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, ordered_end(g, i, su, sd));
+            for (int t = 0; su > 0 && t < 32; t++) /* a read off the compute stream: until every stream is past it */
+                if ((used >> t & 1) && t != su) e = max_i(e, ordered_end(g, i, su, t));
             L->end[r] = max_i(L->end[r], e);
         }
     }
+    pull_back_starts(g, L, used);
     free(kern), free(first), free(last), free(outside), free(read);
 }
 

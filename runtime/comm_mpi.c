@@ -63,6 +63,23 @@
  * it with the flat collective, so the flat case (outer 1) keeps its
  * zero-copy path and its speed.
  *
+ * Point to point (ring attention, --cp-comm p2p).  rtk_send and rtk_recv
+ * run on the comm stream, and every rank of a ring sends before it
+ * receives, so a blocking send of a message above the eager limit would
+ * deadlock the whole ring.  rtk_send therefore copies x into a staging
+ * buffer (the memory plan may reuse x's buffer as soon as the kernel
+ * returns) and posts MPI_Isend from it, in pieces of at most
+ * KILN_RT_COMM_CHUNK (or INT_MAX) bytes under one tag: MPI does not let
+ * messages with the same source, tag and communicator overtake each other,
+ * so rtk_recv's MPI_Recv pieces match them in order.  The staged sends sit
+ * in a list; every later send/recv tests the list and frees what finished,
+ * and rt_comm_step_end (called by rt_step after the streams drained) waits
+ * for the rest, so no step returns with a send in flight.  A send to this
+ * rank itself (a group of one, or peer = 0 mod size) never touches MPI: the
+ * staged copy waits in the list and the matching rtk_recv (same group and
+ * tag, first posted first) copies it out.  Bytes: rtk_send counts its
+ * payload when it goes to another rank.
+ *
  * Rank iota.  rtk_iota_rank writes this rank's global token indices (IR
  * iota with a group, compiler/interp.c do_rank_iota); it lives here because
  * it needs the group index.  Host calls are
@@ -89,7 +106,19 @@ struct RtComm {
     MPI_Comm comm[NMASKS];    /* MPI_COMM_NULL where the group has one rank */
     atomic_llong bytes;       /* rt_comm_bytes */
     atomic_int broken;        /* an MPI call failed */
+    struct Staged *staged;    /* rtk_send's buffers still in use, oldest first */
+    pthread_mutex_t staged_mu;
 };
+
+/* One rtk_send's copy of x: in flight through MPI (nreq requests), or
+ * waiting for this rank's own rtk_recv (local). */
+typedef struct Staged {
+    struct Staged *next;
+    char *buf;
+    int64_t bytes;
+    int mask, tag, local, nreq;
+    MPI_Request *req;
+} Staged;
 
 /* Process-wide MPI state. */
 static struct {
@@ -258,6 +287,11 @@ RtComm *rt_comm_new(const rt_program *p) {
         return NULL;
     }
     for (int m = 0; m < NMASKS; m++) cm->comm[m] = MPI_COMM_NULL;
+    if (pthread_mutex_init(&cm->staged_mu, NULL)) {
+        fprintf(stderr, "kiln runtime: pthread_mutex_init failed\n");
+        free(cm);
+        return NULL;
+    }
     for (int a = 0; a < NAXES; a++) cm->mesh[a] = mesh_dim(p, a);
     cm->world = world;
     cm->mpi = world > 1 || under_launcher();
@@ -292,8 +326,21 @@ fail:
     return NULL;
 }
 
+static void staged_free(Staged *s) {
+    free(s->buf);
+    free(s->req);
+    free(s);
+}
+
 void rt_comm_free(RtComm *cm) {
     if (!cm) return;
+    char t[512];
+    if (rt_comm_finish_sends(cm, t, sizeof t)) fprintf(stderr, "kiln runtime: %s\n", t);
+    for (Staged *s = cm->staged, *nx; s; s = nx) { /* local sends nobody received */
+        nx = s->next;
+        staged_free(s);
+    }
+    if (pthread_mutex_destroy(&cm->staged_mu)) fprintf(stderr, "kiln runtime: pthread_mutex_destroy failed\n");
     for (int m = 1; m < NMASKS; m++)
         if (cm->comm[m] != MPI_COMM_NULL) {
             int rc = MPI_Comm_free(&cm->comm[m]);
@@ -599,6 +646,156 @@ void rtk_shard(rt_ctx *c, const int64_t *a) {
     if (group_of(c, "shard", a[6], 0, &g)) return;
     int64_t row = len * inner * eb; /* bytes of y per outer index */
     for (int64_t o = 0; o < outer; o++) memmove(y + o * row, x + (o * g.size + g.index) * row, (size_t)row);
+}
+
+/* ---- point to point: rtk_send, rtk_recv ---- */
+
+static int64_t piece_bytes(void) { return chunk_limit < INT_MAX ? chunk_limit : INT_MAX; }
+static int npieces(int64_t bytes) { return bytes ? (int)((bytes + piece_bytes() - 1) / piece_bytes()) : 1; }
+
+/* Free the staged sends MPI has finished with (wait: block until all have).
+ * Under staged_mu; MPI's code. */
+static int reap_sends(RtComm *cm, int wait) {
+    int rc = MPI_SUCCESS;
+    for (Staged **pp = &cm->staged; *pp && rc == MPI_SUCCESS;) {
+        Staged *s = *pp;
+        int done = 0;
+        if (!s->local) {
+            mpi_lock();
+            rc = wait ? MPI_Waitall(s->nreq, s->req, MPI_STATUSES_IGNORE) : MPI_Testall(s->nreq, s->req, &done, MPI_STATUSES_IGNORE);
+            mpi_unlock();
+            done = done || (wait && rc == MPI_SUCCESS);
+        }
+        if (done) {
+            *pp = s->next;
+            staged_free(s);
+        } else {
+            pp = &s->next;
+        }
+    }
+    return rc;
+}
+
+int rt_comm_finish_sends(RtComm *cm, char *err, int errlen) {
+    char t[512];
+    int rc = MPI_SUCCESS, lost = -1;
+    if (pthread_mutex_lock(&cm->staged_mu)) abort();
+    if (cm->staged && !atomic_load(&cm->broken)) rc = reap_sends(cm, 1);
+    for (Staged *s = cm->staged, *nx; s; s = nx) { /* local leftovers; after a failure, sends MPI may still read: leaked */
+        nx = s->next;
+        if (s->local) lost = s->tag;
+        if (s->local) staged_free(s);
+    }
+    cm->staged = NULL;
+    if (pthread_mutex_unlock(&cm->staged_mu)) abort();
+    if (rc != MPI_SUCCESS) {
+        atomic_store(&cm->broken, 1);
+        return snprintf(err, (size_t)errlen, "send: completing at the end of the step: MPI: %s", mpi_text(rc, t, sizeof t)), -1;
+    }
+    if (lost >= 0) return snprintf(err, (size_t)errlen, "send to this rank itself with tag %d was never received", lost), -1;
+    return 0;
+}
+
+/* Stage x and post it; MPI's code, or FAILED after rt_fail. */
+static int post_send(rt_ctx *c, const Group *g, const char *x, int64_t bytes, int dest, int tag) {
+    Staged *s = calloc(1, sizeof *s);
+    int local = dest == g->index, n = local ? 0 : npieces(bytes), rc = MPI_SUCCESS, posted = 0;
+    if (s) s->buf = malloc(bytes ? (size_t)bytes : 1);
+    if (s && n) s->req = malloc(sizeof(MPI_Request) * (size_t)n);
+    if (!s || !s->buf || (n && !s->req)) {
+        if (s) staged_free(s);
+        rt_fail(c, "send: out of memory for a %lld-byte staging buffer", (long long)bytes);
+        return FAILED;
+    }
+    memcpy(s->buf, x, (size_t)bytes);
+    *s = (Staged){NULL, s->buf, bytes, g->mask, tag, local, 0, s->req};
+    mpi_lock();
+    for (int k = 0; k < n && rc == MPI_SUCCESS; k++) {
+        int64_t o = k * piece_bytes(), len = bytes - o < piece_bytes() ? bytes - o : piece_bytes();
+        rc = MPI_Isend(s->buf + o, (int)len, MPI_BYTE, dest, tag, g->comm, &s->req[k]);
+        if (rc == MPI_SUCCESS) posted++;
+    }
+    mpi_unlock();
+    s->nreq = posted;
+    if (pthread_mutex_lock(&g->cm->staged_mu)) abort();
+    Staged **pp = &g->cm->staged;
+    while (*pp) pp = &(*pp)->next;
+    *pp = s; /* even after a failed post: the posted pieces may still read buf */
+    if (rc == MPI_SUCCESS) rc = reap_sends(g->cm, 0);
+    if (pthread_mutex_unlock(&g->cm->staged_mu)) abort();
+    return rc;
+}
+
+/* Group-rank (index + peer) mod size. */
+static int ring_peer(const Group *g, int64_t peer) { return (int)(((g->index + peer) % g->size + g->size) % g->size); }
+
+/* Check send/recv args; 0, or -1 after rt_fail. */
+static int p2p_args(rt_ctx *c, const char *op, const int64_t *a, Group *g) {
+    if (group_of(c, op, a[2], 0, g)) return -1;
+    if (a[1] < 0 || a[4] < 0 || a[4] > 32767) { /* 32767: the least MPI_TAG_UB MPI allows */
+        rt_fail(c, "%s: bad size %lld or tag %lld", op, (long long)a[1], (long long)a[4]);
+        return -1;
+    }
+    return 0;
+}
+
+void rtk_send(rt_ctx *c, const int64_t *a) {
+    Group g;
+    if (p2p_args(c, "send", a, &g)) return;
+    int dest = ring_peer(&g, a[3]);
+    int rc = post_send(c, &g, rt_arg_ptr(a[0]), a[1], dest, (int)a[4]);
+    if (rc != FAILED) finish(c, &g, rc, dest == g.index ? 0 : a[1]);
+}
+
+/* A recv from this rank itself: the first staged local send of (mask, tag). */
+static void recv_local(rt_ctx *c, const Group *g, char *y, int64_t bytes, int tag) {
+    Staged *s = NULL;
+    if (pthread_mutex_lock(&g->cm->staged_mu)) abort();
+    for (Staged **pp = &g->cm->staged; *pp; pp = &(*pp)->next)
+        if ((*pp)->local && (*pp)->mask == g->mask && (*pp)->tag == tag) {
+            s = *pp;
+            *pp = s->next;
+            break;
+        }
+    if (pthread_mutex_unlock(&g->cm->staged_mu)) abort();
+    if (!s || s->bytes != bytes) {
+        rt_fail(c, "recv from this rank itself, tag %d: %s", tag, s ? "size differs from the send's" : "no send of that tag came first");
+        if (s) staged_free(s);
+        return;
+    }
+    memcpy(y, s->buf, (size_t)bytes);
+    staged_free(s);
+}
+
+void rtk_recv(rt_ctx *c, const int64_t *a) {
+    Group g;
+    if (p2p_args(c, "recv", a, &g)) return;
+    char *y = rt_arg_ptr(a[0]);
+    int64_t bytes = a[1];
+    int src = ring_peer(&g, a[3]), tag = (int)a[4], rc = MPI_SUCCESS;
+    if (src == g.index) {
+        recv_local(c, &g, y, bytes, tag);
+        return;
+    }
+    for (int k = 0, n = npieces(bytes); k < n && rc == MPI_SUCCESS; k++) {
+        int64_t o = k * piece_bytes(), len = bytes - o < piece_bytes() ? bytes - o : piece_bytes();
+        MPI_Status st;
+        int got = -1;
+        mpi_lock();
+        rc = MPI_Recv(y + o, (int)len, MPI_BYTE, src, tag, g.comm, &st);
+        if (rc == MPI_SUCCESS) rc = MPI_Get_count(&st, MPI_BYTE, &got);
+        mpi_unlock();
+        if (rc == MPI_SUCCESS && got != len) {
+            rt_fail(c, "recv from group-rank %d, tag %d: %d bytes arrived, %lld expected", src, tag, got, (long long)len);
+            return;
+        }
+    }
+    if (rc == MPI_SUCCESS) {
+        if (pthread_mutex_lock(&g.cm->staged_mu)) abort();
+        rc = reap_sends(g.cm, 0);
+        if (pthread_mutex_unlock(&g.cm->staged_mu)) abort();
+    }
+    finish(c, &g, rc, 0);
 }
 
 /* ---- host calls ---- */

@@ -428,6 +428,8 @@ int rt_step(rt_ctx *c, char *err, int errlen) {
     c->p->step(c, c->space);
     if (!c->serial)
         for (int i = 0; i < c->nstreams; i++) drain(&c->streams[i]);
+    char sends[600];
+    if (rt_comm_finish_sends(c->comm, sends, sizeof sends)) rt_fail(c, "%s", sends); /* no step returns with a send in flight */
     PT(pthread_mutex_lock(&c->err_mu));
     int failed = c->failed;
     if (failed && err && errlen > 0) snprintf(err, (size_t)errlen, "%s", c->err);

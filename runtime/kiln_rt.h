@@ -205,6 +205,18 @@ void rtk_allgather(rt_ctx *ctx, const int64_t *a);
  * o < outer, j < len, i < inner (elements of elem_bytes), r = group index.
  * args: x, y, outer, len, inner, elem_bytes, mask */
 void rtk_shard(rt_ctx *ctx, const int64_t *a);
+/* Point to point over group `mask` (IR send/recv; ring attention), peer
+ * relative in the group: the other side is group-rank (i + peer) mod size.
+ * send copies x's bytes into a staging buffer and posts it without
+ * blocking (x may be reused as soon as it returns); the send completes in
+ * a later send/recv or at the end of the step (rt_step waits for it).
+ * recv blocks until the matching send (same group and tag, posted by the
+ * peer) has arrived in y.  A send to this rank itself waits in the staging
+ * list for its recv.  rt_comm_bytes counts what send sends to other ranks.
+ * args: send: x, bytes, mask, peer, tag;  recv: y, bytes, mask, peer, tag
+ * (tag in 0..32767). */
+void rtk_send(rt_ctx *ctx, const int64_t *a);
+void rtk_recv(rt_ctx *ctx, const int64_t *a);
 
 /* ---- library kernels (kernels/cpu/) and their args ----
  * Shapes are row-major; "rows" is the product of all leading dims. */
@@ -240,6 +252,14 @@ void rtk_attention(rt_ctx *ctx, const int64_t *a);
 /* masked as rtk_attention.
  * args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale, qpos, kpos  (dq, dk, dv overwritten) */
 void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a);
+/* Merge two attention parts over disjoint key sets (IR attn_merge; ring
+ * attention), per row r < rows of D values, in f32:
+ * lse = max + log1p(exp(min - max)) of lse_a[r], lse_b[r] (-inf if both
+ * are), o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b, a part whose lse is
+ * -inf weighing 0 (both -inf: o = 0, never NaN).  o may be o_a or o_b and
+ * lse may be lse_a or lse_b (exactly, not a partial overlap).
+ * args: o_a, lse_a, o_b, lse_b, o, lse, rows, D */
+void rtk_attn_merge(rt_ctx *ctx, const int64_t *a);
 /* out[i,:] = table[ids[i],:].  args: table, ids, out, n, C, V (an id outside [0,V) fails the step) */
 void rtk_embedding(rt_ctx *ctx, const int64_t *a);
 /* dtable = scatter-add of dy rows (overwritten).  args: dy, ids, dtable, n, C, V */

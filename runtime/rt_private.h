@@ -12,6 +12,10 @@ typedef struct RtComm RtComm;
  * count must equal the mesh's world.  NULL after one line on stderr. */
 RtComm *rt_comm_new(const rt_program *p);
 void rt_comm_free(RtComm *cm);
+/* Complete rtk_send's staged sends still in flight (MPI_Wait) and drop
+ * sends to this rank itself that nobody received; rt_step calls it after
+ * the streams drained, rt_comm_free too.  0, or -1 with a message in err. */
+int rt_comm_finish_sends(RtComm *cm, char *err, int errlen);
 /* The context's communication state (dev_cpu.c owns the context). */
 RtComm *rt_comm_of(rt_ctx *ctx);
 /* The size of group `mask` in p's mesh (an unset mesh entry counts as 1);

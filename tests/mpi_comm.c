@@ -22,6 +22,14 @@
  *                            byte for byte; it loads the files of earlier
  *                            runs at other dp in DIR, --init both ways
  *   mpi_comm die             (mpirun -np 4) rank 1 SIGKILLs itself in step 3
+ *   mpi_comm p2p CP          (mpirun -np CP, or plain for 1) rtk_send /
+ *                            rtk_recv around the cp ring, both ways, to
+ *                            this rank itself, and an 8 MiB message (past
+ *                            any eager limit: every rank sends before it
+ *                            receives, so a blocking send would deadlock);
+ *                            x is overwritten right after its send (the
+ *                            send must have staged it); rt_comm_bytes
+ *                            counts the bytes sent to other ranks
  *   mpi_comm train DP GB -- TRAINER FLAGS
  *                            rt_train_main on a tiny model with a global
  *                            batch of GB rows over DP data-parallel ranks
@@ -367,6 +375,73 @@ static int run_die(void) {
     fprintf(stderr, "mpi_comm die: rank %d survived its peer's death\n", G.rank);
     rt_free(c);
     return 0;
+}
+
+/* ---- p2p: send/recv rings ---- */
+
+/* act space, in floats: small x/y pairs for three rings, then the big pair */
+enum { PN = 16, PBIG = 2 << 20, P_XS = 0, P_YS = 16, P_XR = 32, P_YR = 48, P_XL = 64, P_YL = 80, P_XB = 128, P_YB = P_XB + PBIG,
+       P_FLOATS = P_YB + PBIG };
+static struct {
+    int index, size;
+    int64_t step;
+} PP;
+
+static float p2p_small(int r, int64_t step, int k, int ring) { return (float)(1000 * r + 300 * ring + k) + (float)step; }
+static float p2p_big(int r, int64_t step, int64_t k) { return (float)(7 * r + k % 1000) + (float)step; }
+
+/* args: base, value (0: this rank's data, 1: clobber with -1) */
+static void k_p2p_fill(rt_ctx *c, const int64_t *a) {
+    (void)c;
+    float *f = RT_F32P(a[0]);
+    for (int ring = 0; ring < 3; ring++)
+        for (int k = 0; k < PN; k++) f[32 * ring + k] = a[1] ? -1.0f : p2p_small(PP.index, PP.step, k, ring);
+    for (int64_t k = 0; k < PBIG; k++) f[P_XB + k] = a[1] ? -1.0f : p2p_big(PP.index, PP.step, k);
+}
+
+static void step_p2p(rt_ctx *c, char *const *sp) {
+    float *f = (float *)sp[RT_SPACE_ACT];
+    int64_t m = RT_AXIS_CP;
+    LAUNCH(c, 1, k_p2p_fill, "fill", rt_ptr_arg(f), 0);
+    LAUNCH(c, 1, rtk_send, "send ring", rt_ptr_arg(f + P_XS), PN * 4, m, 1, 0);
+    LAUNCH(c, 1, rtk_send, "send big", rt_ptr_arg(f + P_XB), (int64_t)PBIG * 4, m, 1, 1);
+    LAUNCH(c, 1, rtk_send, "send reverse", rt_ptr_arg(f + P_XR), PN * 4, m, -1, 2);
+    LAUNCH(c, 1, rtk_send, "send self", rt_ptr_arg(f + P_XL), PN * 4, m, PP.size, 3);
+    LAUNCH(c, 1, k_p2p_fill, "clobber", rt_ptr_arg(f), 1);
+    LAUNCH(c, 1, rtk_recv, "recv self", rt_ptr_arg(f + P_YL), PN * 4, m, 0, 3);
+    LAUNCH(c, 1, rtk_recv, "recv ring", rt_ptr_arg(f + P_YS), PN * 4, m, -1, 0);
+    LAUNCH(c, 1, rtk_recv, "recv big", rt_ptr_arg(f + P_YB), (int64_t)PBIG * 4, m, -1, 1);
+    LAUNCH(c, 1, rtk_recv, "recv reverse", rt_ptr_arg(f + P_YR), PN * 4, m, 1, 2);
+}
+
+static int run_p2p(int CP) {
+    rt_program p = {.abi_version = RT_ABI_VERSION, .model = "p2p", .space_bytes = {0, 0, 0, (int64_t)P_FLOATS * 4},
+                    .nstreams = 2, .step = step_p2p, .mesh = {1, 1, CP, 1}};
+    rt_ctx *c = new_ctx(&p);
+    PP.index = rt_group_rank(c, RT_AXIS_CP);
+    PP.size = rt_group_size(c, RT_AXIS_CP);
+    int left = (PP.index + PP.size - 1) % PP.size, right = (PP.index + 1) % PP.size;
+    int ok_s = 1, ok_b = 1, ok_r = 1, ok_l = 1, ok_bytes = 1;
+    for (PP.step = 1; PP.step <= 2; PP.step++) { /* a second step reuses tags and staging */
+        int64_t before = rt_comm_bytes(c);
+        step_or_die(c);
+        const float *f = (const float *)rt_space(c, RT_SPACE_ACT);
+        for (int k = 0; k < PN; k++) {
+            ok_s &= f[P_YS + k] == p2p_small(left, PP.step, k, 0);
+            ok_r &= f[P_YR + k] == p2p_small(right, PP.step, k, 1);
+            ok_l &= f[P_YL + k] == p2p_small(PP.index, PP.step, k, 2);
+        }
+        for (int64_t k = 0; k < PBIG; k++) ok_b &= f[P_YB + k] == p2p_big(left, PP.step, k);
+        ok_bytes &= rt_comm_bytes(c) - before == (PP.size > 1 ? (2 * PN + (int64_t)PBIG) * 4 : 0);
+    }
+    check(ok_s, "send/recv ring: x of group-rank i-1 arrives");
+    check(ok_b, "send/recv ring: 8 MiB messages, every rank sending first (no deadlock)");
+    check(ok_r, "send/recv reverse ring (peer -1 / +1)");
+    check(ok_l, "send/recv to this rank itself (peer = size / 0)");
+    check(ok_bytes, "rt_comm_bytes counts the bytes sent to other ranks");
+    int failed = report(c);
+    rt_free(c);
+    return failed != 0;
 }
 
 /* ---- ckpt: sharded save and load ---- */
@@ -979,6 +1054,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "ckpt") == 0 && argc == 3) return run_ckpt(argv[2]);
     if (strcmp(mode, "pckpt") == 0 && argc == 4) return run_pckpt(atoi(argv[2]), argv[3]);
     if (strcmp(mode, "die") == 0) return run_die();
+    if (strcmp(mode, "p2p") == 0 && argc == 3) return run_p2p(atoi(argv[2]));
     int ps = strcmp(mode, "train-ps") == 0;
     if ((ps || strcmp(mode, "train") == 0) && argc >= 5 && strcmp(argv[4], "--") == 0) {
         argv[4] = argv[0];
@@ -993,6 +1069,6 @@ int main(int argc, char **argv) {
         argv[6] = argv[0];
         return run_train(atoi(argv[2]), atoi(argv[3]), layout, atoi(argv[5]), 0, argc - 6, argv + 6);
     }
-    die("usage: mpi_comm plain | coll DP CP | ckpt DIR | pckpt DP DIR | die | train[-ps] DP GLOBAL_BATCH -- TRAINER FLAGS | "
+    die("usage: mpi_comm plain | coll DP CP | p2p CP | ckpt DIR | pckpt DP DIR | die | train[-ps] DP GLOBAL_BATCH -- TRAINER FLAGS | "
         "train-cp DP CP dual|contiguous|mismatch GLOBAL_BATCH -- TRAINER FLAGS");
 }

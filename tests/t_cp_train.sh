@@ -4,9 +4,9 @@
 # the 1-rank loss curve over 30 steps (relative 1e-5: f32, only the
 # summation order differs), which checks the compiled program (rank iotas,
 # K/V all-gather and dK/dV reduce-scatter along T, attention with
-# positions) and the trainer's hand-out of cp columns together.  Only the
-# default --cp-comm allgather: p2p needs send/recv and attn_merge kernels
-# the CPU back end does not have yet (kiln compile refuses it).
+# positions) and the trainer's hand-out of cp columns together.  Both
+# --cp-comm allgather (the default) and p2p (ring attention: rtk_send /
+# rtk_recv of K, V, positions and dK, dV around the cp ring, attn_merge).
 set -u
 B=${BUILD:-build}
 K=$B/kiln
@@ -39,3 +39,5 @@ run cp2 2 --cp 2
 run cp2c 2 --cp 2 --cp-layout contiguous
 run dp2cp2 4 --dp 2 --cp 2
 run cp4 4 --cp 4
+run cp2p 2 --cp 2 --cp-comm p2p
+run cp4p 4 --cp 4 --cp-comm p2p

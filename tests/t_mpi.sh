@@ -12,6 +12,8 @@
 # init, checkpoints identical to the stored-params program's at dp 4, 1, 2
 # and loadable across them both ways, --init; the trainer's losses equal
 # the stored layout's bit for bit, and checkpoints resume across layouts.
+# Ring attention's send/recv (p2p): rings both ways, to self, 8 MiB
+# messages that would deadlock a blocking send, in pieces, bytes counted.
 # Context parallel (train-cp): strided collectives and rank iotas in coll;
 # dp x cp trainers in both layouts give the 1-rank losses (the trainer's cp
 # columns agree with the positions of rtk_iota_rank), and a table that
@@ -53,6 +55,11 @@ checks "" "$M" plain
 checks "" mpi 4 "$M" coll 2 2
 checks "dp 4 x cp 1: " mpi 4 "$M" coll 4 1
 checks "pieces of 2: " mpi 4 -x KILN_RT_COMM_CHUNK=2 "$M" coll 2 2
+# ring attention's send/recv: 4-rank rings (8 MiB messages, all ranks send
+# first), a group of one, and messages in pieces
+checks "p2p 4: " mpi 4 "$M" p2p 4
+checks "p2p 1: " "$M" p2p 1
+checks "p2p 2, pieces of 100000 bytes: " mpi 2 -x KILN_RT_COMM_CHUNK=100000 "$M" p2p 2
 mkdir "$tmp/ck"
 checks "" mpi 4 "$M" ckpt "$tmp/ck"
 # params in a param shard: each run also loads the files the earlier ones saved

@@ -1271,6 +1271,71 @@ static void test_cp_model(void **st) {
     }
 }
 
+/* --cp-comm p2p: the ring's send/recv become rtk_send/rtk_recv(ptr, bytes,
+ * mask, peer, tag) on the node's stream (the comm stream), in program
+ * order with the bytes of the value sent or received, and attn_merge
+ * becomes rtk_attn_merge(o_a, lse_a, o_b, lse_b, o, lse, rows, D), one per
+ * IR node, with rows = lse's elements and rows * D = o's. */
+static void test_cp_p2p_launches(void **st) {
+    (void)st;
+    Options o;
+    opt_defaults(&o);
+    o.cp = 2;
+    o.cp_comm = 1;
+    char err[1024], mask_cp[8];
+    snprintf(mask_cp, sizeof mask_cp, "%d", RT_AXIS_CP);
+    Module *m = fe_load("models/tiny.lua", &o, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    pass_autodiff(m, &o);
+    pass_parallelize(m, &o);
+    pass_optimizer(m, &o);
+    pass_fuse(m, &o);
+    pass_schedule(m, &o);
+    pass_memplan(m, &o);
+    if (ir_verify_module(m, err, sizeof err) != 0) fail_msg("verify: %s", err);
+    const Graph *g = m->stages[0];
+    const Node *sends[MAXL], *recvs[MAXL], *merges[MAXL];
+    int ns = 0, nr = 0, nm = 0;
+    for (int pos = 0; pos < g->nnodes; pos++)
+        for (int i = 0; i < g->nnodes; i++) {
+            const Node *n = &g->nodes[i];
+            if (n->pos != pos) continue;
+            if (n->op == OP_send && ns < MAXL) sends[ns++] = n;
+            if (n->op == OP_recv && nr < MAXL) recvs[nr++] = n;
+            if (n->op == OP_attn_merge && nm < MAXL) merges[nm++] = n;
+        }
+    assert_true(ns >= 3 && nr == ns && nm >= 1);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    if (emit_llvm_text_for(m, f, "x86-64", "", err, sizeof err) != 0) fail_msg("emit_llvm_text: %s", err);
+    rewind(f);
+    char *text = slurp(f);
+    fclose(f);
+    Launch l[MAXL];
+    char bytes[32], tag[16], rows[32], D[32];
+    for (int dir = 0; dir < 2; dir++) {
+        const Node *const *ir = dir ? recvs : sends;
+        assert_int_equal(launches(text, dir ? "recv" : "send", l), ns);
+        for (int k = 0; k < ns; k++) {
+            const Value *v = &g->vals[dir ? ir[k]->out[0] : ir[k]->in[0]];
+            snprintf(bytes, sizeof bytes, "%lld", (long long)(ir_numel(&v->t) * ir_dtype_size(v->t.dt)));
+            snprintf(tag, sizeof tag, "%lld", (long long)ir_attr_i(ir[k], "tag", -1));
+            WANT(&l[k], "p", bytes, mask_cp, dir ? "-1" : "1", tag);
+            assert_int_equal(l[k].stream, ir[k]->stream);
+            assert_int_equal(l[k].stream, 1);
+        }
+    }
+    assert_int_equal(launches(text, "attn_merge", l), nm);
+    for (int k = 0; k < nm; k++) {
+        int64_t r = ir_numel(&g->vals[merges[k]->in[1]].t);
+        snprintf(rows, sizeof rows, "%lld", (long long)r);
+        snprintf(D, sizeof D, "%lld", (long long)(ir_numel(&g->vals[merges[k]->in[0]].t) / r));
+        WANT(&l[k], "p", "p", "p", "p", "p", "p", rows, D);
+    }
+    free(text);
+    ir_free(m);
+}
+
 /* A bucket the states describe inconsistently is an internal error naming
  * what is wrong. */
 static void test_bucket_ice(void **st) {
@@ -1458,6 +1523,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_comm_ice),
         cmocka_unit_test(test_cp_table),
         cmocka_unit_test(test_cp_model),
+        cmocka_unit_test(test_cp_p2p_launches),
         cmocka_unit_test(test_bucket_ice),
         cmocka_unit_test(test_master_table),
         cmocka_unit_test(test_master_one_rank),

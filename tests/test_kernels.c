@@ -489,6 +489,68 @@ static void test_attention_naive(void **st) { attn_each_micro(attn_naive_cases);
 
 /* ---- embedding, cross-entropy ---- */
 
+/* ---- attn_merge ---- */
+
+/* Ring attention's log-sum-exp merge against full softmax attention in
+ * double, written out here: q [1,H,T,D], keys split into blocks A (keys
+ * 0..SA-1) and B (SA..S-1), kv shared by the H heads (GQA, so a block is a
+ * contiguous piece of k and v).  Causal with positions kp[s] = s and qp[t] =
+ * t - 5: rows t < 5 see no key at all (both parts lse = -inf: o must be 0
+ * and lse -inf, never NaN), rows with qp < SA see nothing of block B (a
+ * part weighing 0).  Each block goes through rtk_attention with positions,
+ * then rtk_attn_merge, out of place and in place (o = o_a, lse = lse_b).
+ * Tolerance 1e-5 as max |kernel - ref| / max |ref| (f32 throughout). */
+static void test_attn_merge(void **st) {
+    (void)st;
+    enum { H = 2, T = 37, S = 50, SA = 23, D = 20 };
+    int64_t nq = H * T * D, nl = H * T;
+    double scale = 1 / sqrt((double)D);
+    const double *Q = rnd(nq, 50, 2), *K = rnd(S * D, 51, 2), *V = rnd(S * D, 52, 1);
+    double *O = keep(calloc((size_t)nq, sizeof(double))), *L = keep(malloc(sizeof(double) * (size_t)nl));
+    int32_t qp[T], kp[S];
+    for (int t = 0; t < T; t++) qp[t] = t - 5;
+    for (int s = 0; s < S; s++) kp[s] = s;
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < T; t++) {
+            const double *q = Q + (h * T + t) * D;
+            double sc[S], m = -INFINITY, l = 0, *o = O + (h * T + t) * D;
+            for (int s = 0; s <= qp[t] && s < S; s++) {
+                sc[s] = 0;
+                for (int d = 0; d < D; d++) sc[s] += q[d] * K[s * D + d];
+                sc[s] *= scale;
+                m = sc[s] > m ? sc[s] : m;
+            }
+            for (int s = 0; s <= qp[t] && s < S; s++) l += exp(sc[s] - m);
+            for (int s = 0; s <= qp[t] && s < S; s++)
+                for (int d = 0; d < D; d++) o[d] += exp(sc[s] - m) / l * V[s * D + d];
+            L[h * T + t] = qp[t] >= 0 ? m + log(l) : -INFINITY;
+        }
+    float *fq = f32(Q, nq), *fk = f32(K, S * D), *fv = f32(V, S * D);
+    float *oa = fbuf(nq), *la = fbuf(nl), *ob = fbuf(nq), *lb = fbuf(nl), *o = fbuf(nq), *l = fbuf(nl);
+    RUN(rtk_attention, P(fq), P(fk), P(fv), P(oa), P(la), 1, H, 1, T, SA, D, 1, F(scale), P(qp), P(kp));
+    RUN(rtk_attention, P(fq), P(fk + SA * D), P(fv + SA * D), P(ob), P(lb), 1, H, 1, T, S - SA, D, 1, F(scale), P(qp),
+        P(kp + SA));
+    for (int pass = 0; pass < 2; pass++) {
+        float *po = pass ? oa : o, *pl = pass ? lb : l; /* pass 1: in place */
+        RUN(rtk_attn_merge, P(oa), P(la), P(ob), P(lb), P(po), P(pl), nl, D);
+        const char *what = pass ? "attn_merge in place" : "attn_merge";
+        double *Lfin = keep(malloc(sizeof(double) * (size_t)nl));
+        float *flfin = fbuf(nl);
+        for (int64_t i = 0; i < nl; i++) {
+            if ((isinf(L[i]) || isinf(pl[i])) && !(pl[i] == L[i])) fail_msg("%s: lse[%lld] = %g, want %g", what, (long long)i, pl[i], L[i]);
+            Lfin[i] = isinf(L[i]) ? 0 : L[i];
+            flfin[i] = isinf(pl[i]) ? 0 : pl[i];
+        }
+        for (int64_t i = 0; i < nq; i++)
+            if (isnan(po[i])) fail_msg("%s: o[%lld] is NaN", what, (long long)i);
+        for (int t = 0; t < 5; t++)
+            for (int d = 0; d < D; d++)
+                if (po[t * D + d] != 0) fail_msg("%s: fully masked row %d: o = %g, want 0", what, t, po[t * D + d]);
+        check(what, po, O, nq, TOL);
+        check("  lse", flfin, Lfin, nl, TOL);
+    }
+}
+
 static void test_embedding(void **st) {
     enum { V = 11, C = 40, N1 = 3, N2 = 7 };
     Bld b = bld();
@@ -882,7 +944,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_teardown(f, release)
     const struct CMUnitTest tests[] = {
         T(test_gemm),      T(test_layernorm), T(test_rmsnorm),  T(test_softmax),         T(test_rope),
-        T(test_attention), T(test_attention_naive), T(test_attention_positions),
+        T(test_attention), T(test_attention_naive), T(test_attention_positions), T(test_attn_merge),
         T(test_embedding), T(test_embedding_bad_id), T(test_cross_entropy), T(test_adamw),
         T(test_lr_clip),   T(test_sumsq),     T(test_reduce),   T(test_max_bwd),         T(test_sumto),
         T(test_copy),      T(test_fill_iota_memcpy),
