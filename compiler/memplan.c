@@ -95,8 +95,10 @@ static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
     for (int a = 0; a < NS; a++)
         for (int b = 0; b < NS; b++) known[a][b] = -1;
     int64_t maxev = -1;
-    for (int i = 0; i < n; i++)
-        if (g->nodes[i].op == OP_record) maxev = ir_attr_i(&g->nodes[i], "event", -1) > maxev ? ir_attr_i(&g->nodes[i], "event", -1) : maxev;
+    for (int i = 0; i < n; i++) {
+        int64_t e = g->nodes[i].op == OP_record ? ir_attr_i(&g->nodes[i], "event", -1) : -1;
+        if (e > maxev) maxev = e;
+    }
     int *recpos = xcalloc((size_t)(maxev + 2), sizeof(int)), *recstream = xcalloc((size_t)(maxev + 2), sizeof(int));
     for (int i = 0; i < n; i++) {
         const Node *nd = &g->nodes[i];

@@ -306,7 +306,7 @@ static int shard_state(Opt *b, const Flat *f, int fi, const char *state_prefix, 
  * (node order), so layer 0 computes while later layers' params are still
  * being gathered; the schedule waits on each flat's gather event. */
 typedef struct {
-    int *slice, *reshape; /* per param node: the nodes of its view (-1) */
+    int *reshape;         /* per param node: the last node of its view (slice, reshape) */
     int *gather;          /* per flat: the state node and the allgather node */
 } Views;
 
@@ -327,7 +327,6 @@ static void gather_params(Opt *b, Flat *f, int nf, int *ps, Views *vw, int nold)
             b->bld.loc = g->nodes[pn].loc, b->bld.layer = g->nodes[pn].layer;
             view[pn] = member_of(b, &f[i], k, full);
             vw->reshape[pn] = g->vals[view[pn]].def;
-            vw->slice[pn] = g->vals[g->nodes[vw->reshape[pn]].in[0]].def;
         }
     }
     b->bld.phase = PH_OPT;
@@ -459,9 +458,8 @@ void pass_optimizer(Module *m, const Options *o) {
 
     if (dp > 1 && o->zero) {
         int nold = nfwd, *ps = malloc(sizeof(int) * (size_t)(nf ? nf : 1));
-        Views vw = {calloc((size_t)g->nnodes + 1, sizeof(int)), calloc((size_t)g->nnodes + 1, sizeof(int)),
-                    calloc((size_t)(2 * nf + 1), sizeof(int))};
-        if (!ps || !vw.slice || !vw.reshape || !vw.gather) ICE("out of memory");
+        Views vw = {calloc((size_t)g->nnodes + 1, sizeof(int)), calloc((size_t)(2 * nf + 1), sizeof(int))};
+        if (!ps || !vw.reshape || !vw.gather) ICE("out of memory");
         gather_params(&b, flats, nf, ps, &vw, nold);
         update_sharded(&b, o, flats, nf, gradv, ps, lr, t, gloc);
         int *flat_of = malloc(sizeof(int) * (size_t)g->nnodes); /* per node: the flat a param view reshape belongs to */
@@ -470,7 +468,7 @@ void pass_optimizer(Module *m, const Options *o) {
         for (int i = 0; i < nf; i++)
             for (int k = 0; k < flats[i].nmembers; k++) flat_of[vw.reshape[flats[i].param[k]]] = i;
         place_gathers(g, &vw, nf, nold, flat_of);
-        free(ps), free(vw.slice), free(vw.reshape), free(vw.gather), free(flat_of), free(gradv);
+        free(ps), free(vw.reshape), free(vw.gather), free(flat_of), free(gradv);
         return;
     }
     if (dp > 1) reduce_all(&b, flats, nf, gradv);
