@@ -149,7 +149,7 @@ typedef struct {
     int noalias;       /* buffers proven disjoint by the plan */
     char *key;         /* what the kernel computes (group_key): equal keys share one */
     LLVMValueRef fn;   /* the rt_kernel */
-    LLVMValueRef name; /* "fused_K", for the trace */
+    char name[48];     /* "fused_K", for the trace */
 } Group;
 
 typedef struct {
@@ -163,7 +163,6 @@ typedef struct {
     LLVMTypeRef tkernel, tbody, tstep, tlaunch, tevent, tpfor, ttensor, tbucket, tschedule, tprogram;
     /* runtime entry points and helpers */
     LLVMValueRef rt_launch, rt_record, rt_wait, rt_parallel_for, expf_, tanhf_;
-    LLVMValueRef opname[OP_COUNT];
     /* the step function being built */
     LLVMValueRef step, ctx, base[RT_NSPACES], args;
     int maxargs; /* the args array's length */
@@ -646,10 +645,8 @@ static void collect_groups(Em *e) {
         group_io(e, gr, uses_outside);
         gr->noalias = group_disjoint(e, gr);
         gr->key = group_key(e, gr);
-        char name[48];
-        if (gr->kernel >= 0) snprintf(name, sizeof name, "fused_%d", gr->kernel);
-        else snprintf(name, sizeof name, "fused_n%d", gr->nodes[0]);
-        gr->name = cstr(e, name);
+        if (gr->kernel >= 0) snprintf(gr->name, sizeof gr->name, "fused_%d", gr->kernel);
+        else snprintf(gr->name, sizeof gr->name, "fused_n%d", gr->nodes[0]);
     }
     free(uses_outside);
 }
@@ -978,8 +975,17 @@ static LLVMValueRef F(Em *e, double v) { return I64(e, f64_bits(v)); }
 
 static int stream_of(const Node *n) { return n->stream < 0 ? 0 : n->stream; }
 
+/* The launch's name for the trace: the kernel, then after '@' where it
+ * comes from ("matmul@fwd L3 models/gpt.lua:41"; rt_launch). */
+static LLVMValueRef launch_name(Em *e, const Node *n, const char *kernel) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s@%s L%d %s:%d", kernel, ir_phase_names[n->phase], n->layer, n->loc.file ? n->loc.file : "?",
+             n->loc.line);
+    return cstr(e, buf);
+}
+
 /* rt_launch(ctx, stream, fn, args, n, name) with args a[0..n) */
-static void launch(Em *e, const Node *n, LLVMValueRef fn, LLVMValueRef name, const LLVMValueRef *a, int na) {
+static void launch(Em *e, const Node *n, LLVMValueRef fn, const char *kernel, const LLVMValueRef *a, int na) {
     LLVMBuilderRef b = e->b;
     if (na > e->maxargs) ICE("emit: %d kernel args (at most %d)", na, e->maxargs);
     LLVMTypeRef at = LLVMArrayType(e->ti64, (unsigned)e->maxargs);
@@ -989,18 +995,15 @@ static void launch(Em *e, const Node *n, LLVMValueRef fn, LLVMValueRef name, con
     }
     LLVMValueRef idx[2] = {I64(e, 0), I64(e, 0)};
     LLVMValueRef argp = LLVMBuildInBoundsGEP2(b, at, e->args, idx, 2, "");
-    LLVMValueRef c[6] = {e->ctx, I32(e, stream_of(n)), fn, argp, I32(e, na), name};
+    LLVMValueRef c[6] = {e->ctx, I32(e, stream_of(n)), fn, argp, I32(e, na), launch_name(e, n, kernel)};
     LLVMBuildCall2(b, e->tlaunch, e->rt_launch, c, 6, "");
 }
 
-static LLVMValueRef opname(Em *e, Op op) {
-    if (!e->opname[op]) e->opname[op] = cstr(e, ir_ops[op].name);
-    return e->opname[op];
-}
+static const char *opname(Op op) { return ir_ops[op].name; }
 
 /* Launch the library kernel rtk_<kname> for node n. */
 static void launch_lib(Em *e, const Node *n, const char *kname, const LLVMValueRef *a, int na) {
-    launch(e, n, lib(e, kname), opname(e, n->op), a, na);
+    launch(e, n, lib(e, kname), opname(n->op), a, na);
 }
 
 static void launch_memcpy(Em *e, const Node *n, int dst, int src) {
@@ -1008,7 +1011,7 @@ static void launch_memcpy(Em *e, const Node *n, int dst, int src) {
     if (d->space == s->space && d->offset == s->offset) return; /* already there */
     int64_t bytes = ir_numel(&s->t) * (int64_t)ir_dtype_size(s->t.dt);
     LLVMValueRef a[] = {P(e, dst, 0), P(e, src, 0), I64(e, bytes)};
-    launch(e, n, lib(e, "memcpy"), opname(e, n->op), a, 3);
+    launch(e, n, lib(e, "memcpy"), opname(n->op), a, 3);
 }
 
 /* Drop size-1 dims and merge dims that are contiguous in every stride array. */
@@ -1049,7 +1052,7 @@ static void launch_copy(Em *e, const Node *n, LLVMValueRef src, LLVMValueRef dst
         a[4 + IR_MAXRANK + k] = I64(e, k < r ? ss[k] : 0);
         a[4 + 2 * IR_MAXRANK + k] = I64(e, k < r ? ds[k] : 0);
     }
-    launch(e, n, lib(e, "copy"), opname(e, n->op), a, 4 + 3 * IR_MAXRANK);
+    launch(e, n, lib(e, "copy"), opname(n->op), a, 4 + 3 * IR_MAXRANK);
 }
 
 static const Type *TY(Em *e, int vid) { return &e->g->vals[vid].t; }
@@ -1299,12 +1302,13 @@ static void emit_p2p(Em *e, const Node *n) {
     launch_lib(e, n, ir_ops[n->op].name, a, 5);
 }
 
-/* iota: 0..n-1 (rtk_iota), or with a group, this rank's global token
- * indices of a sequence split over it (rtk_iota_rank(dst, n, mask, dual);
+/* iota: 0..n-1 (rtk_iota), or with a group, a rank's global token
+ * indices of a sequence split over it (rtk_iota_rank(dst, n, mask, dual,
+ * from, all);
  * layout "dual" or "contiguous", the default, as compiler/interp.c).  Over
  * a group of one rank both layouts are 0..n-1: a plain iota. */
 static void emit_iota(Em *e, const Node *n) {
-    LLVMValueRef a[] = {P(e, n->out[0], 0), I64(e, ir_numel(TY(e, n->out[0]))), NULL, NULL};
+    LLVMValueRef a[] = {P(e, n->out[0], 0), I64(e, ir_numel(TY(e, n->out[0]))), NULL, NULL, NULL, NULL};
     const char *group = ir_attr_s(n, "group", "");
     char w[160];
     int mask = *group ? ir_group_mask(group) : 0;
@@ -1315,7 +1319,9 @@ static void emit_iota(Em *e, const Node *n) {
     }
     a[2] = I64(e, mask);
     a[3] = I64(e, strcmp(ir_attr_s(n, "layout", "contiguous"), "dual") == 0);
-    launch_lib(e, n, "iota_rank", a, 4);
+    a[4] = I64(e, ir_attr_i(n, "from", 0));
+    a[5] = I64(e, ir_attr_i(n, "all", 0) != 0);
+    launch_lib(e, n, "iota_rank", a, 6);
 }
 
 /* rt_program.cp_contiguous: 1 when the rank-dependent iotas over cp split

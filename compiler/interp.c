@@ -927,20 +927,31 @@ static void do_shard(Interp *it, Rank *R, const Node *n) {
     round_outputs(it, e);
 }
 
-/* iota {group, layout}: the global positions of this rank's tokens when
- * the sequence is split over the group: "contiguous" piece i, or "dual"
- * chunks i and 2n-1-i of 2n (context parallel's load-balanced layout). */
+/* positions of group rank r of size ranks, a piece of len tokens */
+static void rank_positions(double *out, int64_t len, int r, int size, int dual) {
+    int64_t c = len / 2;
+    if (dual)
+        for (int64_t k = 0; k < c; k++) out[k] = (double)(r * c + k), out[c + k] = (double)((2 * size - 1 - r) * c + k);
+    else
+        for (int64_t k = 0; k < len; k++) out[k] = (double)(r * len + k);
+}
+
+/* iota {group, layout, from, all}: the global positions of a rank's tokens
+ * when the sequence is split over the group: "contiguous" piece i, or
+ * "dual" chunks i and 2n-1-i of 2n (context parallel's load-balanced
+ * layout).  The rank is this one, or the one `from` places before it in
+ * the group (ring attention's travelling K,V block: its positions need no
+ * message); with all=1 every rank's, in group order (the all-gathered
+ * keys'). */
 static void do_rank_iota(Interp *it, Rank *R, const Node *n) {
     Ex ex = ex_of(it, R, n), *e = &ex;
     int mask, idx, size = group_of(it, R, n, &mask, &idx);
-    int64_t len = NOUT(0);
-    if (strcmp(ir_attr_s(n, "layout", "contiguous"), "dual") == 0) {
-        if (len % 2) fail(it, n, "iota: dual layout needs an even length, got %lld", (long long)len);
-        int64_t c = len / 2;
-        for (int64_t k = 0; k < c; k++) OUT(0)[k] = (double)(idx * c + k), OUT(0)[c + k] = (double)((2 * size - 1 - idx) * c + k);
-    } else {
-        for (int64_t k = 0; k < len; k++) OUT(0)[k] = (double)(idx * len + k);
-    }
+    int dual = strcmp(ir_attr_s(n, "layout", "contiguous"), "dual") == 0, all = ir_attr_i(n, "all", 0) != 0;
+    int64_t len = NOUT(0), from = ir_attr_i(n, "from", 0), piece = all ? len / size : len;
+    if (all && len % size) fail(it, n, "iota: all=1 needs a length divisible by the group's %d ranks, got %lld", size, (long long)len);
+    if (dual && piece % 2) fail(it, n, "iota: dual layout needs an even length, got %lld", (long long)piece);
+    for (int j = 0; j < (all ? size : 1); j++)
+        rank_positions(OUT(0) + j * piece, piece, all ? j : (int)(((idx - from) % size + size) % size), size, dual);
 }
 
 static const Node *node_at(const Rank *R) { return R->pc < R->g->nnodes ? &R->g->nodes[R->pc] : NULL; }

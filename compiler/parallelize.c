@@ -496,10 +496,17 @@ static int cp_gather(Par *P, int x, int dim) {
     return ir_build1(&P->b, OP_allgather, x, 2, at);
 }
 
-static int cp_positions(Par *P, int64_t local_len) {
-    Type t = {.dt = DT_I32, .rank = 1, .dim = {local_len}};
-    Attr at[2] = {ir_attr_str(P->m, "group", "cp"), ir_attr_str(P->m, "layout", P->dual ? "dual" : "contiguous")};
-    return ir_out(P->ng, ir_build(&P->b, OP_iota, 0, NULL, 2, at, &t));
+/* Global positions of a rank's len tokens: this rank's (from 0), the rank
+ * `from` places before it in the cp ring (the block ring attention holds
+ * at step `from`), or, all, every rank's in rank order (the all-gathered
+ * keys').  Positions are a function of the rank, so they never travel. */
+static int cp_positions(Par *P, int64_t len, int from, int all) {
+    Type t = {.dt = DT_I32, .rank = 1, .dim = {all ? len * P->cp : len}};
+    Attr at[4] = {ir_attr_str(P->m, "group", "cp"), ir_attr_str(P->m, "layout", P->dual ? "dual" : "contiguous")};
+    int na = 2;
+    if (from) at[na++] = ir_attr_int(P->m, "from", from);
+    if (all) at[na++] = ir_attr_int(P->m, "all", 1);
+    return ir_out(P->ng, ir_build(&P->b, OP_iota, 0, NULL, na, at, &t));
 }
 
 /* One hop of the ring: send x to the next cp rank, receive the previous
@@ -522,7 +529,7 @@ static int attend(Par *P, const Node *n, int na, const int *args, int *out) {
 }
 
 /* attention over a sequence split on cp.
- * allgather: K and V (kv heads only) all-gathered with their positions,
+ * allgather: K and V (kv heads only) all-gathered (positions are computed),
  *   the local queries attend with causal masking by global position;
  *   backward reduce-scatters dK, dV home.
  * p2p (ring attention): cp steps; at step i this rank holds the K,V block of
@@ -536,7 +543,10 @@ static void cp_attention(Par *P, const Node *n, const int *in, int mb, int *out)
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
     int first = P->ng->nnodes, fwd = n->op == OP_attention, np = fwd ? 3 : 6, has = n->nin > np;
     int q = fwd ? in[0] : in[1], k = fwd ? in[1] : in[2], v = fwd ? in[2] : in[3];
-    int qpos = has ? in[np] : cp_positions(P, P->ng->vals[q].t.dim[2]), kpos = has ? in[np + 1] : qpos;
+    int64_t len = P->ng->vals[q].t.dim[2];
+    /* the model's own positions (split like the tokens) travel with K,V;
+     * the default ones are computed where they are needed */
+    int qpos = has ? in[np] : cp_positions(P, len, 0, 0), kpos = has ? in[np + 1] : qpos;
     int args[8], na = 0;
     if (!fwd) args[na++] = in[0];
     args[na++] = q, na += 2; /* k, v at [na-2], [na-1] */
@@ -544,7 +554,7 @@ static void cp_attention(Par *P, const Node *n, const int *in, int mb, int *out)
     int ki = fwd ? 1 : 2;
     if (P->o->cp_comm == 0) {
         args[ki] = cp_gather(P, k, 2), args[ki + 1] = cp_gather(P, v, 2);
-        args[na] = qpos, args[na + 1] = cp_gather(P, kpos, 0);
+        args[na] = qpos, args[na + 1] = has ? cp_gather(P, kpos, 0) : cp_positions(P, len, 0, 1);
         attend(P, n, na + 2, args, out);
         if (!fwd) { /* dK, dV: reduce-scatter the gathered gradients home */
             Attr at[2] = {ir_attr_str(P->m, "group", "cp"), ir_attr_int(P->m, "dim", 2)};
@@ -555,7 +565,8 @@ static void cp_attention(Par *P, const Node *n, const int *in, int mb, int *out)
         int acc[3] = {-1, -1, -1}, part[3];
         for (int step = 0; step < P->cp; step++) {
             if (step > 0) {
-                k = ring_pass(P, k), v = ring_pass(P, v), kpos = ring_pass(P, kpos);
+                k = ring_pass(P, k), v = ring_pass(P, v);
+                kpos = has ? ring_pass(P, kpos) : cp_positions(P, len, step, 0);
                 if (!fwd) acc[1] = ring_pass(P, acc[1]), acc[2] = ring_pass(P, acc[2]);
             }
             args[ki] = k, args[ki + 1] = v, args[na] = qpos, args[na + 1] = kpos;

@@ -463,10 +463,15 @@ static int group_of(rt_ctx *c, const char *op, int64_t mask, int64_t n, Group *g
     return 0;
 }
 
+/* what this thread has sent (rt_private.h: the trace's bytes per launch) */
+static _Thread_local int64_t thread_sent;
+int64_t rt_comm_thread_bytes(void) { return thread_sent; }
+
 /* Count a finished collective's bytes, or fail the step with MPI's text. */
 static void finish(rt_ctx *c, const Group *g, int rc, int64_t bytes) {
     if (rc == MPI_SUCCESS) {
         atomic_fetch_add(&g->cm->bytes, (long long)bytes);
+        thread_sent += bytes;
         return;
     }
     char name[32], t[512];
@@ -611,26 +616,30 @@ void rtk_allgather(rt_ctx *c, const int64_t *a) {
     if (rc != FAILED) finish(c, &g, rc, (int64_t)(g.size - 1) * count * 4);
 }
 
-/* Global token indices of this rank's part of a split sequence (kiln_rt.h;
- * compiler/interp.c do_rank_iota is the reference).  args: dst, n, mask, dual */
+static void rank_positions(int32_t *d, int64_t n, int64_t r, int64_t size, int dual) {
+    int64_t h = n / 2;
+    if (!dual)
+        for (int64_t k = 0; k < n; k++) d[k] = (int32_t)(r * n + k);
+    else
+        for (int64_t k = 0; k < h; k++) d[k] = (int32_t)(r * h + k), d[h + k] = (int32_t)((2 * size - 1 - r) * h + k);
+}
+
+/* Global token indices of a rank's part of a split sequence (kiln_rt.h;
+ * compiler/interp.c do_rank_iota is the reference): this rank's, the rank
+ * `from` places before it, or (all) every rank's in group order.
+ * args: dst, n, mask, dual, from, all */
 void rtk_iota_rank(rt_ctx *c, const int64_t *a) {
     int32_t *d = RT_I32P(a[0]);
-    int64_t n = a[1];
+    int64_t n = a[1], dual = a[3], from = a[4], all = a[5];
     Group g;
     if (group_of(c, "iota_rank", a[2], 0, &g)) return;
-    if (n < 0 || (a[3] && n % 2) || (int64_t)g.size * n > INT32_MAX) {
-        rt_fail(c, "iota_rank: bad length %lld for %s layout over %d ranks", (long long)n, a[3] ? "the dual" : "a contiguous", g.size);
+    int64_t piece = all ? n / g.size : n;
+    if (n < 0 || (all && n % g.size) || (dual && piece % 2) || (int64_t)g.size * piece > INT32_MAX) {
+        rt_fail(c, "iota_rank: bad length %lld for %s layout over %d ranks", (long long)n, dual ? "the dual" : "a contiguous", g.size);
         return;
     }
-    if (!a[3]) {
-        for (int64_t k = 0; k < n; k++) d[k] = (int32_t)(g.index * n + k);
-        return;
-    }
-    int64_t h = n / 2;
-    for (int64_t k = 0; k < h; k++) {
-        d[k] = (int32_t)(g.index * h + k);
-        d[h + k] = (int32_t)((2 * g.size - 1 - g.index) * h + k);
-    }
+    for (int64_t j = 0; j < (all ? g.size : 1); j++)
+        rank_positions(d + j * piece, piece, all ? j : ((g.index - from) % g.size + g.size) % g.size, g.size, (int)dual);
 }
 
 void rtk_shard(rt_ctx *c, const int64_t *a) {

@@ -36,10 +36,13 @@
  * the caller, records and waits are checked in program order, and
  * rt_parallel_for is one call over [0,n).
  *
- * Tracing.  With a trace path every launch appends (name, start, end) to
- * its stream's growable array, written only by that stream's thread; rt_free
- * writes them as Chrome trace JSON through a temp file and a rename.  Kernel
- * names are kept by pointer: they must outlive the context.
+ * Tracing.  With a trace path every launch appends (name, start, end, bytes
+ * sent) to its stream's growable array, written only by that stream's
+ * thread; rt_free writes them as Chrome trace JSON through a temp file and a
+ * rename.  A launch name "kernel@where" becomes the event's name "kernel"
+ * and args {"at": "where", "bytes": N} (bytes only when the launch sent
+ * any: rt_comm_thread_bytes before and after).  Kernel names are kept by
+ * pointer: they must outlive the context.
  *
  * Ranks (comm_mpi.c).  rt_new first sets up the context's ranks and
  * communicators (rt_comm_new: MPI only when the mesh has more than one rank
@@ -120,6 +123,7 @@ typedef struct {
 typedef struct {
     const char *name;
     double start, end; /* µs since rt_new */
+    int64_t bytes;     /* sent to other ranks */
 } Span;
 
 typedef struct {
@@ -317,9 +321,10 @@ static void run_launch(rt_ctx *c, Stream *s, rt_kernel k, const int64_t *args, c
         return;
     }
     double t = now_us(c);
+    int64_t sent = rt_comm_thread_bytes();
     k(c, args);
     grow((void **)&s->span, &s->capspan, s->nspan + 1, sizeof(Span));
-    s->span[s->nspan++] = (Span){name, t, now_us(c)};
+    s->span[s->nspan++] = (Span){name, t, now_us(c), rt_comm_thread_bytes() - sent};
 }
 
 static void run_record(Event *e, int64_t step) {
@@ -686,9 +691,10 @@ rt_ctx *rt_new(const rt_program *p, const rt_options *o) {
 
 /* ---- the trace ---- */
 
-static void json_string(FILE *f, const char *s) {
+/* s up to end (NULL: its end) as a JSON string */
+static void json_string(FILE *f, const char *s, const char *end) {
     fputc('"', f);
-    for (; s && *s; s++) {
+    for (; s && *s && s != end; s++) {
         unsigned char ch = (unsigned char)*s;
         if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
         else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
@@ -710,9 +716,17 @@ static void write_trace(rt_ctx *c) {
         sep = ",";
         for (int64_t k = 0; k < c->streams[i].nspan; k++) {
             const Span *sp = &c->streams[i].span[k];
+            const char *name = sp->name ? sp->name : "kernel", *at = strchr(name, '@');
             fprintf(f, ",\n{\"name\":");
-            json_string(f, sp->name ? sp->name : "kernel");
-            fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d}", sp->start, sp->end - sp->start, pid, i);
+            json_string(f, name, at);
+            fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d", sp->start, sp->end - sp->start, pid, i);
+            if (at || sp->bytes) {
+                fprintf(f, ",\"args\":{");
+                if (at) fprintf(f, "\"at\":"), json_string(f, at + 1, NULL);
+                if (sp->bytes) fprintf(f, "%s\"bytes\":%lld", at ? "," : "", (long long)sp->bytes);
+                fputc('}', f);
+            }
+            fputc('}', f);
         }
     }
     fprintf(f, "\n]}\n");

@@ -37,7 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RT_ABI_VERSION 5
+#define RT_ABI_VERSION 6
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -148,7 +148,9 @@ void rt_init_params(rt_ctx *ctx, uint64_t seed);
  * when a kernel reported an error (rt_fail), with the message in err. */
 int rt_step(rt_ctx *ctx, char *err, int errlen);
 
-/* Called by the step function, in schedule order. */
+/* Called by the step function, in schedule order.  name: "kernel" or
+ * "kernel@where" (the compiler writes "matmul@fwd L3 models/gpt.lua:41"),
+ * for the trace. */
 void rt_launch(rt_ctx *ctx, int stream, rt_kernel k, const int64_t *args, int nargs, const char *name);
 void rt_record(rt_ctx *ctx, int stream, int event);
 void rt_wait(rt_ctx *ctx, int stream, int event);
@@ -295,11 +297,13 @@ void rtk_sumto(rt_ctx *ctx, const int64_t *a);
 void rtk_fill(rt_ctx *ctx, const int64_t *a);
 /* i32 0..n-1.  args: dst, n */
 void rtk_iota(rt_ctx *ctx, const int64_t *a);
-/* i32 global token indices of this rank's part of a sequence split over
- * group `mask` (IR iota {group, layout}; size s, index i; runtime/comm_mpi.c):
+/* i32 global token indices of a rank's part of a sequence split over
+ * group `mask` (IR iota {group, layout, from, all}; size s; runtime/comm_mpi.c)
+ * for group rank i = (this rank's index - from) mod s:
  * dual 0 (contiguous): dst[k] = i*n + k;
  * dual 1: n even, c = n/2, dst[k] = i*c + k and dst[c+k] = (2s-1-i)*c + k
- * for k < c.  args: dst, n, mask, dual */
+ * for k < c.  all 1: n = s*p, and dst[j*p ..] is rank j's piece of p for
+ * every j (the all-gathered keys' positions).  args: dst, n, mask, dual, from, all */
 void rtk_iota_rank(rt_ctx *ctx, const int64_t *a);
 /* args: dst, src, bytes */
 void rtk_memcpy(rt_ctx *ctx, const int64_t *a);

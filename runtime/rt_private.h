@@ -16,6 +16,9 @@ void rt_comm_free(RtComm *cm);
  * sends to this rank itself that nobody received; rt_step calls it after
  * the streams drained, rt_comm_free too.  0, or -1 with a message in err. */
 int rt_comm_finish_sends(RtComm *cm, char *err, int errlen);
+/* Bytes the calling thread has sent through the comm backend so far (the
+ * part of rt_comm_bytes it sent): the trace's bytes of one launch. */
+int64_t rt_comm_thread_bytes(void);
 /* The context's communication state (dev_cpu.c owns the context). */
 RtComm *rt_comm_of(rt_ctx *ctx);
 /* The size of group `mask` in p's mesh (an unset mesh entry counts as 1);

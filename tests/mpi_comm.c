@@ -218,8 +218,8 @@ static void step_coll(rt_ctx *c, char *const *sp) {
     LAUNCH(c, 1, rtk_allgather, "allgather in place", rt_ptr_arg(f + IP_AG + i * N), rt_ptr_arg(f + IP_AG), 1, N, 1, m);
     LAUNCH(c, 1, rtk_reducescatter, "strided reducescatter", rt_ptr_arg(f + X_SRS), rt_ptr_arg(f + Y_SRS), SO, SN, SI, m);
     LAUNCH(c, 1, rtk_allgather, "strided allgather", rt_ptr_arg(f + X_SAG), rt_ptr_arg(f + Y_SAG), SO, SN, SI, m);
-    LAUNCH(c, 1, rtk_iota_rank, "iota dual", rt_ptr_arg(f + I_DUAL), IN, m, 1);
-    LAUNCH(c, 1, rtk_iota_rank, "iota contiguous", rt_ptr_arg(f + I_CONT), IN, m, 0);
+    LAUNCH(c, 1, rtk_iota_rank, "iota dual", rt_ptr_arg(f + I_DUAL), IN, m, 1, 0, 0);
+    LAUNCH(c, 1, rtk_iota_rank, "iota contiguous", rt_ptr_arg(f + I_CONT), IN, m, 0, 0, 0);
     LAUNCH(c, 1, rtk_allgather, "allgather i32", rt_ptr_arg(f + I_DUAL), rt_ptr_arg(f + I_ALL), 1, IN, 1, m);
     LAUNCH(c, 1, rtk_shard, "shard", rt_ptr_arg(f + X_SH), rt_ptr_arg(f + Y_SH), SH_OUTER, SH_LEN, SH_INNER, 4, m);
     rt_record(c, 1, 1);
@@ -1000,7 +1000,7 @@ static void step_train(rt_ctx *c, char *const *sp) {
     float *params = M.ps ? gshard + M.len : (float *)sp[RT_SPACE_PARAMS];
     float *mine = M.ps ? (float *)(sp[RT_SPACE_OPT] + M.states[2].offset) : params + rt_group_rank(c, M.group) * M.len;
     LAUNCH(c, 1, rtk_allgather, "allgather params", rt_ptr_arg(mine), rt_ptr_arg(params), 1, M.len, 1, M.group);
-    LAUNCH(c, 0, rtk_iota_rank, "positions", rt_ptr_arg(pos), M.T, RT_AXIS_CP, M.dual);
+    LAUNCH(c, 0, rtk_iota_rank, "positions", rt_ptr_arg(pos), M.T, RT_AXIS_CP, M.dual, 0, 0);
     rt_record(c, 1, 0);
     rt_wait(c, 0, 0);
     LAUNCH(c, 0, k_fwd_bwd, "fwd_bwd", rt_ptr_arg(tok), rt_ptr_arg(tgt), rt_ptr_arg(params), rt_ptr_arg(grads), rt_ptr_arg(loss),

@@ -41,3 +41,43 @@ run dp2cp2 4 --dp 2 --cp 2
 run cp4 4 --cp 4
 run cp2p 2 --cp 2 --cp-comm p2p
 run cp4p 4 --cp 4 --cp-comm p2p
+
+# ---- comm volume measured by the runtime ----
+# Every launch's bytes sent to other ranks are in the --trace (args.bytes,
+# counted by the comm backend as it sends).  The K,V exchange of attention
+# is what the forward sends inside layers (the param all-gathers and the
+# loss all-reduce sit outside any layer, L-1); per layer per rank it must be
+# 2·b·s·kv_heads·head_dim·(cp−1)/cp f32 elements, the same on every rank.
+# And all the trace's bytes together are the log's comm_bytes (rank 0).
+measure() { # name ranks steps layers model flags... -> prints "kv_bytes_per_layer total_trace_bytes log_bytes" (rank 0); checks ranks agree
+    local name=$1 np=$2 steps=$3 layers=$4; shift 4
+    "$K" compile "$@" -o "$tmp/$name" > /dev/null 2>&1 || { echo "compile failed"; return; }
+    $MPI -np "$np" "$tmp/$name" $D --steps "$steps" --log "$tmp/l.$name" --trace "$tmp/t.$name" > /dev/null 2>&1 || { echo "run failed"; return; }
+    python3 - "$tmp/t.$name" "$np" "$steps" "$layers" "$tmp/l.$name" <<'PY'
+import json, sys
+path, np_, steps, layers, log = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+kv, total = [], 0
+for r in range(np_):
+    ev = [e for e in json.load(open(path if r == 0 else "%s.rank%d" % (path, r)))["traceEvents"] if e["ph"] == "X"]
+    b = [e.get("args", {}).get("bytes", 0) for e in ev if e.get("args", {}).get("at", "").startswith("fwd L") and not e["args"]["at"].startswith("fwd L-1")]
+    kv.append(sum(b) / steps / layers)
+    if r == 0: total = sum(e.get("args", {}).get("bytes", 0) for e in ev)
+logged = sum(json.loads(l)["comm_bytes"] for l in open(log))
+print("%d %d %d" % (kv[0], total, logged) if len(set(kv)) == 1 else "ranks disagree: %s" % kv)
+PY
+}
+formula() { echo $((2 * $1 * $2 * $3 * $4 * ($5 - 1) / $5 * 4)); } # b s kv_heads head_dim cp -> bytes
+for cfg in "tiny2p 2 p2p" "tiny4p 4 p2p" "tiny4a 4 allgather"; do
+    read -r name cp comm <<< "$cfg"
+    want=$(formula 8 64 4 16 "$cp")
+    read -r kv total logged <<< "$(measure "$name" "$cp" 2 2 models/tiny.lua --cp "$cp" --cp-comm "$comm")"
+    check "tiny GPT --cp $cp --cp-comm $comm: K,V bytes sent per layer per rank, measured $kv = formula $want; trace total $total = logged comm_bytes $logged" \
+        "[ '$kv' = '$want' ] && [ '$total' = '$logged' ] && [ '${total:-0}' -gt 0 ]"
+done
+L="models/llama.lua --set vocab=128 --set dim=64 --set layers=2 --set heads=4 --set ffn=128 --set seq=32 --set batch=4"
+for comm in p2p allgather; do
+    gqa=$(measure gqa 2 2 2 $L --set kv_heads=2 --cp 2 --cp-comm $comm | cut -d' ' -f1)
+    mha=$(measure mha 2 2 2 $L --set kv_heads=4 --cp 2 --cp-comm $comm | cut -d' ' -f1)
+    check "llama --cp 2 --cp-comm $comm: GQA (2 of 4 kv heads) sends $gqa K,V bytes per layer = formula $(formula 4 32 2 16 2), MHA $mha: heads/kv_heads = 2 times more" \
+        "[ '$gqa' = '$(formula 4 32 2 16 2)' ] && [ '$mha' = '$((2 * gqa))' ]"
+done

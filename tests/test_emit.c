@@ -673,6 +673,11 @@ static Module *comm_module(int dp, int comm) {
         output(&b, ir_out(b.g, node(&b, OP_iota, NULL, 0, ATS(as(&b, "group", "dp"), as(&b, "layout", "dual")), &pos)), "pos_dual");
         output(&b, ir_out(b.g, node(&b, OP_iota, NULL, 0, ATS(as(&b, "group", "dp"), as(&b, "layout", "contiguous")), &pos)),
                "pos_contiguous");
+        Attr ring[] = {as(&b, "group", "dp"), as(&b, "layout", "dual"), ai(&b, "from", 1)};
+        output(&b, ir_out(b.g, node(&b, OP_iota, NULL, 0, ring, 3, &pos)), "pos_from1");
+        Type all = {.dt = DT_I32, .rank = 1, .dim = {12}};
+        Attr every[] = {as(&b, "group", "dp"), as(&b, "layout", "dual"), ai(&b, "all", 1)};
+        output(&b, ir_out(b.g, node(&b, OP_iota, NULL, 0, every, 3, &all)), "pos_all");
     }
     int g = input(&b, "g", TY(DT_F32, B0_N / dp));
     int upd = comm ? val(&b, OP_allreduce, INS(g), ATS(as(&b, "group", "dp"))) : g;
@@ -777,10 +782,12 @@ static void test_comm_launches(void **st) {
     assert_int_equal(launches(text, "allgather", l), 2); /* the tp one is a copy */
     WANT(&l[0], "p", "p", "1", "4", "4", mask_dp);
     WANT(&l[1], "p", "p", "8", "2", "1", mask_dp);
-    /* rank iotas: dst, n, mask, dual; the plain iota is not among them */
-    assert_int_equal(launches(text, "iota_rank", l), 2);
-    WANT(&l[0], "p", "6", mask_dp, "1");
-    WANT(&l[1], "p", "6", mask_dp, "0");
+    /* rank iotas: dst, n, mask, dual, from, all; the plain iota is not among them */
+    assert_int_equal(launches(text, "iota_rank", l), 4);
+    WANT(&l[0], "p", "6", mask_dp, "1", "0", "0");
+    WANT(&l[1], "p", "6", mask_dp, "0", "0", "0");
+    WANT(&l[2], "p", "6", mask_dp, "1", "1", "0");
+    WANT(&l[3], "p", "12", mask_dp, "1", "0", "1");
     /* shard x [8,4] on dim 1 -> [8,2]: outer 8, len 2, inner 1, 4-byte f32;
      * ids i32 [6,3] on dim 0 -> [3,3]: outer 1, len 3, inner 3 */
     assert_int_equal(launches(text, "shard", l), 2);

@@ -31,12 +31,12 @@ static int outk(Bld *b, int n, int k) { return b->g->nodes[n].out[k]; }
 
 /* ---- memory: everything a test allocates is freed by its teardown ---- */
 
-static void *held[1024];
+static void *held[16384];
 static int nheld;
 
 static void *keep(void *p) {
     if (!p) fail_msg("out of memory");
-    if (nheld == 1024) fail_msg("test holds too many buffers");
+    if (nheld == 16384) fail_msg("test holds too many buffers");
     return held[nheld++] = p;
 }
 
@@ -458,6 +458,12 @@ static void attn_pos_cases(void) {
     for (int r = 0; r < CP; r++) dual_chunk(CP, r, N, kp + r * 2 * N); /* the all-gathered keys, rank by rank */
     for (int c = 0; c < CP; c += 3) /* the first and last rank: least and most causal work */
         attn_naive_case_pos(1, 4, 2, 2 * N, 2 * CP * N, 24, 1, dual_chunk(CP, c, N, qp), kp); /* GQA, T != S */
+    /* ring attention's steps: rank r's queries against rank j's block alone, chunks (20) shorter
+     * than a key block, so one block holds an earlier and a later chunk (cut to its visible part) */
+    int32_t kr[2 * 20], qr[2 * 20];
+    for (int r = 0; r < CP; r++)
+        for (int j = 0; j < CP; j++)
+            attn_naive_case_pos(1, 2, 1, 40, 40, 16, 1, dual_chunk(CP, r, 20, qr), dual_chunk(CP, j, 20, kr));
     /* any order, T = 70 > S = 50, positions with gaps and repeats; rows with qpos < 0 see no key */
     int32_t q2[70], k2[50];
     for (int i = 0; i < 70; i++) q2[i] = (int32_t)((i * 37) % 70) - 5;

@@ -599,26 +599,31 @@ static void attn_args(Attn *t, const int64_t *a) {
     pick_micro(t);
 }
 
-/* With positions, how keys [s0, s0+n) meet query rows [t0, t0+rows):
+/* With positions, how keys [s0, s0+*n) meet query rows [t0, t0+rows):
  * TILE_NONE when every key is later than every query (min kpos > max
  * qpos: the tile is skipped), TILE_ALL when every query sees every key
  * (min qpos >= max kpos: no mask), else TILE_SOME (the row functions mask
- * element by element).  Without positions every tile is TILE_ALL here
- * (the index band does the causal work).  O(rows + n), against the tile's
- * O(rows n D). */
+ * element by element).  *n is first cut to the last key any of the rows
+ * sees: a key block that holds the end of one sequence chunk and the start
+ * of a later one (a dual-chunk cp rank whose chunks are shorter than BK)
+ * then costs only its visible part, which is how ring attention's "full
+ * Q x first half of KV" section comes out of one kernel.  Without
+ * positions every tile is TILE_ALL here (the index band does the causal
+ * work).  O(rows + n), against the tile's O(rows n D). */
 enum { TILE_NONE, TILE_SOME, TILE_ALL };
-static int tile_kind(const Attn *t, int64_t t0, int64_t rows, int64_t s0, int64_t n) {
+static int tile_kind(const Attn *t, int64_t t0, int64_t rows, int64_t s0, int64_t *n) {
     if (!t->qpos) return TILE_ALL;
     int32_t qmin = INT32_MAX, qmax = INT32_MIN, kmin = INT32_MAX, kmax = INT32_MIN;
     for (int64_t r = t0; r < t0 + rows; r++) {
         qmin = t->qpos[r] < qmin ? t->qpos[r] : qmin;
         qmax = t->qpos[r] > qmax ? t->qpos[r] : qmax;
     }
-    for (int64_t s = s0; s < s0 + n; s++) {
+    while (*n > 0 && t->kpos[s0 + *n - 1] > qmax) --*n;
+    if (*n == 0) return TILE_NONE;
+    for (int64_t s = s0; s < s0 + *n; s++) {
         kmin = t->kpos[s] < kmin ? t->kpos[s] : kmin;
         kmax = t->kpos[s] > kmax ? t->kpos[s] : kmax;
     }
-    if (kmin > qmax) return TILE_NONE;
     return qmin >= kmax ? TILE_ALL : TILE_SOME;
 }
 
@@ -677,7 +682,7 @@ K_CLONES static void fwd_tile(const Attn *t, int64_t b, int64_t h, int64_t t0, i
     int64_t send = nvis(t, t0 + rows - 1);
     for (int64_t s0 = 0; s0 < send; s0 += BK) {
         int64_t ncols = imin(BK, send - s0), hi = band_hi(t, t0, s0);
-        int kind = tile_kind(t, t0, rows, s0, ncols);
+        int kind = tile_kind(t, t0, rows, s0, &ncols);
         if (kind == TILE_NONE) continue;
         const int32_t *kp = kind == TILE_SOME ? t->kpos + s0 : NULL, *qp = kind == TILE_SOME ? t->qpos + t0 : NULL;
         t->mm(MM_SET, sc, BK, rows, ncols, q, D, 1, kt + s0 / BK * D * BK, BK, D, 0, hi);
@@ -742,11 +747,11 @@ K_CLONES static void bwd_head(const Attn *t, int64_t b, int64_t h, const float *
     memset(dk, 0, sizeof(float) * (size_t)(S * D));
     memset(dv, 0, sizeof(float) * (size_t)(S * D));
     for (int64_t s0 = 0; s0 < S; s0 += BK) {
-        int64_t ncols = imin(BK, S - s0);
+        int64_t nblock = imin(BK, S - s0);
         const float *ktb = kt + s0 / BK * D * BK, *vtb = vt + s0 / BK * D * BK;
         for (int64_t t0 = t->causal ? s0 / BQ * BQ : 0; t0 < T; t0 += BQ) {
-            int64_t rows = imin(BQ, T - t0), hi = band_hi(t, t0, s0);
-            int kind = tile_kind(t, t0, rows, s0, ncols);
+            int64_t rows = imin(BQ, T - t0), hi = band_hi(t, t0, s0), ncols = nblock;
+            int kind = tile_kind(t, t0, rows, s0, &ncols);
             if (kind == TILE_NONE) continue;
             const int32_t *kp = kind == TILE_SOME ? t->kpos + s0 : NULL, *qp = kind == TILE_SOME ? t->qpos + t0 : NULL;
             t->mm(MM_SET, p, BK, rows, ncols, q + t0 * D, D, 1, ktb, BK, D, 0, hi);
