@@ -22,6 +22,13 @@ const OpInfo ir_ops[OP_COUNT] = {
 
 const char *const ir_dtype_names[DT_COUNT] = {"f32", "bf16", "f16", "i32", "i64"};
 const char *const ir_phase_names[PH_COUNT] = {"fwd", "bwd", "recompute", "opt"};
+const char *const ir_recompute_names[RC_COUNT] = {"", "none", "full", "selective", "gemm-last"};
+
+int ir_recompute_lookup(const char *name) {
+    for (int r = RC_NONE; r < RC_COUNT; r++)
+        if (strcmp(name, ir_recompute_names[r]) == 0) return r;
+    return -1;
+}
 
 int ir_op_lookup(const char *name) {
     for (int i = 0; i < OP_COUNT; i++)
@@ -748,4 +755,47 @@ int ir_bucket_member(const Node *n, int k, char *name, size_t len, int64_t *offs
     name[m] = 0;
     *offset = off->v[k];
     return 0;
+}
+
+/* ---- a FLOP model (ir.h) ---- */
+
+/* floating-point operations per element of the node's first input (or
+ * output) for the ops that are not GEMMs or attention */
+static double per_element(Op op) {
+    switch (op) {
+    case OP_add: case OP_sub: case OP_mul: case OP_div: case OP_neg: case OP_relu: case OP_relu_bwd:
+    case OP_sum: case OP_mean: case OP_max: case OP_max_bwd: case OP_sumto: case OP_embedding_bwd: return 1;
+    case OP_sumsq: return 2;
+    case OP_exp: case OP_log: case OP_sqrt: case OP_rsqrt: return 4;
+    case OP_tanh: case OP_silu: case OP_silu_bwd: return 8;
+    case OP_gelu: case OP_gelu_bwd: return 12;
+    case OP_rope: case OP_rope_bwd: return 3;
+    case OP_rmsnorm: return 5;
+    case OP_rmsnorm_bwd: return 8;
+    case OP_layernorm: return 8;
+    case OP_layernorm_bwd: return 12;
+    case OP_softmax: case OP_cross_entropy: case OP_cross_entropy_bwd: return 6;
+    case OP_softmax_bwd: case OP_attn_merge: return 4;
+    case OP_adamw: return 12;
+    default: return 0; /* sources, sinks, shape ops, casts, communication, sync */
+    }
+}
+
+double ir_node_flops(const Graph *g, const Node *n) {
+    unsigned fl = ir_ops[n->op].flags;
+    if (fl & F_GEMM) {
+        const Type *a = &g->vals[n->in[0]].t, *y = &g->vals[n->out[0]].t;
+        int64_t K = a->dim[a->rank - 1 - (ir_attr_i(n, "ta", 0) != 0)];
+        return 2.0 * (double)ir_numel(y) * (double)K;
+    }
+    if (n->op == OP_attention || n->op == OP_attention_bwd) {
+        int bwd = n->op == OP_attention_bwd;
+        const Type *q = &g->vals[n->in[bwd]].t, *k = &g->vals[n->in[bwd + 1]].t;
+        double f = 4.0 * (double)q->dim[0] * (double)q->dim[1] * (double)q->dim[2] * (double)k->dim[2] * (double)q->dim[3];
+        if (ir_attr_i(n, "causal", 0)) f *= 0.5;
+        return bwd ? 2.5 * f : f;
+    }
+    const Type *t = n->nin ? &g->vals[n->in[n->op == OP_embedding_bwd || n->op == OP_cross_entropy_bwd ? 1 : 0]].t
+                           : n->nout ? &g->vals[n->out[0]].t : NULL;
+    return t ? per_element(n->op) * (double)ir_numel(t) : 0;
 }

@@ -103,6 +103,13 @@ typedef struct {
 typedef enum { PH_FWD, PH_BWD, PH_RECOMPUTE, PH_OPT, PH_COUNT } Phase;
 extern const char *const ir_phase_names[PH_COUNT];
 
+/* The recompute policy a module was built under (recompute.c; RC_UNSET
+ * before that pass).  The verifier holds a gemm-last module to its promise:
+ * no GEMM and no attention in phase recompute. */
+typedef enum { RC_UNSET, RC_NONE, RC_FULL, RC_SELECTIVE, RC_GEMM_LAST, RC_COUNT } Recompute;
+extern const char *const ir_recompute_names[RC_COUNT]; /* "", "none", "full", "selective", "gemm-last" */
+int ir_recompute_lookup(const char *name);             /* -1 if unknown */
+
 typedef enum { AT_INT, AT_FLOAT, AT_STR, AT_INTS } AttrKind;
 typedef struct {
     const char *key; /* interned */
@@ -144,6 +151,7 @@ struct Module {
     Arena *arena;
     const char *name;
     int mesh[IR_NAXES]; /* pp, dp, cp, tp */
+    Recompute recompute;
     Graph **stages;
     int nstages;
 };
@@ -187,6 +195,12 @@ typedef struct {
 int ir_build(Builder *b, Op op, int nin, const int *in, int nattr, const Attr *at, const Type *src); /* node index */
 int ir_build1(Builder *b, Op op, int x, int nattr, const Attr *at); /* first output value */
 int ir_build2(Builder *b, Op op, int x, int y);                      /* first output value */
+
+/* Floating-point operations of node n, a model for cost decisions and
+ * reports: 2MNK for a GEMM, 4BHTSD (half when causal) for attention and
+ * 2.5x that for its backward, a small per-element count for the rest
+ * (shape ops and communication: 0). */
+double ir_node_flops(const Graph *g, const Node *n);
 
 /* Convenience: the first output value id of node index n. */
 static inline int ir_out(const Graph *g, int n) { return g->nodes[n].out[0]; }

@@ -183,7 +183,9 @@ static void dump_node(const Graph *g, const Node *n, FILE *f) {
 void ir_dump(const Module *m, FILE *f) {
     fputs("module ", f);
     put_name(f, m->name ? m->name : "");
-    fprintf(f, " mesh=%dx%dx%dx%d   # pp x dp x cp x tp\n", m->mesh[0], m->mesh[1], m->mesh[2], m->mesh[3]);
+    fprintf(f, " mesh=%dx%dx%dx%d", m->mesh[0], m->mesh[1], m->mesh[2], m->mesh[3]);
+    if (m->recompute != RC_UNSET) fprintf(f, " recompute=%s", ir_recompute_names[m->recompute]);
+    fprintf(f, "   # pp x dp x cp x tp\n");
     for (int s = 0; s < m->nstages; s++) {
         const Graph *g = m->stages[s];
         fprintf(f, "%sstage %d\n", s ? "\n" : "", s);
@@ -752,7 +754,7 @@ static void node_line(Parser *P) {
     }
 }
 
-/* module NAME mesh=PPxDPxCPxTP */
+/* module NAME mesh=PPxDPxCPxTP [recompute=POLICY] */
 static void module_line(Parser *P) {
     char word[8];
     const char *name = name_token(P, "a module name");
@@ -766,6 +768,19 @@ static void module_line(Parser *P) {
         P->m->mesh[a] = (int)integer(P, 1, MAX_MESH, "a mesh size");
         world *= P->m->mesh[a];
         if (world > MAX_WORLD) fail(P, "mesh of more than %d ranks", MAX_WORLD);
+    }
+    if (peek(P) == 'r') {
+        char key[16], policy[16];
+        ident(P, key, sizeof key, "recompute=");
+        if (strcmp(key, "recompute") != 0) fail(P, "expected recompute=, found '%s'", key);
+        expect(P, '=', "'=' after recompute");
+        skip_ws(P);
+        size_t n = 0;
+        while (P->p < P->end && (isalnum((unsigned char)*P->p) || *P->p == '-') && n + 1 < sizeof policy) policy[n++] = *P->p++;
+        policy[n] = 0;
+        int r = ir_recompute_lookup(policy);
+        if (r < 0) fail(P, "unknown recompute policy '%s' (none, full, selective, gemm-last)", policy);
+        P->m->recompute = (Recompute)r;
     }
     P->m->nstages = 0; /* the stage lines add them back */
     P->stages = P->m->stages;
@@ -984,7 +999,7 @@ static int graph_eq(const Graph *a, const Graph *b) {
 int ir_module_equal(const Module *a, const Module *b) {
     if (a == b) return 1;
     if (!a || !b || !str_eq(a->name, b->name) || a->nstages != b->nstages) return 0;
-    if (memcmp(a->mesh, b->mesh, sizeof a->mesh) != 0) return 0;
+    if (memcmp(a->mesh, b->mesh, sizeof a->mesh) != 0 || a->recompute != b->recompute) return 0;
     for (int s = 0; s < a->nstages; s++)
         if (!graph_eq(a->stages[s], b->stages[s])) return 0;
     return 1;

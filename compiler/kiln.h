@@ -27,6 +27,11 @@ typedef struct {
      * load-balanced; 1: contiguous, for comparison) and how attention
      * communicates (0: all-gather K,V) */
     int cp_contiguous, cp_comm;
+    /* activation recompute (recompute.c): the policy (Recompute, default
+     * gemm-last) and an optional budget in bytes for the activations saved
+     * for backward per rank (0: none) */
+    int recompute;
+    double memory_budget;
     /* optimizer (defaults in opt_defaults) */
     double lr, min_lr, warmup, steps, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
@@ -45,6 +50,10 @@ Module *fe_load(const char *path, Options *o, char *err, size_t errlen);
 typedef void (*PassFn)(Module *m, const Options *o);
 void pass_autodiff(Module *m, const Options *o);  /* autodiff.c */
 void pass_parallelize(Module *m, const Options *o); /* parallelize.c: shard over the mesh (dp) and micro-batches */
+void pass_recompute(Module *m, const Options *o); /* recompute.c: what backward rereads, what it recomputes */
+/* Bytes of forward activations that backward or recompute nodes read
+ * (saved from forward into backward), of one layer or (INT_MIN) all. */
+int64_t recompute_saved_bytes(const Graph *g, int layer);
 void pass_optimizer(Module *m, const Options *o); /* optimizer.c */
 void pass_fuse(Module *m, const Options *o);      /* fuse.c: elementwise chains -> generated kernels */
 void pass_schedule(Module *m, const Options *o);  /* schedule.c: streams, events, linear order */

@@ -39,6 +39,7 @@ static const struct {
 } passes[] = {
     {"autodiff", pass_autodiff},
     {"parallelize", pass_parallelize},
+    {"recompute", pass_recompute},
     {"optimizer", pass_optimizer},
     {"fuse", pass_fuse},
     {"schedule", pass_schedule},
@@ -74,7 +75,9 @@ static void usage(FILE *f) {
           "       kiln compile MODEL --target cpu -o FILE [--emit llvm|schedule]\n"
           "       kiln run   MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run   MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
-          "common: --set key=value  --seed N  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X\n",
+          "common: --set key=value  --seed N  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X\n"
+          "        --dp N --micro-batches M --zero 0|1 --cp N --cp-layout dual|contiguous --cp-comm allgather|p2p\n"
+          "        --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES\n",
           f);
 }
 
@@ -152,6 +155,20 @@ static double parse_double_flag(const char *flag, const char *v) {
     return x;
 }
 
+/* bytes: an integer with an optional K, M, G or T suffix (powers of 1024, "GiB" too) */
+static double parse_bytes_flag(const char *flag, const char *v) {
+    char *end;
+    double x = strtod(v, &end);
+    static const char *const unit[] = {"", "K", "M", "G", "T"};
+    int u = -1;
+    for (int k = 0; k < 5; k++)
+        if (strcmp(end, unit[k]) == 0 || (k && (end[0] == unit[k][0] && (strcmp(end + 1, "iB") == 0 || strcmp(end + 1, "B") == 0))))
+            u = k;
+    if (*v == 0 || u < 0 || !(x > 0)) die("%s: expected a positive number of bytes (e.g. 4000000000 or 40GiB), got \"%s\"", flag, v);
+    for (int k = 0; k < u; k++) x *= 1024;
+    return x;
+}
+
 static void parse_args(Args *a, int argc, char **argv) {
     static const struct { const char *flag, *key; } shorthands[] = {
         {"--lr", "lr"}, {"--min-lr", "min_lr"}, {"--warmup", "warmup"}, {"--steps", "steps"},
@@ -217,6 +234,13 @@ static void parse_args(Args *a, int argc, char **argv) {
             if (strcmp(v, "allgather") == 0) a->o.cp_comm = 0;
             else if (strcmp(v, "p2p") == 0) a->o.cp_comm = 1;
             else die("--cp-comm: expected p2p or allgather, got \"%s\"", v);
+        } else if (strcmp(f, "--recompute") == 0) {
+            const char *v = argv[++i];
+            int r = ir_recompute_lookup(v);
+            if (r < 0 && strcmp(v, "all") != 0) die("--recompute: expected none, full, selective or gemm-last, got \"%s\"", v);
+            a->o.recompute = r < 0 ? RC_UNSET : r; /* all: kiln plan's table of every policy */
+        } else if (strcmp(f, "--memory-budget") == 0) {
+            a->o.memory_budget = parse_bytes_flag(f, argv[++i]);
         } else if (strcmp(f, "--tp") == 0 || strcmp(f, "--pp") == 0) {
             if (parse_int_flag(f, argv[++i]) != 1) die("%s: this parallel axis is not available yet (only 1; --dp and --cp are)", f);
         } else die("%s: unknown flag", f);
@@ -225,7 +249,7 @@ static void parse_args(Args *a, int argc, char **argv) {
     if (a->after) {
         int ok = strcmp(a->after, "front") == 0;
         for (int i = 0; i < NPASSES; i++) ok |= strcmp(a->after, passes[i].name) == 0;
-        if (!ok) die("--after: unknown pass \"%s\" (front, autodiff, parallelize, optimizer, fuse, schedule, memplan)", a->after);
+        if (!ok) die("--after: unknown pass \"%s\" (front, autodiff, parallelize, recompute, optimizer, fuse, schedule, memplan)", a->after);
     }
     if (a->o.dp < 1) die("--dp: expected at least 1");
     if (a->o.cp < 1) die("--cp: expected at least 1");

@@ -20,4 +20,5 @@ void opt_defaults(Options *o) {
     o->micro_batches = 1;
     o->zero = 1;
     o->bucket_mb = 25;
+    o->recompute = RC_GEMM_LAST;
 }

@@ -29,7 +29,9 @@
  *     buffer (memlive_build) has a space and a 64-byte aligned offset, views
  *     share their input's buffer, group internals have none, params are in
  *     the params space and states in opt, and no two buffers of a space share
- *     a byte while both are live (params, grads and opt buffers live all step).
+ *     a byte while both are live (params, grads and opt buffers live all step);
+ *   - a module marked recompute=gemm-last has no GEMM and no attention
+ *     (no EXPENSIVE op) in phase recompute.
  *
  * Checks run in an order that makes the later ones safe (ids are checked
  * before anything indexes with them, types before ir_infer reads them).
@@ -491,6 +493,10 @@ int ir_verify_module(const Module *m, char *err, size_t errlen) {
         if (!g) return bad(&c, -1, "stage %d is missing", s);
         if (g->m != m) return bad(&c, -1, "stage %d belongs to another module", s);
         if (ir_verify(g, err, errlen)) return -1;
+        c.g = g;
+        for (int i = 0; m->recompute == RC_GEMM_LAST && i < g->nnodes; i++) /* gemm-last's promise */
+            if (g->nodes[i].phase == PH_RECOMPUTE && (ir_ops[g->nodes[i].op].flags & (F_GEMM | F_EXPENSIVE)))
+                return bad(&c, i, "recompute=gemm-last, yet this expensive op (a GEMM or attention) is in phase recompute");
     }
     return 0;
 }

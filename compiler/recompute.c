@@ -1,0 +1,335 @@
+/* recompute.c — which forward values backward reads from memory, and which
+ * it recomputes (DESIGN.md §9.2).
+ *
+ * After autodiff and parallelize the step is one graph: forward nodes, then
+ * backward nodes that read forward values directly.  Every forward value a
+ * backward node reads is *saved*: it stays live from forward to backward,
+ * and those values are most of a training step's activation memory.  This
+ * pass chooses a set of forward values to *recompute* instead: every
+ * backward read of such a value reads a clone, built in phase `recompute`
+ * right before the first backward node that needs it, from the values that
+ * stay saved.  The memory plan then sees the short lifetimes.  Recomputing
+ * is deterministic, so the step's numbers do not change.
+ *
+ * The choice is a set rc of values (rc[v]: backward reads a clone of v).  A
+ * clone's inputs are clones where rc says so and the saved values
+ * elsewhere, so rc alone fixes both what is recomputed and what is saved
+ * (saved_bytes simulates it; rewrite builds it).  The policies:
+ *
+ *   none       rc is empty.
+ *   full       every value computed in a layer, except the layer's inputs
+ *              (values a later layer reads) and communication results:
+ *              backward re-runs the layer's forward from its inputs
+ *              (Megatron's full, uniform).
+ *   selective  the outputs of attention (Megatron's selective: the core
+ *              attention is recomputed, its Q, K, V stay saved).
+ *   gemm-last  cheap chains only.  A candidate is a saved value made by a
+ *              cheap op (not EXPENSIVE, not communication): its chain runs
+ *              back through cheap ops to values that are saved anyway or
+ *              are outputs of expensive ops (GEMMs, attention), which then
+ *              become saved.  The chain is taken when it saves bytes (the
+ *              candidate's bytes minus the new saved values') at a cost of
+ *              at most MAX_FLOPS_PER_BYTE added FLOPs per byte saved.  No
+ *              GEMM and no attention is ever re-executed, and the verifier
+ *              holds a module marked gemm-last to that.
+ *
+ * --memory-budget B (bytes of saved activations per rank): the cheapest set
+ * that fits: nothing if `none` fits; else gemm-last's chains in order of
+ * FLOPs per byte saved until it fits; else layers switched to full one by
+ * one from the first (the module is then marked full: some of its layers
+ * re-run GEMMs); else an error naming full's minimum.
+ *
+ * Values made outside the forward (backward's own), parameters, inputs and
+ * constants are never counted or cloned; communication is never repeated
+ * (a clone reads the saved result of a collective or a receive).
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln.h"
+
+#define MAX_FLOPS_PER_BYTE 32.0
+
+typedef struct {
+    const Graph *g;
+    char *rc;    /* value: backward reads a clone */
+    char *saved; /* value: live from forward into backward (scratch of saved_bytes) */
+    char *seen;  /* value: clone visited (scratch) */
+} Rc;
+
+static void *xcalloc(size_t n, size_t sz) {
+    void *p = calloc(n ? n : 1, sz);
+    if (!p) ICE("recompute: out of memory");
+    return p;
+}
+
+static const Node *def_of(const Graph *g, int v) { return g->vals[v].def >= 0 ? &g->nodes[g->vals[v].def] : NULL; }
+
+static int64_t bytes_of(const Graph *g, int v) {
+    return ir_numel(&g->vals[v].t) * (int64_t)ir_dtype_size(g->vals[v].t.dt);
+}
+
+/* a forward value that counts as an activation: made by a forward node that
+ * is not a param, input or constant (a receive counts: it holds data) */
+static int activation(const Graph *g, int v) {
+    const Node *d = def_of(g, v);
+    if (!d || d->phase != PH_FWD) return 0;
+    unsigned fl = ir_ops[d->op].flags;
+    return !(fl & F_SOURCE) || (fl & F_COMM);
+}
+
+/* a forward op recomputing may repeat: not expensive, not communication */
+static int cheap(const Node *d) {
+    unsigned fl = ir_ops[d->op].flags;
+    return d->phase == PH_FWD && !(fl & (F_EXPENSIVE | F_COMM | F_SOURCE | F_SINK));
+}
+
+static int reads_back(const Node *n) { return n->phase == PH_BWD || n->phase == PH_RECOMPUTE; }
+
+/* ---- what rc saves: the simulation of rewrite ---- */
+
+static void visit_clone(Rc *R, int v);
+
+static void need(Rc *R, int v) {
+    if (!activation(R->g, v)) return;
+    if (R->rc[v]) visit_clone(R, v);
+    else R->saved[v] = 1;
+}
+
+static void visit_clone(Rc *R, int v) {
+    const Node *d = def_of(R->g, v);
+    if (R->seen[v]) return;
+    for (int k = 0; k < d->nout; k++) R->seen[d->out[k]] = 1;
+    for (int k = 0; k < d->nin; k++) need(R, d->in[k]);
+}
+
+/* Bytes saved for backward under rc (the values in R->saved after). */
+static int64_t saved_bytes(Rc *R) {
+    const Graph *g = R->g;
+    memset(R->saved, 0, (size_t)g->nvals);
+    memset(R->seen, 0, (size_t)g->nvals);
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].phase == PH_BWD)
+            for (int k = 0; k < g->nodes[i].nin; k++) need(R, g->nodes[i].in[k]);
+    int64_t total = 0;
+    for (int v = 0; v < g->nvals; v++)
+        if (R->saved[v]) total += bytes_of(g, v);
+    return total;
+}
+
+/* ---- the policies ---- */
+
+/* full for layer L: every value made in L that no other layer reads */
+static void full_layer(Rc *R, int L) {
+    const Graph *g = R->g;
+    char *outside = xcalloc((size_t)g->nvals, 1);
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->phase == PH_FWD && n->layer != L)
+            for (int k = 0; k < n->nin; k++) outside[n->in[k]] = 1;
+    }
+    for (int v = 0; v < g->nvals; v++) {
+        const Node *d = def_of(g, v);
+        if (d && d->layer == L && activation(g, v) && !(ir_ops[d->op].flags & F_COMM) && !outside[v]) R->rc[v] = 1;
+    }
+    free(outside);
+}
+
+static void selective(Rc *R) {
+    const Graph *g = R->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        unsigned fl = ir_ops[n->op].flags;
+        if (n->phase == PH_FWD && n->layer >= 0 && (fl & F_EXPENSIVE) && !(fl & F_GEMM))
+            for (int k = 0; k < n->nout; k++) R->rc[n->out[k]] = 1;
+    }
+}
+
+/* One gemm-last candidate: v's chain back to saved values. */
+typedef struct {
+    int v;
+    int64_t gain;   /* bytes saved (v's, less the newly saved inputs') */
+    double flops;   /* added by the clones */
+} Chain;
+
+/* Walk v's chain under the current choice (R->rc, R->saved): cheap values
+ * not saved join the chain (mark 2 in seen), saved values and clones that
+ * exist cost nothing, anything else becomes newly saved (mark 3). */
+static void walk(Rc *R, int v, Chain *c, int apply) {
+    const Graph *g = R->g;
+    const Node *d = def_of(g, v);
+    if (R->seen[v]) return;
+    if (!activation(g, v) || R->saved[v] || R->rc[v] || !cheap(d)) {
+        if (activation(g, v) && !R->saved[v] && !R->rc[v]) {
+            R->seen[v] = 3;
+            c->gain -= bytes_of(g, v);
+            if (apply) R->saved[v] = 1;
+        } else {
+            R->seen[v] = 1;
+        }
+        return;
+    }
+    R->seen[v] = 2;
+    c->flops += ir_node_flops(g, d);
+    if (apply) R->rc[v] = 1;
+    for (int k = 0; k < d->nin; k++) walk(R, d->in[k], c, apply);
+}
+
+static Chain chain_of(Rc *R, int v, int apply) {
+    Chain c = {v, bytes_of(R->g, v), 0};
+    memset(R->seen, 0, (size_t)R->g->nvals);
+    const Node *d = def_of(R->g, v);
+    R->seen[v] = 2;
+    c.flops += ir_node_flops(R->g, d);
+    for (int k = 0; k < d->nin; k++) walk(R, d->in[k], &c, apply);
+    if (apply) R->rc[v] = 1, R->saved[v] = 0;
+    return c;
+}
+
+static int candidate(Rc *R, int v) {
+    const Node *d = def_of(R->g, v);
+    return R->saved[v] && !R->rc[v] && d && cheap(d);
+}
+
+static int worth(const Chain *c, int any_cost) {
+    return c->gain > 0 && (any_cost || c->flops <= MAX_FLOPS_PER_BYTE * (double)c->gain);
+}
+
+/* gemm-last: every chain worth taking, in value order (no budget) */
+static void gemm_last(Rc *R) {
+    saved_bytes(R);
+    for (int v = 0; v < R->g->nvals; v++) {
+        if (!candidate(R, v)) continue;
+        Chain c = chain_of(R, v, 0);
+        if (worth(&c, 0)) chain_of(R, v, 1);
+    }
+}
+
+/* gemm-last's chains, cheapest per byte first, until the saved bytes fit
+ * the budget; 1 if they do */
+static int gemm_last_until(Rc *R, double budget) {
+    for (;;) {
+        int64_t total = saved_bytes(R);
+        if ((double)total <= budget) return 1;
+        int best = -1;
+        double best_ratio = 0;
+        for (int v = 0; v < R->g->nvals; v++) {
+            if (!candidate(R, v)) continue;
+            Chain c = chain_of(R, v, 0);
+            double ratio = c.flops / (double)(c.gain > 0 ? c.gain : 1);
+            if (worth(&c, 1) && (best < 0 || ratio < best_ratio)) best = v, best_ratio = ratio;
+        }
+        if (best < 0) return 0;
+        chain_of(R, best, 1);
+    }
+}
+
+static int max_layer(const Graph *g) {
+    int L = -1;
+    for (int i = 0; i < g->nnodes; i++) L = g->nodes[i].layer > L ? g->nodes[i].layer : L;
+    return L;
+}
+
+static Recompute within_budget(Rc *R, double budget) {
+    const Graph *g = R->g;
+    if ((double)saved_bytes(R) <= budget) return RC_NONE;
+    if (gemm_last_until(R, budget)) return RC_GEMM_LAST;
+    for (int L = 0; L <= max_layer(g); L++) {
+        full_layer(R, L);
+        if ((double)saved_bytes(R) <= budget) return RC_FULL; /* layers 0..L full, the rest gemm-last */
+    }
+    Loc at = g->nnodes ? g->nodes[0].loc : (Loc){0};
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_loss) at = g->nodes[i].loc;
+    error_at(at, "--memory-budget %.0f bytes: below the minimum of %lld bytes of saved activations per rank (full recompute of every layer)",
+             budget, (long long)saved_bytes(R));
+}
+
+/* ---- the rewrite ---- */
+
+typedef struct {
+    const Graph *g;
+    const char *rc;
+    Builder b;
+    int *map;   /* old value -> new value */
+    int *clone; /* old value -> its clone in the new graph, -1 */
+} Rw;
+
+static int copy_node(Rw *W, const Node *n, const int *in, Phase phase) {
+    W->b.loc = n->loc, W->b.layer = n->layer, W->b.phase = phase;
+    const Type *src = ir_ops[n->op].flags & F_SOURCE ? &W->g->vals[n->out[0]].t : NULL;
+    int j = ir_build(&W->b, n->op, n->nin, in, n->nattr, n->attr, src);
+    Node *c = &W->b.g->nodes[j];
+    c->stage = n->stage, c->vstage = n->vstage, c->mb = n->mb;
+    for (int k = 0; k < n->nout; k++) memcpy(W->b.g->vals[c->out[k]].sh, W->g->vals[n->out[k]].sh, sizeof W->g->vals[0].sh);
+    return j;
+}
+
+static int clone_of(Rw *W, int v) {
+    if (W->clone[v] >= 0) return W->clone[v];
+    const Node *d = def_of(W->g, v);
+    int *in = xcalloc((size_t)d->nin, sizeof(int));
+    for (int k = 0; k < d->nin; k++) {
+        int u = d->in[k];
+        in[k] = W->rc[u] && activation(W->g, u) ? clone_of(W, u) : W->map[u];
+    }
+    int j = copy_node(W, d, in, PH_RECOMPUTE);
+    free(in);
+    for (int k = 0; k < d->nout; k++) W->clone[d->out[k]] = W->b.g->nodes[j].out[k];
+    return W->clone[v];
+}
+
+static Graph *rewrite(Module *m, const Graph *g, const char *rc) {
+    Rw W = {g, rc, {.g = ir_graph_new(m), .pass = "recompute"}, xcalloc((size_t)g->nvals, sizeof(int)),
+            xcalloc((size_t)g->nvals, sizeof(int))};
+    for (int v = 0; v < g->nvals; v++) W.map[v] = W.clone[v] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int *in = xcalloc((size_t)n->nin, sizeof(int));
+        for (int k = 0; k < n->nin; k++) {
+            int u = n->in[k];
+            in[k] = n->phase == PH_BWD && rc[u] && activation(g, u) ? clone_of(&W, u) : W.map[u];
+        }
+        int j = copy_node(&W, n, in, n->phase);
+        free(in);
+        for (int k = 0; k < n->nout; k++) W.map[n->out[k]] = W.b.g->nodes[j].out[k];
+    }
+    free(W.map), free(W.clone);
+    return W.b.g;
+}
+
+/* ---- the pass ---- */
+
+int64_t recompute_saved_bytes(const Graph *g, int layer) {
+    char *sv = xcalloc((size_t)g->nvals, 1);
+    for (int i = 0; i < g->nnodes; i++)
+        if (reads_back(&g->nodes[i]))
+            for (int k = 0; k < g->nodes[i].nin; k++) sv[g->nodes[i].in[k]] = 1;
+    int64_t total = 0;
+    for (int v = 0; v < g->nvals; v++)
+        if (sv[v] && activation(g, v) && (layer == INT_MIN || def_of(g, v)->layer == layer)) total += bytes_of(g, v);
+    free(sv);
+    return total;
+}
+
+void pass_recompute(Module *m, const Options *o) {
+    Recompute policy = o->recompute == RC_UNSET ? RC_GEMM_LAST : (Recompute)o->recompute;
+    for (int s = 0; s < m->nstages; s++) {
+        const Graph *g = m->stages[s];
+        Rc R = {g, xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1)};
+        if (o->memory_budget > 0) {
+            policy = within_budget(&R, o->memory_budget);
+        } else if (policy == RC_FULL) {
+            for (int L = 0; L <= max_layer(g); L++) full_layer(&R, L);
+        } else if (policy == RC_SELECTIVE) {
+            selective(&R);
+        } else if (policy == RC_GEMM_LAST) {
+            gemm_last(&R);
+        }
+        m->stages[s] = rewrite(m, g, R.rc);
+        free(R.rc), free(R.saved), free(R.seen);
+    }
+    m->recompute = policy;
+}
