@@ -4,7 +4,8 @@
 # plan` (the forward/backward activation peak per rank, "of which model"),
 # for cp 1, 2, 4, 8 on llama.lua at Llama-3 8B size (dim 4096, 32 layers,
 # 32 heads, 8 kv heads, ffn 14336, vocab 128256, batch 1, f32 on the CPU,
-# no recompute).  The sequence is searched in steps of 1024 tokens.
+# no recompute: RECOMPUTE=none, the default here; RECOMPUTE=gemm-last etc.
+# for the other policies).  The sequence is searched in steps of 1024 tokens.
 set -eu
 B=${BUILD:-build}
 BUDGET_GIB=${BUDGET_GIB:-64}
@@ -14,7 +15,7 @@ make -s "$B/kiln" BUILD="$B" >/dev/null
 budget=$((BUDGET_GIB * 1024 * 1024 * 1024))
 act() { # seq cp -> bytes
     # shellcheck disable=SC2086
-    "$B/kiln" plan $L7 --set seq="$1" --cp "$2" --cp-comm "$COMM" 2>/dev/null | sed -n 's/.*of which model *[0-9.]* MiB *\([0-9]*\) bytes.*/\1/p'
+    "$B/kiln" plan $L7 --set seq="$1" --cp "$2" --cp-comm "$COMM" --recompute "${RECOMPUTE:-none}" 2>/dev/null | sed -n 's/.*of which model *[0-9.]* MiB *\([0-9]*\) bytes.*/\1/p'
 }
 echo "cp_seqlen ($(date -u +%F), --cp-comm $COMM): longest sequence whose forward/backward activations fit $BUDGET_GIB GiB per rank"
 printf '%4s %10s %14s %18s\n' cp "max seq" "x cp=1" "activations (GiB)"

@@ -20,7 +20,9 @@
  *   full       every value computed in a layer, except the layer's inputs
  *              (values a later layer reads) and communication results:
  *              backward re-runs the layer's forward from its inputs
- *              (Megatron's full, uniform).
+ *              (Megatron's full, uniform) — as much of it as backward
+ *              reads: a GEMM whose output only feeds the residual is not
+ *              repeated.  Outside the layers, gemm-last's chains.
  *   selective  the outputs of attention (Megatron's selective: the core
  *              attention is recomputed, its Q, K, V stay saved).
  *   gemm-last  cheap chains only.  A candidate is a saved value made by a
@@ -240,11 +242,9 @@ static Recompute within_budget(Rc *R, double budget) {
         full_layer(R, L);
         if ((double)saved_bytes(R) <= budget) return RC_FULL; /* layers 0..L full, the rest gemm-last */
     }
-    Loc at = g->nnodes ? g->nodes[0].loc : (Loc){0};
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].op == OP_loss) at = g->nodes[i].loc;
-    error_at(at, "--memory-budget %.0f bytes: below the minimum of %lld bytes of saved activations per rank (full recompute of every layer)",
-             budget, (long long)saved_bytes(R));
+    fprintf(stderr, "kiln: --memory-budget %.0f bytes: below the minimum of %lld bytes of saved activations per rank (--recompute full)\n",
+            budget, (long long)saved_bytes(R));
+    exit(1);
 }
 
 /* ---- the rewrite ---- */
@@ -321,7 +321,8 @@ void pass_recompute(Module *m, const Options *o) {
         Rc R = {g, xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1)};
         if (o->memory_budget > 0) {
             policy = within_budget(&R, o->memory_budget);
-        } else if (policy == RC_FULL) {
+        } else if (policy == RC_FULL) { /* the layers whole; outside them the cheap chains */
+            gemm_last(&R);
             for (int L = 0; L <= max_layer(g); L++) full_layer(&R, L);
         } else if (policy == RC_SELECTIVE) {
             selective(&R);

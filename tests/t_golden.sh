@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Golden IR: the dump of models/tiny.lua after `front` and after `autodiff`
-# must match tests/golden/ byte for byte.  Regenerate on purpose only:
+# Golden IR: the dump of models/tiny.lua after `front`, after `autodiff`, and
+# after `recompute` under each policy must match tests/golden/ byte for byte.  Regenerate on purpose only:
 #   UPDATE_GOLDEN=1 bash tests/t_golden.sh
 set -u
 K=${BUILD:-build}/kiln
 n=0
-for pass in front autodiff; do
+for step in front autodiff recompute:none recompute:selective recompute:gemm-last recompute:full; do
     n=$((n + 1))
-    want=tests/golden/tiny.$pass.ir
+    pass=${step%%:*} policy=${step#*:}
+    if [ "$pass" = recompute ]; then want=tests/golden/tiny.recompute-$policy.ir flags="--recompute $policy"
+    else want=tests/golden/tiny.$pass.ir flags=""; fi
     got=$(mktemp)
-    "$K" dump models/tiny.lua --after "$pass" -o "$got"
+    # shellcheck disable=SC2086
+    "$K" dump models/tiny.lua --after "$pass" $flags -o "$got"
     if [ "${UPDATE_GOLDEN:-0}" = 1 ]; then cp "$got" "$want"; fi
     if diff -u "$want" "$got" > "$got.diff"; then
-        echo "ok $n - golden tiny.lua after $pass"
+        echo "ok $n - golden tiny.lua after $pass $flags"
     else
-        echo "not ok $n - golden tiny.lua after $pass differs:"; head -20 "$got.diff"
+        echo "not ok $n - golden tiny.lua after $pass $flags differs:"; head -20 "$got.diff"
     fi
     rm -f "$got" "$got.diff"
 done
