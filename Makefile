@@ -17,9 +17,13 @@ LLVM_LIBS   := $(shell $(LLVM_CONFIG) --ldflags --libs 2>/dev/null)
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS    := $(shell mpicc --showme:link 2>/dev/null)
 CFLAGS  += $(MPI_CFLAGS)
+# the CUDA toolkit (no GPU needed): the compiler compiles CUDA kernels with NVRTC
+CUDA_HOME ?= /usr/local/cuda
+CFLAGS  += -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnvrtc
 # the runtime: what a generated trainer links (no Lua, no LLVM)
 RT_LIBS := -lopenblas -lpthread -lm $(MPI_LIBS)
-LDLIBS  := /usr/lib/x86_64-linux-gnu/liblua5.4.a $(LLVM_LIBS) $(RT_LIBS) -ldl
+LDLIBS  := /usr/lib/x86_64-linux-gnu/liblua5.4.a $(LLVM_LIBS) $(RT_LIBS) $(CUDA_LIBS) -ldl
 LDFLAGS += $(SANFLAGS)
 
 # libkilnc.a: the compiler; libkilnrt.a: the runtime and the CPU kernels
