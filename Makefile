@@ -72,7 +72,7 @@ $(BUILD)/tests/%: tests/%.c $(LIBS) $(HDRS) tests/testutil.h tests/graphbuild.h
 # The fuzz target for the IR text parser (libFuzzer, clang).
 $(BUILD)/fuzz_irtext: tests/fuzz_irtext.c $(LIB_SRC) $(RT_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
-	clang -O1 -g -std=c11 -D_GNU_SOURCE -Icompiler -Iruntime -I/usr/include/lua5.4 $(MPI_CFLAGS) -fsanitize=fuzzer,address,undefined \
+	clang -O1 -g -std=c11 -D_GNU_SOURCE -Icompiler -Iruntime -I/usr/include/lua5.4 -I$(CUDA_HOME)/include $(MPI_CFLAGS) -fsanitize=fuzzer,address,undefined \
 	    -o $@ tests/fuzz_irtext.c $(filter-out compiler/emit_%.c compiler/sample.c,$(LIB_SRC)) $(RT_SRC) $(LDLIBS)
 
 FUZZ_SECONDS ?= 20

@@ -43,4 +43,11 @@ int emit_llvm_text(const Module *m, FILE *f, char *err, size_t errlen);
  * and ""): output that does not depend on the machine, for golden tests. */
 int emit_llvm_text_for(const Module *m, FILE *f, const char *cpu, const char *features, char *err, size_t errlen);
 
+/* Write the fused elementwise kernels as one CUDA C translation unit
+ * (kiln's `--emit cuda`, emit_cuda.c): one extern "C" __global__ kernel per
+ * distinct fused group, kiln_fused_K(inputs..., outputs..., long long n),
+ * a grid-stride loop; f32/bf16 values are bf16 in memory, the math is f32.
+ * For NVRTC; no GPU needed.  0, or -1 + message (nothing written). */
+int emit_cuda_text(const Module *m, FILE *f, char *err, size_t errlen);
+
 #endif

@@ -47,7 +47,9 @@
  *                  contiguously or one element (group_row), with the source
  *                  indices computed once per row.  Groups that compute the
  *                  same thing (the same chain in every layer) share one
- *                  kernel (group_key); each keeps its own trace name.
+ *                  kernel (the group key); each keeps its own trace name.
+ *                  Which nodes form a group, its inputs, outputs, shape and
+ *                  key come from kgroup.c, shared with the CUDA back end.
  *
  * Transcendentals.  llvm.exp.f32 on x86 becomes a call to expf per element
  * even inside a vector loop, so exp (and tanh, gelu, silu built on it) use
@@ -89,11 +91,11 @@
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "emit.h"
+#include "kgroup.h"
 #include "kiln_rt.h"
 
 enum { LIBARGS = 32 }; /* args of a library launch: at most 19 (rtk_copy) */
@@ -141,18 +143,6 @@ static const char *where(const Node *n, char *buf, size_t len) {
 /* ---- the emitter's state ---- */
 
 typedef struct {
-    int kernel;        /* the `kernel` attribute, or -1 for an implicit singleton */
-    int *nodes, nnodes; /* members in program order */
-    int *in, nin;      /* values read from outside the group */
-    int *out, nout;    /* member values used outside the group */
-    Type shape;        /* the iteration space */
-    int noalias;       /* buffers proven disjoint by the plan */
-    char *key;         /* what the kernel computes (group_key): equal keys share one */
-    LLVMValueRef fn;   /* the rt_kernel */
-    char name[48];     /* "fused_K", for the trace */
-} Group;
-
-typedef struct {
     const Module *m;
     const Graph *g;
     LLVMContextRef c;
@@ -168,9 +158,8 @@ typedef struct {
     int maxargs; /* the args array's length */
     /* program order and groups */
     int *order, norder;
-    int *group_of; /* node -> group index, -1 */
-    Group *groups;
-    int ngroups;
+    KGroups kg;             /* the fused groups (kgroup.h) */
+    LLVMValueRef *group_fn; /* [group]: its rt_kernel, set on the first group of each key */
     LLVMValueRef *reg; /* value id -> register in the loop being built */
     double flops;
     const Node *sched;     /* the lr_cosine node whose attributes are the schedule, NULL if none */
@@ -469,214 +458,18 @@ static LLVMValueRef ew_op(Em *e, const Node *n, LLVMValueRef a, LLVMValueRef b_)
     }
 }
 
-static int in_group(const Em *e, const Group *gr, int node) {
-    return node >= 0 && e->group_of[node] == (int)(gr - e->groups);
-}
-
-static int list_add(int *list, int *n, int v) {
-    for (int i = 0; i < *n; i++)
-        if (list[i] == v) return i;
-    list[*n] = v;
-    return (*n)++;
-}
-
-static int list_find(const int *list, int n, int v) {
-    for (int i = 0; i < n; i++)
-        if (list[i] == v) return i;
-    return -1;
-}
-
-/* Inputs, outputs and iteration space of a group whose members are set. */
-static void group_io(Em *e, Group *gr, const int *uses_outside) {
-    const Graph *g = e->g;
-    char w[160];
-    int cap = 0;
-    for (int k = 0; k < gr->nnodes; k++) cap += g->nodes[gr->nodes[k]].nin + g->nodes[gr->nodes[k]].nout;
-    gr->in = xcalloc((size_t)cap, sizeof(int));
-    gr->out = xcalloc((size_t)cap, sizeof(int));
-    int64_t best = -1;
-    for (int k = 0; k < gr->nnodes; k++) {
-        const Node *n = &g->nodes[gr->nodes[k]];
-        unsigned f = ir_ops[n->op].flags;
-        if (!(f & F_ELEMENTWISE) && n->op != OP_broadcast && n->op != OP_const)
-            ICE("emit: %s: %s in fused group %d is neither elementwise, broadcast nor const", where(n, w, sizeof w),
-                ir_ops[n->op].name, gr->kernel);
-        for (int i = 0; i < n->nin; i++)
-            if (!in_group(e, gr, g->vals[n->in[i]].def)) list_add(gr->in, &gr->nin, n->in[i]);
-        if (n->nout != 1) ICE("emit: %s: group member with %d outputs", where(n, w, sizeof w), n->nout);
-        if (uses_outside[n->out[0]]) list_add(gr->out, &gr->nout, n->out[0]);
-        const Type *t = &g->vals[n->out[0]].t;
-        if (n->op != OP_const && ir_numel(t) != best) {
-            if (best >= 0) ICE("emit: %s: fused group %d mixes iteration spaces", where(n, w, sizeof w), gr->kernel);
-            best = ir_numel(t);
-            gr->shape = *t;
-        }
-    }
-    if (best < 0) gr->shape = g->vals[g->nodes[gr->nodes[0]].out[0]].t; /* consts only */
-}
-
-/* Byte ranges of two planned values overlap. */
-static int overlap(const Value *a, const Value *b) {
-    if (a->space != b->space) return 0;
-    int64_t ea = a->offset + ir_numel(&a->t) * (int64_t)ir_dtype_size(a->t.dt);
-    int64_t eb = b->offset + ir_numel(&b->t) * (int64_t)ir_dtype_size(b->t.dt);
-    return a->offset < eb && b->offset < ea;
-}
-
-static int group_disjoint(const Em *e, const Group *gr) {
-    for (int i = 0; i < gr->nout; i++) {
-        const Value *o = &e->g->vals[gr->out[i]];
-        for (int j = 0; j < gr->nin; j++)
-            if (overlap(o, &e->g->vals[gr->in[j]])) return 0;
-        for (int j = 0; j < gr->nout; j++)
-            if (j != i && overlap(o, &e->g->vals[gr->out[j]])) return 0;
-    }
-    return 1;
-}
-
-/* A growing string. */
-typedef struct {
-    char *s;
-    size_t n, cap;
-} Buf;
-
-static void bprintf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bprintf(Buf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
-        va_end(ap);
-        if (k < 0) ICE("emit: vsnprintf failed");
-        if (b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        b->cap = 2 * (b->n + (size_t)k + 64);
-        b->s = realloc(b->s, b->cap);
-        if (!b->s) ICE("emit: out of memory");
-    }
-}
-
-static void bshape(Buf *b, const Type *t) {
-    bprintf(b, "%s[", ir_dtype_names[t->dt]);
-    for (int d = 0; d < t->rank; d++) bprintf(b, "%s%lld", d ? "," : "", (long long)t->dim[d]);
-    bprintf(b, "]");
-}
-
-/* A text key for everything a group's kernel depends on: the members' ops
- * and attributes, where each operand comes from (a member or an input slot),
- * dtypes, the shapes of broadcasts, which members are outputs, noalias.  The
- * element count is an argument, so groups that differ only in buffers and
- * size (the same chain in every layer) share one kernel. */
-static char *group_key(Em *e, const Group *gr) {
-    const Graph *g = e->g;
-    Buf b = {0};
-    bprintf(&b, "noalias=%d in=", gr->noalias);
-    for (int k = 0; k < gr->nin; k++) bprintf(&b, "%s,", ir_dtype_names[g->vals[gr->in[k]].t.dt]);
-    for (int j = 0; j < gr->nnodes; j++) {
-        const Node *n = &g->nodes[gr->nodes[j]];
-        bprintf(&b, ";%s:%s(", ir_ops[n->op].name, ir_dtype_names[g->vals[n->out[0]].t.dt]);
-        for (int i = 0; i < n->nin; i++) {
-            int def = g->vals[n->in[i]].def, m = -1;
-            for (int q = 0; q < j && m < 0; q++)
-                if (gr->nodes[q] == def) m = q;
-            if (m >= 0) bprintf(&b, "m%d,", m);
-            else bprintf(&b, "i%d,", list_find(gr->in, gr->nin, n->in[i]));
-        }
-        if (n->op == OP_const) bprintf(&b, "v=%.17g", ir_attr_f(n, "v", 0));
-        if (n->op == OP_broadcast) {
-            bshape(&b, &g->vals[n->in[0]].t);
-            bshape(&b, &g->vals[n->out[0]].t);
-        }
-        bprintf(&b, ")");
-    }
-    bprintf(&b, ";out=");
-    for (int k = 0; k < gr->nout; k++)
-        for (int j = 0; j < gr->nnodes; j++)
-            if (g->nodes[gr->nodes[j]].out[0] == gr->out[k]) bprintf(&b, "m%d,", j);
-    return b.s;
-}
-
-/* Collect the fused groups: runs of nodes with the same `kernel` attribute,
- * plus an implicit one-node group for an elementwise node outside any. */
-static void collect_groups(Em *e) {
-    const Graph *g = e->g;
-    char w[160];
-    int *uses_outside = xcalloc((size_t)g->nvals, sizeof(int));
-    e->group_of = xcalloc((size_t)g->nnodes, sizeof(int));
-    e->groups = xcalloc((size_t)g->nnodes, sizeof(Group));
-    for (int i = 0; i < g->nnodes; i++) e->group_of[i] = -1;
-    for (int p = 0; p < e->norder; p++) {
-        int i = e->order[p];
-        const Node *n = &g->nodes[i];
-        const Attr *ka = ir_attr(n, "kernel");
-        int k = -1;
-        if (ka) {
-            if (ka->kind != AT_INT || ka->i < 0) ICE("emit: %s: bad kernel attribute", where(n, w, sizeof w));
-            for (int q = 0; q < e->ngroups && k < 0; q++)
-                if (e->groups[q].kernel == ka->i) k = q;
-        } else if (!(ir_ops[n->op].flags & F_ELEMENTWISE)) {
-            continue;
-        }
-        if (k < 0) {
-            k = e->ngroups++;
-            e->groups[k].kernel = ka ? (int)ka->i : -1;
-        }
-        Group *gr = &e->groups[k];
-        if (gr->nnodes > 0 && e->order[p - 1] != gr->nodes[gr->nnodes - 1])
-            ICE("emit: %s: fused group %d is not contiguous in the program", where(n, w, sizeof w), gr->kernel);
-        if ((gr->nnodes & (gr->nnodes - 1)) == 0) { /* 0, 1, 2, 4, ...: grow */
-            gr->nodes = realloc(gr->nodes, sizeof(int) * (size_t)(gr->nnodes ? 2 * gr->nnodes : 1));
-            if (!gr->nodes) ICE("emit: out of memory");
-        }
-        gr->nodes[gr->nnodes++] = i;
-        e->group_of[i] = k;
-    }
-    for (int i = 0; i < g->nnodes; i++) {
-        const Node *n = &g->nodes[i];
-        for (int k = 0; k < n->nin; k++) {
-            int def = g->vals[n->in[k]].def;
-            if (def >= 0 && e->group_of[def] >= 0 && e->group_of[def] != e->group_of[i]) uses_outside[n->in[k]] = 1;
-        }
-    }
-    for (int k = 0; k < e->ngroups; k++) {
-        Group *gr = &e->groups[k];
-        group_io(e, gr, uses_outside);
-        gr->noalias = group_disjoint(e, gr);
-        gr->key = group_key(e, gr);
-        if (gr->kernel >= 0) snprintf(gr->name, sizeof gr->name, "fused_%d", gr->kernel);
-        else snprintf(gr->name, sizeof gr->name, "fused_n%d", gr->nodes[0]);
-    }
-    free(uses_outside);
-}
-
-/* Index into x (broadcast to `big` by the numpy rule) of element i of big.
- * Runs of dims with the same kind merge; each non-broadcast run adds
- * ((i / inner) % len) * stride. */
+/* Index into x (broadcast to `big` by the numpy rule) of element i of big:
+ * the terms of kg_bcast_terms. */
 static LLVMValueRef bcast_index(Em *e, const Type *x, const Type *big, LLVMValueRef i) {
-    int64_t ost[IR_MAXRANK], xst[IR_MAXRANK], st[IR_MAXRANK];
-    row_strides(big, ost);
-    row_strides(x, xst);
-    int shift = big->rank - x->rank;
-    for (int d = 0; d < big->rank; d++) {
-        int k = d - shift;
-        st[d] = k < 0 || x->dim[k] == 1 ? 0 : xst[k];
-    }
+    KgTerm terms[IR_MAXRANK];
+    int nt = kg_bcast_terms(x, big, terms);
     LLVMValueRef idx = NULL;
-    int64_t total = ir_numel(big);
-    for (int d = 0; d < big->rank;) {
-        if (st[d] == 0 || big->dim[d] == 1) { d++; continue; }
-        int64_t len = big->dim[d];
-        int d1 = d + 1;
-        for (; d1 < big->rank && st[d1] != 0 && st[d1 - 1] == st[d1] * big->dim[d1]; d1++) len *= big->dim[d1];
-        int64_t inner = ost[d1 - 1], stride = st[d1 - 1];
+    for (int k = 0; k < nt; k++) {
         LLVMValueRef t = i;
-        if (inner != 1) t = LLVMBuildUDiv(e->b, t, I64(e, inner), "");
-        if (inner * len != total) t = LLVMBuildURem(e->b, t, I64(e, len), "");
-        if (stride != 1) t = LLVMBuildMul(e->b, t, I64(e, stride), "");
+        if (terms[k].inner != 1) t = LLVMBuildUDiv(e->b, t, I64(e, terms[k].inner), "");
+        if (terms[k].mod) t = LLVMBuildURem(e->b, t, I64(e, terms[k].len), "");
+        if (terms[k].stride != 1) t = LLVMBuildMul(e->b, t, I64(e, terms[k].stride), "");
         idx = idx ? LLVMBuildAdd(e->b, idx, t, "") : t;
-        d = d1;
     }
     return idx ? idx : I64(e, 0);
 }
@@ -687,10 +480,10 @@ static LLVMValueRef load_at(Em *e, LLVMValueRef ptr, DType dt, LLVMValueRef idx,
 }
 
 /* The register of member input k of node n at element i. */
-static LLVMValueRef operand(Em *e, Group *gr, const Node *n, int k, LLVMValueRef *ptrs, LLVMValueRef i) {
+static LLVMValueRef operand(Em *e, KGroup *gr, const Node *n, int k, LLVMValueRef *ptrs, LLVMValueRef i) {
     int vid = n->in[k];
     if (e->reg[vid]) return e->reg[vid];
-    int slot = list_find(gr->in, gr->nin, vid);
+    int slot = kg_in_slot(gr, vid);
     if (slot < 0) ICE("emit: fused group %d: %%%d has no register", gr->kernel, vid);
     return e->reg[vid] = load_at(e, ptrs[slot], e->g->vals[vid].t.dt, i, n);
 }
@@ -704,14 +497,9 @@ typedef struct {
     const int *contig;  /* [member]: the broadcast's source is contiguous along a row */
 } Iter;
 
-/* 1 if member n is a broadcast reading an outside value. */
-static int outside_bcast(Em *e, Group *gr, const Node *n) {
-    return n->op == OP_broadcast && !in_group(e, gr, e->g->vals[n->in[0]].def);
-}
-
 /* The chain of a group at one element: registers for every member, stores
  * of its outputs. */
-static void group_element(Em *e, Group *gr, LLVMValueRef *ptrs, const Iter *it) {
+static void group_element(Em *e, KGroup *gr, LLVMValueRef *ptrs, const Iter *it) {
     const Graph *g = e->g;
     LLVMValueRef i = it->i;
     char w[160];
@@ -723,8 +511,8 @@ static void group_element(Em *e, Group *gr, LLVMValueRef *ptrs, const Iter *it) 
             double v = ir_attr_f(n, "v", 0);
             r = ir_dtype_is_float(ot->dt) ? LLVMConstReal(elem_type(e, ot->dt, n), v)
                                          : LLVMConstInt(elem_type(e, ot->dt, n), (unsigned long long)(int64_t)v, 1);
-        } else if (outside_bcast(e, gr, n)) {
-            int vid = n->in[0], slot = list_find(gr->in, gr->nin, vid);
+        } else if (kg_outside_bcast(&e->kg, gr, n)) {
+            int vid = n->in[0], slot = kg_in_slot(gr, vid);
             LLVMValueRef idx;
             if (!it->base) idx = bcast_index(e, &g->vals[vid].t, ot, i);
             else idx = it->contig[k] ? LLVMBuildNUWAdd(e->b, it->base[k], it->c, "") : it->base[k];
@@ -742,7 +530,7 @@ static void group_element(Em *e, Group *gr, LLVMValueRef *ptrs, const Iter *it) 
             r = ew_op(e, n, a, b);
         }
         e->reg[n->out[0]] = r;
-        int slot = list_find(gr->out, gr->nout, n->out[0]);
+        int slot = kg_out_slot(gr, n->out[0]);
         if (slot >= 0) {
             LLVMTypeRef t = elem_type(e, ot->dt, n);
             LLVMBuildStore(e->b, r, LLVMBuildInBoundsGEP2(e->b, t, ptrs[gr->nin + slot], &i, 1, ""));
@@ -761,20 +549,20 @@ static void group_element(Em *e, Group *gr, LLVMValueRef *ptrs, const Iter *it) 
  * one element (0: the row base).  Row bases are computed once per row; the
  * loop along a row is plain.  Returns 0 when the group has no outside
  * broadcast (one flat loop). */
-static int64_t group_row(Em *e, Group *gr, int *contig) {
+static int64_t group_row(Em *e, KGroup *gr, int *contig) {
     const Graph *g = e->g;
     const Type *big = &gr->shape;
     int any = 0, D = big->rank;
     for (int k = 0; k < gr->nnodes; k++) {
         contig[k] = -1;
-        any |= outside_bcast(e, gr, &g->nodes[gr->nodes[k]]);
+        any |= kg_outside_bcast(&e->kg, gr, &g->nodes[gr->nodes[k]]);
     }
     if (!any) return 0;
     for (int d = big->rank - 1; d >= 0; d--) {
         int ok = 1;
         for (int k = 0; k < gr->nnodes && ok && big->dim[d] > 1; k++) {
             const Node *n = &g->nodes[gr->nodes[k]];
-            if (!outside_bcast(e, gr, n)) continue;
+            if (!kg_outside_bcast(&e->kg, gr, n)) continue;
             const Type *x = &g->vals[n->in[0]].t;
             int xd = d - (big->rank - x->rank), reads = xd >= 0 && x->dim[xd] != 1;
             ok = contig[k] < 0 || contig[k] == reads;
@@ -782,7 +570,7 @@ static int64_t group_row(Em *e, Group *gr, int *contig) {
         if (!ok) break;
         for (int k = 0; k < gr->nnodes && big->dim[d] > 1; k++) {
             const Node *n = &g->nodes[gr->nodes[k]];
-            if (!outside_bcast(e, gr, n)) continue;
+            if (!kg_outside_bcast(&e->kg, gr, n)) continue;
             const Type *x = &g->vals[n->in[0]].t;
             int xd = d - (big->rank - x->rank);
             contig[k] = xd >= 0 && x->dim[xd] != 1;
@@ -796,7 +584,7 @@ static int64_t group_row(Em *e, Group *gr, int *contig) {
 }
 
 /* for i in [i0, i1): one flat loop */
-static void flat_loop(Em *e, Group *gr, LLVMValueRef fn, LLVMValueRef *ptrs) {
+static void flat_loop(Em *e, KGroup *gr, LLVMValueRef fn, LLVMValueRef *ptrs) {
     LLVMBuilderRef b = e->b;
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(e->c, fn, "entry");
     LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(e->c, fn, "loop");
@@ -817,7 +605,7 @@ static void flat_loop(Em *e, Group *gr, LLVMValueRef fn, LLVMValueRef *ptrs) {
 /* for i in [i0, i1) by rows of W:
  *   row: r = i / W, start = r*W, c0 = i - start, c1 = min(W, c0 + i1 - i), row bases
  *   col: for c in [c0, c1): element start + c */
-static void row_loop(Em *e, Group *gr, LLVMValueRef fn, LLVMValueRef *ptrs, int64_t W, const int *contig) {
+static void row_loop(Em *e, KGroup *gr, LLVMValueRef fn, LLVMValueRef *ptrs, int64_t W, const int *contig) {
     const Graph *g = e->g;
     LLVMBuilderRef b = e->b;
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(e->c, fn, "entry");
@@ -838,7 +626,7 @@ static void row_loop(Em *e, Group *gr, LLVMValueRef fn, LLVMValueRef *ptrs, int6
     LLVMValueRef *base = xcalloc((size_t)gr->nnodes, sizeof(LLVMValueRef));
     for (int k = 0; k < gr->nnodes; k++) {
         const Node *n = &g->nodes[gr->nodes[k]];
-        if (outside_bcast(e, gr, n)) base[k] = bcast_index(e, &g->vals[n->in[0]].t, &g->vals[n->out[0]].t, start);
+        if (kg_outside_bcast(&e->kg, gr, n)) base[k] = bcast_index(e, &g->vals[n->in[0]].t, &g->vals[n->out[0]].t, start);
     }
     LLVMBuildBr(b, col);
 
@@ -860,7 +648,7 @@ static void row_loop(Em *e, Group *gr, LLVMValueRef fn, LLVMValueRef *ptrs, int6
 }
 
 /* void loop(i64 i0, i64 i1, T *in..., T *out...): elements [i0, i1) */
-static LLVMValueRef group_loop(Em *e, Group *gr, const char *name) {
+static LLVMValueRef group_loop(Em *e, KGroup *gr, const char *name) {
     const Graph *g = e->g;
     int np = gr->nin + gr->nout;
     LLVMTypeRef *pt = xcalloc((size_t)np + 2, sizeof(LLVMTypeRef));
@@ -887,7 +675,7 @@ static LLVMValueRef group_loop(Em *e, Group *gr, const char *name) {
 }
 
 /* void body(void *data, i64 i0, i64 i1): data is the kernel's args array. */
-static LLVMValueRef group_body(Em *e, Group *gr, LLVMValueRef loop, const char *name) {
+static LLVMValueRef group_body(Em *e, KGroup *gr, LLVMValueRef loop, const char *name) {
     LLVMValueRef fn = add_fn(e, name, e->tbody, 1);
     LLVMBuilderRef b = e->b;
     LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(e->c, fn, "entry"));
@@ -913,7 +701,7 @@ enum { PARALLEL_MIN = 1 << 14 };
 
 /* void kiln_fused_K(rt_ctx *ctx, const int64_t *args):
  *   n <= PARALLEL_MIN ? body(args, 0, n) : rt_parallel_for(ctx, n, body, args) */
-static void emit_group(Em *e, Group *gr) {
+static void emit_group(Em *e, KGroup *gr) {
     char name[64], sub[80];
     if (gr->kernel >= 0) snprintf(name, sizeof name, "kiln_fused_%d", gr->kernel);
     else snprintf(name, sizeof name, "kiln_fused_n%d", gr->nodes[0]);
@@ -937,7 +725,7 @@ static void emit_group(Em *e, Group *gr) {
     LLVMValueRef a[4] = {LLVMGetParam(fn, 0), n, body, data};
     LLVMBuildCall2(b, e->tpfor, e->rt_parallel_for, a, 4, "");
     LLVMBuildRetVoid(b);
-    gr->fn = fn;
+    e->group_fn[gr - e->kg.groups] = fn;
 }
 
 /* ---- the step function ---- */
@@ -1356,15 +1144,15 @@ static void emit_node(Em *e, int idx) {
     const Node *n = &e->g->nodes[idx];
     char w[160];
     e->user = n;
-    if (e->group_of[idx] >= 0) {
-        Group *gr = &e->groups[e->group_of[idx]];
+    if (e->kg.group_of[idx] >= 0) {
+        KGroup *gr = &e->kg.groups[e->kg.group_of[idx]];
         if (gr->nodes[0] != idx) return; /* launched at its first member */
         LLVMValueRef *a = xcalloc((size_t)(gr->nin + gr->nout + 1), sizeof(LLVMValueRef));
         int na = 0;
         for (int k = 0; k < gr->nin; k++) a[na++] = P(e, gr->in[k], 0);
         for (int k = 0; k < gr->nout; k++) a[na++] = P(e, gr->out[k], 0);
         a[na++] = I64(e, ir_numel(&gr->shape));
-        if (gr->nout > 0) launch(e, n, gr->fn, gr->name, a, na);
+        if (gr->nout > 0) launch(e, n, e->group_fn[gr->first], gr->name, a, na);
         free(a);
         return;
     }
@@ -1447,19 +1235,8 @@ static void emit_node(Em *e, int idx) {
 
 /* The program order: nodes by Node.pos (node order when unscheduled). */
 static void program_order(Em *e) {
-    const Graph *g = e->g;
-    e->norder = g->nnodes;
-    e->order = xcalloc((size_t)g->nnodes, sizeof(int));
-    int scheduled = g->nnodes > 0 && g->nodes[0].pos >= 0;
-    for (int i = 0; i < g->nnodes; i++) e->order[i] = -1;
-    for (int i = 0; i < g->nnodes; i++) {
-        int p = scheduled ? g->nodes[i].pos : i;
-        if (p < 0 || p >= g->nnodes || e->order[p] >= 0) {
-            char w[160];
-            ICE("emit: %s: bad or duplicate program position %d", where(&g->nodes[i], w, sizeof w), p);
-        }
-        e->order[p] = i;
-    }
+    e->norder = e->g->nnodes;
+    e->order = kg_program_order(e->g);
 }
 
 /* Recv fences.  memplan's liveness orders a buffer's reuse by program
@@ -1540,8 +1317,8 @@ static void emit_step(Em *e) {
         e->base[s] = LLVMBuildLoad2(b, e->tp8, LLVMBuildInBoundsGEP2(b, e->tp8, spaces, &idx, 1, ""), "");
     }
     e->maxargs = LIBARGS;
-    for (int k = 0; k < e->ngroups; k++)
-        if (e->groups[k].nin + e->groups[k].nout + 1 > e->maxargs) e->maxargs = e->groups[k].nin + e->groups[k].nout + 1;
+    for (int k = 0; k < e->kg.ngroups; k++)
+        if (e->kg.groups[k].nin + e->kg.groups[k].nout + 1 > e->maxargs) e->maxargs = e->kg.groups[k].nin + e->kg.groups[k].nout + 1;
     e->args = LLVMBuildAlloca(b, LLVMArrayType(e->ti64, (unsigned)e->maxargs), "args");
     recv_fences(e);
     for (int p = 0; p < e->norder; p++) {
@@ -1875,14 +1652,8 @@ static void emit_table(Em *e) {
 /* ---- building, checking and optimizing a module ---- */
 
 static void em_free(Em *e) {
-    for (int k = 0; k < e->ngroups; k++) {
-        free(e->groups[k].nodes);
-        free(e->groups[k].in);
-        free(e->groups[k].out);
-        free(e->groups[k].key);
-    }
-    free(e->groups);
-    free(e->group_of);
+    kg_free(&e->kg);
+    free(e->group_fn);
     free(e->order);
     free(e->reg);
     if (e->b) LLVMDisposeBuilder(e->b);
@@ -1910,14 +1681,11 @@ static LLVMModuleRef build_module(const Module *m, LLVMContextRef c, LLVMTargetM
     e.expf_ = build_expf(&e);
     e.tanhf_ = build_tanhf(&e);
     program_order(&e);
-    collect_groups(&e);
+    kg_collect(&e.kg, e.g, e.order, e.norder);
+    e.group_fn = xcalloc((size_t)e.kg.ngroups, sizeof(LLVMValueRef));
     collect_schedule(&e);
-    for (int k = 0; k < e.ngroups; k++) {
-        Group *gr = &e.groups[k];
-        for (int j = 0; j < k && !gr->fn; j++)
-            if (strcmp(e.groups[j].key, gr->key) == 0) gr->fn = e.groups[j].fn;
-        if (!gr->fn) emit_group(&e, gr);
-    }
+    for (int k = 0; k < e.kg.ngroups; k++) /* one kernel per key */
+        if (e.kg.groups[k].first == k) emit_group(&e, &e.kg.groups[k]);
     emit_step(&e);
     emit_table(&e);
     em_free(&e);

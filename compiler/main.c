@@ -73,7 +73,7 @@ static void usage(FILE *f) {
           "       kiln plot  RUN.jsonl [RUN2.jsonl ...] -o OUT.svg [--title T] [--log-y]\n"
           "       kiln data  TEXT... -o PREFIX [--val-fraction F] [--shard-tokens N] [--bpe DIR]   llm.c token shards\n"
           "       kiln sample CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
-          "       kiln compile MODEL --target cpu -o FILE [--emit llvm|schedule]\n"
+          "       kiln compile MODEL --target cpu -o FILE [--emit llvm|cuda|schedule]\n"
           "       kiln run   MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run   MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
           "common: --set key=value  --seed N  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X\n"
@@ -260,8 +260,8 @@ static void parse_args(Args *a, int argc, char **argv) {
         die("--format: expected text or dot, got \"%s\"", a->format);
     if (a->print_every < 1) a->print_every = 1;
     if (a->target && strcmp(a->target, "cpu") != 0) die("--target: only cpu is available (got \"%s\")", a->target);
-    if (a->emit && strcmp(a->emit, "llvm") && strcmp(a->emit, "schedule"))
-        die("--emit: expected llvm or schedule, got \"%s\"", a->emit);
+    if (a->emit && strcmp(a->emit, "llvm") && strcmp(a->emit, "cuda") && strcmp(a->emit, "schedule"))
+        die("--emit: expected llvm, cuda or schedule, got \"%s\"", a->emit);
 }
 
 /* ---- helpers over the compiled step ---- */
@@ -661,6 +661,8 @@ static void emit_inspection(Args *a, Module *m, const char *path) {
     char err[1024];
     if (strcmp(a->emit, "llvm") == 0) {
         if (emit_llvm_text(m, f, err, sizeof err) != 0) die("--emit llvm: %s", err);
+    } else if (strcmp(a->emit, "cuda") == 0) {
+        if (emit_cuda_text(m, f, err, sizeof err) != 0) die("--emit cuda: %s", err);
     } else ir_dump(m, f);
     if (fclose(f) != 0) die("--emit: cannot write %s", path);
 }
@@ -698,7 +700,8 @@ static int cmd_compile(Args *a) {
     Module *m = compile(a);
     char err[1024], path[4200];
     if (a->emit) {
-        snprintf(path, sizeof path, "%s.%s", a->out, strcmp(a->emit, "llvm") == 0 ? "ll" : "schedule.ir");
+        const char *ext = strcmp(a->emit, "llvm") == 0 ? "ll" : strcmp(a->emit, "cuda") == 0 ? "cu" : "schedule.ir";
+        snprintf(path, sizeof path, "%s.%s", a->out, ext);
         emit_inspection(a, m, path);
     }
     snprintf(path, sizeof path, "%s.o", a->out);

@@ -1,0 +1,447 @@
+/* emit_cuda.c — the fused elementwise kernels as CUDA C (`--emit cuda`).
+ *
+ * What comes in.  A module that has been through fuse, schedule and memplan,
+ * like emit_llvm.c's.  Which nodes form each fused group, the group's inputs
+ * (values from outside), outputs (member values used outside), iteration
+ * shape and key come from kgroup.c, the same as for the CPU kernels, so a
+ * group's CUDA kernel and its CPU kernel take the same arguments in the same
+ * order and groups share kernels alike.
+ *
+ * What goes out.  One CUDA C translation unit: `#include <cuda_bf16.h>`,
+ * the few device helpers the kernels use (sigmoid, the GELU tanh and the
+ * backward formulas), then one kernel per distinct group key, named after
+ * the first group with that key (kiln_fused_K, as on the CPU):
+ *
+ *     extern "C" __global__ void kiln_fused_K(const T *in0, ..., T *out0, ..., long long n)
+ *
+ * Each kernel is a grid-stride loop over the n elements of the iteration
+ * space, any launch shape covers them all.  Per element it computes the
+ * whole chain in registers and stores only the outputs: the code of
+ * emit_llvm.c's group_element written as C statements, one `const` local per
+ * member (m<j> for member j, x<s> for the element of input s, loaded where
+ * first used).  Members whose value nothing reads and that are no output
+ * are left out, and helpers no kernel calls are not written: NVRTC warns of
+ * unused locals and functions, and the build fails on any warning.
+ *
+ * Numbers.  In memory, f32 and bf16 values are __nv_bfloat16 (DESIGN §6:
+ * bf16 activations on the GPU), i32 is int and i64 long long; f16 is not
+ * supported.  The arithmetic is f32: loads widen with __bfloat162float,
+ * stores round with __float2bfloat16, and a cast to bf16 rounds in the
+ * register too (__float2bfloat16_rn, the same rounding spelled apart so
+ * that a CPU twin of the text can keep f32 stores and still round casts),
+ * so that what a cast promises holds before the store.  The
+ * math functions are CUDA's accurate ones (expf, tanhf, logf, sqrtf,
+ * rsqrtf); fast-math is for the NVRTC options to decide.  Constants are
+ * printed as the float they become, with nine significant digits (exact for
+ * a float), infinities and NaNs through __int_as_float.
+ *
+ * Broadcasts.  A member broadcasting a group input reads it at the index the
+ * numpy rule gives, with the terms of kg_bcast_terms, the arithmetic the CPU
+ * kernels use: a sum of ((i / inner) % len) * stride.  Its shapes are part
+ * of the group key, so the divisors are literals, and when the broadcast's
+ * element count fits 32 bits the index is computed in 32 bits (the GPU has
+ * no 64-bit divide; by a constant, 32 bits is a multiply and a shift).  A
+ * broadcast of a const member is that const.
+ *
+ * The text depends only on the module, so two generations are byte for byte
+ * the same (the kernel cache hashes it).  A dtype or an op that the GPU
+ * kernels cannot take comes back as an error naming the node.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit.h"
+#include "kgroup.h"
+
+/* the device helpers, in the order they are written (helper_text) */
+enum { H_SIGMOID, H_GELU_TH, H_GELU_BWD, H_SILU_BWD, H_COUNT };
+
+typedef struct {
+    const Graph *g;
+    KGroups kg;
+    FILE *f; /* the text being built (a memory stream) */
+    char *err;
+    size_t errlen;
+} Cu;
+
+typedef struct {
+    char (*reg)[16];  /* [member]: the name of its value, "" until written */
+    char *live;       /* [member]: its value is read or stored */
+    char *loaded;     /* [input slot]: x<s> is declared */
+} Regs;
+
+static const double GELU_K = 0.7978845608028654; /* sqrt(2/pi), as in emit_llvm.c */
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) ICE("emit cuda: out of memory");
+    return p;
+}
+
+static const char *where(const Node *n, char *buf, size_t len) {
+    snprintf(buf, len, "%s:%d", n->loc.file ? n->loc.file : "?", n->loc.line);
+    return buf;
+}
+
+static int fail(Cu *c, const Node *n, const char *what) {
+    char w[160];
+    snprintf(c->err, c->errlen, "emit cuda: %s: %s %s", where(n, w, sizeof w), ir_ops[n->op].name, what);
+    return -1;
+}
+
+/* ---- types and literals ---- */
+
+/* The C type of a value in memory and in a register; NULL if unsupported. */
+static const char *mem_type(DType dt) {
+    switch (dt) {
+    case DT_F32: case DT_BF16: return "__nv_bfloat16";
+    case DT_I32: return "int";
+    case DT_I64: return "long long";
+    default: return NULL;
+    }
+}
+
+/* (liveness has rejected the other dtypes) */
+static const char *reg_type(DType dt) {
+    switch (dt) {
+    case DT_F32: case DT_BF16: return "float";
+    case DT_I32: return "int";
+    case DT_I64: return "long long";
+    default: ICE("emit cuda: no register type for %s", ir_dtype_names[dt]);
+    }
+}
+
+static int is_float(DType dt) { return dt == DT_F32 || dt == DT_BF16; }
+
+/* A float literal for v rounded to float: "0.5f", "8.0f", "1.00000002e+30f". */
+static void float_lit(double v, char *buf, size_t len) {
+    float f = (float)v;
+    if (isnan(f)) {
+        snprintf(buf, len, "__int_as_float(0x7fffffff)");
+        return;
+    }
+    if (isinf(f)) {
+        snprintf(buf, len, "__int_as_float(%s)", f > 0 ? "0x7f800000" : "(int)0xff800000");
+        return;
+    }
+    char s[40];
+    snprintf(s, sizeof s, "%.9g", (double)f);
+    snprintf(buf, len, "%s%sf", s, strpbrk(s, ".e") ? "" : ".0");
+}
+
+static void const_lit(DType dt, double v, char *buf, size_t len) {
+    if (is_float(dt)) float_lit(v, buf, len);
+    else if (dt == DT_I32) snprintf(buf, len, "%d", (int)v);
+    else if (v <= -9223372036854775807.0) snprintf(buf, len, "(-9223372036854775807LL - 1)"); /* no literal for INT64_MIN */
+    else snprintf(buf, len, "%lldLL", (long long)v);
+}
+
+/* ---- the device helpers ---- */
+
+static unsigned helper_of(Op op) {
+    switch (op) {
+    case OP_silu: return 1u << H_SIGMOID;
+    case OP_gelu: return 1u << H_GELU_TH;
+    case OP_gelu_bwd: return 1u << H_GELU_BWD | 1u << H_GELU_TH;
+    case OP_silu_bwd: return 1u << H_SILU_BWD | 1u << H_SIGMOID;
+    default: return 0;
+    }
+}
+
+/* The same formulas, in the same order of operations, as emit_llvm.c's. */
+static void helper_text(Cu *c, int h) {
+    char k[40], a[40], three_a[40];
+    float_lit(GELU_K, k, sizeof k);
+    float_lit(0.044715, a, sizeof a);
+    float_lit(3 * 0.044715, three_a, sizeof three_a);
+    const char *pre = "static __device__ __forceinline__ float";
+    switch (h) {
+    case H_SIGMOID:
+        fprintf(c->f, "%s kiln_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }\n", pre);
+        break;
+    case H_GELU_TH: /* tanh(k (x + 0.044715 x^3)) */
+        fprintf(c->f, "%s kiln_gelu_th(float x) { return tanhf(%s * (x + %s * (x * x * x))); }\n", pre, k, a);
+        break;
+    case H_GELU_BWD: /* dy (0.5 (1+th) + 0.5 x (1-th^2) k (1 + 3*0.044715 x^2)) */
+        fprintf(c->f,
+                "%s kiln_gelu_bwd(float dy, float x) {\n"
+                "    const float th = kiln_gelu_th(x);\n"
+                "    const float t1 = 0.5f * (1.0f + th);\n"
+                "    const float sech2 = 1.0f - th * th;\n"
+                "    const float poly = 1.0f + %s * (x * x);\n"
+                "    const float t2 = 0.5f * x * sech2 * %s * poly;\n"
+                "    return dy * (t1 + t2);\n"
+                "}\n",
+                pre, three_a, k);
+        break;
+    case H_SILU_BWD: /* dy s (1 + x (1 - s)) */
+        fprintf(c->f,
+                "%s kiln_silu_bwd(float dy, float x) {\n"
+                "    const float s = kiln_sigmoid(x);\n"
+                "    return dy * s * (1.0f + x * (1.0f - s));\n"
+                "}\n",
+                pre);
+        break;
+    }
+}
+
+/* ---- one member ---- */
+
+/* The expression of elementwise op n on operands a (and b); -1 if unknown. */
+static int op_expr(const Node *n, const char *a, const char *b, char *buf, size_t len) {
+    switch (n->op) {
+    case OP_add: snprintf(buf, len, "%s + %s", a, b); return 0;
+    case OP_sub: snprintf(buf, len, "%s - %s", a, b); return 0;
+    case OP_mul: snprintf(buf, len, "%s * %s", a, b); return 0;
+    case OP_div: snprintf(buf, len, "%s / %s", a, b); return 0;
+    case OP_neg: snprintf(buf, len, "-%s", a); return 0;
+    case OP_exp: snprintf(buf, len, "expf(%s)", a); return 0;
+    case OP_log: snprintf(buf, len, "logf(%s)", a); return 0;
+    case OP_sqrt: snprintf(buf, len, "sqrtf(%s)", a); return 0;
+    case OP_rsqrt: snprintf(buf, len, "rsqrtf(%s)", a); return 0;
+    case OP_tanh: snprintf(buf, len, "tanhf(%s)", a); return 0;
+    case OP_gelu: snprintf(buf, len, "0.5f * %s * (1.0f + kiln_gelu_th(%s))", a, a); return 0;
+    case OP_silu: snprintf(buf, len, "%s * kiln_sigmoid(%s)", a, a); return 0;
+    case OP_relu: snprintf(buf, len, "%s > 0.0f ? %s : 0.0f", a, a); return 0;
+    case OP_gelu_bwd: snprintf(buf, len, "kiln_gelu_bwd(%s, %s)", a, b); return 0;
+    case OP_silu_bwd: snprintf(buf, len, "kiln_silu_bwd(%s, %s)", a, b); return 0;
+    case OP_relu_bwd: snprintf(buf, len, "%s > 0.0f ? %s : 0.0f", b, a); return 0;
+    default: return -1;
+    }
+}
+
+/* A value of type dt loaded from p[idx] into a register. */
+static void load_expr(DType dt, const char *p, const char *idx, char *buf, size_t len) {
+    if (is_float(dt)) snprintf(buf, len, "__bfloat162float(%s[%s])", p, idx);
+    else snprintf(buf, len, "%s[%s]", p, idx);
+}
+
+/* The index into input x of a broadcast to big at element i (kg_bcast_terms). */
+static void bcast_expr(const Type *x, const Type *big, char *buf, size_t len) {
+    KgTerm t[IR_MAXRANK];
+    int nt = kg_bcast_terms(x, big, t), narrow = ir_numel(big) <= (int64_t)UINT32_MAX;
+    const char *i = narrow ? "(unsigned)i" : "i", *u = narrow ? "u" : "ull";
+    size_t n = 0;
+    buf[0] = 0;
+    if (nt == 0) snprintf(buf, len, "0");
+    for (int k = 0; k < nt && n < len; k++) {
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", k ? " + " : "", i);
+        if (n < len && t[k].inner != 1) n += (size_t)snprintf(buf + n, len - n, " / %lld%s", (long long)t[k].inner, u);
+        if (n < len && t[k].mod) n += (size_t)snprintf(buf + n, len - n, " %% %lld%s", (long long)t[k].len, u);
+        if (n < len && t[k].stride != 1) n += (size_t)snprintf(buf + n, len - n, " * %lld%s", (long long)t[k].stride, u);
+    }
+}
+
+/* The register name of member input k of node n into name, loading a group
+ * input at element i first if this is its first use. */
+static void operand(Cu *c, const KGroup *gr, Regs *r, const Node *n, int k, char name[16]) {
+    int vid = n->in[k], def = c->g->vals[vid].def;
+    if (kg_in_group(&c->kg, gr, def)) {
+        for (int j = 0; j < gr->nnodes; j++)
+            if (gr->nodes[j] == def) {
+                snprintf(name, 16, "%s", r->reg[j]);
+                return;
+            }
+    }
+    int s = kg_in_slot(gr, vid);
+    if (s < 0) ICE("emit cuda: fused group %d: %%%d is neither a member nor an input", gr->kernel, vid);
+    snprintf(name, 16, "x%d", s);
+    if (!r->loaded[s]) {
+        DType dt = c->g->vals[vid].t.dt;
+        char p[16], e[64];
+        snprintf(p, sizeof p, "in%d", s);
+        load_expr(dt, p, "i", e, sizeof e);
+        fprintf(c->f, "        const %s %s = %s;\n", reg_type(dt), name, e);
+        r->loaded[s] = 1;
+    }
+}
+
+/* The statement for member j of gr (its register m<j>), or nothing. */
+static int member(Cu *c, const KGroup *gr, Regs *r, int j) {
+    const Graph *g = c->g;
+    const Node *n = &g->nodes[gr->nodes[j]];
+    DType dt = g->vals[n->out[0]].t.dt;
+    char e[512];
+    snprintf(r->reg[j], 16, "m%d", j);
+    if (n->op == OP_const) {
+        const_lit(dt, ir_attr_f(n, "v", 0), e, sizeof e);
+    } else if (kg_outside_bcast(&c->kg, gr, n)) {
+        int vid = n->in[0], s = kg_in_slot(gr, vid);
+        char p[16], idx[400];
+        snprintf(p, sizeof p, "in%d", s);
+        bcast_expr(&g->vals[vid].t, &g->vals[n->out[0]].t, idx, sizeof idx);
+        load_expr(g->vals[vid].t.dt, p, idx, e, sizeof e);
+    } else if (n->op == OP_broadcast) {
+        const Node *d = &g->nodes[g->vals[n->in[0]].def];
+        if (d->op != OP_const) return fail(c, n, "of a computed group member (only a const member may be broadcast inside a group)");
+        operand(c, gr, r, n, 0, r->reg[j]); /* the const itself */
+        return 0;
+    } else if (n->op == OP_cast) {
+        DType from = g->vals[n->in[0]].t.dt;
+        char a[16];
+        operand(c, gr, r, n, 0, a);
+        if (dt == DT_BF16) snprintf(e, sizeof e, "__bfloat162float(__float2bfloat16_rn(%s%s))", is_float(from) ? "" : "(float)", a);
+        else if (is_float(dt) && is_float(from)) snprintf(e, sizeof e, "%s", a);
+        else snprintf(e, sizeof e, "(%s)%s", reg_type(dt), a);
+    } else {
+        if (!is_float(dt)) return fail(c, n, "on integers (the GPU kernels compute f32)");
+        char a[16], b[16] = "";
+        operand(c, gr, r, n, 0, a);
+        if (n->nin > 1) operand(c, gr, r, n, 1, b);
+        if (op_expr(n, a, b, e, sizeof e) != 0) return fail(c, n, "is not an elementwise op the CUDA back end knows");
+    }
+    fprintf(c->f, "        const %s m%d = %s;\n", reg_type(dt), j, e);
+    return 0;
+}
+
+/* ---- one kernel ---- */
+
+/* live[j]: member j is stored or read by a live member; also checks dtypes. */
+static int liveness(Cu *c, const KGroup *gr, Regs *r) {
+    const Graph *g = c->g;
+    for (int j = gr->nnodes - 1; j >= 0; j--) {
+        const Node *n = &g->nodes[gr->nodes[j]];
+        if (!mem_type(g->vals[n->out[0]].t.dt)) return fail(c, n, "of a dtype the GPU kernels do not support (f32, bf16, i32, i64)");
+        if (kg_out_slot(gr, n->out[0]) >= 0) r->live[j] = 1;
+        if (!r->live[j]) continue;
+        for (int k = 0; k < n->nin; k++) {
+            int def = g->vals[n->in[k]].def;
+            if (!kg_in_group(&c->kg, gr, def)) continue;
+            for (int q = 0; q < j; q++)
+                if (gr->nodes[q] == def) r->live[q] = 1;
+        }
+    }
+    for (int s = 0; s < gr->nin; s++)
+        if (!mem_type(g->vals[gr->in[s]].t.dt)) return fail(c, &g->nodes[gr->nodes[0]], "reads a dtype the GPU kernels do not support");
+    return 0;
+}
+
+static void signature(Cu *c, const KGroup *gr, const char *name) {
+    const char *restrict_ = gr->noalias ? "__restrict__ " : "";
+    fprintf(c->f, "extern \"C\" __global__ void %s(", name);
+    for (int s = 0; s < gr->nin; s++)
+        fprintf(c->f, "const %s *%sin%d, ", mem_type(c->g->vals[gr->in[s]].t.dt), restrict_, s);
+    for (int s = 0; s < gr->nout; s++) fprintf(c->f, "%s *%sout%d, ", mem_type(c->g->vals[gr->out[s]].t.dt), restrict_, s);
+    fprintf(c->f, "long long n) {\n");
+}
+
+/* A comment naming where the first group of kernel k is and every group
+ * that runs it (lines of about 100 columns). */
+static void kernel_comment(Cu *c, int k) {
+    const KGroup *gr = &c->kg.groups[k];
+    char w[160];
+    int col = fprintf(c->f, "\n/* %s: groups", where(&c->g->nodes[gr->nodes[0]], w, sizeof w)) - 1;
+    for (int q = k; q < c->kg.ngroups; q++) {
+        if (c->kg.groups[q].first != k) continue;
+        if (col > 100) col = fprintf(c->f, "\n *") - 1;
+        col += fprintf(c->f, " %s", c->kg.groups[q].name);
+    }
+    fprintf(c->f, " */\n");
+}
+
+/* The store of member j's register to its output slot s. */
+static void store(Cu *c, const KGroup *gr, const Regs *r, int j, int s) {
+    DType dt = c->g->vals[gr->out[s]].t.dt;
+    if (is_float(dt)) fprintf(c->f, "        out%d[i] = __float2bfloat16(%s);\n", s, r->reg[j]);
+    else fprintf(c->f, "        out%d[i] = %s;\n", s, r->reg[j]);
+}
+
+static Regs regs_new(const KGroup *gr) {
+    return (Regs){xcalloc((size_t)gr->nnodes, 16), xcalloc((size_t)gr->nnodes, 1), xcalloc((size_t)gr->nin, 1)};
+}
+
+static void regs_free(Regs *r) {
+    free(r->reg);
+    free(r->live);
+    free(r->loaded);
+}
+
+/* The helpers that the live members of kernel k call (a mask of H_*). */
+static int helpers_of(Cu *c, int k, unsigned *mask) {
+    const KGroup *gr = &c->kg.groups[k];
+    Regs r = regs_new(gr);
+    int rc = liveness(c, gr, &r);
+    for (int j = 0; j < gr->nnodes && rc == 0; j++)
+        if (r.live[j]) *mask |= helper_of(c->g->nodes[gr->nodes[j]].op);
+    regs_free(&r);
+    return rc;
+}
+
+/* The kernel of group k: a grid-stride loop over its n elements. */
+static int kernel(Cu *c, int k) {
+    const KGroup *gr = &c->kg.groups[k];
+    Regs r = regs_new(gr);
+    int rc = liveness(c, gr, &r);
+    if (rc == 0) {
+        char name[64];
+        snprintf(name, sizeof name, "kiln_%s", gr->name);
+        kernel_comment(c, k);
+        signature(c, gr, name);
+        fprintf(c->f, "    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < (unsigned long long)n;\n"
+                      "         i += (unsigned long long)gridDim.x * blockDim.x) {\n");
+        for (int j = 0; j < gr->nnodes && rc == 0; j++) {
+            if (!r.live[j]) continue;
+            rc = member(c, gr, &r, j);
+            int s = kg_out_slot(gr, c->g->nodes[gr->nodes[j]].out[0]);
+            if (rc == 0 && s >= 0) store(c, gr, &r, j, s);
+        }
+        fprintf(c->f, "    }\n}\n");
+    }
+    regs_free(&r);
+    return rc;
+}
+
+/* ---- the translation unit ---- */
+
+static int translation_unit(Cu *c, const Module *m) {
+    unsigned helpers = 0;
+    for (int k = 0; k < c->kg.ngroups; k++)
+        if (c->kg.groups[k].first == k && helpers_of(c, k, &helpers) != 0) return -1;
+    fprintf(c->f,
+            "/* %s: the fused elementwise kernels as CUDA C (kiln, emit_cuda.c).\n"
+            " * Memory: f32 and bf16 as __nv_bfloat16, i32 as int, i64 as long long; arithmetic in f32.\n"
+            " * Arguments: the group's input pointers, its output pointers, the element count n. */\n"
+            "#include <cuda_bf16.h>\n",
+            m->name);
+    if (helpers) fprintf(c->f, "\n");
+    for (int h = 0; h < H_COUNT; h++)
+        if (helpers & 1u << h) helper_text(c, h);
+    for (int k = 0; k < c->kg.ngroups; k++)
+        if (c->kg.groups[k].first == k && kernel(c, k) != 0) return -1;
+    return 0;
+}
+
+int emit_cuda_text(const Module *m, FILE *f, char *err, size_t errlen) {
+    if (m->nstages != 1) {
+        snprintf(err, errlen, "emit cuda: %d pipeline stages (the CUDA back end emits stage 0 only)", m->nstages);
+        return -1;
+    }
+    Cu c = {.g = m->stages[0], .err = err, .errlen = errlen};
+    char *text = NULL;
+    size_t len = 0;
+    c.f = open_memstream(&text, &len);
+    if (!c.f) {
+        snprintf(err, errlen, "emit cuda: open_memstream: %s", strerror(errno));
+        return -1;
+    }
+    int *order = kg_program_order(c.g);
+    kg_collect(&c.kg, c.g, order, c.g->nnodes);
+    int rc = translation_unit(&c, m);
+    kg_free(&c.kg);
+    free(order);
+    int bad = ferror(c.f);
+    if (fclose(c.f) != 0 || bad) {
+        if (rc == 0) snprintf(err, errlen, "emit cuda: writing the text in memory failed");
+        rc = -1;
+    }
+    if (rc == 0 && fwrite(text, 1, len, f) != len) {
+        snprintf(err, errlen, "emit cuda: write failed: %s", strerror(errno));
+        rc = -1;
+    }
+    free(text);
+    return rc;
+}
