@@ -33,10 +33,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-/* The toolkit's nvrtc.h, reached through a directory of the CUDA include
- * path: with -Icompiler first, <nvrtc.h> would find compiler/nvrtc.h, kiln's
- * NVRTC wrapper, which has the same name. */
-#include <crt/../nvrtc.h>
+#include <nvrtc.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
