@@ -57,6 +57,17 @@ int kiln_nvrtc_compile_file(const char *path, const char *arch, int warnings, Ki
 
 void kiln_cubin_free(KilnCubin *c);
 
+/* kiln_nvrtc_compile through the on-disk cache (nvrtc_cache.c): the key
+ * hashes NVRTC's version and options, the source and the kernels' *.cuh
+ * headers; a hit returns the stored cubin and log (judged again under
+ * `warnings`), a miss compiles and stores.  The directory is
+ * $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln/nvrtc, else
+ * ~/.cache/kiln/nvrtc; without a usable one it just compiles. */
+int kiln_nvrtc_compile_cached(const char *name, const char *src, const char *arch, int warnings, KilnCubin *out,
+                              char *err, size_t errlen);
+/* hits and misses of kiln_nvrtc_compile_cached in this process */
+void kiln_nvrtc_cache_stats(int *hits, int *misses);
+
 /* "nvrtc MAJOR.MINOR OPTION OPTION ..." for arch: what a cubin depends on
  * besides the source.  Returns 0, or -1 with a one-line error in err. */
 int kiln_nvrtc_options(const char *arch, char *buf, size_t len, char *err, size_t errlen);

@@ -367,6 +367,81 @@ static void test_options(void **state) {
     assert_int_equal(kiln_nvrtc_options("compute_80", buf, sizeof buf, err, sizeof err), -1);
 }
 
+/* ---- the on-disk cache (nvrtc_cache.c) ---- */
+
+static int count_entries(const char *dir) {
+    char pat[4200];
+    snprintf(pat, sizeof pat, "%s/*.cubin", dir);
+    glob_t g;
+    int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+    globfree(&g);
+    return n;
+}
+
+static void cached(const char *src, const char *arch, int warnings, KilnCubin *c, int want_rc, int want_hit) {
+    char err[4096];
+    int h0, m0, h1, m1;
+    kiln_nvrtc_cache_stats(&h0, &m0);
+    int rc = kiln_nvrtc_compile_cached("cached.cu", src, arch, warnings, c, err, sizeof err);
+    kiln_nvrtc_cache_stats(&h1, &m1);
+    if (rc != want_rc) fail_msg("rc %d, want %d: %s", rc, want_rc, err);
+    if (h1 - h0 != want_hit || m1 - m0 != !want_hit) fail_msg("hits +%d misses +%d, want a %s", h1 - h0, m1 - m0, want_hit ? "hit" : "miss");
+}
+
+/* A miss compiles and stores, a hit returns the same bytes; the key follows
+ * the arch, the source and the kernels' headers; a damaged entry is a miss
+ * that repairs it; a cached warning fails under WARNINGS_FAIL. */
+static void test_cache(void **state) {
+    char dir[] = "/tmp/kiln_nvrtc_cache_XXXXXX", kdir[] = "/tmp/kiln_nvrtc_kern_XXXXXX", cmd[9000];
+    assert_non_null(mkdtemp(dir));
+    assert_non_null(mkdtemp(kdir));
+    snprintf(cmd, sizeof cmd, "cp %s/common.cuh %s/", KILN_CUDA_KERNEL_DIR, kdir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(setenv("KILN_CACHE_DIR", dir, 1), 0);
+    assert_int_equal(setenv("KILN_CUDA_KERNELS", kdir, 1), 0);
+    const char *src = "#include \"common.cuh\"\nextern \"C\" __global__ void kiln_c(float *y) { y[0] = 2.0f; }\n";
+    KilnCubin a, b, d;
+    char err[4096];
+    cached(src, "sm_90", KILN_NVRTC_WARNINGS_FAIL, &a, 0, 0);
+    assert_int_equal(count_entries(dir), 1);
+    cached(src, "sm_90", KILN_NVRTC_WARNINGS_FAIL, &b, 0, 1);
+    assert_int_equal(a.size, b.size);
+    assert_memory_equal(a.data, b.data, a.size);
+    if (kiln_nvrtc_compile("cached.cu", src, "sm_90", KILN_NVRTC_WARNINGS_FAIL, &d, err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(d.size, a.size); /* what NVRTC itself makes */
+    assert_memory_equal(d.data, a.data, a.size);
+    kiln_cubin_free(&a), kiln_cubin_free(&b), kiln_cubin_free(&d);
+    cached(src, "sm_80", KILN_NVRTC_WARNINGS_FAIL, &a, 0, 0); /* another arch: another entry */
+    kiln_cubin_free(&a);
+    const char *src2 = "#include \"common.cuh\"\nextern \"C\" __global__ void kiln_c(float *y) { y[0] = 3.0f; }\n";
+    cached(src2, "sm_90", KILN_NVRTC_WARNINGS_FAIL, &a, 0, 0);
+    kiln_cubin_free(&a);
+    assert_int_equal(count_entries(dir), 3);
+    snprintf(cmd, sizeof cmd, "echo '// changed' >> %s/common.cuh", kdir); /* a header changes: a miss */
+    assert_int_equal(system(cmd), 0);
+    cached(src, "sm_90", KILN_NVRTC_WARNINGS_FAIL, &a, 0, 0);
+    kiln_cubin_free(&a);
+    assert_int_equal(count_entries(dir), 4);
+    snprintf(cmd, sizeof cmd, "for f in %s/*.cubin; do head -c 100 \"$f\" > \"$f.cut\" && mv \"$f.cut\" \"$f\"; done", dir);
+    assert_int_equal(system(cmd), 0); /* every entry damaged: a miss that rewrites it */
+    cached(src, "sm_90", KILN_NVRTC_WARNINGS_FAIL, &a, 0, 0);
+    cached(src, "sm_90", KILN_NVRTC_WARNINGS_FAIL, &b, 0, 1);
+    assert_memory_equal(a.data, b.data, a.size);
+    kiln_cubin_free(&a), kiln_cubin_free(&b);
+    const char *warns = "extern \"C\" __global__ void kiln_w(float *y) {\n    int unused;\n    y[0] = 1.0f;\n}\n";
+    cached(warns, "sm_80", KILN_NVRTC_WARNINGS_OK, &a, 0, 0);
+    kiln_cubin_free(&a);
+    cached(warns, "sm_80", KILN_NVRTC_WARNINGS_FAIL, &a, -1, 1); /* the stored log still counts */
+    assert_null(a.data);
+    assert_int_equal(unsetenv("KILN_CUDA_KERNELS"), 0);
+    assert_int_equal(setenv("KILN_CACHE_DIR", "/proc/kiln-no-such-dir", 1), 0); /* unusable: just compiles */
+    cached(src, "sm_90", KILN_NVRTC_WARNINGS_FAIL, &a, 0, 0);
+    kiln_cubin_free(&a);
+    assert_int_equal(unsetenv("KILN_CACHE_DIR"), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, kdir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compile_sm90),
@@ -379,6 +454,7 @@ int main(void) {
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_include_paths),
         cmocka_unit_test(test_options),
+        cmocka_unit_test(test_cache),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
