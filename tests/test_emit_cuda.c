@@ -7,7 +7,7 @@
  *
  *   NVRTC     the text compiles for sm_90 and sm_80 with no error and an
  *             empty log (a warning fails the test), and gives a cubin (an
- *             ELF); NVRTC is called directly here, every return code checked;
+ *             ELF), through the compiler's NVRTC wrapper (nvrtc_compile.h);
  *   kernels   one `extern "C" __global__` kernel per distinct group key
  *             (kgroup.h), named after the first group with that key;
  *   determinism  two generations are byte-identical.
@@ -33,12 +33,12 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <nvrtc.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "emit.h"
 #include "kgroup.h"
+#include "nvrtc_compile.h"
 
 static const double TWIN_TOL = 1e-6;
 
@@ -128,67 +128,19 @@ static int count(const char *text, const char *needle) {
     return n;
 }
 
-/* ---- NVRTC, called directly ---- */
+/* ---- NVRTC, through the compiler's wrapper (nvrtc_compile.h) ---- */
 
-#define NVRTC_OK(call)                                                                   \
-    do {                                                                                 \
-        nvrtcResult r_ = (call);                                                         \
-        if (r_ != NVRTC_SUCCESS) fail_msg("%s: %s", #call, nvrtcGetErrorString(r_));    \
-    } while (0)
-
-/* Compile text for arch ("sm_90"): NVRTC's result, its log in *log
- * (malloc'd) and, on success, the size of the cubin, checked to be an ELF. */
-static nvrtcResult nvrtc_build(const char *text, const char *arch, char **log, size_t *cubin_size) {
-    nvrtcProgram prog;
-    NVRTC_OK(nvrtcCreateProgram(&prog, text, "kiln_fused.cu", 0, NULL, NULL));
-    char archopt[64];
-    snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
-    const char *opts[] = {archopt, "-I/usr/local/cuda/include"};
-    nvrtcResult rc = nvrtcCompileProgram(prog, 2, opts);
-    size_t loglen = 0;
-    NVRTC_OK(nvrtcGetProgramLogSize(prog, &loglen));
-    *log = calloc(loglen + 1, 1);
-    assert_non_null(*log);
-    NVRTC_OK(nvrtcGetProgramLog(prog, *log));
-    *cubin_size = 0;
-    if (rc == NVRTC_SUCCESS) {
-        NVRTC_OK(nvrtcGetCUBINSize(prog, cubin_size));
-        assert_true(*cubin_size > 4);
-        char *cubin = malloc(*cubin_size);
-        assert_non_null(cubin);
-        NVRTC_OK(nvrtcGetCUBIN(prog, cubin));
-        assert_memory_equal(cubin, "\x7f" "ELF", 4);
-        free(cubin);
-    }
-    NVRTC_OK(nvrtcDestroyProgram(&prog));
-    return rc;
-}
-
-/* text compiles for arch with an empty log. */
+/* text compiles for arch with an empty log (warnings fail) into an ELF cubin;
+ * the wrapper's own failure and warning paths are tested in test_nvrtc */
 static void nvrtc_compile(const char *text, const char *arch, const char *what) {
-    char *log;
-    size_t n;
-    nvrtcResult rc = nvrtc_build(text, arch, &log, &n);
-    if (rc != NVRTC_SUCCESS) fail_msg("%s for %s: %s:\n%s", what, arch, nvrtcGetErrorString(rc), log);
-    if (log[0]) fail_msg("%s for %s: NVRTC's log is not empty:\n%s", what, arch, log);
-    free(log);
-    printf("# %s: %s cubin %zu bytes\n", what, arch, n);
-}
-
-/* The checks above can fail: NVRTC reports a warning in its log, and an error. */
-static void test_nvrtc_warns(void **st) {
-    static const char *const src[2] = {
-        "extern \"C\" __global__ void k(float *p, long long n) { float unused = 1.0f; p[0] = 0.0f; }\n",
-        "extern \"C\" __global__ void k(float *p, long long n) { p[0] = q; }\n",
-    };
-    char *log;
-    size_t n;
-    assert_int_equal(nvrtc_build(src[0], "sm_90", &log, &n), NVRTC_SUCCESS);
-    assert_non_null(strstr(log, "warning"));
-    free(log);
-    assert_int_not_equal(nvrtc_build(src[1], "sm_90", &log, &n), NVRTC_SUCCESS);
-    assert_non_null(strstr(log, "error"));
-    free(log);
+    KilnCubin c;
+    char err[8192];
+    if (kiln_nvrtc_compile("kiln_fused.cu", text, arch, KILN_NVRTC_WARNINGS_FAIL, &c, err, sizeof err))
+        fail_msg("%s for %s: %s", what, arch, err);
+    assert_true(c.size > 4);
+    assert_memory_equal(c.data, "\x7f" "ELF", 4);
+    printf("# %s: %s cubin %zu bytes\n", what, arch, c.size);
+    kiln_cubin_free(&c);
 }
 
 /* The text is deterministic, has one kernel per distinct key (each named
@@ -565,7 +517,6 @@ int main(void) {
         cmocka_unit_test(test_llama_nvrtc),
         cmocka_unit_test(test_all_ops_nvrtc),
         cmocka_unit_test(test_unsupported),
-        cmocka_unit_test(test_nvrtc_warns),
         cmocka_unit_test(test_tiny_twin),
         cmocka_unit_test(test_llama_twin),
         cmocka_unit_test(test_all_ops_twin),
