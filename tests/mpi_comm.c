@@ -279,7 +279,7 @@ static void check_group(rt_ctx *c, const float *o, int mask, const char *gname, 
     int mem[MAXG], s = members(mask, G.rank, DP, CP, mem), idx = -1;
     for (int k = 0; k < s; k++)
         if (mem[k] == G.rank) idx = k;
-    double want[MAXG * N];
+    double want[MAXG * (N > SO * SN * SI ? N : SO * SN * SI)]; /* the largest check: the strided allgather */
     char(*nm)[96] = names[slot++ % 16];
     snprintf(nm[0], 96, "%s: group size and index from the mesh (dp %d x cp %d)", gname, DP, CP);
     check(rt_group_size(c, mask) == s && rt_group_rank(c, mask) == idx, nm[0]);

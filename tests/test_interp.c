@@ -540,6 +540,7 @@ static void test_attn_merge(void **st) {
         assert_true(masked_a > masked_all && masked_all > 0 && masked_b == masked_all);
         interp_free(it);
     }
+    ir_free(b.m);
 }
 
 /* With positions 0..T-1 (iota), attention and attention_bwd give exactly the

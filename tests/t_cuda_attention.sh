@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# kernels/cuda/attention.cu (flash attention forward and backward) run on the
+# host CUDA emulator (tests/cuda_emu/emu.h, emu.cpp: a fiber per thread)
+# against the double-precision reference in tests/cuda_emu/check_attention.cpp,
+# which prints the TAP lines and the measured errors (see its header for the
+# cases and tolerances).
+#
+# The emulator compiles the kernel source as C++ after the two rewrites emu.h
+# describes, made to a copy of kernels/cuda in $B/cuda_attn/src: cuda_bf16.h
+# is not included (emu.h defines __nv_bfloat16), and the dynamic shared memory
+# (common.cuh's extern __shared__ kiln_smem) becomes the launch's region,
+# emu_dynamic_smem.  Last, a copy of attention.cu with one planted bug (the
+# forward's causal mask kpos <= qpos made <) must fail the same check, which
+# shows that the check can fail.  Output: $B/cuda_attn/ (BUILD=build).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+B=${BUILD:-build}
+OUT=$B/cuda_attn
+CXX=${CXX:-g++}
+n=0
+say() { n=$((n + 1)); if [ "$1" = ok ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
+
+# copy kernels/cuda into $1/src with the emulator's rewrites (failing when
+# common.cuh no longer has the lines they expect)
+prepare() {
+    rm -rf "$1/src" && mkdir -p "$1/src" && cp kernels/cuda/*.cu kernels/cuda/*.cuh "$1/src/" || return 1
+    sed -i -e 's/^extern __shared__ __align__(16) unsigned char kiln_smem\[\];/#define kiln_smem emu_dynamic_smem/' \
+        -e 's/^#include <cuda_bf16.h>//' "$1/src/common.cuh" || return 1
+    if ! grep -q '^#define kiln_smem emu_dynamic_smem' "$1/src/common.cuh" || grep -q 'cuda_bf16' "$1/src/common.cuh"; then
+        echo "# common.cuh: the kiln_smem declaration or the cuda_bf16.h include changed shape" >&2
+        return 1
+    fi
+}
+# build $1/check_attention against the copy in $1/src (-Wno-unused-function:
+# attention.cu leaves common.cuh's block reductions unused)
+build() {
+    "$CXX" -std=c++17 -O1 -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-unused-function -Itests/cuda_emu -I"$1/src" -o "$1/check_attention" \
+        tests/cuda_emu/check_attention.cpp tests/cuda_emu/emu.cpp
+}
+
+mkdir -p "$OUT" || exit 1
+if ! prepare "$OUT" || ! build "$OUT" 2>"$OUT/build.log"; then
+    sed 's/^/# /' "$OUT/build.log" 2>/dev/null | head -40
+    say fail "build check_attention against the emulator"
+    exit 1
+fi
+# the check numbers its own TAP lines; renumber them after ours
+timeout 300 "$OUT/check_attention" > "$OUT/check.log" 2>&1
+rc=$?
+while IFS= read -r line; do
+    case $line in
+        "ok "*) say ok "${line#ok * - }" ;;
+        "not ok "*) say fail "${line#not ok * - }" ;;
+        1..*) ;;
+        *) echo "$line" ;;
+    esac
+done < "$OUT/check.log"
+[ $rc -eq 0 ] || grep -q '^not ok ' "$OUT/check.log" || say fail "check_attention exited $rc"
+
+# the planted bug: causal as kpos < qpos (the diagonal masked) in the forward
+M=$OUT/mutant
+mkdir -p "$M"
+if prepare "$M" && sed -i '0,/kp\[j\] <= qp\[r\]/s//kp[j] < qp[r]/' "$M/src/attention.cu" &&
+    ! cmp -s kernels/cuda/attention.cu "$M/src/attention.cu" && build "$M" 2>"$M/build.log"; then
+    timeout 300 "$M/check_attention" > "$M/check.log" 2>&1
+    mrc=$?
+    caught=$(grep -c '^not ok ' "$M/check.log")
+    if [ $mrc -ne 0 ] && [ "$caught" -gt 0 ]; then
+        say ok "a planted bug (causal mask kpos < qpos) fails $caught checks"
+    else
+        say fail "a planted bug (causal mask kpos < qpos) is not caught"
+    fi
+else
+    say fail "build the planted-bug copy"
+fi

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The CUDA library kernels (kernels/cuda/*.cu) run on the host emulator
+# (tests/cuda_emu/emu.h: one fiber per CUDA thread) and compared with
+# double-precision references (tests/cuda_emu/check.cpp), since this machine
+# has no GPU.  Steps:
+#  1. copy kernels/cuda/ to $B/cuda_emu/src and make the two host-emulation
+#     rewrites emu.h describes: the dynamic shared-memory declaration in
+#     common.cuh becomes `#define kiln_smem emu_dynamic_smem`, and each
+#     `#include <cuda_bf16.h>` becomes a comment.  Either rewrite failing,
+#     or any `extern __shared__` or `#include <...>` left afterwards, fails
+#     the test loudly: the kernels changed shape and this script (or emu.h)
+#     must follow;
+#  2. build emu.cpp and check.cpp with g++ -std=c++17 -Wall -Werror
+#     (-Wno-unknown-pragmas: g++ does not know NVRTC's `#pragma unroll`);
+#  3. run the check: its TAP lines, renumbered, are this script's;
+#  4. show the check can fail: a copy of embedding.cu whose scatter ranks a
+#     key among the HIGHER lanes with the same digit (an unstable sort: the
+#     gradient rows are then added out of order, a change of a few f32 bits)
+#     must give at least one "not ok".  The real sources are never touched.
+# About 15 s on this 2-core machine (two g++ builds of ~3 s, the check ~5 s).
+# To rerun one family after a build: $B/cuda_emu/check rope (see check.cpp).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+B=${BUILD:-build}
+D=$B/cuda_emu
+CXX=(g++ -std=c++17 -O1 -Wall -Wextra -Wno-unknown-pragmas -Werror)
+n=0
+say() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$D"
+
+SMEM_DECL='extern __shared__ __align__(16) unsigned char kiln_smem[];'
+SMEM_HOST='#define kiln_smem emu_dynamic_smem /* host emulation: tests/t_cuda_emu.sh */'
+BF16_INCLUDE='#include <cuda_bf16.h>'
+BF16_HOST='/* #include <cuda_bf16.h>: host emulation, emu.h defines __nv_bfloat16 */'
+
+# replace_line FILE OLD NEW: replace the lines equal to OLD; how many it replaced
+replace_line() {
+    local file=$1 old=$2 new=$3 count=0 line
+    local out=$file.new
+    : > "$out" || return 1
+    while IFS= read -r line || [ -n "$line" ]; do
+        if [ "$line" = "$old" ]; then line=$new; count=$((count + 1)); fi
+        printf '%s\n' "$line" >> "$out"
+    done < "$file"
+    mv "$out" "$file" && echo "$count"
+}
+
+# replace_text FILE OLD NEW: replace OLD, which must occur exactly once, by NEW
+replace_text() {
+    local file=$1 old=$2 new=$3 text rest
+    text=$(< "$file") || return 1
+    rest=${text//"$old"/}
+    [ $(( (${#text} - ${#rest}) / ${#old} )) = 1 ] || return 1
+    printf '%s\n' "${text/"$old"/"$new"}" > "$file"
+}
+
+# host_copy DIR: kernels/cuda/ copied to DIR and rewritten; prints why not and fails
+host_copy() {
+    local dir=$1 f left
+    rm -rf "$dir" && mkdir -p "$dir" && cp kernels/cuda/*.cu kernels/cuda/*.cuh "$dir"/ || return 1
+    [ "$(replace_line "$dir/common.cuh" "$SMEM_DECL" "$SMEM_HOST")" = 1 ] ||
+        { echo "common.cuh no longer has exactly one line '$SMEM_DECL'"; return 1; }
+    for f in "$dir"/*.cu "$dir"/*.cuh; do replace_line "$f" "$BF16_INCLUDE" "$BF16_HOST" > /dev/null || return 1; done
+    left=$(grep -n -E 'extern[[:space:]]+__shared__|^[[:space:]]*#[[:space:]]*include[[:space:]]*<' "$dir"/*.cu "$dir"/*.cuh)
+    [ -z "$left" ] || { echo "lines the host emulation does not rewrite: $left"; return 1; }
+}
+
+# build SRC_DIR OUT: check.cpp against the kernel copies in SRC_DIR
+build() { "${CXX[@]}" -I"$1" tests/cuda_emu/check.cpp "$D/emu.o" -o "$2"; }
+
+start=$SECONDS
+if ! host_copy "$D/src" > "$tmp/why" 2>&1; then
+    say 1 "host copies of kernels/cuda: $(tr '\n' ' ' < "$tmp/why")"; exit 1
+fi
+if "${CXX[@]}" -c tests/cuda_emu/emu.cpp -o "$D/emu.o" > "$tmp/log" 2>&1 && build "$D/src" "$D/check" >> "$tmp/log" 2>&1; then
+    say 0 "host copies of kernels/cuda, emulator and check built (g++ -Wall -Werror, $((SECONDS - start)) s)"
+else
+    say 1 "build the emulator and the check:"; head -40 "$tmp/log"; exit 1
+fi
+
+# the check; its numbers follow ours
+start=$SECONDS
+timeout 120 "$D/check" > "$tmp/out" 2>&1; rc=$?
+awk -v n="$n" '/^(not )?ok [0-9]+ /{ sub(/ok [0-9]+ /, "ok " ++n " ") } !/^1\.\.[0-9]+$/' "$tmp/out"
+n=$((n + $(grep -c -E '^(not )?ok [0-9]+ ' "$tmp/out")))
+if [ "$rc" -ne 0 ] && ! grep -q '^not ok' "$tmp/out"; then
+    say 1 "the check exited $rc with no failed line (crash or timeout; rc 124 = timeout)"
+fi
+echo "# check ran in $((SECONDS - start)) s"
+
+# a planted bug must be caught
+MUTANT_FILE=embedding.cu
+MUTANT_FROM='__popc(peers & ((1u << lane) - 1u))'
+MUTANT_TO='__popc(peers & ~((2u << lane) - 1u))'
+if ! host_copy "$tmp/mutant" > "$tmp/why" 2>&1; then
+    say 1 "planted bug: host copy: $(tr '\n' ' ' < "$tmp/why")"
+elif ! replace_text "$tmp/mutant/$MUTANT_FILE" "$MUTANT_FROM" "$MUTANT_TO"; then
+    say 1 "planted bug: $MUTANT_FILE no longer has '$MUTANT_FROM' exactly once (pick another bug to plant)"
+elif ! build "$tmp/mutant" "$tmp/check_mutant" > "$tmp/log" 2>&1; then
+    say 1 "planted bug: build:"; head -20 "$tmp/log"
+else
+    timeout 60 "$tmp/check_mutant" embedding > "$tmp/mutant.out" 2>&1; rc=$?
+    caught=$(grep -c '^not ok' "$tmp/mutant.out")
+    first=$(grep -m1 '^not ok' "$tmp/mutant.out" | sed 's/^not ok [0-9]* - //')
+    if [ "$rc" -ne 0 ] && [ "$caught" -gt 0 ]; then
+        say 0 "planted bug (embedding scatter ranks among higher lanes: unstable sort) caught by $caught 'not ok', e.g. $first"
+    else
+        say 1 "planted bug (embedding scatter ranks among higher lanes) NOT caught (rc $rc, $caught 'not ok')"
+    fi
+fi
+echo "1..$n"
