@@ -35,6 +35,10 @@ typedef struct {
     /* optimizer (defaults in opt_defaults) */
     double lr, min_lr, warmup, steps, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;
+    /* --precision bf16 (the GPU's mixed precision, DESIGN §6): pass_precision
+     * retypes the step to bf16 weights' copies and activations, f32 master
+     * weights, gradients, optimizer and loss; 0 (f32, the CPU's): unchanged */
+    int precision_bf16;
 } Options;
 void opt_defaults(Options *o);
 
@@ -51,10 +55,12 @@ typedef void (*PassFn)(Module *m, const Options *o);
 void pass_autodiff(Module *m, const Options *o);  /* autodiff.c */
 void pass_parallelize(Module *m, const Options *o); /* parallelize.c: shard over the mesh (dp) and micro-batches */
 void pass_recompute(Module *m, const Options *o); /* recompute.c: what backward rereads, what it recomputes */
-/* Bytes of forward activations that backward or recompute nodes read
- * (saved from forward into backward), of one layer or (INT_MIN) all. */
+/* Bytes of forward activations (values computed from the step's data) that
+ * backward or recompute nodes read (saved from forward into backward), of
+ * one layer or (INT_MIN) all. */
 int64_t recompute_saved_bytes(const Graph *g, int layer);
 void pass_optimizer(Module *m, const Options *o); /* optimizer.c */
+void pass_precision(Module *m, const Options *o); /* precision.c: bf16 mixed precision (o->precision_bf16) */
 void pass_fuse(Module *m, const Options *o);      /* fuse.c: elementwise chains -> generated kernels */
 void pass_schedule(Module *m, const Options *o);  /* schedule.c: streams, events, linear order */
 void pass_memplan(Module *m, const Options *o);   /* memplan.c: static offsets per memory space */

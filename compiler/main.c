@@ -252,6 +252,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         for (int i = 0; i < NPASSES; i++) ok |= strcmp(a->after, passes[i].name) == 0;
         if (!ok) die("--after: unknown pass \"%s\" (front, autodiff, parallelize, recompute, optimizer, fuse, schedule, memplan)", a->after);
     }
+    if (a->o.recompute == RC_UNSET && strcmp(a->cmd, "plan") != 0) die("--recompute all: only for kiln plan (one policy per program)");
     if (a->o.dp < 1) die("--dp: expected at least 1");
     if (a->o.cp < 1) die("--cp: expected at least 1");
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
@@ -541,8 +542,6 @@ static int cmd_check(Args *a) {
     return bad ? 1 : 0;
 }
 
-/* ---- kiln plan ---- */
-
 /* ---- kiln plan: the recompute table ---- */
 
 typedef struct {
@@ -565,14 +564,15 @@ static RcStats rc_stats(const Module *m) {
     return r;
 }
 
-/* s, b, h, a of the model from its first forward attention (global s) */
-static int attention_shape(const Module *m, double *s, double *b, double *h, double *heads) {
+/* s, b, h, a of one rank's step from its first forward attention: its
+ * sequence piece, its batch over all micro-batches (what it saves) */
+static int attention_shape(const Module *m, int micro_batches, double *s, double *b, double *h, double *heads) {
     const Graph *g = m->stages[0];
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if (n->op != OP_attention || n->phase != PH_FWD) continue;
         const Type *q = &g->vals[n->in[0]].t;
-        *b = (double)q->dim[0] * m->mesh[1], *heads = (double)q->dim[1], *s = (double)q->dim[2] * m->mesh[2];
+        *b = (double)q->dim[0] * micro_batches, *heads = (double)q->dim[1], *s = (double)q->dim[2];
         *h = (double)(q->dim[1] * q->dim[3]);
         return 1;
     }
@@ -592,7 +592,7 @@ static void plan_recompute_table(Args *a) {
         one.o.memory_budget = 0;
         Module *m = compile(&one);
         st[k] = rc_stats(m);
-        if (k == 0 && !attention_shape(m, &s, &b, &h, &heads)) die("plan --recompute all: the model has no attention");
+        if (k == 0 && !attention_shape(m, a->o.micro_batches, &s, &b, &h, &heads)) die("plan --recompute all: the model has no attention");
         ir_free(m);
     }
     double sbh = s * b * h, L = st[0].layers ? st[0].layers : 1;

@@ -59,6 +59,7 @@ typedef struct {
     char *rc;    /* value: backward reads a clone */
     char *saved; /* value: live from forward into backward (scratch of saved_bytes) */
     char *seen;  /* value: clone visited (scratch) */
+    char *data;  /* value: computed from the step's data (data_values): what counts */
 } Rc;
 
 static void *xcalloc(size_t n, size_t sz) {
@@ -71,6 +72,19 @@ static const Node *def_of(const Graph *g, int v) { return g->vals[v].def >= 0 ? 
 
 static int64_t bytes_of(const Graph *g, int v) {
     return ir_numel(&g->vals[v].t) * (int64_t)ir_dtype_size(g->vals[v].t.dt);
+}
+
+/* 1 for values computed from the step's data (inputs, received blocks):
+ * the activations; params gathered for the step (--zero 1) are not */
+static char *data_values(const Graph *g) {
+    char *data = xcalloc((size_t)g->nvals, 1);
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int d = n->op == OP_input || n->op == OP_recv;
+        for (int k = 0; k < n->nin; k++) d |= data[n->in[k]];
+        for (int k = 0; k < n->nout; k++) data[n->out[k]] = (char)d;
+    }
+    return data;
 }
 
 /* a forward value that counts as an activation: made by a forward node that
@@ -117,7 +131,7 @@ static int64_t saved_bytes(Rc *R) {
             for (int k = 0; k < g->nodes[i].nin; k++) need(R, g->nodes[i].in[k]);
     int64_t total = 0;
     for (int v = 0; v < g->nvals; v++)
-        if (R->saved[v]) total += bytes_of(g, v);
+        if (R->saved[v] && R->data[v]) total += bytes_of(g, v);
     return total;
 }
 
@@ -166,7 +180,7 @@ static void walk(Rc *R, int v, Chain *c, int apply) {
     if (!activation(g, v) || R->saved[v] || R->rc[v] || !cheap(d)) {
         if (activation(g, v) && !R->saved[v] && !R->rc[v]) {
             R->seen[v] = 3;
-            c->gain -= bytes_of(g, v);
+            if (R->data[v]) c->gain -= bytes_of(g, v);
             if (apply) R->saved[v] = 1;
         } else {
             R->seen[v] = 1;
@@ -180,7 +194,7 @@ static void walk(Rc *R, int v, Chain *c, int apply) {
 }
 
 static Chain chain_of(Rc *R, int v, int apply) {
-    Chain c = {v, bytes_of(R->g, v), 0};
+    Chain c = {v, R->data[v] ? bytes_of(R->g, v) : 0, 0};
     memset(R->seen, 0, (size_t)R->g->nvals);
     const Node *d = def_of(R->g, v);
     R->seen[v] = 2;
@@ -303,14 +317,14 @@ static Graph *rewrite(Module *m, const Graph *g, const char *rc) {
 /* ---- the pass ---- */
 
 int64_t recompute_saved_bytes(const Graph *g, int layer) {
-    char *sv = xcalloc((size_t)g->nvals, 1);
+    char *sv = xcalloc((size_t)g->nvals, 1), *data = data_values(g);
     for (int i = 0; i < g->nnodes; i++)
         if (reads_back(&g->nodes[i]))
             for (int k = 0; k < g->nodes[i].nin; k++) sv[g->nodes[i].in[k]] = 1;
     int64_t total = 0;
     for (int v = 0; v < g->nvals; v++)
-        if (sv[v] && activation(g, v) && (layer == INT_MIN || def_of(g, v)->layer == layer)) total += bytes_of(g, v);
-    free(sv);
+        if (sv[v] && data[v] && activation(g, v) && (layer == INT_MIN || def_of(g, v)->layer == layer)) total += bytes_of(g, v);
+    free(sv), free(data);
     return total;
 }
 
@@ -318,7 +332,7 @@ void pass_recompute(Module *m, const Options *o) {
     Recompute policy = o->recompute == RC_UNSET ? RC_GEMM_LAST : (Recompute)o->recompute;
     for (int s = 0; s < m->nstages; s++) {
         const Graph *g = m->stages[s];
-        Rc R = {g, xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1)};
+        Rc R = {g, xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1), data_values(g)};
         if (o->memory_budget > 0) {
             policy = within_budget(&R, o->memory_budget);
         } else if (policy == RC_FULL) { /* the layers whole; outside them the cheap chains */
@@ -330,7 +344,7 @@ void pass_recompute(Module *m, const Options *o) {
             gemm_last(&R);
         }
         m->stages[s] = rewrite(m, g, R.rc);
-        free(R.rc), free(R.saved), free(R.seen);
+        free(R.rc), free(R.saved), free(R.seen), free(R.data);
     }
     m->recompute = policy;
 }
