@@ -129,3 +129,9 @@ t=$(table models/gpt2.lua --set layers=96 --set dim=12288 --set heads=96 --set s
 ours=$(printf '%s\n' "$t" | sed -n 's/.*ours at 2 bytes per value: none \([0-9.]*\) sbh.*full \([0-9.]*\) sbh.*/\1 \2/p')
 check "GPT-3 175B shape: none saves $(echo $ours | cut -d' ' -f1) sbh and full $(echo $ours | cut -d' ' -f2) sbh per layer at 2 bytes per value (Korthikanti: 34 without the s^2 term, 2)" \
     "[ '$ours' = '34.0 2.0' ]"
+# per rank: at --dp 2 (zero 1: params gathered into the arena) a rank saves the same multiple of its s.b.h
+one=$("$K" plan models/tiny.lua --recompute all | awk '$1 == "none" {print $4}')
+two=$("$K" plan models/tiny.lua --recompute all --dp 2 | awk '$1 == "none" {print $4}')
+check "none saves $one s.b.h per layer on one rank and $two per rank at --dp 2 (gathered params are not activations)" "[ -n '$one' ] && [ '$one' = '$two' ]"
+out=$("$K" compile models/tiny.lua --recompute all -o "$tmp/x" 2>&1); rc=$?
+check "--recompute all outside kiln plan: $out" "[ $rc = 1 ] && printf '%s' \"\$out\" | grep -q 'only for kiln plan'"
