@@ -680,10 +680,37 @@ static int infer_rule(const Graph *g, const Node *n, Type out[], char *err, size
     }
 }
 
-/* The op's rule, then a bound on every output's size (dims multiply, so a
- * rule fed huge dims must not overflow int64). */
+/* {out_dtype}: the precision pass's override of the float outputs' dtype
+ * (a param gradient written in f32 by a node that reads bf16).  One dtype
+ * for every float output ("f32"), or one per output, "-" keeping the rule's
+ * ("-,f32,f32": layernorm_bwd's dx stays, dw and db are f32). */
+static int apply_out_dtype(const Node *n, Type out[], char *err, size_t errlen) {
+    const char *spec = ir_attr_s(n, "out_dtype", NULL), *op = ir_ops[n->op].name;
+    int nout = ir_ops[n->op].nout;
+    if (!spec) return 0;
+    if (ir_ops[n->op].flags & F_SOURCE) FAIL("%s: out_dtype on a source (declare the type instead)", op);
+    int single = strchr(spec, ',') == NULL;
+    for (int o = 0; o < nout; o++) {
+        char name[16];
+        size_t len = strcspn(spec, ",");
+        if (!*spec && !single) FAIL("%s: out_dtype \"%s\" needs one dtype per output (%d)", op, ir_attr_s(n, "out_dtype", ""), nout);
+        if (len >= sizeof name) FAIL("%s: bad out_dtype", op);
+        memcpy(name, spec, len), name[len] = 0;
+        if (!single) spec += len + (spec[len] == ',');
+        if (strcmp(name, "-") == 0) continue;
+        int dt = ir_dtype_lookup(name);
+        if (dt < 0 || !ir_dtype_is_float((DType)dt)) FAIL("%s: out_dtype \"%s\" is not a float dtype", op, name);
+        if (ir_dtype_is_float(out[o].dt)) out[o].dt = (DType)dt;
+        else if (!single) FAIL("%s: out_dtype for output %d, which is not float", op, o);
+    }
+    if (!single && *spec) FAIL("%s: out_dtype has more entries than the %d outputs", op, nout);
+    return 0;
+}
+
+/* The op's rule and its out_dtype, then a bound on every output's size
+ * (dims multiply, so a rule fed huge dims must not overflow int64). */
 int ir_infer(const Graph *g, const Node *n, Type out[], char *err, size_t errlen) {
-    if (infer_rule(g, n, out, err, errlen) < 0) return -1;
+    if (infer_rule(g, n, out, err, errlen) < 0 || apply_out_dtype(n, out, err, errlen) < 0) return -1;
     for (int o = 0; o < ir_ops[n->op].nout; o++) {
         int64_t numel = 1;
         for (int i = 0; i < out[o].rank; i++) {
@@ -798,4 +825,22 @@ double ir_node_flops(const Graph *g, const Node *n) {
     const Type *t = n->nin ? &g->vals[n->in[n->op == OP_embedding_bwd || n->op == OP_cross_entropy_bwd ? 1 : 0]].t
                            : n->nout ? &g->vals[n->out[0]].t : NULL;
     return t ? per_element(n->op) * (double)ir_numel(t) : 0;
+}
+
+int64_t ir_index_bound(const Graph *g, int vid, int64_t dflt) {
+    int64_t bound = INT64_MAX;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] != vid) continue;
+            int64_t b = INT64_MAX;
+            if (n->op == OP_embedding) b = g->vals[n->in[0]].t.dim[0];
+            if (n->op == OP_cross_entropy) {
+                const Type *t = &g->vals[n->in[0]].t;
+                b = t->dim[t->rank - 1];
+            }
+            if (b < bound) bound = b;
+        }
+    }
+    return bound == INT64_MAX ? dflt : bound;
 }

@@ -202,6 +202,11 @@ int ir_build2(Builder *b, Op op, int x, int y);                      /* first ou
  * (shape ops and communication: 0). */
 double ir_node_flops(const Graph *g, const Node *n);
 
+/* Exclusive bound of the ids an integer value may hold: the smallest table
+ * or class count among the ops that index with it (embedding rows, the
+ * classes of cross_entropy); dflt when nothing indexes with it. */
+int64_t ir_index_bound(const Graph *g, int vid, int64_t dflt);
+
 /* Convenience: the first output value id of node index n. */
 static inline int ir_out(const Graph *g, int n) { return g->nodes[n].out[0]; }
 

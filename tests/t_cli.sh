@@ -43,3 +43,9 @@ printf '%s\n' 'module x mesh=1x65536x1x1' 'stage 0' '%0:f32[281474976710656] = p
     '%1:f32[1] = allgather %0 {group="dp", dim=0}   # m.lua:2 L-1 fwd' > "${TMPDIR:-/tmp}/kiln_bad.ir"
 bad_flag "IR allgather overflowing the size bound" "kiln_bad.ir:4:" dump "${TMPDIR:-/tmp}/kiln_bad.ir"
 rm -f "${TMPDIR:-/tmp}/kiln_bad.ir"
+bad_flag "--precision bf16 for the CPU trainer" "the CPU target is f32" compile models/tiny.lua --precision bf16 -o "${TMPDIR:-/tmp}/kiln_never"
+bad_flag "--precision f16" "--precision: expected f32 or bf16" dump models/tiny.lua --precision f16
+n=$((n + 1))
+out=$(timeout 120 "$K" check models/tiny.lua --set layers=1 --precision bf16 2>&1 | tail -1)
+if [[ "$out" == *" 0 mismatched" ]]; then echo "ok $n - kiln check --precision bf16 (f32 vs f64 interpreter, tolerance 0.1): $out"
+else echo "not ok $n - kiln check --precision bf16: $out"; fi

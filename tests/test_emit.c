@@ -184,24 +184,6 @@ static double tensor_err(Run *r, const rt_tensor *t, const double *want) {
     return worst;
 }
 
-/* Exclusive bound of an integer input's ids (as main.c): the smallest table
- * or class count among the ops that index with it. */
-static int64_t id_bound(const Graph *g, int vid) {
-    int64_t bound = INT64_MAX;
-    for (int i = 0; i < g->nnodes; i++) {
-        const Node *n = &g->nodes[i];
-        for (int k = 0; k < n->nin; k++) {
-            if (n->in[k] != vid) continue;
-            if (n->op == OP_embedding && g->vals[n->in[0]].t.dim[0] < bound) bound = g->vals[n->in[0]].t.dim[0];
-            if (n->op == OP_cross_entropy) {
-                const Type *t = &g->vals[n->in[0]].t;
-                if (t->dim[t->rank - 1] < bound) bound = t->dim[t->rank - 1];
-            }
-        }
-    }
-    return bound == INT64_MAX ? 100 : bound;
-}
-
 static uint64_t rng(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -212,7 +194,7 @@ static uint64_t rng(uint64_t *s) {
 /* Random data for input node n: floats in [lo, hi), ids below id_bound. */
 static double *random_input(const Graph *g, const Node *n, uint64_t *s, double lo, double hi, int64_t *cnt) {
     const Type *t = &g->vals[n->out[0]].t;
-    int64_t bound = id_bound(g, n->out[0]);
+    int64_t bound = ir_index_bound(g, n->out[0], 100);
     *cnt = ir_numel(t);
     double *d = malloc(sizeof(double) * (size_t)*cnt);
     assert_non_null(d);

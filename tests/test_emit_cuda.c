@@ -401,24 +401,6 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* Exclusive bound of an integer input's ids: the smallest table or class
- * count among the ops that index with it (as test_emit.c). */
-static int64_t id_bound(const Graph *g, int vid) {
-    int64_t bound = INT64_MAX;
-    for (int i = 0; i < g->nnodes; i++) {
-        const Node *n = &g->nodes[i];
-        for (int k = 0; k < n->nin; k++) {
-            if (n->in[k] != vid) continue;
-            if (n->op == OP_embedding && g->vals[n->in[0]].t.dim[0] < bound) bound = g->vals[n->in[0]].t.dim[0];
-            if (n->op == OP_cross_entropy) {
-                const Type *t = &g->vals[n->in[0]].t;
-                if (t->dim[t->rank - 1] < bound) bound = t->dim[t->rank - 1];
-            }
-        }
-    }
-    return bound == INT64_MAX ? 100 : bound;
-}
-
 /* One interpreter step (f32) of m on random inputs: floats in [-2, 2), ids
  * below their bound. */
 static Interp *interp_step(const Module *m, uint64_t seed) {
@@ -430,7 +412,7 @@ static Interp *interp_step(const Module *m, uint64_t seed) {
         const Node *n = &g->nodes[i];
         if (n->op != OP_input) continue;
         const Type *t = &g->vals[n->out[0]].t;
-        int64_t cnt = ir_numel(t), bound = id_bound(g, n->out[0]);
+        int64_t cnt = ir_numel(t), bound = ir_index_bound(g, n->out[0], 100);
         double *d = malloc(sizeof(double) * (size_t)(cnt ? cnt : 1));
         assert_non_null(d);
         for (int64_t k = 0; k < cnt; k++)
