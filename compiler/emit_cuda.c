@@ -82,14 +82,10 @@ static void *xcalloc(size_t n, size_t size) {
     return p;
 }
 
-static const char *where(const Node *n, char *buf, size_t len) {
-    snprintf(buf, len, "%s:%d", n->loc.file ? n->loc.file : "?", n->loc.line);
-    return buf;
-}
 
 static int fail(Cu *c, const Node *n, const char *what) {
     char w[160];
-    snprintf(c->err, c->errlen, "emit cuda: %s: %s %s", where(n, w, sizeof w), ir_ops[n->op].name, what);
+    snprintf(c->err, c->errlen, "emit cuda: %s: %s %s", ir_where(n, w, sizeof w), ir_ops[n->op].name, what);
     return -1;
 }
 
@@ -334,7 +330,7 @@ static void signature(Cu *c, const KGroup *gr, const char *name) {
 static void kernel_comment(Cu *c, int k) {
     const KGroup *gr = &c->kg.groups[k];
     char w[160];
-    int col = fprintf(c->f, "\n/* %s: groups", where(&c->g->nodes[gr->nodes[0]], w, sizeof w)) - 1;
+    int col = fprintf(c->f, "\n/* %s: groups", ir_where(&c->g->nodes[gr->nodes[0]], w, sizeof w)) - 1;
     for (int q = k; q < c->kg.ngroups; q++) {
         if (c->kg.groups[q].first != k) continue;
         if (col > 100) col = fprintf(c->f, "\n *") - 1;

@@ -135,10 +135,6 @@ static int group_size(const Module *m, const Node *n) {
     return mask_size(m, ir_group_mask(ir_attr_s(n, "group", "")));
 }
 
-static const char *where(const Node *n, char *buf, size_t len) {
-    snprintf(buf, len, "%s:%d", n->loc.file ? n->loc.file : "?", n->loc.line);
-    return buf;
-}
 
 /* ---- the emitter's state ---- */
 
@@ -404,7 +400,7 @@ static LLVMTypeRef elem_type(Em *e, DType dt, const Node *n) {
     case DT_F32: return e->tf32;
     case DT_I32: return e->ti32;
     case DT_I64: return e->ti64;
-    default: ICE("emit: %s: %s values are not supported on the CPU (f32, i32, i64)", where(n, w, sizeof w), ir_dtype_names[dt]);
+    default: ICE("emit: %s: %s values are not supported on the CPU (f32, i32, i64)", ir_where(n, w, sizeof w), ir_dtype_names[dt]);
     }
 }
 
@@ -454,7 +450,7 @@ static LLVMValueRef ew_op(Em *e, const Node *n, LLVMValueRef a, LLVMValueRef b_)
         return LLVMBuildFMul(b, LLVMBuildFMul(b, a, s, ""), t, "");
     }
     case OP_relu_bwd: return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, b_, F32(e, 0), ""), a, F32(e, 0), "");
-    default: ICE("emit: %s: %s is not an elementwise op this back end knows", where(n, w, sizeof w), ir_ops[n->op].name);
+    default: ICE("emit: %s: %s is not an elementwise op this back end knows", ir_where(n, w, sizeof w), ir_ops[n->op].name);
     }
 }
 
@@ -520,12 +516,12 @@ static void group_element(Em *e, KGroup *gr, LLVMValueRef *ptrs, const Iter *it)
         } else if (n->op == OP_broadcast) {
             int def = g->vals[n->in[0]].def;
             if (g->nodes[def].op != OP_const)
-                ICE("emit: %s: broadcast of a computed group member in group %d", where(n, w, sizeof w), gr->kernel);
+                ICE("emit: %s: broadcast of a computed group member in group %d", ir_where(n, w, sizeof w), gr->kernel);
             r = e->reg[n->in[0]];
         } else if (n->op == OP_cast) {
             r = cast(e, operand(e, gr, n, 0, ptrs, i), g->vals[n->in[0]].t.dt, ot->dt, n);
         } else {
-            if (ot->dt != DT_F32) ICE("emit: %s: %s on %s (the CPU computes f32)", where(n, w, sizeof w), ir_ops[n->op].name, ir_dtype_names[ot->dt]);
+            if (ot->dt != DT_F32) ICE("emit: %s: %s on %s (the CPU computes f32)", ir_where(n, w, sizeof w), ir_ops[n->op].name, ir_dtype_names[ot->dt]);
             LLVMValueRef a = operand(e, gr, n, 0, ptrs, i), b = n->nin > 1 ? operand(e, gr, n, 1, ptrs, i) : NULL;
             r = ew_op(e, n, a, b);
         }
@@ -744,8 +740,8 @@ static const Value *planned(Em *e, int vid) {
         if (param) snprintf(def, sizeof def, "param \"%s\"", ir_attr_s(d, "name", ""));
         else snprintf(def, sizeof def, "%s", d ? ir_ops[d->op].name : "?");
         ICE("emit: %%%d (defined by %s at %s) has no planned buffer (space %d, offset %lld), but %s at %s uses it%s", vid, def,
-            d ? where(d, w, sizeof w) : "?", v->space, (long long)v->offset, e->user ? ir_ops[e->user->op].name : "?",
-            e->user ? where(e->user, wu, sizeof wu) : "?",
+            d ? ir_where(d, w, sizeof w) : "?", v->space, (long long)v->offset, e->user ? ir_ops[e->user->op].name : "?",
+            e->user ? ir_where(e->user, wu, sizeof wu) : "?",
             param ? " (a param without storage lives in a \"param.b<k>\" shard: the step may not read it)" : "");
     }
     return v;
@@ -925,7 +921,7 @@ static int dim_of(const Node *n, const Type *t) {
     int64_t d = ir_attr_i(n, "dim", -1);
     if (d < 0 || d >= t->rank) {
         char w[160];
-        ICE("emit: %s: %s: dim %lld out of range", where(n, w, sizeof w), ir_ops[n->op].name, (long long)d);
+        ICE("emit: %s: %s: dim %lld out of range", ir_where(n, w, sizeof w), ir_ops[n->op].name, (long long)d);
     }
     return (int)d;
 }
@@ -1019,7 +1015,7 @@ static void emit_rope(Em *e, const Node *n) {
 static void emit_const(Em *e, const Node *n) {
     const Type *t = TY(e, n->out[0]);
     char w[160];
-    if (t->dt != DT_F32 && t->dt != DT_I32) ICE("emit: %s: const of %s (rtk_fill: f32 or i32)", where(n, w, sizeof w), ir_dtype_names[t->dt]);
+    if (t->dt != DT_F32 && t->dt != DT_I32) ICE("emit: %s: const of %s (rtk_fill: f32 or i32)", ir_where(n, w, sizeof w), ir_dtype_names[t->dt]);
     LLVMValueRef a[] = {P(e, n->out[0], 0), I64(e, ir_numel(t)), F(e, ir_attr_f(n, "v", 0)), I64(e, t->dt == DT_F32 ? RT_F32 : RT_I32)};
     launch_lib(e, n, "fill", a, 4);
 }
@@ -1043,7 +1039,7 @@ static void emit_comm(Em *e, const Node *n) {
     const Type *x = TY(e, n->in[0]), *y = TY(e, n->out[0]);
     const char *op = ir_ops[n->op].name, *group = ir_attr_s(n, "group", "");
     int mask = ir_group_mask(group), size = group_size(e->m, n);
-    if (mask <= 0) ICE("emit: %s: %s: bad group \"%s\"", where(n, w, sizeof w), op, group);
+    if (mask <= 0) ICE("emit: %s: %s: bad group \"%s\"", ir_where(n, w, sizeof w), op, group);
     if (size == 1) {
         launch_memcpy(e, n, n->out[0], n->in[0]);
         return;
@@ -1058,14 +1054,14 @@ static void emit_comm(Em *e, const Node *n) {
     }
     if (x->dt != DT_F32 && !(n->op == OP_allgather && ir_dtype_size(x->dt) == 4)) /* allgather moves bits: i32 positions too */
         ICE("emit: %s: %s of %s over %d ranks: the CPU back end's collectives are f32 only (allgather: any 4-byte type)",
-            where(n, w, sizeof w), op, ir_dtype_names[x->dt], size);
+            ir_where(n, w, sizeof w), op, ir_dtype_names[x->dt], size);
     if (n->op == OP_allreduce) {
         LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, ir_numel(x)), I64(e, mask)};
         launch_lib(e, n, op, a, 4);
         return;
     }
     if (n->op == OP_allgather) {
-        if (len % size) ICE("emit: %s: allgather to length %lld over %d ranks", where(n, w, sizeof w), (long long)len, size);
+        if (len % size) ICE("emit: %s: allgather to length %lld over %d ranks", ir_where(n, w, sizeof w), (long long)len, size);
         len /= size;
     }
     LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, outer), I64(e, len), I64(e, inner), I64(e, mask)};
@@ -1081,11 +1077,11 @@ static void emit_p2p(Em *e, const Node *n) {
     char w[160];
     const char *group = ir_attr_s(n, "group", "");
     int mask = ir_group_mask(group);
-    if (mask <= 0) ICE("emit: %s: %s: bad group \"%s\"", where(n, w, sizeof w), ir_ops[n->op].name, group);
+    if (mask <= 0) ICE("emit: %s: %s: bad group \"%s\"", ir_where(n, w, sizeof w), ir_ops[n->op].name, group);
     int vid = n->op == OP_send ? n->in[0] : n->out[0];
     const Type *t = TY(e, vid);
     int64_t tag = ir_attr_i(n, "tag", -1);
-    if (tag < 0 || tag > 32767) ICE("emit: %s: %s: tag %lld outside 0..32767", where(n, w, sizeof w), ir_ops[n->op].name, (long long)tag);
+    if (tag < 0 || tag > 32767) ICE("emit: %s: %s: tag %lld outside 0..32767", ir_where(n, w, sizeof w), ir_ops[n->op].name, (long long)tag);
     LLVMValueRef a[] = {P(e, vid, 0), I64(e, ir_numel(t) * esize(t)), I64(e, mask), I64(e, ir_attr_i(n, "peer", 0)), I64(e, tag)};
     launch_lib(e, n, ir_ops[n->op].name, a, 5);
 }
@@ -1100,7 +1096,7 @@ static void emit_iota(Em *e, const Node *n) {
     const char *group = ir_attr_s(n, "group", "");
     char w[160];
     int mask = *group ? ir_group_mask(group) : 0;
-    if (*group && mask <= 0) ICE("emit: %s: iota: bad group \"%s\"", where(n, w, sizeof w), group);
+    if (*group && mask <= 0) ICE("emit: %s: iota: bad group \"%s\"", ir_where(n, w, sizeof w), group);
     if (!*group || group_size(e->m, n) == 1) {
         launch_lib(e, n, "iota", a, 2);
         return;
@@ -1122,7 +1118,7 @@ static int cp_contiguous(Em *e) {
         const Node *n = &e->g->nodes[i];
         if (n->op != OP_iota || ir_group_mask(ir_attr_s(n, "group", "")) != RT_AXIS_CP) continue;
         int c = strcmp(ir_attr_s(n, "layout", "contiguous"), "dual") != 0;
-        if (found >= 0 && c != found) ICE("emit: %s: iota layouts disagree within one program", where(n, w, sizeof w));
+        if (found >= 0 && c != found) ICE("emit: %s: iota layouts disagree within one program", ir_where(n, w, sizeof w));
         found = c;
     }
     return found > 0;
@@ -1136,7 +1132,7 @@ static int state_value(Em *e, const Node *asg) {
         if ((n->op == OP_param || n->op == OP_state) && strcmp(ir_attr_s(n, "name", ""), name) == 0) return n->out[0];
     }
     char w[160];
-    ICE("emit: %s: assign to %s, which no param/state node declares", where(asg, w, sizeof w), name);
+    ICE("emit: %s: assign to %s, which no param/state node declares", ir_where(asg, w, sizeof w), name);
 }
 
 /* One node of the program. */
@@ -1203,7 +1199,7 @@ static void emit_node(Em *e, int idx) {
         return;
     }
     case OP_lr_cosine: { /* the constants are the program's schedule table (collect_schedule) */
-        if (!e->schedule) ICE("emit: %s: lr_cosine without the program's schedule table", where(n, w, sizeof w));
+        if (!e->schedule) ICE("emit: %s: lr_cosine without the program's schedule table", ir_where(n, w, sizeof w));
         LLVMValueRef ex[] = {LLVMBuildPtrToInt(e->b, e->schedule, e->ti64, "")};
         launch_io(e, n, "lr_cosine", ex, 1);
         return;
@@ -1229,7 +1225,7 @@ static void emit_node(Em *e, int idx) {
         return;
     }
     default:
-        ICE("emit: %s: no code for op %s", where(n, w, sizeof w), ir_ops[n->op].name);
+        ICE("emit: %s: no code for op %s", ir_where(n, w, sizeof w), ir_ops[n->op].name);
     }
 }
 
@@ -1436,7 +1432,7 @@ static int param_index(Em *e, const int *pidx, int np, const char *name, size_t 
 static void bucket_layout(Em *e, Bucket *B, int k, const int *pidx, int np) {
     const Node *d = B->def;
     char w[160];
-    where(d, w, sizeof w);
+    ir_where(d, w, sizeof w);
     const char *group = ir_attr_s(d, "group", ""), *params = ir_attr_s(d, "params", "");
     const Attr *off = ir_attr(d, "offsets");
     B->mask = ir_group_mask(group);
@@ -1483,16 +1479,16 @@ static void check_param_storage(Em *e, const Bucket *B, int nb, const int *pidx,
             for (int j = 0; B[b].master && j < B[b].nmembers; j++) {
                 if (B[b].param[j] != k) continue;
                 if (held >= 0)
-                    ICE("emit: %s: param %s is held by two buckets with prefix \"\" (%d and %d)", where(pn, w, sizeof w), name, held, b);
+                    ICE("emit: %s: param %s is held by two buckets with prefix \"\" (%d and %d)", ir_where(pn, w, sizeof w), name, held, b);
                 held = b;
             }
         const Value *v = &e->g->vals[pn->out[0]];
         if (storageless_param(e, pn) && held < 0)
             ICE("emit: %s: param %s has no storage (memplan: the step never reads it) but no bucket with prefix \"\" holds its values",
-                where(pn, w, sizeof w), name);
+                ir_where(pn, w, sizeof w), name);
         if (v->space >= 0 && held >= 0)
             ICE("emit: %s: param %s has storage (space %d, offset %lld) but bucket %d's state %s (prefix \"\") holds its values too",
-                where(pn, w, sizeof w), name, v->space, (long long)v->offset, held, ir_attr_s(B[held].master, "name", ""));
+                ir_where(pn, w, sizeof w), name, v->space, (long long)v->offset, held, ir_attr_s(B[held].master, "name", ""));
     }
 }
 
@@ -1516,13 +1512,13 @@ static int collect_buckets(Em *e, const int *sidx, int ns, const int *pidx, int 
         if (!a) continue;
         const char *name = ir_attr_s(nd, "name", "");
         if (a->kind != AT_INT || a->i < 0 || a->i >= ns)
-            ICE("emit: %s: state %s: bucket must be an index in [0, %d)", where(nd, w, sizeof w), name, ns);
+            ICE("emit: %s: state %s: bucket must be an index in [0, %d)", ir_where(nd, w, sizeof w), name, ns);
         const char *prefix = ir_attr_s(nd, "prefix", NULL);
-        if (!prefix) ICE("emit: %s: state %s of bucket %d has no prefix", where(nd, w, sizeof w), name, (int)a->i);
+        if (!prefix) ICE("emit: %s: state %s of bucket %d has no prefix", ir_where(nd, w, sizeof w), name, (int)a->i);
         Bucket *b = &B[a->i];
         if (a->i + 1 > nb) nb = (int)a->i + 1;
         if (!*prefix && b->master)
-            ICE("emit: %s: states %s and %s both hold bucket %d's params (prefix \"\")", where(nd, w, sizeof w),
+            ICE("emit: %s: states %s and %s both hold bucket %d's params (prefix \"\")", ir_where(nd, w, sizeof w),
                 ir_attr_s(b->master, "name", ""), name, (int)a->i);
         if (!*prefix) b->master = nd;
         if (!b->def) {
@@ -1531,8 +1527,8 @@ static int collect_buckets(Em *e, const int *sidx, int ns, const int *pidx, int 
         }
         for (size_t q = 0; q < sizeof keys / sizeof *keys; q++)
             if (!attr_equal(ir_attr(b->def, keys[q]), ir_attr(nd, keys[q])))
-                ICE("emit: %s: state %s describes bucket %d with another %s than state %s at %s", where(nd, w, sizeof w), name,
-                    (int)a->i, keys[q], ir_attr_s(b->def, "name", ""), where(b->def, w2, sizeof w2));
+                ICE("emit: %s: state %s describes bucket %d with another %s than state %s at %s", ir_where(nd, w, sizeof w), name,
+                    (int)a->i, keys[q], ir_attr_s(b->def, "name", ""), ir_where(b->def, w2, sizeof w2));
     }
     for (int k = 0; k < nb; k++) {
         if (!B[k].def) ICE("emit: bucket %d has no state (bucket indices must be dense, 0..%d)", k, nb - 1);
@@ -1544,7 +1540,7 @@ static int collect_buckets(Em *e, const int *sidx, int ns, const int *pidx, int 
         if (k < 0) continue;
         int64_t want = B[k].n / mask_size(e->m, B[k].mask), got = ir_numel(&g->vals[nd->out[0]].t);
         if (got != want)
-            ICE("emit: %s: state %s has %lld elements, its shard of bucket %d has %lld", where(nd, w, sizeof w),
+            ICE("emit: %s: state %s has %lld elements, its shard of bucket %d has %lld", ir_where(nd, w, sizeof w),
                 ir_attr_s(nd, "name", ""), (long long)got, k, (long long)want);
     }
     check_param_storage(e, B, nb, pidx, np);
@@ -1594,7 +1590,7 @@ static void collect_schedule(Em *e) {
         for (int k = 0; k < 4; k++)
             if (ir_attr_f(n, sched_keys[k], 0) != ir_attr_f(e->sched, sched_keys[k], 0))
                 ICE("emit: %s: lr_cosine with %s=%g, but the one at %s has %s=%g (a program has one learning-rate schedule)",
-                    where(n, w, sizeof w), sched_keys[k], ir_attr_f(n, sched_keys[k], 0), where(e->sched, w2, sizeof w2),
+                    ir_where(n, w, sizeof w), sched_keys[k], ir_attr_f(n, sched_keys[k], 0), ir_where(e->sched, w2, sizeof w2),
                     sched_keys[k], ir_attr_f(e->sched, sched_keys[k], 0));
     }
     if (!e->sched) return;

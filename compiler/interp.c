@@ -143,11 +143,6 @@ static void tensor_alloc(Tensor *t, const Type *ty) {
     t->d = xmalloc(sizeof(double) * (size_t)t->n);
 }
 
-static const char *loc_str(const Node *n, char *buf, size_t len) {
-    snprintf(buf, len, "%s:%d", n->loc.file ? n->loc.file : "?", n->loc.line);
-    return buf;
-}
-
 /* Abort the run: "file:line: op: message" (or just the message without n). */
 static void fail(Interp *it, const Node *n, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
 static void fail(Interp *it, const Node *n, const char *fmt, ...) {
@@ -157,7 +152,7 @@ static void fail(Interp *it, const Node *n, const char *fmt, ...) {
     vsnprintf(body, sizeof body, fmt, ap);
     va_end(ap);
     if (n)
-        snprintf(it->msg, sizeof it->msg, "%s: %s: %s", loc_str(n, where, sizeof where), ir_ops[n->op].name, body);
+        snprintf(it->msg, sizeof it->msg, "%s: %s: %s", ir_where(n, where, sizeof where), ir_ops[n->op].name, body);
     else
         snprintf(it->msg, sizeof it->msg, "%s", body);
     longjmp(it->jb, 1);
@@ -1027,7 +1022,7 @@ static int step_collectives(Interp *it) {
             if (m->op != n->op) {
                 char a[160], b[160];
                 fail(it, NULL, "collective mismatch: rank %d at %s (%s), rank %d at %s (%s)", r, ir_ops[n->op].name,
-                     loc_str(n, a, sizeof a), mem[i], ir_ops[m->op].name, loc_str(m, b, sizeof b));
+                     ir_where(n, a, sizeof a), mem[i], ir_ops[m->op].name, ir_where(m, b, sizeof b));
             }
         }
         run_collective(it, mem, size);
@@ -1083,7 +1078,7 @@ static void deadlock(Interp *it) {
         const Node *n = node_at(&it->ranks[r]);
         if (n)
             k += (size_t)snprintf(buf + k, sizeof it->msg - k, "%s rank %d waits at %s (%s)", k > 9 ? "," : "", r,
-                                  ir_ops[n->op].name, loc_str(n, where, sizeof where));
+                                  ir_ops[n->op].name, ir_where(n, where, sizeof where));
     }
     longjmp(it->jb, 1);
 }
@@ -1093,7 +1088,7 @@ static void check_mail_empty(Interp *it) {
     if (!msg) return;
     char where[160];
     const Node *n = &it->ranks[msg->src].g->nodes[msg->node];
-    fail(it, NULL, "%s: send: message from rank %d to rank %d (tag %lld) was never received", loc_str(n, where, sizeof where),
+    fail(it, NULL, "%s: send: message from rank %d to rank %d (tag %lld) was never received", ir_where(n, where, sizeof where),
          msg->src, msg->dst, (long long)msg->tag);
 }
 
@@ -1168,7 +1163,7 @@ static void rank_init(Interp *it, Rank *R, int r) {
         R->slot[i] = find_slot(R->state, R->nstate, ir_attr_s(n, "name", ""));
         if (R->slot[i] < 0) {
             char where[160];
-            ICE("interp: %s: assign to %s, which no param/state node reads", loc_str(n, where, sizeof where),
+            ICE("interp: %s: assign to %s, which no param/state node reads", ir_where(n, where, sizeof where),
                 ir_attr_s(n, "name", ""));
         }
     }

@@ -844,3 +844,8 @@ int64_t ir_index_bound(const Graph *g, int vid, int64_t dflt) {
     }
     return bound == INT64_MAX ? dflt : bound;
 }
+
+const char *ir_where(const Node *n, char *buf, size_t len) {
+    snprintf(buf, len, "%s:%d", n->loc.file ? n->loc.file : "?", n->loc.line);
+    return buf;
+}

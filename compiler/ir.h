@@ -207,6 +207,9 @@ double ir_node_flops(const Graph *g, const Node *n);
  * classes of cross_entropy); dflt when nothing indexes with it. */
 int64_t ir_index_bound(const Graph *g, int vid, int64_t dflt);
 
+/* "file:line" of n's Loc ("?" without a file) into buf; returns buf. */
+const char *ir_where(const Node *n, char *buf, size_t len);
+
 /* Convenience: the first output value id of node index n. */
 static inline int ir_out(const Graph *g, int n) { return g->nodes[n].out[0]; }
 

@@ -38,10 +38,6 @@ static void *xcalloc(size_t n, size_t size) {
     return p;
 }
 
-static const char *where(const Node *n, char *buf, size_t len) {
-    snprintf(buf, len, "%s:%d", n->loc.file ? n->loc.file : "?", n->loc.line);
-    return buf;
-}
 
 static void row_strides(const Type *t, int64_t st[IR_MAXRANK]) {
     int64_t s = 1;
@@ -59,7 +55,7 @@ int *kg_program_order(const Graph *g) {
         int p = scheduled ? g->nodes[i].pos : i;
         if (p < 0 || p >= g->nnodes || order[p] >= 0) {
             char w[160];
-            ICE("emit: %s: bad or duplicate program position %d", where(&g->nodes[i], w, sizeof w), p);
+            ICE("emit: %s: bad or duplicate program position %d", ir_where(&g->nodes[i], w, sizeof w), p);
         }
         order[p] = i;
     }
@@ -103,15 +99,15 @@ static void group_io(KGroups *gs, KGroup *gr, const int *uses_outside) {
         const Node *n = &g->nodes[gr->nodes[k]];
         unsigned f = ir_ops[n->op].flags;
         if (!(f & F_ELEMENTWISE) && n->op != OP_broadcast && n->op != OP_const)
-            ICE("emit: %s: %s in fused group %d is neither elementwise, broadcast nor const", where(n, w, sizeof w),
+            ICE("emit: %s: %s in fused group %d is neither elementwise, broadcast nor const", ir_where(n, w, sizeof w),
                 ir_ops[n->op].name, gr->kernel);
         for (int i = 0; i < n->nin; i++)
             if (!kg_in_group(gs, gr, g->vals[n->in[i]].def)) list_add(gr->in, &gr->nin, n->in[i]);
-        if (n->nout != 1) ICE("emit: %s: group member with %d outputs", where(n, w, sizeof w), n->nout);
+        if (n->nout != 1) ICE("emit: %s: group member with %d outputs", ir_where(n, w, sizeof w), n->nout);
         if (uses_outside[n->out[0]]) list_add(gr->out, &gr->nout, n->out[0]);
         const Type *t = &g->vals[n->out[0]].t;
         if (n->op != OP_const && ir_numel(t) != best) {
-            if (best >= 0) ICE("emit: %s: fused group %d mixes iteration spaces", where(n, w, sizeof w), gr->kernel);
+            if (best >= 0) ICE("emit: %s: fused group %d mixes iteration spaces", ir_where(n, w, sizeof w), gr->kernel);
             best = ir_numel(t);
             gr->shape = *t;
         }
@@ -212,7 +208,7 @@ static void collect_members(KGroups *gs, const int *order, int norder) {
         const Attr *ka = ir_attr(n, "kernel");
         int k = -1;
         if (ka) {
-            if (ka->kind != AT_INT || ka->i < 0) ICE("emit: %s: bad kernel attribute", where(n, w, sizeof w));
+            if (ka->kind != AT_INT || ka->i < 0) ICE("emit: %s: bad kernel attribute", ir_where(n, w, sizeof w));
             for (int q = 0; q < gs->ngroups && k < 0; q++)
                 if (gs->groups[q].kernel == ka->i) k = q;
         } else if (!(ir_ops[n->op].flags & F_ELEMENTWISE)) {
@@ -224,7 +220,7 @@ static void collect_members(KGroups *gs, const int *order, int norder) {
         }
         KGroup *gr = &gs->groups[k];
         if (gr->nnodes > 0 && order[p - 1] != gr->nodes[gr->nnodes - 1])
-            ICE("emit: %s: fused group %d is not contiguous in the program", where(n, w, sizeof w), gr->kernel);
+            ICE("emit: %s: fused group %d is not contiguous in the program", ir_where(n, w, sizeof w), gr->kernel);
         if ((gr->nnodes & (gr->nnodes - 1)) == 0) { /* 0, 1, 2, 4, ...: grow */
             gr->nodes = realloc(gr->nodes, sizeof(int) * (size_t)(gr->nnodes ? 2 * gr->nnodes : 1));
             if (!gr->nodes) ICE("emit: out of memory");
