@@ -80,7 +80,8 @@ static char *data_values(const Graph *g) {
     char *data = xcalloc((size_t)g->nvals, 1);
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        int d = n->op == OP_input || n->op == OP_recv;
+        unsigned fl = ir_ops[n->op].flags;
+        int d = n->op == OP_input || (fl & F_SOURCE && fl & F_COMM); /* the data, and what a rank receives */
         for (int k = 0; k < n->nin; k++) d |= data[n->in[k]];
         for (int k = 0; k < n->nout; k++) data[n->out[k]] = (char)d;
     }
