@@ -166,7 +166,6 @@ static void selective(Rc *R) {
 
 /* One gemm-last candidate: v's chain back to saved values. */
 typedef struct {
-    int v;
     int64_t gain;   /* bytes saved (v's, less the newly saved inputs') */
     double flops;   /* added by the clones */
 } Chain;
@@ -195,7 +194,7 @@ static void walk(Rc *R, int v, Chain *c, int apply) {
 }
 
 static Chain chain_of(Rc *R, int v, int apply) {
-    Chain c = {v, R->data[v] ? bytes_of(R->g, v) : 0, 0};
+    Chain c = {R->data[v] ? bytes_of(R->g, v) : 0, 0};
     memset(R->seen, 0, (size_t)R->g->nvals);
     const Node *d = def_of(R->g, v);
     R->seen[v] = 2;
@@ -253,7 +252,7 @@ static Recompute within_budget(Rc *R, double budget) {
     const Graph *g = R->g;
     if ((double)saved_bytes(R) <= budget) return RC_NONE;
     if (gemm_last_until(R, budget)) return RC_GEMM_LAST;
-    for (int L = 0; L <= max_layer(g); L++) {
+    for (int L = 0, last = max_layer(g); L <= last; L++) {
         full_layer(R, L);
         if ((double)saved_bytes(R) <= budget) return RC_FULL; /* layers 0..L full, the rest gemm-last */
     }
