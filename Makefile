@@ -13,7 +13,7 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Icompiler -Iruntime -I/usr/include/lua5.4 $(SANFLAGS)
 LLVM_CFLAGS := $(shell $(LLVM_CONFIG) --cflags 2>/dev/null)
 LLVM_LIBS   := $(shell $(LLVM_CONFIG) --ldflags --libs 2>/dev/null)
-# MPI (Debian's Open MPI) for the runtime's collectives (runtime/comm_mpi.c)
+# MPI (Debian's Open MPI) for ranks and the CPU's collectives (runtime/comm_mpi.c, coll_mpi.c)
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS    := $(shell mpicc --showme:link 2>/dev/null)
 CFLAGS  += $(MPI_CFLAGS)
@@ -26,11 +26,20 @@ RT_LIBS := -lopenblas -lpthread -lm $(MPI_LIBS)
 LDLIBS  := /usr/lib/x86_64-linux-gnu/liblua5.4.a $(LLVM_LIBS) $(RT_LIBS) $(CUDA_LIBS) -ldl
 LDFLAGS += $(SANFLAGS)
 
-# libkilnc.a: the compiler; libkilnrt.a: the runtime and the CPU kernels
+# libkilnc.a: the compiler; libkilnrt.a: the runtime and the CPU kernels;
+# libkilnrt_cuda.a: the same runtime on the CUDA device (what a
+# `--target cuda:sm_XX` trainer links: no OpenBLAS, no CPU kernels)
 LIB_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
-RT_SRC  := $(filter-out runtime/trainer_main.c,$(wildcard runtime/*.c)) $(wildcard kernels/cpu/*.c)
+RT_CUDA_ONLY := $(wildcard runtime/dev_cuda.c runtime/comm_nccl.c runtime/kernels_cuda.c runtime/attn_cudnn.c)
+RT_CPU_ONLY  := $(wildcard runtime/dev_cpu.c runtime/coll_mpi.c) $(wildcard kernels/cpu/*.c)
+RT_HOST_SRC  := $(filter-out runtime/trainer_main.c runtime/dev_cpu.c runtime/coll_mpi.c $(RT_CUDA_ONLY),$(wildcard runtime/*.c))
+RT_SRC  := $(RT_HOST_SRC) $(RT_CPU_ONLY)
 RT_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
+RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(RT_HOST_SRC) $(RT_CUDA_ONLY))
+# what a CUDA trainer links after libkilnrt_cuda.a (libcuda from the stubs at
+# link time; the driver's own libcuda.so.1 where it runs)
+RT_CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcuda -Wl,--as-needed -lcudnn -Wl,--no-as-needed -lpthread -lm $(MPI_LIBS)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 # helper programs that tests/t_*.sh run (not test_*: run.sh would run them bare)
@@ -38,7 +47,7 @@ TEST_AUX := $(BUILD)/tests/mpi_comm
 HDRS    := $(wildcard compiler/*.h runtime/*.h kernels/cpu/*.h) compiler/ops.def
 LIBS    := $(BUILD)/libkilnc.a $(BUILD)/libkilnrt.a
 
-all: $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(TEST_BIN) $(TEST_AUX)
+all: $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(BUILD)/libkilnrt_cuda.a $(TEST_BIN) $(TEST_AUX)
 
 $(BUILD)/compiler/emit_%.o: compiler/emit_%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -49,17 +58,20 @@ $(BUILD)/compiler/emit_%.o: compiler/emit_%.c $(HDRS)
 # libkilnrt.a: OpenBLAS, pthreads, libm, MPI)
 $(BUILD)/compiler/main.o: compiler/main.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DKILN_LINK_FLAGS='"$(SANFLAGS)"' -DKILN_RT_LIBS='"$(RT_LIBS)"' -c $< -o $@
+	$(CC) $(CFLAGS) -DKILN_LINK_FLAGS='"$(SANFLAGS)"' -DKILN_RT_LIBS='"$(RT_LIBS)"' -DKILN_RT_CUDA_LIBS='"$(RT_CUDA_LIBS)"' -c $< -o $@
 
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libkilnc.a: $(LIB_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/libkilnrt.a: $(RT_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libkilnrt_cuda.a: $(RT_CUDA_OBJ)
+	rm -f $@ && ar rcs $@ $^
 
 # -rdynamic: the JIT resolves rt_* and rtk_* in the kiln process itself
 $(BUILD)/kiln: $(BUILD)/compiler/main.o $(LIBS)
@@ -68,6 +80,9 @@ $(BUILD)/kiln: $(BUILD)/compiler/main.o $(LIBS)
 $(BUILD)/tests/%: tests/%.c $(LIBS) $(HDRS) tests/testutil.h tests/graphbuild.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -rdynamic -o $@ $< -Wl,--whole-archive $(BUILD)/libkilnrt.a -Wl,--no-whole-archive $(BUILD)/libkilnc.a $(LDLIBS) -lcmocka
+
+# test_cudnn_graph includes attn_cudnn.c's graph descriptions
+$(BUILD)/tests/test_cudnn_graph: runtime/attn_cudnn.c
 
 # The fuzz target for the IR text parser (libFuzzer, clang).
 $(BUILD)/fuzz_irtext: tests/fuzz_irtext.c $(LIB_SRC) $(RT_SRC) $(HDRS)

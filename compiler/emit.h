@@ -1,4 +1,5 @@
-/* emit.h — code generation for the CPU target (emit_llvm.c, LLVM C API).
+/* emit.h — code generation (emit_llvm.c: the host program and CPU kernels
+ * with the LLVM C API; emit_cuda.c: CUDA C kernels and their cubins).
  *
  * The input is a module that has been through fuse, schedule and memplan:
  * every materialised value has its space/offset, every node its stream/pos,
@@ -26,6 +27,28 @@
 typedef struct rt_program rt_program; /* runtime/kiln_rt.h */
 typedef struct Jit Jit;
 
+/* A CUDA module the program embeds (rt_cubin in the table). */
+typedef struct {
+    char name[32];       /* "generated", "layernorm", ... */
+    unsigned char *data; /* the cubin, malloc'd */
+    size_t size;
+} EmitCubin;
+
+/* What a program is for.  NULL means the CPU.  For CUDA the host program
+ * is the same straight-line step, but its fused groups launch the
+ * generated kernels through rtk_fused (their names in the table, in the
+ * order emit_cuda_text writes them), the library launches run the CUDA
+ * runtime's rtk_* (kernels_cuda.c), the table carries the cubins and the
+ * scratch each stream needs (kernels/cuda/README.md), and no CPU kernel
+ * is generated. */
+typedef struct {
+    int device;              /* RT_DEV_CPU or RT_DEV_CUDA (kiln_rt.h) */
+    const char *arch;        /* CUDA: "sm_90" */
+    int ncubins;
+    const EmitCubin *cubins; /* CUDA: from emit_cuda_cubins */
+    int attention_cudnn;     /* CUDA: attention that qualifies runs on cuDNN's SDPA (emit_llvm.c) */
+} EmitTarget;
+
 /* JIT the scheduled and planned module; *prog points at the program table in
  * JIT memory (valid until emit_jit_free).  NULL + message on failure. */
 Jit *emit_jit(const Module *m, const rt_program **prog, char *err, size_t errlen);
@@ -36,12 +59,17 @@ void emit_jit_free(Jit *j);
  * 0, or -1 + message. */
 int emit_object(const Module *m, const char *path, char *err, size_t errlen);
 
+/* The same for target t (NULL: the CPU). */
+int emit_object_for(const Module *m, const EmitTarget *t, const char *path, char *err, size_t errlen);
+
 /* Write the optimized LLVM IR as text (kiln's `--emit llvm`), for the host CPU. */
 int emit_llvm_text(const Module *m, FILE *f, char *err, size_t errlen);
 
 /* The same for a named CPU and feature string (LLVM's names, e.g. "x86-64"
  * and ""): output that does not depend on the machine, for golden tests. */
 int emit_llvm_text_for(const Module *m, FILE *f, const char *cpu, const char *features, char *err, size_t errlen);
+/* The host program for target t (NULL: the CPU) as text. */
+int emit_llvm_text_target(const Module *m, const EmitTarget *t, FILE *f, char *err, size_t errlen);
 
 /* Write the fused elementwise kernels as one CUDA C translation unit
  * (kiln's `--emit cuda`, emit_cuda.c): one extern "C" __global__ kernel per
@@ -49,5 +77,18 @@ int emit_llvm_text_for(const Module *m, FILE *f, const char *cpu, const char *fe
  * a grid-stride loop; f32/bf16 values are bf16 in memory, the math is f32.
  * For NVRTC; no GPU needed.  0, or -1 + message (nothing written). */
 int emit_cuda_text(const Module *m, FILE *f, char *err, size_t errlen);
+
+/* The cubins a CUDA program embeds, compiled for arch with NVRTC through
+ * its cache (nvrtc_cache.c), warnings failing: every library kernel file
+ * (kernels/cuda/ *.cu, in name order, each its own module named after the
+ * file) and, when the module has fused groups, the generated kernels
+ * ("generated").  *out is malloc'd (free with emit_cubins_free).  0, or -1
+ * with NVRTC's one-line message. */
+int emit_cuda_cubins(const Module *m, const char *arch, EmitCubin **out, int *n, char *err, size_t errlen);
+void emit_cubins_free(EmitCubin *c, int n);
+
+/* Bytes of scratch the CUDA library launch of node n needs on its stream
+ * (kernels/cuda/README.md's sizes; 0 for most ops), rounded up to 256. */
+int64_t emit_cuda_scratch(const Module *m, const Node *n);
 
 #endif

@@ -23,10 +23,12 @@
  * are left out, and helpers no kernel calls are not written: NVRTC warns of
  * unused locals and functions, and the build fails on any warning.
  *
- * Numbers.  In memory, f32 and bf16 values are __nv_bfloat16 (DESIGN §6:
- * bf16 activations on the GPU), i32 is int and i64 long long; f16 is not
- * supported.  The arithmetic is f32: loads widen with __bfloat162float,
- * stores round with __float2bfloat16, and a cast to bf16 rounds in the
+ * Numbers.  In memory each dtype is its own: f32 is float, bf16
+ * __nv_bfloat16, i32 int and i64 long long; f16 is not supported.  The
+ * precision pass (precision.c, on for `--target cuda`) has already made
+ * activations bf16 and kept master weights, gradients and losses f32
+ * (DESIGN §6).  The arithmetic is f32: bf16 loads widen with __bfloat162float,
+ * bf16 stores round with __float2bfloat16, and a cast to bf16 rounds in the
  * register too (__float2bfloat16_rn, the same rounding spelled apart so
  * that a CPU twin of the text can keep f32 stores and still round casts),
  * so that what a cast promises holds before the store.  The
@@ -47,6 +49,7 @@
  * the same (the kernel cache hashes it).  A dtype or an op that the GPU
  * kernels cannot take comes back as an error naming the node.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -56,6 +59,7 @@
 
 #include "emit.h"
 #include "kgroup.h"
+#include "nvrtc_compile.h"
 
 /* the device helpers, in the order they are written (helper_text) */
 enum { H_SIGMOID, H_GELU_TH, H_GELU_BWD, H_SILU_BWD, H_COUNT };
@@ -94,7 +98,8 @@ static int fail(Cu *c, const Node *n, const char *what) {
 /* The C type of a value in memory and in a register; NULL if unsupported. */
 static const char *mem_type(DType dt) {
     switch (dt) {
-    case DT_F32: case DT_BF16: return "__nv_bfloat16";
+    case DT_F32: return "float";
+    case DT_BF16: return "__nv_bfloat16";
     case DT_I32: return "int";
     case DT_I64: return "long long";
     default: return NULL;
@@ -212,7 +217,7 @@ static int op_expr(const Node *n, const char *a, const char *b, char *buf, size_
 
 /* A value of type dt loaded from p[idx] into a register. */
 static void load_expr(DType dt, const char *p, const char *idx, char *buf, size_t len) {
-    if (is_float(dt)) snprintf(buf, len, "__bfloat162float(%s[%s])", p, idx);
+    if (dt == DT_BF16) snprintf(buf, len, "__bfloat162float(%s[%s])", p, idx);
     else snprintf(buf, len, "%s[%s]", p, idx);
 }
 
@@ -342,7 +347,7 @@ static void kernel_comment(Cu *c, int k) {
 /* The store of member j's register to its output slot s. */
 static void store(Cu *c, const KGroup *gr, const Regs *r, int j, int s) {
     DType dt = c->g->vals[gr->out[s]].t.dt;
-    if (is_float(dt)) fprintf(c->f, "        out%d[i] = __float2bfloat16(%s);\n", s, r->reg[j]);
+    if (dt == DT_BF16) fprintf(c->f, "        out%d[i] = __float2bfloat16(%s);\n", s, r->reg[j]);
     else fprintf(c->f, "        out%d[i] = %s;\n", s, r->reg[j]);
 }
 
@@ -399,7 +404,7 @@ static int translation_unit(Cu *c, const Module *m) {
         if (c->kg.groups[k].first == k && helpers_of(c, k, &helpers) != 0) return -1;
     fprintf(c->f,
             "/* %s: the fused elementwise kernels as CUDA C (kiln, emit_cuda.c).\n"
-            " * Memory: f32 and bf16 as __nv_bfloat16, i32 as int, i64 as long long; arithmetic in f32.\n"
+            " * Memory: f32 as float, bf16 as __nv_bfloat16, i32 as int, i64 as long long; arithmetic in f32.\n"
             " * Arguments: the group's input pointers, its output pointers, the element count n. */\n"
             "#include <cuda_bf16.h>\n",
             m->name);
@@ -440,4 +445,150 @@ int emit_cuda_text(const Module *m, FILE *f, char *err, size_t errlen) {
     }
     free(text);
     return rc;
+}
+
+/* ---- the cubins a CUDA program embeds ---- */
+
+static int add_cubin(EmitCubin **out, int *n, const char *name, const char *path, const char *src, const char *arch, char *err,
+                     size_t errlen) {
+    KilnCubin cb;
+    if (kiln_nvrtc_compile_cached(path, src, arch, KILN_NVRTC_WARNINGS_FAIL, &cb, err, errlen) != 0) {
+        kiln_cubin_free(&cb);
+        return -1;
+    }
+    EmitCubin *grown = realloc(*out, (size_t)(*n + 1) * sizeof **out);
+    if (!grown) ICE("emit cuda: out of memory");
+    *out = grown;
+    EmitCubin *c = &grown[(*n)++];
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->data = cb.data, c->size = cb.size;
+    cb.data = NULL;
+    kiln_cubin_free(&cb);
+    return 0;
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The *.cu files of the library kernels' directory, sorted; malloc'd. */
+static char **library_files(int *n, char *err, size_t errlen) {
+    const char *dir = kiln_cuda_kernel_dir();
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(err, errlen, "emit cuda: the library kernels' directory %s: %s (set KILN_CUDA_KERNELS)", dir, strerror(errno));
+        return NULL;
+    }
+    char **names = NULL;
+    *n = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        size_t len = strlen(de->d_name);
+        if (len < 4 || strcmp(de->d_name + len - 3, ".cu") != 0) continue;
+        names = realloc(names, (size_t)(*n + 1) * sizeof *names);
+        if (!names) ICE("emit cuda: out of memory");
+        names[(*n)++] = strdup(de->d_name);
+    }
+    closedir(d);
+    if (*n) qsort(names, (size_t)*n, sizeof *names, by_name);
+    return names;
+}
+
+static int library_cubins(const char *arch, EmitCubin **out, int *n, char *err, size_t errlen) {
+    int nf = 0, rc = 0;
+    char **files = library_files(&nf, err, errlen);
+    if (!files && nf == 0 && err[0]) return -1;
+    for (int i = 0; i < nf; i++) {
+        char path[4096], stem[32];
+        snprintf(path, sizeof path, "%s/%s", kiln_cuda_kernel_dir(), files[i]);
+        snprintf(stem, sizeof stem, "%.*s", (int)(strlen(files[i]) - 3), files[i]);
+        char *src = rc == 0 ? kiln_read_source(path, err, errlen) : NULL;
+        if (rc == 0 && (!src || add_cubin(out, n, stem, path, src, arch, err, errlen) != 0)) rc = -1;
+        free(src);
+        free(files[i]);
+    }
+    free(files);
+    return rc;
+}
+
+int emit_cuda_cubins(const Module *m, const char *arch, EmitCubin **out, int *n, char *err, size_t errlen) {
+    *out = NULL, *n = 0;
+    err[0] = 0;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
+        snprintf(err, errlen, "emit cuda: open_memstream: %s", strerror(errno));
+        return -1;
+    }
+    int rc = emit_cuda_text(m, f, err, errlen);
+    if (fclose(f) != 0 && rc == 0) {
+        snprintf(err, errlen, "emit cuda: writing the text in memory failed");
+        rc = -1;
+    }
+    if (rc == 0 && strstr(text, "__global__")) rc = add_cubin(out, n, "generated", "generated.cu", text, arch, err, errlen);
+    free(text);
+    if (rc == 0) rc = library_cubins(arch, out, n, err, errlen);
+    if (rc != 0) {
+        emit_cubins_free(*out, *n);
+        *out = NULL, *n = 0;
+    }
+    return rc;
+}
+
+void emit_cubins_free(EmitCubin *c, int n) {
+    for (int i = 0; i < n; i++) free(c[i].data);
+    free(c);
+}
+
+/* ---- scratch per library launch (kernels/cuda/README.md) ---- */
+
+static int64_t mesh_group_size(const Module *m, const Node *n) {
+    int mask = ir_group_mask(ir_attr_s(n, "group", "")), size = 1;
+    for (int a = 0; a < 4; a++) /* RT_AXIS_PP=1, DP=2, CP=4, TP=8; mesh = pp, dp, cp, tp */
+        if (mask > 0 && mask & 1 << a && m->mesh[a] > 1) size *= m->mesh[a];
+    return size;
+}
+
+static int64_t bytes_of(const Graph *g, int vid) { return ir_numel(&g->vals[vid].t) * (int64_t)ir_dtype_size(g->vals[vid].t.dt); }
+
+/* The planned buffers of values a and b share a byte. */
+static int overlap(const Graph *g, int a, int b) {
+    const Value *x = &g->vals[a], *y = &g->vals[b];
+    if (x->space < 0 || x->space != y->space) return 0;
+    return x->offset < y->offset + bytes_of(g, b) && y->offset < x->offset + bytes_of(g, a);
+}
+
+int64_t emit_cuda_scratch(const Module *m, const Node *n) {
+    const Graph *g = m->stages[0];
+    const Type *t0 = n->nin ? &g->vals[n->in[0]].t : NULL, *t1 = n->nin > 1 ? &g->vals[n->in[1]].t : NULL;
+    int64_t bytes = 0;
+    switch (n->op) {
+    case OP_layernorm_bwd: case OP_rmsnorm_bwd: {
+        int64_t C = t1->rank ? t1->dim[t1->rank - 1] : 1, rows = C ? ir_numel(t1) / C : 0, parts = rows < 512 ? rows : 512;
+        bytes = parts * C * 4 * (n->op == OP_layernorm_bwd ? 2 : 1);
+        break;
+    }
+    case OP_embedding_bwd: {
+        int64_t ids = ir_numel(t1), tiles = (ids + 255) / 256;
+        bytes = (4 * ids + 256 * tiles) * 4;
+        break;
+    }
+    case OP_attention_bwd: bytes = ir_numel(t1) / (t1->rank ? t1->dim[t1->rank - 1] : 1) * 4; break; /* q [B,H,T,D]: B*H*T f32 */
+    case OP_sumsq: {
+        int64_t parts = (ir_numel(t0) + 2047) / 2048;
+        bytes = (parts < 1 ? 1 : parts > 1024 ? 1024 : parts) * 4;
+        break;
+    }
+    case OP_allgather: case OP_reducescatter: case OP_allreduce: case OP_shard: {
+        /* comm_nccl.c packs through scratch when the layout is strided
+         * (outer > 1) or x and y overlap other than in place: room for the
+         * larger of the two covers every case */
+        const Type *y = &g->vals[n->out[0]].t;
+        int64_t d = n->op == OP_allreduce ? 0 : ir_attr_i(n, "dim", 0), outer = 1;
+        for (int i = 0; i < d && i < y->rank; i++) outer *= y->dim[i];
+        int64_t bx = bytes_of(g, n->in[0]), by = bytes_of(g, n->out[0]);
+        if (mesh_group_size(m, n) > 1 && (outer > 1 || overlap(g, n->in[0], n->out[0]))) bytes = bx > by ? bx : by;
+        break;
+    }
+    default: break;
+    }
+    return (bytes + 255) / 256 * 256;
 }

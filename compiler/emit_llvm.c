@@ -141,12 +141,17 @@ static int group_size(const Module *m, const Node *n) {
 typedef struct {
     const Module *m;
     const Graph *g;
+    const EmitTarget *tgt; /* NULL: the CPU */
+    int cuda;              /* the target is RT_DEV_CUDA */
+    int *kindex;           /* CUDA: [group]: its generated kernel's index in the table */
+    int nkernels;
+    int64_t scratch;       /* CUDA: the most scratch one library launch needs */
     LLVMContextRef c;
     LLVMModuleRef mod;
     LLVMBuilderRef b;
     /* types */
     LLVMTypeRef tvoid, ti8, ti32, ti64, tf32, tf64, tp8, tpp8, tp64;
-    LLVMTypeRef tkernel, tbody, tstep, tlaunch, tevent, tpfor, ttensor, tbucket, tschedule, tprogram;
+    LLVMTypeRef tkernel, tbody, tstep, tlaunch, tevent, tpfor, ttensor, tbucket, tschedule, tcubin, tprogram;
     /* runtime entry points and helpers */
     LLVMValueRef rt_launch, rt_record, rt_wait, rt_parallel_for, expf_, tanhf_;
     /* the step function being built */
@@ -256,12 +261,18 @@ static void init_types(Em *e) {
     e->tschedule = LLVMStructCreateNamed(c, "rt_schedule");
     LLVMTypeRef sf[] = {e->tf64, e->tf64, e->tf64, e->tf64};
     LLVMStructSetBody(e->tschedule, sf, 4, 0);
+    /* rt_cubin: name, data, size */
+    e->tcubin = LLVMStructCreateNamed(c, "rt_cubin");
+    LLVMTypeRef cf[] = {e->tp8, e->tp8, e->ti64};
+    LLVMStructSetBody(e->tcubin, cf, 3, 0);
     e->tprogram = LLVMStructCreateNamed(c, "rt_program");
     LLVMTypeRef pf[] = {e->ti32, e->tp8, LLVMArrayType(e->ti64, RT_NSPACES), e->ti32, e->ti32, e->ti32, e->ti32,
                         tpt, tpt, tpt, tpt, e->ti32, e->ti32, e->ti32, e->tf64, LLVMPointerType(e->tstep, 0),
                         LLVMArrayType(e->ti32, 4) /* mesh */, e->ti32 /* nbuckets */, LLVMPointerType(e->tbucket, 0),
-                        LLVMPointerType(e->tschedule, 0) /* schedule */, e->ti32 /* cp_contiguous */};
-    LLVMStructSetBody(e->tprogram, pf, 21, 0);
+                        LLVMPointerType(e->tschedule, 0) /* schedule */, e->ti32 /* cp_contiguous */,
+                        e->ti32 /* device */, e->tp8 /* arch */, e->ti32 /* ncubins */, LLVMPointerType(e->tcubin, 0),
+                        e->ti32 /* nkernels */, e->tpp8 /* kernels */, e->ti64 /* scratch_bytes */};
+    LLVMStructSetBody(e->tprogram, pf, 28, 0);
 }
 
 /* The table's LLVM types must lay out exactly as kiln_rt.h's C structs (the
@@ -290,12 +301,16 @@ static void check_layout(Em *e, LLVMTargetDataRef dl) {
                                      O(rt_program, inputs), O(rt_program, outputs), O(rt_program, nstreams),
                                      O(rt_program, nevents), O(rt_program, steps), O(rt_program, flops), O(rt_program, step),
                                      O(rt_program, mesh), O(rt_program, nbuckets), O(rt_program, buckets),
-                                     O(rt_program, schedule), O(rt_program, cp_contiguous)};
+                                     O(rt_program, schedule), O(rt_program, cp_contiguous), O(rt_program, device),
+                                     O(rt_program, arch), O(rt_program, ncubins), O(rt_program, cubins),
+                                     O(rt_program, nkernels), O(rt_program, kernels), O(rt_program, scratch_bytes)};
+    static const size_t cubin[] = {O(rt_cubin, name), O(rt_cubin, data), O(rt_cubin, size)};
     static const size_t schedule[] = {O(rt_schedule, lr), O(rt_schedule, min_lr), O(rt_schedule, warmup), O(rt_schedule, total)};
 #undef O
     check_struct(dl, e->ttensor, "rt_tensor", tensor, sizeof tensor / sizeof *tensor, sizeof(rt_tensor));
     check_struct(dl, e->tbucket, "rt_bucket", bucket, sizeof bucket / sizeof *bucket, sizeof(rt_bucket));
     check_struct(dl, e->tschedule, "rt_schedule", schedule, sizeof schedule / sizeof *schedule, sizeof(rt_schedule));
+    check_struct(dl, e->tcubin, "rt_cubin", cubin, sizeof cubin / sizeof *cubin, sizeof(rt_cubin));
     check_struct(dl, e->tprogram, "rt_program", program, sizeof program / sizeof *program, sizeof(rt_program));
 }
 
@@ -757,6 +772,9 @@ static LLVMValueRef P(Em *e, int vid, int64_t extra) {
 
 static LLVMValueRef F(Em *e, double v) { return I64(e, f64_bits(v)); }
 
+/* Value vid's dtype as the runtime's RT_* code (the same numbering). */
+static LLVMValueRef DT(Em *e, int vid) { return I64(e, (int64_t)e->g->vals[vid].t.dt); }
+
 static int stream_of(const Node *n) { return n->stream < 0 ? 0 : n->stream; }
 
 /* The launch's name for the trace: the kernel, then after '@' where it
@@ -901,12 +919,14 @@ static void emit_sumto(Em *e, const Node *n) {
     memcpy(d, x->dim, sizeof d);
     bcast_strides(y, x, ys);
     int r = squeeze(x->rank, d, 1, (int64_t *[]){ys});
-    LLVMValueRef a[3 + 2 * IR_MAXRANK] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, r)};
+    LLVMValueRef a[5 + 2 * IR_MAXRANK] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, r)};
     for (int k = 0; k < IR_MAXRANK; k++) {
         a[3 + k] = I64(e, k < r ? d[k] : 1);
         a[3 + IR_MAXRANK + k] = I64(e, k < r ? ys[k] : 0);
     }
-    launch_lib(e, n, "sumto", a, 3 + 2 * IR_MAXRANK);
+    a[3 + 2 * IR_MAXRANK] = DT(e, n->in[0]);
+    a[4 + 2 * IR_MAXRANK] = DT(e, n->out[0]);
+    launch_lib(e, n, "sumto", a, 5 + 2 * IR_MAXRANK);
 }
 
 /* outer, len, inner of t split at dim d */
@@ -931,8 +951,9 @@ static void emit_reduce(Em *e, const Node *n) {
     int64_t outer, len, inner;
     split_at(x, dim_of(n, x), &outer, &len, &inner);
     int kind = n->op == OP_sum ? 0 : n->op == OP_mean ? 1 : 2;
-    LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, outer), I64(e, len), I64(e, inner), I64(e, kind)};
-    launch_lib(e, n, "reduce", a, 6);
+    LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, outer), I64(e, len), I64(e, inner), I64(e, kind),
+                        DT(e, n->in[0]), DT(e, n->out[0])};
+    launch_lib(e, n, "reduce", a, 8);
 }
 
 static void emit_max_bwd(Em *e, const Node *n) {
@@ -940,8 +961,8 @@ static void emit_max_bwd(Em *e, const Node *n) {
     int64_t outer, len, inner;
     split_at(x, dim_of(n, x), &outer, &len, &inner);
     LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->in[1], 0), P(e, n->in[2], 0), P(e, n->out[0], 0),
-                        I64(e, outer), I64(e, len), I64(e, inner)};
-    launch_lib(e, n, "max_bwd", a, 7);
+                        I64(e, outer), I64(e, len), I64(e, inner), DT(e, n->in[1])};
+    launch_lib(e, n, "max_bwd", a, 8);
 }
 
 /* C[b] = op(A[b]) op(B[b]); a rank-2 B is shared by every batch entry, and
@@ -959,8 +980,25 @@ static void emit_matmul(Em *e, const Node *n) {
         sa = 0;
     }
     LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->in[1], 0), P(e, n->out[0], 0), I64(e, batch), I64(e, M), I64(e, N),
-                        I64(e, K), I64(e, ta), I64(e, tb), I64(e, sa), I64(e, sb), I64(e, M * N), F(e, 0)};
-    launch_lib(e, n, "gemm", a, 13);
+                        I64(e, K), I64(e, ta), I64(e, tb), I64(e, sa), I64(e, sb), I64(e, M * N), F(e, 0),
+                        DT(e, n->in[0]), DT(e, n->in[1]), DT(e, n->out[0])};
+    launch_lib(e, n, "gemm", a, 16);
+}
+
+/* --attention cudnn: cuDNN's SDPA takes bf16 q, k, v and o, index
+ * positions (no qpos/kpos: context parallel's chunks stay on kiln's
+ * kernel), T == S and a head dim that is a multiple of 8 up to 128
+ * (docs/cudnn.md); anything else runs kiln's kernel. */
+static int cudnn_qualifies(Em *e, const Node *n, int pos) {
+    int bwd = n->op == OP_attention_bwd, nfixed = 3 + 3 * bwd;
+    const Type *q = TY(e, n->in[bwd]), *k = TY(e, n->in[bwd + 1]);
+    int64_t D = q->dim[3];
+    if (pos || q->dim[2] != k->dim[2] || q->dim[2] < 1 || D % 8 || D < 8 || D > 128 || q->dim[1] % k->dim[1]) return 0;
+    for (int i = 0; i < nfixed; i++) /* bf16 tensors, f32 lse (the forward's fifth input in the backward) */
+        if (TY(e, n->in[i])->dt != (bwd && i == 5 ? DT_F32 : DT_BF16)) return 0;
+    for (int i = 0; i < n->nout; i++)
+        if (TY(e, n->out[i])->dt != (!bwd && i == 1 ? DT_F32 : DT_BF16)) return 0;
+    return 1;
 }
 
 /* rtk_attention(_bwd): the fixed inputs (q, k, v; do, q, k, v, o, lse),
@@ -983,7 +1021,9 @@ static void emit_attention(Em *e, const Node *n) {
     a[na++] = F(e, scale);
     a[na++] = pos ? P(e, n->in[nfixed], 0) : I64(e, 0);
     a[na++] = pos ? P(e, n->in[nfixed + 1], 0) : I64(e, 0);
-    launch_lib(e, n, bwd ? "attention_bwd" : "attention", a, na);
+    const char *kname = bwd ? "attention_bwd" : "attention";
+    if (e->cuda && e->tgt->attention_cudnn && cudnn_qualifies(e, n, pos)) kname = bwd ? "attention_bwd_cudnn" : "attention_cudnn";
+    launch_lib(e, n, kname, a, na);
 }
 
 /* Pointers of every input then every output, then the extra args. */
@@ -1015,8 +1055,9 @@ static void emit_rope(Em *e, const Node *n) {
 static void emit_const(Em *e, const Node *n) {
     const Type *t = TY(e, n->out[0]);
     char w[160];
-    if (t->dt != DT_F32 && t->dt != DT_I32) ICE("emit: %s: const of %s (rtk_fill: f32 or i32)", ir_where(n, w, sizeof w), ir_dtype_names[t->dt]);
-    LLVMValueRef a[] = {P(e, n->out[0], 0), I64(e, ir_numel(t)), F(e, ir_attr_f(n, "v", 0)), I64(e, t->dt == DT_F32 ? RT_F32 : RT_I32)};
+    if (t->dt != DT_F32 && t->dt != DT_I32 && !(e->cuda && t->dt == DT_BF16))
+        ICE("emit: %s: const of %s (rtk_fill: f32 or i32; bf16 on CUDA)", ir_where(n, w, sizeof w), ir_dtype_names[t->dt]);
+    LLVMValueRef a[] = {P(e, n->out[0], 0), I64(e, ir_numel(t)), F(e, ir_attr_f(n, "v", 0)), DT(e, n->out[0])};
     launch_lib(e, n, "fill", a, 4);
 }
 
@@ -1052,20 +1093,22 @@ static void emit_comm(Em *e, const Node *n) {
         launch_lib(e, n, "shard", a, 7);
         return;
     }
-    if (x->dt != DT_F32 && !(n->op == OP_allgather && ir_dtype_size(x->dt) == 4)) /* allgather moves bits: i32 positions too */
-        ICE("emit: %s: %s of %s over %d ranks: the CPU back end's collectives are f32 only (allgather: any 4-byte type)",
+    int ok = x->dt == DT_F32 || (n->op == OP_allgather && x->dt == DT_I32) || (e->cuda && x->dt == DT_BF16);
+    if (!ok) /* allgather moves bits: i32 positions too */
+        ICE("emit: %s: %s of %s over %d ranks: the collectives take f32 (allgather i32 too; bf16 on CUDA)",
             ir_where(n, w, sizeof w), op, ir_dtype_names[x->dt], size);
     if (n->op == OP_allreduce) {
-        LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, ir_numel(x)), I64(e, mask)};
-        launch_lib(e, n, op, a, 4);
+        LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, ir_numel(x)), I64(e, mask), DT(e, n->in[0])};
+        launch_lib(e, n, op, a, 5);
         return;
     }
     if (n->op == OP_allgather) {
         if (len % size) ICE("emit: %s: allgather to length %lld over %d ranks", ir_where(n, w, sizeof w), (long long)len, size);
         len /= size;
     }
-    LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, outer), I64(e, len), I64(e, inner), I64(e, mask)};
-    launch_lib(e, n, op, a, 6);
+    LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, outer), I64(e, len), I64(e, inner), I64(e, mask),
+                        DT(e, n->in[0])};
+    launch_lib(e, n, op, a, 7);
 }
 
 /* Point to point (ring attention): rtk_send(x, bytes, mask, peer, tag) and
@@ -1143,14 +1186,23 @@ static void emit_node(Em *e, int idx) {
     if (e->kg.group_of[idx] >= 0) {
         KGroup *gr = &e->kg.groups[e->kg.group_of[idx]];
         if (gr->nodes[0] != idx) return; /* launched at its first member */
-        LLVMValueRef *a = xcalloc((size_t)(gr->nin + gr->nout + 1), sizeof(LLVMValueRef));
+        LLVMValueRef *a = xcalloc((size_t)(gr->nin + gr->nout + 3), sizeof(LLVMValueRef));
         int na = 0;
+        if (e->cuda) { /* rtk_fused: kernel, nptrs, n, pointers */
+            a[na++] = I64(e, e->kindex[gr->first]);
+            a[na++] = I64(e, gr->nin + gr->nout);
+            a[na++] = I64(e, ir_numel(&gr->shape));
+        }
         for (int k = 0; k < gr->nin; k++) a[na++] = P(e, gr->in[k], 0);
         for (int k = 0; k < gr->nout; k++) a[na++] = P(e, gr->out[k], 0);
-        a[na++] = I64(e, ir_numel(&gr->shape));
-        if (gr->nout > 0) launch(e, n, e->group_fn[gr->first], gr->name, a, na);
+        if (!e->cuda) a[na++] = I64(e, ir_numel(&gr->shape));
+        if (gr->nout > 0) launch(e, n, e->cuda ? lib(e, "fused") : e->group_fn[gr->first], gr->name, a, na);
         free(a);
         return;
+    }
+    if (e->cuda) {
+        int64_t s = emit_cuda_scratch(e->m, n);
+        if (s > e->scratch) e->scratch = s;
     }
     switch (n->op) {
     case OP_input: case OP_param: case OP_state: case OP_output:
@@ -1167,8 +1219,8 @@ static void emit_node(Em *e, int idx) {
     case OP_sum: case OP_mean: case OP_max: emit_reduce(e, n); return;
     case OP_max_bwd: emit_max_bwd(e, n); return;
     case OP_sumsq: {
-        LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, ir_numel(TY(e, n->in[0])))};
-        launch_lib(e, n, "sumsq", a, 3);
+        LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->out[0], 0), I64(e, ir_numel(TY(e, n->in[0]))), DT(e, n->in[0])};
+        launch_lib(e, n, "sumsq", a, 4);
         return;
     }
     case OP_transpose: emit_transpose(e, n); return;
@@ -1180,8 +1232,8 @@ static void emit_node(Em *e, int idx) {
     case OP_layernorm: case OP_layernorm_bwd: case OP_rmsnorm: case OP_rmsnorm_bwd: emit_norm(e, n); return;
     case OP_softmax: case OP_softmax_bwd: {
         const Type *x = TY(e, n->in[0]);
-        LLVMValueRef ex[] = {I64(e, ir_numel(x) / last(x)), I64(e, last(x))};
-        launch_io(e, n, ir_ops[n->op].name, ex, 2);
+        LLVMValueRef ex[] = {I64(e, ir_numel(x) / last(x)), I64(e, last(x)), DT(e, n->in[0])};
+        launch_io(e, n, ir_ops[n->op].name, ex, 3);
         return;
     }
     case OP_rope: case OP_rope_bwd: emit_rope(e, n); return;
@@ -1220,8 +1272,8 @@ static void emit_node(Em *e, int idx) {
     case OP_attn_merge: { /* o_a [.., D], lse_a [rows], o_b, lse_b -> o, lse */
         const Type *o = TY(e, n->in[0]);
         int64_t rows = ir_numel(TY(e, n->in[1]));
-        LLVMValueRef ex[] = {I64(e, rows), I64(e, rows ? ir_numel(o) / rows : 0)};
-        launch_io(e, n, "attn_merge", ex, 2);
+        LLVMValueRef ex[] = {I64(e, rows), I64(e, rows ? ir_numel(o) / rows : 0), DT(e, n->in[0])};
+        launch_io(e, n, "attn_merge", ex, 3);
         return;
     }
     default:
@@ -1314,7 +1366,7 @@ static void emit_step(Em *e) {
     }
     e->maxargs = LIBARGS;
     for (int k = 0; k < e->kg.ngroups; k++)
-        if (e->kg.groups[k].nin + e->kg.groups[k].nout + 1 > e->maxargs) e->maxargs = e->kg.groups[k].nin + e->kg.groups[k].nout + 1;
+        if (e->kg.groups[k].nin + e->kg.groups[k].nout + 3 > e->maxargs) e->maxargs = e->kg.groups[k].nin + e->kg.groups[k].nout + 3;
     e->args = LLVMBuildAlloca(b, LLVMArrayType(e->ti64, (unsigned)e->maxargs), "args");
     recv_fences(e);
     for (int p = 0; p < e->norder; p++) {
@@ -1601,6 +1653,53 @@ static void collect_schedule(Em *e) {
     LLVMSetLinkage(e->schedule, LLVMInternalLinkage);
 }
 
+/* ---- CUDA: the embedded cubins and the generated kernels' names ---- */
+
+/* The rt_cubin array of the target's cubins (their bytes private constants). */
+static LLVMValueRef cubin_table(Em *e) {
+    int n = e->cuda ? e->tgt->ncubins : 0;
+    LLVMValueRef *ent = xcalloc((size_t)n, sizeof(LLVMValueRef));
+    for (int k = 0; k < n; k++) {
+        const EmitCubin *cb = &e->tgt->cubins[k];
+        LLVMValueRef init = LLVMConstStringInContext(e->c, (const char *)cb->data, (unsigned)cb->size, 1);
+        LLVMValueRef gv = LLVMAddGlobal(e->mod, LLVMTypeOf(init), "kiln_cubin");
+        LLVMSetInitializer(gv, init);
+        LLVMSetGlobalConstant(gv, 1);
+        LLVMSetLinkage(gv, LLVMPrivateLinkage);
+        LLVMSetAlignment(gv, 16);
+        LLVMValueRef zero[2] = {I32(e, 0), I32(e, 0)};
+        LLVMValueRef f[] = {cstr(e, cb->name), LLVMConstInBoundsGEP2(LLVMTypeOf(init), gv, zero, 2), I64(e, (int64_t)cb->size)};
+        ent[k] = LLVMConstNamedStruct(e->tcubin, f, 3);
+    }
+    LLVMValueRef r = const_array(e, e->tcubin, ent, n, "kiln_cubins");
+    free(ent);
+    return r;
+}
+
+/* The generated kernels' names, "kiln_" + the first group's name of each
+ * key, in group order: emit_cuda.c writes the same kernels in this order. */
+static LLVMValueRef kernel_names(Em *e) {
+    LLVMValueRef *ent = xcalloc((size_t)e->kg.ngroups, sizeof(LLVMValueRef));
+    int n = 0;
+    for (int k = 0; k < e->kg.ngroups; k++) {
+        if (!e->cuda || e->kg.groups[k].first != k) continue;
+        char name[64];
+        snprintf(name, sizeof name, "kiln_%s", e->kg.groups[k].name);
+        ent[n++] = cstr(e, name);
+    }
+    if (n != e->nkernels) ICE("emit: %d generated kernel names for %d kernels", n, e->nkernels);
+    LLVMValueRef r = const_array(e, e->tp8, ent, n, "kiln_kernels");
+    free(ent);
+    return r;
+}
+
+/* CUDA: number the generated kernels (one per key) for rtk_fused. */
+static void number_kernels(Em *e) {
+    e->kindex = xcalloc((size_t)e->kg.ngroups, sizeof(int));
+    for (int k = 0; k < e->kg.ngroups; k++)
+        if (e->kg.groups[k].first == k) e->kindex[k] = e->nkernels++;
+}
+
 static void emit_table(Em *e) {
     const Graph *g = e->g;
     int64_t space[RT_NSPACES] = {0};
@@ -1636,9 +1735,12 @@ static void emit_table(Em *e) {
                         I32(e, cnt[0]), I32(e, cnt[1]), I32(e, cnt[2]), I32(e, cnt[3]), tab[0], tab[1], tab[2], tab[3],
                         I32(e, nstreams), I32(e, nevents), I32(e, steps), LLVMConstReal(e->tf64, e->flops), e->step,
                         LLVMConstArray(e->ti32, mesh, 4), I32(e, nb), bucket_table(e, B, nb),
-                        e->schedule ? e->schedule : LLVMConstNull(LLVMPointerType(e->tschedule, 0)), I32(e, cp_contiguous(e))};
+                        e->schedule ? e->schedule : LLVMConstNull(LLVMPointerType(e->tschedule, 0)), I32(e, cp_contiguous(e)),
+                        I32(e, e->cuda ? RT_DEV_CUDA : RT_DEV_CPU), cstr(e, e->cuda ? e->tgt->arch : NULL),
+                        I32(e, e->cuda ? e->tgt->ncubins : 0), cubin_table(e), I32(e, e->nkernels), kernel_names(e),
+                        I64(e, e->scratch)};
     LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, "kiln_program");
-    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 21));
+    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 28));
     LLVMSetGlobalConstant(gv, 1);
     for (int k = 0; k < nb; k++) free(B[k].param);
     free(B);
@@ -1649,6 +1751,7 @@ static void emit_table(Em *e) {
 
 static void em_free(Em *e) {
     kg_free(&e->kg);
+    free(e->kindex);
     free(e->group_fn);
     free(e->order);
     free(e->reg);
@@ -1656,10 +1759,13 @@ static void em_free(Em *e) {
 }
 
 /* The LLVM module for m in context c, laid out for tm.  Verified. */
-static LLVMModuleRef build_module(const Module *m, LLVMContextRef c, LLVMTargetMachineRef tm, char *err, size_t errlen) {
-    if (m->nstages != 1) ICE("emit: %d pipeline stages (the CPU back end emits stage 0 only)", m->nstages);
+static LLVMModuleRef build_module(const Module *m, const EmitTarget *t, LLVMContextRef c, LLVMTargetMachineRef tm, char *err,
+                                  size_t errlen) {
+    if (m->nstages != 1) ICE("emit: %d pipeline stages (the back ends emit stage 0 only)", m->nstages);
     Em e = {0};
     e.m = m;
+    e.tgt = t;
+    e.cuda = t && t->device == RT_DEV_CUDA;
     e.g = m->stages[0];
     e.c = c;
     e.mod = LLVMModuleCreateWithNameInContext(m->name, c);
@@ -1680,8 +1786,10 @@ static LLVMModuleRef build_module(const Module *m, LLVMContextRef c, LLVMTargetM
     kg_collect(&e.kg, e.g, e.order, e.norder);
     e.group_fn = xcalloc((size_t)e.kg.ngroups, sizeof(LLVMValueRef));
     collect_schedule(&e);
-    for (int k = 0; k < e.kg.ngroups; k++) /* one kernel per key */
-        if (e.kg.groups[k].first == k) emit_group(&e, &e.kg.groups[k]);
+    if (e.cuda) number_kernels(&e);
+    else
+        for (int k = 0; k < e.kg.ngroups; k++) /* one kernel per key */
+            if (e.kg.groups[k].first == k) emit_group(&e, &e.kg.groups[k]);
     emit_step(&e);
     emit_table(&e);
     em_free(&e);
@@ -1743,8 +1851,9 @@ static int optimize(LLVMModuleRef mod, LLVMTargetMachineRef tm, char *err, size_
 }
 
 /* Build and optimize m in context c for tm. */
-static LLVMModuleRef compile(const Module *m, LLVMContextRef c, LLVMTargetMachineRef tm, char *err, size_t errlen) {
-    LLVMModuleRef mod = build_module(m, c, tm, err, errlen);
+static LLVMModuleRef compile(const Module *m, const EmitTarget *t, LLVMContextRef c, LLVMTargetMachineRef tm, char *err,
+                             size_t errlen) {
+    LLVMModuleRef mod = build_module(m, t, c, tm, err, errlen);
     if (mod && optimize(mod, tm, err, errlen) != 0) {
         LLVMDisposeModule(mod);
         return NULL;
@@ -1768,7 +1877,7 @@ Jit *emit_jit(const Module *m, const rt_program **prog, char *err, size_t errlen
         return NULL;
     }
     LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
-    LLVMModuleRef mod = compile(m, LLVMOrcThreadSafeContextGetContext(tsc), tm, err, errlen);
+    LLVMModuleRef mod = compile(m, NULL, LLVMOrcThreadSafeContextGetContext(tsc), tm, err, errlen);
     LLVMDisposeTargetMachine(tm);
     if (!mod) {
         LLVMDisposeTargetMachine(jtm);
@@ -1828,11 +1937,13 @@ void emit_jit_free(Jit *j) {
     free(j);
 }
 
-int emit_object(const Module *m, const char *path, char *err, size_t errlen) {
+int emit_object(const Module *m, const char *path, char *err, size_t errlen) { return emit_object_for(m, NULL, path, err, errlen); }
+
+int emit_object_for(const Module *m, const EmitTarget *t, const char *path, char *err, size_t errlen) {
     LLVMTargetMachineRef tm = target_machine(NULL, NULL, err, errlen);
     if (!tm) return -1;
     LLVMContextRef c = LLVMContextCreate();
-    LLVMModuleRef mod = compile(m, c, tm, err, errlen);
+    LLVMModuleRef mod = compile(m, t, c, tm, err, errlen);
     int rc = mod ? 0 : -1;
     char *msg = NULL;
     if (mod && LLVMTargetMachineEmitToFile(tm, mod, (char *)path, LLVMObjectFile, &msg)) {
@@ -1846,11 +1957,12 @@ int emit_object(const Module *m, const char *path, char *err, size_t errlen) {
     return rc;
 }
 
-int emit_llvm_text_for(const Module *m, FILE *f, const char *cpu, const char *features, char *err, size_t errlen) {
+static int llvm_text(const Module *m, const EmitTarget *t, FILE *f, const char *cpu, const char *features, char *err,
+                     size_t errlen) {
     LLVMTargetMachineRef tm = target_machine(cpu, features, err, errlen);
     if (!tm) return -1;
     LLVMContextRef c = LLVMContextCreate();
-    LLVMModuleRef mod = compile(m, c, tm, err, errlen);
+    LLVMModuleRef mod = compile(m, t, c, tm, err, errlen);
     int rc = mod ? 0 : -1;
     if (mod) {
         char *text = LLVMPrintModuleToString(mod);
@@ -1866,6 +1978,12 @@ int emit_llvm_text_for(const Module *m, FILE *f, const char *cpu, const char *fe
     return rc;
 }
 
-int emit_llvm_text(const Module *m, FILE *f, char *err, size_t errlen) {
-    return emit_llvm_text_for(m, f, NULL, NULL, err, errlen);
+int emit_llvm_text_for(const Module *m, FILE *f, const char *cpu, const char *features, char *err, size_t errlen) {
+    return llvm_text(m, NULL, f, cpu, features, err, errlen);
 }
+
+int emit_llvm_text_target(const Module *m, const EmitTarget *t, FILE *f, char *err, size_t errlen) {
+    return llvm_text(m, t, f, NULL, NULL, err, errlen);
+}
+
+int emit_llvm_text(const Module *m, FILE *f, char *err, size_t errlen) { return llvm_text(m, NULL, f, NULL, NULL, err, errlen); }

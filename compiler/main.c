@@ -53,8 +53,20 @@ typedef struct {
     Options o;
     const char *cmd, *model, *after, *format, *out, *data, *log, *export_path, *target, *emit, *trace;
     const char *threads, *steps_flag;
+    const char *cuda_arch; /* --target cuda:ARCH: "sm_90"; NULL for the CPU */
+    const char *attention; /* --attention kiln|cudnn (CUDA) */
     int interp, f64, print_every, serial;
 } Args;
+
+/* sm_ followed by two or three digits and an optional a (sm_90a): NVRTC's real targets. */
+static int cuda_arch_ok(const char *arch) {
+    if (strncmp(arch, "sm_", 3) != 0) return 0;
+    const char *p = arch + 3;
+    int digits = 0;
+    while (*p >= '0' && *p <= '9') p++, digits++;
+    if (*p == 'a') p++;
+    return (digits == 2 || digits == 3) && *p == 0;
+}
 
 static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void die(const char *fmt, ...) {
@@ -74,13 +86,14 @@ static void usage(FILE *f) {
           "       kiln plot  RUN.jsonl [RUN2.jsonl ...] -o OUT.svg [--title T] [--log-y]\n"
           "       kiln data  TEXT... -o PREFIX [--val-fraction F] [--shard-tokens N] [--bpe DIR]   llm.c token shards\n"
           "       kiln sample CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
-          "       kiln compile MODEL --target cpu -o FILE [--emit llvm|cuda|schedule]\n"
+          "       kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn]\n"
           "       kiln run   MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run   MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
           "common: --set key=value  --seed N  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X\n"
           "        --dp N --micro-batches M --zero 0|1 --cp N --cp-layout dual|contiguous --cp-comm allgather|p2p\n"
           "        --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES\n"
-          "        --precision f32|bf16 (bf16: the GPU's mixed precision, for dump/check/plan/run --interp; the CPU runs f32)\n",
+          "        --precision f32|bf16 (bf16: the GPU's mixed precision, on with --target cuda; for dump/check/plan/run --interp too;\n"
+          "        the CPU runs f32)\n",
           f);
 }
 
@@ -219,6 +232,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         else if (strcmp(f, "--export") == 0) a->export_path = argv[++i];
         else if (strcmp(f, "--target") == 0) a->target = argv[++i];
         else if (strcmp(f, "--emit") == 0) a->emit = argv[++i];
+        else if (strcmp(f, "--attention") == 0) a->attention = argv[++i];
         else if (strcmp(f, "--trace") == 0) a->trace = argv[++i];
         else if (strcmp(f, "--threads") == 0) a->threads = argv[++i];
         else if (strcmp(f, "--seed") == 0) a->o.seed = (uint64_t)parse_int_flag(f, argv[++i]);
@@ -259,8 +273,18 @@ static void parse_args(Args *a, int argc, char **argv) {
         if (!ok) die("--after: unknown pass \"%s\" (front, autodiff, parallelize, recompute, optimizer, precision, fuse, schedule, memplan)", a->after);
     }
     if (a->o.recompute == RC_UNSET && strcmp(a->cmd, "plan") != 0) die("--recompute all: only for kiln plan (one policy per program)");
-    if (a->o.precision_bf16 && (strcmp(a->cmd, "compile") == 0 || (strcmp(a->cmd, "run") == 0 && !a->interp)))
-        die("--precision bf16: the CPU target is f32 and the CUDA target is not built yet (use it with dump, check, plan or run --interp)");
+    if (a->target && strcmp(a->target, "cpu") != 0) {
+        if (strncmp(a->target, "cuda:", 5) != 0 || !cuda_arch_ok(a->target + 5))
+            die("--target: expected cpu or cuda:sm_XX (e.g. cuda:sm_90), got \"%s\"", a->target);
+        if (strcmp(a->cmd, "compile") != 0) die("--target %s: only kiln compile builds for a GPU", a->target);
+        a->cuda_arch = a->target + 5;
+        a->o.precision_bf16 = 1; /* DESIGN §6: bf16 activations, f32 master weights */
+    }
+    if (a->attention && strcmp(a->attention, "kiln") && strcmp(a->attention, "cudnn"))
+        die("--attention: expected kiln or cudnn, got \"%s\"", a->attention);
+    if (a->attention && strcmp(a->attention, "cudnn") == 0 && !a->cuda_arch) die("--attention cudnn: only with --target cuda:sm_XX");
+    if (a->o.precision_bf16 && !a->cuda_arch && (strcmp(a->cmd, "compile") == 0 || (strcmp(a->cmd, "run") == 0 && !a->interp)))
+        die("--precision bf16: the CPU target is f32 (use --target cuda:sm_XX, or bf16 with dump, check, plan or run --interp)");
     if (a->o.dp < 1) die("--dp: expected at least 1");
     if (a->o.cp < 1) die("--cp: expected at least 1");
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
@@ -268,7 +292,6 @@ static void parse_args(Args *a, int argc, char **argv) {
     if (a->format && strcmp(a->format, "text") && strcmp(a->format, "dot"))
         die("--format: expected text or dot, got \"%s\"", a->format);
     if (a->print_every < 1) a->print_every = 1;
-    if (a->target && strcmp(a->target, "cpu") != 0) die("--target: only cpu is available (got \"%s\")", a->target);
     if (a->emit && strcmp(a->emit, "llvm") && strcmp(a->emit, "cuda") && strcmp(a->emit, "schedule"))
         die("--emit: expected llvm, cuda or schedule, got \"%s\"", a->emit);
 }
@@ -643,12 +666,12 @@ static void exe_dir(char *buf, size_t n) {
     if (slash) *slash = 0;
 }
 
-static void emit_inspection(Args *a, Module *m, const char *path) {
+static void emit_inspection(Args *a, Module *m, const EmitTarget *t, const char *path) {
     FILE *f = fopen(path, "w");
     if (!f) die("--emit: cannot open %s", path);
     char err[1024];
     if (strcmp(a->emit, "llvm") == 0) {
-        if (emit_llvm_text(m, f, err, sizeof err) != 0) die("--emit llvm: %s", err);
+        if (emit_llvm_text_target(m, t, f, err, sizeof err) != 0) die("--emit llvm: %s", err);
     } else if (strcmp(a->emit, "cuda") == 0) {
         if (emit_cuda_text(m, f, err, sizeof err) != 0) die("--emit cuda: %s", err);
     } else ir_dump(m, f);
@@ -658,12 +681,13 @@ static void emit_inspection(Args *a, Module *m, const char *path) {
 /* Link obj with the runtime into out: cc, run without a shell (paths may hold
  * any character).  KILN_LINK_FLAGS (before the objects) and KILN_RT_LIBS
  * (after them): space-separated words, or empty. */
-static void link_trainer(const char *out, const char *obj) {
+static void link_trainer(const char *out, const char *obj, int cuda) {
     char dir[4096], main_o[4200], rtlib[4200];
     exe_dir(dir, sizeof dir);
     snprintf(main_o, sizeof main_o, "%s/runtime/trainer_main.o", dir);
-    snprintf(rtlib, sizeof rtlib, "%s/libkilnrt.a", dir);
-    char *argv[64], flags[] = KILN_LINK_FLAGS, libs[] = KILN_RT_LIBS;
+    snprintf(rtlib, sizeof rtlib, "%s/%s", dir, cuda ? "libkilnrt_cuda.a" : "libkilnrt.a");
+    char *argv[64], flags[] = KILN_LINK_FLAGS, cpu_libs[] = KILN_RT_LIBS, cuda_libs[] = KILN_RT_CUDA_LIBS;
+    char *libs = cuda ? cuda_libs : cpu_libs;
     int n = 0;
     argv[n++] = "cc";
     for (char *w = strtok(flags, " "); w && n < 24; w = strtok(NULL, " ")) argv[n++] = w;
@@ -687,16 +711,22 @@ static int cmd_compile(Args *a) {
     if (!a->out) die("compile: -o FILE is required");
     Module *m = compile(a);
     char err[1024], path[4200];
+    EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = a->cuda_arch, .attention_cudnn = a->attention && !strcmp(a->attention, "cudnn")};
+    EmitTarget *t = a->cuda_arch ? &cuda : NULL;
+    EmitCubin *cubins = NULL;
+    if (t && emit_cuda_cubins(m, t->arch, &cubins, &cuda.ncubins, err, sizeof err) != 0) die("compile: %s", err);
+    cuda.cubins = cubins;
     if (a->emit) {
         const char *ext = strcmp(a->emit, "llvm") == 0 ? "ll" : strcmp(a->emit, "cuda") == 0 ? "cu" : "schedule.ir";
         snprintf(path, sizeof path, "%s.%s", a->out, ext);
-        emit_inspection(a, m, path);
+        emit_inspection(a, m, t, path);
     }
     snprintf(path, sizeof path, "%s.o", a->out);
-    if (emit_object(m, path, err, sizeof err) != 0) die("compile: %s", err);
-    link_trainer(a->out, path);
+    if (emit_object_for(m, t, path, err, sizeof err) != 0) die("compile: %s", err);
+    emit_cubins_free(cubins, cuda.ncubins);
+    link_trainer(a->out, path, t != NULL);
     if (unlink(path) != 0) die("compile: cannot remove %s: %s", path, strerror(errno));
-    printf("wrote %s\n", a->out);
+    printf("wrote %s%s%s\n", a->out, t ? " for " : "", t ? a->target : "");
     ir_free(m);
     return 0;
 }

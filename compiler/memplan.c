@@ -118,6 +118,20 @@ static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
     free(recpos), free(recstream);
 }
 
+/* A send's bytes are read when it is issued, which on the GPU is at the
+ * recv with its group and tag (NCCL pairs them in one group call,
+ * comm_nccl.c): the first such recv after position i, or i without one. */
+static int matching_recv(const Graph *g, int i) {
+    const Node *s = &g->nodes[i];
+    for (int j = i + 1; j < g->nnodes; j++) {
+        const Node *r = &g->nodes[j];
+        if (r->op == OP_recv && ir_attr_i(r, "tag", -1) == ir_attr_i(s, "tag", -2) &&
+            strcmp(ir_attr_s(r, "group", ""), ir_attr_s(s, "group", "")) == 0)
+            return j;
+    }
+    return i;
+}
+
 void memlive_build(const Graph *g, MemLive *L) {
     int n = g->nnodes, nv = g->nvals;
     L->nnodes = n, L->nvals = nv;
@@ -167,14 +181,15 @@ void memlive_build(const Graph *g, MemLive *L) {
         if (g->nodes[i].stream >= 0 && g->nodes[i].stream < 32) used |= 1u << g->nodes[i].stream;
     for (int i = 0; i < n; i++) {
         const Node *nd = &g->nodes[i];
+        int u = nd->op == OP_send ? matching_recv(g, i) : i; /* where the read happens */
         for (int k = 0; k < nd->nin; k++) {
             int r = L->root[nd->in[k]];
             if (r < 0) continue;
-            int e = nd->op == OP_output ? n : last[i];
+            int e = nd->op == OP_output ? n : last[u];
             int sd = g->nodes[g->vals[r].def].stream, su = nd->stream;
-            if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, ordered_end(g, i, su, sd));
+            if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, ordered_end(g, u, su, sd));
             for (int t = 0; su > 0 && t < 32; t++) /* a read off the compute stream: until every stream is past it */
-                if ((used >> t & 1) && t != su) e = max_i(e, ordered_end(g, i, su, t));
+                if ((used >> t & 1) && t != su) e = max_i(e, ordered_end(g, u, su, t));
             L->end[r] = max_i(L->end[r], e);
         }
     }

@@ -53,8 +53,7 @@ static int nv_options(NvOptions *o, const char *name, const char *arch, char *er
                  arch ? arch : "(null)");
         return -1;
     }
-    const char *kernels = getenv("KILN_CUDA_KERNELS"), *home = getenv("CUDA_HOME");
-    if (!kernels || !*kernels) kernels = KILN_CUDA_KERNEL_DIR;
+    const char *kernels = kiln_cuda_kernel_dir(), *home = getenv("CUDA_HOME");
     int n1 = snprintf(o->arch, sizeof o->arch, "--gpu-architecture=%s", arch);
     int n2 = snprintf(o->kernels, sizeof o->kernels, "--include-path=%s", kernels);
     int n3 = home && *home ? snprintf(o->cuda, sizeof o->cuda, "--include-path=%s/include", home)
@@ -203,8 +202,12 @@ int kiln_nvrtc_compile(const char *name, const char *src, const char *arch, int 
     return rc;
 }
 
-/* the whole file as a NUL-terminated string (malloc'd), or NULL with err */
-static char *read_source(const char *path, char *err, size_t errlen) {
+const char *kiln_cuda_kernel_dir(void) {
+    const char *kernels = getenv("KILN_CUDA_KERNELS");
+    return kernels && *kernels ? kernels : KILN_CUDA_KERNEL_DIR;
+}
+
+char *kiln_read_source(const char *path, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -233,7 +236,7 @@ static char *read_source(const char *path, char *err, size_t errlen) {
 int kiln_nvrtc_compile_file(const char *path, const char *arch, int warnings, KilnCubin *out, char *err,
                             size_t errlen) {
     memset(out, 0, sizeof *out);
-    char *src = read_source(path, err, errlen);
+    char *src = kiln_read_source(path, err, errlen);
     if (!src) return -1;
     int rc = kiln_nvrtc_compile(path, src, arch, warnings, out, err, errlen);
     free(src);

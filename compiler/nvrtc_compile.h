@@ -57,6 +57,12 @@ int kiln_nvrtc_compile_file(const char *path, const char *arch, int warnings, Ki
 
 void kiln_cubin_free(KilnCubin *c);
 
+/* The library kernels' directory: $KILN_CUDA_KERNELS, else KILN_CUDA_KERNEL_DIR. */
+const char *kiln_cuda_kernel_dir(void);
+/* The whole file at path as a NUL-terminated string (malloc'd), or NULL
+ * with "path: reason" in err. */
+char *kiln_read_source(const char *path, char *err, size_t errlen);
+
 /* kiln_nvrtc_compile through the on-disk cache (nvrtc_cache.c): the key
  * hashes NVRTC's version and options, the source and the kernels' *.cuh
  * headers; a hit returns the stored cubin and log (judged again under

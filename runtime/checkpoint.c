@@ -43,6 +43,16 @@
  * Loading binds every param by name whether it has storage or not; a param
  * shard's members are those entries, and the shard is cut out of them like
  * any other.  --init loads params only, which includes the param shards.
+ *
+ * Devices (kiln_rt.h, "Host views").  Both directions work on host views:
+ * saving first pulls every stored param and every state from the device
+ * (then agrees with the other ranks that all pulls succeeded, so that no
+ * rank gathers or writes stale data), and loading pushes every tensor it
+ * wrote once all are written.  On the CPU the pulls and pushes do nothing.
+ * A failed push leaves the host views loaded but the device not: the load
+ * fails with that error, and ckpt_resume does not try an older file (it is
+ * not the file's fault).  The schedule needs no push: the device reads
+ * *p->schedule afresh before every step.
  */
 #include "fsutil.h"
 #include "checkpoint.h"
@@ -369,8 +379,21 @@ static int write_ckpt(rt_ctx *ctx, const rt_program *p, const char *dir, const C
     return 0;
 }
 
+/* Every stored param and every state into its host view (what the save
+ * reads).  0, or -1 with err. */
+static int pull_all(rt_ctx *ctx, const rt_program *p, const char *dir, char *err, int errlen) {
+    char e[512];
+    for (int i = 0; i < p->nparams; i++)
+        if (rt_pull_tensor(ctx, &p->params[i], e, sizeof e) != 0) return rt_errf(err, errlen, "%s: reading %s: %s", dir, p->params[i].name, e);
+    for (int i = 0; i < p->nstates; i++)
+        if (rt_pull_tensor(ctx, &p->states[i], e, sizeof e) != 0) return rt_errf(err, errlen, "%s: reading %s: %s", dir, p->states[i].name, e);
+    return 0;
+}
+
 int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra *x, int keep, char *err, int errlen) {
     if (x->step < 0) return rt_errf(err, errlen, "%s: negative step %lld", dir, (long long)x->step);
+    /* every rank, before any gathers: all pulled, or all fail here */
+    if (rt_host_agree(ctx, pull_all(ctx, p, dir, err, errlen), err, errlen) != 0) return -1;
     Gathered g = {0};
     int rc = gather_all(ctx, p, &g, err, errlen);
     if (rc == 0 && rt_world_rank(ctx) == 0) rc = write_ckpt(ctx, p, dir, x, keep, &g, err, errlen);
@@ -536,14 +559,29 @@ static void copy_shard(rt_ctx *ctx, const StFile *f, const rt_program *p, const 
     }
 }
 
-/* Every state; init (--init, params only): the param shards alone. */
+/* The states a load writes: every one; init (--init, params only): the
+ * param shards alone. */
+static int loads_state(const rt_tensor *t, int init) { return !init || rt_is_param_shard(t); }
+
 static void copy_states(rt_ctx *ctx, const Binding *b, int init) {
     for (int i = 0; i < b->p->nstates; i++) {
         const rt_tensor *t = &b->p->states[i];
-        if (init && !rt_is_param_shard(t)) continue;
+        if (!loads_state(t, init)) continue;
         if (is_shard(t)) copy_shard(ctx, b->f, b->p, t, b->msrc + b->moff[i]);
         else copy_in(ctx, b->f, t, 1, b->src + b->p->nparams + i);
     }
+}
+
+/* Push what the load wrote into the host views (every stored param, the
+ * states copy_states wrote) to the device.  0, or -1 with err. */
+static int push_loaded(rt_ctx *ctx, const rt_program *p, const char *path, int init, char *err, int errlen) {
+    char e[512];
+    for (int i = 0; i < p->nparams; i++)
+        if (rt_push_tensor(ctx, &p->params[i], e, sizeof e) != 0) return rt_errf(err, errlen, "%s: loading %s: %s", path, p->params[i].name, e);
+    for (int i = 0; i < p->nstates; i++)
+        if (loads_state(&p->states[i], init) && rt_push_tensor(ctx, &p->states[i], e, sizeof e) != 0)
+            return rt_errf(err, errlen, "%s: loading %s: %s", path, p->states[i].name, e);
+    return 0;
 }
 
 /* Room for the members of every sharded state. */
@@ -560,7 +598,8 @@ static int member_slots(Binding *b) {
 
 /* Load path into the program: params (stored, and the param shards cut
  * from them), the other states unless init, the trainer's state when
- * x != NULL. */
+ * x != NULL.  0; -1 with err when the file does not fit (nothing written);
+ * -2 with err when a push to the device failed (the host views written). */
 static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, CkptExtra *x, char *err, int errlen) {
     StFile f;
     if (st_open(&f, path, err, errlen) != 0) return -1;
@@ -575,6 +614,10 @@ static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, Ck
     /* everything checked: now write the program's memory */
     copy_in(ctx, &f, p->params, p->nparams, b.src);
     copy_states(ctx, &b, init);
+    if (push_loaded(ctx, p, path, init, err, errlen) != 0) {
+        rc = -2;
+        goto done;
+    }
     if (x) {
         memcpy(&x->step, st_data(&f, b.xt[0]), 8);
         memcpy(&x->rng, st_data(&f, b.xt[1]), 8);
@@ -592,11 +635,11 @@ done:
 }
 
 int ckpt_load(rt_ctx *ctx, const rt_program *p, const char *path, CkptExtra *x, char *err, int errlen) {
-    return load(ctx, p, path, 0, x, err, errlen);
+    return load(ctx, p, path, 0, x, err, errlen) == 0 ? 0 : -1;
 }
 
 int ckpt_init_weights(rt_ctx *ctx, const rt_program *p, const char *file, char *err, int errlen) {
-    return load(ctx, p, file, 1, NULL, err, errlen);
+    return load(ctx, p, file, 1, NULL, err, errlen) == 0 ? 0 : -1;
 }
 
 int ckpt_resume(rt_ctx *ctx, const rt_program *p, const char *dir, CkptExtra *x, char *used, int usedlen, char *err, int errlen) {
@@ -612,7 +655,12 @@ int ckpt_resume(rt_ctx *ctx, const rt_program *p, const char *dir, CkptExtra *x,
     int rc = -1;
     for (int i = 0; i < n && rc != 0; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, f[i].name);
-        if (ckpt_load(ctx, p, path, x, e, sizeof e) == 0) {
+        int r = load(ctx, p, path, 0, x, e, sizeof e);
+        if (r == -2) { /* the device failed, not the file: an older one would too */
+            free(f);
+            return rt_errf(err, errlen, "%s", e);
+        }
+        if (r == 0) {
             if (used) snprintf(used, (size_t)usedlen, "%s", path);
             rc = 0;
         } else {

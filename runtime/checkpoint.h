@@ -32,6 +32,12 @@
  * mistyped tensor; a corrupt or truncated file) the function returns -1
  * with one line in err and the program's state is untouched.
  *
+ * Devices: the functions read and write the program's host views
+ * (kiln_rt.h): saving pulls the params and states first, loading pushes
+ * what it wrote.  A failed pull or push is one line in err and -1 like any
+ * error (after a failed push the host views hold the file's values but the
+ * device may not; ckpt_resume then stops instead of trying older files).
+ *
  * Several ranks: a state that is a shard of a distributed-optimizer bucket
  * (rt_tensor.prefix set) is stored as the logical tensors of the bucket's
  * members, "<prefix><param>" with the param's shape (opt.m.<p>, opt.v.<p>),

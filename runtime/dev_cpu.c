@@ -47,16 +47,16 @@
  * Ranks (comm_mpi.c).  rt_new first sets up the context's ranks and
  * communicators (rt_comm_new: MPI only when the mesh has more than one rank
  * or the process runs under mpirun), then checks the program's buckets
- * against the mesh.  Params without storage (space -1: --zero 1 programs
- * whose step all-gathers the params at its start) live only as this rank's
- * "param shard" of their bucket (a state with prefix ""); rt_init_params
- * draws each member's part of the shard from the member's own stream at
- * the member's element offsets, so the shard equals the chunk of what a
- * stored param would hold, bit for bit (rng.h: the stream has random
- * access), and check_buckets insists that every storage-less param has
- * exactly one such home.  A trace is per rank: rank 0 writes the path it was
+ * against the mesh.  A trace is per rank: rank 0 writes the path it was
  * given, rank r > 0 writes PATH.rank<r>, and the JSON's pid is the rank, so
  * the files of one run can be concatenated into one timeline.
+ *
+ * What both devices share lives in rt_common.c: checking the program table
+ * (which also refuses a program compiled for another device), mapping the
+ * spaces, and rt_init_params' generator, including the param shards of
+ * storage-less params (--zero 1), drawn member by member so that a shard
+ * equals its chunk of the stored params bit for bit.  The CPU's host views
+ * are its memory, so rt_pull and rt_push have nothing to do.
  *
  * Failures of the system (pthread, clock, memory while running) print one
  * line and exit(1); rt_new reports a bad program or a failed allocation of
@@ -71,13 +71,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "kiln_rt.h"
-#include "rng.h"
-#include "rt_private.h"
+#include "rt_common.h"
 
 /* ---- system failures ---- */
 
@@ -195,22 +193,6 @@ static double now_us(const rt_ctx *c) {
     if (clock_gettime(CLOCK_MONOTONIC, &t)) die("clock_gettime", errno);
     return (double)(t.tv_sec - c->t0.tv_sec) * 1e6 + (double)(t.tv_nsec - c->t0.tv_nsec) * 1e-3;
 }
-
-static int64_t dtype_size(int dt) {
-    switch (dt) {
-    case RT_BF16: case RT_F16: return 2;
-    case RT_I64: return 8;
-    default: return 4;
-    }
-}
-
-static int64_t tensor_bytes(const rt_tensor *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->rank; d++) n *= t->dim[d];
-    return n * dtype_size(t->dtype);
-}
-
-static int64_t tensor_numel(const rt_tensor *t) { return tensor_bytes(t) / dtype_size(t->dtype); }
 
 /* ---- errors of a step ---- */
 
@@ -445,144 +427,16 @@ int rt_step(rt_ctx *c, char *err, int errlen) {
 
 /* ---- creating and freeing ---- */
 
-static const char *space_name[RT_NSPACES] = {"params", "grads", "opt", "act"};
-
-/* Every tensor inside its space; a param may instead have no storage
- * (space -1, offset -1: its values live in a param shard, check_buckets). */
-static int check_tensors(const rt_program *p, const rt_tensor *t, int n, const char *what) {
-    int params = t == p->params;
-    for (int i = 0; i < n; i++) {
-        int sp = t[i].space, ok = t[i].rank >= 0 && t[i].rank <= 5;
-        for (int d = 0; ok && d < t[i].rank; d++) ok = t[i].dim[d] >= 0;
-        if (ok && params && sp == -1) {
-            if (t[i].offset == -1) continue;
-            fprintf(stderr, "kiln runtime: param %s has no storage (space -1) but offset %lld, not -1\n", t[i].name, (long long)t[i].offset);
-            return 0;
-        }
-        ok = ok && sp >= 0 && sp < RT_NSPACES && t[i].offset >= 0;
-        if (!ok || t[i].offset + tensor_bytes(&t[i]) > p->space_bytes[sp]) {
-            fprintf(stderr, "kiln runtime: %s %s lies outside its memory space\n", what, t[i].name);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static int check_program(const rt_program *p) {
-    if (p->abi_version != RT_ABI_VERSION) {
-        fprintf(stderr, "kiln runtime: program ABI version %d, runtime %d: recompile the program\n",
-                p->abi_version, RT_ABI_VERSION);
-        return 0;
-    }
-    if (!p->step || p->nstreams < 0 || p->nevents < 0) {
-        fprintf(stderr, "kiln runtime: malformed program table\n");
-        return 0;
-    }
-    for (int i = 0; i < RT_NSPACES; i++)
-        if (p->space_bytes[i] < 0) {
-            fprintf(stderr, "kiln runtime: negative size of space %s\n", space_name[i]);
-            return 0;
-        }
-    return check_tensors(p, p->params, p->nparams, "param") && check_tensors(p, p->states, p->nstates, "state") &&
-           check_tensors(p, p->inputs, p->ninputs, "input") && check_tensors(p, p->outputs, p->noutputs, "output");
-}
-
-/* The param shards (prefix ""): at most one per bucket, its members of its
- * dtype and without storage of their own; and every param without storage
- * is a member of exactly one bucket that has a param shard (its values
- * must live somewhere, once).  Buckets are already checked. */
-static int check_param_shards(const rt_program *p) {
-    const char *model = p->model ? p->model : "program";
-    int *home = xrealloc(NULL, sizeof(int) * ((size_t)p->nparams + 1)), ok = 1; /* per param: its param shard's state, or -1 */
-    for (int i = 0; i < p->nparams; i++) home[i] = -1;
-    for (int s = 0; ok && s < p->nstates; s++) {
-        const rt_tensor *t = &p->states[s];
-        if (!rt_is_param_shard(t)) continue;
-        const rt_bucket *k = &p->buckets[t->bucket];
-        for (int j = 0; ok && j < k->nmembers; j++) {
-            const rt_tensor *m = &p->params[k->param[j]];
-            const char *why = home[k->param[j]] >= 0 ? "is in two param shards"
-                              : rt_is_stored(m)        ? "has storage of its own (space >= 0)"
-                              : m->dtype != t->dtype   ? "has another dtype than the shard"
-                                                       : NULL;
-            if (why) fprintf(stderr, "kiln runtime: %s: param shard %s: member %s %s\n", model, t->name, m->name, why);
-            ok = !why;
-            home[k->param[j]] = s;
-        }
-    }
-    for (int i = 0; ok && i < p->nparams; i++)
-        if (!rt_is_stored(&p->params[i]) && home[i] < 0) {
-            fprintf(stderr, "kiln runtime: %s: param %s has no storage and is in no param shard (state with prefix \"\")\n", model, p->params[i].name);
-            ok = 0;
-        }
-    free(home);
-    return ok;
-}
-
-/* The distributed optimizer's buckets against the mesh and the params, and
- * the sharded states against their buckets.  A state is a shard when its
- * prefix is set (tables written before buckets existed have bucket 0 and
- * prefix NULL: unsharded). */
-static int check_buckets(const rt_program *p) {
-    const char *model = p->model ? p->model : "program";
-    if (p->nbuckets < 0 || (p->nbuckets > 0 && !p->buckets)) {
-        fprintf(stderr, "kiln runtime: %s: malformed bucket table\n", model);
-        return 0;
-    }
-    for (int b = 0; b < p->nbuckets; b++) {
-        const rt_bucket *k = &p->buckets[b];
-        int size = rt_mesh_group_size(p, k->group);
-        if (size == 0 || k->n < 0 || k->n % size || k->nmembers < 0 || (k->nmembers > 0 && (!k->param || !k->offset))) {
-            fprintf(stderr, "kiln runtime: %s: bucket %d: bad group %d, length %lld or members\n", model, b, k->group, (long long)k->n);
-            return 0;
-        }
-        for (int j = 0; j < k->nmembers; j++) {
-            int i = k->param[j];
-            if (i < 0 || i >= p->nparams || k->offset[j] < 0 || k->offset[j] + tensor_numel(&p->params[i]) > k->n) {
-                fprintf(stderr, "kiln runtime: %s: bucket %d: member %d (param %d) lies outside the bucket\n", model, b, j, i);
-                return 0;
-            }
-        }
-    }
-    for (int s = 0; s < p->nstates; s++) {
-        const rt_tensor *t = &p->states[s];
-        if (!rt_is_shard(t)) continue;
-        if (t->bucket < 0 || t->bucket >= p->nbuckets) {
-            fprintf(stderr, "kiln runtime: %s: state %s: bucket %d out of range (program has %d)\n", model, t->name, t->bucket, p->nbuckets);
-            return 0;
-        }
-        const rt_bucket *k = &p->buckets[t->bucket];
-        if (tensor_numel(t) != k->n / rt_mesh_group_size(p, k->group)) {
-            fprintf(stderr, "kiln runtime: %s: state %s: %lld elements, but a shard of bucket %d has %lld\n", model, t->name,
-                    (long long)tensor_numel(t), t->bucket, (long long)(k->n / rt_mesh_group_size(p, k->group)));
-            return 0;
-        }
-    }
-    return check_param_shards(p);
-}
-
-/* Zeroed, page-aligned memory for each space (huge pages where the kernel
- * agrees: advice only, so its result does not matter). */
+/* Zeroed, page-aligned memory for each space (rt_common.c). */
 static int map_spaces(rt_ctx *c) {
-    for (int i = 0; i < RT_NSPACES; i++) {
-        size_t n = (size_t)c->p->space_bytes[i];
-        c->mapped[i] = n < 64 ? 64 : n;
-        void *m = mmap(NULL, c->mapped[i], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) {
-            fprintf(stderr, "kiln runtime: cannot allocate %zu bytes for the %s space: %s\n", n, space_name[i],
-                    strerror(errno));
-            c->mapped[i] = 0;
-            return 0;
-        }
-        if (n >= (2u << 20)) (void)madvise(m, c->mapped[i], MADV_HUGEPAGE);
-        c->space[i] = m;
-    }
+    for (int i = 0; i < RT_NSPACES; i++)
+        if (!(c->space[i] = rt_map_host(c->p->space_bytes[i], rt_space_name[i], &c->mapped[i]))) return 0;
     return 1;
 }
 
 static void unmap_spaces(rt_ctx *c) {
     for (int i = 0; i < RT_NSPACES; i++)
-        if (c->mapped[i] && munmap(c->space[i], c->mapped[i])) die("munmap", errno);
+        if (rt_unmap_host(c->space[i], c->mapped[i])) exit(1);
 }
 
 static int open_trace(rt_ctx *c, const char *path) {
@@ -664,7 +518,7 @@ static void stop_events(rt_ctx *c) {
 rt_ctx *rt_new(const rt_program *p, const rt_options *o) {
     static const rt_options none;
     if (!o) o = &none;
-    if (!check_program(p)) return NULL;
+    if (!rt_check_program(p, RT_DEV_CPU)) return NULL;
     rt_ctx *c = xrealloc(NULL, sizeof *c);
     memset(c, 0, sizeof *c);
     c->p = p;
@@ -672,7 +526,7 @@ rt_ctx *rt_new(const rt_program *p, const rt_options *o) {
     c->nstreams = p->nstreams > 0 ? p->nstreams : 1;
     c->nevents = p->nevents;
     if (clock_gettime(CLOCK_MONOTONIC, &c->t0)) die("clock_gettime", errno);
-    if (!(c->comm = rt_comm_new(p)) || !check_buckets(p) || !map_spaces(c) || (o->trace_path && !open_trace(c, o->trace_path))) {
+    if (!(c->comm = rt_comm_new(p)) || !rt_check_buckets(p) || !map_spaces(c) || (o->trace_path && !open_trace(c, o->trace_path))) {
         unmap_spaces(c);
         rt_comm_free(c->comm);
         free(c->trace_tmp);
@@ -766,73 +620,12 @@ void *rt_tensor_ptr(rt_ctx *c, const rt_tensor *t) {
     return t->space >= 0 && t->space < RT_NSPACES ? c->space[t->space] + t->offset : NULL;
 }
 
-void rt_normal_fill(float *dst, int64_t n, const char *name, uint64_t seed, double std) {
-    rng_normal_f32(dst, 0, n, rng_stream(name, seed), std);
-}
 
-/* A "normal" init in blocks on the pool: the stream has random access, so
- * values first .. first+n of a param's stream can be drawn alone (a shard). */
-enum { NORMAL_BLOCK = 1 << 16 };
+/* The CPU's host views are the program's memory itself: nothing to copy. */
+int rt_pull(rt_ctx *c, int space, int64_t offset, int64_t bytes, char *err, int errlen) { return 0; }
+int rt_push(rt_ctx *c, int space, int64_t offset, int64_t bytes, char *err, int errlen) { return 0; }
+int rt_pull_tensor(rt_ctx *c, const rt_tensor *t, char *err, int errlen) { return 0; }
+int rt_push_tensor(rt_ctx *c, const rt_tensor *t, char *err, int errlen) { return 0; }
 
-typedef struct {
-    float *dst;
-    int64_t first, n;
-    uint64_t stream;
-    double std;
-} NormalJob;
-
-static void normal_blocks(void *data, int64_t b0, int64_t b1) {
-    const NormalJob *j = data;
-    int64_t i0 = b0 * NORMAL_BLOCK, i1 = b1 * NORMAL_BLOCK < j->n ? b1 * NORMAL_BLOCK : j->n;
-    rng_normal_f32(j->dst + i0, j->first + i0, i1 - i0, j->stream, j->std);
-}
-
-/* Elements first .. first+n of param t's init (row-major) into dst: the
- * same values wherever they land, so a shard holds exactly its chunk of
- * the stored param's init. */
-static void init_range(rt_ctx *c, const rt_tensor *t, void *dst, int64_t first, int64_t n, uint64_t seed) {
-    const char *init = t->init ? t->init : "normal";
-    if (strcmp(init, "zeros") == 0) {
-        memset(dst, 0, (size_t)(n * dtype_size(t->dtype)));
-        return;
-    }
-    if (t->dtype != RT_F32) {
-        fprintf(stderr, "kiln runtime: param %s: init \"%s\" needs an f32 tensor\n", t->name, init);
-        exit(1);
-    }
-    if (strcmp(init, "ones") == 0) {
-        for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = 1.0f;
-    } else if (strcmp(init, "normal") == 0) {
-        NormalJob j = {dst, first, n, rng_stream(t->name, seed), t->std};
-        rt_parallel_for(c, (n + NORMAL_BLOCK - 1) / NORMAL_BLOCK, normal_blocks, &j);
-    } else {
-        fprintf(stderr, "kiln runtime: param %s: unknown init \"%s\"\n", t->name, init);
-        exit(1);
-    }
-}
-
-/* A param shard: this rank's elements [lo, lo+len) of the flat bucket, each
- * member's part from its init, padding zero. */
-static void init_param_shard(rt_ctx *c, const rt_tensor *t, uint64_t seed) {
-    const rt_bucket *k = &c->p->buckets[t->bucket];
-    int64_t len = k->n / rt_group_size(c, k->group), lo = rt_group_rank(c, k->group) * len, es = dtype_size(t->dtype);
-    char *dst = rt_tensor_ptr(c, t);
-    memset(dst, 0, (size_t)(len * es));
-    for (int j = 0; j < k->nmembers; j++) {
-        const rt_tensor *m = &c->p->params[k->param[j]];
-        int64_t o = k->offset[j], n = tensor_numel(m);
-        int64_t a = lo > o ? lo : o, e = lo + len < o + n ? lo + len : o + n;
-        if (a < e) init_range(c, m, dst + (a - lo) * es, a - o, e - a, seed);
-    }
-}
-
-void rt_init_params(rt_ctx *c, uint64_t seed) {
-    const rt_program *p = c->p;
-    for (int i = 0; i < p->nparams; i++)
-        if (rt_is_stored(&p->params[i])) init_range(c, &p->params[i], rt_tensor_ptr(c, &p->params[i]), 0, tensor_numel(&p->params[i]), seed);
-    for (int i = 0; i < p->nstates; i++) {
-        const rt_tensor *t = &p->states[i];
-        if (rt_is_param_shard(t)) init_param_shard(c, t, seed);
-        else memset(rt_tensor_ptr(c, t), 0, (size_t)tensor_bytes(t));
-    }
-}
+/* rt_common.c: the generator both devices share. */
+void rt_init_params(rt_ctx *c, uint64_t seed) { rt_init_host(c, c->p, seed); }

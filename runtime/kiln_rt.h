@@ -29,7 +29,18 @@
  * Parameters, gradients and optimizer state have their own spaces so that
  * checkpoints and the distributed optimizer see contiguous buffers.
  *
- * Precision on the CPU: f32 tensors, i32 token ids.
+ * Precision on the CPU: f32 tensors, i32 token ids.  On a GPU (device
+ * RT_DEV_CUDA, runtime/dev_cuda.c) the program's dtypes are exact (the
+ * precision pass has run): bf16 activations and weight copies, f32 master
+ * weights, optimizer state, weight gradients and losses.
+ *
+ * Two devices implement this header: the CPU (dev_cpu.c, kernels/cpu,
+ * comm_mpi.c + coll_mpi.c) and CUDA (dev_cuda.c, kernels_cuda.c,
+ * comm_mpi.c + comm_nccl.c).  A program names its device; the generated
+ * code is the same host code for both (rt_launch of rtk_* kernels with the
+ * same args), except that a CUDA program launches its generated kernels
+ * through rtk_fused.  On CUDA, rt_launch enqueues: every kernel, copy and
+ * collective is asynchronous on the stream's CUDA stream.
  */
 #ifndef KILN_RT_H
 #define KILN_RT_H
@@ -37,7 +48,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RT_ABI_VERSION 6
+#define RT_ABI_VERSION 7
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -53,6 +64,14 @@ static inline double rt_bits_f64(int64_t b) { double d; memcpy(&d, &b, 8); retur
 /* ---- the program ---- */
 enum { RT_SPACE_PARAMS, RT_SPACE_GRADS, RT_SPACE_OPT, RT_SPACE_ACT, RT_NSPACES };
 enum { RT_F32, RT_BF16, RT_F16, RT_I32, RT_I64 }; /* same order as the IR's DType */
+enum { RT_DEV_CPU, RT_DEV_CUDA };
+
+/* A CUDA module the program embeds: a cubin for the program's arch. */
+typedef struct {
+    const char *name;          /* "generated", "layernorm", ...: for messages */
+    const unsigned char *data; /* the cubin (an ELF image) */
+    int64_t size;
+} rt_cubin;
 
 typedef struct {
     const char *name;
@@ -128,6 +147,18 @@ typedef struct rt_program {
      * contiguous (c holds piece c of cp).  0 without cp.  The trainer hands
      * each rank its tokens accordingly. */
     int cp_contiguous;
+    /* The device the program was compiled for (RT_DEV_*); a runtime refuses
+     * a program for another device in one line.  The rest is CUDA's (zero
+     * or NULL on the CPU): */
+    int device;
+    const char *arch;            /* "sm_90" */
+    int ncubins;                 /* the modules to load: the library kernels' */
+    const rt_cubin *cubins;      /*   and the generated kernels' ("generated") */
+    int nkernels;                /* the generated kernels' names, in a module of */
+    const char *const *kernels;  /*   cubins[]; rtk_fused's args[0] indexes them */
+    int64_t scratch_bytes;       /* the most scratch one library launch needs
+                                  * (kernels/cuda/README.md); the runtime gives
+                                  * every stream its own buffer of this size */
 } rt_program;
 
 /* ---- the runtime (runtime/dev_cpu.c) ---- */
@@ -139,8 +170,21 @@ typedef struct {
 
 rt_ctx *rt_new(const rt_program *p, const rt_options *o); /* NULL + message on stderr on failure */
 void rt_free(rt_ctx *ctx);
-char *rt_space(rt_ctx *ctx, int space);      /* base of a space */
+/* Host views.  rt_space and rt_tensor_ptr return host memory that the
+ * trainer reads and writes between steps (never during one).  On the CPU it
+ * is the program's memory itself.  On a GPU it is a host mirror of the
+ * device's memory: rt_pull copies a range device -> mirror, rt_push mirror
+ * -> device, synchronously (the streams idle).  On the CPU both return 0
+ * and do nothing.  A caller that reads a tensor pulls it first and one
+ * that writes it pushes it after; the _tensor forms do nothing for a
+ * tensor without storage (space -1).  0, or -1 with a one-line message in
+ * err. */
+char *rt_space(rt_ctx *ctx, int space);      /* host view of a space */
 void *rt_tensor_ptr(rt_ctx *ctx, const rt_tensor *t);
+int rt_pull(rt_ctx *ctx, int space, int64_t offset, int64_t bytes, char *err, int errlen);
+int rt_push(rt_ctx *ctx, int space, int64_t offset, int64_t bytes, char *err, int errlen);
+int rt_pull_tensor(rt_ctx *ctx, const rt_tensor *t, char *err, int errlen);
+int rt_push_tensor(rt_ctx *ctx, const rt_tensor *t, char *err, int errlen);
 /* Params from their init (normal: the interpreter's generator, seeded by
  * hash(name) ^ seed, so both start from bit-identical weights); states zero. */
 void rt_init_params(rt_ctx *ctx, uint64_t seed);
@@ -148,7 +192,9 @@ void rt_init_params(rt_ctx *ctx, uint64_t seed);
  * when a kernel reported an error (rt_fail), with the message in err. */
 int rt_step(rt_ctx *ctx, char *err, int errlen);
 
-/* Called by the step function, in schedule order.  name: "kernel" or
+/* The step function receives the device's bases of the spaces (device
+ * pointers on a GPU), so generated code never dereferences them.
+ * Called by the step function, in schedule order.  name: "kernel" or
  * "kernel@where" (the compiler writes "matmul@fwd L3 models/gpt.lua:41"),
  * for the trace. */
 void rt_launch(rt_ctx *ctx, int stream, rt_kernel k, const int64_t *args, int nargs, const char *name);
@@ -162,7 +208,8 @@ void rt_fail(rt_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2,
 /* Same generator as the interpreter: normal(0, std) draws for `name`. */
 void rt_normal_fill(float *dst, int64_t n, const char *name, uint64_t seed, double std);
 
-/* ---- ranks and communication (runtime/comm_mpi.c) ----
+/* ---- ranks and communication (runtime/comm_mpi.c: ranks and groups over
+ * MPI; the collective kernels: coll_mpi.c on the CPU, comm_nccl.c on CUDA) ----
  * A program for one rank runs in a plain process.  A program whose mesh has
  * more ranks runs under `mpirun -np <world>`: rt_new initialises MPI (thread
  * level at least MPI_THREAD_SERIALIZED), checks the process count equals the
@@ -183,23 +230,28 @@ int rt_host_allgather(rt_ctx *ctx, int mask, const void *x, void *y, int64_t byt
 int rt_host_barrier(rt_ctx *ctx, char *err, int errlen);
 /* Bytes this rank has sent through the collective kernels since rt_new, in
  * the ring algorithm's terms (s ranks in the group, n the kernel's n):
- * allreduce 2(s-1)n*4/s, reducescatter and allgather (s-1)n*4 with n the
- * per-rank chunk's element count (outer*n*inner in their args). */
+ * allreduce 2(s-1)n*eb/s, reducescatter and allgather (s-1)n*eb with n the
+ * per-rank chunk's element count (outer*n*inner in their args) and eb the
+ * element's bytes (4 on the CPU; 2 for bf16 on CUDA). */
 int64_t rt_comm_bytes(rt_ctx *ctx);
 /* f32 collectives over group `mask` (group size 1: a copy).  i = this
  * rank's group index.  reducescatter and allgather work along the middle dim
  * of a row-major [outer, *, inner] view (outer 1: flat chunks):
- * allreduce:     x [n] -> y [n], the sum over the group; y may be x.  args: x, y, n, mask
+ * dt (last arg of the three): the elements' dtype, RT_F32 (the CPU's only
+ * one), RT_BF16 or RT_I32 (allgather of positions); sums are in the
+ * dtype's own arithmetic on the GPU (NCCL), f32 on the CPU.
+ * allreduce:     x [n] -> y [n], the sum over the group; y may be x.  args: x, y, n, mask, dt
  * reducescatter: x [outer, size*n, inner] -> y [outer, n, inner], the sum over
- *                the group of x[:, i*n:(i+1)*n, :].  args: x, y, outer, n, inner, mask
+ *                the group of x[:, i*n:(i+1)*n, :].  args: x, y, outer, n, inner, mask, dt
  * allgather:     x [outer, n, inner] -> y [outer, size*n, inner], y[:, j*n:(j+1)*n, :]
- *                = x of group-rank j.  args: x, y, outer, n, inner, mask
+ *                = x of group-rank j.  args: x, y, outer, n, inner, mask, dt
  *                It moves bits, so any 4-byte type (i32 positions) works too.
  * In place, without a copy (outer 1 only): reducescatter y == x (the result
  * in x's first n*inner), allgather x == y + i*n*inner (this rank's chunk
  * already in place); any other overlap of x and y goes through a
  * temporary.  outer > 1 always packs through a temporary, so x and y may
- * overlap in any way. */
+ * overlap in any way (on CUDA the temporary is the stream's scratch, which
+ * the compiler sizes for it). */
 void rtk_allreduce(rt_ctx *ctx, const int64_t *a);
 void rtk_reducescatter(rt_ctx *ctx, const int64_t *a);
 void rtk_allgather(rt_ctx *ctx, const int64_t *a);
@@ -210,7 +262,9 @@ void rtk_shard(rt_ctx *ctx, const int64_t *a);
 /* Point to point over group `mask` (IR send/recv; ring attention), peer
  * relative in the group: the other side is group-rank (i + peer) mod size.
  * send copies x's bytes into a staging buffer and posts it without
- * blocking (x may be reused as soon as it returns); the send completes in
+ * blocking (on the CPU x may be reused as soon as it returns; on CUDA the
+ * send is issued with its recv, so x must keep its value until the recv
+ * with its tag, which memplan ensures); the send completes in
  * a later send/recv or at the end of the step (rt_step waits for it).
  * recv blocks until the matching send (same group and tag, posted by the
  * peer) has arrived in y.  A send to this rank itself waits in the staging
@@ -226,7 +280,9 @@ void rtk_recv(rt_ctx *ctx, const int64_t *a);
 /* C[b] = op(A[b]) x op(B[b]) for b < batch; A [M,K] ([K,M] if ta), B [K,N]
  * ([N,K] if tb), C [M,N]; strides in elements between batch entries (0 =
  * the same matrix for every b).  beta: 0 overwrite, 1 accumulate.
- * args: A, B, C, batch, M, N, K, ta, tb, strideA, strideB, strideC, beta(bits) */
+ * dtA, dtB, dtC: RT_F32 or RT_BF16 (the CPU takes f32 only; CUDA: A and B
+ * bf16, C bf16 or f32, f32 accumulation).
+ * args: A, B, C, batch, M, N, K, ta, tb, strideA, strideB, strideC, beta(bits), dtA, dtB, dtC */
 void rtk_gemm(rt_ctx *ctx, const int64_t *a);
 
 /* args: x, w, b, y, rows, C, eps */
@@ -237,9 +293,9 @@ void rtk_layernorm_bwd(rt_ctx *ctx, const int64_t *a);
 void rtk_rmsnorm(rt_ctx *ctx, const int64_t *a);
 /* args: dy, x, w, dx, dw, rows, C, eps */
 void rtk_rmsnorm_bwd(rt_ctx *ctx, const int64_t *a);
-/* softmax over the last dim.  args: x, y, rows, C */
+/* softmax over the last dim.  dt: the dtype of x and y (RT_F32/RT_BF16).  args: x, y, rows, C, dt */
 void rtk_softmax(rt_ctx *ctx, const int64_t *a);
-/* args: dy, y, dx, rows, C */
+/* args: dy, y, dx, rows, C, dt */
 void rtk_softmax_bwd(rt_ctx *ctx, const int64_t *a);
 /* rotate-half RoPE on x [B,T,H,D] with pos i32[T].  args: x, pos, y, B, T, H, D, theta, sign (+1 fwd, -1 bwd) */
 void rtk_rope(rt_ctx *ctx, const int64_t *a);
@@ -260,7 +316,8 @@ void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a);
  * are), o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b, a part whose lse is
  * -inf weighing 0 (both -inf: o = 0, never NaN).  o may be o_a or o_b and
  * lse may be lse_a or lse_b (exactly, not a partial overlap).
- * args: o_a, lse_a, o_b, lse_b, o, lse, rows, D */
+ * dt: the dtype of o_a, o_b and o (lse is f32).
+ * args: o_a, lse_a, o_b, lse_b, o, lse, rows, D, dt */
 void rtk_attn_merge(rt_ctx *ctx, const int64_t *a);
 /* out[i,:] = table[ids[i],:].  args: table, ids, out, n, C, V (an id outside [0,V) fails the step) */
 void rtk_embedding(rt_ctx *ctx, const int64_t *a);
@@ -279,11 +336,12 @@ void rtk_lr_cosine(rt_ctx *ctx, const int64_t *a);
 /* args: norm, out, max  (ops.def clipscale) */
 void rtk_clipscale(rt_ctx *ctx, const int64_t *a);
 /* Reduce x viewed as [outer, n, inner] over n.  kind 0 sum, 1 mean, 2 max.
- * args: x, y, outer, n, inner, kind */
+ * dtx, dty: RT_F32 or RT_BF16, the math f32.
+ * args: x, y, outer, n, inner, kind, dtx, dty */
 void rtk_reduce(rt_ctx *ctx, const int64_t *a);
-/* dx = dy routed to the first argmax.  args: dy, x, y, dx, outer, n, inner */
+/* dx = dy routed to the first argmax.  dt: the dtype of all four.  args: dy, x, y, dx, outer, n, inner, dt */
 void rtk_max_bwd(rt_ctx *ctx, const int64_t *a);
-/* out[0] = sum of squares of x (f32 scalar).  args: x, out, n */
+/* out[0] = sum of squares of x (f32 scalar).  dtx: x's dtype.  args: x, out, n, dtx */
 void rtk_sumsq(rt_ctx *ctx, const int64_t *a);
 /* Strided copy: for every index (i0..i4) < (d0..d4),
  * dst[sum i_k*ds_k] = src[sum i_k*ss_k] (element strides; a 0 source
@@ -291,14 +349,15 @@ void rtk_sumsq(rt_ctx *ctx, const int64_t *a);
  * concat.  args: src, dst, elem_bytes, rank, d0..d4, ss0..ss4, ds0..ds4 */
 void rtk_copy(rt_ctx *ctx, const int64_t *a);
 /* sumto: y (shape of x with broadcast dims summed away) = sum of x over the
- * dims where ystride is 0.  args: x, y, rank, d0..d4 (x dims), ys0..ys4 (y strides, 0 = summed) */
+ * dims where ystride is 0.  dtx, dty: RT_F32 or RT_BF16 (a bias's gradient:
+ * bf16 x, f32 y).  args: x, y, rank, d0..d4 (x dims), ys0..ys4 (y strides, 0 = summed), dtx, dty */
 void rtk_sumto(rt_ctx *ctx, const int64_t *a);
-/* args: dst, n, value(bits), dtype   (f32 or i32 fill) */
+/* args: dst, n, value(bits), dtype   (f32, bf16 or i32 fill) */
 void rtk_fill(rt_ctx *ctx, const int64_t *a);
 /* i32 0..n-1.  args: dst, n */
 void rtk_iota(rt_ctx *ctx, const int64_t *a);
 /* i32 global token indices of a rank's part of a sequence split over
- * group `mask` (IR iota {group, layout, from, all}; size s; runtime/comm_mpi.c)
+ * group `mask` (IR iota {group, layout, from, all}; size s; coll_mpi.c / comm_nccl.c)
  * for group rank i = (this rank's index - from) mod s:
  * dual 0 (contiguous): dst[k] = i*n + k;
  * dual 1: n even, c = n/2, dst[k] = i*c + k and dst[c+k] = (2s-1-i)*c + k
@@ -307,5 +366,18 @@ void rtk_iota(rt_ctx *ctx, const int64_t *a);
 void rtk_iota_rank(rt_ctx *ctx, const int64_t *a);
 /* args: dst, src, bytes */
 void rtk_memcpy(rt_ctx *ctx, const int64_t *a);
+
+/* CUDA only (attn_cudnn.c, `kiln compile --attention cudnn`): rtk_attention
+ * and rtk_attention_bwd on cuDNN's SDPA graphs, with their args; the
+ * compiler uses them only for attention that qualifies (docs/cudnn.md). */
+void rtk_attention_cudnn(rt_ctx *ctx, const int64_t *a);
+void rtk_attention_bwd_cudnn(rt_ctx *ctx, const int64_t *a);
+
+/* CUDA only (kernels_cuda.c): launch the generated kernel
+ * program->kernels[a[0]] over a[2] elements; its parameters are the a[1]
+ * pointers a[3 .. 3+a[1]) then the element count (emit_cuda.c: inputs,
+ * outputs, long long n), grid-stride, so any grid covers them.
+ * args: kernel, nptrs, n, ptr... */
+void rtk_fused(rt_ctx *ctx, const int64_t *a);
 
 #endif

@@ -58,9 +58,23 @@
  * data, checkpoints) are agreed on by all ranks (rt_host_agree) and printed
  * once by rank 0; a failed step prints on the rank that failed, which
  * exits, and mpirun then ends the others.
+ *
+ * Devices (kiln_rt.h, "Host views").  The trainer only ever touches host
+ * views of the program's memory: the CPU's memory itself, a GPU's host
+ * mirror.  So every read of a view is preceded by a pull and every write
+ * followed by a push: the inputs are pushed after they are drawn, the
+ * outputs pulled after the step, and the validation's save and restore of
+ * the kept spaces pull and push those spaces whole.  (Checkpoints pull and
+ * push their own tensors, checkpoint.c.)  On the CPU these calls do
+ * nothing, so the CPU trainer's behaviour is unchanged.  A failed pull or
+ * push fails the step like a kernel error: one line, exit 1.  --no-graph
+ * sets KILN_NO_GRAPH=1 before rt_new: the CUDA device then runs the step
+ * function eagerly every step instead of replaying the CUDA graph it
+ * captures on the first (for debugging; the CPU ignores it).
  */
 #include "trainer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,7 +90,7 @@
 
 typedef struct {
     const char *data, *val, *log, *trace, *ckpt, *resume, *init;
-    int steps, serial, threads, print_every, val_every, val_batches, ckpt_every, keep;
+    int steps, serial, no_graph, threads, print_every, val_every, val_batches, ckpt_every, keep;
     uint64_t seed;
     /* the schedule's flags: NAN / -1 when not given */
     double lr, min_lr;
@@ -113,11 +127,13 @@ static const char *usage =
     "usage: %s --data FILE|GLOB [--val FILE|GLOB --val-every N [--val-batches N]]\n"
     "          [--steps N] [--seed N] [--log FILE.jsonl] [--trace FILE.json]\n"
     "          [--lr X] [--min-lr X] [--warmup N] [--schedule-steps N]\n"
-    "          [--serial] [--threads N] [--print-every N]\n"
+    "          [--serial] [--threads N] [--no-graph] [--print-every N]\n"
     "          [--ckpt DIR [--ckpt-every N] [--keep K]] [--resume DIR] [--init FILE.safetensors]\n"
     "  FILE|GLOB: llm.c token shards (.bin) or text files (bytes are tokens); quote globs\n"
     "  the cosine schedule: compiled values, then a --resume checkpoint's, then these flags;\n"
-    "  its length is --schedule-steps, else --steps when given; without --steps, train to its end\n";
+    "  its length is --schedule-steps, else --steps when given; without --steps, train to its end\n"
+    "  --no-graph: on a GPU, run every step eagerly instead of replaying a CUDA graph\n"
+    "    (sets KILN_NO_GRAPH=1; for debugging; the CPU ignores it)\n";
 
 static long int_flag(const char *flag, const char *v) {
     char *end;
@@ -159,6 +175,7 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
         const char *f = argv[i];
         int has = i + 1 < argc;
         if (strcmp(f, "--serial") == 0) { a->serial = 1; continue; }
+        if (strcmp(f, "--no-graph") == 0) { a->no_graph = 1; continue; }
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { printf(usage, argv[0]); exit(0); }
         if (!has) die("%s: unknown flag or missing value", f);
         if (strcmp(f, "--batch") == 0) { /* shapes are compiled in: accept the compiled global batch, name the way to others */
@@ -248,7 +265,15 @@ static void progress(int step, int steps, double loss, double tps, double eta) {
     fflush(stdout);
 }
 
-static double scalar(rt_ctx *ctx, const rt_tensor *t) { return t ? *(float *)rt_tensor_ptr(ctx, t) : NAN; }
+/* Output t (an f32 scalar) after a step, pulled first; NAN when the
+ * program has no such output.  0, or -1 with err. */
+static int read_scalar(rt_ctx *ctx, const rt_tensor *t, double *v, char *err, int errlen) {
+    *v = NAN;
+    if (!t) return 0;
+    if (rt_pull_tensor(ctx, t, err, errlen) != 0) return -1;
+    *v = *(float *)rt_tensor_ptr(ctx, t);
+    return 0;
+}
 
 static int open_data(Dataset *d, const char *pattern, const char *flag, int64_t T, char *err, int errlen) {
     if (dataset_open(d, pattern, 0, flag, err, errlen) != 0) return -1;
@@ -283,42 +308,82 @@ typedef struct {
 
 /* The program's inputs for this rank: the dp slice of the global batch of
  * DP x B windows of T = cp x T/cp tokens (shards.h), then, with cp, this
- * rank's columns of it, so the union over ranks is the one-rank batch. */
-static void sample_inputs(rt_ctx *ctx, const Dataset *d, const Ranks *R, const rt_tensor *tok, const rt_tensor *tgt,
-                          const SeqBuf *sb, uint64_t *rng) {
+ * rank's columns of it, so the union over ranks is the one-rank batch;
+ * written into their host views and pushed.  0, or -1 with err. */
+static int sample_inputs(rt_ctx *ctx, const Dataset *d, const Ranks *R, const rt_tensor *tok, const rt_tensor *tgt,
+                         const SeqBuf *sb, uint64_t *rng, char *err, int errlen) {
     int64_t B = tok->dim[0], Tl = tok->dim[1], T = Tl * R->cp;
     int32_t *mt = rt_tensor_ptr(ctx, tok), *mg = rt_tensor_ptr(ctx, tgt);
-    if (R->cp == 1) {
-        dataset_sample(d, B, T, R->d, R->dp, rng, mt, mg, NULL);
-        return;
+    if (R->cp == 1) dataset_sample(d, B, T, R->d, R->dp, rng, mt, mg, NULL);
+    else {
+        dataset_sample(d, B, T, R->d, R->dp, rng, sb->tok, sb->tgt, NULL);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t k = 0; k < Tl; k++) {
+                int64_t col = cp_column(R, T, k);
+                mt[b * Tl + k] = sb->tok[b * T + col];
+                mg[b * Tl + k] = sb->tgt[b * T + col];
+            }
     }
-    dataset_sample(d, B, T, R->d, R->dp, rng, sb->tok, sb->tgt, NULL);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t k = 0; k < Tl; k++) {
-            int64_t col = cp_column(R, T, k);
-            mt[b * Tl + k] = sb->tok[b * T + col];
-            mg[b * Tl + k] = sb->tgt[b * T + col];
-        }
+    if (rt_push_tensor(ctx, tok, err, errlen) != 0 || rt_push_tensor(ctx, tgt, err, errlen) != 0) return -1;
+    return 0;
+}
+
+/* The step's outputs loss, lr and grad_norm (each pulled; NAN for one the
+ * program lacks).  0, or -1 with err. */
+static int read_outputs(rt_ctx *ctx, const rt_tensor *loss_t, const rt_tensor *lr_t, const rt_tensor *gn_t, double *loss, double *lr,
+                        double *gn, char *err, int errlen) {
+    if (read_scalar(ctx, loss_t, loss, err, errlen) != 0 || read_scalar(ctx, lr_t, lr, err, errlen) != 0) return -1;
+    return read_scalar(ctx, gn_t, gn, err, errlen);
+}
+
+/* One step on inputs drawn from d, then its loss (pulled): 0, or -1 with
+ * err when the inputs, the step or the read fails. */
+static int loss_step(rt_ctx *ctx, const Dataset *d, const Ranks *R, const rt_tensor *tok, const rt_tensor *tgt, const SeqBuf *sb,
+                      uint64_t *rng, const rt_tensor *loss_t, double *loss, char *err, int errlen) {
+    if (sample_inputs(ctx, d, R, tok, tgt, sb, rng, err, errlen) != 0 || rt_step(ctx, err, errlen) != 0) return -1;
+    return read_scalar(ctx, loss_t, loss, err, errlen);
 }
 
 /* The spaces a step changes for good: restored after a validation step. */
 static const int kept[] = {RT_SPACE_PARAMS, RT_SPACE_GRADS, RT_SPACE_OPT};
 enum { NKEPT = sizeof kept / sizeof kept[0] };
 
+/* Copy the kept spaces into save, each pulled whole first.  0, or -1 with err. */
+static int save_kept(rt_ctx *ctx, const rt_program *p, char **save, char *err, int errlen) {
+    for (int i = 0; i < NKEPT; i++) {
+        int64_t n = p->space_bytes[kept[i]];
+        if (n > 0 && rt_pull(ctx, kept[i], 0, n, err, errlen) != 0) return -1;
+        memcpy(save[i], rt_space(ctx, kept[i]), (size_t)n);
+    }
+    return 0;
+}
+
+/* Write save back into the kept spaces and push them whole.  0, or -1 with err. */
+static int restore_kept(rt_ctx *ctx, const rt_program *p, char *const *save, char *err, int errlen) {
+    for (int i = 0; i < NKEPT; i++) {
+        int64_t n = p->space_bytes[kept[i]];
+        memcpy(rt_space(ctx, kept[i]), save[i], (size_t)n);
+        if (n > 0 && rt_push(ctx, kept[i], 0, n, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
 /* Mean loss over the fixed validation windows (the same every time: the
  * generator restarts from the seed), leaving the model untouched; NAN and a
- * message in err when a step fails. */
+ * message in err when a step (or a pull or push) fails. */
 static double validate(rt_ctx *ctx, const rt_program *p, const Dataset *val, const TrainArgs *a, const Ranks *R, const rt_tensor *tok,
                        const rt_tensor *tgt, const SeqBuf *sb, const rt_tensor *loss_t, char **save, char *err, int errlen) {
     err[0] = 0;
-    for (int i = 0; i < NKEPT; i++) memcpy(save[i], rt_space(ctx, kept[i]), (size_t)p->space_bytes[kept[i]]);
+    if (save_kept(ctx, p, save, err, errlen) != 0) return NAN;
     uint64_t rng = data_rng(a->seed);
-    double sum = 0;
-    for (int k = 0; k < a->val_batches && !isnan(sum); k++) {
-        sample_inputs(ctx, val, R, tok, tgt, sb, &rng);
-        sum = rt_step(ctx, err, errlen) == 0 ? sum + scalar(ctx, loss_t) : NAN;
+    double sum = 0, loss;
+    for (int k = 0; k < a->val_batches && !isnan(sum); k++)
+        sum = loss_step(ctx, val, R, tok, tgt, sb, &rng, loss_t, &loss, err, errlen) == 0 ? sum + loss : NAN;
+    char e[1024];
+    if (restore_kept(ctx, p, save, e, sizeof e) != 0) { /* the model is not as it was: that error first */
+        snprintf(err, (size_t)errlen, "%s", e);
+        return NAN;
     }
-    for (int i = 0; i < NKEPT; i++) memcpy(rt_space(ctx, kept[i]), save[i], (size_t)p->space_bytes[kept[i]]);
     return sum / a->val_batches;
 }
 
@@ -357,6 +422,14 @@ static void resume(rt_ctx *ctx, const rt_program *p, const TrainArgs *a, const R
     if (R->say) printf("resumed from %s (step %lld)\n", used, (long long)x.step);
 }
 
+/* The device the program runs on, for the start-up line: "cpu", "cuda sm_90". */
+static const char *device_name(const rt_program *p, char *buf, size_t n) {
+    if (p->device == RT_DEV_CUDA) snprintf(buf, n, "cuda %s", p->arch && *p->arch ? p->arch : "(no arch)");
+    else if (p->device == RT_DEV_CPU) snprintf(buf, n, "cpu");
+    else snprintf(buf, n, "device %d", p->device);
+    return buf;
+}
+
 int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps) {
     TrainArgs a = {0};
     parse(&a, p, argc, argv);
@@ -368,6 +441,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     int64_t B = tok->dim[0], T = tok->dim[1];
 
     rt_options o = {.threads = a.threads, .serial = a.serial, .trace_path = a.trace};
+    if (a.no_graph && setenv("KILN_NO_GRAPH", "1", 1) != 0) die("--no-graph: cannot set KILN_NO_GRAPH: %s", strerror(errno));
     rt_ctx *ctx = rt_new(p, &o);
     if (!ctx) return 1;
     Ranks R = {.rank = rt_world_rank(ctx), .world = rt_world_size(ctx), .dp = rt_group_size(ctx, RT_AXIS_DP),
@@ -402,8 +476,10 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     agree_or_die(ctx, rc, err, sizeof err);
     int64_t gB = B * R.dp; /* the global batch */
     if (R.say) {
+        char dev[64];
         printf("training %s on %s: %d steps of %lld x %lld tokens (compiled, %s", p->model, a.data, a.steps, (long long)gB,
-               (long long)T, a.serial ? "serial" : "threaded");
+               (long long)T, device_name(p, dev, sizeof dev));
+        if (p->device == RT_DEV_CPU) printf(", %s", a.serial ? "serial" : "threaded"); /* a GPU's streams are its own */
         if (R.world > 1) printf(", %d ranks, dp %d", R.world, R.dp);
         if (R.cp > 1) printf(", cp %d (%s)", R.cp, R.cp_contiguous ? "contiguous" : "dual");
         printf(")\n");
@@ -416,17 +492,20 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     if (R.world > 1) snprintf(who, sizeof who, "rank %d: ", R.rank);
     int64_t comm0 = rt_comm_bytes(ctx);
     for (int step = first; step <= a.steps; step++) {
-        sample_inputs(ctx, &train, &R, tok, tgt, &sb, &rng);
-        double ts = now();
-        if (rt_step(ctx, err, sizeof err) != 0) {
+        double dt = 0, loss, lr, gn;
+        int bad = sample_inputs(ctx, &train, &R, tok, tgt, &sb, &rng, err, sizeof err) != 0;
+        if (!bad) {
+            double ts = now();
+            bad = rt_step(ctx, err, sizeof err) != 0;
+            dt = now() - ts;
+        }
+        if (bad || read_outputs(ctx, loss_t, lr_t, gn_t, &loss, &lr, &gn, err, sizeof err) != 0) {
             fprintf(stderr, "%sstep %d: %s\n", who, step, err);
             rc = 1;
             break;
         }
-        double dt = now() - ts;
         int64_t comm = rt_comm_bytes(ctx) - comm0;
         comm0 += comm;
-        double loss = scalar(ctx, loss_t), lr = scalar(ctx, lr_t), gn = scalar(ctx, gn_t);
         /* p->flops is one rank's step: the job does world times that */
         double tps = (double)(gB * T) / dt, gflops = p->flops * R.world / dt * 1e-9;
         if (!isfinite(loss)) { /* the loss is all-reduced: every rank stops here */

@@ -1,10 +1,13 @@
-/* mpi_comm.c — the multi-rank runtime (runtime/comm_mpi.c, the sharded
+/* mpi_comm.c — the multi-rank runtime (runtime/comm_mpi.c and the CPU's
+ * collective kernels in runtime/coll_mpi.c, the sharded
  * checkpoints of runtime/checkpoint.c, the trainer's ranks) on hand-built
  * programs, no compiler involved.  tests/t_mpi.sh runs it under mpirun;
  * it is not a test_* program because it needs mpirun and arguments.
  *
  *   mpi_comm plain           a one-rank program in a plain process: MPI is
- *                            never initialised, collectives are copies
+ *                            never initialised, collectives are copies; a
+ *                            dtype other than f32 (allgather: f32, i32)
+ *                            fails the step naming kernel and dtype
  *   mpi_comm coll DP CP      (mpirun -np DP*CP) allreduce, reducescatter,
  *                            allgather (also in place, piecewise and
  *                            strided: chunks of a middle dim) and shard over
@@ -126,19 +129,58 @@ static void k_copy(rt_ctx *c, const int64_t *a) { memcpy(rt_arg_ptr(a[0]), rt_ar
 
 static void step_nothing(rt_ctx *c, char *const *sp) { (void)c, (void)sp; }
 
+/* The dtype arg of the collectives: the CPU sums f32 only and its allgather
+ * moves 4-byte types; anything else fails the step naming kernel and dtype.
+ * The launch of case k (the last one passes). */
+static const struct {
+    const char *want; /* in rt_step's message; NULL: the step passes */
+} bad_dtypes[] = {{"allreduce: dtype bf16"}, {"reducescatter: dtype i32"}, {"allgather: dtype bf16"}, {"allreduce: dtype code 42"},
+                  {NULL}};
+static int bad_case;
+
+static void step_bad_dtype(rt_ctx *c, char *const *sp) {
+    float *f = (float *)sp[RT_SPACE_ACT];
+    int64_t x = rt_ptr_arg(f), y = rt_ptr_arg(f + 8);
+    switch (bad_case) {
+    case 0: LAUNCH(c, 1, rtk_allreduce, "allreduce", x, y, 8, RT_AXIS_DP, RT_BF16); break;
+    case 1: LAUNCH(c, 1, rtk_reducescatter, "reducescatter", x, y, 1, 8, 1, RT_AXIS_DP, RT_I32); break;
+    case 2: LAUNCH(c, 1, rtk_allgather, "allgather", x, y, 1, 8, 1, RT_AXIS_DP, RT_BF16); break;
+    case 3: LAUNCH(c, 1, rtk_allreduce, "allreduce", x, y, 8, RT_AXIS_DP, 42); break;
+    default: LAUNCH(c, 1, rtk_allgather, "allgather", x, y, 1, 8, 1, RT_AXIS_DP, RT_I32); break;
+    }
+}
+
+static void check_dtypes(void) {
+    rt_program p = {.abi_version = RT_ABI_VERSION, .model = "dtypes", .space_bytes = {0, 0, 0, 4096}, .nstreams = 2, .step = step_bad_dtype};
+    int ok = 1;
+    for (bad_case = 0; bad_case < (int)(sizeof bad_dtypes / sizeof *bad_dtypes); bad_case++) {
+        rt_ctx *c = new_ctx(&p);
+        int32_t *v = (int32_t *)rt_space(c, RT_SPACE_ACT);
+        for (int i = 0; i < 16; i++) v[i] = i < 8 ? 7 * i + 1 : -1;
+        char err[512] = "";
+        int rc = rt_step(c, err, sizeof err);
+        if (bad_dtypes[bad_case].want) ok &= rc != 0 && strstr(err, bad_dtypes[bad_case].want) != NULL;
+        else
+            for (int i = 0; i < 8; i++) ok &= rc == 0 && v[8 + i] == 7 * i + 1;
+        if (!ok) fprintf(stderr, "mpi_comm: dtype case %d: rc %d, \"%s\"\n", bad_case, rc, err);
+        rt_free(c);
+    }
+    check(ok, "one rank: allreduce bf16, reducescatter i32, allgather bf16, dtype 42 fail the step naming kernel and dtype; allgather i32 copies");
+}
+
 static int run_plain(void) {
     rt_program p = {.abi_version = RT_ABI_VERSION, .model = "plain", .space_bytes = {0, 0, 0, 4096}, .nstreams = 2, .step = step_nothing};
     rt_ctx *c = new_ctx(&p);
     float *x = (float *)rt_space(c, RT_SPACE_ACT), *y = x + 64;
     for (int i = 0; i < 8; i++) x[i] = (float)i + 1;
-    rtk_allreduce(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 8, RT_AXIS_DP});
+    rtk_allreduce(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 8, RT_AXIS_DP, RT_F32});
     int ok = 1;
     for (int i = 0; i < 8; i++) ok &= y[i] == (float)i + 1;
     memset(y, 0, 32);
-    rtk_reducescatter(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 2, 2, 2, RT_AXIS_DP | RT_AXIS_CP});
+    rtk_reducescatter(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 2, 2, 2, RT_AXIS_DP | RT_AXIS_CP, RT_F32});
     for (int i = 0; i < 8; i++) ok &= y[i] == (float)i + 1;
     memset(y, 0, 32);
-    rtk_allgather(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 2, 4, 1, ALL});
+    rtk_allgather(c, (const int64_t[]){rt_ptr_arg(x), rt_ptr_arg(y), 2, 4, 1, ALL, RT_F32});
     for (int i = 0; i < 8; i++) ok &= y[i] == (float)i + 1;
     check(ok, "one rank: allreduce, reducescatter and allgather are copies");
     int inited = 1;
@@ -146,6 +188,7 @@ static int run_plain(void) {
     check(rt_world_rank(c) == 0 && rt_world_size(c) == 1 && rt_group_size(c, RT_AXIS_DP) == 1 && rt_group_rank(c, ALL) == 0,
           "one rank: rank 0 of 1, groups of one");
     check(rt_comm_bytes(c) == 0, "one rank: rt_comm_bytes is 0");
+    check_dtypes();
     int failed = report(c);
     rt_free(c);
     return failed != 0;
@@ -210,17 +253,18 @@ static void step_coll(rt_ctx *c, char *const *sp) {
     LAUNCH(c, 0, k_fill, "fill", rt_ptr_arg(f));
     rt_record(c, 0, 0);
     rt_wait(c, 1, 0);
-    LAUNCH(c, 1, rtk_allreduce, "allreduce", rt_ptr_arg(f + X_AR), rt_ptr_arg(f + Y_AR), N, m);
-    LAUNCH(c, 1, rtk_allreduce, "allreduce in place", rt_ptr_arg(f + IP_AR), rt_ptr_arg(f + IP_AR), N, m);
-    LAUNCH(c, 1, rtk_reducescatter, "reducescatter", rt_ptr_arg(f + X_RS), rt_ptr_arg(f + Y_RS), 1, N, 1, m);
-    LAUNCH(c, 1, rtk_reducescatter, "reducescatter into own chunk", rt_ptr_arg(f + OWN_RS), rt_ptr_arg(f + OWN_RS + i * N), 1, N, 1, m);
-    LAUNCH(c, 1, rtk_allgather, "allgather", rt_ptr_arg(f + X_AG), rt_ptr_arg(f + Y_AG), 1, N, 1, m);
-    LAUNCH(c, 1, rtk_allgather, "allgather in place", rt_ptr_arg(f + IP_AG + i * N), rt_ptr_arg(f + IP_AG), 1, N, 1, m);
-    LAUNCH(c, 1, rtk_reducescatter, "strided reducescatter", rt_ptr_arg(f + X_SRS), rt_ptr_arg(f + Y_SRS), SO, SN, SI, m);
-    LAUNCH(c, 1, rtk_allgather, "strided allgather", rt_ptr_arg(f + X_SAG), rt_ptr_arg(f + Y_SAG), SO, SN, SI, m);
+    LAUNCH(c, 1, rtk_allreduce, "allreduce", rt_ptr_arg(f + X_AR), rt_ptr_arg(f + Y_AR), N, m, RT_F32);
+    LAUNCH(c, 1, rtk_allreduce, "allreduce in place", rt_ptr_arg(f + IP_AR), rt_ptr_arg(f + IP_AR), N, m, RT_F32);
+    LAUNCH(c, 1, rtk_reducescatter, "reducescatter", rt_ptr_arg(f + X_RS), rt_ptr_arg(f + Y_RS), 1, N, 1, m, RT_F32);
+    LAUNCH(c, 1, rtk_reducescatter, "reducescatter into own chunk", rt_ptr_arg(f + OWN_RS), rt_ptr_arg(f + OWN_RS + i * N), 1, N, 1, m,
+           RT_F32);
+    LAUNCH(c, 1, rtk_allgather, "allgather", rt_ptr_arg(f + X_AG), rt_ptr_arg(f + Y_AG), 1, N, 1, m, RT_F32);
+    LAUNCH(c, 1, rtk_allgather, "allgather in place", rt_ptr_arg(f + IP_AG + i * N), rt_ptr_arg(f + IP_AG), 1, N, 1, m, RT_F32);
+    LAUNCH(c, 1, rtk_reducescatter, "strided reducescatter", rt_ptr_arg(f + X_SRS), rt_ptr_arg(f + Y_SRS), SO, SN, SI, m, RT_F32);
+    LAUNCH(c, 1, rtk_allgather, "strided allgather", rt_ptr_arg(f + X_SAG), rt_ptr_arg(f + Y_SAG), SO, SN, SI, m, RT_F32);
     LAUNCH(c, 1, rtk_iota_rank, "iota dual", rt_ptr_arg(f + I_DUAL), IN, m, 1, 0, 0);
     LAUNCH(c, 1, rtk_iota_rank, "iota contiguous", rt_ptr_arg(f + I_CONT), IN, m, 0, 0, 0);
-    LAUNCH(c, 1, rtk_allgather, "allgather i32", rt_ptr_arg(f + I_DUAL), rt_ptr_arg(f + I_ALL), 1, IN, 1, m);
+    LAUNCH(c, 1, rtk_allgather, "allgather i32", rt_ptr_arg(f + I_DUAL), rt_ptr_arg(f + I_ALL), 1, IN, 1, m, RT_I32);
     LAUNCH(c, 1, rtk_shard, "shard", rt_ptr_arg(f + X_SH), rt_ptr_arg(f + Y_SH), SH_OUTER, SH_LEN, SH_INNER, 4, m);
     rt_record(c, 1, 1);
     rt_wait(c, 0, 1);
@@ -999,7 +1043,7 @@ static void step_train(rt_ctx *c, char *const *sp) {
     int32_t *tok = (int32_t *)(act + M.inputs[0].offset), *tgt = (int32_t *)(act + M.inputs[1].offset), *pos = tgt + M.B * M.T;
     float *params = M.ps ? gshard + M.len : (float *)sp[RT_SPACE_PARAMS];
     float *mine = M.ps ? (float *)(sp[RT_SPACE_OPT] + M.states[2].offset) : params + rt_group_rank(c, M.group) * M.len;
-    LAUNCH(c, 1, rtk_allgather, "allgather params", rt_ptr_arg(mine), rt_ptr_arg(params), 1, M.len, 1, M.group);
+    LAUNCH(c, 1, rtk_allgather, "allgather params", rt_ptr_arg(mine), rt_ptr_arg(params), 1, M.len, 1, M.group, RT_F32);
     LAUNCH(c, 0, rtk_iota_rank, "positions", rt_ptr_arg(pos), M.T, RT_AXIS_CP, M.dual, 0, 0);
     rt_record(c, 1, 0);
     rt_wait(c, 0, 0);
@@ -1007,8 +1051,8 @@ static void step_train(rt_ctx *c, char *const *sp) {
            rt_ptr_arg(pos));
     rt_record(c, 0, 1);
     rt_wait(c, 1, 1);
-    LAUNCH(c, 1, rtk_allreduce, "allreduce loss", rt_ptr_arg(loss), rt_ptr_arg(loss), 1, M.group);
-    LAUNCH(c, 1, rtk_reducescatter, "reducescatter grads", rt_ptr_arg(grads), rt_ptr_arg(gshard), 1, M.len, 1, M.group);
+    LAUNCH(c, 1, rtk_allreduce, "allreduce loss", rt_ptr_arg(loss), rt_ptr_arg(loss), 1, M.group, RT_F32);
+    LAUNCH(c, 1, rtk_reducescatter, "reducescatter grads", rt_ptr_arg(grads), rt_ptr_arg(gshard), 1, M.len, 1, M.group, RT_F32);
     rt_record(c, 1, 2);
     rt_wait(c, 0, 2);
     LAUNCH(c, 0, k_update, "update", rt_ptr_arg(mine), rt_ptr_arg(m), rt_ptr_arg(gshard), M.len);

@@ -16,9 +16,16 @@
 #  4. show the check can fail: a copy of embedding.cu whose scatter ranks a
 #     key among the HIGHER lanes with the same digit (an unstable sort: the
 #     gradient rows are then added out of order, a change of a few f32 bits)
-#     must give at least one "not ok".  The real sources are never touched.
-# About 15 s on this 2-core machine (two g++ builds of ~3 s, the check ~5 s).
-# To rerun one family after a build: $B/cuda_emu/check rope (see check.cpp).
+#     must give at least one "not ok".  The real sources are never touched;
+#  5. the same for misc.cu (copy, sumto, reduce, softmax, sumsq, fill, iota,
+#     attn_merge, ...): tests/cuda_emu/check_misc.cpp, built with
+#     -Wno-unused-function (misc.cu leaves some of common.cuh's block
+#     reductions unused), run, and shown able to fail with a copy of misc.cu
+#     whose attn_merge drops its __syncwarp (lane 0 then stores the merged
+#     lse before the other lanes have read lse_a: wrong in place).
+# About 25 s on this 2-core machine (four g++ builds of ~3 s, the checks ~6 s).
+# To rerun one family after a build: $B/cuda_emu/check rope, or
+# $B/cuda_emu/check_misc sumto (see check.cpp, check_misc.cpp).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${BUILD:-build}
@@ -68,6 +75,43 @@ host_copy() {
 
 # build SRC_DIR OUT: check.cpp against the kernel copies in SRC_DIR
 build() { "${CXX[@]}" -I"$1" tests/cuda_emu/check.cpp "$D/emu.o" -o "$2"; }
+# build_misc SRC_DIR OUT: check_misc.cpp the same way
+build_misc() { "${CXX[@]}" -Wno-unused-function -I"$1" tests/cuda_emu/check_misc.cpp "$D/emu.o" -o "$2"; }
+
+# run_check NAME BINARY ARGS...: its TAP lines, renumbered after ours
+run_check() {
+    local name=$1 start=$SECONDS rc
+    shift
+    timeout 120 "$@" > "$tmp/out" 2>&1; rc=$?
+    awk -v n="$n" '/^(not )?ok [0-9]+ /{ sub(/ok [0-9]+ /, "ok " ++n " ") } !/^1\.\.[0-9]+$/' "$tmp/out"
+    n=$((n + $(grep -c -E '^(not )?ok [0-9]+ ' "$tmp/out")))
+    if [ "$rc" -ne 0 ] && ! grep -q '^not ok' "$tmp/out"; then
+        say 1 "$name exited $rc with no failed line (crash or timeout; rc 124 = timeout)"
+    fi
+    echo "# $name ran in $((SECONDS - start)) s"
+}
+
+# plant FILE FROM TO WHAT BUILDER FAMILY: a host copy with FROM replaced by TO
+# in FILE must fail the check (run on FAMILY only)
+plant() {
+    local file=$1 from=$2 to=$3 what=$4 builder=$5 family=$6 rc caught first
+    if ! host_copy "$tmp/mutant" > "$tmp/why" 2>&1; then
+        say 1 "planted bug: host copy: $(tr '\n' ' ' < "$tmp/why")"
+    elif ! replace_text "$tmp/mutant/$file" "$from" "$to"; then
+        say 1 "planted bug: $file no longer has '$from' exactly once (pick another bug to plant)"
+    elif ! "$builder" "$tmp/mutant" "$tmp/check_mutant" > "$tmp/log" 2>&1; then
+        say 1 "planted bug: build:"; head -20 "$tmp/log"
+    else
+        timeout 60 "$tmp/check_mutant" "$family" > "$tmp/mutant.out" 2>&1; rc=$?
+        caught=$(grep -c '^not ok' "$tmp/mutant.out")
+        first=$(grep -m1 '^not ok' "$tmp/mutant.out" | sed 's/^not ok [0-9]* - //')
+        if [ "$rc" -ne 0 ] && [ "$caught" -gt 0 ]; then
+            say 0 "planted bug ($what) caught by $caught 'not ok', e.g. $first"
+        else
+            say 1 "planted bug ($what) NOT caught (rc $rc, $caught 'not ok')"
+        fi
+    fi
+}
 
 start=$SECONDS
 if ! host_copy "$D/src" > "$tmp/why" 2>&1; then
@@ -80,33 +124,19 @@ else
 fi
 
 # the check; its numbers follow ours
-start=$SECONDS
-timeout 120 "$D/check" > "$tmp/out" 2>&1; rc=$?
-awk -v n="$n" '/^(not )?ok [0-9]+ /{ sub(/ok [0-9]+ /, "ok " ++n " ") } !/^1\.\.[0-9]+$/' "$tmp/out"
-n=$((n + $(grep -c -E '^(not )?ok [0-9]+ ' "$tmp/out")))
-if [ "$rc" -ne 0 ] && ! grep -q '^not ok' "$tmp/out"; then
-    say 1 "the check exited $rc with no failed line (crash or timeout; rc 124 = timeout)"
-fi
-echo "# check ran in $((SECONDS - start)) s"
+run_check check "$D/check"
 
 # a planted bug must be caught
-MUTANT_FILE=embedding.cu
-MUTANT_FROM='__popc(peers & ((1u << lane) - 1u))'
-MUTANT_TO='__popc(peers & ~((2u << lane) - 1u))'
-if ! host_copy "$tmp/mutant" > "$tmp/why" 2>&1; then
-    say 1 "planted bug: host copy: $(tr '\n' ' ' < "$tmp/why")"
-elif ! replace_text "$tmp/mutant/$MUTANT_FILE" "$MUTANT_FROM" "$MUTANT_TO"; then
-    say 1 "planted bug: $MUTANT_FILE no longer has '$MUTANT_FROM' exactly once (pick another bug to plant)"
-elif ! build "$tmp/mutant" "$tmp/check_mutant" > "$tmp/log" 2>&1; then
-    say 1 "planted bug: build:"; head -20 "$tmp/log"
+plant embedding.cu '__popc(peers & ((1u << lane) - 1u))' '__popc(peers & ~((2u << lane) - 1u))' \
+    "embedding scatter ranks among higher lanes: unstable sort" build embedding
+
+# misc.cu: its check, then a planted bug
+start=$SECONDS
+if build_misc "$D/src" "$D/check_misc" > "$tmp/log" 2>&1; then
+    say 0 "check_misc built ($((SECONDS - start)) s)"
+    run_check check_misc "$D/check_misc"
 else
-    timeout 60 "$tmp/check_mutant" embedding > "$tmp/mutant.out" 2>&1; rc=$?
-    caught=$(grep -c '^not ok' "$tmp/mutant.out")
-    first=$(grep -m1 '^not ok' "$tmp/mutant.out" | sed 's/^not ok [0-9]* - //')
-    if [ "$rc" -ne 0 ] && [ "$caught" -gt 0 ]; then
-        say 0 "planted bug (embedding scatter ranks among higher lanes: unstable sort) caught by $caught 'not ok', e.g. $first"
-    else
-        say 1 "planted bug (embedding scatter ranks among higher lanes) NOT caught (rc $rc, $caught 'not ok')"
-    fi
+    say 1 "build check_misc:"; head -40 "$tmp/log"
 fi
+plant misc.cu '        __syncwarp();' '' "attn_merge without its __syncwarp: lse stored before all lanes read it" build_misc attn_merge
 echo "1..$n"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Training: `kiln check` (f32 == f64 on random inputs) on the tiny models, and
 # the demo criterion: `make demo`'s compiled trainer takes the tiny model's
-# loss from about ln(256) = 5.55 down by at least 40% within the demo's steps.
+# loss from about ln(256) = 5.55 down by at least 40% within the demo's steps;
+# its start-up line names the device, and --no-graph (eager steps on a GPU)
+# leaves the CPU's losses as they are.
 set -u
 B=${BUILD:-build}
 K=$B/kiln
@@ -11,10 +13,16 @@ LLAMA_SMALL="--set layers=2 --set dim=64 --set heads=4 --set kv_heads=2 --set ff
 check "kiln check tiny.lua (f32 vs f64)" "$K check models/tiny.lua > /dev/null"
 check "kiln check llama.lua small (f32 vs f64)" "$K check models/llama.lua $LLAMA_SMALL > /dev/null"
 [ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
-log=$(mktemp); trap 'rm -f "$log"' EXIT
+log=$(mktemp); trap 'rm -f "$log" "$log.out" "$log.g" "$log.ng"' EXIT
 "$K" compile models/tiny.lua --target cpu -o "$log.bin" > /dev/null
-"$log.bin" --data "$B/corpus.txt" --log "$log" > /dev/null
+"$log.bin" --data "$B/corpus.txt" --log "$log" > "$log.out"
+# the device in the start-up line; --no-graph (a GPU's eager steps) changes nothing on the CPU
+"$log.bin" --data "$B/corpus.txt" --steps 3 --log "$log.g" > /dev/null
+"$log.bin" --data "$B/corpus.txt" --steps 3 --no-graph --log "$log.ng" > /dev/null
 rm -f "$log.bin"
+check "the start-up line names the device (compiled, cpu, threaded)" "head -1 $log.out | grep -q '(compiled, cpu, threaded)'"
+check "--no-graph: the same 3 losses on the CPU" \
+    "[ \$(wc -l < $log.g) = 3 ] && cmp -s <(sed 's/.*\"loss\":\([^,]*\),.*/\1/' $log.g) <(sed 's/.*\"loss\":\([^,]*\),.*/\1/' $log.ng)"
 first=$(head -1 "$log" | sed 's/.*"loss":\([^,]*\),.*/\1/')
 last=$(tail -10 "$log" | sed 's/.*"loss":\([^,]*\),.*/\1/' | awk '{s+=$1} END {print s/NR}')
 echo "# demo: first loss $first, mean of last 10 steps $last"

@@ -748,22 +748,23 @@ static void test_comm_launches(void **st) {
     char mask_dp[8], mask_dpcp[8];
     snprintf(mask_dp, sizeof mask_dp, "%d", RT_AXIS_DP);
     snprintf(mask_dpcp, sizeof mask_dpcp, "%d", RT_AXIS_DP | RT_AXIS_CP);
-    /* allreduce: x [8,4] over dp, over dp+cp, the input g [20]; tp is a copy */
+    /* allreduce: x [8,4] over dp, over dp+cp, the input g [20]; tp is a copy;
+     * the last arg is the dtype (RT_F32 = 0) */
     assert_int_equal(launches(text, "allreduce", l), 3);
-    WANT(&l[0], "p", "p", "32", mask_dp);
-    WANT(&l[1], "p", "p", "32", mask_dpcp);
-    WANT(&l[2], "p", "p", "20", mask_dp);
+    WANT(&l[0], "p", "p", "32", mask_dp, "0");
+    WANT(&l[1], "p", "p", "32", mask_dpcp, "0");
+    WANT(&l[2], "p", "p", "20", mask_dp, "0");
     for (int k = 0; k < 3; k++) assert_int_equal(l[k].stream, ar_stream[k]);
     assert_int_equal(l[0].stream, 3);
     /* (outer, n, inner): reducescatter x [8,4] -> [4,4] on dim 0: 1, 4, 4;
      * allgather [4,4] -> [8,4]: 1, 4, 4; on dim 1, [8,4] -> [8,2] and back:
      * 8, 2, 1 (interleaved chunks) */
     assert_int_equal(launches(text, "reducescatter", l), 2);
-    WANT(&l[0], "p", "p", "1", "4", "4", mask_dp);
-    WANT(&l[1], "p", "p", "8", "2", "1", mask_dp);
+    WANT(&l[0], "p", "p", "1", "4", "4", mask_dp, "0");
+    WANT(&l[1], "p", "p", "8", "2", "1", mask_dp, "0");
     assert_int_equal(launches(text, "allgather", l), 2); /* the tp one is a copy */
-    WANT(&l[0], "p", "p", "1", "4", "4", mask_dp);
-    WANT(&l[1], "p", "p", "8", "2", "1", mask_dp);
+    WANT(&l[0], "p", "p", "1", "4", "4", mask_dp, "0");
+    WANT(&l[1], "p", "p", "8", "2", "1", mask_dp, "0");
     /* rank iotas: dst, n, mask, dual, from, all; the plain iota is not among them */
     assert_int_equal(launches(text, "iota_rank", l), 4);
     WANT(&l[0], "p", "6", mask_dp, "1", "0", "0");
@@ -1149,7 +1150,7 @@ static void test_unknown_op_ice(void **st) {
     ir_free(b.m);
 }
 
-/* Over two ranks, a collective of i32 is not implemented (f32 only); one
+/* Over two ranks, an allreduce of i32 is not implemented (f32; bf16 on CUDA); one
  * rank copies it. */
 static void test_comm_ice(void **st) {
     Bld b = bld("ice");
@@ -1157,7 +1158,7 @@ static void test_comm_ice(void **st) {
     int x = input(&b, "x", TY(DT_I32, 4, 6));
     output(&b, val(&b, OP_allreduce, INS(x), ATS(as(&b, "group", "dp"))), "y");
     plan_trivially(b.m);
-    EXPECT_ICE(b.m, "t.lua:2", "allreduce of i32", "f32 only");
+    EXPECT_ICE(b.m, "t.lua:2", "allreduce of i32", "collectives take f32");
     ir_free(b.m);
 }
 
@@ -1319,7 +1320,7 @@ static void test_cp_p2p_launches(void **st) {
         int64_t r = ir_numel(&g->vals[merges[k]->in[1]].t);
         snprintf(rows, sizeof rows, "%lld", (long long)r);
         snprintf(D, sizeof D, "%lld", (long long)(ir_numel(&g->vals[merges[k]->in[0]].t) / r));
-        WANT(&l[k], "p", "p", "p", "p", "p", "p", rows, D);
+        WANT(&l[k], "p", "p", "p", "p", "p", "p", rows, D, "0"); /* dt: f32 */
     }
     free(text);
     ir_free(m);

@@ -160,3 +160,29 @@ static __device__ float kiln_block_lse(float m, float s) {
     __syncthreads();
     return total;
 }
+
+/* ---- dtype codes and dtype-generic loads and stores ----
+ *
+ * Kernels whose element type varies at run time (misc.cu: copy, sumto,
+ * reduce, softmax, ...) take kiln_rt.h's dtype code (RT_F32 = 0, RT_BF16 = 1,
+ * RT_I32 = 3) and a `void *`.  The code is the same for every thread, so the
+ * branch costs a few instructions, not divergence.  Any code other than
+ * KILN_BF16 reads and writes f32 (the launchers reject the others). */
+#define KILN_F32 0
+#define KILN_BF16 1
+#define KILN_I32 3
+
+/* element i of an f32 or bf16 array, as f32 */
+static __device__ __forceinline__ float kiln_ld_dt(const void *p, long long i, int dt) {
+    return dt == KILN_BF16 ? kiln_ld((const __nv_bfloat16 *)p, i) : ((const float *)p)[i];
+}
+
+/* store v as element i of an f32 or bf16 array (bf16: rounded to nearest even) */
+static __device__ __forceinline__ void kiln_st_dt(void *p, long long i, float v, int dt) {
+    if (dt == KILN_BF16) kiln_st((__nv_bfloat16 *)p, i, v);
+    else ((float *)p)[i] = v;
+}
+
+/* the first element index of this thread in a grid-stride loop, and the stride */
+static __device__ __forceinline__ long long kiln_gtid(void) { return blockIdx.x * (long long)blockDim.x + threadIdx.x; }
+static __device__ __forceinline__ long long kiln_gstride(void) { return (long long)gridDim.x * blockDim.x; }

@@ -1,0 +1,440 @@
+/* fake_cublaslt.c — a fake libcublasLt.so.13: the contract's cuBLASLt
+ * subset as a host GEMM, for running the CUDA trainer without a GPU
+ * (fake_cuda.c says why and how).
+ *
+ * What it computes: cublasLtMatmul's D = alpha * op(A) op(B) + beta * C,
+ * column-major (CUBLASLT_ORDER_COL, the only order), for the contract's
+ * types only: compute CUBLAS_COMPUTE_32F, scale CUDA_R_32F (alpha, beta as
+ * host floats: the default pointer mode), A and B CUDA_R_16BF, C and D both
+ * CUDA_R_16BF or both CUDA_R_32F; TRANSA/TRANSB N or T; strided batches
+ * (BATCH_COUNT, STRIDED_BATCH_OFFSET in elements, stride 0 = the same
+ * matrix for every batch entry, refused for D).  beta = 0 does not read C.
+ * Accumulation: each dot product is summed in DOUBLE, in order of k, then
+ * alpha * sum + beta * C is rounded once to f32 (and from f32 to bf16,
+ * nearest even, for a bf16 D) — so the fake is more exact than the GPU
+ * (f32 tensor-core accumulation); compare a trainer with bf16 tolerances.
+ *
+ * What it checks, as cuBLASLt would (CUBLAS_STATUS_INVALID_VALUE or
+ * NOT_SUPPORTED, one "fake cublasLt: " line on stderr): the types above,
+ * the dimensions of op(A) [m,k], op(B) [k,n], C and D [m,n], ld >= rows,
+ * equal batch counts, C == D only with the same layout, attribute sizes
+ * (an int32 attribute set from an int64 fails), only the contract's
+ * attributes (TRANSA, TRANSB, BATCH_COUNT, STRIDED_BATCH_OFFSET,
+ * MAX_WORKSPACE_BYTES; anything else is refused with its number).  And
+ * what a GPU would fault on: every matrix it reads or writes, all batches,
+ * must lie inside one device allocation of the fake driver.
+ *
+ * The work is enqueued on the stream through kiln_fake_cuda_enqueue
+ * (fake_cuda.h) with its arguments copied, so a GEMM launched while the
+ * stream captures is recorded and replayed by cuGraphLaunch like a kernel.
+ * cublasLtMatmulAlgoGetHeuristic returns one algorithm (no workspace).
+ * The exports carry the real library's symbol version (libcublasLt.so.13),
+ * so a binary linked against the real library loads this one.
+ */
+#include <cublasLt.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_cuda.h"
+
+#define HANDLE_MAGIC 0x6b6c4c74u /* "kLLt" */
+#define DESC_MAGIC 0x6b446573u
+#define LAYOUT_MAGIC 0x6b4c6179u
+#define PREF_MAGIC 0x6b507266u
+#define ALGO_MAGIC 0x6b416c67u
+
+struct cublasLtContext {
+    unsigned magic;
+};
+
+typedef struct {
+    unsigned magic;
+    int32_t compute, scale, transa, transb;
+} Desc;
+
+typedef struct {
+    unsigned magic;
+    int32_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+    int32_t batch;
+    int64_t stride;
+} Layout;
+
+typedef struct {
+    unsigned magic;
+    uint64_t max_workspace;
+} Pref;
+
+static cublasStatus_t fail(cublasStatus_t s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static cublasStatus_t fail(cublasStatus_t s, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "fake cublasLt: %s (%s)\n", line, cublasLtGetStatusString(s));
+    return s;
+}
+
+const char *cublasLtGetStatusString(cublasStatus_t status) {
+    switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "the functionality requested requires some license";
+    default: return "unknown error";
+    }
+}
+
+/* ---- handles and descriptors ---- */
+
+static void *new_object(size_t bytes) { return calloc(1, bytes); }
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *lightHandle) {
+    if (!lightHandle) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtCreate: NULL handle pointer");
+    struct cublasLtContext *h = new_object(sizeof *h);
+    if (!h) return fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtCreate");
+    h->magic = HANDLE_MAGIC;
+    *lightHandle = h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle) {
+    if (!lightHandle || lightHandle->magic != HANDLE_MAGIC)
+        return fail(CUBLAS_STATUS_NOT_INITIALIZED, "cublasLtDestroy: not a live handle");
+    lightHandle->magic = 0;
+    free(lightHandle);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc, cublasComputeType_t computeType,
+                                        cudaDataType_t scaleType) {
+    if (!matmulDesc) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescCreate: NULL pointer");
+    Desc *d = new_object(sizeof *d);
+    if (!d) return fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmulDescCreate");
+    *d = (Desc){DESC_MAGIC, (int32_t)computeType, (int32_t)scaleType, CUBLAS_OP_N, CUBLAS_OP_N};
+    *matmulDesc = (cublasLtMatmulDesc_t)d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static Desc *desc_of(cublasLtMatmulDesc_t h) {
+    Desc *d = (Desc *)h;
+    return d && d->magic == DESC_MAGIC ? d : NULL;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
+    Desc *d = desc_of(matmulDesc);
+    if (!d) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescDestroy: not a live descriptor");
+    d->magic = 0;
+    free(d);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* an attribute's value of `size` bytes; INVALID_VALUE when the size is not `want` */
+static cublasStatus_t attribute(const char *call, const char *name, const void *buf, size_t size, size_t want,
+                                void *out) {
+    if (!buf || size != want)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s(%s): %zu bytes given, the attribute has %zu", call, name, size, want);
+    memcpy(out, buf, want);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t sizeInBytes) {
+    const char *call = "cublasLtMatmulDescSetAttribute";
+    Desc *d = desc_of(matmulDesc);
+    if (!d) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live descriptor", call);
+    int32_t op = 0;
+    cublasStatus_t s;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+        s = attribute(call, attr == CUBLASLT_MATMUL_DESC_TRANSA ? "TRANSA" : "TRANSB", buf, sizeInBytes, sizeof op, &op);
+        if (s) return s;
+        if (op != CUBLAS_OP_N && op != CUBLAS_OP_T) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: operation %d", call, op);
+        *(attr == CUBLASLT_MATMUL_DESC_TRANSA ? &d->transa : &d->transb) = op;
+        return CUBLAS_STATUS_SUCCESS;
+    default:
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: attribute %d is not emulated (the contract sets TRANSA, TRANSB)", call,
+                    (int)attr);
+    }
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+    if (!matLayout) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutCreate: NULL pointer");
+    Layout *l = new_object(sizeof *l);
+    if (!l) return fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatrixLayoutCreate");
+    *l = (Layout){LAYOUT_MAGIC, (int32_t)type, rows, cols, ld, 1, 0};
+    *matLayout = (cublasLtMatrixLayout_t)l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static Layout *layout_of(cublasLtMatrixLayout_t h) {
+    Layout *l = (Layout *)h;
+    return l && l->magic == LAYOUT_MAGIC ? l : NULL;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
+    Layout *l = layout_of(matLayout);
+    if (!l) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatrixLayoutDestroy: not a live layout");
+    l->magic = 0;
+    free(l);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t sizeInBytes) {
+    const char *call = "cublasLtMatrixLayoutSetAttribute";
+    Layout *l = layout_of(matLayout);
+    if (!l) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live layout", call);
+    switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: {
+        int32_t v = 0;
+        cublasStatus_t s = attribute(call, "BATCH_COUNT", buf, sizeInBytes, sizeof v, &v);
+        if (s) return s;
+        if (v < 1) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: BATCH_COUNT %d", call, v);
+        l->batch = v;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: {
+        int64_t v = 0;
+        cublasStatus_t s = attribute(call, "STRIDED_BATCH_OFFSET", buf, sizeInBytes, sizeof v, &v);
+        if (s) return s;
+        if (v < 0) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: STRIDED_BATCH_OFFSET %lld", call, (long long)v);
+        l->stride = v;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    default:
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED,
+                    "%s: attribute %d is not emulated (the contract sets BATCH_COUNT, STRIDED_BATCH_OFFSET)", call, (int)attr);
+    }
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
+    if (!pref) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceCreate: NULL pointer");
+    Pref *p = new_object(sizeof *p);
+    if (!p) return fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmulPreferenceCreate");
+    p->magic = PREF_MAGIC;
+    *pref = (cublasLtMatmulPreference_t)p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static Pref *pref_of(cublasLtMatmulPreference_t h) {
+    Pref *p = (Pref *)h;
+    return p && p->magic == PREF_MAGIC ? p : NULL;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+    Pref *p = pref_of(pref);
+    if (!p) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulPreferenceDestroy: not a live preference");
+    p->magic = 0;
+    free(p);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t sizeInBytes) {
+    const char *call = "cublasLtMatmulPreferenceSetAttribute";
+    Pref *p = pref_of(pref);
+    if (!p) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live preference", call);
+    if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES)
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: attribute %d is not emulated (the contract sets MAX_WORKSPACE_BYTES)",
+                    call, (int)attr);
+    return attribute(call, "MAX_WORKSPACE_BYTES", buf, sizeInBytes, sizeof p->max_workspace, &p->max_workspace);
+}
+
+/* ---- the GEMM ---- */
+
+typedef struct {
+    int transa, transb, d_bf16; /* d_bf16: C and D are bf16 (else f32) */
+    int64_t m, n, k, batch;
+    int64_t lda, ldb, ldc, ldd, stra, strb, strc, strd;
+    const uint16_t *a, *b;
+    const void *c;
+    void *d;
+    float alpha, beta;
+} Gemm;
+
+static double bf16_value(uint16_t v) {
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t bf16_round(float f) { /* nearest even; NaN -> 0x7fff (as emu.h and the hardware) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static int run_gemm(void *data, char *err, size_t errlen) {
+    const Gemm *g = data;
+    double *ar = malloc(sizeof(double) * (size_t)(g->m * g->k + 1)), *br = malloc(sizeof(double) * (size_t)(g->n * g->k + 1));
+    if (!ar || !br) {
+        free(ar);
+        free(br);
+        snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
+    for (int64_t bt = 0; bt < g->batch; bt++) {
+        const uint16_t *a = g->a + bt * g->stra, *b = g->b + bt * g->strb;
+        /* ar[i][l] = op(A)(i, l), br[j][l] = op(B)(l, j): contiguous in l */
+        for (int64_t i = 0; i < g->m; i++)
+            for (int64_t l = 0; l < g->k; l++) ar[i * g->k + l] = bf16_value(g->transa ? a[l + i * g->lda] : a[i + l * g->lda]);
+        for (int64_t j = 0; j < g->n; j++)
+            for (int64_t l = 0; l < g->k; l++) br[j * g->k + l] = bf16_value(g->transb ? b[j + l * g->ldb] : b[l + j * g->ldb]);
+        for (int64_t j = 0; j < g->n; j++)
+            for (int64_t i = 0; i < g->m; i++) {
+                double acc = 0;
+                const double *x = ar + i * g->k, *y = br + j * g->k;
+                for (int64_t l = 0; l < g->k; l++) acc += x[l] * y[l];
+                double v = (double)g->alpha * acc;
+                int64_t ci = bt * g->strc + i + j * g->ldc, di = bt * g->strd + i + j * g->ldd;
+                if (g->beta != 0.0f)
+                    v += (double)g->beta * (g->d_bf16 ? bf16_value(((const uint16_t *)g->c)[ci]) : ((const float *)g->c)[ci]);
+                if (g->d_bf16) ((uint16_t *)g->d)[di] = bf16_round((float)v);
+                else ((float *)g->d)[di] = (float)v;
+            }
+    }
+    free(ar);
+    free(br);
+    return 0;
+}
+
+static cublasStatus_t check_layout(const char *call, const char *which, const Layout *l, uint64_t rows, uint64_t cols,
+                                   int32_t batch) {
+    if (!l) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: %s: not a live layout", call, which);
+    if (l->rows != rows || l->cols != cols)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: %s is %llux%llu, the product needs %llux%llu", call, which,
+                    (unsigned long long)l->rows, (unsigned long long)l->cols, (unsigned long long)rows,
+                    (unsigned long long)cols);
+    if (l->ld < (int64_t)(l->rows ? l->rows : 1))
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: %s: ld %lld < rows %llu (column-major)", call, which, (long long)l->ld,
+                    (unsigned long long)l->rows);
+    if (l->batch != batch)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: %s: BATCH_COUNT %d, D has %d", call, which, l->batch, batch);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Checks the types and shapes and fills g's shape fields. */
+static cublasStatus_t plan(const char *call, const Desc *d, const Layout *A, const Layout *B, const Layout *C,
+                           const Layout *D, Gemm *g) {
+    if (!d) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live matmul descriptor", call);
+    if (!D) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: D: not a live layout", call);
+    if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F)
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: compute type %d, scale type %d (the fake has 32F/R_32F only)", call,
+                    d->compute, d->scale);
+    if (!A || !B || !C) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: a layout is not live", call);
+    if (A->type != CUDA_R_16BF || B->type != CUDA_R_16BF || C->type != D->type ||
+        (D->type != CUDA_R_16BF && D->type != CUDA_R_32F))
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED,
+                    "%s: types A %d B %d C %d D %d (the fake has A, B CUDA_R_16BF; C = D CUDA_R_16BF or CUDA_R_32F)", call,
+                    A->type, B->type, C->type, D->type);
+    uint64_t m = D->rows, n = D->cols, k = d->transa == CUBLAS_OP_T ? A->rows : A->cols;
+    cublasStatus_t s;
+    if ((s = check_layout(call, "A", A, d->transa == CUBLAS_OP_T ? k : m, d->transa == CUBLAS_OP_T ? m : k, D->batch)) ||
+        (s = check_layout(call, "B", B, d->transb == CUBLAS_OP_T ? n : k, d->transb == CUBLAS_OP_T ? k : n, D->batch)) ||
+        (s = check_layout(call, "C", C, m, n, D->batch)) || (s = check_layout(call, "D", D, m, n, D->batch)))
+        return s;
+    if (D->batch > 1 && D->stride == 0 && m * n > 0)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: D: BATCH_COUNT %d with STRIDED_BATCH_OFFSET 0 (the batches overlap)",
+                    call, D->batch);
+    *g = (Gemm){.transa = d->transa == CUBLAS_OP_T, .transb = d->transb == CUBLAS_OP_T, .d_bf16 = D->type == CUDA_R_16BF,
+                .m = (int64_t)m, .n = (int64_t)n, .k = (int64_t)k, .batch = D->batch,
+                .lda = A->ld, .ldb = B->ld, .ldc = C->ld, .ldd = D->ld,
+                .stra = A->stride, .strb = B->stride, .strc = C->stride, .strd = D->stride};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The bytes a batched column-major matrix spans from its base. */
+static size_t span_bytes(const Layout *l, size_t esize) {
+    if (l->rows == 0 || l->cols == 0) return 0;
+    uint64_t last = (uint64_t)(l->batch - 1) * (uint64_t)l->stride + (l->cols - 1) * (uint64_t)l->ld + l->rows;
+    return (size_t)last * esize;
+}
+
+static cublasStatus_t check_memory(const char *call, const char *which, const void *p, const Layout *l) {
+    char why[512];
+    size_t bytes = span_bytes(l, l->type == CUDA_R_32F ? 4 : 2);
+    if (bytes == 0 || kiln_fake_cuda_check_range((CUdeviceptr)(uintptr_t)p, bytes, why, sizeof why) == 0)
+        return CUBLAS_STATUS_SUCCESS;
+    return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: %s: %s", call, which, why);
+}
+
+static int same_layout(const Layout *a, const Layout *b) {
+    return a->type == b->type && a->rows == b->rows && a->cols == b->cols && a->ld == b->ld && a->batch == b->batch &&
+           a->stride == b->stride;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t preference, int requestedAlgoCount,
+                                              cublasLtMatmulHeuristicResult_t heuristicResultsArray[],
+                                              int *returnAlgoCount) {
+    const char *call = "cublasLtMatmulAlgoGetHeuristic";
+    if (!lightHandle || lightHandle->magic != HANDLE_MAGIC)
+        return fail(CUBLAS_STATUS_NOT_INITIALIZED, "%s: not a live handle", call);
+    if (!pref_of(preference)) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live preference", call);
+    if (requestedAlgoCount < 1 || !heuristicResultsArray || !returnAlgoCount)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: requestedAlgoCount %d / NULL results", call, requestedAlgoCount);
+    Gemm g;
+    *returnAlgoCount = 0;
+    cublasStatus_t s = plan(call, desc_of(operationDesc), layout_of(Adesc), layout_of(Bdesc), layout_of(Cdesc),
+                            layout_of(Ddesc), &g);
+    if (s) return s;
+    memset(&heuristicResultsArray[0], 0, sizeof heuristicResultsArray[0]);
+    heuristicResultsArray[0].algo.data[0] = ALGO_MAGIC;
+    heuristicResultsArray[0].workspaceSize = 0;
+    heuristicResultsArray[0].state = CUBLAS_STATUS_SUCCESS;
+    heuristicResultsArray[0].wavesCount = 1.0f;
+    *returnAlgoCount = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
+                              const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo, void *workspace,
+                              size_t workspaceSizeInBytes, cudaStream_t stream) {
+    const char *call = "cublasLtMatmul";
+    if (!lightHandle || lightHandle->magic != HANDLE_MAGIC)
+        return fail(CUBLAS_STATUS_NOT_INITIALIZED, "%s: not a live handle", call);
+    if (!alpha || !beta) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: alpha or beta is NULL", call);
+    if (algo && algo->data[0] != ALGO_MAGIC)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: algo not from cublasLtMatmulAlgoGetHeuristic", call);
+    const Layout *la = layout_of(Adesc), *lb = layout_of(Bdesc), *lc = layout_of(Cdesc), *ld = layout_of(Ddesc);
+    Gemm g;
+    cublasStatus_t s = plan(call, desc_of(computeDesc), la, lb, lc, ld, &g);
+    if (s) return s;
+    if (C == D && !same_layout(lc, ld)) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: C == D with different layouts", call);
+    memcpy(&g.alpha, alpha, sizeof g.alpha);
+    memcpy(&g.beta, beta, sizeof g.beta);
+    g.a = A, g.b = B, g.c = C, g.d = D;
+    if ((s = check_memory(call, "A", A, la)) || (s = check_memory(call, "B", B, lb)) ||
+        (g.beta != 0.0f && (s = check_memory(call, "C", C, lc))) || (s = check_memory(call, "D", D, ld)))
+        return s;
+    char why[512];
+    if (workspaceSizeInBytes && workspace &&
+        kiln_fake_cuda_check_range((CUdeviceptr)(uintptr_t)workspace, workspaceSizeInBytes, why, sizeof why) != 0)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: workspace: %s", call, why);
+    if (g.m == 0 || g.n == 0) return CUBLAS_STATUS_SUCCESS;
+    CUresult r = kiln_fake_cuda_enqueue((CUstream)stream, "cublasLtMatmul", run_gemm, &g, sizeof g);
+    if (r != CUDA_SUCCESS) return fail(CUBLAS_STATUS_EXECUTION_FAILED, "%s: the fake driver refused the work (CUresult %d)", call, (int)r);
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,1621 @@
+/* fake_cuda.c — a fake libcuda.so.1 that runs the CUDA trainer on the host.
+ *
+ * Why: this machine has the CUDA toolkit but no GPU and no driver, so a
+ * trainer built with `kiln compile --target cuda:sm_90` (dev_cuda.c,
+ * kernels_cuda.c, comm_nccl.c) links but cannot start.  This library has
+ * the real driver's soname and implements exactly the driver API subset of
+ * the CUDA contract (/tmp/kiln/cuda_contract.md, docs/cuda.md), on the
+ * host, so that a test can run the trainer with
+ *     LD_LIBRARY_PATH=<the fakes> KILN_FAKE_CUDA_KERNELS=<kernel libraries>
+ * and compare its losses with the CPU trainer's.  fake_cublaslt.c and
+ * fake_nccl.c are its siblings (libcublasLt.so.13, libnccl.so.2).
+ *
+ * The model.
+ *   - One device, "Fake GPU (kiln emulator)", compute capability 9.0, with
+ *     an H100's attributes (cuDeviceGetAttribute answers the common ones
+ *     and fails, naming the attribute, on the rest).  Its primary context
+ *     is the only context; the current context is per thread, as in CUDA,
+ *     so a thread that never made it current gets CUDA_ERROR_INVALID_CONTEXT.
+ *   - Device memory is host memory: a CUdeviceptr is a host address,
+ *     aligned to 256 bytes, 80 GiB in all.  Every allocation is tracked:
+ *     copies, memsets and the fake cuBLASLt's matrices must lie inside one
+ *     (else CUDA_ERROR_INVALID_VALUE, naming the range), cuMemAlloc of 0
+ *     bytes and a free of anything not allocated fail as in CUDA.
+ *   - Streams are serial and always idle: work runs on the calling thread
+ *     when it is enqueued, so events are complete when recorded and
+ *     cuStreamWaitEvent has nothing to wait for.  (Races between streams
+ *     therefore never show in eager mode; see the graph replay order.)
+ *   - Kernels: cuModuleLoadData checks that the image is an ELF cubin for
+ *     sm_90 (else CUDA_ERROR_INVALID_IMAGE / NO_BINARY_FOR_GPU) and keeps a
+ *     copy.  cuModuleGetFunction requires the name among the cubin's
+ *     function symbols and in a kernel library of $KILN_FAKE_CUDA_KERNELS
+ *     (fake_kernels.h, built by build_kernels.sh: the same CUDA C compiled
+ *     for the fiber emulator, tests/cuda_emu; when two libraries have a
+ *     kernel of one name, the first listed wins, so a library put first
+ *     overrides a kernel: a planted bug, an instrumented copy); when the
+ *     cubin's parameter table (.nv.info.NAME) can be read, its parameter
+ *     sizes must equal the emulated kernel's (a stale kernel library fails
+ *     here).
+ *     cuLaunchKernel checks the geometry (CUDA's limits and the kernel's
+ *     __launch_bounds__) and the dynamic shared memory against the
+ *     function's limit (48 KiB unless cuFuncSetAttribute raised it, at most
+ *     227 KiB), then runs the emulated kernel.  An emulation error (barrier
+ *     divergence, deadlock, bad shuffle...) is printed and returned as
+ *     CUDA_ERROR_LAUNCH_FAILED, and is sticky, as a faulting kernel is on a
+ *     GPU: every later call that could report it (synchronisations,
+ *     copies, launches, allocations) returns it until the primary context
+ *     is released.  A segmentation fault inside a kernel kills the process
+ *     with the emulator's message (emu.h).
+ *   - Graph capture (cuStreamBeginCapture .. cuStreamEndCapture): work
+ *     enqueued on a capturing stream, or on a stream that joined the
+ *     capture by waiting on an event recorded in it, is RECORDED instead of
+ *     run: kernel parameter VALUES are copied at capture time (each
+ *     kernel's parameter sizes come from its library), copies keep their
+ *     pointers (a host source is read at replay, as in CUDA).  The capture
+ *     tracks CUDA's dependency sets (a stream's tail, an event's recorded
+ *     set) so that it can refuse what CUDA refuses: cuStreamEndCapture with
+ *     work not joined back into the origin stream (UNJOINED), ending on
+ *     another stream (UNMATCHED), synchronising or querying a capturing
+ *     stream or a captured event, the legacy stream while a blocking stream
+ *     captures (IMPLICIT), and the "potentially unsafe" calls (cuMemAlloc,
+ *     cuMemFree, cuMemAllocHost, cuMemFreeHost, synchronous copies and
+ *     memsets, cuCtxSynchronize) while a GLOBAL capture is active (or a
+ *     THREAD_LOCAL one of this thread): those fail with
+ *     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture,
+ *     whose end then fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+ *     cuGraphInstantiate copies the recorded work; cuGraphLaunch replays it
+ *     in enqueue order, or, with KILN_FAKE_CUDA_GRAPH_ORDER=reverse, in
+ *     another order that the dependencies allow (of the work ready to run,
+ *     the latest enqueued first): a missing event between two streams then
+ *     shows as a wrong result.
+ *   - Errors are returned as CUDA would, and each one the fake detects is
+ *     also printed on stderr, one line starting "fake cuda: ", with the call
+ *     and CUDA's error name.  cuGetErrorName/String give CUDA's texts.
+ *   - KILN_FAKE_CUDA_STRICT=1: new device memory is filled with 0xff bytes
+ *     (NaN as f32 and bf16), so reading memory never written shows; at exit
+ *     every allocation, host allocation, stream, event, module, graph and
+ *     graph exec still alive is reported as a leak, and if there was a leak
+ *     or a bad free (double free, freeing an address never allocated) the
+ *     process exits with status 1 after flushing its output.
+ *   - KILN_FAKE_CUDA_DEVICES=0 pretends there is no device (cuDeviceGet
+ *     fails), to test a program's error path.
+ *   - KILN_FAKE_CUDA_PROFILE=1 prints at exit the host time spent in each
+ *     kernel (and in the fake cuBLASLt's GEMMs, copies, memsets): where an
+ *     emulated run spends its time, nothing about a GPU's.
+ *
+ * Threads: one lock serialises every call (the emulator is single-threaded).
+ * The fake cuBLASLt and NCCL enqueue their host work through
+ * kiln_fake_cuda_enqueue (fake_cuda.h), so it is captured and replayed
+ * like a kernel.
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake_cuda.h"
+#include "fake_kernels.h"
+
+#define FAKE_DEVICE_NAME "Fake GPU (kiln emulator)"
+#define TOTAL_MEMORY (80ull << 30)
+#define ALLOC_ALIGN 256
+#define DEFAULT_DYNAMIC_SMEM (48 * 1024)
+#define MAX_DYNAMIC_SMEM (227 * 1024)
+#define DEVICE_ARCH 90
+#ifndef EM_CUDA
+#define EM_CUDA 190
+#endif
+
+/* ---- the lock: every entry point holds it for its whole body ---- */
+
+static pthread_mutex_t api_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static void api_unlock(int *unused) {
+    (void)unused;
+    pthread_mutex_unlock(&api_lock);
+}
+#define API_LOCKED int api_guard_ __attribute__((cleanup(api_unlock), unused)) = (pthread_mutex_lock(&api_lock), 0)
+
+/* ---- error names and texts ---- */
+
+typedef struct {
+    CUresult code;
+    const char *name, *text;
+} ErrorText;
+
+#define E(code, text) {code, #code, text}
+static const ErrorText error_texts[] = {
+    E(CUDA_SUCCESS, "no error"),
+    E(CUDA_ERROR_INVALID_VALUE, "invalid argument"),
+    E(CUDA_ERROR_OUT_OF_MEMORY, "out of memory"),
+    E(CUDA_ERROR_NOT_INITIALIZED, "initialization error"),
+    E(CUDA_ERROR_DEINITIALIZED, "driver shutting down"),
+    E(CUDA_ERROR_STUB_LIBRARY, "CUDA driver is a stub library"),
+    E(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected"),
+    E(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal"),
+    E(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid"),
+    E(CUDA_ERROR_INVALID_CONTEXT, "invalid device context"),
+    E(CUDA_ERROR_NO_BINARY_FOR_GPU, "no kernel image is available for execution on the device"),
+    E(CUDA_ERROR_INVALID_PTX, "a PTX JIT compilation failed"),
+    E(CUDA_ERROR_INVALID_SOURCE, "device kernel image is invalid"),
+    E(CUDA_ERROR_FILE_NOT_FOUND, "file not found"),
+    E(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"),
+    E(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state"),
+    E(CUDA_ERROR_NOT_FOUND, "named symbol not found"),
+    E(CUDA_ERROR_NOT_READY, "device not ready"),
+    E(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered"),
+    E(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources requested for launch"),
+    E(CUDA_ERROR_LAUNCH_TIMEOUT, "the launch timed out and was terminated"),
+    E(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed"),
+    E(CUDA_ERROR_ASSERT, "device-side assert triggered"),
+    E(CUDA_ERROR_MISALIGNED_ADDRESS, "misaligned address"),
+    E(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure"),
+    E(CUDA_ERROR_NOT_PERMITTED, "operation not permitted"),
+    E(CUDA_ERROR_NOT_SUPPORTED, "operation not supported"),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing"),
+    E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture"),
+    E(CUDA_ERROR_STREAM_CAPTURE_MERGE, "operation would result in a merge of separate capture sequences"),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "capture was not ended in the same stream as it began"),
+    E(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "capturing stream has unjoined work"),
+    E(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "dependency created on uncaptured work in another stream"),
+    E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+      "operation would make the legacy stream depend on a capturing blocking stream"),
+    E(CUDA_ERROR_CAPTURED_EVENT, "operation not permitted on an event last recorded in a capturing stream"),
+    E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+      "attempt to terminate a thread-local capture sequence from another thread"),
+    E(CUDA_ERROR_TIMEOUT, "wait operation timed out"),
+    E(CUDA_ERROR_UNKNOWN, "unknown error"),
+};
+#undef E
+
+static const ErrorText *error_text(CUresult r) {
+    for (size_t i = 0; i < sizeof error_texts / sizeof *error_texts; i++)
+        if (error_texts[i].code == r) return &error_texts[i];
+    return NULL;
+}
+
+static const char *error_name(CUresult r) {
+    const ErrorText *t = error_text(r);
+    return t ? t->name : "CUDA_ERROR_?";
+}
+
+/* Print one line about a failure the fake detected and return r. */
+static CUresult fail(CUresult r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static CUresult fail(CUresult r, const char *fmt, ...) {
+    char line[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "fake cuda: %s (%s)\n", line, error_name(r));
+    return r;
+}
+
+static void *xrealloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) {
+        fprintf(stderr, "fake cuda: out of host memory (%zu bytes)\n", bytes);
+        abort();
+    }
+    return q;
+}
+
+static int env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* ---- small sets ---- */
+
+typedef struct {
+    int *v;
+    int n, cap;
+} IntSet;
+
+static void ints_add(IntSet *s, int x) {
+    for (int i = 0; i < s->n; i++)
+        if (s->v[i] == x) return;
+    if (s->n == s->cap) s->v = xrealloc(s->v, sizeof(int) * (size_t)(s->cap = s->cap ? 2 * s->cap : 4));
+    s->v[s->n++] = x;
+}
+static void ints_union(IntSet *dst, const IntSet *src) {
+    for (int i = 0; i < src->n; i++) ints_add(dst, src->v[i]);
+}
+static void ints_set(IntSet *dst, const IntSet *src) {
+    dst->n = 0;
+    ints_union(dst, src);
+}
+static void ints_free(IntSet *s) {
+    free(s->v);
+    *s = (IntSet){0};
+}
+
+typedef struct {
+    void **v;
+    int n, cap;
+} PtrList;
+
+static void ptrs_add(PtrList *l, void *p) {
+    if (l->n == l->cap) l->v = xrealloc(l->v, sizeof(void *) * (size_t)(l->cap = l->cap ? 2 * l->cap : 8));
+    l->v[l->n++] = p;
+}
+static int ptrs_has(const PtrList *l, const void *p) {
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i] == p) return 1;
+    return 0;
+}
+static void ptrs_remove(PtrList *l, const void *p) {
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i] == p) {
+            l->v[i] = l->v[--l->n];
+            return;
+        }
+}
+
+/* ---- the objects ---- */
+
+struct CUctx_st {
+    int retains;
+};
+
+typedef struct Capture Capture;
+
+struct CUstream_st {
+    unsigned flags;
+    int id;           /* 0 is the legacy stream */
+    Capture *capture; /* the capture it belongs to, or NULL */
+    IntSet tail;      /* in a capture: the recorded work its next work depends on */
+};
+
+struct CUevent_st {
+    unsigned flags;
+    int recorded;     /* recorded outside any capture: complete, with a time */
+    double time_ms;
+    Capture *capture; /* recorded in this (active) capture */
+    IntSet deps;      /*   with this dependency set */
+};
+
+struct CUmod_st {
+    unsigned char *image; /* a copy of the cubin */
+    size_t size;
+};
+
+struct CUfunc_st {
+    CUmodule mod;
+    const KilnFakeKernel *kernel;
+    int max_dynamic_smem;
+    char name[256];
+};
+
+typedef enum { OP_KERNEL, OP_COPY, OP_SET, OP_HOST } OpKind;
+
+/* One piece of stream work.  Transient (run at once) or recorded (owned
+ * copies in args / data, dependencies in deps). */
+typedef struct {
+    OpKind kind;
+    int stream; /* the stream's id, for messages */
+    IntSet deps;
+    /* OP_KERNEL */
+    CUfunction f;
+    unsigned grid[3], block[3];
+    size_t smem;
+    void *const *params;  /* transient: the caller's kernelParams */
+    unsigned char *args;  /* recorded: the values, each at an 8-byte aligned offset */
+    /* OP_COPY, OP_SET */
+    void *dst;
+    const void *src;
+    size_t bytes;
+    unsigned char value;
+    /* OP_HOST */
+    const char *what;
+    int (*run)(void *, char *, size_t);
+    const void *host_data; /* transient */
+    unsigned char *data;   /* recorded */
+    size_t data_bytes;
+} Op;
+
+struct Capture {
+    CUstream origin;
+    CUstreamCaptureMode mode;
+    pthread_t thread;
+    int invalid;
+    Op *ops;
+    int nops, cap;
+};
+
+struct CUgraph_st {
+    Op *ops;
+    int nops;
+};
+
+struct CUgraphExec_st {
+    Op *ops;
+    int nops;
+    int *order; /* the replay order: indices into ops */
+};
+
+typedef struct {
+    uintptr_t base;
+    size_t size;
+    int host; /* cuMemAllocHost */
+} Alloc;
+
+static int initialized;
+static struct CUctx_st primary;
+static __thread CUcontext current_ctx;
+static CUresult sticky_error; /* a launch failure, until the context is released */
+static struct CUstream_st legacy_stream = {CU_STREAM_DEFAULT, 0, NULL, {0}};
+static int next_stream_id = 1;
+static PtrList streams, events, modules, functions, graphs, execs, captures;
+static Alloc *allocs;
+static int nallocs, cap_allocs;
+static unsigned long long device_bytes;
+static int bad_frees;
+
+/* KILN_FAKE_CUDA_PROFILE=1: time per kernel (and per kind of host work), printed at exit */
+typedef struct {
+    const char *name;
+    long long count;
+    double seconds;
+} ProfileRow;
+static ProfileRow *profile;
+static int nprofile, profiling = -1;
+
+/* ---- context and capture rules ---- */
+
+static CUresult need_ctx(const char *call) {
+    if (!initialized) return fail(CUDA_ERROR_NOT_INITIALIZED, "%s before cuInit", call);
+    if (!current_ctx || primary.retains == 0)
+        return fail(CUDA_ERROR_INVALID_CONTEXT,
+                    "%s: no current context on this thread (cuDevicePrimaryCtxRetain, then cuCtxSetCurrent)", call);
+    return CUDA_SUCCESS;
+}
+
+static const char *mode_name(CUstreamCaptureMode m) {
+    switch (m) {
+    case CU_STREAM_CAPTURE_MODE_GLOBAL: return "global";
+    case CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: return "thread-local";
+    case CU_STREAM_CAPTURE_MODE_RELAXED: return "relaxed";
+    default: return "?";
+    }
+}
+
+/* A potentially unsafe call (CUDA's term) while a capture forbids it. */
+static CUresult capture_forbids(const char *call) {
+    for (int i = 0; i < captures.n; i++) {
+        Capture *c = captures.v[i];
+        int mine = pthread_equal(c->thread, pthread_self());
+        if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL || (c->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL && mine)) {
+            c->invalid = 1;
+            return fail(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                        "%s while stream %d is being captured (%s mode): not permitted; the capture is invalidated",
+                        call, c->origin->id, mode_name(c->mode));
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Work on the legacy stream waits for every blocking stream: not while one captures. */
+static CUresult legacy_allowed(const char *call) {
+    for (int i = 0; i < streams.n; i++) {
+        struct CUstream_st *s = streams.v[i];
+        if (s->capture && !(s->flags & CU_STREAM_NON_BLOCKING)) {
+            s->capture->invalid = 1;
+            return fail(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+                        "%s on the legacy stream while blocking stream %d is being captured; the capture is invalidated",
+                        call, s->id);
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult stream_of(CUstream h, const char *call, struct CUstream_st **out) {
+    if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+        *out = &legacy_stream;
+        return CUDA_SUCCESS;
+    }
+    if (!ptrs_has(&streams, h)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: stream %p is not a live stream", call, (void *)h);
+    *out = h;
+    return CUDA_SUCCESS;
+}
+
+/* ---- memory ---- */
+
+static Alloc *find_alloc(uintptr_t p, int host) {
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].host == host && p >= allocs[i].base && p - allocs[i].base < allocs[i].size) return &allocs[i];
+    return NULL;
+}
+
+static int range_ok(CUdeviceptr p, size_t bytes, char *err, size_t errlen) {
+    if (bytes == 0) return 0;
+    const Alloc *a = find_alloc((uintptr_t)p, 0);
+    if (a && bytes <= a->size - ((uintptr_t)p - a->base)) return 0;
+    if (a)
+        snprintf(err, errlen, "device range 0x%llx + %zu bytes runs %zu bytes past its allocation (0x%llx, %zu bytes)",
+                 (unsigned long long)p, bytes, bytes - (a->size - ((uintptr_t)p - a->base)), (unsigned long long)a->base,
+                 a->size);
+    else
+        snprintf(err, errlen, "device address 0x%llx (+ %zu bytes) is not in any device allocation",
+                 (unsigned long long)p, bytes);
+    return -1;
+}
+
+static CUresult check_range(const char *call, const char *which, CUdeviceptr p, size_t bytes) {
+    char why[256];
+    if (range_ok(p, bytes, why, sizeof why) == 0) return CUDA_SUCCESS;
+    return fail(CUDA_ERROR_INVALID_VALUE, "%s: %s: %s", call, which, why);
+}
+
+static void add_alloc(void *p, size_t size, int host) {
+    if (nallocs == cap_allocs) allocs = xrealloc(allocs, sizeof *allocs * (size_t)(cap_allocs = cap_allocs ? 2 * cap_allocs : 16));
+    allocs[nallocs++] = (Alloc){(uintptr_t)p, size, host};
+    if (!host) device_bytes += size;
+}
+
+static CUresult free_alloc(const char *call, uintptr_t p, int host) {
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].base == p && allocs[i].host == host) {
+            if (!host) device_bytes -= allocs[i].size;
+            free((void *)p);
+            allocs[i] = allocs[--nallocs];
+            return CUDA_SUCCESS;
+        }
+    bad_frees++;
+    return fail(CUDA_ERROR_INVALID_VALUE, "%s(%p): not a live %s allocation (double free, or never allocated)", call,
+                (void *)p, host ? "cuMemAllocHost" : "cuMemAlloc");
+}
+
+static void *alloc_aligned(size_t bytes) {
+    size_t rounded = (bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
+    return aligned_alloc(ALLOC_ALIGN, rounded);
+}
+
+/* ---- the kernel libraries ($KILN_FAKE_CUDA_KERNELS) ---- */
+
+typedef struct {
+    const KilnFakeKernel *kernel;
+    const char *library;
+} Registered;
+
+static Registered *registry;
+static int nregistry, registry_loaded;
+static char registry_error[1024];
+
+static int load_library(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(registry_error, sizeof registry_error, "cannot load kernel library %s: %s", path, dlerror());
+        return -1;
+    }
+    const KilnFakeKernel *(*get)(int *, int *) = (const KilnFakeKernel *(*)(int *, int *))dlsym(h, "kiln_fake_kernels");
+    int count = 0, abi = 0;
+    const KilnFakeKernel *table = get ? get(&count, &abi) : NULL;
+    const char *why = !get ? "no symbol kiln_fake_kernels (not built by build_kernels.sh?)"
+                      : abi != KILN_FAKE_KERNELS_ABI ? "another KILN_FAKE_KERNELS_ABI (rebuild it)"
+                      : count < 0 ? "two kernels of one name"
+                                  : NULL;
+    if (why) {
+        snprintf(registry_error, sizeof registry_error, "kernel library %s: %s", path, why);
+        return -1;
+    }
+    char *name = strdup(path);
+    if (!name) abort();
+    for (int i = 0; i < count; i++) {
+        int taken = 0; /* by an earlier library: the first one listed wins */
+        for (int j = 0; j < nregistry && !taken; j++) taken = strcmp(registry[j].kernel->name, table[i].name) == 0;
+        if (taken) continue;
+        registry = xrealloc(registry, sizeof *registry * (size_t)(nregistry + 1));
+        registry[nregistry++] = (Registered){&table[i], name};
+    }
+    return 0;
+}
+
+static int load_registry(void) {
+    if (registry_loaded) return registry_error[0] ? -1 : 0;
+    registry_loaded = 1;
+    const char *paths = getenv("KILN_FAKE_CUDA_KERNELS");
+    if (!paths || !*paths) {
+        snprintf(registry_error, sizeof registry_error,
+                 "KILN_FAKE_CUDA_KERNELS is not set (colon-separated kernel libraries from build_kernels.sh)");
+        return -1;
+    }
+    char *copy = strdup(paths), *save = NULL;
+    if (!copy) abort();
+    int rc = 0;
+    for (char *p = strtok_r(copy, ":", &save); p && rc == 0; p = strtok_r(NULL, ":", &save)) rc = load_library(p);
+    free(copy);
+    return rc;
+}
+
+static const Registered *find_kernel(const char *name) {
+    for (int i = 0; i < nregistry; i++)
+        if (strcmp(registry[i].kernel->name, name) == 0) return &registry[i];
+    return NULL;
+}
+
+/* ---- cubins (ELF) ---- */
+
+static const Elf64_Shdr *section(const unsigned char *img, int i) {
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    return (const Elf64_Shdr *)(img + eh->e_shoff + (size_t)i * eh->e_shentsize);
+}
+
+static const char *section_name(const unsigned char *img, const Elf64_Shdr *sh) {
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    return (const char *)img + section(img, eh->e_shstrndx)->sh_offset + sh->sh_name;
+}
+
+static int cubin_arch(const Elf64_Ehdr *eh) {
+    return eh->e_ident[EI_ABIVERSION] >= 8 ? (int)((eh->e_flags >> 8) & 0xff) : (int)(eh->e_flags & 0xff);
+}
+
+/* Checks an image and finds its size; CUDA_SUCCESS or the error to return. */
+static CUresult cubin_check(const unsigned char *img, size_t *size) {
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    if (memcmp(img, ELFMAG, SELFMAG) != 0)
+        return fail(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoadData: the image is not an ELF cubin (no \\177ELF magic)");
+    if (eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_machine != EM_CUDA || eh->e_shentsize != sizeof(Elf64_Shdr) ||
+        eh->e_shnum == 0 || eh->e_shstrndx >= eh->e_shnum)
+        return fail(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoadData: an ELF image but not a 64-bit CUDA cubin (machine %d)",
+                    eh->e_machine);
+    if (cubin_arch(eh) != DEVICE_ARCH)
+        return fail(CUDA_ERROR_NO_BINARY_FOR_GPU, "cuModuleLoadData: a cubin for sm_%d; the device is sm_%d",
+                    cubin_arch(eh), DEVICE_ARCH);
+    size_t end = eh->e_shoff + (size_t)eh->e_shnum * eh->e_shentsize;
+    for (int i = 0; i < eh->e_shnum; i++) {
+        const Elf64_Shdr *sh = section(img, i);
+        if (sh->sh_type != SHT_NOBITS && sh->sh_offset + sh->sh_size > end) end = sh->sh_offset + sh->sh_size;
+    }
+    *size = end;
+    return CUDA_SUCCESS;
+}
+
+/* 1 when the cubin defines a function symbol `name`. */
+static int cubin_has_function(const unsigned char *img, const char *name) {
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    for (int i = 0; i < eh->e_shnum; i++) {
+        const Elf64_Shdr *sh = section(img, i);
+        if (sh->sh_type != SHT_SYMTAB || sh->sh_entsize != sizeof(Elf64_Sym) || sh->sh_link >= eh->e_shnum) continue;
+        const char *strtab = (const char *)img + section(img, (int)sh->sh_link)->sh_offset;
+        const Elf64_Sym *sym = (const Elf64_Sym *)(img + sh->sh_offset);
+        for (size_t j = 0; j < sh->sh_size / sizeof *sym; j++)
+            if (ELF64_ST_TYPE(sym[j].st_info) == STT_FUNC && strcmp(strtab + sym[j].st_name, name) == 0) return 1;
+    }
+    return 0;
+}
+
+/* The parameter sizes the cubin records for kernel `name` (.nv.info.NAME:
+ * EIATTR_KPARAM_INFO records, size in the top 14 bits of the last word);
+ * the count, or -1 when the table cannot be read (then nothing is checked). */
+static int cubin_param_sizes(const unsigned char *img, const char *name, size_t *sizes, int max) {
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    char want[300];
+    snprintf(want, sizeof want, ".nv.info.%s", name);
+    for (int i = 0; i < eh->e_shnum; i++) {
+        const Elf64_Shdr *sh = section(img, i);
+        if (strcmp(section_name(img, sh), want) != 0) continue;
+        const unsigned char *p = img + sh->sh_offset, *end = p + sh->sh_size;
+        int count = 0, seen[256] = {0};
+        while (p + 4 <= end) {
+            int format = p[0], attr = p[1];
+            if (format == 3) { p += 4; continue; } /* EIFMT_HVAL */
+            if (format != 4) break;                 /* anything else: stop reading */
+            uint16_t len;
+            memcpy(&len, p + 2, 2);
+            if (p + 4 + len > end) return -1;
+            if (attr == 0x17 && len == 12) { /* EIATTR_KPARAM_INFO */
+                uint16_t ordinal;
+                uint32_t word;
+                memcpy(&ordinal, p + 8, 2);
+                memcpy(&word, p + 12, 4);
+                if (ordinal >= max || ordinal >= 256) return -1;
+                sizes[ordinal] = word >> 18;
+                if (!seen[ordinal]) count++;
+                seen[ordinal] = 1;
+            }
+            p += 4 + len;
+        }
+        for (int j = 0; j < count; j++)
+            if (!seen[j]) return -1;
+        return count;
+    }
+    return -1;
+}
+
+/* ---- running and recording work ---- */
+
+static size_t args_bytes(const KilnFakeKernel *k) {
+    size_t total = 0;
+    for (int i = 0; i < k->nparams; i++) total += (k->param_sizes[i] + 7) / 8 * 8;
+    return total;
+}
+
+static CUresult run_op_now(const Op *op) {
+    char err[2048] = "";
+    switch (op->kind) {
+    case OP_KERNEL: {
+        if (!ptrs_has(&functions, op->f))
+            return fail(CUDA_ERROR_INVALID_HANDLE, "replay: a kernel whose module was unloaded");
+        const KilnFakeKernel *k = op->f->kernel;
+        void *stack_ptrs[64], **ptrs = stack_ptrs;
+        if (op->args) {
+            if (k->nparams > 64) ptrs = xrealloc(NULL, sizeof(void *) * (size_t)k->nparams);
+            size_t off = 0;
+            for (int i = 0; i < k->nparams; i++) {
+                ptrs[i] = op->args + off;
+                off += (k->param_sizes[i] + 7) / 8 * 8;
+            }
+        }
+        int rc = k->launch(op->grid, op->block, op->smem, op->args ? (void *const *)ptrs : op->params, err, sizeof err);
+        if (ptrs != stack_ptrs) free(ptrs);
+        if (rc == 0) return CUDA_SUCCESS;
+        sticky_error = CUDA_ERROR_LAUNCH_FAILED;
+        return fail(CUDA_ERROR_LAUNCH_FAILED, "kernel %s<<<(%u,%u,%u), (%u,%u,%u), %zu>>> on stream %d failed: %s",
+                    k->name, op->grid[0], op->grid[1], op->grid[2], op->block[0], op->block[1], op->block[2], op->smem,
+                    op->stream, err);
+    }
+    case OP_COPY: memmove(op->dst, op->src, op->bytes); return CUDA_SUCCESS;
+    case OP_SET: memset(op->dst, op->value, op->bytes); return CUDA_SUCCESS;
+    case OP_HOST:
+        if (op->run(op->data ? op->data : (void *)op->host_data, err, sizeof err) == 0) return CUDA_SUCCESS;
+        sticky_error = CUDA_ERROR_LAUNCH_FAILED;
+        return fail(CUDA_ERROR_LAUNCH_FAILED, "%s on stream %d failed: %s", op->what, op->stream, err);
+    }
+    return CUDA_ERROR_UNKNOWN;
+}
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void profile_add(const char *name, double seconds) {
+    int i = 0;
+    while (i < nprofile && strcmp(profile[i].name, name) != 0) i++;
+    if (i == nprofile) {
+        profile = xrealloc(profile, sizeof *profile * (size_t)(nprofile + 1));
+        profile[nprofile++] = (ProfileRow){name, 0, 0};
+    }
+    profile[i].count++;
+    profile[i].seconds += seconds;
+}
+
+static CUresult run_op(const Op *op) {
+    if (profiling < 0) profiling = env_flag("KILN_FAKE_CUDA_PROFILE");
+    if (!profiling) return run_op_now(op);
+    double t0 = now_seconds();
+    CUresult r = run_op_now(op);
+    const char *name = op->kind == OP_KERNEL ? (r == CUDA_ERROR_INVALID_HANDLE ? "(unloaded kernel)" : op->f->kernel->name)
+                       : op->kind == OP_HOST ? op->what
+                       : op->kind == OP_COPY ? "(copy)"
+                                             : "(memset)";
+    profile_add(name, now_seconds() - t0);
+    return r;
+}
+
+static int by_time(const void *a, const void *b) {
+    double x = ((const ProfileRow *)a)->seconds, y = ((const ProfileRow *)b)->seconds;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void print_profile(void) {
+    if (nprofile == 0) return;
+    double total = 0;
+    for (int i = 0; i < nprofile; i++) total += profile[i].seconds;
+    qsort(profile, (size_t)nprofile, sizeof *profile, by_time);
+    fprintf(stderr, "fake cuda: profile (KILN_FAKE_CUDA_PROFILE=1): %.3f s in stream work\n", total);
+    for (int i = 0; i < nprofile; i++)
+        fprintf(stderr, "fake cuda:   %8.3f s %5.1f%% %7lld x  %s\n", profile[i].seconds,
+                total > 0 ? 100 * profile[i].seconds / total : 0.0, profile[i].count, profile[i].name);
+}
+
+/* Make a transient op own what it points at (recording). */
+static void own(Op *op) {
+    if (op->kind == OP_KERNEL) {
+        const KilnFakeKernel *k = op->f->kernel;
+        op->args = xrealloc(NULL, args_bytes(k));
+        size_t off = 0;
+        for (int i = 0; i < k->nparams; i++) {
+            memcpy(op->args + off, op->params[i], k->param_sizes[i]);
+            off += (k->param_sizes[i] + 7) / 8 * 8;
+        }
+        op->params = NULL;
+    } else if (op->kind == OP_HOST) {
+        op->data = xrealloc(NULL, op->data_bytes);
+        memcpy(op->data, op->host_data, op->data_bytes);
+        op->host_data = NULL;
+    }
+}
+
+static Op copy_op(const Op *src) {
+    Op op = *src;
+    op.deps = (IntSet){0};
+    ints_union(&op.deps, &src->deps);
+    if (src->args && !ptrs_has(&functions, src->f)) op.args = NULL; /* its module is gone: run_op refuses it */
+    else if (src->args) {
+        size_t n = args_bytes(src->f->kernel);
+        op.args = xrealloc(NULL, n);
+        memcpy(op.args, src->args, n);
+    }
+    if (src->data) {
+        op.data = xrealloc(NULL, src->data_bytes);
+        memcpy(op.data, src->data, src->data_bytes);
+    }
+    return op;
+}
+
+static void free_ops(Op *ops, int n) {
+    for (int i = 0; i < n; i++) {
+        free(ops[i].args);
+        free(ops[i].data);
+        ints_free(&ops[i].deps);
+    }
+    free(ops);
+}
+
+/* Run op on stream h now, or record it when h captures. */
+static CUresult enqueue(CUstream h, const char *call, Op *op) {
+    struct CUstream_st *s;
+    CUresult r = stream_of(h, call, &s);
+    if (r) return r;
+    op->stream = s->id;
+    if (s->capture) {
+        Capture *c = s->capture;
+        if (c->invalid)
+            return fail(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "%s on stream %d: its capture was invalidated", call,
+                        s->id);
+        own(op);
+        ints_union(&op->deps, &s->tail);
+        if (c->nops == c->cap) c->ops = xrealloc(c->ops, sizeof(Op) * (size_t)(c->cap = c->cap ? 2 * c->cap : 64));
+        c->ops[c->nops] = *op;
+        s->tail.n = 0;
+        ints_add(&s->tail, c->nops++);
+        return CUDA_SUCCESS;
+    }
+    if (s == &legacy_stream && (r = legacy_allowed(call))) return r;
+    if (sticky_error) return sticky_error;
+    return run_op(op);
+}
+
+/* The capture ends: every stream and event leaves it. */
+static void end_capture(Capture *c) {
+    for (int i = 0; i < streams.n; i++) {
+        struct CUstream_st *s = streams.v[i];
+        if (s->capture == c) {
+            s->capture = NULL;
+            s->tail.n = 0;
+        }
+    }
+    for (int i = 0; i < events.n; i++) {
+        struct CUevent_st *e = events.v[i];
+        if (e->capture == c) {
+            e->capture = NULL;
+            e->deps.n = 0;
+        }
+    }
+    ptrs_remove(&captures, c);
+}
+
+/* Every recorded op that nothing depends on must be an ancestor of the
+ * origin stream's tail: the forks are joined back. */
+static CUresult check_joined(const Capture *c) {
+    int n = c->nops;
+    char *has_successor = calloc((size_t)n + 1, 1), *joined = calloc((size_t)n + 1, 1);
+    int *stack = xrealloc(NULL, sizeof(int) * ((size_t)n + 1)), top = 0;
+    if (!has_successor || !joined) abort();
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < c->ops[i].deps.n; j++) has_successor[c->ops[i].deps.v[j]] = 1;
+    for (int i = 0; i < c->origin->tail.n; i++) stack[top++] = c->origin->tail.v[i];
+    while (top > 0) {
+        int i = stack[--top];
+        if (joined[i]) continue;
+        joined[i] = 1;
+        for (int j = 0; j < c->ops[i].deps.n; j++)
+            if (!joined[c->ops[i].deps.v[j]]) stack[top++] = c->ops[i].deps.v[j];
+    }
+    int bad = -1;
+    for (int i = 0; i < n && bad < 0; i++)
+        if (!has_successor[i] && !joined[i]) bad = i;
+    free(has_successor);
+    free(joined);
+    free(stack);
+    if (bad < 0) return CUDA_SUCCESS;
+    const Op *op = &c->ops[bad];
+    return fail(CUDA_ERROR_STREAM_CAPTURE_UNJOINED,
+                "cuStreamEndCapture on stream %d: work %d (%s) on stream %d is not joined back into it "
+                "(record an event after it and wait on it on the origin stream)",
+                c->origin->id, bad, op->kind == OP_KERNEL ? op->f->kernel->name : op->kind == OP_HOST ? op->what : "copy/memset",
+                op->stream);
+}
+
+/* ---- the exit report (KILN_FAKE_CUDA_STRICT=1) ---- */
+
+__attribute__((destructor)) static void exit_report(void) {
+    fflush(NULL);
+    print_profile();
+    if (!env_flag("KILN_FAKE_CUDA_STRICT")) return;
+    int problems = bad_frees;
+    int dev = 0, host = 0;
+    unsigned long long dev_bytes = 0, host_bytes = 0;
+    for (int i = 0; i < nallocs; i++) {
+        if (allocs[i].host) host++, host_bytes += allocs[i].size;
+        else dev++, dev_bytes += allocs[i].size;
+    }
+    fflush(NULL);
+    if (dev) fprintf(stderr, "fake cuda: leak: %d device allocations (%llu bytes) never freed\n", dev, dev_bytes);
+    if (host) fprintf(stderr, "fake cuda: leak: %d host allocations (%llu bytes) never freed\n", host, host_bytes);
+    const struct {
+        const char *what;
+        int n;
+    } live[] = {{"streams", streams.n}, {"events", events.n}, {"modules", modules.n}, {"graphs", graphs.n},
+                {"graph execs", execs.n}};
+    for (size_t i = 0; i < sizeof live / sizeof *live; i++)
+        if (live[i].n) fprintf(stderr, "fake cuda: leak: %d %s never destroyed\n", live[i].n, live[i].what), problems++;
+    if (bad_frees) fprintf(stderr, "fake cuda: %d bad frees (double free or never allocated)\n", bad_frees);
+    problems += dev + host;
+    if (problems) {
+        fprintf(stderr, "fake cuda: KILN_FAKE_CUDA_STRICT=1: exit status 1\n");
+        _exit(1);
+    }
+}
+
+/* ======================== the driver API ======================== */
+
+/* ---- errors ---- */
+
+CUresult cuGetErrorString(CUresult error, const char **pStr) {
+    const ErrorText *t = error_text(error);
+    if (!pStr) return CUDA_ERROR_INVALID_VALUE;
+    *pStr = t ? t->text : NULL;
+    return t ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGetErrorName(CUresult error, const char **pStr) {
+    const ErrorText *t = error_text(error);
+    if (!pStr) return CUDA_ERROR_INVALID_VALUE;
+    *pStr = t ? t->name : NULL;
+    return t ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- initialisation, device, context ---- */
+
+static int device_count(void) {
+    const char *v = getenv("KILN_FAKE_CUDA_DEVICES");
+    return v && strcmp(v, "0") == 0 ? 0 : 1;
+}
+
+CUresult cuInit(unsigned int Flags) {
+    API_LOCKED;
+    if (Flags != 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuInit(%u): flags must be 0", Flags);
+    initialized = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int *count) {
+    API_LOCKED;
+    if (!initialized) return fail(CUDA_ERROR_NOT_INITIALIZED, "%s before cuInit", __func__);
+    if (!count) return fail(CUDA_ERROR_INVALID_VALUE, "%s: count is NULL", __func__);
+    *count = device_count();
+    return CUDA_SUCCESS;
+}
+
+static CUresult check_device(const char *call, CUdevice dev) {
+    if (!initialized) return fail(CUDA_ERROR_NOT_INITIALIZED, "%s before cuInit", call);
+    if (dev < 0 || dev >= device_count()) return fail(CUDA_ERROR_INVALID_DEVICE, "%s: no device %d", call, dev);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    API_LOCKED;
+    CUresult r = check_device(__func__, ordinal);
+    if (r) return r;
+    if (!device) return fail(CUDA_ERROR_INVALID_VALUE, "%s: device is NULL", __func__);
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+    API_LOCKED;
+    CUresult r = check_device(__func__, dev);
+    if (r) return r;
+    if (!name || len <= 0) return fail(CUDA_ERROR_INVALID_VALUE, "%s: no buffer", __func__);
+    snprintf(name, (size_t)len, "%s", FAKE_DEVICE_NAME);
+    return CUDA_SUCCESS;
+}
+
+/* an H100 SXM's values */
+static int attribute_value(CUdevice_attribute a, int *v) {
+    switch (a) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = DEVICE_ARCH / 10; return 0;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = DEVICE_ARCH % 10; return 0;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *v = 1024; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *v = 65535; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; return 0;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = DEFAULT_DYNAMIC_SMEM; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = MAX_DYNAMIC_SMEM; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 228 * 1024; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *v = 65536; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *v = 65536; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *v = 32; return 0;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *v = 65536; return 0;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *v = 1980000; return 0;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *v = 2619000; return 0;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = 5120; return 0;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = 50 * 1024 * 1024; return 0;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; return 0;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *v = 1; return 0;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *v = 3; return 0;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED: *v = 0; return 0;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *v = 1; return 0;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *v = CU_COMPUTEMODE_DEFAULT; return 0;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *v = 1; return 0;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *v = 0x18; return 0;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *v = 0; return 0;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *v = 0; return 0;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *v = 1; return 0;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *v = 1; return 0;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = 1; return 0;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: *v = 1; return 0;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: *v = 1; return 0;
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: *v = 1; return 0;
+    case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: *v = 0; return 0;
+    case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT: *v = 0; return 0;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: *v = 0; return 0;
+    default: return -1;
+    }
+}
+
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
+    API_LOCKED;
+    CUresult r = check_device(__func__, dev);
+    if (r) return r;
+    if (!pi) return fail(CUDA_ERROR_INVALID_VALUE, "%s: pi is NULL", __func__);
+    if (attribute_value(attrib, pi) != 0)
+        return fail(CUDA_ERROR_INVALID_VALUE, "%s: attribute %d is not emulated (tests/cuda_fake/fake_cuda.c: attribute_value)",
+                    __func__, (int)attrib);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+    API_LOCKED;
+    CUresult r = check_device(__func__, dev);
+    if (r) return r;
+    if (!pctx) return fail(CUDA_ERROR_INVALID_VALUE, "%s: pctx is NULL", __func__);
+    primary.retains++;
+    *pctx = &primary;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+    API_LOCKED;
+    CUresult r = check_device(__func__, dev);
+    if (r) return r;
+    if (primary.retains == 0) return fail(CUDA_ERROR_INVALID_CONTEXT, "%s: the primary context is not retained", __func__);
+    if (--primary.retains == 0) sticky_error = CUDA_SUCCESS; /* the context is destroyed with its error */
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+    API_LOCKED;
+    if (!initialized) return fail(CUDA_ERROR_NOT_INITIALIZED, "%s before cuInit", __func__);
+    if (ctx && (ctx != &primary || primary.retains == 0))
+        return fail(CUDA_ERROR_INVALID_CONTEXT, "%s(%p): not the retained primary context", __func__, (void *)ctx);
+    current_ctx = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize(void) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r || (r = capture_forbids(__func__))) return r;
+    return sticky_error;
+}
+
+/* ---- memory ---- */
+
+CUresult cuMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!free_bytes || !total_bytes) return fail(CUDA_ERROR_INVALID_VALUE, "%s: NULL argument", __func__);
+    *total_bytes = TOTAL_MEMORY;
+    *free_bytes = TOTAL_MEMORY - device_bytes;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!dptr || bytesize == 0)
+        return fail(CUDA_ERROR_INVALID_VALUE, "%s: %s", __func__, !dptr ? "dptr is NULL" : "0 bytes (CUDA refuses it)");
+    if ((r = capture_forbids(__func__))) return r;
+    if (sticky_error) return sticky_error;
+    void *p = bytesize <= TOTAL_MEMORY - device_bytes ? alloc_aligned(bytesize) : NULL;
+    if (!p)
+        return fail(CUDA_ERROR_OUT_OF_MEMORY, "%s(%zu bytes): %llu of %llu bytes in use", __func__, bytesize, device_bytes,
+                    TOTAL_MEMORY);
+    if (env_flag("KILN_FAKE_CUDA_STRICT")) memset(p, 0xff, bytesize);
+    add_alloc(p, bytesize, 0);
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree(CUdeviceptr dptr) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (dptr == 0) return CUDA_SUCCESS;
+    if ((r = capture_forbids(__func__))) return r;
+    return free_alloc(__func__, (uintptr_t)dptr, 0);
+}
+
+CUresult cuMemAllocHost(void **pp, size_t bytesize) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!pp || bytesize == 0)
+        return fail(CUDA_ERROR_INVALID_VALUE, "%s: %s", __func__, !pp ? "pp is NULL" : "0 bytes (CUDA refuses it)");
+    if ((r = capture_forbids(__func__))) return r;
+    if (sticky_error) return sticky_error;
+    void *p = alloc_aligned(bytesize);
+    if (!p) return fail(CUDA_ERROR_OUT_OF_MEMORY, "%s(%zu bytes)", __func__, bytesize);
+    add_alloc(p, bytesize, 1);
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemFreeHost(void *p) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if ((r = capture_forbids(__func__))) return r;
+    return free_alloc(__func__, (uintptr_t)p, 1);
+}
+
+/* The synchronous copies and memset: unsafe during capture, run on the legacy stream. */
+static CUresult sync_op(const char *call, Op *op) {
+    CUresult r = need_ctx(call);
+    if (r || (r = capture_forbids(call))) return r;
+    if (sticky_error) return sticky_error;
+    return run_op(op);
+}
+
+CUresult cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) {
+    API_LOCKED;
+    CUresult r = check_range(__func__, "destination", dstDevice, ByteCount);
+    Op op = {.kind = OP_COPY, .dst = (void *)(uintptr_t)dstDevice, .src = srcHost, .bytes = ByteCount};
+    return r ? r : sync_op(__func__, &op);
+}
+
+CUresult cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+    API_LOCKED;
+    CUresult r = check_range(__func__, "source", srcDevice, ByteCount);
+    Op op = {.kind = OP_COPY, .dst = dstHost, .src = (const void *)(uintptr_t)srcDevice, .bytes = ByteCount};
+    return r ? r : sync_op(__func__, &op);
+}
+
+CUresult cuMemsetD8(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
+    API_LOCKED;
+    CUresult r = check_range(__func__, "destination", dstDevice, N);
+    Op op = {.kind = OP_SET, .dst = (void *)(uintptr_t)dstDevice, .value = uc, .bytes = N};
+    return r ? r : sync_op(__func__, &op);
+}
+
+static CUresult async_op(const char *call, CUstream s, Op *op) {
+    CUresult r = need_ctx(call);
+    return r ? r : enqueue(s, call, op);
+}
+
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) {
+    API_LOCKED;
+    CUresult r = check_range(__func__, "destination", dstDevice, ByteCount);
+    Op op = {.kind = OP_COPY, .dst = (void *)(uintptr_t)dstDevice, .src = srcHost, .bytes = ByteCount};
+    return r ? r : async_op(__func__, hStream, &op);
+}
+
+CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+    API_LOCKED;
+    CUresult r = check_range(__func__, "source", srcDevice, ByteCount);
+    Op op = {.kind = OP_COPY, .dst = dstHost, .src = (const void *)(uintptr_t)srcDevice, .bytes = ByteCount};
+    return r ? r : async_op(__func__, hStream, &op);
+}
+
+CUresult cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+    API_LOCKED;
+    CUresult r = check_range(__func__, "destination", dstDevice, ByteCount);
+    if (!r) r = check_range(__func__, "source", srcDevice, ByteCount);
+    Op op = {.kind = OP_COPY, .dst = (void *)(uintptr_t)dstDevice, .src = (const void *)(uintptr_t)srcDevice,
+             .bytes = ByteCount};
+    return r ? r : async_op(__func__, hStream, &op);
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
+    API_LOCKED;
+    CUresult r = check_range(__func__, "destination", dstDevice, N);
+    Op op = {.kind = OP_SET, .dst = (void *)(uintptr_t)dstDevice, .value = uc, .bytes = N};
+    return r ? r : async_op(__func__, hStream, &op);
+}
+
+/* ---- modules and kernels ---- */
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!module || !image) return fail(CUDA_ERROR_INVALID_VALUE, "%s: NULL argument", __func__);
+    size_t size = 0;
+    if ((r = cubin_check(image, &size))) return r;
+    struct CUmod_st *m = xrealloc(NULL, sizeof *m);
+    m->image = xrealloc(NULL, size);
+    memcpy(m->image, image, size);
+    m->size = size;
+    ptrs_add(&modules, m);
+    *module = m;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuModuleUnload(CUmodule hmod) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!ptrs_has(&modules, hmod)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a loaded module", __func__, (void *)hmod);
+    for (int i = functions.n - 1; i >= 0; i--) {
+        struct CUfunc_st *f = functions.v[i];
+        if (f->mod == hmod) {
+            ptrs_remove(&functions, f);
+            free(f);
+        }
+    }
+    ptrs_remove(&modules, hmod);
+    free(hmod->image);
+    free(hmod);
+    return CUDA_SUCCESS;
+}
+
+static CUresult check_params(const char *name, const CUmodule m, const KilnFakeKernel *k) {
+    size_t sizes[256];
+    int n = cubin_param_sizes(m->image, name, sizes, 256);
+    if (n < 0) return CUDA_SUCCESS; /* unreadable: nothing to compare */
+    int same = n == k->nparams;
+    for (int i = 0; same && i < n; i++) same = sizes[i] == k->param_sizes[i];
+    if (same) return CUDA_SUCCESS;
+    char cubin[512] = "", emulated[512] = "";
+    for (int i = 0; i < n; i++) snprintf(cubin + strlen(cubin), sizeof cubin - strlen(cubin), " %zu", sizes[i]);
+    for (int i = 0; i < k->nparams; i++)
+        snprintf(emulated + strlen(emulated), sizeof emulated - strlen(emulated), " %zu", k->param_sizes[i]);
+    return fail(CUDA_ERROR_INVALID_IMAGE,
+                "cuModuleGetFunction(%s): the cubin's parameter sizes (%d:%s) differ from the emulated kernel's (%d:%s): "
+                "the kernel library was built from other sources",
+                name, n, cubin, k->nparams, emulated);
+}
+
+CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!hfunc || !name) return fail(CUDA_ERROR_INVALID_VALUE, "%s: NULL argument", __func__);
+    if (!ptrs_has(&modules, hmod)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s(%s): not a loaded module", __func__, name);
+    for (int i = 0; i < functions.n; i++) {
+        struct CUfunc_st *f = functions.v[i];
+        if (f->mod == hmod && strcmp(f->name, name) == 0) {
+            *hfunc = f;
+            return CUDA_SUCCESS;
+        }
+    }
+    if (!cubin_has_function(hmod->image, name)) return CUDA_ERROR_NOT_FOUND; /* a probe of each module: no message */
+    if (load_registry() != 0) return fail(CUDA_ERROR_NOT_FOUND, "%s(%s): %s", __func__, name, registry_error);
+    const Registered *reg = find_kernel(name);
+    if (!reg)
+        return fail(CUDA_ERROR_NOT_FOUND, "%s(%s): in the cubin, but no emulated kernel of that name in KILN_FAKE_CUDA_KERNELS (%s)",
+                    __func__, name, getenv("KILN_FAKE_CUDA_KERNELS"));
+    if (strlen(name) >= sizeof ((struct CUfunc_st *)0)->name)
+        return fail(CUDA_ERROR_INVALID_VALUE, "%s: name too long for the fake", __func__);
+    if ((r = check_params(name, hmod, reg->kernel))) return r;
+    struct CUfunc_st *f = xrealloc(NULL, sizeof *f);
+    f->mod = hmod;
+    f->kernel = reg->kernel;
+    f->max_dynamic_smem = DEFAULT_DYNAMIC_SMEM;
+    snprintf(f->name, sizeof f->name, "%s", name);
+    ptrs_add(&functions, f);
+    *hfunc = f;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!ptrs_has(&functions, hfunc)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: not a live function", __func__);
+    if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+        if (value < 0 || value > MAX_DYNAMIC_SMEM)
+            return fail(CUDA_ERROR_INVALID_VALUE, "%s(%s, MAX_DYNAMIC_SHARED_SIZE_BYTES, %d): sm_90 allows at most %d",
+                        __func__, hfunc->name, value, MAX_DYNAMIC_SMEM);
+        hfunc->max_dynamic_smem = value;
+        return CUDA_SUCCESS;
+    }
+    if (attrib == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) return CUDA_SUCCESS; /* a hint */
+    return fail(CUDA_ERROR_INVALID_VALUE, "%s(%s): attribute %d is not emulated (the contract sets only MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                __func__, hfunc->name, (int)attrib);
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!ptrs_has(&functions, f)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live function", __func__, (void *)f);
+    const KilnFakeKernel *k = f->kernel;
+    if (extra) return fail(CUDA_ERROR_NOT_SUPPORTED, "%s(%s): `extra` is not emulated (use kernelParams)", __func__, f->name);
+    if (!kernelParams && k->nparams > 0)
+        return fail(CUDA_ERROR_INVALID_VALUE, "%s(%s): kernelParams is NULL, the kernel takes %d", __func__, f->name, k->nparams);
+    unsigned long long threads = (unsigned long long)blockDimX * blockDimY * blockDimZ;
+    const char *bad = !gridDimX || !gridDimY || !gridDimZ                             ? "a grid dimension is 0"
+                      : gridDimX > 2147483647u || gridDimY > 65535 || gridDimZ > 65535 ? "the grid is too large"
+                      : !blockDimX || !blockDimY || !blockDimZ                         ? "a block dimension is 0"
+                      : blockDimX > 1024 || blockDimY > 1024 || blockDimZ > 64 || threads > 1024
+                          ? "the block is too large"
+                          : NULL;
+    if (bad)
+        return fail(CUDA_ERROR_INVALID_VALUE, "%s(%s) grid (%u,%u,%u) block (%u,%u,%u): %s", __func__, f->name, gridDimX,
+                    gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, bad);
+    if (threads > (unsigned long long)k->max_threads)
+        return fail(CUDA_ERROR_INVALID_VALUE, "%s(%s): a block of %llu threads; its __launch_bounds__ allow %d", __func__,
+                    f->name, threads, k->max_threads);
+    if ((int)sharedMemBytes > f->max_dynamic_smem || sharedMemBytes > MAX_DYNAMIC_SMEM)
+        return fail(CUDA_ERROR_INVALID_VALUE,
+                    "%s(%s): %u bytes of dynamic shared memory, above the function's limit of %d "
+                    "(cuFuncSetAttribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES raises it, up to %d)",
+                    __func__, f->name, sharedMemBytes, f->max_dynamic_smem, MAX_DYNAMIC_SMEM);
+    Op op = {.kind = OP_KERNEL,
+             .f = f,
+             .grid = {gridDimX, gridDimY, gridDimZ},
+             .block = {blockDimX, blockDimY, blockDimZ},
+             .smem = sharedMemBytes,
+             .params = kernelParams};
+    return enqueue(hStream, __func__, &op);
+}
+
+/* ---- streams ---- */
+
+CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!phStream) return fail(CUDA_ERROR_INVALID_VALUE, "%s: phStream is NULL", __func__);
+    if (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return fail(CUDA_ERROR_INVALID_VALUE, "%s: flags 0x%x", __func__, Flags);
+    struct CUstream_st *s = xrealloc(NULL, sizeof *s);
+    *s = (struct CUstream_st){Flags, next_stream_id++, NULL, {0}};
+    ptrs_add(&streams, s);
+    *phStream = s;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamDestroy(CUstream hStream) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!ptrs_has(&streams, hStream))
+        return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live stream", __func__, (void *)hStream);
+    if (hStream->capture)
+        return fail(CUDA_ERROR_ILLEGAL_STATE, "%s: stream %d is being captured", __func__, hStream->id);
+    ptrs_remove(&streams, hStream);
+    ints_free(&hStream->tail);
+    free(hStream);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamSynchronize(CUstream hStream) {
+    API_LOCKED;
+    struct CUstream_st *s;
+    CUresult r = need_ctx(__func__);
+    if (r || (r = stream_of(hStream, __func__, &s))) return r;
+    if (s->capture) {
+        s->capture->invalid = 1;
+        return fail(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "%s: stream %d is being captured; the capture is invalidated",
+                    __func__, s->id);
+    }
+    if (s == &legacy_stream && (r = capture_forbids(__func__))) return r;
+    return sticky_error;
+}
+
+CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+    API_LOCKED;
+    struct CUstream_st *s;
+    CUresult r = need_ctx(__func__);
+    if (r || (r = stream_of(hStream, __func__, &s))) return r;
+    if (!ptrs_has(&events, hEvent)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live event", __func__, (void *)hEvent);
+    if (Flags != 0) return fail(CUDA_ERROR_NOT_SUPPORTED, "%s: flags 0x%x are not emulated", __func__, Flags);
+    Capture *c = hEvent->capture;
+    if (!c) return s == &legacy_stream ? legacy_allowed(__func__) : CUDA_SUCCESS; /* complete already */
+    if (s->capture && s->capture != c)
+        return fail(CUDA_ERROR_STREAM_CAPTURE_MERGE, "%s: stream %d and the event belong to different captures", __func__,
+                    s->id);
+    if (s == &legacy_stream)
+        return fail(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "%s: the legacy stream cannot join a capture", __func__);
+    if (!s->capture) { /* the stream joins the capture */
+        s->capture = c;
+        ints_set(&s->tail, &hEvent->deps);
+    } else
+        ints_union(&s->tail, &hEvent->deps);
+    return CUDA_SUCCESS;
+}
+
+/* ---- events ---- */
+
+CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!phEvent) return fail(CUDA_ERROR_INVALID_VALUE, "%s: phEvent is NULL", __func__);
+    unsigned known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+    if ((Flags & ~known) || ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)))
+        return fail(CUDA_ERROR_INVALID_VALUE, "%s: flags 0x%x", __func__, Flags);
+    struct CUevent_st *e = xrealloc(NULL, sizeof *e);
+    *e = (struct CUevent_st){.flags = Flags};
+    ptrs_add(&events, e);
+    *phEvent = e;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy(CUevent hEvent) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!ptrs_has(&events, hEvent)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live event", __func__, (void *)hEvent);
+    ptrs_remove(&events, hEvent);
+    ints_free(&hEvent->deps);
+    free(hEvent);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
+    API_LOCKED;
+    struct CUstream_st *s;
+    CUresult r = need_ctx(__func__);
+    if (r || (r = stream_of(hStream, __func__, &s))) return r;
+    if (!ptrs_has(&events, hEvent)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live event", __func__, (void *)hEvent);
+    if (s->capture) {
+        if (s->capture->invalid)
+            return fail(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "%s on stream %d: its capture was invalidated", __func__, s->id);
+        hEvent->capture = s->capture;
+        ints_set(&hEvent->deps, &s->tail);
+        hEvent->recorded = 0;
+        return CUDA_SUCCESS;
+    }
+    if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
+    hEvent->capture = NULL;
+    hEvent->deps.n = 0;
+    hEvent->recorded = 1;
+    hEvent->time_ms = now_seconds() * 1e3;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventSynchronize(CUevent hEvent) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!ptrs_has(&events, hEvent)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live event", __func__, (void *)hEvent);
+    if (hEvent->capture) {
+        hEvent->capture->invalid = 1;
+        return fail(CUDA_ERROR_CAPTURED_EVENT, "%s: the event was recorded in an active capture; the capture is invalidated",
+                    __func__);
+    }
+    return sticky_error;
+}
+
+CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!pMilliseconds) return fail(CUDA_ERROR_INVALID_VALUE, "%s: pMilliseconds is NULL", __func__);
+    CUevent ev[2] = {hStart, hEnd};
+    for (int i = 0; i < 2; i++) {
+        if (!ptrs_has(&events, ev[i])) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live event", __func__, (void *)ev[i]);
+        if (ev[i]->capture) return fail(CUDA_ERROR_CAPTURED_EVENT, "%s: an event recorded in an active capture", __func__);
+        if (ev[i]->flags & CU_EVENT_DISABLE_TIMING)
+            return fail(CUDA_ERROR_INVALID_HANDLE, "%s: an event created with CU_EVENT_DISABLE_TIMING", __func__);
+        if (!ev[i]->recorded) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: an event never recorded", __func__);
+    }
+    *pMilliseconds = (float)(hEnd->time_ms - hStart->time_ms);
+    return sticky_error;
+}
+
+/* ---- capture and graphs ---- */
+
+CUresult cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode) {
+    API_LOCKED;
+    struct CUstream_st *s;
+    CUresult r = need_ctx(__func__);
+    if (r || (r = stream_of(hStream, __func__, &s))) return r;
+    if (s == &legacy_stream)
+        return fail(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "%s: the legacy stream cannot be captured", __func__);
+    if (s->capture) return fail(CUDA_ERROR_ILLEGAL_STATE, "%s: stream %d is already being captured", __func__, s->id);
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+        return fail(CUDA_ERROR_INVALID_VALUE, "%s: mode %d", __func__, (int)mode);
+    if (sticky_error) return sticky_error;
+    Capture *c = xrealloc(NULL, sizeof *c);
+    *c = (Capture){.origin = s, .mode = mode, .thread = pthread_self()};
+    ptrs_add(&captures, c);
+    s->capture = c;
+    s->tail.n = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+    API_LOCKED;
+    struct CUstream_st *s;
+    CUresult r = need_ctx(__func__);
+    if (r || (r = stream_of(hStream, __func__, &s))) return r;
+    if (!phGraph) return fail(CUDA_ERROR_INVALID_VALUE, "%s: phGraph is NULL", __func__);
+    Capture *c = s->capture;
+    if (!c) return fail(CUDA_ERROR_ILLEGAL_STATE, "%s: stream %d is not being captured", __func__, s->id);
+    if (c->origin != s) {
+        c->invalid = 1;
+        return fail(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "%s on stream %d: the capture began on stream %d; it is invalidated",
+                    __func__, s->id, c->origin->id);
+    }
+    if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(c->thread, pthread_self()))
+        return fail(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "%s: the capture began on another thread", __func__);
+    r = c->invalid ? fail(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "%s on stream %d: the capture was invalidated by an "
+                                                                 "earlier error (see above)",
+                          __func__, s->id)
+                   : check_joined(c);
+    end_capture(c);
+    *phGraph = NULL;
+    if (r) {
+        free_ops(c->ops, c->nops);
+        free(c);
+        return r;
+    }
+    struct CUgraph_st *g = xrealloc(NULL, sizeof *g);
+    g->ops = c->ops;
+    g->nops = c->nops;
+    free(c);
+    ptrs_add(&graphs, g);
+    *phGraph = g;
+    return CUDA_SUCCESS;
+}
+
+/* The replay order: enqueue order, or (reverse) of the ops whose
+ * dependencies have run, the latest enqueued first. */
+static int *replay_order(const Op *ops, int n, int reverse) {
+    int *order = xrealloc(NULL, sizeof(int) * ((size_t)n + 1));
+    char *done = calloc((size_t)n + 1, 1);
+    if (!done) abort();
+    for (int k = 0; k < n; k++) {
+        int pick = -1;
+        for (int i = reverse ? n - 1 : 0; reverse ? i >= 0 : i < n; i += reverse ? -1 : 1) {
+            if (done[i]) continue;
+            int ready = 1;
+            for (int j = 0; j < ops[i].deps.n && ready; j++) ready = done[ops[i].deps.v[j]];
+            if (ready) {
+                pick = i;
+                break;
+            }
+        }
+        order[k] = pick; /* deps point backwards, so some op is always ready */
+        done[pick] = 1;
+    }
+    free(done);
+    return order;
+}
+
+CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!phGraphExec) return fail(CUDA_ERROR_INVALID_VALUE, "%s: phGraphExec is NULL", __func__);
+    if (!ptrs_has(&graphs, hGraph)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live graph", __func__, (void *)hGraph);
+    if (flags != 0) return fail(CUDA_ERROR_NOT_SUPPORTED, "%s: flags 0x%llx are not emulated", __func__, flags);
+    const char *order = getenv("KILN_FAKE_CUDA_GRAPH_ORDER");
+    int reverse = order && strcmp(order, "reverse") == 0;
+    if (order && *order && !reverse && strcmp(order, "enqueue") != 0)
+        return fail(CUDA_ERROR_INVALID_VALUE, "%s: KILN_FAKE_CUDA_GRAPH_ORDER=%s (expected enqueue or reverse)", __func__, order);
+    struct CUgraphExec_st *x = xrealloc(NULL, sizeof *x);
+    x->nops = hGraph->nops;
+    x->ops = xrealloc(NULL, sizeof(Op) * ((size_t)x->nops + 1));
+    for (int i = 0; i < x->nops; i++) x->ops[i] = copy_op(&hGraph->ops[i]);
+    x->order = replay_order(x->ops, x->nops, reverse);
+    if (profiling < 0) profiling = env_flag("KILN_FAKE_CUDA_PROFILE");
+    if (profiling) {
+        int moved = 0, nstreams = 0, seen[64] = {0};
+        for (int i = 0; i < x->nops; i++) {
+            moved += x->order[i] != i;
+            int id = x->ops[i].stream;
+            if (id >= 0 && id < 64 && !seen[id]) seen[id] = 1, nstreams++;
+        }
+        fprintf(stderr, "fake cuda: graph: %d ops on %d streams; the %s replay order moves %d of them\n", x->nops, nstreams,
+                reverse ? "reverse" : "enqueue", moved);
+    }
+    ptrs_add(&execs, x);
+    *phGraphExec = x;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+    API_LOCKED;
+    struct CUstream_st *s;
+    CUresult r = need_ctx(__func__);
+    if (r || (r = stream_of(hStream, __func__, &s))) return r;
+    if (!ptrs_has(&execs, hGraphExec))
+        return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live graph exec", __func__, (void *)hGraphExec);
+    if (s->capture)
+        return fail(CUDA_ERROR_NOT_SUPPORTED, "%s: launching a graph into a capturing stream is not emulated", __func__);
+    if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
+    if (sticky_error) return sticky_error;
+    for (int k = 0; k < hGraphExec->nops; k++) {
+        Op *op = &hGraphExec->ops[hGraphExec->order[k]];
+        if ((r = run_op(op))) return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!ptrs_has(&execs, hGraphExec))
+        return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live graph exec", __func__, (void *)hGraphExec);
+    ptrs_remove(&execs, hGraphExec);
+    free_ops(hGraphExec->ops, hGraphExec->nops);
+    free(hGraphExec->order);
+    free(hGraphExec);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphDestroy(CUgraph hGraph) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!ptrs_has(&graphs, hGraph)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live graph", __func__, (void *)hGraph);
+    ptrs_remove(&graphs, hGraph);
+    free_ops(hGraph->ops, hGraph->nops);
+    free(hGraph);
+    return CUDA_SUCCESS;
+}
+
+/* ---- outside the contract ---- */
+
+/* NVRTC, when libcuda.so.1 can be loaded into its process, calls cuInit and
+ * then asks cuGetExportTable for the driver's private tables, and crashes
+ * when the symbol is missing.  No table here: NOT_SUPPORTED, and NVRTC
+ * carries on without the driver (a process may compile with NVRTC while
+ * the fakes are on its LD_LIBRARY_PATH: tests/cuda_fake/selftest.c). */
+CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId) {
+    (void)pExportTableId;
+    if (ppExportTable) *ppExportTable = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- for the fake cuBLASLt and NCCL (fake_cuda.h) ---- */
+
+CUresult kiln_fake_cuda_enqueue(CUstream s, const char *what, int (*run)(void *data, char *err, size_t errlen),
+                                const void *data, size_t bytes) {
+    API_LOCKED;
+    CUresult r = need_ctx(what);
+    Op op = {.kind = OP_HOST, .what = what, .run = run, .host_data = data, .data_bytes = bytes};
+    return r ? r : enqueue(s, what, &op);
+}
+
+int kiln_fake_cuda_check_range(CUdeviceptr p, size_t bytes, char *err, size_t errlen) {
+    API_LOCKED;
+    return range_ok(p, bytes, err, errlen);
+}

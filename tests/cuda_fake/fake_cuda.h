@@ -1,0 +1,38 @@
+/* fake_cuda.h — what the fake libcuda.so.1 (fake_cuda.c) exports beyond
+ * the CUDA driver API, for the other fakes (fake_cublaslt.c, fake_nccl.c).
+ *
+ * A real cuBLASLt or NCCL call enqueues kernels on a stream; the fakes do
+ * their work on the host instead, and must still follow the stream's rules:
+ * run at once on an idle stream (every fake stream is, work runs when it is
+ * enqueued), but be RECORDED, with its arguments copied, while the stream
+ * is being captured into a CUDA graph, and run again at every cuGraphLaunch.
+ * kiln_fake_cuda_enqueue gives them that.  No program should call these.
+ */
+#ifndef KILN_FAKE_CUDA_H
+#define KILN_FAKE_CUDA_H
+
+#include <cuda.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Host work run(data) on stream s, as the fake driver runs a kernel: at
+ * once, or, while s captures, recorded with a copy of data[0..bytes) (so
+ * data may be the caller's stack) and run from the copy at each replay.
+ * run returns 0, or -1 with a one-line message in err: that is a launch
+ * failure (CUDA_ERROR_LAUNCH_FAILED, sticky, as a faulting kernel's).
+ * `what` names the work in messages ("cublasLtMatmul").  Returns the
+ * driver's CUresult (an invalid stream, a capture error, a failure). */
+CUresult kiln_fake_cuda_enqueue(CUstream s, const char *what, int (*run)(void *data, char *err, size_t errlen),
+                                const void *data, size_t bytes);
+
+/* 0 when [p, p + bytes) lies inside one live device allocation
+ * (cuMemAlloc); otherwise -1 with a one-line message in err. */
+int kiln_fake_cuda_check_range(CUdeviceptr p, size_t bytes, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The CUDA target without a GPU (issue 8): `kiln compile --target cuda:sm_XX`
+# builds a trainer here that embeds its cubins, names its generated kernels
+# in the order of the CUDA C it compiled, links against the CUDA libraries
+# and not OpenBLAS, and is the same binary every time.  Running it is
+# tests/t_cuda_fake.sh's job (a fake driver) and bench/gpu/check.sh's (a GPU).
+set -u
+B=${BUILD:-build}
+K=$B/kiln
+n=0
+check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export KILN_CACHE_DIR=$tmp/cache
+
+"$K" compile models/tiny.lua --target cuda:sm_90 --emit cuda -o "$tmp/tiny" > "$tmp/out" 2>&1
+check "tiny.lua --target cuda:sm_90 compiles and links ($(tail -1 "$tmp/out"))" "[ -x '$tmp/tiny' ]"
+check "the trainer needs libcuda, cuBLASLt and NCCL, not OpenBLAS" \
+    "readelf -d '$tmp/tiny' | grep -q 'libcuda.so' && readelf -d '$tmp/tiny' | grep -q 'libcublasLt' && readelf -d '$tmp/tiny' | grep -q 'libnccl' && ! readelf -d '$tmp/tiny' | grep -q openblas"
+
+# the table: the generated kernels' names in the .cu's order, and one cubin
+# per library file plus the generated one
+"$K" compile models/tiny.lua --target cuda:sm_90 --emit llvm -o "$tmp/ll" > /dev/null 2>&1
+grep -o 'extern "C" __global__ void [a-z_0-9]*' "$tmp/tiny.cu" | awk '{print $5}' > "$tmp/cu_names"
+grep -o 'c"kiln_fused_[a-z0-9_]*\\00"' "$tmp/ll.ll" | sed 's/^c"//; s/\\00"$//' > "$tmp/table_names"
+check "the table names the $(wc -l < "$tmp/cu_names") generated kernels of the .cu, in its order" \
+    "[ -s '$tmp/cu_names' ] && cmp -s '$tmp/cu_names' '$tmp/table_names'"
+libs=$(ls kernels/cuda/*.cu | wc -l)
+cubins=$(grep -c '^@kiln_cubin[.0-9]* = private' "$tmp/ll.ll")
+check "the program embeds $cubins cubins: $libs library files + the generated kernels" "[ '$cubins' -eq $((libs + 1)) ]"
+check "the table says device 1 (RT_DEV_CUDA) and arch sm_90" "grep -q 'c\"sm_90\\\\00\"' '$tmp/ll.ll'"
+check "the fused groups launch through rtk_fused" "grep -q 'rtk_fused' '$tmp/ll.ll' && ! grep -q 'define internal void @kiln_fused' '$tmp/ll.ll'"
+check "(the CPU program has kernels of its own and no cubin)" \
+    "'$K' compile models/tiny.lua --emit llvm -o '$tmp/cpu' > /dev/null 2>&1 && grep -q 'define internal void @kiln_fused' '$tmp/cpu.ll' && ! grep -q '@kiln_cubin' '$tmp/cpu.ll'"
+
+# bf16 activations: the precision pass ran
+"$K" compile models/tiny.lua --target cuda:sm_90 --emit schedule -o "$tmp/sch" > /dev/null 2>&1
+check "--target cuda turns the precision pass on (bf16 values in the schedule)" "grep -q ':bf16\\[' '$tmp/sch.schedule.ir'"
+
+# determinism: the same binary twice (the second from the NVRTC cache)
+"$K" compile models/tiny.lua --target cuda:sm_90 -o "$tmp/again" > /dev/null 2>&1
+check "compiled twice: the same trainer binary" "cmp -s '$tmp/tiny' '$tmp/again'"
+"$K" compile models/tiny.lua --target cuda:sm_80 -o "$tmp/sm80" > /dev/null 2>&1
+check "(the comparison can fail: sm_80 gives another binary)" "[ -x '$tmp/sm80' ] && ! cmp -s '$tmp/tiny' '$tmp/sm80'"
+
+# bad targets: one line, exit 1
+for bad in cuda:sm_9 cuda:compute_90 cuda gpu; do
+    "$K" compile models/tiny.lua --target "$bad" -o "$tmp/bad" > "$tmp/err" 2>&1; rc=$?
+    check "--target $bad: one-line error, exit 1 ($(head -1 "$tmp/err"))" "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q -- '--target' '$tmp/err'"
+done
+"$K" run models/tiny.lua --target cuda:sm_90 --data README.md > "$tmp/err" 2>&1; rc=$?
+check "kiln run --target cuda: one-line error ($(head -1 "$tmp/err"))" "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ]"
+KILN_CUDA_KERNELS=$tmp/nowhere "$K" compile models/tiny.lua --target cuda:sm_90 -o "$tmp/bad" > "$tmp/err" 2>&1; rc=$?
+check "a missing kernels directory: one-line error naming it ($(head -1 "$tmp/err"))" \
+    "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q nowhere '$tmp/err'"
