@@ -83,8 +83,11 @@ int emit_cuda_text(const Module *m, FILE *f, char *err, size_t errlen);
  * (kernels/cuda/ *.cu, in name order, each its own module named after the
  * file) and, when the module has fused groups, the generated kernels
  * ("generated").  *out is malloc'd (free with emit_cubins_free).  0, or -1
- * with NVRTC's one-line message. */
-int emit_cuda_cubins(const Module *m, const char *arch, EmitCubin **out, int *n, char *err, size_t errlen);
+ * with NVRTC's one-line message; when the generated kernels fail and
+ * keep_src is not NULL, their source is written there and the message
+ * names it (NVRTC's log gives its lines). */
+int emit_cuda_cubins(const Module *m, const char *arch, const char *keep_src, EmitCubin **out, int *n, char *err,
+                     size_t errlen);
 void emit_cubins_free(EmitCubin *c, int n);
 
 /* Bytes of scratch the CUDA library launch of node n needs on its stream

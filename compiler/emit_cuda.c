@@ -508,7 +508,18 @@ static int library_cubins(const char *arch, EmitCubin **out, int *n, char *err, 
     return rc;
 }
 
-int emit_cuda_cubins(const Module *m, const char *arch, EmitCubin **out, int *n, char *err, size_t errlen) {
+/* The generated source that NVRTC refused, at path, named at the end of err. */
+static void keep_source(const char *text, size_t len, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "w");
+    int ok = f && fwrite(text, 1, len, f) == len;
+    if (f && fclose(f) != 0) ok = 0;
+    size_t used = strlen(err);
+    if (used < errlen)
+        snprintf(err + used, errlen - used, ok ? " (the generated source: %s)" : " (could not write the generated source to %s)", path);
+}
+
+int emit_cuda_cubins(const Module *m, const char *arch, const char *keep_src, EmitCubin **out, int *n, char *err,
+                     size_t errlen) {
     *out = NULL, *n = 0;
     err[0] = 0;
     char *text = NULL;
@@ -523,7 +534,10 @@ int emit_cuda_cubins(const Module *m, const char *arch, EmitCubin **out, int *n,
         snprintf(err, errlen, "emit cuda: writing the text in memory failed");
         rc = -1;
     }
-    if (rc == 0 && strstr(text, "__global__")) rc = add_cubin(out, n, "generated", "generated.cu", text, arch, err, errlen);
+    if (rc == 0 && strstr(text, "__global__")) {
+        rc = add_cubin(out, n, "generated", "generated.cu", text, arch, err, errlen);
+        if (rc != 0 && keep_src) keep_source(text, len, keep_src, err, errlen);
+    }
     free(text);
     if (rc == 0) rc = library_cubins(arch, out, n, err, errlen);
     if (rc != 0) {

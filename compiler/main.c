@@ -714,7 +714,8 @@ static int cmd_compile(Args *a) {
     EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = a->cuda_arch, .attention_cudnn = a->attention && !strcmp(a->attention, "cudnn")};
     EmitTarget *t = a->cuda_arch ? &cuda : NULL;
     EmitCubin *cubins = NULL;
-    if (t && emit_cuda_cubins(m, t->arch, &cubins, &cuda.ncubins, err, sizeof err) != 0) die("compile: %s", err);
+    snprintf(path, sizeof path, "%s.cu", a->out);
+    if (t && emit_cuda_cubins(m, t->arch, path, &cubins, &cuda.ncubins, err, sizeof err) != 0) die("compile: %s", err);
     cuda.cubins = cubins;
     if (a->emit) {
         const char *ext = strcmp(a->emit, "llvm") == 0 ? "ll" : strcmp(a->emit, "cuda") == 0 ? "cu" : "schedule.ir";

@@ -52,3 +52,9 @@ check "kiln run --target cuda: one-line error ($(head -1 "$tmp/err"))" "[ $rc -e
 KILN_CUDA_KERNELS=$tmp/nowhere "$K" compile models/tiny.lua --target cuda:sm_90 -o "$tmp/bad" > "$tmp/err" 2>&1; rc=$?
 check "a missing kernels directory: one-line error naming it ($(head -1 "$tmp/err"))" \
     "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q nowhere '$tmp/err'"
+# NVRTC refuses the generated kernels (a cuda_bf16.h that errors): one line
+# with NVRTC's log, and the source it refers to kept next to the output
+mkdir -p "$tmp/badcuda/include" && echo '#error planted by t_cuda_target.sh' > "$tmp/badcuda/include/cuda_bf16.h"
+CUDA_HOME=$tmp/badcuda "$K" compile models/tiny.lua --target cuda:sm_90 -o "$tmp/nv" > "$tmp/err" 2>&1; rc=$?
+check "NVRTC's error: one line with its log, the generated source kept ($(cut -c1-150 "$tmp/err" | head -1)...)" \
+    "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q 'planted' '$tmp/err' && grep -q 'the generated source: $tmp/nv.cu' '$tmp/err' && grep -q '__global__' '$tmp/nv.cu'"
