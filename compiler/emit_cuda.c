@@ -602,6 +602,9 @@ int64_t emit_cuda_scratch(const Module *m, const Node *n) {
         if (mesh_group_size(m, n) > 1 && (outer > 1 || overlap(g, n->in[0], n->out[0]))) bytes = bx > by ? bx : by;
         break;
     }
+    case OP_recv: /* a group of one: the recv copies its own send, through scratch when they overlap */
+        if (mesh_group_size(m, n) == 1) bytes = bytes_of(g, n->out[0]);
+        break;
     default: break;
     }
     return (bytes + 255) / 256 * 256;

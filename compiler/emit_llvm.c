@@ -1188,6 +1188,9 @@ static void emit_node(Em *e, int idx) {
         if (gr->nodes[0] != idx) return; /* launched at its first member */
         LLVMValueRef *a = xcalloc((size_t)(gr->nin + gr->nout + 3), sizeof(LLVMValueRef));
         int na = 0;
+        if (e->cuda && gr->nin + gr->nout > 256) /* rtk_fused's limit (kernels_cuda.c) */
+            ICE("emit: %s: a fused group with %d pointers (the CUDA launcher takes at most 256)", ir_where(n, w, sizeof w),
+                gr->nin + gr->nout);
         if (e->cuda) { /* rtk_fused: kernel, nptrs, n, pointers */
             a[na++] = I64(e, e->kindex[gr->first]);
             a[na++] = I64(e, gr->nin + gr->nout);

@@ -54,11 +54,10 @@
  * B*H*T*4 bytes, and the dQ accumulator, B*H*T*D*4), 256-byte aligned.
  * The stream is part of the key because two streams may run attention of
  * one shape at the same time and must not share a workspace.  The first
- * launch happens while the first step is being captured into a CUDA graph,
- * so the capture must be CU_STREAM_CAPTURE_MODE_RELAXED: in the global or
- * thread-local modes cuMemAlloc (and whatever cuDNN allocates or loads
- * while it makes a handle or finalizes a plan) is refused and fails the
- * capture.  The captured cudnnBackendExecute replays with the same
+ * launch happens in step 1, which dev_cuda.c runs eagerly, outside any
+ * capture: cuMemAlloc (and whatever cuDNN allocates or loads while it makes
+ * a handle or finalizes a plan) would be refused while a stream captures.
+ * Step 2 is captured; its cudnnBackendExecute finds the plan and replays with the same
  * pointers; the by-value scalars (scale, -inf, 1) live in the plan.
  *
  * Each launch builds a variant pack (uids -> device pointers, by-value
@@ -376,7 +375,7 @@ static int sdpa_describe_bwd(SdpaGraph *g, const SdpaShape *s) {
     sg_group_matmul(g, dst, q, dk, B, H, KH, S, D);
 
     /* dQ = dS K (K viewed back as [B,KH,S,D]) */
-    int k = sg_virtual_strided(g, CUDNN_DATA_FLOAT, V4(B, KH, S, D), kstride);
+    int k = sg_virtual_strided(g, CUDNN_DATA_BFLOAT16, V4(B, KH, S, D), kstride); /* a reshape keeps the bound K^T's type */
     sg_reshape(g, kt, k);
     if (s->deterministic) {
         sg_matmul(g, ds, k, dq);

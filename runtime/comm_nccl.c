@@ -23,7 +23,7 @@
  *
  * Launchers.  As every CUDA launcher (rt_cuda.h), each one only enqueues
  * on rtc_stream(ctx), never synchronises, allocates device memory or reads
- * it, and enqueues the same work for the same args every time (the first
+ * it, and enqueues the same work for the same args every time (the second
  * step is captured into a CUDA graph; NCCL supports capture).  Only the
  * NCCL calls of the contract are used: ncclAllReduce, ncclReduceScatter,
  * ncclAllGather, ncclSend, ncclRecv, ncclGroupStart/End.  Every return
@@ -231,6 +231,10 @@ RtNccl *rtc_nccl_new(rt_ctx *ctx, const rt_program *p) {
         }
     for (int m = 1; m < NMASKS; m++) n->comm[m] = n->comm[m & live];
     return n;
+}
+
+void rtc_nccl_break(RtNccl *n) {
+    if (n) n->broken = 1;
 }
 
 /* Each distinct communicator once (masks of one group share it). */

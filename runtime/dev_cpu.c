@@ -367,17 +367,8 @@ static void drain(Stream *s) {
     PT(pthread_mutex_unlock(&s->mu));
 }
 
-static int check_stream(rt_ctx *c, int stream, const char *who) {
-    if (stream >= 0 && stream < c->nstreams) return 1;
-    rt_fail(c, "%s: stream %d out of range (program has %d)", who, stream, c->nstreams);
-    return 0;
-}
-
-static int check_event(rt_ctx *c, int event, const char *who) {
-    if (event >= 0 && event < c->nevents) return 1;
-    rt_fail(c, "%s: event %d out of range (program has %d)", who, event, c->nevents);
-    return 0;
-}
+static int check_stream(rt_ctx *c, int stream, const char *who) { return rt_in_range(c, stream, c->nstreams, "stream", who); }
+static int check_event(rt_ctx *c, int event, const char *who) { return rt_in_range(c, event, c->nevents, "event", who); }
 
 void rt_launch(rt_ctx *c, int stream, rt_kernel k, const int64_t *args, int nargs, const char *name) {
     if (!check_stream(c, stream, "rt_launch")) return;

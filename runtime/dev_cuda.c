@@ -156,6 +156,7 @@ struct rt_ctx {
     CUgraphExec graph;
     int64_t graph_bytes; /* what the captured step sends (rt_comm_bytes): a replay runs no launcher to count it */
     void (*at_free[8])(rt_ctx *); /* rtc_at_free's teardown functions */
+    int step_failed;              /* some step failed: NCCL is torn down with abort */
     int nat_free;
     int64_t step;
     int cur;                        /* the current launch's stream */
@@ -379,17 +380,8 @@ void rtc_launch(rt_ctx *c, CUfunction f, int64_t gx, int64_t gy, int block, int6
 
 /* ---- what the step function calls ---- */
 
-static int check_stream(rt_ctx *c, int stream, const char *who) {
-    if (stream >= 0 && stream < c->nstreams) return 1;
-    rt_fail(c, "%s: stream %d out of range (program has %d)", who, stream, c->nstreams);
-    return 0;
-}
-
-static int check_event(rt_ctx *c, int event, const char *who) {
-    if (event >= 0 && event < c->nevents) return 1;
-    rt_fail(c, "%s: event %d out of range (program has %d)", who, event, c->nevents);
-    return 0;
-}
+static int check_stream(rt_ctx *c, int stream, const char *who) { return rt_in_range(c, stream, c->nstreams, "stream", who); }
+static int check_event(rt_ctx *c, int event, const char *who) { return rt_in_range(c, event, c->nevents, "event", who); }
 
 void rt_launch(rt_ctx *c, int stream, rt_kernel k, const int64_t *args, int nargs, const char *name) {
     if (!check_stream(c, stream, "rt_launch")) return;
@@ -506,7 +498,9 @@ int rt_step(rt_ctx *c, char *err, int errlen) {
     finish_streams(c);
     char sends[600];
     if (rt_comm_finish_sends(c->comm, sends, sizeof sends)) rt_fail(c, "%s", sends);
-    return take_failure(c, err, errlen);
+    int rc = take_failure(c, err, errlen);
+    if (rc != 0) c->step_failed = 1;
+    return rc;
 }
 
 void rtc_at_free(rt_ctx *c, void (*fn)(rt_ctx *)) {
@@ -836,8 +830,12 @@ void rt_free(rt_ctx *c) {
         free_ok(&reported, cuCtxSetCurrent(c->cu), "cuCtxSetCurrent");
         free_ok(&reported, cuCtxSynchronize(), "cuCtxSynchronize");
     }
-    if (c->nccl) rtc_nccl_free(c->nccl);
+    /* the graph first: a graph that captured NCCL calls holds its
+     * communicators, and ncclCommDestroy waits for them */
     if (c->graph) free_ok(&reported, cuGraphExecDestroy(c->graph), "cuGraphExecDestroy");
+    c->graph = NULL;
+    if (c->nccl && c->step_failed) rtc_nccl_break(c->nccl); /* peers may wait in a collective: abort, never destroy */
+    if (c->nccl) rtc_nccl_free(c->nccl);
     if (c->cu) {
         rtc_kernels_free(c); /* cuBLASLt plans, before the handle goes */
         for (int i = 0; i < c->nat_free; i++) c->at_free[i](c); /* e.g. cuDNN's plans (rtc_at_free) */

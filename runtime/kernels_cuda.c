@@ -8,7 +8,9 @@
  * enqueues its work on rtc_stream and returns at once.  It never
  * synchronises, allocates device memory or reads it on the host, and it
  * enqueues exactly the same work for the same args every time, because the
- * first step is captured into a CUDA graph that later steps replay.
+ * second step is captured into a CUDA graph that later steps replay (the
+ * first runs eagerly: one-time set-up such as cuBLASLt's heuristics
+ * happens there).
  *
  * The kernels' ABI is kernels/cuda/README.md (and the CUDA contract's list
  * for misc.cu): each launcher below is that section spelled out, in the

@@ -273,3 +273,9 @@ void rt_init_host(rt_ctx *c, const rt_program *p, uint64_t seed) {
         else memset(rt_tensor_ptr(c, t), 0, (size_t)rt_tensor_bytes(t));
     }
 }
+
+int rt_in_range(rt_ctx *c, int v, int n, const char *what, const char *who) {
+    if (v >= 0 && v < n) return 1;
+    rt_fail(c, "%s: %s %d out of range (program has %d)", who, what, v, n);
+    return 0;
+}

@@ -53,6 +53,10 @@ char *rt_map_host(int64_t bytes, const char *space, size_t *mapped);
 /* 0, or -1 after one line on stderr. */
 int rt_unmap_host(char *m, size_t mapped);
 
+/* 1 when 0 <= v < n; else rt_fail "who: what v out of range (program has
+ * n)" and 0 (a stream or event index the step function passed). */
+int rt_in_range(rt_ctx *c, int v, int n, const char *what, const char *who);
+
 /* Params from their init, states zero (param shards: this rank's chunk of
  * their members' inits), written through rt_tensor_ptr.  Normal draws run
  * in blocks on rt_parallel_for.  A param with an unknown init, or "ones" /

@@ -8,10 +8,12 @@
  * s current and calls k(ctx, args) on the calling thread; k enqueues its
  * work on rtc_stream(ctx) and returns at once.  Every kernel of one stream
  * shares that stream's scratch buffer (rtc_scratch) and cuBLASLt workspace:
- * the stream runs them one after another, so they never overlap.  The
- * first step is captured into a CUDA graph and later steps replay it, so a
+ * the stream runs them one after another, so they never overlap.  Step 1
+ * runs eagerly (a launcher may set itself up there: plans, workspaces);
+ * step 2 is captured into a CUDA graph that later steps replay, so a
  * launcher must enqueue the same work with the same arguments every time
- * and never synchronise, allocate or read device memory on the host.
+ * and, from step 2 on, never synchronise, allocate or read device memory
+ * on the host.
  *
  * Errors.  A CUDA, cuBLASLt or NCCL call that fails inside a launcher
  * calls rt_fail(ctx, "...") with the call, its error string and the
@@ -73,6 +75,10 @@ void rtc_cudnn_free(rt_ctx *ctx);
 typedef struct RtNccl RtNccl;
 RtNccl *rtc_nccl_new(rt_ctx *ctx, const rt_program *p);
 void rtc_nccl_free(RtNccl *n);
+/* After a failed step: rtc_nccl_free aborts the communicators (the peers
+ * may be waiting in a collective that never completes) instead of
+ * destroying them. */
+void rtc_nccl_break(RtNccl *n);
 RtNccl *rtc_nccl_of(rt_ctx *ctx); /* dev_cuda.c owns it */
 
 /* Report a failed driver call with its name and the launch's name. */

@@ -143,11 +143,11 @@ static __device__ __forceinline__ void kiln_warp_lse(float &m, float &s) {
     }
 }
 
-/* log(sum e^x) over the block from each thread's (m, s): m + log(s), or
- * -inf when the block saw no finite-or-+inf value */
-static __device__ float kiln_block_lse(float m, float s) {
+/* The block's (max, sum of e^(x - max)) from each thread's (m, s), merged
+ * warp by warp in a fixed order; every thread gets it. */
+static __device__ float2 kiln_block_lse_pair(float m, float s) {
     __shared__ float2 part[32];
-    __shared__ float total;
+    __shared__ float2 total;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     kiln_warp_lse(m, s);
     if (lane == 0) part[warp] = make_float2(m, s);
@@ -155,10 +155,17 @@ static __device__ float kiln_block_lse(float m, float s) {
     if (warp == 0) {
         float2 p = lane < nwarps ? part[lane] : make_float2(kiln_neg_inf(), 0.0f);
         kiln_warp_lse(p.x, p.y);
-        if (lane == 0) total = p.x == kiln_neg_inf() ? kiln_neg_inf() : p.x + logf(p.y);
+        if (lane == 0) total = p;
     }
     __syncthreads();
     return total;
+}
+
+/* log(sum e^x) over the block from each thread's (m, s): m + log(s), or
+ * -inf when the block saw no finite-or-+inf value */
+static __device__ float kiln_block_lse(float m, float s) {
+    float2 p = kiln_block_lse_pair(m, s);
+    return p.x == kiln_neg_inf() ? kiln_neg_inf() : p.x + logf(p.y);
 }
 
 /* ---- dtype codes and dtype-generic loads and stores ----

@@ -310,31 +310,13 @@ kiln_max_bwd(const void *dy, const void *x, const void *y, void *dx, long long o
 
 /* ---- softmax ---- */
 
-/* the block's (max, sum of e^(x - max)) from each thread's pair (common.cuh
- * kiln_lse_add), merged in the fixed order of kiln_block_lse */
-static __device__ float2 misc_block_lse_pair(float m, float s) {
-    __shared__ float2 part[32];
-    __shared__ float2 total;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    kiln_warp_lse(m, s);
-    if (lane == 0) part[warp] = make_float2(m, s);
-    __syncthreads();
-    if (warp == 0) {
-        float2 p = lane < nwarps ? part[lane] : make_float2(kiln_neg_inf(), 0.0f);
-        kiln_warp_lse(p.x, p.y);
-        if (lane == 0) total = p;
-    }
-    __syncthreads();
-    return total;
-}
-
 extern "C" __global__ void __launch_bounds__(KILN_BLOCK)
 kiln_softmax(const void *x, void *y, long long rows, long long C, int dt) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const long long o = r * C;
         float m = kiln_neg_inf(), s = 0.0f;
         for (long long i = threadIdx.x; i < C; i += blockDim.x) kiln_lse_add(m, s, kiln_ld_dt(x, o + i, dt));
-        float2 t = misc_block_lse_pair(m, s);
+        float2 t = kiln_block_lse_pair(m, s);
         float inv = 1.0f / t.y;
         for (long long i = threadIdx.x; i < C; i += blockDim.x) kiln_st_dt(y, o + i, expf(kiln_ld_dt(x, o + i, dt) - t.x) * inv, dt);
     }
