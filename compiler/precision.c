@@ -63,6 +63,7 @@ typedef struct {
     char *master;    /* old value: an f32 master (param, state, float input, or a view of masters) */
     char *want32;    /* old value: in the f32 region (feeds an input fixed at f32) */
     unsigned *grad;  /* old node: bit k set when output k is a param gradient */
+    int *sent;       /* old node: a send's new input value (what its recv receives), -1 */
 } Pc;
 
 static void *xcalloc(size_t n, size_t sz) {
@@ -217,6 +218,19 @@ static Attr grad_attr(Pc *P, const Node *n) {
 /* a node that makes a master from masters (a gathered view) reads the f32 */
 static int makes_master(const Pc *P, const Node *n) { return n->nout > 0 && P->master[n->out[0]]; }
 
+/* The send whose bytes recv i receives: the last one before it with its
+ * group and tag (the ring pairs them so, parallelize.c), or -1. */
+static int matching_send(const Graph *g, int i) {
+    const Node *r = &g->nodes[i];
+    for (int j = i - 1; j >= 0; j--) {
+        const Node *s = &g->nodes[j];
+        if (s->op == OP_send && ir_attr_i(s, "tag", -1) == ir_attr_i(r, "tag", -2) &&
+            strcmp(ir_attr_s(s, "group", ""), ir_attr_s(r, "group", "")) == 0)
+            return j;
+    }
+    return -1;
+}
+
 static void rewrite_node(Pc *P, const Node *n) {
     const Graph *g = P->g;
     int i = (int)(n - g->nodes);
@@ -231,7 +245,10 @@ static void rewrite_node(Pc *P, const Node *n) {
     if (ir_ops[n->op].flags & F_SOURCE) {
         src = g->vals[n->out[0]].t, srcp = &src;
         if (n->op == OP_const && working(n) && src.dt == DT_F32 && !P->want32[n->out[0]] && !P->grad[i]) src.dt = DT_BF16;
+        int s = n->op == OP_recv ? matching_send(g, i) : -1;
+        if (s >= 0 && P->sent[s] >= 0) src.dt = new_dt(P, P->sent[s]); /* a recv receives what its send sends */
     }
+    if (n->op == OP_send) P->sent[i] = in[0];
     int nattr = n->nattr;
     Attr *attr = xcalloc((size_t)nattr + 1, sizeof(Attr));
     for (int a = 0; a < n->nattr; a++) attr[a] = n->attr[a];
@@ -252,12 +269,13 @@ void pass_precision(Module *m, const Options *o) {
         const Graph *g = m->stages[s];
         Pc P = {g, {.g = ir_graph_new(m), .pass = "precision"}, xcalloc((size_t)g->nvals, sizeof(int)),
                 xcalloc((size_t)g->nvals, sizeof(int)), xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1),
-                xcalloc((size_t)g->nnodes, sizeof(unsigned))};
+                xcalloc((size_t)g->nnodes, sizeof(unsigned)), xcalloc((size_t)g->nnodes, sizeof(int))};
         for (int v = 0; v < g->nvals; v++) P.map[v] = P.copy[v] = -1;
+        for (int i = 0; i < g->nnodes; i++) P.sent[i] = -1;
         find_masters(&P);
         find_f32_region(&P);
         find_gradients(&P);
         m->stages[s] = rewrite(&P);
-        free(P.map), free(P.copy), free(P.master), free(P.want32), free(P.grad);
+        free(P.map), free(P.copy), free(P.master), free(P.want32), free(P.grad), free(P.sent);
     }
 }

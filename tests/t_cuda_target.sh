@@ -58,3 +58,8 @@ mkdir -p "$tmp/badcuda/include" && echo '#error planted by t_cuda_target.sh' > "
 CUDA_HOME=$tmp/badcuda "$K" compile models/tiny.lua --target cuda:sm_90 -o "$tmp/nv" > "$tmp/err" 2>&1; rc=$?
 check "NVRTC's error: one line with its log, the generated source kept ($(cut -c1-150 "$tmp/err" | head -1)...)" \
     "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q 'planted' '$tmp/err' && grep -q 'the generated source: $tmp/nv.cu' '$tmp/err' && grep -q '__global__' '$tmp/nv.cu'"
+# ring attention in bf16: a recv receives the bf16 K,V its send sends
+"$K" compile models/tiny.lua --target cuda:sm_90 --cp 2 --cp-comm p2p -o "$tmp/ring" > "$tmp/err" 2>&1
+check "--cp 2 --cp-comm p2p compiles for cuda ($(tail -1 "$tmp/err" | cut -c1-120))" "[ -x '$tmp/ring' ]"
+"$K" check models/tiny.lua --precision bf16 --cp 2 --cp-comm p2p > "$tmp/chk" 2>&1
+check "kiln check --precision bf16 --cp 2 --cp-comm p2p: 0 mismatched ($(grep -o 'worst rel err [^,]*' "$tmp/chk"))" "grep -q ' 0 mismatched' '$tmp/chk'"

@@ -42,7 +42,9 @@
  *     cuMemAlloc in a global capture but not a relaxed one, ending on
  *     another stream); event timing;
  *   - NCCL with one rank: the collectives as copies, in place, send/recv to
- *     itself in a group, and the refusals (2 ranks, ncclMax, a lone send);
+ *     itself in a group, and the refusals (a rank out of range, 65 ranks, a
+ *     2-rank communicator nobody else joins: a timeout, ncclMax, a lone
+ *     send to itself); several ranks are selftest_nccl.c's;
  *   - last, an emulation error (a 48-thread block: a partial warp in the
  *     block reduction) is CUDA_ERROR_LAUNCH_FAILED and sticky until the
  *     primary context is released.
@@ -695,7 +697,15 @@ static ncclComm_t check_nccl(void) {
         tap(0, "ncclGetUniqueId + ncclCommInitRank(1 rank)");
         return NULL;
     }
-    tap(ncclCommInitRank(&two, 2, id, 0) == ncclInvalidArgument, "ncclCommInitRank with 2 ranks -> ncclInvalidArgument");
+    tap(ncclCommInitRank(&two, 2, id, 2) == ncclInvalidArgument, "ncclCommInitRank of rank 2 of 2 -> ncclInvalidArgument");
+    tap(ncclCommInitRank(&two, 65, id, 0) == ncclInvalidArgument, "ncclCommInitRank with 65 ranks -> ncclInvalidArgument");
+    ncclUniqueId alone;
+    char *old_timeout = getenv("KILN_FAKE_NCCL_TIMEOUT") ? strdup(getenv("KILN_FAKE_NCCL_TIMEOUT")) : NULL;
+    setenv("KILN_FAKE_NCCL_TIMEOUT", "0.3", 1);
+    tap(ncclGetUniqueId(&alone) == ncclSuccess && ncclCommInitRank(&two, 2, alone, 0) == ncclSystemError && two == NULL,
+        "ncclCommInitRank of rank 0 of 2 with no rank 1 -> ncclSystemError after KILN_FAKE_NCCL_TIMEOUT (0.3 s)");
+    if (old_timeout) setenv("KILN_FAKE_NCCL_TIMEOUT", old_timeout, 1), free(old_timeout);
+    else unsetenv("KILN_FAKE_NCCL_TIMEOUT");
     float h[64], back[64];
     for (int i = 0; i < 64; i++) h[i] = (float)i - 7.5f;
     CUdeviceptr a = dev_upload(h, sizeof h), b = dev_alloc(sizeof h), c = dev_alloc(sizeof h);
