@@ -1,4 +1,5 @@
-/* emit_llvm.c — the CPU back end: LLVM IR for a scheduled, planned module.
+/* emit_llvm.c — the host program (and the CPU's kernels): LLVM IR for a
+ * scheduled, planned module.
  *
  * What comes in.  A module that has been through fuse, schedule and memplan
  * (stage 0): every node has its stream and its position in the linear
@@ -73,6 +74,19 @@
  * state "param.b<k>" of its bucket (prefix ""): memplan gives such a param,
  * which the step never reads, no buffer, and its table entry says so with
  * space = offset = -1 (check_param_storage keeps the two consistent).
+ *
+ * The CUDA target (EmitTarget, emit.h).  The same table and step; the
+ * host code does not change with the device, only what it launches.  No
+ * kiln_fused_K is generated: a fused group launches rtk_fused with the
+ * index of its CUDA kernel (emit_cuda.c writes one per key, in group
+ * order, named as the table's `kernels` list), its element count and its
+ * pointers.  The table also carries the device, the arch, the cubins
+ * (private constant byte arrays) and the largest scratch one library
+ * launch needs (emit_cuda_scratch), and --attention cudnn sends attention
+ * that cuDNN's SDPA takes (cudnn_qualifies) to rtk_attention(_bwd)_cudnn.
+ * Library launches carry the dtypes of the kernels whose dtypes vary
+ * (gemm, reduce, sumto, sumsq, max_bwd, softmax, attn_merge, collectives,
+ * fill) on both targets; the CPU's kernels ignore them.
  *
  * The module is verified (LLVMVerifyModule), optimized with "default<O3>"
  * for the host CPU (or a named one, for golden tests), then either JIT'd by
@@ -1065,12 +1079,12 @@ static void emit_const(Em *e, const Node *n) {
  * communication"), on the node's stream like any kernel.  The mesh is known
  * at compile time, so a group of one rank is a copy (or nothing, when memplan
  * put both in one buffer) and needs no runtime support.  Otherwise:
- *   allreduce: rtk_allreduce(x, y, n, mask), n the element count; f32 only.
- *   reducescatter, allgather: rtk_<op>(x, y, outer, n, inner, mask), the
- *     tensors viewed as [outer, len, inner] around the node's dim, n the
- *     per-rank length along it (y's for reducescatter, x's for allgather);
- *     f32 only, except that allgather moves any 4-byte type (context
- *     parallel gathers the i32 key positions with K and V).  outer > 1
+ *   allreduce: rtk_allreduce(x, y, n, mask, dt), n the element count.
+ *   reducescatter, allgather: rtk_<op>(x, y, outer, n, inner, mask, dt),
+ *     the tensors viewed as [outer, len, inner] around the node's dim, n
+ *     the per-rank length along it (y's for reducescatter, x's for
+ *     allgather).  dt is f32 (bf16 too on CUDA; allgather also takes i32
+ *     positions).  outer > 1
  *     (context parallel's K, V on T) is fine: the runtime packs through a
  *     temporary.
  *   shard: rtk_shard(x, y, outer, len, inner, elem_bytes, mask), len the
