@@ -72,8 +72,7 @@ static int by_name(const void *x, const void *y) { return strcmp(*(char *const *
 
 /* every *.cuh of the kernels' directory, in name order; -1 if one cannot be read */
 static int hash_headers(Hash *h) {
-    const char *dir = getenv("KILN_CUDA_KERNELS");
-    if (!dir || !*dir) dir = KILN_CUDA_KERNEL_DIR;
+    const char *dir = kiln_cuda_kernel_dir();
     DIR *d = opendir(dir);
     if (!d) return 0; /* no headers to depend on */
     char **names = NULL;

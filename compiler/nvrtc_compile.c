@@ -29,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum { OPT_COUNT = 5, OPT_LEN = 4200 };
 
@@ -202,9 +204,32 @@ int kiln_nvrtc_compile(const char *name, const char *src, const char *arch, int 
     return rc;
 }
 
+/* <the kiln binary's directory>/../KILN_CUDA_KERNEL_DIR: build/kiln run from
+ * outside the repository still finds the repository's kernels.  "" when
+ * /proc/self/exe cannot be read. */
+static const char *beside_binary(void) {
+    static char dir[4096];
+    char exe[4096];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) return "";
+    exe[k] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    int n = snprintf(dir, sizeof dir, "%s/../%s", exe, KILN_CUDA_KERNEL_DIR);
+    return n > 0 && (size_t)n < sizeof dir ? dir : "";
+}
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return *path && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 const char *kiln_cuda_kernel_dir(void) {
     const char *kernels = getenv("KILN_CUDA_KERNELS");
-    return kernels && *kernels ? kernels : KILN_CUDA_KERNEL_DIR;
+    if (kernels && *kernels) return kernels;
+    if (is_dir(KILN_CUDA_KERNEL_DIR)) return KILN_CUDA_KERNEL_DIR;
+    const char *beside = beside_binary();
+    return is_dir(beside) ? beside : KILN_CUDA_KERNEL_DIR;
 }
 
 char *kiln_read_source(const char *path, char *err, size_t errlen) {

@@ -57,7 +57,10 @@ int kiln_nvrtc_compile_file(const char *path, const char *arch, int warnings, Ki
 
 void kiln_cubin_free(KilnCubin *c);
 
-/* The library kernels' directory: $KILN_CUDA_KERNELS, else KILN_CUDA_KERNEL_DIR. */
+/* The library kernels' directory: $KILN_CUDA_KERNELS, else
+ * KILN_CUDA_KERNEL_DIR when the working directory has it (the repository
+ * root), else the one beside the kiln binary's directory (build/kiln ->
+ * build/../kernels/cuda), else KILN_CUDA_KERNEL_DIR. */
 const char *kiln_cuda_kernel_dir(void);
 /* The whole file at path as a NUL-terminated string (malloc'd), or NULL
  * with "path: reason" in err. */
