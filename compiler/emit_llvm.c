@@ -122,14 +122,6 @@ static void *xcalloc(size_t n, size_t size) {
     return p;
 }
 
-static void row_strides(const Type *t, int64_t st[IR_MAXRANK]) {
-    int64_t s = 1;
-    for (int d = t->rank - 1; d >= 0; d--) {
-        st[d] = s;
-        s *= t->dim[d];
-    }
-}
-
 static int64_t f64_bits(double d) {
     int64_t b;
     memcpy(&b, &d, 8);
@@ -879,8 +871,8 @@ static void emit_transpose(Em *e, const Node *n) {
     const Type *x = TY(e, n->in[0]), *y = TY(e, n->out[0]);
     int a = (int)ir_attr_i(n, "a", 0), b = (int)ir_attr_i(n, "b", 0);
     int64_t xs[IR_MAXRANK], ys[IR_MAXRANK], ss[IR_MAXRANK];
-    row_strides(x, xs);
-    row_strides(y, ys);
+    kg_row_strides(x, xs);
+    kg_row_strides(y, ys);
     for (int d = 0; d < y->rank; d++) ss[d] = xs[d == a ? b : d == b ? a : d];
     launch_copy(e, n, P(e, n->in[0], 0), P(e, n->out[0], 0), esize(x), y->rank, y->dim, ss, ys);
 }
@@ -889,8 +881,8 @@ static void emit_slice(Em *e, const Node *n) {
     const Type *x = TY(e, n->in[0]), *y = TY(e, n->out[0]);
     int d = (int)ir_attr_i(n, "dim", 0);
     int64_t xs[IR_MAXRANK], ys[IR_MAXRANK];
-    row_strides(x, xs);
-    row_strides(y, ys);
+    kg_row_strides(x, xs);
+    kg_row_strides(y, ys);
     int64_t start = ir_attr_i(n, "start", 0);
     launch_copy(e, n, P(e, n->in[0], start * xs[d] * esize(x)), P(e, n->out[0], 0), esize(x), y->rank, y->dim, xs, ys);
 }
@@ -899,10 +891,10 @@ static void emit_concat(Em *e, const Node *n) {
     const Type *y = TY(e, n->out[0]);
     int d = (int)ir_attr_i(n, "dim", 0);
     int64_t ys[IR_MAXRANK], xs[IR_MAXRANK], at = 0;
-    row_strides(y, ys);
+    kg_row_strides(y, ys);
     for (int k = 0; k < n->nin; k++) {
         const Type *x = TY(e, n->in[k]);
-        row_strides(x, xs);
+        kg_row_strides(x, xs);
         launch_copy(e, n, P(e, n->in[k], 0), P(e, n->out[0], at * ys[d] * esize(y)), esize(y), x->rank, x->dim, xs, ys);
         at += x->dim[d];
     }
@@ -911,7 +903,7 @@ static void emit_concat(Em *e, const Node *n) {
 /* Strides of small aligned to big's dims (numpy rule), 0 on broadcast dims. */
 static void bcast_strides(const Type *small, const Type *big, int64_t st[IR_MAXRANK]) {
     int64_t ss[IR_MAXRANK];
-    row_strides(small, ss);
+    kg_row_strides(small, ss);
     int shift = big->rank - small->rank;
     for (int d = 0; d < big->rank; d++) {
         int k = d - shift;
@@ -923,7 +915,7 @@ static void emit_broadcast(Em *e, const Node *n) {
     const Type *x = TY(e, n->in[0]), *y = TY(e, n->out[0]);
     int64_t ss[IR_MAXRANK], ys[IR_MAXRANK];
     bcast_strides(x, y, ss);
-    row_strides(y, ys);
+    kg_row_strides(y, ys);
     launch_copy(e, n, P(e, n->in[0], 0), P(e, n->out[0], 0), esize(y), y->rank, y->dim, ss, ys);
 }
 

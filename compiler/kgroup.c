@@ -39,7 +39,7 @@ static void *xcalloc(size_t n, size_t size) {
 }
 
 
-static void row_strides(const Type *t, int64_t st[IR_MAXRANK]) {
+void kg_row_strides(const Type *t, int64_t st[IR_MAXRANK]) {
     int64_t s = 1;
     for (int d = t->rank - 1; d >= 0; d--) {
         st[d] = s;
@@ -272,8 +272,8 @@ void kg_free(KGroups *gs) {
 
 int kg_bcast_terms(const Type *x, const Type *big, KgTerm terms[IR_MAXRANK]) {
     int64_t ost[IR_MAXRANK], xst[IR_MAXRANK], st[IR_MAXRANK];
-    row_strides(big, ost);
-    row_strides(x, xst);
+    kg_row_strides(big, ost);
+    kg_row_strides(x, xst);
     int shift = big->rank - x->rank, nt = 0;
     for (int d = 0; d < big->rank; d++) {
         int k = d - shift;

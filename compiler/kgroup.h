@@ -57,6 +57,9 @@ int kg_in_group(const KGroups *gs, const KGroup *gr, int node);
  * group input at broadcast indices; the other kind broadcasts a const member). */
 int kg_outside_bcast(const KGroups *gs, const KGroup *gr, const Node *n);
 
+/* Element strides of a row-major tensor of type t. */
+void kg_row_strides(const Type *t, int64_t st[IR_MAXRANK]);
+
 /* Position of value vid among the group's inputs / outputs, or -1. */
 int kg_in_slot(const KGroup *gr, int vid);
 int kg_out_slot(const KGroup *gr, int vid);

@@ -384,11 +384,7 @@ static int check_stream(rt_ctx *c, int stream, const char *who) { return rt_in_r
 static int check_event(rt_ctx *c, int event, const char *who) { return rt_in_range(c, event, c->nevents, "event", who); }
 
 void rt_launch(rt_ctx *c, int stream, rt_kernel k, const int64_t *args, int nargs, const char *name) {
-    if (!check_stream(c, stream, "rt_launch")) return;
-    if (nargs < 0 || !k) {
-        rt_fail(c, "rt_launch %s: bad kernel or nargs %d", name ? name : "?", nargs);
-        return;
-    }
+    if (!rt_launch_ok(c, stream, c->nstreams, k, nargs, name)) return;
     c->cur = stream;
     c->name = name;
     k(c, args);

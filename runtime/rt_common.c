@@ -279,3 +279,10 @@ int rt_in_range(rt_ctx *c, int v, int n, const char *what, const char *who) {
     rt_fail(c, "%s: %s %d out of range (program has %d)", who, what, v, n);
     return 0;
 }
+
+int rt_launch_ok(rt_ctx *c, int stream, int nstreams, rt_kernel k, int nargs, const char *name) {
+    if (!rt_in_range(c, stream, nstreams, "stream", "rt_launch")) return 0;
+    if (nargs >= 0 && k) return 1;
+    rt_fail(c, "rt_launch %s: bad kernel or nargs %d", name ? name : "?", nargs);
+    return 0;
+}

@@ -57,6 +57,10 @@ int rt_unmap_host(char *m, size_t mapped);
  * n)" and 0 (a stream or event index the step function passed). */
 int rt_in_range(rt_ctx *c, int v, int n, const char *what, const char *who);
 
+/* rt_launch's arguments: a stream in range, a kernel, nargs >= 0; else
+ * rt_fail and 0. */
+int rt_launch_ok(rt_ctx *c, int stream, int nstreams, rt_kernel k, int nargs, const char *name);
+
 /* Params from their init, states zero (param shards: this rank's chunk of
  * their members' inits), written through rt_tensor_ptr.  Normal draws run
  * in blocks on rt_parallel_for.  A param with an unknown init, or "ones" /
