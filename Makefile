@@ -10,7 +10,11 @@ BUILD   := build
 SANFLAGS :=
 endif
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Icompiler -Iruntime -I/usr/include/lua5.4 $(SANFLAGS)
+# the compiler's folders (the IR and passes; emit/: targets; cmd/: commands)
+# and the runtime's (root: the ABI, trainer and shared code; cpu/, cuda/: the
+# devices; io/: data, checkpoints, files)
+INCDIRS := -Icompiler -Icompiler/emit -Icompiler/cmd -Iruntime -Iruntime/cpu -Iruntime/cuda -Iruntime/io
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(INCDIRS) -I/usr/include/lua5.4 $(SANFLAGS)
 LLVM_CFLAGS := $(shell $(LLVM_CONFIG) --cflags 2>/dev/null)
 LLVM_LIBS   := $(shell $(LLVM_CONFIG) --ldflags --libs 2>/dev/null)
 # MPI (Debian's Open MPI) for ranks and the CPU's collectives (runtime/comm_mpi.c, coll_mpi.c)
@@ -29,11 +33,11 @@ LDFLAGS += $(SANFLAGS)
 # libkilnc.a: the compiler; libkilnrt.a: the runtime and the CPU kernels;
 # libkilnrt_cuda.a: the same runtime on the CUDA device (what a
 # `--target cuda:sm_XX` trainer links: no OpenBLAS, no CPU kernels)
-LIB_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c))
+LIB_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c compiler/emit/*.c compiler/cmd/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
-RT_CUDA_ONLY := $(wildcard runtime/dev_cuda.c runtime/comm_nccl.c runtime/kernels_cuda.c runtime/attn_cudnn.c)
-RT_CPU_ONLY  := $(wildcard runtime/dev_cpu.c runtime/coll_mpi.c) $(wildcard kernels/cpu/*.c)
-RT_HOST_SRC  := $(filter-out runtime/trainer_main.c runtime/dev_cpu.c runtime/coll_mpi.c $(RT_CUDA_ONLY),$(wildcard runtime/*.c))
+RT_CUDA_ONLY := $(wildcard runtime/cuda/*.c)
+RT_CPU_ONLY  := $(wildcard runtime/cpu/*.c kernels/cpu/*.c)
+RT_HOST_SRC  := $(filter-out runtime/trainer_main.c,$(wildcard runtime/*.c runtime/io/*.c))
 RT_SRC  := $(RT_HOST_SRC) $(RT_CPU_ONLY)
 RT_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
 RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(RT_HOST_SRC) $(RT_CUDA_ONLY))
@@ -44,12 +48,12 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 # helper programs that tests/t_*.sh run (not test_*: run.sh would run them bare)
 TEST_AUX := $(BUILD)/tests/mpi_comm
-HDRS    := $(wildcard compiler/*.h runtime/*.h kernels/cpu/*.h) compiler/ops.def
+HDRS    := $(wildcard compiler/*.h compiler/*/*.h runtime/*.h runtime/*/*.h kernels/cpu/*.h) compiler/ops.def
 LIBS    := $(BUILD)/libkilnc.a $(BUILD)/libkilnrt.a
 
 all: $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(BUILD)/libkilnrt_cuda.a $(TEST_BIN) $(TEST_AUX)
 
-$(BUILD)/compiler/emit_%.o: compiler/emit_%.c $(HDRS)
+$(BUILD)/compiler/emit/emit_%.o: compiler/emit/emit_%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LLVM_CFLAGS) -c $< -o $@
 
@@ -82,13 +86,13 @@ $(BUILD)/tests/%: tests/%.c $(LIBS) $(HDRS) tests/testutil.h tests/graphbuild.h
 	$(CC) $(CFLAGS) -Itests -rdynamic -o $@ $< -Wl,--whole-archive $(BUILD)/libkilnrt.a -Wl,--no-whole-archive $(BUILD)/libkilnc.a $(LDLIBS) -lcmocka
 
 # test_cudnn_graph includes attn_cudnn.c's graph descriptions
-$(BUILD)/tests/test_cudnn_graph: runtime/attn_cudnn.c
+$(BUILD)/tests/test_cudnn_graph: runtime/cuda/attn_cudnn.c
 
 # The fuzz target for the IR text parser (libFuzzer, clang).
 $(BUILD)/fuzz_irtext: tests/fuzz_irtext.c $(LIB_SRC) $(RT_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
-	clang -O1 -g -std=c11 -D_GNU_SOURCE -Icompiler -Iruntime -I/usr/include/lua5.4 -I$(CUDA_HOME)/include $(MPI_CFLAGS) -fsanitize=fuzzer,address,undefined \
-	    -o $@ tests/fuzz_irtext.c $(filter-out compiler/emit_%.c compiler/sample.c,$(LIB_SRC)) $(RT_SRC) $(LDLIBS)
+	clang -O1 -g -std=c11 -D_GNU_SOURCE $(INCDIRS) -I/usr/include/lua5.4 -I$(CUDA_HOME)/include $(MPI_CFLAGS) -fsanitize=fuzzer,address,undefined \
+	    -o $@ tests/fuzz_irtext.c $(filter-out compiler/emit/emit_%.c compiler/cmd/sample.c,$(LIB_SRC)) $(RT_SRC) $(LDLIBS)
 
 FUZZ_SECONDS ?= 20
 fuzz: $(BUILD)/fuzz_irtext

@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln.h"
+#include "passes.h"
 
 /* The gradient of `slice %x {dim, start, end}` is dy placed at [start, end)
  * of dim.  Slices that split one value (q, k and v from one projection) are

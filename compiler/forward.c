@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln.h"
+#include "passes.h"
 
 static int is_logits_output(const Node *n) {
     return n->op == OP_output && strcmp(ir_attr_s(n, "name", ""), "logits") == 0;

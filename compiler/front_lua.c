@@ -48,7 +48,7 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "kiln.h"
+#include "front.h"
 
 #define FE_MEM_CAP ((size_t)256 << 20)
 #define FE_INSN_LIMIT 200000000LL

@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln.h"
+#include "interp.h"
 #include "rng.h" /* the parameter generator, shared with the runtime */
 
 /* ---- numbers: rounding to a dtype ---- */

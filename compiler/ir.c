@@ -49,6 +49,13 @@ size_t ir_dtype_size(DType dt) {
     return sz[dt];
 }
 
+const char *ir_space_name(int space) {
+    static const char *const names[SPACE_COUNT] = {"params", "grads", "opt", "act"};
+    return space >= 0 && space < SPACE_COUNT ? names[space] : "?";
+}
+
+int64_t ir_value_bytes(const Value *v) { return ir_numel(&v->t) * (int64_t)ir_dtype_size(v->t.dt); }
+
 int64_t ir_numel(const Type *t) {
     int64_t n = 1;
     for (int i = 0; i < t->rank; i++) n *= t->dim[i];
@@ -106,7 +113,7 @@ struct Arena {
     size_t nstrs, capstrs;
 };
 
-static void *xcalloc(size_t n, size_t sz) {
+void *xcalloc(size_t n, size_t sz) {
     void *p = calloc(n ? n : 1, sz ? sz : 1);
     if (!p) ICE("out of memory (%zu x %zu bytes)", n, sz);
     return p;
@@ -767,6 +774,13 @@ int ir_group_members(const Module *m, int r, int mask, int *members, int *index)
         cnt++;
     }
     return cnt;
+}
+
+int ir_group_size(const Module *m, const Node *n) {
+    int mask = ir_group_mask(ir_attr_s(n, "group", "")), size = 1;
+    for (int a = 0; mask > 0 && a < IR_NAXES; a++)
+        if (mask & (1 << a)) size *= m->mesh[a];
+    return size;
 }
 
 int ir_bucket_member(const Node *n, int k, char *name, size_t len, int64_t *offset) {

@@ -91,9 +91,15 @@ typedef struct {
     int def;     /* defining node index, -1 for none */
     int defout;  /* which output of that node */
     AxisShard sh[IR_NAXES];
-    int space;      /* after memplan: RT_SPACE_* of runtime/kiln_rt.h; -1 before */
+    int space;      /* after memplan: its Space; -1 before */
     int64_t offset; /* after memplan: byte offset in that space; -1 before */
 } Value;
+
+/* The memory spaces memplan places buffers in (Value.space).  The IR's own
+ * names: the emitters map them to the runtime ABI's (kiln_rt.h). */
+typedef enum { SPACE_PARAMS, SPACE_GRADS, SPACE_OPT, SPACE_ACT, SPACE_COUNT } Space;
+const char *ir_space_name(int space); /* "params", "grads", "opt", "act"; "?" for any other */
+int64_t ir_value_bytes(const Value *v); /* numel * dtype size */
 
 typedef struct {
     const char *file; /* interned; NULL means "no location" (the verifier rejects it) */
@@ -249,12 +255,18 @@ int ir_group_mask(const char *group);
 /* Members of rank r's group (ascending rank); returns count, fills members,
  * sets *index to r's position in it. */
 int ir_group_members(const Module *m, int r, int mask, int *members, int *index);
+/* Ranks in the group of a collective node's {group} attribute (1 without one). */
+int ir_group_size(const Module *m, const Node *n);
 
 /* A bucketed state of the distributed optimizer (optimizer.c; attrs bucket,
  * group, prefix, params="a,b,..", offsets=[..], n): member k's param name
  * (into name) and element offset in the flat bucket; -1 if there is no
  * member k. */
 int ir_bucket_member(const Node *n, int k, char *name, size_t len, int64_t *offset);
+
+/* calloc that never returns NULL (ICE when out of memory): the passes'
+ * scratch, freed by the pass.  Module data comes from ir_alloc. */
+void *xcalloc(size_t n, size_t sz);
 
 /* ---- errors ---- */
 /* User error at a model location: prints "file:line: msg" and exits 1. */

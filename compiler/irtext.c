@@ -39,10 +39,8 @@
 #include <string.h>
 
 #include "ir.h"
-#include "kiln_rt.h"
 
 static const char *const axis_names[IR_NAXES] = {"pp", "dp", "cp", "tp"};
-static const char *const space_names[RT_NSPACES] = {"params", "grads", "opt", "act"}; /* RT_SPACE_* */
 
 #define MAX_MESH (1 << 16)            /* largest size of one mesh axis */
 #define MAX_WORLD (1 << 20)           /* largest mesh (product of the four axes) */
@@ -152,7 +150,7 @@ static void put_meta(FILE *f, const Node *n) {
 /* "@act+1024" once memplan has placed the value; nothing before. */
 static void put_place(FILE *f, const Value *v) {
     if (v->space < 0) return;
-    fprintf(f, "@%s+%" PRId64, v->space < RT_NSPACES ? space_names[v->space] : "?", v->offset);
+    fprintf(f, "@%s+%" PRId64, ir_space_name(v->space), v->offset);
 }
 
 /* Defensive about broken graphs: a dump is how one debugs them. */
@@ -544,8 +542,8 @@ static void place(Parser *P, int *space, int64_t *offset) {
     expect(P, '@', "'@'");
     ident(P, name, sizeof name, "a memory space (params, grads, opt, act)");
     *space = -1;
-    for (int i = 0; i < RT_NSPACES; i++)
-        if (strcmp(name, space_names[i]) == 0) *space = i;
+    for (int i = 0; i < SPACE_COUNT; i++)
+        if (strcmp(name, ir_space_name(i)) == 0) *space = i;
     if (*space < 0) fail(P, "unknown memory space '%s'", name);
     expect(P, '+', "'+' and the byte offset after the memory space");
     *offset = integer(P, 0, INT64_MAX, "a byte offset");

@@ -25,7 +25,9 @@
 #include <unistd.h>
 
 #include "emit.h"
-#include "kiln.h"
+#include "front.h"
+#include "interp.h"
+#include "passes.h"
 #include "memplan.h"
 #include "plot.h"
 #include "data_cmd.h"

@@ -44,20 +44,7 @@
 
 #include "memplan.h"
 
-static void *xcalloc(size_t n, size_t sz) {
-    void *p = calloc(n ? n : 1, sz ? sz : 1);
-    if (!p) ICE("out of memory");
-    return p;
-}
-
 static int64_t align_up(int64_t x) { return (x + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN; }
-
-int64_t memplan_bytes(const Value *v) { return ir_numel(&v->t) * (int64_t)ir_dtype_size(v->t.dt); }
-
-const char *memplan_space_name(int space) {
-    static const char *const names[RT_NSPACES] = {"params", "grads", "opt", "act"};
-    return space >= 0 && space < RT_NSPACES ? names[space] : "?";
-}
 
 /* ======================================================================
  * Liveness
@@ -236,7 +223,7 @@ static void place_act(Graph *g, const MemLive *L) {
     int nb = 0, np = 0;
     for (int v = 0; v < g->nvals; v++)
         if (L->root[v] == v && g->vals[v].space < 0)
-            bufs[nb++] = (Buf){v, L->start[v], L->end[v], 0, align_up(memplan_bytes(&g->vals[v]))};
+            bufs[nb++] = (Buf){v, L->start[v], L->end[v], 0, align_up(ir_value_bytes(&g->vals[v]))};
     qsort(bufs, (size_t)nb, sizeof(Buf), by_size);
     for (int k = 0; k < nb; k++) {
         Buf b = bufs[k];
@@ -246,7 +233,7 @@ static void place_act(Graph *g, const MemLive *L) {
         memmove(placed + at + 1, placed + at, sizeof(Buf) * (size_t)(np - at));
         placed[at] = b;
         np++;
-        g->vals[b.v].space = RT_SPACE_ACT;
+        g->vals[b.v].space = SPACE_ACT;
         g->vals[b.v].offset = b.off;
     }
     free(bufs);
@@ -256,7 +243,7 @@ static void place_act(Graph *g, const MemLive *L) {
 static void put(Graph *g, int v, int space, int64_t *top) {
     g->vals[v].space = space;
     g->vals[v].offset = top[space];
-    top[space] += align_up(memplan_bytes(&g->vals[v]));
+    top[space] += align_up(ir_value_bytes(&g->vals[v]));
 }
 
 static int by_def(const void *a, const void *b, void *g) {
@@ -272,23 +259,23 @@ static void place_grads(Graph *g, const MemLive *L, int64_t *top) {
         if (nd->op != OP_output || strncmp(ir_attr_s(nd, "name", ""), "grad:", 5) != 0) continue;
         int r = L->root[nd->in[0]];
         if (r < 0 || g->vals[r].space >= 0 || g->nodes[g->vals[r].def].op == OP_input) continue;
-        g->vals[r].space = RT_SPACE_GRADS; /* mark: a value named by two grad outputs is placed once */
+        g->vals[r].space = SPACE_GRADS; /* mark: a value named by two grad outputs is placed once */
         roots[nr++] = r;
     }
     qsort_r(roots, (size_t)nr, sizeof(int), by_def, g);
-    for (int k = 0; k < nr; k++) put(g, roots[k], RT_SPACE_GRADS, top);
+    for (int k = 0; k < nr; k++) put(g, roots[k], SPACE_GRADS, top);
     free(roots);
 }
 
 static void plan_graph(Graph *g) {
     MemLive L;
     memlive_build(g, &L);
-    int64_t top[RT_NSPACES] = {0};
+    int64_t top[SPACE_COUNT] = {0};
     for (int v = 0; v < g->nvals; v++) g->vals[v].space = -1, g->vals[v].offset = -1;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *nd = &g->nodes[i];
-        if (nd->op == OP_param && L.root[nd->out[0]] >= 0) put(g, nd->out[0], RT_SPACE_PARAMS, top);
-        if (nd->op == OP_state) put(g, nd->out[0], RT_SPACE_OPT, top);
+        if (nd->op == OP_param && L.root[nd->out[0]] >= 0) put(g, nd->out[0], SPACE_PARAMS, top);
+        if (nd->op == OP_state) put(g, nd->out[0], SPACE_OPT, top);
     }
     place_grads(g, &L, top);
     place_act(g, &L);
@@ -312,7 +299,7 @@ static int64_t stage_peak(const Graph *g, int space) {
     int64_t peak = 0;
     for (int v = 0; v < g->nvals; v++) {
         const Value *x = &g->vals[v];
-        if (x->def >= 0 && x->space == space && x->offset >= 0 && x->offset + memplan_bytes(x) > peak) peak = x->offset + memplan_bytes(x);
+        if (x->def >= 0 && x->space == space && x->offset >= 0 && x->offset + ir_value_bytes(x) > peak) peak = x->offset + ir_value_bytes(x);
     }
     return align_up(peak);
 }
@@ -346,9 +333,9 @@ static int64_t live_peak(const Graph *g, int activations) {
     char *act = activations ? activation_values(g) : NULL;
     int64_t *delta = xcalloc((size_t)g->nnodes + 2, sizeof(int64_t)), live = 0, peak = 0;
     for (int v = 0; v < g->nvals; v++)
-        if (L.root[v] == v && g->vals[v].space == RT_SPACE_ACT && (!act || act[v])) {
-            delta[L.start[v]] += memplan_bytes(&g->vals[v]);
-            delta[L.end[v] + 1] -= memplan_bytes(&g->vals[v]);
+        if (L.root[v] == v && g->vals[v].space == SPACE_ACT && (!act || act[v])) {
+            delta[L.start[v]] += ir_value_bytes(&g->vals[v]);
+            delta[L.end[v] + 1] -= ir_value_bytes(&g->vals[v]);
         }
     for (int i = 0; i <= g->nnodes; i++) {
         live += delta[i];
@@ -393,13 +380,6 @@ static void put_bytes(FILE *f, const char *what, int64_t b, const char *note) {
 }
 
 /* Group size of a comm node. */
-static int group_size(const Module *m, const Node *n) {
-    int mask = ir_group_mask(ir_attr_s(n, "group", "")), size = 1;
-    for (int a = 0; a < IR_NAXES; a++)
-        if (mask > 0 && (mask & (1 << a))) size *= m->mesh[a];
-    return size;
-}
-
 /* Data parallel: bytes per parameter against Megatron's, the gradient
  * buckets in the order they are reduced, and what each rank sends per step
  * (ring algorithms: all-reduce 2(n-1)/n of the buffer, reduce-scatter and
@@ -412,7 +392,7 @@ static void report_comm(const Module *m, const Graph *g, FILE *f) {
         const Node *n = &g->nodes[i];
         if (n->mb + 1 > mbs) mbs = n->mb + 1;
         if (n->op == OP_param) nparam += ir_numel(&g->vals[n->out[0]].t);
-        if (n->op == OP_state && ir_attr(n, "bucket")) shard_state += memplan_bytes(&g->vals[n->out[0]]);
+        if (n->op == OP_state && ir_attr(n, "bucket")) shard_state += ir_value_bytes(&g->vals[n->out[0]]);
     }
     int zero = shard_state > 0;
     fprintf(f, "data parallel: dp %d, %d micro-batch%s per step, %s\n", dp, mbs, mbs > 1 ? "es" : "",
@@ -428,9 +408,9 @@ static void report_comm(const Module *m, const Graph *g, FILE *f) {
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if (!(ir_ops[n->op].flags & F_COMM)) continue;
-        int size = group_size(m, n);
+        int size = ir_group_size(m, n);
         const Value *x = &g->vals[n->in[0]], *y = &g->vals[n->out[0]];
-        int64_t bx = memplan_bytes(x), by = memplan_bytes(y);
+        int64_t bx = ir_value_bytes(x), by = ir_value_bytes(y);
         if (n->op == OP_allreduce) sent[0] += 2.0 * (size - 1) / size * (double)bx;
         if (n->op == OP_reducescatter) sent[1] += (double)(size - 1) / size * (double)bx;
         if (n->op == OP_allgather) sent[2] += (double)(size - 1) / size * (double)by;
@@ -493,8 +473,8 @@ static void report_cp(const Module *m, const Graph *g, FILE *f) {
 void memplan_report(const Module *m, FILE *f) {
     for (int s = 0; s < m->nstages; s++) {
         const Graph *g = m->stages[s];
-        int64_t p = stage_peak(g, RT_SPACE_PARAMS), gr = stage_peak(g, RT_SPACE_GRADS);
-        int64_t o = stage_peak(g, RT_SPACE_OPT), a = stage_peak(g, RT_SPACE_ACT), lb = stage_lower_bound(g);
+        int64_t p = stage_peak(g, SPACE_PARAMS), gr = stage_peak(g, SPACE_GRADS);
+        int64_t o = stage_peak(g, SPACE_OPT), a = stage_peak(g, SPACE_ACT), lb = stage_lower_bound(g);
         char note[160];
         if (m->nstages == 1) fprintf(f, "memory per rank:\n");
         else fprintf(f, "memory per rank of pipeline stage %d:\n", s);

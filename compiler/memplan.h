@@ -4,7 +4,7 @@
  * After fuse: a fused group is the contiguous run of nodes carrying the int
  * attribute kernel=K (fuse_group()).  After schedule: every node has a stream
  * (0 compute, 1 comm, 2 d2h, 3 h2d) and pos = its index.  After memplan:
- * every value that needs a buffer has Value.space (RT_SPACE_*) and a 64-byte
+ * every value that needs a buffer has Value.space (a Space of ir.h) and a 64-byte
  * aligned Value.offset; values internal to a fused group have -1.
  *
  * MemLive is the one definition of which values own a buffer and how long it
@@ -15,7 +15,7 @@
 
 #include <stdio.h>
 
-#include "kiln.h"
+#include "passes.h"
 #include "kiln_rt.h"
 
 /* pass_fuse (fuse.c), pass_schedule (schedule.c), pass_memplan (memplan.c): kiln.h */
@@ -49,9 +49,6 @@ typedef struct {
 } MemLive;
 void memlive_build(const Graph *g, MemLive *L);
 void memlive_free(MemLive *L);
-
-int64_t memplan_bytes(const Value *v);      /* numel * dtype size */
-const char *memplan_space_name(int space);  /* "params", "grads", "opt", "act"; "?" */
 
 /* Bytes of a space per rank (max over stages): the end of its last buffer,
  * rounded up to MEM_ALIGN. */

@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln.h"
+#include "passes.h"
 #include "memplan.h" /* sched_reorder */
 
 typedef struct {

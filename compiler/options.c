@@ -2,7 +2,8 @@
  * line override them (front_lua.c, main.c). */
 #include <string.h>
 
-#include "kiln.h"
+#include "ir.h"
+#include "options.h"
 
 void opt_defaults(Options *o) {
     memset(o, 0, sizeof *o);

@@ -53,7 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln.h"
+#include "passes.h"
 
 enum { AX_BATCH, AX_SEQ, NAX };        /* the axes this pass cuts */
 static const int mesh_axis[NAX] = {1, 2}; /* their Module.mesh / Value.sh index: dp, cp */
@@ -94,12 +94,6 @@ typedef struct {
     int64_t tag;     /* next send/recv tag */
     char *conv;      /* [axis][node][input]: a replicated input the rule uses split */
 } Par;
-
-static void *xcalloc(size_t n, size_t sz) {
-    void *p = calloc(n ? n : 1, sz);
-    if (!p) ICE("out of memory");
-    return p;
-}
 
 static const Sp REP = {SH_REP, 0, 0, 0}, PART = {SH_PARTIAL, 0, 0, 0};
 static int is_rep(Sp s) { return s.kind == SH_REP; }

@@ -53,7 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln.h"
+#include "passes.h"
 
 typedef struct {
     const Graph *g;
@@ -65,12 +65,6 @@ typedef struct {
     unsigned *grad;  /* old node: bit k set when output k is a param gradient */
     int *sent;       /* old node: a send's new input value (what its recv receives), -1 */
 } Pc;
-
-static void *xcalloc(size_t n, size_t sz) {
-    void *p = calloc(n ? n : 1, sz);
-    if (!p) ICE("precision: out of memory");
-    return p;
-}
 
 static const Node *def_of(const Graph *g, int v) { return g->vals[v].def >= 0 ? &g->nodes[g->vals[v].def] : NULL; }
 static int is_float(const Graph *g, int v) { return ir_dtype_is_float(g->vals[v].t.dt); }

@@ -50,7 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln.h"
+#include "passes.h"
 
 #define MAX_FLOPS_PER_BYTE 32.0
 
@@ -62,17 +62,7 @@ typedef struct {
     char *data;  /* value: computed from the step's data (data_values): what counts */
 } Rc;
 
-static void *xcalloc(size_t n, size_t sz) {
-    void *p = calloc(n ? n : 1, sz);
-    if (!p) ICE("recompute: out of memory");
-    return p;
-}
-
 static const Node *def_of(const Graph *g, int v) { return g->vals[v].def >= 0 ? &g->nodes[g->vals[v].def] : NULL; }
-
-static int64_t bytes_of(const Graph *g, int v) {
-    return ir_numel(&g->vals[v].t) * (int64_t)ir_dtype_size(g->vals[v].t.dt);
-}
 
 /* 1 for values computed from the step's data (inputs, received blocks):
  * the activations; params gathered for the step (--zero 1) are not */
@@ -132,7 +122,7 @@ static int64_t saved_bytes(Rc *R) {
             for (int k = 0; k < g->nodes[i].nin; k++) need(R, g->nodes[i].in[k]);
     int64_t total = 0;
     for (int v = 0; v < g->nvals; v++)
-        if (R->saved[v] && R->data[v]) total += bytes_of(g, v);
+        if (R->saved[v] && R->data[v]) total += ir_value_bytes(&g->vals[v]);
     return total;
 }
 
@@ -180,7 +170,7 @@ static void walk(Rc *R, int v, Chain *c, int apply) {
     if (!activation(g, v) || R->saved[v] || R->rc[v] || !cheap(d)) {
         if (activation(g, v) && !R->saved[v] && !R->rc[v]) {
             R->seen[v] = 3;
-            if (R->data[v]) c->gain -= bytes_of(g, v);
+            if (R->data[v]) c->gain -= ir_value_bytes(&g->vals[v]);
             if (apply) R->saved[v] = 1;
         } else {
             R->seen[v] = 1;
@@ -194,7 +184,7 @@ static void walk(Rc *R, int v, Chain *c, int apply) {
 }
 
 static Chain chain_of(Rc *R, int v, int apply) {
-    Chain c = {R->data[v] ? bytes_of(R->g, v) : 0, 0};
+    Chain c = {R->data[v] ? ir_value_bytes(&R->g->vals[v]) : 0, 0};
     memset(R->seen, 0, (size_t)R->g->nvals);
     const Node *d = def_of(R->g, v);
     R->seen[v] = 2;
@@ -323,7 +313,7 @@ int64_t recompute_saved_bytes(const Graph *g, int layer) {
             for (int k = 0; k < g->nodes[i].nin; k++) sv[g->nodes[i].in[k]] = 1;
     int64_t total = 0;
     for (int v = 0; v < g->nvals; v++)
-        if (sv[v] && data[v] && activation(g, v) && (layer == INT_MIN || def_of(g, v)->layer == layer)) total += bytes_of(g, v);
+        if (sv[v] && data[v] && activation(g, v) && (layer == INT_MIN || def_of(g, v)->layer == layer)) total += ir_value_bytes(&g->vals[v]);
     free(sv), free(data);
     return total;
 }

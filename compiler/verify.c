@@ -193,12 +193,6 @@ static int check_values(Checker *c) {
 
 /* ---- fused groups ---- */
 
-static void *xcalloc(size_t n, size_t sz) {
-    void *p = calloc(n ? n : 1, sz ? sz : 1);
-    if (!p) ICE("out of memory");
-    return p;
-}
-
 static int same_dims(const Type *a, const Type *b) {
     if (a->rank != b->rank) return 0;
     for (int d = 0; d < a->rank; d++)
@@ -415,18 +409,18 @@ static int check_places(Checker *c, const MemLive *L) {
         const Node *n = &g->nodes[d];
         if (r < 0) {
             if (x->space != -1 || x->offset != -1)
-                return bad(c, d, "%%%d is internal to its fused group but has a buffer (%s+%lld)", v, memplan_space_name(x->space),
+                return bad(c, d, "%%%d is internal to its fused group but has a buffer (%s+%lld)", v, ir_space_name(x->space),
                            (long long)x->offset);
             continue;
         }
-        if (x->space < 0 || x->space >= RT_NSPACES) return bad(c, d, "%%%d has no buffer (space %d) after memplan", v, x->space);
-        if (x->offset < 0 || x->offset % MEM_ALIGN || x->offset > INT64_MAX - memplan_bytes(x))
+        if (x->space < 0 || x->space >= SPACE_COUNT) return bad(c, d, "%%%d has no buffer (space %d) after memplan", v, x->space);
+        if (x->offset < 0 || x->offset % MEM_ALIGN || x->offset > INT64_MAX - ir_value_bytes(x))
             return bad(c, d, "%%%d has a bad offset %lld (64-byte aligned, >= 0)", v, (long long)x->offset);
         if (r != v && (x->space != g->vals[r].space || x->offset != g->vals[r].offset))
-            return bad(c, d, "view %%%d is at %s+%lld but must share the buffer of %%%d (%s+%lld)", v, memplan_space_name(x->space),
-                       (long long)x->offset, r, memplan_space_name(g->vals[r].space), (long long)g->vals[r].offset);
-        if ((n->op == OP_param && x->space != RT_SPACE_PARAMS) || (n->op == OP_state && x->space != RT_SPACE_OPT))
-            return bad(c, d, "%%%d is a %s but lives in the %s space", v, ir_ops[n->op].name, memplan_space_name(x->space));
+            return bad(c, d, "view %%%d is at %s+%lld but must share the buffer of %%%d (%s+%lld)", v, ir_space_name(x->space),
+                       (long long)x->offset, r, ir_space_name(g->vals[r].space), (long long)g->vals[r].offset);
+        if ((n->op == OP_param && x->space != SPACE_PARAMS) || (n->op == OP_state && x->space != SPACE_OPT))
+            return bad(c, d, "%%%d is a %s but lives in the %s space", v, ir_ops[n->op].name, ir_space_name(x->space));
     }
     return 0;
 }
@@ -439,8 +433,8 @@ static int check_overlaps(Checker *c, const MemLive *L) {
     for (int v = 0; v < g->nvals; v++) {
         const Value *x = &g->vals[v];
         if (x->def < 0 || L->root[v] != v) continue;
-        int act = x->space == RT_SPACE_ACT;
-        sp[ns++] = (Span){v, act ? L->start[v] : 0, act ? L->end[v] : g->nnodes, x->space, x->offset, memplan_bytes(x)};
+        int act = x->space == SPACE_ACT;
+        sp[ns++] = (Span){v, act ? L->start[v] : 0, act ? L->end[v] : g->nnodes, x->space, x->offset, ir_value_bytes(x)};
     }
     qsort(sp, (size_t)ns, sizeof(Span), span_cmp);
     for (int i = 0; i < ns && !rc; i++)
@@ -452,7 +446,7 @@ static int check_overlaps(Checker *c, const MemLive *L) {
             rc = bad(c, g->vals[a->v].def,
                      "%%%d (live %d..%d) and %%%d (node %d %s, %s:%d, live %d..%d) share bytes [%lld, %lld) of the %s space while both are live",
                      a->v, a->start, a->end, b->v, db, ir_ops[g->nodes[db].op].name, loc_file(&g->nodes[db]), g->nodes[db].loc.line,
-                     b->start, b->end, (long long)b->off, (long long)hi, memplan_space_name(a->space));
+                     b->start, b->end, (long long)b->off, (long long)hi, ir_space_name(a->space));
         }
     free(sp);
     return rc;

@@ -117,10 +117,10 @@ missing_imports() { imported "$1" | comm -12 - "$tmp/real_all" | comm -23 - "$tm
 
 # ---- 3. the self-test ----
 ST=$F/selftest
-if [ ! -x "$ST" ] || [ tests/cuda_fake/selftest.c -nt "$ST" ] || [ compiler/nvrtc_compile.c -nt "$ST" ] ||
-    [ compiler/nvrtc_compile.h -nt "$ST" ]; then
-    gcc -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Icompiler -I"$CUDA/include" -o "$ST" tests/cuda_fake/selftest.c \
-        compiler/nvrtc_compile.c -L"$CUDA/lib64/stubs" -lcuda -L"$CUDA/lib64" -lcublasLt -lnccl -lnvrtc \
+if [ ! -x "$ST" ] || [ tests/cuda_fake/selftest.c -nt "$ST" ] || [ compiler/emit/nvrtc_compile.c -nt "$ST" ] ||
+    [ compiler/emit/nvrtc_compile.h -nt "$ST" ]; then
+    gcc -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Icompiler/emit -I"$CUDA/include" -o "$ST" tests/cuda_fake/selftest.c \
+        compiler/emit/nvrtc_compile.c -L"$CUDA/lib64/stubs" -lcuda -L"$CUDA/lib64" -lcublasLt -lnccl -lnvrtc \
         -Wl,-rpath,"$CUDA/lib64" -lpthread -ldl -lm > "$tmp/log" 2>&1 ||
         { say 1 "build selftest: $(head -c 1500 "$tmp/log")"; echo "1..$n"; exit 1; }
 fi

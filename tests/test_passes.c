@@ -226,7 +226,7 @@ static void check_pipeline(const char *path, KeyVal *sets, int nsets) {
     got = run_step(m);
     snap_equal(got, want, "memplan");
     snap_free(got);
-    int64_t act = memplan_peak(m, RT_SPACE_ACT), lb = memplan_lower_bound(m);
+    int64_t act = memplan_peak(m, SPACE_ACT), lb = memplan_lower_bound(m);
     print_message("%s: act peak %lld, lower bound %lld (%.3fx)\n", path, (long long)act, (long long)lb, (double)act / (double)lb);
     assert_true(act >= lb && lb > 0);
     roundtrip(m);
@@ -260,14 +260,14 @@ static void test_plan_spaces(void **state) {
         const Node *n = &g->nodes[i];
         if (n->op == OP_param) {
             const Value *v = &g->vals[n->out[0]];
-            assert_int_equal(v->space, RT_SPACE_PARAMS);
+            assert_int_equal(v->space, SPACE_PARAMS);
             assert_int_equal(v->offset, next_param);
-            next_param += (memplan_bytes(v) + 63) / 64 * 64;
+            next_param += (ir_value_bytes(v) + 63) / 64 * 64;
         }
-        if (n->op == OP_state) assert_int_equal(g->vals[n->out[0]].space, RT_SPACE_OPT);
+        if (n->op == OP_state) assert_int_equal(g->vals[n->out[0]].space, SPACE_OPT);
         if (n->op == OP_output && strncmp(ir_attr_s(n, "name", ""), "grad:", 5) == 0) {
-            assert_int_equal(g->vals[n->in[0]].space, RT_SPACE_GRADS);
-            grads += memplan_bytes(&g->vals[n->in[0]]);
+            assert_int_equal(g->vals[n->in[0]].space, SPACE_GRADS);
+            grads += ir_value_bytes(&g->vals[n->in[0]]);
         }
         if (n->op == OP_reshape) {
             assert_int_equal(g->vals[n->out[0]].space, g->vals[n->in[0]].space);
@@ -283,8 +283,8 @@ static void test_plan_spaces(void **state) {
             }
         }
     }
-    assert_int_equal(memplan_peak(m, RT_SPACE_PARAMS), next_param);
-    assert_true(memplan_peak(m, RT_SPACE_GRADS) >= grads);
+    assert_int_equal(memplan_peak(m, SPACE_PARAMS), next_param);
+    assert_true(memplan_peak(m, SPACE_GRADS) >= grads);
     assert_true(internal > 0); /* fusion saved some buffers */
     ir_free(m);
 }
@@ -297,9 +297,9 @@ static void plant_overlap(Module *m, const char *model) {
     memlive_build(g, &L);
     int a = -1, b = -1;
     for (int v = 0; v < g->nvals && b < 0; v++) {
-        if (L.root[v] != v || g->vals[v].space != RT_SPACE_ACT) continue;
+        if (L.root[v] != v || g->vals[v].space != SPACE_ACT) continue;
         for (int w = v + 1; w < g->nvals; w++)
-            if (L.root[w] == w && g->vals[w].space == RT_SPACE_ACT && g->vals[w].offset != g->vals[v].offset &&
+            if (L.root[w] == w && g->vals[w].space == SPACE_ACT && g->vals[w].offset != g->vals[v].offset &&
                 L.start[w] <= L.end[v] && L.start[v] <= L.end[w]) {
                 a = v, b = w;
                 break;
@@ -336,7 +336,7 @@ static void test_plan_broken(void **state) {
     int planned = -1, internal = -1;
     for (int v = 0; v < g->nvals; v++) {
         if (g->vals[v].def < 0) continue;
-        if (g->vals[v].space == RT_SPACE_ACT && planned < 0) planned = v;
+        if (g->vals[v].space == SPACE_ACT && planned < 0) planned = v;
         if (g->vals[v].space < 0 && internal < 0) internal = v;
     }
     assert_true(planned >= 0 && internal >= 0);
@@ -344,9 +344,9 @@ static void test_plan_broken(void **state) {
     g->vals[planned].space = -1, g->vals[planned].offset = -1;
     assert_int_not_equal(ir_verify_module(m, err, sizeof err), 0);
     assert_non_null(strstr(err, "has no buffer"));
-    g->vals[planned].space = RT_SPACE_ACT, g->vals[planned].offset = off;
+    g->vals[planned].space = SPACE_ACT, g->vals[planned].offset = off;
     verify_ok(m, "restoring the plan");
-    g->vals[internal].space = RT_SPACE_ACT, g->vals[internal].offset = 0;
+    g->vals[internal].space = SPACE_ACT, g->vals[internal].offset = 0;
     assert_int_not_equal(ir_verify_module(m, err, sizeof err), 0);
     assert_non_null(strstr(err, "internal to its fused group"));
     ir_free(m);
@@ -358,7 +358,7 @@ static void test_place_syntax(void **state) {
     const char *ok = "module t mesh=1x1x1x1\nstage 0\n%0:f32[4]@act+64 = input {name=\"x\"}   # t.lua:1 L-1 fwd\n";
     Module *m = ir_parse(ok, "p.ir", err, sizeof err);
     if (!m) fail_msg("%s", err);
-    assert_int_equal(m->stages[0]->vals[0].space, RT_SPACE_ACT);
+    assert_int_equal(m->stages[0]->vals[0].space, SPACE_ACT);
     assert_int_equal(m->stages[0]->vals[0].offset, 64);
     char *d = dump_str(m);
     assert_non_null(strstr(d, "%0:f32[4]@act+64 = input"));
@@ -366,7 +366,7 @@ static void test_place_syntax(void **state) {
     assert_true(ir_module_equal(m, p));
     p->stages[0]->vals[0].offset = 128; /* places take part in equality */
     assert_false(ir_module_equal(m, p));
-    p->stages[0]->vals[0].offset = 64, p->stages[0]->vals[0].space = RT_SPACE_GRADS;
+    p->stages[0]->vals[0].offset = 64, p->stages[0]->vals[0].space = SPACE_GRADS;
     assert_false(ir_module_equal(m, p));
     free(d);
     ir_free(p);
@@ -483,8 +483,8 @@ static void test_fuse_chain(void **state) {
     verify_ok(m, "memplan");
     int internal[] = {bb, c, cb, h, ge, sc};
     for (int i = 0; i < 6; i++) assert_int_equal(g->vals[internal[i]].space, -1);
-    assert_int_equal(g->vals[y].space, RT_SPACE_ACT);
-    assert_int_equal(g->vals[xw].space, RT_SPACE_ACT);
+    assert_int_equal(g->vals[y].space, SPACE_ACT);
+    assert_int_equal(g->vals[xw].space, SPACE_ACT);
     /* x (input) and xw (read by the group) are live together with y */
     assert_true(g->vals[y].offset != g->vals[xw].offset && g->vals[y].offset != g->vals[x].offset);
     ir_free(m);
@@ -582,16 +582,16 @@ static void test_gpt2_plan(void **state) {
     verify_ok(m, "schedule");
     pass_memplan(m, &o);
     verify_ok(m, "memplan");
-    int64_t act = memplan_peak(m, RT_SPACE_ACT), lb = memplan_lower_bound(m);
+    int64_t act = memplan_peak(m, SPACE_ACT), lb = memplan_lower_bound(m);
     print_message("gpt2 124M: act arena peak %.1f MiB, liveness lower bound %.1f MiB, ratio %.4f (limit 1.25)\n",
                   (double)act / (1 << 20), (double)lb / (1 << 20), (double)act / (double)lb);
     assert_true(lb > 0 && act >= lb);
     assert_true((double)act <= 1.25 * (double)lb);
     /* params: 124M-ish floats */
-    int64_t p = memplan_peak(m, RT_SPACE_PARAMS);
+    int64_t p = memplan_peak(m, SPACE_PARAMS);
     assert_true(p > 120e6 * 4 && p < 130e6 * 4);
-    assert_true(memplan_peak(m, RT_SPACE_GRADS) >= p - 64 * 200);
-    assert_true(memplan_peak(m, RT_SPACE_OPT) >= 2 * p);
+    assert_true(memplan_peak(m, SPACE_GRADS) >= p - 64 * 200);
+    assert_true(memplan_peak(m, SPACE_OPT) >= 2 * p);
 
     char *buf = NULL;
     size_t n = 0;

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kiln.h"
+#include "front.h"
+#include "interp.h"
+#include "passes.h"
 
 /* max |a-b| / max(|b|, floor) over n elements */
 static inline double rel_err(const double *a, const double *b, int64_t n, double floor_) {

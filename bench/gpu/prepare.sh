@@ -57,7 +57,7 @@ make -s -j2 BUILD="$B" "$B/kiln" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" "$
 mkvar() { make -s --no-print-directory BUILD="$B" --eval 'print-%: ; @echo $($*)' "print-$1"; }
 RT_CUDA_LIBS=$(mkvar RT_CUDA_LIBS)
 RT_LIBS=$(mkvar RT_LIBS)
-CFLAGS=(-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter -Icompiler -Iruntime "-I$CUDA_HOME/include")
+CFLAGS=(-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter -Icompiler -Icompiler/emit -Iruntime -Iruntime/cpu -Iruntime/cuda -Iruntime/io "-I$CUDA_HOME/include")
 
 rm -rf "$G"
 mkdir -p "$G/bin" "$G/lib" "$G/ref" "$G/data" "$G/cubins"

@@ -32,12 +32,6 @@
 
 #include "kgroup.h"
 
-static void *xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size);
-    if (!p) ICE("emit: out of memory");
-    return p;
-}
-
 
 void kg_row_strides(const Type *t, int64_t st[IR_MAXRANK]) {
     int64_t s = 1;
@@ -118,8 +112,8 @@ static void group_io(KGroups *gs, KGroup *gr, const int *uses_outside) {
 /* Byte ranges of two planned values overlap. */
 static int overlap(const Value *a, const Value *b) {
     if (a->space != b->space) return 0;
-    int64_t ea = a->offset + ir_numel(&a->t) * (int64_t)ir_dtype_size(a->t.dt);
-    int64_t eb = b->offset + ir_numel(&b->t) * (int64_t)ir_dtype_size(b->t.dt);
+    int64_t ea = a->offset + ir_value_bytes(a);
+    int64_t eb = b->offset + ir_value_bytes(b);
     return a->offset < eb && b->offset < ea;
 }
 

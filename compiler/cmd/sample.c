@@ -40,7 +40,8 @@
 
 #include "checkpoint.h"
 #include "emit.h"
-#include "kiln.h"
+#include "front.h"
+#include "passes.h"
 #include "kiln_rt.h"
 #include "safetensors.h"
 #include "sample.h"

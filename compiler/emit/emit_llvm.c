@@ -116,16 +116,19 @@ enum { LIBARGS = 32 }; /* args of a library launch: at most 19 (rtk_copy) */
 
 /* ---- small helpers ---- */
 
-static void *xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size);
-    if (!p) ICE("emit: out of memory");
-    return p;
-}
-
 static int64_t f64_bits(double d) {
     int64_t b;
     memcpy(&b, &d, 8);
     return b;
+}
+
+/* The runtime's number for an IR memory space (kiln_rt.h's RT_SPACE_*): the
+ * IR names its spaces itself, so it need not know the ABI; -1 stays -1. */
+static int rt_space_of(int space) {
+    static const int rt[SPACE_COUNT] = {[SPACE_PARAMS] = RT_SPACE_PARAMS, [SPACE_GRADS] = RT_SPACE_GRADS,
+                                        [SPACE_OPT] = RT_SPACE_OPT, [SPACE_ACT] = RT_SPACE_ACT};
+    _Static_assert((int)SPACE_COUNT == (int)RT_NSPACES, "every IR space has a runtime space");
+    return space >= 0 && space < SPACE_COUNT ? rt[space] : -1;
 }
 
 /* The number of ranks in a group of the mesh (mask: ir_group_mask). */
@@ -134,11 +137,6 @@ static int mask_size(const Module *m, int mask) {
     for (int a = 0; mask > 0 && a < IR_NAXES; a++)
         if (mask & (1 << a)) size *= m->mesh[a];
     return size;
-}
-
-/* The size of a mesh group given by a node's {group} attribute. */
-static int group_size(const Module *m, const Node *n) {
-    return mask_size(m, ir_group_mask(ir_attr_s(n, "group", "")));
 }
 
 
@@ -161,7 +159,7 @@ typedef struct {
     /* runtime entry points and helpers */
     LLVMValueRef rt_launch, rt_record, rt_wait, rt_parallel_for, expf_, tanhf_;
     /* the step function being built */
-    LLVMValueRef step, ctx, base[RT_NSPACES], args;
+    LLVMValueRef step, ctx, base[SPACE_COUNT], args; /* base: per IR space */
     int maxargs; /* the args array's length */
     /* program order and groups */
     int *order, norder;
@@ -754,7 +752,7 @@ static void emit_group(Em *e, KGroup *gr) {
  * one of those through a pointer is a bug in an earlier pass. */
 static const Value *planned(Em *e, int vid) {
     const Value *v = &e->g->vals[vid];
-    if (v->space < 0 || v->space >= RT_NSPACES || v->offset < 0) {
+    if (v->space < 0 || v->space >= SPACE_COUNT || v->offset < 0) {
         char w[160], wu[160], def[300];
         const Node *d = v->def >= 0 ? &e->g->nodes[v->def] : NULL;
         int param = d && d->op == OP_param;
@@ -817,7 +815,7 @@ static void launch_lib(Em *e, const Node *n, const char *kname, const LLVMValueR
 static void launch_memcpy(Em *e, const Node *n, int dst, int src) {
     const Value *d = planned(e, dst), *s = planned(e, src);
     if (d->space == s->space && d->offset == s->offset) return; /* already there */
-    int64_t bytes = ir_numel(&s->t) * (int64_t)ir_dtype_size(s->t.dt);
+    int64_t bytes = ir_value_bytes(s);
     LLVMValueRef a[] = {P(e, dst, 0), P(e, src, 0), I64(e, bytes)};
     launch(e, n, lib(e, "memcpy"), opname(n->op), a, 3);
 }
@@ -1085,7 +1083,7 @@ static void emit_comm(Em *e, const Node *n) {
     char w[160];
     const Type *x = TY(e, n->in[0]), *y = TY(e, n->out[0]);
     const char *op = ir_ops[n->op].name, *group = ir_attr_s(n, "group", "");
-    int mask = ir_group_mask(group), size = group_size(e->m, n);
+    int mask = ir_group_mask(group), size = ir_group_size(e->m, n);
     if (mask <= 0) ICE("emit: %s: %s: bad group \"%s\"", ir_where(n, w, sizeof w), op, group);
     if (size == 1) {
         launch_memcpy(e, n, n->out[0], n->in[0]);
@@ -1146,7 +1144,7 @@ static void emit_iota(Em *e, const Node *n) {
     char w[160];
     int mask = *group ? ir_group_mask(group) : 0;
     if (*group && mask <= 0) ICE("emit: %s: iota: bad group \"%s\"", ir_where(n, w, sizeof w), group);
-    if (!*group || group_size(e->m, n) == 1) {
+    if (!*group || ir_group_size(e->m, n) == 1) {
         launch_lib(e, n, "iota", a, 2);
         return;
     }
@@ -1316,7 +1314,7 @@ static int node_touches(const Graph *g, const Node *n, int space, int64_t lo, in
         for (int k = 0; k < (io ? n->nout : n->nin); k++) {
             const Value *v = &g->vals[io ? n->out[k] : n->in[k]];
             if (v->space != space || v->offset < 0) continue;
-            int64_t end = v->offset + ir_numel(&v->t) * (int64_t)ir_dtype_size(v->t.dt);
+            int64_t end = v->offset + ir_value_bytes(v);
             if (v->offset < hi && lo < end) return 1;
         }
     return 0;
@@ -1338,7 +1336,7 @@ static void recv_fences(Em *e) {
         if (r->op != OP_recv) continue;
         const Value *v = &g->vals[r->out[0]];
         if (v->space < 0 || v->offset < 0) continue;
-        int64_t lo = v->offset, hi = lo + ir_numel(&v->t) * (int64_t)ir_dtype_size(v->t.dt);
+        int64_t lo = v->offset, hi = lo + ir_value_bytes(v);
         int sr = stream_of(r), nb = 0;
         for (int su = 0; su < 8; su++) {
             if (su == sr) continue;
@@ -1369,8 +1367,8 @@ static void emit_step(Em *e) {
     LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(e->c, e->step, "entry"));
     e->ctx = LLVMGetParam(e->step, 0);
     LLVMValueRef spaces = LLVMGetParam(e->step, 1);
-    for (int s = 0; s < RT_NSPACES; s++) {
-        LLVMValueRef idx = I64(e, s);
+    for (int s = 0; s < SPACE_COUNT; s++) {
+        LLVMValueRef idx = I64(e, rt_space_of(s));
         e->base[s] = LLVMBuildLoad2(b, e->tp8, LLVMBuildInBoundsGEP2(b, e->tp8, spaces, &idx, 1, ""), "");
     }
     e->maxargs = LIBARGS;
@@ -1436,7 +1434,7 @@ static LLVMValueRef tensor_entry(Em *e, const Node *nd) {
     LLVMValueRef dims[5];
     for (int d = 0; d < 5; d++) dims[d] = I64(e, d < v->t.rank ? v->t.dim[d] : 0);
     int param = nd->op == OP_param, bucket = nd->op == OP_state ? (int)ir_attr_i(nd, "bucket", -1) : -1;
-    LLVMValueRef f[] = {cstr(e, ir_attr_s(nd, "name", "")), I32(e, v->space), I64(e, v->offset), I32(e, (int)v->t.dt),
+    LLVMValueRef f[] = {cstr(e, ir_attr_s(nd, "name", "")), I32(e, rt_space_of(v->space)), I64(e, v->offset), I32(e, (int)v->t.dt),
                         I32(e, v->t.rank), LLVMConstArray(e->ti64, dims, 5),
                         cstr(e, param ? ir_attr_s(nd, "init", "normal") : NULL),
                         LLVMConstReal(e->tf64, param ? ir_attr_f(nd, "std", 0.02) : 0), I32(e, bucket),
@@ -1711,12 +1709,12 @@ static void number_kernels(Em *e) {
 
 static void emit_table(Em *e) {
     const Graph *g = e->g;
-    int64_t space[RT_NSPACES] = {0};
+    int64_t space[RT_NSPACES] = {0}; /* the runtime's spaces */
     for (int i = 0; i < g->nvals; i++) {
         const Value *v = &g->vals[i];
-        if (v->space < 0 || v->space >= RT_NSPACES) continue;
-        int64_t end = v->offset + ir_numel(&v->t) * (int64_t)ir_dtype_size(v->t.dt);
-        if (end > space[v->space]) space[v->space] = end;
+        if (v->space < 0 || v->space >= SPACE_COUNT) continue;
+        int64_t end = v->offset + ir_value_bytes(v);
+        if (end > space[rt_space_of(v->space)]) space[rt_space_of(v->space)] = end;
     }
     LLVMValueRef sb[RT_NSPACES];
     for (int s = 0; s < RT_NSPACES; s++) sb[s] = I64(e, (space[s] + 63) / 64 * 64);

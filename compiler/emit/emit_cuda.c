@@ -80,12 +80,6 @@ typedef struct {
 
 static const double GELU_K = 0.7978845608028654; /* sqrt(2/pi), as in emit_llvm.c */
 
-static void *xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size);
-    if (!p) ICE("emit cuda: out of memory");
-    return p;
-}
-
 
 static int fail(Cu *c, const Node *n, const char *what) {
     char w[160];
@@ -554,20 +548,11 @@ void emit_cubins_free(EmitCubin *c, int n) {
 
 /* ---- scratch per library launch (kernels/cuda/README.md) ---- */
 
-static int64_t mesh_group_size(const Module *m, const Node *n) {
-    int mask = ir_group_mask(ir_attr_s(n, "group", "")), size = 1;
-    for (int a = 0; a < 4; a++) /* RT_AXIS_PP=1, DP=2, CP=4, TP=8; mesh = pp, dp, cp, tp */
-        if (mask > 0 && mask & 1 << a && m->mesh[a] > 1) size *= m->mesh[a];
-    return size;
-}
-
-static int64_t bytes_of(const Graph *g, int vid) { return ir_numel(&g->vals[vid].t) * (int64_t)ir_dtype_size(g->vals[vid].t.dt); }
-
 /* The planned buffers of values a and b share a byte. */
 static int overlap(const Graph *g, int a, int b) {
     const Value *x = &g->vals[a], *y = &g->vals[b];
     if (x->space < 0 || x->space != y->space) return 0;
-    return x->offset < y->offset + bytes_of(g, b) && y->offset < x->offset + bytes_of(g, a);
+    return x->offset < y->offset + ir_value_bytes(&g->vals[b]) && y->offset < x->offset + ir_value_bytes(&g->vals[a]);
 }
 
 int64_t emit_cuda_scratch(const Module *m, const Node *n) {
@@ -598,12 +583,12 @@ int64_t emit_cuda_scratch(const Module *m, const Node *n) {
         const Type *y = &g->vals[n->out[0]].t;
         int64_t d = n->op == OP_allreduce ? 0 : ir_attr_i(n, "dim", 0), outer = 1;
         for (int i = 0; i < d && i < y->rank; i++) outer *= y->dim[i];
-        int64_t bx = bytes_of(g, n->in[0]), by = bytes_of(g, n->out[0]);
-        if (mesh_group_size(m, n) > 1 && (outer > 1 || overlap(g, n->in[0], n->out[0]))) bytes = bx > by ? bx : by;
+        int64_t bx = ir_value_bytes(&g->vals[n->in[0]]), by = ir_value_bytes(&g->vals[n->out[0]]);
+        if (ir_group_size(m, n) > 1 && (outer > 1 || overlap(g, n->in[0], n->out[0]))) bytes = bx > by ? bx : by;
         break;
     }
     case OP_recv: /* a group of one: the recv copies its own send, through scratch when they overlap */
-        if (mesh_group_size(m, n) == 1) bytes = bytes_of(g, n->out[0]);
+        if (ir_group_size(m, n) == 1) bytes = ir_value_bytes(&g->vals[n->out[0]]);
         break;
     default: break;
     }

@@ -1,0 +1,44 @@
+/* options.h — the compiler's options: every pass flag, filled from the model's
+ * config{} and then the command line (main.c), defaults in options.c.  A pass
+ * reads them; it does not depend on the driver. */
+#ifndef KILN_OPTIONS_H
+#define KILN_OPTIONS_H
+
+#include <stdint.h>
+
+typedef struct {
+    const char *key, *value;
+} KeyVal;
+
+typedef struct {
+    /* --set key=value: overrides of the model's config{} */
+    KeyVal *sets;
+    int nsets;
+    /* mesh */
+    int pp, dp, cp, tp;
+    /* data parallel: micro-batches per step (gradient accumulation); the
+     * distributed optimizer (zero 1, default) or plain all-reduce (zero 0);
+     * bucket size in MiB; no_overlap: collectives on the compute stream;
+     * drop_event (tests only): the schedule forgets its first wait */
+    int micro_batches, zero, no_overlap, drop_event;
+    double bucket_mb;
+    /* context parallel: the sequence's layout over cp ranks (0: dual chunk,
+     * load-balanced; 1: contiguous, for comparison) and how attention
+     * communicates (0: all-gather K,V) */
+    int cp_contiguous, cp_comm;
+    /* activation recompute (recompute.c): the policy (Recompute, default
+     * gemm-last) and an optional budget in bytes for the activations saved
+     * for backward per rank (0: none) */
+    int recompute;
+    double memory_budget;
+    /* optimizer (defaults in opt_defaults) */
+    double lr, min_lr, warmup, steps, weight_decay, beta1, beta2, eps, grad_clip;
+    uint64_t seed;
+    /* --precision bf16 (the GPU's mixed precision, DESIGN §6): pass_precision
+     * retypes the step to bf16 weights' copies and activations, f32 master
+     * weights, gradients, optimizer and loss; 0 (f32, the CPU's): unchanged */
+    int precision_bf16;
+} Options;
+void opt_defaults(Options *o);
+
+#endif

@@ -1,0 +1,24 @@
+/* passes.h — the passes: one file each, one signature.  The driver (main.c)
+ * lists them in pipeline order; tests call them one by one. */
+#ifndef KILN_PASSES_H
+#define KILN_PASSES_H
+
+#include "ir.h"
+#include "options.h"
+
+typedef void (*PassFn)(Module *m, const Options *o);
+void pass_autodiff(Module *m, const Options *o);  /* autodiff.c */
+void pass_parallelize(Module *m, const Options *o); /* parallelize.c: shard over the mesh (dp) and micro-batches */
+void pass_recompute(Module *m, const Options *o); /* recompute.c: what backward rereads, what it recomputes */
+/* Bytes of forward activations (values computed from the step's data) that
+ * backward or recompute nodes read (saved from forward into backward), of
+ * one layer or (INT_MIN) all. */
+int64_t recompute_saved_bytes(const Graph *g, int layer);
+void pass_optimizer(Module *m, const Options *o); /* optimizer.c */
+void pass_precision(Module *m, const Options *o); /* precision.c: bf16 mixed precision (o->precision_bf16) */
+void pass_fuse(Module *m, const Options *o);      /* fuse.c: elementwise chains -> generated kernels */
+void pass_schedule(Module *m, const Options *o);  /* schedule.c: streams, events, linear order */
+void pass_memplan(Module *m, const Options *o);   /* memplan.c: static offsets per memory space */
+void pass_forward(Module *m, const Options *o);   /* forward.c: keep what output "logits" needs (inference) */
+
+#endif
