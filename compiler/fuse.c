@@ -45,7 +45,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "memplan.h"
+#include "live.h"
+#include "passes.h"
 
 #define WINDOW 64     /* how far ahead a group looks for members */
 #define HOIST_DEPTH 6 /* how long a chain of producers a group may hoist above itself */
@@ -295,7 +296,7 @@ static void fuse_graph(Graph *g) {
     if (f.norder != n) ICE("fuse: placed %d of %d nodes", f.norder, n);
     for (int i = 0; i < n; i++)
         if (f.kernel[i] >= 0) set_kernel(g->m, &g->nodes[i], f.kernel[i]);
-    sched_reorder(g, f.order);
+    ir_reorder(g, f.order);
     free(f.order), free(f.placed), free(f.lazy), free(f.member), free(f.kernel), free(f.grp);
     free(f.readmark), free(f.ustart), free(f.users);
 }

@@ -18,15 +18,14 @@
  * Views share their input's buffer: `reshape` (row-major, same bytes) and
  * `loss` (identity) get their input's space and offset and extend its life.
  * Values internal to a fused group, and nodes without outputs, get none
- * (space = offset = -1).  Offsets are MEM_ALIGN (64) byte aligned.
+ * (space = offset = -1).  Offsets are IR_MEM_ALIGN (64) byte aligned.
  *
- * Liveness (memlive_build) is measured in program positions, the schedule's
- * node order.  A buffer lives from its producer to its last reader (a fused
- * group counts as one step spanning its nodes); program inputs live from the
- * start and values read by `output` nodes to the end, since the trainer
- * writes and reads those between steps.  A reader on another stream than the
- * producer's keeps the buffer until the producer's stream has waited for an
- * event recorded after the read (or to the end when none does).
+ * Liveness (ir_live_build, live.c: the IR's, since the verifier checks the
+ * plan by it) is measured in program positions, the schedule's node order.
+ * A buffer lives from its producer to its last reader (a fused group counts
+ * as one step spanning its nodes); program inputs live from the start and
+ * values read by `output` nodes to the end, since the trainer writes and
+ * reads those between steps.
  *
  * Placement in the act space is "greedy by size, best fit" (TFLite's arena
  * planner; XLA's heap simulator does the same family): buffers sorted by
@@ -35,159 +34,18 @@
  * them all.  Big buffers get settled first and small ones fill the holes, so
  * the arena peak stays close to the lower bound: the largest number of bytes
  * live at one position (memplan_lower_bound), which `kiln plan` prints next
- * to it.  The verifier re-derives liveness with memlive_build and rejects
+ * to it.  The verifier re-derives liveness with ir_live_build and rejects
  * any two buffers that share bytes while both are live.
  */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "live.h"
 #include "memplan.h"
+#include "passes.h"
 
-static int64_t align_up(int64_t x) { return (x + MEM_ALIGN - 1) / MEM_ALIGN * MEM_ALIGN; }
-
-/* ======================================================================
- * Liveness
- * ====================================================================== */
-
-/* The first position at which stream sd has waited for an event that stream
- * su recorded after position u; n if there is none. */
-static int ordered_end(const Graph *g, int u, int su, int sd) {
-    int n = g->nnodes, best = n;
-    for (int r = u + 1; r < best; r++) {
-        const Node *rec = &g->nodes[r];
-        if (rec->op != OP_record || rec->stream != su) continue;
-        int64_t e = ir_attr_i(rec, "event", -1);
-        for (int w = r + 1; w < best; w++) {
-            const Node *wt = &g->nodes[w];
-            if (wt->op == OP_wait && wt->stream == sd && ir_attr_i(wt, "event", -2) == e) {
-                best = w;
-                break;
-            }
-        }
-    }
-    return best;
-}
-
-static int max_i(int a, int b) { return a > b ? a : b; }
-
-/* A buffer written off the compute stream (a collective's or a recv's
- * output) may be written as soon as its stream gets there, before the other
- * streams have finished with the bytes' earlier owners: it counts as live
- * from just after the last position of each other stream that its stream
- * has waited for (an event recorded there), 0 if none. */
-static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
-    enum { NS = SCHED_NSTREAMS };
-    int known[NS][NS], n = g->nnodes;
-    for (int a = 0; a < NS; a++)
-        for (int b = 0; b < NS; b++) known[a][b] = -1;
-    int64_t maxev = -1;
-    for (int i = 0; i < n; i++) {
-        int64_t e = g->nodes[i].op == OP_record ? ir_attr_i(&g->nodes[i], "event", -1) : -1;
-        if (e > maxev) maxev = e;
-    }
-    int *recpos = xcalloc((size_t)(maxev + 2), sizeof(int)), *recstream = xcalloc((size_t)(maxev + 2), sizeof(int));
-    for (int i = 0; i < n; i++) {
-        const Node *nd = &g->nodes[i];
-        int s = nd->stream;
-        if (s < 0 || s >= NS) continue;
-        int64_t e = ir_attr_i(nd, "event", -1);
-        if (nd->op == OP_record && e >= 0 && e <= maxev) recpos[e] = i, recstream[e] = s;
-        if (nd->op == OP_wait && e >= 0 && e <= maxev && recstream[e] != s) known[s][recstream[e]] = max_i(known[s][recstream[e]], recpos[e]);
-        if (s == 0) continue;
-        for (int k = 0; k < nd->nout; k++) {
-            int v = nd->out[k];
-            if (L->root[v] != v) continue;
-            for (int t = 0; t < NS; t++)
-                if ((used >> t & 1) && t != s && known[s][t] + 1 < L->start[v]) L->start[v] = known[s][t] + 1;
-        }
-    }
-    free(recpos), free(recstream);
-}
-
-/* A send's bytes are read when it is issued, which on the GPU is at the
- * recv with its group and tag (NCCL pairs them in one group call,
- * comm_nccl.c): the first such recv after position i, or i without one. */
-static int matching_recv(const Graph *g, int i) {
-    const Node *s = &g->nodes[i];
-    for (int j = i + 1; j < g->nnodes; j++) {
-        const Node *r = &g->nodes[j];
-        if (r->op == OP_recv && ir_attr_i(r, "tag", -1) == ir_attr_i(s, "tag", -2) &&
-            strcmp(ir_attr_s(r, "group", ""), ir_attr_s(s, "group", "")) == 0)
-            return j;
-    }
-    return i;
-}
-
-void memlive_build(const Graph *g, MemLive *L) {
-    int n = g->nnodes, nv = g->nvals;
-    L->nnodes = n, L->nvals = nv;
-    L->root = xcalloc((size_t)nv, sizeof(int));
-    L->start = xcalloc((size_t)nv, sizeof(int));
-    L->end = xcalloc((size_t)nv, sizeof(int));
-    int64_t *kern = xcalloc((size_t)n, sizeof(int64_t));
-    int *first = xcalloc((size_t)n, sizeof(int)), *last = xcalloc((size_t)n, sizeof(int));
-    char *outside = xcalloc((size_t)nv, 1);
-
-    /* each node's group span [first, last] (itself when not fused) */
-    for (int i = 0; i < n; i++) {
-        kern[i] = fuse_group(&g->nodes[i]);
-        first[i] = i > 0 && kern[i] >= 0 && kern[i - 1] == kern[i] ? first[i - 1] : i;
-    }
-    for (int i = n - 1; i >= 0; i--) last[i] = i < n - 1 && kern[i] >= 0 && kern[i + 1] == kern[i] ? last[i + 1] : i;
-
-    /* values read outside their producer's group */
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++) {
-            int v = g->nodes[i].in[k], d = g->vals[v].def;
-            if (d >= 0 && (kern[d] < 0 || first[i] != first[d])) outside[v] = 1;
-        }
-
-    char *read = xcalloc((size_t)nv, 1);
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++) read[g->nodes[i].in[k]] = 1;
-    for (int v = 0; v < nv; v++) L->root[v] = -1;
-    for (int i = 0; i < n; i++) {
-        const Node *nd = &g->nodes[i];
-        for (int k = 0; k < nd->nout; k++) {
-            int v = nd->out[k];
-            if (nd->op == OP_param && !read[v]) continue; /* lives in a shard state (--zero 1): no storage */
-            if ((ir_ops[nd->op].flags & F_VIEW) && L->root[nd->in[0]] >= 0) {
-                L->root[v] = L->root[nd->in[0]];
-                continue;
-            }
-            if (kern[i] >= 0 && !outside[v]) continue; /* internal to its group */
-            L->root[v] = v;
-            L->start[v] = nd->op == OP_input ? 0 : first[i];
-            L->end[v] = last[i];
-        }
-    }
-
-    unsigned used = 0; /* streams with nodes */
-    for (int i = 0; i < n; i++)
-        if (g->nodes[i].stream >= 0 && g->nodes[i].stream < 32) used |= 1u << g->nodes[i].stream;
-    for (int i = 0; i < n; i++) {
-        const Node *nd = &g->nodes[i];
-        int u = nd->op == OP_send ? matching_recv(g, i) : i; /* where the read happens */
-        for (int k = 0; k < nd->nin; k++) {
-            int r = L->root[nd->in[k]];
-            if (r < 0) continue;
-            int e = nd->op == OP_output ? n : last[u];
-            int sd = g->nodes[g->vals[r].def].stream, su = nd->stream;
-            if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, ordered_end(g, u, su, sd));
-            for (int t = 0; su > 0 && t < 32; t++) /* a read off the compute stream: until every stream is past it */
-                if ((used >> t & 1) && t != su) e = max_i(e, ordered_end(g, u, su, t));
-            L->end[r] = max_i(L->end[r], e);
-        }
-    }
-    pull_back_starts(g, L, used);
-    free(kern), free(first), free(last), free(outside), free(read);
-}
-
-void memlive_free(MemLive *L) {
-    free(L->root), free(L->start), free(L->end);
-    memset(L, 0, sizeof *L);
-}
+static int64_t align_up(int64_t x) { return (x + IR_MEM_ALIGN - 1) / IR_MEM_ALIGN * IR_MEM_ALIGN; }
 
 /* ======================================================================
  * Placement
@@ -195,7 +53,7 @@ void memlive_free(MemLive *L) {
 
 typedef struct {
     int v, start, end;
-    int64_t off, size; /* size rounded up to MEM_ALIGN */
+    int64_t off, size; /* size rounded up to IR_MEM_ALIGN */
 } Buf;
 
 static int by_size(const void *a, const void *b) {
@@ -269,7 +127,7 @@ static void place_grads(Graph *g, const MemLive *L, int64_t *top) {
 
 static void plan_graph(Graph *g) {
     MemLive L;
-    memlive_build(g, &L);
+    ir_live_build(g, &L);
     int64_t top[SPACE_COUNT] = {0};
     for (int v = 0; v < g->nvals; v++) g->vals[v].space = -1, g->vals[v].offset = -1;
     for (int i = 0; i < g->nnodes; i++) {
@@ -283,7 +141,7 @@ static void plan_graph(Graph *g) {
         int r = L.root[v];
         if (r >= 0 && r != v) g->vals[v].space = g->vals[r].space, g->vals[v].offset = g->vals[r].offset;
     }
-    memlive_free(&L);
+    ir_live_free(&L);
 }
 
 void pass_memplan(Module *m, const Options *o) {
@@ -329,7 +187,7 @@ static char *activation_values(const Graph *g) {
  * only the model's activations (activation_values). */
 static int64_t live_peak(const Graph *g, int activations) {
     MemLive L;
-    memlive_build(g, &L);
+    ir_live_build(g, &L);
     char *act = activations ? activation_values(g) : NULL;
     int64_t *delta = xcalloc((size_t)g->nnodes + 2, sizeof(int64_t)), live = 0, peak = 0;
     for (int v = 0; v < g->nvals; v++)
@@ -342,7 +200,7 @@ static int64_t live_peak(const Graph *g, int activations) {
         if (live > peak) peak = live;
     }
     free(delta), free(act);
-    memlive_free(&L);
+    ir_live_free(&L);
     return peak;
 }
 

@@ -40,7 +40,7 @@
 #include <string.h>
 
 #include "passes.h"
-#include "memplan.h" /* sched_reorder */
+#include "live.h" /* ir_reorder */
 
 typedef struct {
     Module *m;
@@ -372,7 +372,7 @@ static void place_gathers(Graph *g, const Views *vw, int nf, int nold, const int
     for (int i = nold; i < n; i++)
         if (!placed[i]) order[k++] = i, placed[i] = 1;
     if (k != n) ICE("optimizer: placing the gathers lost nodes (%d of %d)", k, n);
-    sched_reorder(g, order);
+    ir_reorder(g, order);
     free(order), free(first), free(placed);
 }
 

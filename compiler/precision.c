@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "live.h"
 #include "passes.h"
 
 typedef struct {
@@ -212,19 +213,6 @@ static Attr grad_attr(Pc *P, const Node *n) {
 /* a node that makes a master from masters (a gathered view) reads the f32 */
 static int makes_master(const Pc *P, const Node *n) { return n->nout > 0 && P->master[n->out[0]]; }
 
-/* The send whose bytes recv i receives: the last one before it with its
- * group and tag (the ring pairs them so, parallelize.c), or -1. */
-static int matching_send(const Graph *g, int i) {
-    const Node *r = &g->nodes[i];
-    for (int j = i - 1; j >= 0; j--) {
-        const Node *s = &g->nodes[j];
-        if (s->op == OP_send && ir_attr_i(s, "tag", -1) == ir_attr_i(r, "tag", -2) &&
-            strcmp(ir_attr_s(s, "group", ""), ir_attr_s(r, "group", "")) == 0)
-            return j;
-    }
-    return -1;
-}
-
 static void rewrite_node(Pc *P, const Node *n) {
     const Graph *g = P->g;
     int i = (int)(n - g->nodes);
@@ -239,7 +227,7 @@ static void rewrite_node(Pc *P, const Node *n) {
     if (ir_ops[n->op].flags & F_SOURCE) {
         src = g->vals[n->out[0]].t, srcp = &src;
         if (n->op == OP_const && working(n) && src.dt == DT_F32 && !P->want32[n->out[0]] && !P->grad[i]) src.dt = DT_BF16;
-        int s = n->op == OP_recv ? matching_send(g, i) : -1;
+        int s = ir_p2p_peer(g, i); /* a recv's send */
         if (s >= 0 && P->sent[s] >= 0) src.dt = new_dt(P, P->sent[s]); /* a recv receives what its send sends */
     }
     if (n->op == OP_send) P->sent[i] = in[0];

@@ -15,29 +15,13 @@
  * after the whole step, so no read of the old value may come after it.  Later
  * passes (comm overlap, offload) will put collectives and copies on their own
  * streams with events and keep this file's shape: choose an order, then
- * sched_reorder, then number.
+ * ir_reorder, then number.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "memplan.h"
-
-void sched_reorder(Graph *g, const int *order) {
-    int n = g->nnodes;
-    Node *nodes = ir_alloc(g->m, sizeof(Node) * (size_t)(n ? n : 1));
-    char *seen = calloc((size_t)(n ? n : 1), 1);
-    if (!seen) ICE("out of memory");
-    for (int k = 0; k < n; k++) {
-        int i = order[k];
-        if (i < 0 || i >= n || seen[i]) ICE("sched_reorder: order is not a permutation (node %d at %d)", i, k);
-        seen[i] = 1;
-        nodes[k] = g->nodes[i];
-        for (int o = 0; o < nodes[k].nout; o++) g->vals[nodes[k].out[o]].def = k;
-    }
-    free(seen);
-    g->nodes = nodes;
-    g->capnodes = n;
-}
+#include "live.h"
+#include "passes.h"
 
 /* Nodes to issue as early as their inputs allow: collectives and the
  * optimizer's nodes that only feed collectives (a bucket's flatten and
@@ -55,7 +39,7 @@ static char *hoistable(const Graph *g) {
     for (int i = n - 1; i >= 0; i--) {
         const Node *nd = &g->nodes[i];
         unsigned f = ir_ops[nd->op].flags;
-        int ok = nd->nout > 0 && fuse_group(nd) < 0 && !(f & (F_SINK | F_SYNC | F_SOURCE)); /* a recv waits where it is */
+        int ok = nd->nout > 0 && ir_fused_group(nd) < 0 && !(f & (F_SINK | F_SYNC | F_SOURCE)); /* a recv waits where it is */
         for (int k = 0; k < nd->nin && ok && !(f & F_COMM); k++) {
             int d = g->vals[nd->in[k]].def;
             ok = d < 0 || !(ir_ops[g->nodes[d].op].flags & F_COMM);
@@ -118,7 +102,7 @@ static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_
     char *cross = calloc((size_t)(n ? n : 1), 1);
     if (!stream || !event || !cross) ICE("out of memory");
     for (int i = 0; i < n; i++) {
-        stream[i] = overlap && (ir_ops[g->nodes[i].op].flags & F_COMM) ? 1 : 0;
+        stream[i] = overlap && (ir_ops[g->nodes[i].op].flags & F_COMM) ? IR_STREAM_COMM : IR_STREAM_COMPUTE;
         event[i] = -1;
     }
     for (int i = 0; i < n; i++)
@@ -164,7 +148,7 @@ static void schedule_graph(Graph *g, const Options *o) {
     int *final, m;
     add_events(g, order, n, world > 1 && !o->no_overlap, o->drop_event, &final, &m);
     free(order);
-    sched_reorder(g, final);
+    ir_reorder(g, final);
     free(final);
     for (int i = 0; i < g->nnodes; i++) g->nodes[i].pos = i;
 }

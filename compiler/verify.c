@@ -26,7 +26,7 @@
  *     through a chain of such pairs); every wait follows its record, and an
  *     event is recorded once;
  *   - after memplan (any value with space >= 0): every value that needs a
- *     buffer (memlive_build) has a space and a 64-byte aligned offset, views
+ *     buffer (ir_live_build) has a space and a 64-byte aligned offset, views
  *     share their input's buffer, group internals have none, params are in
  *     the params space and states in opt, and no two buffers of a space share
  *     a byte while both are live (params, grads and opt buffers live all step);
@@ -42,7 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "memplan.h"
+#include "live.h"
 
 typedef struct {
     const Graph *g;
@@ -337,10 +337,10 @@ static int check_events(Checker *c) {
     for (int k = 1; k < nrec && !rc; k++)
         if (recs[k].event == recs[k - 1].event)
             rc = bad(c, recs[k].node, "event %lld is recorded twice (also at node %d)", (long long)recs[k].event, recs[k - 1].node);
-    int (*snap)[SCHED_NSTREAMS] = xcalloc((size_t)(nrec ? nrec : 1), sizeof *snap);
-    int known[SCHED_NSTREAMS][SCHED_NSTREAMS];
-    for (int s = 0; s < SCHED_NSTREAMS; s++)
-        for (int t = 0; t < SCHED_NSTREAMS; t++) known[s][t] = -1;
+    int (*snap)[IR_NSTREAMS] = xcalloc((size_t)(nrec ? nrec : 1), sizeof *snap);
+    int known[IR_NSTREAMS][IR_NSTREAMS];
+    for (int s = 0; s < IR_NSTREAMS; s++)
+        for (int t = 0; t < IR_NSTREAMS; t++) known[s][t] = -1;
     for (int i = 0; i < n && !rc; i++) {
         const Node *nd = &g->nodes[i];
         int s = nd->stream;
@@ -362,7 +362,7 @@ static int check_events(Checker *c) {
         } else if (recs[r].node > i) {
             rc = bad(c, i, "waits for event %lld before its record (node %d)", (long long)e, recs[r].node);
         } else {
-            for (int t = 0; t < SCHED_NSTREAMS; t++)
+            for (int t = 0; t < IR_NSTREAMS; t++)
                 if (snap[r][t] > known[s][t]) known[s][t] = snap[r][t];
         }
     }
@@ -380,7 +380,7 @@ static int check_schedule(Checker *c) {
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if (n->pos != i) return bad(c, i, "pos %d, but after schedule a node's pos is its index %d", n->pos, i);
-        if (n->stream < 0 || n->stream >= SCHED_NSTREAMS) return bad(c, i, "stream %d is not one of 0..%d", n->stream, SCHED_NSTREAMS - 1);
+        if (n->stream < 0 || n->stream >= IR_NSTREAMS) return bad(c, i, "stream %d is not one of 0..%d", n->stream, IR_NSTREAMS - 1);
     }
     return check_events(c);
 }
@@ -414,7 +414,7 @@ static int check_places(Checker *c, const MemLive *L) {
             continue;
         }
         if (x->space < 0 || x->space >= SPACE_COUNT) return bad(c, d, "%%%d has no buffer (space %d) after memplan", v, x->space);
-        if (x->offset < 0 || x->offset % MEM_ALIGN || x->offset > INT64_MAX - ir_value_bytes(x))
+        if (x->offset < 0 || x->offset % IR_MEM_ALIGN || x->offset > INT64_MAX - ir_value_bytes(x))
             return bad(c, d, "%%%d has a bad offset %lld (64-byte aligned, >= 0)", v, (long long)x->offset);
         if (r != v && (x->space != g->vals[r].space || x->offset != g->vals[r].offset))
             return bad(c, d, "view %%%d is at %s+%lld but must share the buffer of %%%d (%s+%lld)", v, ir_space_name(x->space),
@@ -459,9 +459,9 @@ static int check_plan(Checker *c) {
         if (g->vals[v].def >= 0 && g->vals[v].space >= 0) planned = 1;
     if (!planned) return 0;
     MemLive L;
-    memlive_build(g, &L);
+    ir_live_build(g, &L);
     int rc = check_places(c, &L) || check_overlaps(c, &L) ? -1 : 0;
-    memlive_free(&L);
+    ir_live_free(&L);
     return rc;
 }
 

@@ -15,6 +15,7 @@
  * wait or a wait before its record.
  */
 #include "testutil.h"
+#include "live.h"
 #include "memplan.h"
 
 #define TOL 1e-12
@@ -167,7 +168,7 @@ static GroupStats group_stats(const Graph *g) {
     GroupStats st = {0};
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        int64_t k = fuse_group(n);
+        int64_t k = ir_fused_group(n);
         if (ir_ops[n->op].flags & F_ELEMENTWISE) {
             st.elementwise_total++;
             st.elementwise_grouped += k >= 0;
@@ -175,10 +176,10 @@ static GroupStats group_stats(const Graph *g) {
         if (k < 0) continue;
         assert_false(ir_ops[n->op].flags & (F_GEMM | F_LIBRARY));
         st.members++;
-        if (i == 0 || fuse_group(&g->nodes[i - 1]) != k) {
+        if (i == 0 || ir_fused_group(&g->nodes[i - 1]) != k) {
             st.groups++;
             int size = 1;
-            while (i + size < g->nnodes && fuse_group(&g->nodes[i + size]) == k) size++;
+            while (i + size < g->nnodes && ir_fused_group(&g->nodes[i + size]) == k) size++;
             st.big += size >= 3;
         }
     }
@@ -276,7 +277,7 @@ static void test_plan_spaces(void **state) {
         for (int k = 0; k < n->nout; k++) {
             const Value *v = &g->vals[n->out[k]];
             if (v->space < 0) {
-                assert_true(fuse_group(n) >= 0);
+                assert_true(ir_fused_group(n) >= 0);
                 internal++;
             } else {
                 assert_int_equal(v->offset % 64, 0);
@@ -294,7 +295,7 @@ static void test_plan_spaces(void **state) {
 static void plant_overlap(Module *m, const char *model) {
     Graph *g = m->stages[0];
     MemLive L;
-    memlive_build(g, &L);
+    ir_live_build(g, &L);
     int a = -1, b = -1;
     for (int v = 0; v < g->nvals && b < 0; v++) {
         if (L.root[v] != v || g->vals[v].space != SPACE_ACT) continue;
@@ -326,7 +327,7 @@ static void plant_overlap(Module *m, const char *model) {
     MOVE_B(keep);
 #undef MOVE_B
     verify_ok(m, "restoring the plan");
-    memlive_free(&L);
+    ir_live_free(&L);
 }
 
 /* A value that needs a buffer but has none, and a group internal that has one. */
@@ -420,14 +421,14 @@ static void test_groups_broken(void **state) {
     int64_t k0 = -1;
     int far = -1;
     for (int i = 0; i < g->nnodes; i++) {
-        int64_t k = fuse_group(&g->nodes[i]);
+        int64_t k = ir_fused_group(&g->nodes[i]);
         if (k >= 0 && k0 < 0) k0 = k;
-        else if (k >= 0 && k != k0 && i > 0 && fuse_group(&g->nodes[i - 1]) != k0) far = i;
+        else if (k >= 0 && k != k0 && i > 0 && ir_fused_group(&g->nodes[i - 1]) != k0) far = i;
     }
     assert_true(far > 0);
-    int64_t kfar = fuse_group(&g->nodes[far]);
+    int64_t kfar = ir_fused_group(&g->nodes[far]);
     for (int i = 0; i < g->nnodes; i++)
-        if (fuse_group(&g->nodes[i]) == kfar) set_kernel(m, &g->nodes[i], k0);
+        if (ir_fused_group(&g->nodes[i]) == kfar) set_kernel(m, &g->nodes[i], k0);
     assert_int_not_equal(ir_verify_module(m, err, sizeof err), 0);
     assert_non_null(strstr(err, "not contiguous"));
     ir_free(m);
@@ -471,10 +472,10 @@ static void test_fuse_chain(void **state) {
     Options o = defaults();
     pass_fuse(m, &o);
     verify_ok(m, "fuse");
-    int64_t k = fuse_group(&g->nodes[g->vals[y].def]);
+    int64_t k = ir_fused_group(&g->nodes[g->vals[y].def]);
     assert_true(k >= 0);
     int members = 0;
-    for (int i = 0; i < g->nnodes; i++) members += fuse_group(&g->nodes[i]) == k;
+    for (int i = 0; i < g->nnodes; i++) members += ir_fused_group(&g->nodes[i]) == k;
     assert_int_equal(members, 7); /* bcast b, add, gelu, const, bcast c, mul, add */
     int first = g->vals[y].def - 6;
     assert_int_equal(g->nodes[first - 1].op, OP_matmul);
@@ -544,9 +545,9 @@ static void test_events(void **state) {
     pass_memplan(m, &o);
     verify_ok(m, "memplan of two streams");
     MemLive L;
-    memlive_build(m->stages[0], &L);
+    ir_live_build(m->stages[0], &L);
     assert_int_equal(L.end[x], 5);
-    memlive_free(&L);
+    ir_live_free(&L);
     ir_free(m);
 
     m = two_streams(EV_NO_WAIT, &x);

@@ -1,0 +1,195 @@
+/* live.c — the backend's shared facts about a graph: node order, p2p pairs,
+ * buffer lifetimes (live.h).
+ *
+ * These are IR-layer functions that more than one pass (and the verifier)
+ * relies on, so that no pass calls into another pass's file:
+ *
+ *   ir_reorder     puts the nodes in a new order and keeps value ids; fuse,
+ *                  the optimizer (placing --zero 1's gathers) and schedule
+ *                  each choose an order and hand it here.
+ *   ir_p2p_peer    pairs a send with its recv by group and tag.  memplan
+ *                  needs it because a send's bytes are read when the pair is
+ *                  issued (at the recv on the GPU: NCCL pairs them in one
+ *                  group call, comm_nccl.c); precision because a recv
+ *                  receives the dtype its send sends.
+ *   ir_live_build  is the one definition of which values own a buffer and
+ *                  over which program positions (the schedule's node order)
+ *                  it lives; memplan places buffers by it and the verifier
+ *                  rejects any two that share bytes while both are live.
+ *
+ * Liveness.  A buffer lives from its producer to its last reader (a fused
+ * group counts as one step spanning its nodes); program inputs live from the
+ * start and values read by `output` nodes to the end, since the trainer
+ * writes and reads those between steps.  Views (F_VIEW) share their input's
+ * buffer and extend its life; values internal to a fused group, and a param
+ * the step never reads (--zero 1 keeps it in a shard state), have none.
+ * Streams complicate both ends.  A reader on another stream than the
+ * producer's keeps the buffer until the producer's stream has waited for an
+ * event recorded after the read (or to the end when none does); a buffer
+ * written off the compute stream may be written as soon as its stream gets
+ * there, so it counts as live from just after the last position of each
+ * other stream that its stream has waited for.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "live.h"
+
+void ir_reorder(Graph *g, const int *order) {
+    int n = g->nnodes;
+    Node *nodes = ir_alloc(g->m, sizeof(Node) * (size_t)(n ? n : 1));
+    char *seen = xcalloc((size_t)(n ? n : 1), 1);
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        if (i < 0 || i >= n || seen[i]) ICE("ir_reorder: order is not a permutation (node %d at %d)", i, k);
+        seen[i] = 1;
+        nodes[k] = g->nodes[i];
+        for (int o = 0; o < nodes[k].nout; o++) g->vals[nodes[k].out[o]].def = k;
+    }
+    free(seen);
+    g->nodes = nodes;
+    g->capnodes = n;
+}
+
+/* a and b have the same group and tag */
+static int p2p_pair(const Node *a, const Node *b) {
+    return ir_attr_i(a, "tag", -1) == ir_attr_i(b, "tag", -2) && strcmp(ir_attr_s(a, "group", ""), ir_attr_s(b, "group", "")) == 0;
+}
+
+int ir_p2p_peer(const Graph *g, int i) {
+    const Node *n = &g->nodes[i];
+    if (n->op == OP_send) {
+        for (int j = i + 1; j < g->nnodes; j++)
+            if (g->nodes[j].op == OP_recv && p2p_pair(&g->nodes[j], n)) return j;
+    } else if (n->op == OP_recv) {
+        for (int j = i - 1; j >= 0; j--)
+            if (g->nodes[j].op == OP_send && p2p_pair(&g->nodes[j], n)) return j;
+    }
+    return -1;
+}
+
+/* The first position at which stream sd has waited for an event that stream
+ * su recorded after position u; n if there is none. */
+static int ordered_end(const Graph *g, int u, int su, int sd) {
+    int n = g->nnodes, best = n;
+    for (int r = u + 1; r < best; r++) {
+        const Node *rec = &g->nodes[r];
+        if (rec->op != OP_record || rec->stream != su) continue;
+        int64_t e = ir_attr_i(rec, "event", -1);
+        for (int w = r + 1; w < best; w++) {
+            const Node *wt = &g->nodes[w];
+            if (wt->op == OP_wait && wt->stream == sd && ir_attr_i(wt, "event", -2) == e) {
+                best = w;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+static int max_i(int a, int b) { return a > b ? a : b; }
+
+/* A buffer written off the compute stream (a collective's or a recv's
+ * output) may be written as soon as its stream gets there, before the other
+ * streams have finished with the bytes' earlier owners: it counts as live
+ * from just after the last position of each other stream that its stream
+ * has waited for (an event recorded there), 0 if none. */
+static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
+    enum { NS = IR_NSTREAMS };
+    int known[NS][NS], n = g->nnodes;
+    for (int a = 0; a < NS; a++)
+        for (int b = 0; b < NS; b++) known[a][b] = -1;
+    int64_t maxev = -1;
+    for (int i = 0; i < n; i++) {
+        int64_t e = g->nodes[i].op == OP_record ? ir_attr_i(&g->nodes[i], "event", -1) : -1;
+        if (e > maxev) maxev = e;
+    }
+    int *recpos = xcalloc((size_t)(maxev + 2), sizeof(int)), *recstream = xcalloc((size_t)(maxev + 2), sizeof(int));
+    for (int i = 0; i < n; i++) {
+        const Node *nd = &g->nodes[i];
+        int s = nd->stream;
+        if (s < 0 || s >= NS) continue;
+        int64_t e = ir_attr_i(nd, "event", -1);
+        if (nd->op == OP_record && e >= 0 && e <= maxev) recpos[e] = i, recstream[e] = s;
+        if (nd->op == OP_wait && e >= 0 && e <= maxev && recstream[e] != s) known[s][recstream[e]] = max_i(known[s][recstream[e]], recpos[e]);
+        if (s == IR_STREAM_COMPUTE) continue;
+        for (int k = 0; k < nd->nout; k++) {
+            int v = nd->out[k];
+            if (L->root[v] != v) continue;
+            for (int t = 0; t < NS; t++)
+                if ((used >> t & 1) && t != s && known[s][t] + 1 < L->start[v]) L->start[v] = known[s][t] + 1;
+        }
+    }
+    free(recpos), free(recstream);
+}
+
+void ir_live_build(const Graph *g, MemLive *L) {
+    int n = g->nnodes, nv = g->nvals;
+    L->nnodes = n, L->nvals = nv;
+    L->root = xcalloc((size_t)nv, sizeof(int));
+    L->start = xcalloc((size_t)nv, sizeof(int));
+    L->end = xcalloc((size_t)nv, sizeof(int));
+    int64_t *kern = xcalloc((size_t)n, sizeof(int64_t));
+    int *first = xcalloc((size_t)n, sizeof(int)), *last = xcalloc((size_t)n, sizeof(int));
+    char *outside = xcalloc((size_t)nv, 1);
+
+    /* each node's group span [first, last] (itself when not fused) */
+    for (int i = 0; i < n; i++) {
+        kern[i] = ir_fused_group(&g->nodes[i]);
+        first[i] = i > 0 && kern[i] >= 0 && kern[i - 1] == kern[i] ? first[i - 1] : i;
+    }
+    for (int i = n - 1; i >= 0; i--) last[i] = i < n - 1 && kern[i] >= 0 && kern[i + 1] == kern[i] ? last[i + 1] : i;
+
+    /* values read outside their producer's group */
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            int v = g->nodes[i].in[k], d = g->vals[v].def;
+            if (d >= 0 && (kern[d] < 0 || first[i] != first[d])) outside[v] = 1;
+        }
+
+    char *read = xcalloc((size_t)nv, 1);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) read[g->nodes[i].in[k]] = 1;
+    for (int v = 0; v < nv; v++) L->root[v] = -1;
+    for (int i = 0; i < n; i++) {
+        const Node *nd = &g->nodes[i];
+        for (int k = 0; k < nd->nout; k++) {
+            int v = nd->out[k];
+            if (nd->op == OP_param && !read[v]) continue; /* lives in a shard state (--zero 1): no storage */
+            if ((ir_ops[nd->op].flags & F_VIEW) && L->root[nd->in[0]] >= 0) {
+                L->root[v] = L->root[nd->in[0]];
+                continue;
+            }
+            if (kern[i] >= 0 && !outside[v]) continue; /* internal to its group */
+            L->root[v] = v;
+            L->start[v] = nd->op == OP_input ? 0 : first[i];
+            L->end[v] = last[i];
+        }
+    }
+
+    unsigned used = 0; /* streams with nodes */
+    for (int i = 0; i < n; i++)
+        if (g->nodes[i].stream >= 0 && g->nodes[i].stream < 32) used |= 1u << g->nodes[i].stream;
+    for (int i = 0; i < n; i++) {
+        const Node *nd = &g->nodes[i];
+        int peer = ir_p2p_peer(g, i); /* a send's bytes are read at its recv (a recv reads nothing) */
+        int u = peer >= 0 ? peer : i;  /* where the read happens */
+        for (int k = 0; k < nd->nin; k++) {
+            int r = L->root[nd->in[k]];
+            if (r < 0) continue;
+            int e = nd->op == OP_output ? n : last[u];
+            int sd = g->nodes[g->vals[r].def].stream, su = nd->stream;
+            if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, ordered_end(g, u, su, sd));
+            for (int t = 0; su > IR_STREAM_COMPUTE && t < 32; t++) /* a read off the compute stream: until every stream is past it */
+                if ((used >> t & 1) && t != su) e = max_i(e, ordered_end(g, u, su, t));
+            L->end[r] = max_i(L->end[r], e);
+        }
+    }
+    pull_back_starts(g, L, used);
+    free(kern), free(first), free(last), free(outside), free(read);
+}
+
+void ir_live_free(MemLive *L) {
+    free(L->root), free(L->start), free(L->end);
+    memset(L, 0, sizeof *L);
+}

@@ -1,0 +1,58 @@
+/* live.h — what the backend passes promise each other, as the IR states it.
+ *
+ * fuse, schedule and memplan each leave a mark on the graph that the next
+ * pass, the verifier, the emitters and `kiln plan` read: a fused group (the
+ * int attribute kernel=K on a contiguous run of nodes), a stream and a
+ * position per node, a space and an aligned offset per buffer.  The names
+ * for those marks, and the one definition of which values own a buffer and
+ * how long it lives, belong to the IR, not to the pass that makes them: the
+ * verifier checks them and several passes read them, and a pass never calls
+ * into another pass's file.  So they live here, in the IR layer (live.c);
+ * this header includes ir.h and nothing else.
+ */
+#ifndef KILN_LIVE_H
+#define KILN_LIVE_H
+
+#include "ir.h"
+
+#define IR_MEM_ALIGN 64 /* every buffer offset and every space size */
+
+/* The streams a scheduled node runs on (Node.stream); in-order queues that
+ * run concurrently, ordered by record/wait events. */
+enum { IR_STREAM_COMPUTE, IR_STREAM_COMM, IR_STREAM_D2H, IR_STREAM_H2D, IR_NSTREAMS };
+
+/* The fused group (kernel attribute) of node n; -1 when it has none. */
+static inline int64_t ir_fused_group(const Node *n) {
+    const Attr *a = ir_attr(n, "kernel");
+    return a && a->kind == AT_INT ? a->i : -1;
+}
+
+/* Put g's nodes in the order order[0..nnodes-1] (a permutation of node
+ * indices), keeping value ids; vals[].def follows.  ICE on a non-permutation;
+ * def-before-use is the caller's business (the verifier checks it). */
+void ir_reorder(Graph *g, const int *order);
+
+/* The other end of point-to-point node i: for a send, the first recv after
+ * it with its group and tag (NCCL pairs them in one group call, and the ring
+ * of parallelize.c orders them so); for a recv, the last such send before
+ * it; -1 when there is none or node i is neither. */
+int ir_p2p_peer(const Graph *g, int i);
+
+/* Buffers and their lifetimes over program positions (node indices).
+ * A view (F_VIEW: reshape, loss) uses its input's buffer; a value internal
+ * to a fused group (every use inside the group) has none; the group as a
+ * whole runs at once, so its inputs live to its last node and its outputs
+ * from its first.  Program inputs live from 0, values read by output nodes
+ * to nnodes (after the last node).  A value used on another stream than its
+ * producer's lives until the producer's stream waits for an event recorded
+ * after that use (nnodes if none does).  memplan places by it; the verifier
+ * checks the placement with it. */
+typedef struct {
+    int nvals, nnodes;
+    int *root;        /* per value: the value owning its buffer; -1: no buffer */
+    int *start, *end; /* per value with root[v] == v: live over [start, end] */
+} MemLive;
+void ir_live_build(const Graph *g, MemLive *L);
+void ir_live_free(MemLive *L);
+
+#endif
