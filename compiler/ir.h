@@ -96,7 +96,7 @@ typedef struct {
 } Value;
 
 /* The memory spaces memplan places buffers in (Value.space).  The IR's own
- * names: the emitters map them to the runtime ABI's (kiln_rt.h). */
+ * names: the emitters map them to the runtime ABI's RT_SPACE_*. */
 typedef enum { SPACE_PARAMS, SPACE_GRADS, SPACE_OPT, SPACE_ACT, SPACE_COUNT } Space;
 const char *ir_space_name(int space); /* "params", "grads", "opt", "act"; "?" for any other */
 int64_t ir_value_bytes(const Value *v); /* numel * dtype size */
