@@ -36,6 +36,13 @@
  * live at one position (memplan_lower_bound), which `kiln plan` prints next
  * to it.  The verifier re-derives liveness with ir_live_build and rejects
  * any two buffers that share bytes while both are live.
+ *
+ * Op names.  Where a family is meant the plan asks the op flags (F_COMM,
+ * F_VIEW through the liveness); it names an op where that op itself is
+ * meant: params and states have spaces of their own, program inputs are the
+ * data, `output {name="grad:<p>"}` names the gradients, and the reports give
+ * each collective its ring formula, read cp's layout off its `iota` and
+ * count the ring's `send`s.
  */
 #include <limits.h>
 #include <stdlib.h>
