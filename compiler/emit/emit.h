@@ -1,12 +1,14 @@
-/* emit.h — code generation (emit_llvm.c: the host program and CPU kernels
- * with the LLVM C API; emit_cuda.c: CUDA C kernels and their cubins).
+/* emit.h — code generation (emit_host.c: the host program, the same for
+ * every device; emit_llvm.c: the LLVM plumbing and the CPU kernels, both
+ * with the LLVM C API; emit_cuda.c: CUDA C kernels and their cubins;
+ * emit_priv.h: who does what).
  *
  * The input is a module that has been through fuse, schedule and memplan:
  * every materialised value has its space/offset, every node its stream/pos,
  * and fused groups carry the `kernel` attribute.  The output is a program in
  * the runtime ABI of runtime/kiln_rt.h: the constant table `kiln_program`
  * (an rt_program), its step function and one kernel per fused group.  LLVM's
- * types stay inside emit_llvm.c.
+ * types stay inside emit_llvm.c and emit_host.c.
  *
  * Multi-rank programs: the table carries the module's mesh and the buckets
  * of the distributed optimizer (from the bucket attributes of state nodes);
@@ -46,7 +48,7 @@ typedef struct {
     const char *arch;        /* CUDA: "sm_90" */
     int ncubins;
     const EmitCubin *cubins; /* CUDA: from emit_cuda_cubins */
-    int attention_cudnn;     /* CUDA: attention that qualifies runs on cuDNN's SDPA (emit_llvm.c) */
+    int attention_cudnn;     /* CUDA: attention that qualifies runs on cuDNN's SDPA (emit_host.c) */
 } EmitTarget;
 
 /* JIT the scheduled and planned module; *prog points at the program table in

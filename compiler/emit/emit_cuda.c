@@ -1,7 +1,7 @@
 /* emit_cuda.c — the fused elementwise kernels as CUDA C (`--emit cuda`).
  *
  * What comes in.  A module that has been through fuse, schedule and memplan,
- * like emit_llvm.c's.  Which nodes form each fused group, the group's inputs
+ * like emit_host.c's.  Which nodes form each fused group, the group's inputs
  * (values from outside), outputs (member values used outside), iteration
  * shape and key come from kgroup.c, the same as for the CPU kernels, so a
  * group's CUDA kernel and its CPU kernel take the same arguments in the same
