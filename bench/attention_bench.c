@@ -8,7 +8,7 @@
  * runtime (rt_new on a one-kernel program, rt_step per call, `threads` pool
  * threads, OpenBLAS on as many), so the numbers include the same pool
  * overhead as the trainer.  FLOPs are counted as the compiler counts them
- * for the trainer's GFLOP/s (compiler/emit_llvm.c): forward 4*B*H*T*S*D
+ * for the trainer's GFLOP/s (compiler/emit/emit_host.c): forward 4*B*H*T*S*D
  * (halved when causal), backward 2.5x that.  The sgemm reference is a
  * 1024x1024x1024 cblas_sgemm (the size bench/cpu_vs_torch.sh uses) on the
  * same OpenBLAS as the runtime.

@@ -1,6 +1,6 @@
 /* mpi_comm.c — the multi-rank runtime (runtime/comm_mpi.c and the CPU's
- * collective kernels in runtime/coll_mpi.c, the sharded
- * checkpoints of runtime/checkpoint.c, the trainer's ranks) on hand-built
+ * collective kernels in runtime/cpu/coll_mpi.c, the sharded
+ * checkpoints of runtime/io/checkpoint.c, the trainer's ranks) on hand-built
  * programs, no compiler involved.  tests/t_mpi.sh runs it under mpirun;
  * it is not a test_* program because it needs mpirun and arguments.
  *

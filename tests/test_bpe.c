@@ -1,4 +1,4 @@
-/* test_bpe.c — GPT-2 BPE (runtime/bpe.c).
+/* test_bpe.c — GPT-2 BPE (runtime/io/bpe.c).
  *
  * Without network: a synthetic vocabulary (the 256 bytes + 4 merges) checks
  * the merge order, the JSON parser (\uXXXX escapes), the pre-tokenizer on

@@ -1,5 +1,5 @@
-/* test_checkpoint.c — safetensors reading (runtime/safetensors.c) and
- * checkpoints (runtime/checkpoint.c).
+/* test_checkpoint.c — safetensors reading (runtime/io/safetensors.c) and
+ * checkpoints (runtime/io/checkpoint.c).
  *
  * The strict header parser against hand-written files, each malformed one
  * giving one line that names the file and the field.  Checkpoints of a real

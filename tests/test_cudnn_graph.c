@@ -1,4 +1,4 @@
-/* test_cudnn_graph.c — the cuDNN SDPA graphs of runtime/attn_cudnn.c,
+/* test_cudnn_graph.c — the cuDNN SDPA graphs of runtime/cuda/attn_cudnn.c,
  * checked without a GPU.
  *
  * attn_cudnn.c describes its forward and backward graphs as data (tensors

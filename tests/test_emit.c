@@ -1,4 +1,4 @@
-/* test_emit.c — the LLVM back end (compiler/emit_llvm.c) against the interpreter.
+/* test_emit.c — the LLVM back end (compiler/emit/emit_llvm.c) against the interpreter.
  *
  * Modules are either built by hand (with the kernel attributes, stream/pos
  * and space/offset fields the passes would set, written here directly) or

@@ -1,4 +1,4 @@
-/* test_emit_cuda.c — the CUDA C of the fused kernels (compiler/emit_cuda.c).
+/* test_emit_cuda.c — the CUDA C of the fused kernels (compiler/emit/emit_cuda.c).
  *
  * No GPU is needed.  For models/tiny.lua and a small models/llama.lua, sent
  * through autodiff, optimizer, fuse, schedule and memplan, and for a

@@ -1,5 +1,5 @@
 /* test_forward.c — pass_forward (compiler/forward.c) and the sampler's draw
- * (compiler/sample.c).
+ * (compiler/cmd/sample.c).
  *
  * The forward module must verify, hold no loss, cross-entropy, targets or
  * "loss" output, and give the same logits as the training module in the

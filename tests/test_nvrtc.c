@@ -1,7 +1,7 @@
 /* test_nvrtc.c — the CUDA library kernels compile with NVRTC, cleanly, and
- * match their documented ABI; compiler/nvrtc.c reports failures well.
+ * match their documented ABI; compiler/emit/nvrtc_compile.c reports failures well.
  *
- * Every .cu file in kernels/cuda is compiled through compiler/nvrtc.c for sm_90
+ * Every .cu file in kernels/cuda is compiled through compiler/emit/nvrtc_compile.c for sm_90
  * and sm_80 (no GPU needed).  Each compile must succeed with an empty log
  * (NVRTC reports warnings only in the log, so a warning fails here) and
  * give a non-empty ELF cubin.

@@ -1,4 +1,4 @@
-/* test_runtime.c — the CPU runtime (runtime/dev_cpu.c) on hand-written programs.
+/* test_runtime.c — the CPU runtime (runtime/cpu/dev_cpu.c) on hand-written programs.
  *
  * Each test writes an rt_program table and a step function by hand, with
  * small kernels defined here ("add 1", "sleep then write", "copy a->b"),

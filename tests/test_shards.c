@@ -1,4 +1,4 @@
-/* test_shards.c — token shards (runtime/shards.c): write → read round trips
+/* test_shards.c — token shards (runtime/io/shards.c): write → read round trips
  * for both versions, every bad input with its one-line error (and nothing
  * written over), globs in order, and the window sampler: determinism, the
  * text path draw for draw, and the rank/world split. */

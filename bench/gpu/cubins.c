@@ -4,7 +4,7 @@
  *
  * For every kernels/cuda/ *.cu (the directory kiln_cuda_kernel_dir() names,
  * in name order) writes OUTDIR/<stem>.cubin, compiled exactly as
- * compiler/emit_cuda.c's library_cubins does: the same path as the NVRTC
+ * compiler/emit/emit_cuda.c's library_cubins does: the same path as the NVRTC
  * program name, the same kiln_nvrtc_compile_cached call and options,
  * warnings failing.  kcheck (bench/gpu/kcheck.c) loads them into its
  * hand-made programs, so the kernels it checks are the bits a trainer

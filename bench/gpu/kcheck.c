@@ -4,7 +4,7 @@
  * thing on both devices: rt_launch(rtk_X, args) with the same argument
  * array (pointers aside, and the dtype fields, which the CPU takes as f32)
  * gives the same result on the CPU (kernels/cpu) and on CUDA (the launcher
- * in runtime/kernels_cuda.c, which runs kernels/cuda/ *.cu or cuBLASLt).
+ * in runtime/cuda/kernels_cuda.c, which runs kernels/cuda/ *.cu or cuBLASLt).
  * kcheck holds each CUDA launcher to that: for every case it draws fresh
  * random inputs, rounds them to the GPU's dtype (bf16 activations, f32
  * statistics, i32 ids) so that both devices see exactly the same values,
@@ -1238,7 +1238,7 @@ static int load_cubins(const char *dir) {
 static const char *usage =
     "usage: kcheck --cubins DIR [--arch sm_90] [--small] [--seed N] [--only SUBSTR] [--list]\n"
     "       kcheck --cpu [--small] [--seed N] [--only SUBSTR]   (self-test, linked with the CPU runtime)\n"
-    "  every CUDA library kernel (runtime/kernels_cuda.c) against its CPU twin (kernels/cpu) on random data\n";
+    "  every CUDA library kernel (runtime/cuda/kernels_cuda.c) against its CPU twin (kernels/cpu) on random data\n";
 
 int main(int argc, char **argv) {
     const char *dir = NULL, *only = NULL;

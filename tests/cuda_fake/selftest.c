@@ -8,7 +8,7 @@
  * a missing symbol or version fails at load).  It needs
  * KILN_FAKE_CUDA_KERNELS = a kernel library built from the kernels/cuda sources
  * (build_kernels.sh), and compiles kernels/cuda/layernorm.cu for sm_90 with
- * the repository's NVRTC code (compiler/nvrtc_compile.c) to get a real
+ * the repository's NVRTC code (compiler/emit/nvrtc_compile.c) to get a real
  * cubin.  It prints TAP, one line per property, and exits 1 on a failure.
  *
  * What it checks:
