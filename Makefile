@@ -60,7 +60,7 @@ $(BUILD)/compiler/emit/emit_%.o: compiler/emit/emit_%.c $(HDRS)
 # kiln compile links trainers with the flags kiln itself was built with (SAN=1,
 # before the objects) and the runtime's libraries (KILN_RT_LIBS, after
 # libkilnrt.a: OpenBLAS, pthreads, libm, MPI)
-$(BUILD)/compiler/main.o: compiler/main.c $(HDRS)
+$(BUILD)/compiler/cmd/compile.o: compiler/cmd/compile.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DKILN_LINK_FLAGS='"$(SANFLAGS)"' -DKILN_RT_LIBS='"$(RT_LIBS)"' -DKILN_RT_CUDA_LIBS='"$(RT_CUDA_LIBS)"' -c $< -o $@
 
@@ -92,7 +92,7 @@ $(BUILD)/tests/test_cudnn_graph: runtime/cuda/attn_cudnn.c
 $(BUILD)/fuzz_irtext: tests/fuzz_irtext.c $(LIB_SRC) $(RT_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
 	clang -O1 -g -std=c11 -D_GNU_SOURCE $(INCDIRS) -I/usr/include/lua5.4 -I$(CUDA_HOME)/include $(MPI_CFLAGS) -fsanitize=fuzzer,address,undefined \
-	    -o $@ tests/fuzz_irtext.c $(filter-out compiler/emit/emit_%.c compiler/cmd/sample.c,$(LIB_SRC)) $(RT_SRC) $(LDLIBS)
+	    -o $@ tests/fuzz_irtext.c $(filter-out compiler/emit/emit_%.c compiler/cmd/%.c,$(LIB_SRC)) $(RT_SRC) $(LDLIBS)
 
 FUZZ_SECONDS ?= 20
 fuzz: $(BUILD)/fuzz_irtext

@@ -1,5 +1,5 @@
-/* passes.h — the passes: one file each, one signature.  The driver (main.c)
- * lists them in pipeline order; tests call them one by one. */
+/* passes.h — the passes: one file each, one signature.  The driver's
+ * pipelines (cmd/pipeline.c) list them in order; tests call them one by one. */
 #ifndef KILN_PASSES_H
 #define KILN_PASSES_H
 

@@ -19,7 +19,6 @@
 #include "data_cmd.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +26,7 @@
 #include <unistd.h>
 
 #include "bpe.h"
+#include "cmd.h"
 #include "shards.h"
 
 typedef struct {
@@ -50,22 +50,11 @@ typedef struct {
 static const char *data_usage = "usage: kiln data IN... -o OUT_PREFIX [--val-fraction F] [--shard-tokens N]\n"
                                  "                 [--bpe DIR | --encoder encoder.json --vocab-bpe vocab.bpe]\n";
 
-static int dfail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int dfail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("kiln data: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 1;
-}
-
 static int parse_args(DataArgs *a, int argc, char **argv) {
     a->val_fraction = 0.1;
     a->shard_tokens = 100000000;
     a->in = calloc((size_t)argc, sizeof *a->in);
-    if (!a->in) return dfail("out of memory");
+    if (!a->in) return cmd_error("out of memory");
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) {
@@ -76,29 +65,29 @@ static int parse_args(DataArgs *a, int argc, char **argv) {
             a->in[a->nin++] = argv[i];
             continue;
         }
-        if (i + 1 >= argc) return dfail("%s: unknown flag or missing value", f);
+        if (i + 1 >= argc) return cmd_error("%s: unknown flag or missing value", f);
         const char *v = argv[++i];
         char *end;
         if (strcmp(f, "-o") == 0) a->out = v;
         else if (strcmp(f, "--val-fraction") == 0) {
             a->val_fraction = strtod(v, &end);
             if (*v == 0 || *end || !(a->val_fraction >= 0 && a->val_fraction < 1))
-                return dfail("--val-fraction: expected a number in [0, 1), got \"%s\"", v);
+                return cmd_error("--val-fraction: expected a number in [0, 1), got \"%s\"", v);
         } else if (strcmp(f, "--shard-tokens") == 0) {
             a->shard_tokens = strtoll(v, &end, 10);
             if (*v == 0 || *end || a->shard_tokens < 1 || a->shard_tokens > INT32_MAX)
-                return dfail("--shard-tokens: expected an integer in [1, %d], got \"%s\"", INT32_MAX, v);
+                return cmd_error("--shard-tokens: expected an integer in [1, %d], got \"%s\"", INT32_MAX, v);
         } else if (strcmp(f, "--bpe") == 0) a->bpe_dir = v;
         else if (strcmp(f, "--encoder") == 0) a->encoder = v;
         else if (strcmp(f, "--vocab-bpe") == 0) a->vocab_bpe = v;
-        else return dfail("%s: unknown flag", f);
+        else return cmd_error("%s: unknown flag", f);
     }
     if (!a->out || a->nin == 0) {
         fputs(data_usage, stderr);
         return 1;
     }
-    if (a->bpe_dir && (a->encoder || a->vocab_bpe)) return dfail("--bpe DIR replaces --encoder and --vocab-bpe");
-    if (!a->encoder != !a->vocab_bpe) return dfail("--encoder and --vocab-bpe go together");
+    if (a->bpe_dir && (a->encoder || a->vocab_bpe)) return cmd_error("--bpe DIR replaces --encoder and --vocab-bpe");
+    if (!a->encoder != !a->vocab_bpe) return cmd_error("--encoder and --vocab-bpe go together");
     return 0;
 }
 
@@ -107,9 +96,9 @@ static int check_inputs(const DataArgs *a, long long *total) {
     *total = 0;
     for (int i = 0; i < a->nin; i++) {
         struct stat st;
-        if (stat(a->in[i], &st) != 0) return dfail("%s: cannot open: %s", a->in[i], strerror(errno));
-        if (!S_ISREG(st.st_mode)) return dfail("%s: not a regular file", a->in[i]);
-        if (access(a->in[i], R_OK) != 0) return dfail("%s: cannot read: %s", a->in[i], strerror(errno));
+        if (stat(a->in[i], &st) != 0) return cmd_error("%s: cannot open: %s", a->in[i], strerror(errno));
+        if (!S_ISREG(st.st_mode)) return cmd_error("%s: not a regular file", a->in[i]);
+        if (access(a->in[i], R_OK) != 0) return cmd_error("%s: cannot read: %s", a->in[i], strerror(errno));
         *total += st.st_size;
     }
     return 0;
@@ -151,22 +140,22 @@ static int stream_inputs(const DataArgs *a, long long ntrain, long long total, S
     long long seen = 0;
     for (int i = 0; i < a->nin; i++) {
         FILE *f = fopen(a->in[i], "rb");
-        if (!f) return dfail("%s: cannot open: %s", a->in[i], strerror(errno));
+        if (!f) return cmd_error("%s: cannot open: %s", a->in[i], strerror(errno));
         size_t k;
         int rc = 0;
         while (rc == 0 && (k = fread(buf, 1, sizeof buf, f)) > 0) {
             for (size_t j = 0; j < k; j++) tok[j] = buf[j];
             long long to_train = ntrain - seen;
             to_train = to_train < 0 ? 0 : to_train > (long long)k ? (long long)k : to_train;
-            if (split_put(train, tok, to_train) != 0) rc = dfail("%s", train->err);
-            else if (split_put(val, tok + to_train, (long long)k - to_train) != 0) rc = dfail("%s", val->err);
+            if (split_put(train, tok, to_train) != 0) rc = cmd_error("%s", train->err);
+            else if (split_put(val, tok + to_train, (long long)k - to_train) != 0) rc = cmd_error("%s", val->err);
             seen += (long long)k;
         }
-        if (rc == 0 && ferror(f)) rc = dfail("%s: read error", a->in[i]);
+        if (rc == 0 && ferror(f)) rc = cmd_error("%s: read error", a->in[i]);
         fclose(f);
         if (rc != 0) return rc;
     }
-    if (seen != total) return dfail("the inputs changed while being read (%lld bytes, expected %lld)", seen, total);
+    if (seen != total) return cmd_error("the inputs changed while being read (%lld bytes, expected %lld)", seen, total);
     return 0;
 }
 
@@ -182,7 +171,7 @@ static Bpe *load_bpe(const DataArgs *a) {
         snprintf(merges, sizeof merges, "%s", a->vocab_bpe);
     }
     Bpe *b = bpe_load(enc, merges, err, sizeof err);
-    if (!b) dfail("%s: %s", flag, err);
+    if (!b) cmd_error("%s: %s", flag, err);
     return b;
 }
 
@@ -195,17 +184,17 @@ static int bpe_file(Bpe *b, FILE *f, const char *path, uint32_t **ids, size_t *n
     do {
         if (have + CHUNK > bufcap) {
             char *nb = realloc(buf, bufcap = have + CHUNK);
-            if (!nb) return free(buf), dfail("out of memory");
+            if (!nb) return free(buf), cmd_error("out of memory");
             buf = nb;
         }
         k = fread(buf + have, 1, CHUNK, f);
         have += k, *bytes += (long long)k;
         size_t cut = k ? bpe_safe_cut(buf, have) : have; /* at the end: all that is left */
-        if (bpe_encode(b, buf, cut, ids, n, cap) != 0) rc = dfail("out of memory");
+        if (bpe_encode(b, buf, cut, ids, n, cap) != 0) rc = cmd_error("out of memory");
         memmove(buf, buf + cut, have - cut);
         have -= cut;
     } while (rc == 0 && k > 0);
-    if (rc == 0 && ferror(f)) rc = dfail("%s: read error", path);
+    if (rc == 0 && ferror(f)) rc = cmd_error("%s: read error", path);
     free(buf);
     return rc;
 }
@@ -216,19 +205,19 @@ static int bpe_inputs(const DataArgs *a, Bpe *b, long long total, uint32_t **ids
     long long bytes = 0;
     for (int i = 0; i < a->nin; i++) {
         FILE *f = fopen(a->in[i], "rb");
-        if (!f) return dfail("%s: cannot open: %s", a->in[i], strerror(errno));
+        if (!f) return cmd_error("%s: cannot open: %s", a->in[i], strerror(errno));
         int rc = bpe_file(b, f, a->in[i], ids, n, &cap, &bytes);
         fclose(f);
         if (rc != 0) return rc;
     }
-    if (bytes != total) return dfail("the inputs changed while being read (%lld bytes, expected %lld)", bytes, total);
+    if (bytes != total) return cmd_error("the inputs changed while being read (%lld bytes, expected %lld)", bytes, total);
     return 0;
 }
 
 static int finish_and_commit(Split *s) {
-    if (s->n > 0 && shard_finish(&s->w[s->n - 1]) != 0) return dfail("%s", s->err);
+    if (s->n > 0 && shard_finish(&s->w[s->n - 1]) != 0) return cmd_error("%s", s->err);
     for (int i = 0; i < s->n; i++)
-        if (shard_commit(&s->w[i]) != 0) return dfail("%s", s->err);
+        if (shard_commit(&s->w[i]) != 0) return cmd_error("%s", s->err);
     char path[4096];
     snprintf(path, sizeof path, "%s_%s_%06d.bin", s->out, s->split, s->n);
     if (access(path, F_OK) == 0)
@@ -245,11 +234,11 @@ static int bpe_main(const DataArgs *a, long long total_bytes) {
     size_t n = 0;
     int rc = bpe_inputs(a, b, total_bytes, &ids, &n);
     long long total = (long long)n, nval = (long long)(a->val_fraction * (double)total + 0.5), ntrain = total - nval;
-    if (rc == 0 && ntrain <= 0) rc = dfail("no training tokens: the inputs hold %lld BPE tokens", total);
+    if (rc == 0 && ntrain <= 0) rc = cmd_error("no training tokens: the inputs hold %lld BPE tokens", total);
     Split train = {.out = a->out, .split = "train", .per_shard = a->shard_tokens};
     Split val = {.out = a->out, .split = "val", .per_shard = a->shard_tokens};
-    if (rc == 0 && split_put(&train, ids, ntrain) != 0) rc = dfail("%s", train.err);
-    if (rc == 0 && split_put(&val, ids + ntrain, nval) != 0) rc = dfail("%s", val.err);
+    if (rc == 0 && split_put(&train, ids, ntrain) != 0) rc = cmd_error("%s", train.err);
+    if (rc == 0 && split_put(&val, ids + ntrain, nval) != 0) rc = cmd_error("%s", val.err);
     if (rc == 0) rc = finish_and_commit(&train);
     if (rc == 0) rc = finish_and_commit(&val);
     if (rc == 0)
@@ -267,7 +256,7 @@ static int bpe_main(const DataArgs *a, long long total_bytes) {
 /* Byte level: stream the inputs' bytes straight into the shards. */
 static int bytes_main(const DataArgs *a, long long total) {
     long long nval = (long long)(a->val_fraction * (double)total + 0.5), ntrain = total - nval;
-    if (ntrain <= 0) return dfail("no training tokens: the inputs hold %lld bytes", total);
+    if (ntrain <= 0) return cmd_error("no training tokens: the inputs hold %lld bytes", total);
     Split train = {.out = a->out, .split = "train", .per_shard = a->shard_tokens};
     Split val = {.out = a->out, .split = "val", .per_shard = a->shard_tokens};
     int rc = stream_inputs(a, ntrain, total, &train, &val);
@@ -283,6 +272,7 @@ static int bytes_main(const DataArgs *a, long long total) {
 }
 
 int kiln_data_main(int argc, char **argv) {
+    cmd_set_prefix("kiln data: ");
     DataArgs a = {0};
     long long total;
     int rc = parse_args(&a, argc, argv);

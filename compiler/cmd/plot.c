@@ -43,7 +43,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,17 +50,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- errors ---- */
-
-static void plot_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void plot_err(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("kiln plot: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
+#include "cmd.h"
 
 /* ---- the data ---- */
 
@@ -241,7 +230,7 @@ static int run_point(PlotRun *r, PlotSeries *s, double x, double y, bool logy) {
 /* Reads r->path into r's series.  Returns 0, or -1 after printing the error. */
 static int run_read(PlotRun *r, bool logy) {
     FILE *f = fopen(r->path, "r");
-    if (!f) return plot_err("cannot open %s: %s", r->path, strerror(errno)), -1;
+    if (!f) return cmd_error("cannot open %s: %s", r->path, strerror(errno)), -1;
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -263,15 +252,15 @@ static int run_read(PlotRun *r, bool logy) {
             if (l.has_val && run_point(r, &r->val, l.step, l.val, logy)) rc = -2;
         }
     }
-    if (rc == -2) plot_err("out of memory reading %s", r->path);
-    else if (rc == 0 && ferror(f)) plot_err("cannot read %s: %s", r->path, strerror(errno)), rc = -1;
+    if (rc == -2) cmd_error("out of memory reading %s", r->path);
+    else if (rc == 0 && ferror(f)) cmd_error("cannot read %s: %s", r->path, strerror(errno)), rc = -1;
     free(line);
     fclose(f);
     if (rc) return -1;
     if (r->nonfinite) fprintf(stderr, "kiln plot: %s: warning: %ld non-finite values skipped\n", r->path, r->nonfinite);
     if (r->nonpositive) fprintf(stderr, "kiln plot: %s: warning: %ld values <= 0 skipped (--log-y)\n", r->path, r->nonpositive);
     if (r->train.n + r->val.n == 0) {
-        plot_err("%s: no data points (no line has numeric \"step\" and \"loss\" or \"val_loss\")", r->path);
+        cmd_error("%s: no data points (no line has numeric \"step\" and \"loss\" or \"val_loss\")", r->path);
         return -1;
     }
     return 0;
@@ -494,11 +483,11 @@ static void svg_write(FILE *f, const PlotRun *runs, int nruns, const char *title
 static int svg_save(const char *out, const PlotRun *runs, int nruns, const char *title, bool logy) {
     size_t n = strlen(out);
     char *tmp = malloc(n + 16);
-    if (!tmp) return plot_err("out of memory"), -1;
+    if (!tmp) return cmd_error("out of memory"), -1;
     snprintf(tmp, n + 16, "%s.tmp.XXXXXX", out);
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        plot_err("cannot write %s: %s", out, strerror(errno));
+        cmd_error("cannot write %s: %s", out, strerror(errno));
         return free(tmp), -1;
     }
     mode_t mask = umask(0);
@@ -515,7 +504,7 @@ static int svg_save(const char *out, const PlotRun *runs, int nruns, const char 
     }
     if (!err && rename(tmp, out)) err = errno;
     if (err) {
-        plot_err("cannot write %s: %s", out, strerror(err));
+        cmd_error("cannot write %s: %s", out, strerror(err));
         unlink(tmp);
     }
     free(tmp);
@@ -538,7 +527,7 @@ typedef struct {
 /* Returns 0, 1 (error printed) or -1 (--help: exit 0). */
 static int plot_args(PlotArgs *a, int argc, char **argv) {
     a->inputs = calloc((size_t)argc, sizeof *a->inputs);
-    if (!a->inputs) return plot_err("out of memory"), 1;
+    if (!a->inputs) return cmd_error("out of memory"), 1;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         bool has_arg = i + 1 < argc;
@@ -547,13 +536,13 @@ static int plot_args(PlotArgs *a, int argc, char **argv) {
         else if ((!strcmp(s, "-o") || !strcmp(s, "--output")) && has_arg) a->out = argv[++i];
         else if (!strcmp(s, "--title") && has_arg) a->title = argv[++i];
         else if (!strcmp(s, "-o") || !strcmp(s, "--output") || !strcmp(s, "--title"))
-            return plot_err("missing value after %s", s), 1;
+            return cmd_error("missing value after %s", s), 1;
         else if (s[0] == '-' && s[1])
-            return plot_err("unknown option '%s' (try kiln plot --help)", s), 1;
+            return cmd_error("unknown option '%s' (try kiln plot --help)", s), 1;
         else a->inputs[a->ninputs++] = s;
     }
-    if (!a->ninputs) return plot_err("no input log (usage: kiln plot RUN.jsonl ... -o OUT.svg)"), 1;
-    if (!a->out) return plot_err("no output file (-o OUT.svg)"), 1;
+    if (!a->ninputs) return cmd_error("no input log (usage: kiln plot RUN.jsonl ... -o OUT.svg)"), 1;
+    if (!a->out) return cmd_error("no output file (-o OUT.svg)"), 1;
     if (!a->title) a->title = "Training loss";
     return 0;
 }
@@ -564,17 +553,18 @@ static int plot_check_out(const PlotArgs *a) {
     if (stat(a->out, &so)) return 0;
     for (int i = 0; i < a->ninputs; i++)
         if (!stat(a->inputs[i], &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
-            return plot_err("output %s is the input %s; not writing over it", a->out, a->inputs[i]), 1;
+            return cmd_error("output %s is the input %s; not writing over it", a->out, a->inputs[i]), 1;
     return 0;
 }
 
 int kiln_plot_main(int argc, char **argv) {
+    cmd_set_prefix("kiln plot: ");
     PlotArgs a = {0};
     int rc = plot_args(&a, argc, argv);
     if (rc) return free(a.inputs), rc < 0 ? 0 : 1;
     rc = plot_check_out(&a);
     PlotRun *runs = calloc((size_t)a.ninputs, sizeof *runs);
-    if (!rc && !runs) plot_err("out of memory"), rc = 1;
+    if (!rc && !runs) cmd_error("out of memory"), rc = 1;
     for (int i = 0; !rc && i < a.ninputs; i++) {
         runs[i].path = a.inputs[i];
         rc = run_read(&runs[i], a.logy) ? 1 : 0;

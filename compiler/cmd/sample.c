@@ -32,17 +32,16 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "cmd.h"
 #include "emit.h"
-#include "front.h"
-#include "passes.h"
 #include "kiln_rt.h"
+#include "rng.h"
 #include "safetensors.h"
 #include "sample.h"
 
@@ -56,17 +55,6 @@ typedef struct {
     double temperature;
     uint64_t seed;
 } SampleArgs;
-
-static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("kiln: sample: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
 
 static void usage(FILE *f) {
     fputs("usage: kiln sample CHECKPOINT [--model FILE.lua] [--set key=value ...] --prompt TEXT\n"
@@ -85,12 +73,6 @@ static long parse_count(const char *flag, const char *v) {
     if (*v == 0 || *end || errno || n < 0 || n > 100000000)
         die("%s: expected a non-negative integer, got \"%s\"", flag, v);
     return n;
-}
-
-static void add_set(SampleArgs *a, const char *key, const char *value) {
-    a->sets = realloc(a->sets, sizeof(KeyVal) * (size_t)(a->nsets + 1));
-    if (!a->sets) die("out of memory");
-    a->sets[a->nsets++] = (KeyVal){key, value};
 }
 
 static void parse_args(SampleArgs *a, int argc, char **argv) {
@@ -120,12 +102,12 @@ static void parse_args(SampleArgs *a, int argc, char **argv) {
             char *eq = strchr(argv[i], '=');
             if (!eq || eq == argv[i]) die("--set: expected key=value, got \"%s\"", v);
             *eq = 0;
-            add_set(a, argv[i], eq + 1);
+            cmd_add_set(&a->sets, &a->nsets, argv[i], eq + 1);
         } else die("%s: unknown flag", f);
     }
     if (!a->ckpt) die("no checkpoint given (kiln sample CHECKPOINT --prompt TEXT; see --help)");
     if (!a->prompt) die("--prompt TEXT is required (it may be empty: --prompt \"\")");
-    add_set(a, "batch", "1"); /* last, so it wins over a --set batch=... */
+    cmd_add_set(&a->sets, &a->nsets, "batch", "1"); /* last, so it wins over a --set batch=... */
 }
 
 /* ---- the model file ---- */
@@ -158,33 +140,15 @@ static int has_logits_output(const Module *m) {
     return 0;
 }
 
-static void verify_or_die(const Module *m, const char *after) {
-    char err[1024];
-    if (ir_verify_module(m, err, sizeof err) != 0) die("verifier failed after %s: %s", after, err);
-}
-
-/* The forward-only module, through memplan. */
+/* The forward-only module, through memplan (cmd/pipeline.c). */
 static Module *compile_forward(const SampleArgs *a, const char *path) {
     Options o;
     opt_defaults(&o);
     o.sets = a->sets;
     o.nsets = a->nsets;
-    char err[1024];
-    Module *m = fe_load(path, &o, err, sizeof err);
-    if (!m) {
-        fprintf(stderr, "%s\n", err);
-        exit(1);
-    }
+    Module *m = pipeline_front(path, &o);
     if (!has_logits_output(m)) die("%s: the model has no output(\"logits\", ...)", path);
-    static const struct {
-        const char *name;
-        PassFn run;
-    } passes[] = {{"forward", pass_forward}, {"fuse", pass_fuse}, {"schedule", pass_schedule}, {"memplan", pass_memplan}};
-    verify_or_die(m, "front");
-    for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) {
-        passes[i].run(m, &o);
-        verify_or_die(m, passes[i].name);
-    }
+    pipeline_run(m, PIPE_FORWARD, &o, NULL);
     return m;
 }
 
@@ -214,13 +178,6 @@ static void check_program(const rt_program *p, const rt_tensor **tok, const rt_t
 
 /* ---- drawing one token ---- */
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* A token id in [0, n) from logits[0..n): argmax when temperature is 0,
  * else a draw from softmax(logits / temperature) over the top_k largest
  * (all when top_k is 0 or >= n). */
@@ -236,7 +193,7 @@ int sample_token(const float *logits, int n, double temperature, int top_k, uint
     int k = top_k > 0 && top_k < n ? top_k : n;
     double p[SAMPLE_BYTES], sum = 0, top = logits[order[0]];
     for (int r = 0; r < k; r++) sum += p[r] = exp(((double)logits[order[r]] - top) / temperature);
-    double u = (double)(splitmix64(rng) >> 11) * 0x1p-53 * sum;
+    double u = (double)(rng_splitmix64(rng) >> 11) * 0x1p-53 * sum;
     for (int r = 0; r < k; r++)
         if ((u -= p[r]) < 0) return order[r];
     return order[k - 1];
@@ -277,6 +234,7 @@ static void generate(rt_ctx *ctx, const rt_tensor *tok_t, const rt_tensor *log_t
 }
 
 int kiln_sample_main(int argc, char **argv) {
+    cmd_set_prefix("kiln: sample: ");
     SampleArgs a;
     parse_args(&a, argc, argv);
     char buf[4096];

@@ -1,0 +1,88 @@
+/* cmd.h — what kiln's commands share: the parsed command line, the pipeline
+ * that turns a model into a program, and one way to fail.
+ *
+ * The driver (main.c) parses the command line into Args and hands it to one
+ * command; each command lives in a file of its own in this folder:
+ *
+ *   check.c    kiln check    the step in f32 against f64, or the rank
+ *                            programs against the single-device one
+ *   plan.c     kiln plan     memory per rank; --recompute all: every policy
+ *   compile.c  kiln compile  object file + runtime library = a trainer
+ *   run.c      kiln run      the JIT-compiled step in the trainer's loop, or
+ *                            (--interp) the interpreter on byte-level text
+ *   plot.c, data_cmd.c, sample.c: kiln plot, data, sample (their own flags;
+ *                            declared in plot.h, data_cmd.h, sample.h)
+ *
+ * `kiln dump` is a few lines and stays in main.c.
+ *
+ * Errors.  A user error is one line on stderr and exit status 1: die()
+ * prints it and exits; cmd_error() prints it and returns 1, for a command
+ * that must clean up first (plot and data remove their temporary files).
+ * The line starts with the running command's prefix: "kiln: " unless the
+ * command set its own with cmd_set_prefix ("kiln plot: ", "kiln data: ",
+ * "kiln: sample: ", the prefixes those commands have always printed).
+ *
+ * The pipeline (pipeline.c): compile() runs the training pipeline on
+ * Args's model; kiln sample runs the forward-only one through
+ * pipeline_front() and pipeline_run().  The verifier runs after the front
+ * end and after every pass.
+ */
+#ifndef KILN_CMD_H
+#define KILN_CMD_H
+
+#include "interp.h"
+#include "ir.h"
+#include "options.h"
+
+/* The command line of dump, check, plan, compile and run (main.c's parse_args). */
+typedef struct {
+    Options o;
+    const char *cmd, *model, *after, *format, *out, *data, *log, *export_path, *target, *emit, *trace;
+    const char *threads;
+    const char *cuda_arch; /* --target cuda:ARCH: "sm_90"; NULL for the CPU */
+    const char *attention; /* --attention kiln|cudnn (CUDA) */
+    int interp, f64, print_every, serial;
+} Args;
+
+/* ---- errors ---- */
+
+void cmd_set_prefix(const char *prefix);
+int cmd_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* ---- the pipeline (pipeline.c) ---- */
+
+typedef enum {
+    PIPE_TRAIN,   /* the training step: autodiff ... memplan */
+    PIPE_FORWARD, /* kiln sample: the forward-only step, logits out */
+} Pipeline;
+
+/* The Lua front end's module for path, verified; exits after one line on a user error. */
+Module *pipeline_front(const char *path, Options *o);
+/* The passes of p in order, each followed by the verifier; stops after the
+ * pass named after (NULL: none). */
+void pipeline_run(Module *m, Pipeline p, const Options *o, const char *after);
+/* Dies unless after names "front" or a pass of the training pipeline (--after). */
+void pipeline_check_after(const char *after);
+/* a->model through the training pipeline up to --after; a .ir file is a
+ * dump, parsed and used as it is (no passes run). */
+Module *compile(Args *a);
+
+/* ---- helpers ---- */
+
+/* Appends key=value to a --set list. */
+void cmd_add_set(KeyVal **sets, int *nsets, const char *key, const char *value);
+double cmd_now(void); /* seconds, monotonic */
+/* The interpreter's step; exits after the interpreter's one-line error. */
+void cmd_interp_run(Interp *it);
+/* Rank 0's scalar output name, or NaN when the program has none. */
+double cmd_output_scalar(Interp *it, const char *name);
+
+/* ---- the commands (each returns the exit status) ---- */
+
+int cmd_check(Args *a);
+int cmd_plan(Args *a);
+int cmd_compile(Args *a);
+int cmd_run(Args *a);
+
+#endif

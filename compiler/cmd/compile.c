@@ -1,0 +1,108 @@
+/* compile.c — `kiln compile`: a model to a standalone trainer.
+ *
+ *   kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn]
+ *
+ * The compiled step becomes an object file (emit/: LLVM for the host
+ * program and the CPU's kernels; with a CUDA target, the kernels compiled
+ * by NVRTC to cubins it embeds), which is linked with the runtime's trainer
+ * main and library, found beside the kiln binary, into FILE.  --emit also
+ * writes what was generated for inspection: FILE.ll, FILE.cu or
+ * FILE.schedule.ir (the scheduled IR).
+ *
+ * The link uses the flags kiln itself was built with: the Makefile passes
+ * KILN_LINK_FLAGS (a SAN=1 build's sanitizers, before the objects) and the
+ * runtime's libraries KILN_RT_LIBS / KILN_RT_CUDA_LIBS (after them) when it
+ * compiles this file.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cmd.h"
+#include "emit.h"
+#include "kiln_rt.h"
+
+#ifndef KILN_LINK_FLAGS
+#define KILN_LINK_FLAGS "" /* the Makefile passes the sanitizer flags of a SAN=1 build */
+#endif
+#ifndef KILN_RT_LIBS
+#define KILN_RT_LIBS "-lopenblas -lpthread -lm" /* the Makefile passes the runtime's libraries (MPI too) */
+#endif
+
+/* The folder of the running kiln binary: build/ holds libkilnrt.a and runtime/trainer_main.o. */
+static void exe_dir(char *buf, size_t n) {
+    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
+    if (k <= 0) die("cannot find the kiln binary (/proc/self/exe)");
+    buf[k] = 0;
+    char *slash = strrchr(buf, '/');
+    if (slash) *slash = 0;
+}
+
+static void emit_inspection(Args *a, Module *m, const EmitTarget *t, const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) die("--emit: cannot open %s", path);
+    char err[1024];
+    if (strcmp(a->emit, "llvm") == 0) {
+        if (emit_llvm_text_target(m, t, f, err, sizeof err) != 0) die("--emit llvm: %s", err);
+    } else if (strcmp(a->emit, "cuda") == 0) {
+        if (emit_cuda_text(m, f, err, sizeof err) != 0) die("--emit cuda: %s", err);
+    } else ir_dump(m, f);
+    if (fclose(f) != 0) die("--emit: cannot write %s", path);
+}
+
+/* Link obj with the runtime into out: cc, run without a shell (paths may hold
+ * any character).  KILN_LINK_FLAGS (before the objects) and KILN_RT_LIBS
+ * (after them): space-separated words, or empty. */
+static void link_trainer(const char *out, const char *obj, int cuda) {
+    char dir[4096], main_o[4200], rtlib[4200];
+    exe_dir(dir, sizeof dir);
+    snprintf(main_o, sizeof main_o, "%s/runtime/trainer_main.o", dir);
+    snprintf(rtlib, sizeof rtlib, "%s/%s", dir, cuda ? "libkilnrt_cuda.a" : "libkilnrt.a");
+    char *argv[64], flags[] = KILN_LINK_FLAGS, cpu_libs[] = KILN_RT_LIBS, cuda_libs[] = KILN_RT_CUDA_LIBS;
+    char *libs = cuda ? cuda_libs : cpu_libs;
+    int n = 0;
+    argv[n++] = "cc";
+    for (char *w = strtok(flags, " "); w && n < 24; w = strtok(NULL, " ")) argv[n++] = w;
+    argv[n++] = "-o", argv[n++] = (char *)out, argv[n++] = (char *)obj, argv[n++] = main_o, argv[n++] = rtlib;
+    for (char *w = strtok(libs, " "); w && n < 62; w = strtok(NULL, " ")) argv[n++] = w;
+    argv[n] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) die("compile: fork: %s", strerror(errno));
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        fprintf(stderr, "kiln: compile: cannot run cc: %s\n", strerror(errno));
+        _exit(127);
+    }
+    int status;
+    if (waitpid(pid, &status, 0) < 0) die("compile: waitpid: %s", strerror(errno));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("compile: linking %s with the runtime in %s failed", out, dir);
+}
+
+int cmd_compile(Args *a) {
+    if (!a->out) die("compile: -o FILE is required");
+    Module *m = compile(a);
+    char err[1024], path[4200];
+    EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = a->cuda_arch, .attention_cudnn = a->attention && !strcmp(a->attention, "cudnn")};
+    EmitTarget *t = a->cuda_arch ? &cuda : NULL;
+    EmitCubin *cubins = NULL;
+    snprintf(path, sizeof path, "%s.cu", a->out);
+    if (t && emit_cuda_cubins(m, t->arch, path, &cubins, &cuda.ncubins, err, sizeof err) != 0) die("compile: %s", err);
+    cuda.cubins = cubins;
+    if (a->emit) {
+        const char *ext = strcmp(a->emit, "llvm") == 0 ? "ll" : strcmp(a->emit, "cuda") == 0 ? "cu" : "schedule.ir";
+        snprintf(path, sizeof path, "%s.%s", a->out, ext);
+        emit_inspection(a, m, t, path);
+    }
+    snprintf(path, sizeof path, "%s.o", a->out);
+    if (emit_object_for(m, t, path, err, sizeof err) != 0) die("compile: %s", err);
+    emit_cubins_free(cubins, cuda.ncubins);
+    link_trainer(a->out, path, t != NULL);
+    if (unlink(path) != 0) die("compile: cannot remove %s: %s", path, strerror(errno));
+    printf("wrote %s%s%s\n", a->out, t ? " for " : "", t ? a->target : "");
+    ir_free(m);
+    return 0;
+}

@@ -1,0 +1,117 @@
+/* plan.c — `kiln plan`: memory per rank before anything runs.
+ *
+ *   kiln plan MODEL [--dp N --cp N --micro-batches M --zero 0|1 --recompute P --memory-budget B ...]
+ *       memplan's report of the compiled step (params, grads, optimizer
+ *       state, activations, per memory space and rank), the bytes saved from
+ *       forward for backward under the recompute policy, and with --cp N the
+ *       activation peak against the same program at cp 1.
+ *
+ *   kiln plan MODEL --recompute all
+ *       Every policy (none, selective, gemm-last, full) compiled in turn and
+ *       set side by side: saved bytes per layer and in all, the activation
+ *       peak and the extra FLOPs, next to Korthikanti et al. 2022's bytes
+ *       per layer (docs/recompute.md).
+ */
+#include <limits.h>
+#include <stdio.h>
+
+#include "cmd.h"
+#include "memplan.h"
+#include "passes.h"
+
+/* ---- kiln plan: the recompute table ---- */
+
+typedef struct {
+    int64_t saved, saved_layers, peak;
+    double flops, extra;
+    int layers;
+} RcStats;
+
+static RcStats rc_stats(const Module *m) {
+    const Graph *g = m->stages[0];
+    RcStats r = {recompute_saved_bytes(g, INT_MIN), 0, memplan_fwd_bwd_peak(m), 0, 0, 0};
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        double f = ir_node_flops(g, n);
+        r.flops += f;
+        if (n->phase == PH_RECOMPUTE) r.extra += f;
+        if (n->layer + 1 > r.layers) r.layers = n->layer + 1;
+    }
+    for (int L = 0; L < r.layers; L++) r.saved_layers += recompute_saved_bytes(g, L);
+    return r;
+}
+
+/* s, b, h, a of one rank's step from its first forward attention: its
+ * sequence piece, its batch over all micro-batches (what it saves) */
+static int attention_shape(const Module *m, int micro_batches, double *s, double *b, double *h, double *heads) {
+    const Graph *g = m->stages[0];
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_attention || n->phase != PH_FWD) continue;
+        const Type *q = &g->vals[n->in[0]].t;
+        *b = (double)q->dim[0] * micro_batches, *heads = (double)q->dim[1], *s = (double)q->dim[2];
+        *h = (double)(q->dim[1] * q->dim[3]);
+        return 1;
+    }
+    return 0;
+}
+
+/* kiln plan --recompute all: every policy side by side, per rank, next to
+ * Korthikanti et al. 2022's bytes per layer (16-bit activations, with
+ * dropout; ours are f32, flash attention, no dropout: docs/recompute.md) */
+static void plan_recompute_table(Args *a) {
+    static const Recompute pol[] = {RC_NONE, RC_SELECTIVE, RC_GEMM_LAST, RC_FULL};
+    RcStats st[4];
+    double s = 0, b = 0, h = 0, heads = 0;
+    for (int k = 0; k < 4; k++) {
+        Args one = *a;
+        one.o.recompute = pol[k];
+        one.o.memory_budget = 0;
+        Module *m = compile(&one);
+        st[k] = rc_stats(m);
+        if (k == 0 && !attention_shape(m, a->o.micro_batches, &s, &b, &h, &heads)) die("plan --recompute all: the model has no attention");
+        ir_free(m);
+    }
+    double sbh = s * b * h, L = st[0].layers ? st[0].layers : 1;
+    printf("recompute policies (per rank; s %.0f, b %.0f, h %.0f, a %.0f, %d layers; f32 activations):\n", s, b, h, heads, st[0].layers);
+    printf("  %-10s %14s %9s %9s %14s %14s %9s %10s\n", "policy", "saved/layer", "x s.b.h", "vs none", "saved total", "act. peak",
+           "vs none", "+FLOPs");
+    for (int k = 0; k < 4; k++) {
+        double per = (double)st[k].saved_layers / L;
+        printf("  %-10s %10.2f MiB %9.2f %8.1f%% %10.2f MiB %10.2f MiB %8.1f%% %9.2f%%\n", ir_recompute_names[pol[k]],
+               per / (1 << 20), per / (4 * sbh), 100.0 * (per / ((double)st[0].saved_layers / L) - 1),
+               (double)st[k].saved / (1 << 20), (double)st[k].peak / (1 << 20), 100.0 * ((double)st[k].peak / (double)st[0].peak - 1),
+               100.0 * st[k].extra / st[k].flops);
+    }
+    printf("  Korthikanti et al. 2022, bytes per layer at 2 bytes per value: none 34sbh+5as^2b = %.2f MiB (%.1f sbh), "
+           "selective 34sbh = %.2f MiB, full 2sbh = %.2f MiB\n",
+           (34 * sbh + 5 * heads * s * s * b) / (1 << 20), 34 + 5 * heads * s / h, 34 * sbh / (1 << 20), 2 * sbh / (1 << 20));
+    printf("  ours at 2 bytes per value: none %.1f sbh, selective %.1f sbh, gemm-last %.1f sbh, full %.1f sbh "
+           "(x s.b.h above counts f32 values: bytes / 4sbh)\n",
+           2 * (double)st[0].saved_layers / L / (4 * sbh), 2 * (double)st[1].saved_layers / L / (4 * sbh),
+           2 * (double)st[2].saved_layers / L / (4 * sbh), 2 * (double)st[3].saved_layers / L / (4 * sbh));
+}
+
+/* ---- kiln plan ---- */
+
+int cmd_plan(Args *a) {
+    if (a->o.recompute == RC_UNSET) {
+        plan_recompute_table(a);
+        return 0;
+    }
+    Module *m = compile(a);
+    memplan_report(m, stdout);
+    printf("recompute %s: %.2f MiB saved from forward for backward per rank (%lld bytes)\n", ir_recompute_names[m->recompute],
+           (double)recompute_saved_bytes(m->stages[0], INT_MIN) / (1 << 20), (long long)recompute_saved_bytes(m->stages[0], INT_MIN));
+    if (m->mesh[2] > 1) { /* context parallel: activation memory against the same program at cp = 1 */
+        Args one = *a;
+        one.o.cp = 1;
+        Module *m1 = compile(&one);
+        int64_t act = memplan_fwd_bwd_peak(m), act1 = memplan_fwd_bwd_peak(m1);
+        printf("  fwd+bwd activations per rank: %.2f MiB at cp %d, %.2f MiB at cp 1 (%.3fx)\n", (double)act / (1 << 20),
+               m->mesh[2], (double)act1 / (1 << 20), act1 ? (double)act / (double)act1 : 0.0);
+        ir_free(m1);
+    }
+    ir_free(m);
+    return 0;
+}
