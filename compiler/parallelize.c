@@ -413,8 +413,12 @@ static const char *rule_loss(Par *P, int ax, const Node *n, Sp *out) {
     return is_part(in_sh(P, ax, n, 0)) ? (out[0] = PART, NULL) : "the loss is not a reduction over the split tokens";
 }
 
-/* The ops that reach this pass (after autodiff, before the optimizer).
- * Sources without an entry are replicated (params, constants). */
+/* The rule of each op that reaches this pass (after autodiff, before the
+ * optimizer); sources without an entry are replicated (params, constants),
+ * elementwise ops without one are not linear (rule_of).  Outside this
+ * table the pass names only the ops it builds or rewrites (mean, iota,
+ * attention), the program's inputs and outputs, and the ops that a
+ * replicated value is rebuilt through at a local shape (uniform, get). */
 static const RuleFn rules[OP_COUNT] = {
     [OP_input] = rule_input, [OP_iota] = rule_iota, [OP_output] = rule_output,
     [OP_add] = rule_add, [OP_sub] = rule_add, [OP_mul] = rule_mul, [OP_div] = rule_div,
