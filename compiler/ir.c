@@ -388,9 +388,176 @@ static int same_type(const Type *a, const Type *b, const char *op, char *err, si
 
 static Type scalar_f32(void) { return (Type){.dt = DT_F32, .rank = 0}; }
 
-static int infer_matmul(const Node *n, const Type *a, const Type *b, Type *out, char *err, size_t errlen) {
+/* The rules below, one per op or family of ops, get the node with the
+ * types of its first 8 inputs (all checked defined) and its op's name. */
+typedef struct {
+    const Graph *g;
+    const Node *n;
+    const Type *t[8];
+    const char *op;
+} Infer;
+typedef int (*InferFn)(const Infer *in, Type out[], char *err, size_t errlen);
+
+/* ---- sources and sinks ---- */
+
+/* out[0] holds the declared type; ir_infer bounds its dims */
+static int infer_source(const Node *n, const Type *out, char *err, size_t errlen) {
+    const char *op = ir_ops[n->op].name;
+    if (out->rank < 0 || out->rank > IR_MAXRANK) FAIL("%s: bad rank", op);
+    if (n->op == OP_iota && (out->rank != 1 || out->dt != DT_I32)) FAIL("iota: type must be i32[n]");
+    if ((n->op == OP_param || n->op == OP_state) && !ir_dtype_is_float(out->dt)) FAIL("%s: must be a float tensor", op);
+    if ((n->op == OP_input || n->op == OP_param || n->op == OP_state) && !ir_attr_s(n, "name", NULL))
+        FAIL("%s: needs a name attribute", op);
+    if (n->op == OP_const && !ir_attr(n, "v")) FAIL("const: needs a value attribute v");
+    return 0;
+}
+
+/* output, assign */
+static int infer_named_sink(const Infer *in, Type out[], char *err, size_t errlen) {
+    (void)out;
+    if (!ir_attr_s(in->n, "name", NULL)) FAIL("%s: needs a name attribute", in->op);
+    return 0;
+}
+
+/* record, wait */
+static int infer_sync(const Infer *in, Type out[], char *err, size_t errlen) {
+    (void)out;
+    if (ir_attr_i(in->n, "event", -1) < 0) FAIL("%s: needs an event attribute >= 0", in->op);
+    return 0;
+}
+
+/* ---- elementwise ---- */
+
+/* add, sub, mul, div and the (dy, x) backward helpers */
+static int infer_binary(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    if (need_float(t[0], in->op, "a", err, errlen) || same_type(t[0], t[1], in->op, err, errlen)) return -1;
+    out[0] = *t[0];
+    return 0;
+}
+
+static int infer_unary(const Infer *in, Type out[], char *err, size_t errlen) {
+    if (need_float(in->t[0], in->op, "input", err, errlen)) return -1;
+    out[0] = *in->t[0];
+    return 0;
+}
+
+static int infer_cast(const Infer *in, Type out[], char *err, size_t errlen) {
+    int dt = ir_dtype_lookup(ir_attr_s(in->n, "dtype", ""));
+    if (dt < 0) FAIL("cast: unknown dtype \"%s\"", ir_attr_s(in->n, "dtype", ""));
+    out[0] = *in->t[0];
+    out[0].dt = (DType)dt;
+    return 0;
+}
+
+/* ---- reductions ---- */
+
+/* x reduced over {dim} ({keep}: as size 1) */
+static int reduced_type(const Node *n, const Type *x, Type *out, char *err, size_t errlen, const char *op) {
+    int d = dim_attr(n, "dim", x->rank);
+    if (d < 0) FAIL("%s: dim out of range for rank %d", op, x->rank);
+    if (need_float(x, op, "input", err, errlen)) return -1;
+    *out = *x;
+    if (ir_attr_i(n, "keep", 0)) {
+        out->dim[d] = 1;
+    } else {
+        for (int i = d; i < x->rank - 1; i++) out->dim[i] = x->dim[i + 1];
+        out->rank--;
+    }
+    return 0;
+}
+
+/* sum, mean, max */
+static int infer_reduce(const Infer *in, Type out[], char *err, size_t errlen) {
+    return reduced_type(in->n, in->t[0], &out[0], err, errlen, in->op);
+}
+
+static int infer_max_bwd(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    Type r;
+    if (reduced_type(in->n, t[1], &r, err, errlen, in->op) || same_type(t[0], &r, in->op, err, errlen) ||
+        same_type(t[2], &r, in->op, err, errlen)) return -1;
+    out[0] = *t[1];
+    return 0;
+}
+
+static int infer_sumsq(const Infer *in, Type out[], char *err, size_t errlen) {
+    if (need_float(in->t[0], in->op, "input", err, errlen)) return -1;
+    out[0] = scalar_f32();
+    return 0;
+}
+
+/* ---- shape ops ---- */
+
+static int infer_reshape(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *x = in->t[0];
+    char a[96], b[96];
+    if (shape_attr(in->n, &out[0], err, errlen, in->op)) return -1;
+    out[0].dt = x->dt;
+    if (ir_numel(&out[0]) != ir_numel(x)) FAIL("reshape: %s to %s changes the element count", tstr(x, a), tstr(&out[0], b));
+    return 0;
+}
+
+static int infer_transpose(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *x = in->t[0];
+    int a = dim_attr(in->n, "a", x->rank), b = dim_attr(in->n, "b", x->rank);
+    if (a < 0 || b < 0) FAIL("transpose: dims out of range for rank %d", x->rank);
+    out[0] = *x;
+    out[0].dim[a] = x->dim[b];
+    out[0].dim[b] = x->dim[a];
+    return 0;
+}
+
+static int infer_slice(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *x = in->t[0];
+    int d = dim_attr(in->n, "dim", x->rank);
+    int64_t s = ir_attr_i(in->n, "start", -1), e = ir_attr_i(in->n, "end", -1);
+    if (d < 0) FAIL("slice: dim out of range for rank %d", x->rank);
+    if (s < 0 || e <= s || e > x->dim[d])
+        FAIL("slice: [%lld:%lld] out of range for dim %d of size %lld", (long long)s, (long long)e, d, (long long)x->dim[d]);
+    out[0] = *x;
+    out[0].dim[d] = e - s;
+    return 0;
+}
+
+static int infer_concat(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *t0 = in->t[0];
     char x[96], y[96];
-    int ta = ir_attr_i(n, "ta", 0) != 0, tb = ir_attr_i(n, "tb", 0) != 0;
+    int d = dim_attr(in->n, "dim", t0->rank);
+    if (d < 0) FAIL("concat: dim out of range for rank %d", t0->rank);
+    out[0] = *t0;
+    for (int i = 1; i < in->n->nin; i++) {
+        const Type *u = &in->g->vals[in->n->in[i]].t;
+        Type a = *u, b = *t0;
+        a.dim[d] = b.dim[d] = 1;
+        if (!ir_type_eq(&a, &b)) FAIL("concat: %s and %s differ outside dim %d", tstr(t0, x), tstr(u, y), d);
+        out[0].dim[d] += u->dim[d];
+    }
+    return 0;
+}
+
+static int infer_broadcast(const Infer *in, Type out[], char *err, size_t errlen) {
+    char x[96], y[96];
+    if (shape_attr(in->n, &out[0], err, errlen, in->op)) return -1;
+    out[0].dt = in->t[0]->dt;
+    if (!broadcastable(in->t[0], &out[0])) FAIL("broadcast: %s does not broadcast to %s", tstr(in->t[0], x), tstr(&out[0], y));
+    return 0;
+}
+
+static int infer_sumto(const Infer *in, Type out[], char *err, size_t errlen) {
+    char x[96], y[96];
+    if (shape_attr(in->n, &out[0], err, errlen, in->op)) return -1;
+    out[0].dt = in->t[0]->dt;
+    if (!broadcastable(&out[0], in->t[0])) FAIL("sumto: %s does not broadcast to %s", tstr(&out[0], x), tstr(in->t[0], y));
+    return 0;
+}
+
+/* ---- GEMM ---- */
+
+static int infer_matmul(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *a = in->t[0], *b = in->t[1];
+    char x[96], y[96];
+    int ta = ir_attr_i(in->n, "ta", 0) != 0, tb = ir_attr_i(in->n, "tb", 0) != 0;
     if (need_float(a, "matmul", "a", err, errlen) || need_float(b, "matmul", "b", err, errlen)) return -1;
     if (a->dt != b->dt) FAIL("matmul: dtypes %s and %s differ", ir_dtype_names[a->dt], ir_dtype_names[b->dt]);
     if (a->rank < 2 || b->rank < 2) FAIL("matmul: %s x %s: operands need rank >= 2", tstr(a, x), tstr(b, y));
@@ -401,15 +568,67 @@ static int infer_matmul(const Node *n, const Type *a, const Type *b, Type *out, 
     int64_t M = a->dim[a->rank - 2 + ta], K = a->dim[a->rank - 1 - ta];
     int64_t Kb = b->dim[b->rank - 2 + tb], N = b->dim[b->rank - 1 - tb];
     if (K != Kb) FAIL("matmul: %s x %s: inner dims differ", tstr(a, x), tstr(b, y));
-    *out = *a;
-    out->dim[a->rank - 2] = M;
-    out->dim[a->rank - 1] = N;
+    out[0] = *a;
+    out[0].dim[a->rank - 2] = M;
+    out[0].dim[a->rank - 1] = N;
     return 0;
 }
 
+/* ---- library ops: norms, softmax, rope ---- */
+
+/* layernorm, rmsnorm: (x, weights of x's last dim) */
+static int infer_norm(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t, *xt = t[0];
+    char x[96], y[96];
+    if (need_float(xt, in->op, "x", err, errlen)) return -1;
+    if (xt->rank < 1) FAIL("%s: x must have rank >= 1", in->op);
+    for (int i = 1; i < in->n->nin; i++)
+        if (t[i]->rank != 1 || t[i]->dim[0] != xt->dim[xt->rank - 1] || t[i]->dt != xt->dt)
+            FAIL("%s: weight %s does not match the last dim of %s", in->op, tstr(t[i], x), tstr(xt, y));
+    out[0] = *xt;
+    return 0;
+}
+
+/* layernorm_bwd, rmsnorm_bwd: (dy, x, w) -> dx and the weights' gradients */
+static int infer_norm_bwd(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    if (same_type(t[0], t[1], in->op, err, errlen)) return -1;
+    if (t[2]->rank != 1 || t[1]->rank < 1 || t[2]->dim[0] != t[1]->dim[t[1]->rank - 1]) FAIL("%s: weight does not match x", in->op);
+    out[0] = *t[1];
+    out[1] = out[2] = *t[2];
+    return 0;
+}
+
+static int infer_softmax(const Infer *in, Type out[], char *err, size_t errlen) {
+    if (need_float(in->t[0], in->op, "x", err, errlen)) return -1;
+    if (in->t[0]->rank < 1) FAIL("softmax: x must have rank >= 1");
+    out[0] = *in->t[0];
+    return 0;
+}
+
+static int infer_softmax_bwd(const Infer *in, Type out[], char *err, size_t errlen) {
+    if (same_type(in->t[0], in->t[1], in->op, err, errlen)) return -1;
+    out[0] = *in->t[0];
+    return 0;
+}
+
+/* rope, rope_bwd: (x [B,T,H,D], pos [T]) */
+static int infer_rope(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    const char *op = in->op;
+    char x[96], y[96];
+    if (need_float(t[0], op, "x", err, errlen) || need_int(t[1], op, "pos", err, errlen)) return -1;
+    if (t[0]->rank != 4 || t[0]->dim[3] % 2) FAIL("%s: x must be [B,T,H,D] with even D, got %s", op, tstr(t[0], x));
+    if (t[1]->rank != 1 || t[1]->dim[0] != t[0]->dim[1]) FAIL("%s: pos %s must be [T] for x %s", op, tstr(t[1], x), tstr(t[0], y));
+    out[0] = *t[0];
+    return 0;
+}
+
+/* ---- library ops: attention ---- */
+
 /* q, k, v are t[first..first+2] (attention_bwd: after do); the optional
  * qpos, kpos follow the op's nfixed other inputs (3, or 6 after lse). */
-static int infer_attention(const Node *n, const Type *const *t, int first, int nfixed, char *err, size_t errlen) {
+static int check_attention(const Node *n, const Type *const *t, int first, int nfixed, char *err, size_t errlen) {
     char x[96], y[96];
     const char *op = ir_ops[n->op].name;
     int npos = n->nin - nfixed;
@@ -438,253 +657,175 @@ static int infer_attention(const Node *n, const Type *const *t, int first, int n
     return 0;
 }
 
-static int infer_reduce(const Node *n, const Type *x, Type *out, char *err, size_t errlen, const char *op) {
-    int d = dim_attr(n, "dim", x->rank);
-    if (d < 0) FAIL("%s: dim out of range for rank %d", op, x->rank);
-    if (need_float(x, op, "input", err, errlen)) return -1;
-    *out = *x;
-    if (ir_attr_i(n, "keep", 0)) {
-        out->dim[d] = 1;
-    } else {
-        for (int i = d; i < x->rank - 1; i++) out->dim[i] = x->dim[i + 1];
-        out->rank--;
-    }
+static int infer_attention(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    if (check_attention(in->n, t, 0, 3, err, errlen)) return -1;
+    out[0] = *t[0];
+    out[1] = (Type){.dt = DT_F32, .rank = 3, .dim = {t[0]->dim[0], t[0]->dim[1], t[0]->dim[2]}};
     return 0;
 }
 
-static int infer_comm(const Graph *g, const Node *n, const Type *x, Type *out, char *err, size_t errlen) {
-    const char *op = ir_ops[n->op].name;
+static int infer_attention_bwd(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    char x[96], y[96];
+    if (check_attention(in->n, t, 1, 6, err, errlen)) return -1;
+    if (same_type(t[0], t[1], in->op, err, errlen) || same_type(t[4], t[1], in->op, err, errlen)) return -1;
+    if (t[5]->dt != DT_F32 || t[5]->rank != 3 || t[5]->dim[0] != t[1]->dim[0] || t[5]->dim[1] != t[1]->dim[1] ||
+        t[5]->dim[2] != t[1]->dim[2])
+        FAIL("attention_bwd: lse %s must be f32[B,H,T] for q %s", tstr(t[5], x), tstr(t[1], y));
+    out[0] = *t[1];
+    out[1] = *t[2];
+    out[2] = *t[3];
+    return 0;
+}
+
+static int infer_attn_merge(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    const char *op = in->op;
+    char x[96], y[96];
+    if (need_float(t[0], op, "o_a", err, errlen) || same_type(t[0], t[2], op, err, errlen) || same_type(t[1], t[3], op, err, errlen)) return -1;
+    if (t[0]->rank != 4 || t[1]->dt != DT_F32 || t[1]->rank != 3 || t[1]->dim[0] != t[0]->dim[0] ||
+        t[1]->dim[1] != t[0]->dim[1] || t[1]->dim[2] != t[0]->dim[2])
+        FAIL("attn_merge: o %s must be [B,H,T,D] and lse %s f32[B,H,T]", tstr(t[0], x), tstr(t[1], y));
+    out[0] = *t[0];
+    out[1] = *t[1];
+    return 0;
+}
+
+/* ---- library ops: embedding, cross entropy, loss ---- */
+
+static int infer_embedding(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    char x[96];
+    if (need_float(t[0], in->op, "table", err, errlen) || need_int(t[1], in->op, "ids", err, errlen)) return -1;
+    if (t[0]->rank != 2) FAIL("embedding: table must be [V,C], got %s", tstr(t[0], x));
+    if (t[1]->rank + 1 > IR_MAXRANK) FAIL("embedding: ids rank too large");
+    out[0] = *t[1];
+    out[0].dt = t[0]->dt;
+    out[0].dim[out[0].rank++] = t[0]->dim[1];
+    return 0;
+}
+
+static int infer_embedding_bwd(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    char x[96], y[96];
+    int64_t v = ir_attr_i(in->n, "v", 0);
+    if (need_float(t[0], in->op, "dy", err, errlen) || need_int(t[1], in->op, "ids", err, errlen)) return -1;
+    if (v < 1) FAIL("embedding_bwd: needs a vocabulary size v");
+    if (t[0]->rank != t[1]->rank + 1) FAIL("embedding_bwd: dy %s does not match ids %s", tstr(t[0], x), tstr(t[1], y));
+    for (int i = 0; i < t[1]->rank; i++)
+        if (t[0]->dim[i] != t[1]->dim[i]) FAIL("embedding_bwd: dy %s does not match ids %s", tstr(t[0], x), tstr(t[1], y));
+    out[0] = (Type){.dt = t[0]->dt, .rank = 2, .dim = {v, t[0]->dim[t[0]->rank - 1]}};
+    return 0;
+}
+
+/* cross_entropy (logits, targets), cross_entropy_bwd (dl, logits, targets) */
+static int infer_cross_entropy(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    const char *op = in->op;
+    char x[96], y[96];
+    int fwd = in->n->op == OP_cross_entropy;
+    const Type *lg = t[fwd ? 0 : 1], *tg = t[fwd ? 1 : 2];
+    if (need_float(lg, op, "logits", err, errlen) || need_int(tg, op, "targets", err, errlen)) return -1;
+    int ok = lg->rank == tg->rank + 1;
+    for (int i = 0; ok && i < tg->rank; i++) ok = lg->dim[i] == tg->dim[i];
+    if (!ok) FAIL("%s: logits %s do not match targets %s", op, tstr(lg, x), tstr(tg, y));
+    Type per_tok = *tg;
+    per_tok.dt = DT_F32;
+    if (!fwd && !ir_type_eq(t[0], &per_tok)) FAIL("cross_entropy_bwd: dl must be %s", tstr(&per_tok, x));
+    out[0] = fwd ? per_tok : *lg;
+    return 0;
+}
+
+static int infer_loss(const Infer *in, Type out[], char *err, size_t errlen) {
+    char x[96];
+    if (in->t[0]->dt != DT_F32 || in->t[0]->rank != 0) FAIL("loss: must be a scalar f32, got %s", tstr(in->t[0], x));
+    out[0] = *in->t[0];
+    return 0;
+}
+
+/* ---- optimizer ---- */
+
+/* lr_cosine, clipscale: f32[] -> f32[] */
+static int infer_scalar_fn(const Infer *in, Type out[], char *err, size_t errlen) {
+    if (in->t[0]->dt != DT_F32 || in->t[0]->rank != 0) FAIL("%s: input must be f32[]", in->op);
+    out[0] = scalar_f32();
+    return 0;
+}
+
+static int infer_adamw(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    for (int i = 1; i < 4; i++)
+        if (same_type(t[0], t[i], in->op, err, errlen)) return -1;
+    for (int i = 4; i < 7; i++)
+        if (t[i]->dt != DT_F32 || t[i]->rank != 0) FAIL("adamw: lr, scale and t must be f32[]");
+    out[0] = out[1] = out[2] = *t[0];
+    return 0;
+}
+
+/* ---- communication ---- */
+
+/* allreduce, reducescatter, allgather, shard, send over {group} */
+static int infer_comm(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Node *n = in->n;
+    const Type *x = in->t[0];
+    const char *op = in->op;
     const char *group = ir_attr_s(n, "group", NULL);
     if (!group || ir_group_mask(group) <= 0) FAIL("%s: needs a group attribute (dp, cp, tp, pp or a+b)", op);
     int mask = ir_group_mask(group), size = 1;
     for (int a = 0; a < IR_NAXES; a++)
-        if (mask & (1 << a)) size *= g->m->mesh[a];
-    *out = *x;
+        if (mask & (1 << a)) size *= in->g->m->mesh[a];
+    out[0] = *x;
     if (n->op == OP_reducescatter || n->op == OP_allgather || n->op == OP_shard) {
         int d = dim_attr(n, "dim", x->rank);
         if (d < 0) FAIL("%s: dim out of range for rank %d", op, x->rank);
         if (n->op != OP_allgather) {
             if (x->dim[d] % size) FAIL("%s: dim %d of size %lld not divisible by group size %d", op, d, (long long)x->dim[d], size);
-            out->dim[d] = x->dim[d] / size;
+            out[0].dim[d] = x->dim[d] / size;
         } else {
             if (x->dim[d] > IR_MAXNUMEL / size) FAIL("%s: dim %d too large", op, d);
-            out->dim[d] = x->dim[d] * size;
+            out[0].dim[d] = x->dim[d] * size;
         }
     }
     return 0;
 }
 
+/* The shape rule of each op (sources: infer_source). */
+static const InferFn infer_op[OP_COUNT] = {
+    [OP_output] = infer_named_sink, [OP_assign] = infer_named_sink, [OP_record] = infer_sync, [OP_wait] = infer_sync,
+    [OP_add] = infer_binary, [OP_sub] = infer_binary, [OP_mul] = infer_binary, [OP_div] = infer_binary,
+    [OP_gelu_bwd] = infer_binary, [OP_silu_bwd] = infer_binary, [OP_relu_bwd] = infer_binary,
+    [OP_neg] = infer_unary, [OP_exp] = infer_unary, [OP_log] = infer_unary, [OP_sqrt] = infer_unary,
+    [OP_rsqrt] = infer_unary, [OP_tanh] = infer_unary, [OP_gelu] = infer_unary, [OP_silu] = infer_unary,
+    [OP_relu] = infer_unary, [OP_cast] = infer_cast,
+    [OP_sum] = infer_reduce, [OP_mean] = infer_reduce, [OP_max] = infer_reduce, [OP_max_bwd] = infer_max_bwd,
+    [OP_sumsq] = infer_sumsq,
+    [OP_reshape] = infer_reshape, [OP_transpose] = infer_transpose, [OP_slice] = infer_slice,
+    [OP_concat] = infer_concat, [OP_broadcast] = infer_broadcast, [OP_sumto] = infer_sumto,
+    [OP_matmul] = infer_matmul,
+    [OP_layernorm] = infer_norm, [OP_rmsnorm] = infer_norm, [OP_layernorm_bwd] = infer_norm_bwd,
+    [OP_rmsnorm_bwd] = infer_norm_bwd, [OP_softmax] = infer_softmax, [OP_softmax_bwd] = infer_softmax_bwd,
+    [OP_rope] = infer_rope, [OP_rope_bwd] = infer_rope,
+    [OP_attention] = infer_attention, [OP_attention_bwd] = infer_attention_bwd, [OP_attn_merge] = infer_attn_merge,
+    [OP_embedding] = infer_embedding, [OP_embedding_bwd] = infer_embedding_bwd,
+    [OP_cross_entropy] = infer_cross_entropy, [OP_cross_entropy_bwd] = infer_cross_entropy, [OP_loss] = infer_loss,
+    [OP_lr_cosine] = infer_scalar_fn, [OP_clipscale] = infer_scalar_fn, [OP_adamw] = infer_adamw,
+    [OP_allreduce] = infer_comm, [OP_reducescatter] = infer_comm, [OP_allgather] = infer_comm,
+    [OP_shard] = infer_comm, [OP_send] = infer_comm,
+};
+
+/* The checks every op shares (defined inputs, arity), then the op's rule. */
 static int infer_rule(const Graph *g, const Node *n, Type out[], char *err, size_t errlen) {
     const OpInfo *info = &ir_ops[n->op];
-    const char *op = info->name;
-    const Type *t[8] = {0};
-    char x[96], y[96];
+    Infer in = {.g = g, .n = n, .op = info->name};
     for (int i = 0; i < n->nin && i < 8; i++) {
-        if (n->in[i] < 0 || n->in[i] >= g->nvals) FAIL("%s: input %d is not a defined value", op, i);
-        t[i] = &g->vals[n->in[i]].t;
+        if (n->in[i] < 0 || n->in[i] >= g->nvals) FAIL("%s: input %d is not a defined value", in.op, i);
+        in.t[i] = &g->vals[n->in[i]].t;
     }
-    if (info->nin >= 0 ? n->nin != info->nin : n->nin < 1) FAIL("%s: expects %d inputs, got %d", op, info->nin, n->nin);
-    if (info->flags & F_SOURCE) {
-        /* out[0] holds the declared type; ir_infer bounds its dims */
-        if (out[0].rank < 0 || out[0].rank > IR_MAXRANK) FAIL("%s: bad rank", op);
-        if (n->op == OP_iota && (out[0].rank != 1 || out[0].dt != DT_I32)) FAIL("iota: type must be i32[n]");
-        if ((n->op == OP_param || n->op == OP_state) && !ir_dtype_is_float(out[0].dt)) FAIL("%s: must be a float tensor", op);
-        if ((n->op == OP_input || n->op == OP_param || n->op == OP_state) && !ir_attr_s(n, "name", NULL))
-            FAIL("%s: needs a name attribute", op);
-        if (n->op == OP_const && !ir_attr(n, "v")) FAIL("const: needs a value attribute v");
-        return 0;
-    }
-    switch (n->op) {
-    case OP_output: case OP_assign:
-        if (!ir_attr_s(n, "name", NULL)) FAIL("%s: needs a name attribute", op);
-        return 0;
-    case OP_send:
-        return infer_comm(g, n, t[0], &out[0], err, errlen);
-    case OP_record: case OP_wait:
-        if (ir_attr_i(n, "event", -1) < 0) FAIL("%s: needs an event attribute >= 0", op);
-        return 0;
-    case OP_add: case OP_sub: case OP_mul: case OP_div:
-    case OP_gelu_bwd: case OP_silu_bwd: case OP_relu_bwd:
-        if (need_float(t[0], op, "a", err, errlen) || same_type(t[0], t[1], op, err, errlen)) return -1;
-        out[0] = *t[0];
-        return 0;
-    case OP_neg: case OP_exp: case OP_log: case OP_sqrt: case OP_rsqrt:
-    case OP_tanh: case OP_gelu: case OP_silu: case OP_relu:
-        if (need_float(t[0], op, "input", err, errlen)) return -1;
-        out[0] = *t[0];
-        return 0;
-    case OP_sum: case OP_mean: case OP_max:
-        return infer_reduce(n, t[0], &out[0], err, errlen, op);
-    case OP_max_bwd: {
-        Type r;
-        if (infer_reduce(n, t[1], &r, err, errlen, op) || same_type(t[0], &r, op, err, errlen) ||
-            same_type(t[2], &r, op, err, errlen)) return -1;
-        out[0] = *t[1];
-        return 0;
-    }
-    case OP_sumsq:
-        if (need_float(t[0], op, "input", err, errlen)) return -1;
-        out[0] = scalar_f32();
-        return 0;
-    case OP_reshape:
-        if (shape_attr(n, &out[0], err, errlen, op)) return -1;
-        out[0].dt = t[0]->dt;
-        if (ir_numel(&out[0]) != ir_numel(t[0])) FAIL("reshape: %s to %s changes the element count", tstr(t[0], x), tstr(&out[0], y));
-        return 0;
-    case OP_transpose: {
-        int a = dim_attr(n, "a", t[0]->rank), b = dim_attr(n, "b", t[0]->rank);
-        if (a < 0 || b < 0) FAIL("transpose: dims out of range for rank %d", t[0]->rank);
-        out[0] = *t[0];
-        out[0].dim[a] = t[0]->dim[b];
-        out[0].dim[b] = t[0]->dim[a];
-        return 0;
-    }
-    case OP_slice: {
-        int d = dim_attr(n, "dim", t[0]->rank);
-        int64_t s = ir_attr_i(n, "start", -1), e = ir_attr_i(n, "end", -1);
-        if (d < 0) FAIL("slice: dim out of range for rank %d", t[0]->rank);
-        if (s < 0 || e <= s || e > t[0]->dim[d])
-            FAIL("slice: [%lld:%lld] out of range for dim %d of size %lld", (long long)s, (long long)e, d, (long long)t[0]->dim[d]);
-        out[0] = *t[0];
-        out[0].dim[d] = e - s;
-        return 0;
-    }
-    case OP_concat: {
-        int d = dim_attr(n, "dim", t[0]->rank);
-        if (d < 0) FAIL("concat: dim out of range for rank %d", t[0]->rank);
-        out[0] = *t[0];
-        for (int i = 1; i < n->nin; i++) {
-            const Type *u = &g->vals[n->in[i]].t;
-            Type a = *u, b = *t[0];
-            a.dim[d] = b.dim[d] = 1;
-            if (!ir_type_eq(&a, &b)) FAIL("concat: %s and %s differ outside dim %d", tstr(t[0], x), tstr(u, y), d);
-            out[0].dim[d] += u->dim[d];
-        }
-        return 0;
-    }
-    case OP_broadcast:
-        if (shape_attr(n, &out[0], err, errlen, op)) return -1;
-        out[0].dt = t[0]->dt;
-        if (!broadcastable(t[0], &out[0])) FAIL("broadcast: %s does not broadcast to %s", tstr(t[0], x), tstr(&out[0], y));
-        return 0;
-    case OP_sumto:
-        if (shape_attr(n, &out[0], err, errlen, op)) return -1;
-        out[0].dt = t[0]->dt;
-        if (!broadcastable(&out[0], t[0])) FAIL("sumto: %s does not broadcast to %s", tstr(&out[0], x), tstr(t[0], y));
-        return 0;
-    case OP_cast: {
-        int dt = ir_dtype_lookup(ir_attr_s(n, "dtype", ""));
-        if (dt < 0) FAIL("cast: unknown dtype \"%s\"", ir_attr_s(n, "dtype", ""));
-        out[0] = *t[0];
-        out[0].dt = (DType)dt;
-        return 0;
-    }
-    case OP_matmul:
-        return infer_matmul(n, t[0], t[1], &out[0], err, errlen);
-    case OP_layernorm: case OP_rmsnorm: {
-        const Type *xt = t[0];
-        if (need_float(xt, op, "x", err, errlen)) return -1;
-        if (xt->rank < 1) FAIL("%s: x must have rank >= 1", op);
-        for (int i = 1; i < n->nin; i++)
-            if (t[i]->rank != 1 || t[i]->dim[0] != xt->dim[xt->rank - 1] || t[i]->dt != xt->dt)
-                FAIL("%s: weight %s does not match the last dim of %s", op, tstr(t[i], x), tstr(xt, y));
-        out[0] = *xt;
-        return 0;
-    }
-    case OP_layernorm_bwd: case OP_rmsnorm_bwd:
-        if (same_type(t[0], t[1], op, err, errlen)) return -1;
-        if (t[2]->rank != 1 || t[1]->rank < 1 || t[2]->dim[0] != t[1]->dim[t[1]->rank - 1]) FAIL("%s: weight does not match x", op);
-        out[0] = *t[1];
-        out[1] = out[2] = *t[2];
-        return 0;
-    case OP_softmax:
-        if (need_float(t[0], op, "x", err, errlen)) return -1;
-        if (t[0]->rank < 1) FAIL("softmax: x must have rank >= 1");
-        out[0] = *t[0];
-        return 0;
-    case OP_softmax_bwd:
-        if (same_type(t[0], t[1], op, err, errlen)) return -1;
-        out[0] = *t[0];
-        return 0;
-    case OP_rope: case OP_rope_bwd:
-        if (need_float(t[0], op, "x", err, errlen) || need_int(t[1], op, "pos", err, errlen)) return -1;
-        if (t[0]->rank != 4 || t[0]->dim[3] % 2) FAIL("%s: x must be [B,T,H,D] with even D, got %s", op, tstr(t[0], x));
-        if (t[1]->rank != 1 || t[1]->dim[0] != t[0]->dim[1]) FAIL("%s: pos %s must be [T] for x %s", op, tstr(t[1], x), tstr(t[0], y));
-        out[0] = *t[0];
-        return 0;
-    case OP_attention:
-        if (infer_attention(n, t, 0, 3, err, errlen)) return -1;
-        out[0] = *t[0];
-        out[1] = (Type){.dt = DT_F32, .rank = 3, .dim = {t[0]->dim[0], t[0]->dim[1], t[0]->dim[2]}};
-        return 0;
-    case OP_attention_bwd:
-        if (infer_attention(n, t, 1, 6, err, errlen)) return -1;
-        if (same_type(t[0], t[1], op, err, errlen) || same_type(t[4], t[1], op, err, errlen)) return -1;
-        if (t[5]->dt != DT_F32 || t[5]->rank != 3 || t[5]->dim[0] != t[1]->dim[0] || t[5]->dim[1] != t[1]->dim[1] ||
-            t[5]->dim[2] != t[1]->dim[2])
-            FAIL("attention_bwd: lse %s must be f32[B,H,T] for q %s", tstr(t[5], x), tstr(t[1], y));
-        out[0] = *t[1];
-        out[1] = *t[2];
-        out[2] = *t[3];
-        return 0;
-    case OP_attn_merge:
-        if (need_float(t[0], op, "o_a", err, errlen) || same_type(t[0], t[2], op, err, errlen) || same_type(t[1], t[3], op, err, errlen)) return -1;
-        if (t[0]->rank != 4 || t[1]->dt != DT_F32 || t[1]->rank != 3 || t[1]->dim[0] != t[0]->dim[0] ||
-            t[1]->dim[1] != t[0]->dim[1] || t[1]->dim[2] != t[0]->dim[2])
-            FAIL("attn_merge: o %s must be [B,H,T,D] and lse %s f32[B,H,T]", tstr(t[0], x), tstr(t[1], y));
-        out[0] = *t[0];
-        out[1] = *t[1];
-        return 0;
-    case OP_embedding:
-        if (need_float(t[0], op, "table", err, errlen) || need_int(t[1], op, "ids", err, errlen)) return -1;
-        if (t[0]->rank != 2) FAIL("embedding: table must be [V,C], got %s", tstr(t[0], x));
-        if (t[1]->rank + 1 > IR_MAXRANK) FAIL("embedding: ids rank too large");
-        out[0] = *t[1];
-        out[0].dt = t[0]->dt;
-        out[0].dim[out[0].rank++] = t[0]->dim[1];
-        return 0;
-    case OP_embedding_bwd: {
-        int64_t v = ir_attr_i(n, "v", 0);
-        if (need_float(t[0], op, "dy", err, errlen) || need_int(t[1], op, "ids", err, errlen)) return -1;
-        if (v < 1) FAIL("embedding_bwd: needs a vocabulary size v");
-        if (t[0]->rank != t[1]->rank + 1) FAIL("embedding_bwd: dy %s does not match ids %s", tstr(t[0], x), tstr(t[1], y));
-        for (int i = 0; i < t[1]->rank; i++)
-            if (t[0]->dim[i] != t[1]->dim[i]) FAIL("embedding_bwd: dy %s does not match ids %s", tstr(t[0], x), tstr(t[1], y));
-        out[0] = (Type){.dt = t[0]->dt, .rank = 2, .dim = {v, t[0]->dim[t[0]->rank - 1]}};
-        return 0;
-    }
-    case OP_cross_entropy: case OP_cross_entropy_bwd: {
-        const Type *lg = t[n->op == OP_cross_entropy ? 0 : 1], *tg = t[n->op == OP_cross_entropy ? 1 : 2];
-        if (need_float(lg, op, "logits", err, errlen) || need_int(tg, op, "targets", err, errlen)) return -1;
-        int ok = lg->rank == tg->rank + 1;
-        for (int i = 0; ok && i < tg->rank; i++) ok = lg->dim[i] == tg->dim[i];
-        if (!ok) FAIL("%s: logits %s do not match targets %s", op, tstr(lg, x), tstr(tg, y));
-        Type per_tok = *tg;
-        per_tok.dt = DT_F32;
-        if (n->op == OP_cross_entropy_bwd && !ir_type_eq(t[0], &per_tok)) FAIL("cross_entropy_bwd: dl must be %s", tstr(&per_tok, x));
-        out[0] = n->op == OP_cross_entropy ? per_tok : *lg;
-        return 0;
-    }
-    case OP_loss:
-        if (t[0]->dt != DT_F32 || t[0]->rank != 0) FAIL("loss: must be a scalar f32, got %s", tstr(t[0], x));
-        out[0] = *t[0];
-        return 0;
-    case OP_lr_cosine: case OP_clipscale:
-        if (t[0]->dt != DT_F32 || t[0]->rank != 0) FAIL("%s: input must be f32[]", op);
-        out[0] = scalar_f32();
-        return 0;
-    case OP_adamw:
-        for (int i = 1; i < 4; i++)
-            if (same_type(t[0], t[i], op, err, errlen)) return -1;
-        for (int i = 4; i < 7; i++)
-            if (t[i]->dt != DT_F32 || t[i]->rank != 0) FAIL("adamw: lr, scale and t must be f32[]");
-        out[0] = out[1] = out[2] = *t[0];
-        return 0;
-    case OP_allreduce: case OP_reducescatter: case OP_allgather: case OP_shard:
-        return infer_comm(g, n, t[0], &out[0], err, errlen);
-    default:
-        FAIL("%s: no shape rule", op);
-    }
+    if (info->nin >= 0 ? n->nin != info->nin : n->nin < 1) FAIL("%s: expects %d inputs, got %d", in.op, info->nin, n->nin);
+    if (info->flags & F_SOURCE) return infer_source(n, &out[0], err, errlen);
+    if (!infer_op[n->op]) FAIL("%s: no shape rule", in.op);
+    return infer_op[n->op](&in, out, err, errlen);
 }
 
 /* {out_dtype}: the precision pass's override of the float outputs' dtype

@@ -36,7 +36,7 @@ typedef enum {
     OP_COUNT
 } Op;
 
-enum { /* op flags: passes ask these, never op names */
+enum { /* op flags: the properties passes ask for (ops.def: when a pass may name an op) */
     F_SOURCE = 1 << 0,      /* no inputs, declared output type */
     F_SINK = 1 << 1,        /* no outputs, has an effect */
     F_ELEMENTWISE = 1 << 2,

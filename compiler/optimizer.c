@@ -246,7 +246,7 @@ static int member_of(Opt *b, const Flat *f, int k, int flat) {
 static int comm(Opt *b, Op op, int x, int with_dim) {
     Attr at[2] = {ir_attr_str(b->m, "group", red_group(b->m)), ir_attr_int(b->m, "dim", 0)};
     int y = ir_build1(&b->bld, op, x, with_dim ? 2 : 1, at);
-    if (op == OP_reducescatter || op == OP_shard) split_over_group(b->bld.g, y);
+    if (op == OP_reducescatter) split_over_group(b->bld.g, y);
     return y;
 }
 
@@ -349,7 +349,7 @@ static void place_gathers(Graph *g, const Views *vw, int nf, int nold, const int
     for (int i = 0; i < nold; i++)
         for (int j = 0; j < g->nodes[i].nin; j++) {
             int d = g->vals[g->nodes[i].in[j]].def, fi;
-            if (d >= 0 && g->nodes[d].op == OP_reshape && (fi = flat_of[d]) >= 0 && i < first[fi]) first[fi] = i;
+            if (d >= 0 && (fi = flat_of[d]) >= 0 && i < first[fi]) first[fi] = i;
         }
     for (int done = 0; done < nf; done++) { /* flats by first use */
         int best = -1;

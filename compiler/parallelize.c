@@ -22,14 +22,13 @@
  * it follows reshapes that merge [B,T] into [B*T] and back), or partial
  * (each piece holds a summand: the loss, whose mean is a sum over pieces,
  * and every weight gradient, which contracts the tokens).  Inputs start
- * split; each op's rule (`rule`) derives its outputs' shardings from its
- * inputs', and names the model's line when an op cannot take its inputs'
- * layout (a max over the batch, a norm across it).  Positions (`iota`) are
- * split along the sequence with their global values (a rank-dependent iota),
- * and attention over a split sequence becomes all-gather attention: K and V
- * (only the kv heads) are all-gathered over cp with their positions, the
- * local queries attend with causal masking by global position, and in
- * backward dK, dV are reduce-scattered home.
+ * split; each op's rule derives its outputs' shardings from its inputs'
+ * (the table `rules[]`, one function per op or family of ops, the way
+ * autodiff keeps its VJPs), and names the model's line when an op cannot
+ * take its inputs' layout (a max over the batch, a norm across it).
+ * Positions (`iota`) are split along the sequence with their global values
+ * (a rank-dependent iota), and attention over a split sequence is rewritten
+ * by cp.c (all-gather or ring attention; the dual-chunk layout).
  *
  * Then the graph is rebuilt with local shapes.  Nodes that depend on the
  * inputs are cloned once per micro-batch (Node.mb); the others are built
@@ -53,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cp.h"
 #include "passes.h"
 
 enum { AX_BATCH, AX_SEQ, NAX };        /* the axes this pass cuts */
@@ -78,11 +78,10 @@ typedef struct Memo {
 
 typedef struct {
     Module *m;
-    const Options *o;
     const Graph *g; /* the global graph */
     Graph *ng;      /* the rank's graph being built */
     Builder b;
-    int dp, M, cp, dual;
+    int dp, M, cp;
     int pieces[NAX]; /* dp*M, cp */
     Sp *sh[NAX];     /* per global value */
     char *dep;       /* per global value: depends on the inputs (cloned per micro-batch) */
@@ -91,8 +90,8 @@ typedef struct {
     int *acc;        /* per global value feeding a partial output: the running sum */
     char *to_acc;
     int *input;      /* per global input value: the rank's input */
-    int64_t tag;     /* next send/recv tag */
     char *conv;      /* [axis][node][input]: a replicated input the rule uses split */
+    CpRank cpr;      /* the sequence axis's attention rewrite (cp.c) */
 } Par;
 
 static const Sp REP = {SH_REP, 0, 0, 0}, PART = {SH_PARTIAL, 0, 0, 0};
@@ -165,13 +164,17 @@ static int uniform(const Par *P, int ax, int v, int d) {
     return 0;
 }
 
-/* The split every split input of ks[] shares; replicated inputs must be
- * uniform along its dim (they are used split: conv[k] = 1).  kind REP: all
- * replicated; *why set: no common layout. */
-static Sp unify(Par *P, int ax, const Node *n, const int *ks, int nk, char *conv, const char **why) {
+/* The inputs of node i that the rule along ax uses split (replicated, uniform). */
+static char *conv_of(const Par *P, int ax, int i) { return P->conv + ((size_t)ax * (size_t)P->g->nnodes + (size_t)i) * MAXIN; }
+
+/* The split every split input among n's first nk shares; replicated inputs
+ * must be uniform along its dim (they are used split: conv_of's flag set).
+ * kind REP: all replicated; *why set: no common layout. */
+static Sp unify(Par *P, int ax, const Node *n, int nk, const char **why) {
+    char *conv = conv_of(P, ax, (int)(n - P->g->nodes)); /* n is a node of the global graph */
     Sp d = REP;
-    for (int j = 0; j < nk; j++) {
-        Sp s = P->sh[ax][n->in[ks[j]]];
+    for (int k = 0; k < nk; k++) {
+        Sp s = P->sh[ax][n->in[k]];
         if (is_part(s)) return *why = "an input is a partial sum", REP;
         if (is_split(s)) {
             if (is_split(d) && !sp_eq(s, d)) return *why = "inputs are split differently", REP;
@@ -179,173 +182,282 @@ static Sp unify(Par *P, int ax, const Node *n, const int *ks, int nk, char *conv
         }
     }
     if (!is_split(d)) return REP;
-    for (int j = 0; j < nk; j++) {
-        int v = n->in[ks[j]];
+    for (int k = 0; k < nk; k++) {
+        int v = n->in[k];
         if (!is_rep(P->sh[ax][v])) continue;
         if (d.dim >= vtype(P, v)->rank || !uniform(P, ax, v, d.dim)) return *why = "a replicated input meets split inputs", REP;
-        conv[ks[j]] = 1;
+        conv[k] = 1;
     }
     return d;
 }
 
-static int linear_in_partial(const Sp *s, const Node *n) {
+/* ----------------------------------------------------------------------
+ * The rules: output shardings along axis ax of node n (out[], all REP on
+ * entry) from its inputs' (P->sh[ax]); NULL, or why not.  `rule` calls
+ * them only for nodes with a non-replicated input, and for sources.
+ * ---------------------------------------------------------------------- */
+
+typedef const char *(*RuleFn)(Par *P, int ax, const Node *n, Sp *out);
+
+static Sp in_sh(const Par *P, int ax, const Node *n, int k) { return P->sh[ax][n->in[k]]; }
+static int npartial(const Par *P, int ax, const Node *n) {
     int np = 0;
-    for (int k = 0; k < n->nin; k++) np += is_part(s[n->in[k]]);
-    switch (n->op) {
-    case OP_add: case OP_sub: return np == 2;
-    case OP_neg: case OP_cast: return 1;
-    case OP_mul:
-        for (int k = 0; k < 2; k++)
-            if (!is_part(s[n->in[k]]) && !is_rep(s[n->in[k]])) return 0;
-        return np == 1;
-    case OP_div: return is_part(s[n->in[0]]) && is_rep(s[n->in[1]]);
-    default: return 0;
-    }
+    for (int k = 0; k < n->nin; k++) np += is_part(in_sh(P, ax, n, k));
+    return np;
 }
 
-static const char *rule_matmul(const Par *P, const Sp *sh, const Node *n, Sp *out) {
-    Sp a = sh[n->in[0]], b = sh[n->in[1]];
+/* Data inputs are split: the batch on dim 0, the sequence on dim 1. */
+static const char *rule_input(Par *P, int ax, const Node *n, Sp *out) {
+    const Type *t = vtype(P, n->out[0]);
+    int d = ax == AX_BATCH ? 0 : 1;
+    if (P->pieces[ax] == 1) return NULL;
+    if (t->rank <= d) return ax == AX_SEQ ? "an input without a sequence dim (dim 2) under --cp" : "an input without a batch dim";
+    return out[0] = (Sp){SH_SPLIT, d, 1, t->dim[d]}, NULL;
+}
+
+/* Positions: along a split sequence, the global indices of the rank's tokens. */
+static const char *rule_iota(Par *P, int ax, const Node *n, Sp *out) {
+    if (ax == AX_SEQ && P->pieces[ax] > 1) out[0] = (Sp){SH_SPLIT, 0, 1, vtype(P, n->out[0])->dim[0]};
+    return NULL;
+}
+
+/* Outputs take any layout: build_output sums a partial one, rejects a split one. */
+static const char *rule_output(Par *P, int ax, const Node *n, Sp *out) {
+    (void)P, (void)ax, (void)n, (void)out;
+    return NULL;
+}
+
+/* Elementwise: split inputs must agree and replicated ones be uniform
+ * (unify); a partial sum goes through only where the op is linear in it
+ * (`linear`: each op's rule tells from its inputs' layouts). */
+static const char *pointwise(Par *P, int ax, const Node *n, Sp *out, int linear) {
+    if (npartial(P, ax, n)) return linear ? (out[0] = PART, NULL) : "a partial sum goes through a non-linear op";
+    const char *why = "";
+    Sp d = unify(P, ax, n, n->nin, &why);
+    return *why ? why : (out[0] = d, NULL);
+}
+/* The elementwise ops without an entry in rules[]: not linear. */
+static const char *rule_pointwise(Par *P, int ax, const Node *n, Sp *out) {
+    return pointwise(P, ax, n, out, 0);
+}
+/* -x, cast(x) */
+static const char *rule_linear(Par *P, int ax, const Node *n, Sp *out) {
+    return pointwise(P, ax, n, out, 1);
+}
+/* a + b, a - b: linear when both are partial sums */
+static const char *rule_add(Par *P, int ax, const Node *n, Sp *out) {
+    return pointwise(P, ax, n, out, npartial(P, ax, n) == 2);
+}
+/* a * b: a partial sum times a replicated factor */
+static const char *rule_mul(Par *P, int ax, const Node *n, Sp *out) {
+    int linear = npartial(P, ax, n) == 1 && !is_split(in_sh(P, ax, n, 0)) && !is_split(in_sh(P, ax, n, 1));
+    return pointwise(P, ax, n, out, linear);
+}
+/* a / b: a partial sum over a replicated divisor */
+static const char *rule_div(Par *P, int ax, const Node *n, Sp *out) {
+    return pointwise(P, ax, n, out, is_part(in_sh(P, ax, n, 0)) && is_rep(in_sh(P, ax, n, 1)));
+}
+
+/* A split input reduced over {dim}, another dim: the split shifts if {dim} goes. */
+static Sp reduced(const Node *n, Sp x) {
+    int dim = (int)ir_attr_i(n, "dim", 0);
+    return split_at(x, x.dim - (!ir_attr_i(n, "keep", 0) && dim < x.dim));
+}
+/* sum, mean: linear; over the split dim they give a partial sum */
+static const char *rule_sum(Par *P, int ax, const Node *n, Sp *out) {
+    Sp x = in_sh(P, ax, n, 0);
+    if (is_part(x) || ir_attr_i(n, "dim", 0) == x.dim) return out[0] = PART, NULL;
+    return out[0] = reduced(n, x), NULL;
+}
+static const char *rule_max(Par *P, int ax, const Node *n, Sp *out) {
+    Sp x = in_sh(P, ax, n, 0);
+    if (is_part(x)) return "max/sumsq of a partial sum";
+    if (ir_attr_i(n, "dim", 0) == x.dim) return "max over a split dim";
+    return out[0] = reduced(n, x), NULL;
+}
+/* sumsq of every element: each piece's is a summand */
+static const char *rule_sumsq(Par *P, int ax, const Node *n, Sp *out) {
+    return is_part(in_sh(P, ax, n, 0)) ? "max/sumsq of a partial sum" : (out[0] = PART, NULL);
+}
+/* (dy, x, y): dy and y have x's layout with dim reduced */
+static const char *rule_max_bwd(Par *P, int ax, const Node *n, Sp *out) {
+    Sp x = in_sh(P, ax, n, 1);
+    if (!is_split(x) || x.dim == ir_attr_i(n, "dim", 0) || !is_split(in_sh(P, ax, n, 0)) || !is_split(in_sh(P, ax, n, 2)))
+        return "max_bwd over a split dim";
+    return out[0] = x, NULL;
+}
+
+/* Shape ops move a split dim (or refuse) and pass a partial sum through. */
+static const char *rule_reshape(Par *P, int ax, const Node *n, Sp *out) {
+    Sp x = in_sh(P, ax, n, 0);
+    if (is_part(x)) return out[0] = PART, NULL;
+    Sp s = reshape_split(x, vtype(P, n->in[0]), vtype(P, n->out[0]));
+    return is_split(s) ? (out[0] = s, NULL) : "a reshape that breaks the split";
+}
+static const char *rule_transpose(Par *P, int ax, const Node *n, Sp *out) {
+    Sp x = in_sh(P, ax, n, 0);
+    if (is_part(x)) return out[0] = PART, NULL;
+    int a = (int)ir_attr_i(n, "a", 0), b = (int)ir_attr_i(n, "b", 0);
+    return out[0] = split_at(x, x.dim == a ? b : x.dim == b ? a : x.dim), NULL;
+}
+static const char *rule_slice(Par *P, int ax, const Node *n, Sp *out) {
+    Sp x = in_sh(P, ax, n, 0);
+    if (is_part(x)) return out[0] = PART, NULL;
+    return x.dim == ir_attr_i(n, "dim", 0) ? "a slice of a split dim" : (out[0] = x, NULL);
+}
+static const char *rule_concat(Par *P, int ax, const Node *n, Sp *out) {
+    const char *why = "";
+    Sp d = unify(P, ax, n, n->nin, &why);
+    return *why ? why : d.dim == ir_attr_i(n, "dim", 0) ? "a concat along a split dim" : (out[0] = d, NULL);
+}
+static const char *rule_broadcast(Par *P, int ax, const Node *n, Sp *out) {
+    Sp x = in_sh(P, ax, n, 0);
+    if (is_part(x)) return out[0] = PART, NULL;
+    return out[0] = split_at(x, x.dim + vtype(P, n->out[0])->rank - vtype(P, n->in[0])->rank), NULL;
+}
+/* summing the broadcast dims: a split dim summed away gives a partial sum */
+static const char *rule_sumto(Par *P, int ax, const Node *n, Sp *out) {
+    Sp x = in_sh(P, ax, n, 0);
+    if (is_part(x)) return out[0] = PART, NULL;
+    const Type *tx = vtype(P, n->in[0]), *to = vtype(P, n->out[0]);
+    int od = x.dim - (tx->rank - to->rank);
+    return out[0] = od < 0 || to->dim[od] != tx->dim[x.dim] ? PART : split_at(x, od), NULL;
+}
+
+/* Contracting two pieces of the inner dim gives a partial sum; batch and
+ * row splits of a, column splits of b carry through. */
+static const char *rule_matmul(Par *P, int ax, const Node *n, Sp *out) {
+    Sp a = in_sh(P, ax, n, 0), b = in_sh(P, ax, n, 1);
     const Type *ta = vtype(P, n->in[0]), *tb = vtype(P, n->in[1]);
     int ra = ta->rank, rb = tb->rank, ro = ra > rb ? ra : rb;
     int TA = (int)ir_attr_i(n, "ta", 0), TB = (int)ir_attr_i(n, "tb", 0);
     int a_m = TA ? ra - 1 : ra - 2, a_k = TA ? ra - 2 : ra - 1;
     int b_k = TB ? rb - 1 : rb - 2, b_n = TB ? rb - 2 : rb - 1;
-    if ((is_part(a) && is_rep(b)) || (is_rep(a) && is_part(b))) return *out = PART, NULL;
+    if ((is_part(a) && is_rep(b)) || (is_rep(a) && is_part(b))) return out[0] = PART, NULL;
     if (is_split(a) && is_split(b) && a.dim == a_k && b.dim == b_k && a.stride == b.stride && a.size == b.size)
-        return *out = PART, NULL;
+        return out[0] = PART, NULL;
     if (is_split(a) && a.dim < ra - 2 && (rb == 2 ? is_rep(b) : is_split(b) && b.dim == a.dim + rb - ra))
-        return *out = split_at(a, a.dim + ro - ra), NULL;
-    if (is_split(a) && a.dim == a_m && is_rep(b)) return *out = split_at(a, ro - 2), NULL;
-    if (is_rep(a) && is_split(b) && b.dim == b_n) return *out = split_at(b, ro - 1), NULL;
+        return out[0] = split_at(a, a.dim + ro - ra), NULL;
+    if (is_split(a) && a.dim == a_m && is_rep(b)) return out[0] = split_at(a, ro - 2), NULL;
+    if (is_rep(a) && is_split(b) && b.dim == b_n) return out[0] = split_at(b, ro - 1), NULL;
     return "matmul: the inputs' layouts do not combine";
 }
 
-/* Output shardings along axis ax of node n from its inputs'; NULL, or why not. */
-static const char *rule(Par *P, int ax, const Node *n, Sp out[], char *conv) {
-    const Sp *sh = P->sh[ax];
-    int all_rep = 1;
-    for (int k = 0; k < n->nin; k++) all_rep &= is_rep(sh[n->in[k]]);
-    for (int k = 0; k < n->nout; k++) out[k] = REP;
-    if (n->op == OP_input) {
-        const Type *t = vtype(P, n->out[0]);
-        int d = ax == AX_BATCH ? 0 : 1;
-        if (P->pieces[ax] == 1) return NULL;
-        if (t->rank <= d) return ax == AX_SEQ ? "an input without a sequence dim (dim 2) under --cp" : "an input without a batch dim";
-        return out[0] = (Sp){SH_SPLIT, d, 1, t->dim[d]}, NULL;
-    }
-    if (n->op == OP_iota && ax == AX_SEQ && P->pieces[ax] > 1) /* positions: global indices of the rank's tokens */
-        return out[0] = (Sp){SH_SPLIT, 0, 1, vtype(P, n->out[0])->dim[0]}, NULL;
-    if (all_rep || n->op == OP_output) return NULL;
-    if (n->nin > MAXIN) ICE("parallelize: node with %d inputs", n->nin);
+/* layernorm, rmsnorm, softmax work along the last dim: split elsewhere,
+ * weights replicated. */
+static const char *rule_norm(Par *P, int ax, const Node *n, Sp *out) {
+    Sp x = in_sh(P, ax, n, 0);
+    if (!is_split(x) || x.dim >= vtype(P, n->in[0])->rank - 1) return "a norm or softmax across a split dim";
+    for (int k = 1; k < n->nin; k++)
+        if (!is_rep(in_sh(P, ax, n, k))) return "a split norm weight";
+    return out[0] = x, NULL;
+}
+/* (dy, x or y [, w]) -> dx like x; the weights' gradients partial sums */
+static const char *rule_norm_bwd(Par *P, int ax, const Node *n, Sp *out) {
     const char *why = "";
-    unsigned f = ir_ops[n->op].flags;
-    Sp x = sh[n->in[0]];
-    const Type *tx = vtype(P, n->in[0]);
-    int r = tx->rank, dim = (int)ir_attr_i(n, "dim", 0), ks[MAXIN];
-    for (int k = 0; k < MAXIN; k++) ks[k] = k;
-    if (f & F_ELEMENTWISE) {
-        int any_part = 0;
-        for (int k = 0; k < n->nin; k++) any_part |= is_part(sh[n->in[k]]);
-        if (any_part) return linear_in_partial(sh, n) ? (out[0] = PART, NULL) : "a partial sum goes through a non-linear op";
-        Sp d = unify(P, ax, n, ks, n->nin, conv, &why);
-        return *why ? why : (out[0] = d, NULL);
-    }
-    switch (n->op) {
-    case OP_sum: case OP_mean: case OP_max: case OP_sumsq:
-        if (is_part(x)) return n->op == OP_sum || n->op == OP_mean ? (out[0] = PART, NULL) : "max/sumsq of a partial sum";
-        if (n->op == OP_sumsq || dim == x.dim) return n->op == OP_max ? "max over a split dim" : (out[0] = PART, NULL);
-        return out[0] = split_at(x, x.dim - (!ir_attr_i(n, "keep", 0) && dim < x.dim)), NULL;
-    case OP_max_bwd: /* (dy, x, y): dy and y have x's layout with dim reduced */
-        if (!is_split(x = sh[n->in[1]]) || x.dim == dim || !is_split(sh[n->in[0]]) || !is_split(sh[n->in[2]]))
-            return "max_bwd over a split dim";
-        return out[0] = x, NULL;
-    case OP_reshape: {
-        if (is_part(x)) return out[0] = PART, NULL;
-        Sp s = reshape_split(x, tx, vtype(P, n->out[0]));
-        return is_split(s) ? (out[0] = s, NULL) : "a reshape that breaks the split";
-    }
-    case OP_transpose: {
-        if (is_part(x)) return out[0] = PART, NULL;
-        int a = (int)ir_attr_i(n, "a", 0), b = (int)ir_attr_i(n, "b", 0);
-        return out[0] = split_at(x, x.dim == a ? b : x.dim == b ? a : x.dim), NULL;
-    }
-    case OP_slice:
-        if (is_part(x)) return out[0] = PART, NULL;
-        return x.dim == dim ? "a slice of a split dim" : (out[0] = x, NULL);
-    case OP_concat: {
-        Sp d = unify(P, ax, n, ks, n->nin, conv, &why);
-        return *why ? why : d.dim == dim ? "a concat along a split dim" : (out[0] = d, NULL);
-    }
-    case OP_broadcast:
-        if (is_part(x)) return out[0] = PART, NULL;
-        return out[0] = split_at(x, x.dim + vtype(P, n->out[0])->rank - r), NULL;
-    case OP_sumto: {
-        if (is_part(x)) return out[0] = PART, NULL;
-        const Type *to = vtype(P, n->out[0]);
-        int od = x.dim - (r - to->rank);
-        return out[0] = od < 0 || to->dim[od] != tx->dim[x.dim] ? PART : split_at(x, od), NULL;
-    }
-    case OP_layernorm: case OP_rmsnorm: case OP_softmax:
-        if (!is_split(x) || x.dim >= r - 1) return "a norm or softmax across a split dim";
-        for (int k = 1; k < n->nin; k++)
-            if (!is_rep(sh[n->in[k]])) return "a split norm weight";
-        return out[0] = x, NULL;
-    case OP_layernorm_bwd: case OP_rmsnorm_bwd: case OP_softmax_bwd: {
-        Sp d = unify(P, ax, n, ks, 2, conv, &why);
-        if (*why) return why;
-        if (!is_split(d) || d.dim >= r - 1 || (n->nin > 2 && !is_rep(sh[n->in[2]]))) return "a norm backward across a split dim";
-        out[0] = d;
-        for (int k = 1; k < n->nout; k++) out[k] = PART;
-        return NULL;
-    }
-    case OP_rope: case OP_rope_bwd: { /* x [B,T,H,D], pos [T] */
-        Sp p = sh[n->in[1]];
-        if (is_split(x) && (x.dim == 0 || x.dim == 2) && is_rep(p)) return out[0] = x, NULL;
-        if (is_split(x) && x.dim == 1 && is_split(p) && p.dim == 0) return out[0] = x, NULL;
-        return "rope: the positions are not split like the tokens";
-    }
-    case OP_attention: case OP_attention_bwd: { /* positions (optional, last two) follow the tokens */
-        int nt = n->op == OP_attention ? 3 : 6;
-        Sp d = unify(P, ax, n, ks, nt, conv, &why);
-        for (int k = nt; k < n->nin && !*why; k++)
-            if (!is_rep(sh[n->in[k]]) && !(is_split(sh[n->in[k]]) && sh[n->in[k]].dim == 0 && d.dim == 2)) why = "attention positions split unlike the tokens";
-        if (*why) return why;
-        if (d.dim != 0 && !(ax == AX_SEQ && d.dim == 2)) return "attention split other than on the batch or the sequence";
-        for (int k = 0; k < n->nout; k++) out[k] = d;
-        return NULL;
-    }
-    case OP_embedding:
-        if (!is_rep(x)) return "a split embedding table";
-        if (!is_split(sh[n->in[1]])) return "embedding ids";
-        return out[0] = sh[n->in[1]], NULL;
-    case OP_embedding_bwd:
-        if (is_part(x) && is_rep(sh[n->in[1]])) return out[0] = PART, NULL;
-        unify(P, ax, n, ks, 2, conv, &why);
-        return *why ? why : (out[0] = PART, NULL);
-    case OP_cross_entropy: case OP_cross_entropy_bwd: {
-        Sp d = unify(P, ax, n, ks, n->nin, conv, &why);
-        if (*why) return why;
-        return !is_split(d) || d.dim >= vtype(P, n->in[n->nin - 2])->rank - 1 ? "cross entropy across the vocabulary"
-                                                                                 : (out[0] = d, NULL);
-    }
-    case OP_matmul:
-        return rule_matmul(P, sh, n, &out[0]);
-    case OP_loss:
-        return is_part(x) ? (out[0] = PART, NULL) : "the loss is not a reduction over the split tokens";
-    default:
-        ICE("parallelize: %s after autodiff and before the optimizer", ir_ops[n->op].name);
-    }
+    Sp d = unify(P, ax, n, 2, &why);
+    if (*why) return why;
+    if (!is_split(d) || d.dim >= vtype(P, n->in[0])->rank - 1 || (n->nin > 2 && !is_rep(in_sh(P, ax, n, 2))))
+        return "a norm backward across a split dim";
+    out[0] = d;
+    for (int k = 1; k < n->nout; k++) out[k] = PART;
+    return NULL;
 }
 
-/* The inputs of node i that the rule along ax uses split (replicated, uniform). */
-static char *conv_of(const Par *P, int ax, int i) { return P->conv + ((size_t)ax * (size_t)P->g->nnodes + (size_t)i) * MAXIN; }
+/* rope, rope_bwd: x [B,T,H,D], pos [T] */
+static const char *rule_rope(Par *P, int ax, const Node *n, Sp *out) {
+    Sp x = in_sh(P, ax, n, 0), p = in_sh(P, ax, n, 1);
+    if (is_split(x) && (x.dim == 0 || x.dim == 2) && is_rep(p)) return out[0] = x, NULL;
+    if (is_split(x) && x.dim == 1 && is_split(p) && p.dim == 0) return out[0] = x, NULL;
+    return "rope: the positions are not split like the tokens";
+}
+
+/* attention, attention_bwd: split on the batch, or on the sequence (cp.c
+ * rewrites it); positions (optional, last two) follow the tokens */
+static const char *rule_attention(Par *P, int ax, const Node *n, Sp *out) {
+    int nt = n->op == OP_attention ? 3 : 6;
+    const char *why = "";
+    Sp d = unify(P, ax, n, nt, &why);
+    for (int k = nt; k < n->nin && !*why; k++) {
+        Sp p = in_sh(P, ax, n, k);
+        if (!is_rep(p) && !(is_split(p) && p.dim == 0 && d.dim == 2)) why = "attention positions split unlike the tokens";
+    }
+    if (*why) return why;
+    if (d.dim != 0 && !(ax == AX_SEQ && d.dim == 2)) return "attention split other than on the batch or the sequence";
+    for (int k = 0; k < n->nout; k++) out[k] = d;
+    return NULL;
+}
+
+/* (table, ids): the rows looked up are split like the ids */
+static const char *rule_embedding(Par *P, int ax, const Node *n, Sp *out) {
+    if (!is_rep(in_sh(P, ax, n, 0))) return "a split embedding table";
+    if (!is_split(in_sh(P, ax, n, 1))) return "embedding ids";
+    return out[0] = in_sh(P, ax, n, 1), NULL;
+}
+/* (dy, ids): each piece scatters a summand of the table's gradient */
+static const char *rule_embedding_bwd(Par *P, int ax, const Node *n, Sp *out) {
+    if (is_part(in_sh(P, ax, n, 0)) && is_rep(in_sh(P, ax, n, 1))) return out[0] = PART, NULL;
+    const char *why = "";
+    unify(P, ax, n, 2, &why);
+    return *why ? why : (out[0] = PART, NULL);
+}
+/* per token: split anywhere but the vocabulary */
+static const char *rule_cross_entropy(Par *P, int ax, const Node *n, Sp *out) {
+    const char *why = "";
+    Sp d = unify(P, ax, n, n->nin, &why);
+    if (*why) return why;
+    return !is_split(d) || d.dim >= vtype(P, n->in[n->nin - 2])->rank - 1 ? "cross entropy across the vocabulary"
+                                                                          : (out[0] = d, NULL);
+}
+static const char *rule_loss(Par *P, int ax, const Node *n, Sp *out) {
+    return is_part(in_sh(P, ax, n, 0)) ? (out[0] = PART, NULL) : "the loss is not a reduction over the split tokens";
+}
+
+/* The rule of each op that reaches this pass (after autodiff, before the
+ * optimizer); sources without an entry are replicated (params, constants),
+ * elementwise ops without one are not linear (rule_of).  Outside this
+ * table the pass names only the ops it builds or rewrites (mean, iota,
+ * attention), the program's inputs and outputs, and the ops that a
+ * replicated value is rebuilt through at a local shape (uniform, get). */
+static const RuleFn rules[OP_COUNT] = {
+    [OP_input] = rule_input, [OP_iota] = rule_iota, [OP_output] = rule_output,
+    [OP_add] = rule_add, [OP_sub] = rule_add, [OP_mul] = rule_mul, [OP_div] = rule_div,
+    [OP_neg] = rule_linear, [OP_cast] = rule_linear,
+    [OP_sum] = rule_sum, [OP_mean] = rule_sum, [OP_max] = rule_max, [OP_sumsq] = rule_sumsq,
+    [OP_max_bwd] = rule_max_bwd, [OP_reshape] = rule_reshape, [OP_transpose] = rule_transpose,
+    [OP_slice] = rule_slice, [OP_concat] = rule_concat, [OP_broadcast] = rule_broadcast, [OP_sumto] = rule_sumto,
+    [OP_matmul] = rule_matmul, [OP_layernorm] = rule_norm, [OP_rmsnorm] = rule_norm, [OP_softmax] = rule_norm,
+    [OP_layernorm_bwd] = rule_norm_bwd, [OP_rmsnorm_bwd] = rule_norm_bwd, [OP_softmax_bwd] = rule_norm_bwd,
+    [OP_rope] = rule_rope, [OP_rope_bwd] = rule_rope,
+    [OP_attention] = rule_attention, [OP_attention_bwd] = rule_attention,
+    [OP_embedding] = rule_embedding, [OP_embedding_bwd] = rule_embedding_bwd,
+    [OP_cross_entropy] = rule_cross_entropy, [OP_cross_entropy_bwd] = rule_cross_entropy, [OP_loss] = rule_loss,
+};
+
+static RuleFn rule_of(Op op) {
+    if (rules[op]) return rules[op];
+    return ir_ops[op].flags & F_ELEMENTWISE ? rule_pointwise : NULL;
+}
+
+/* Output shardings along axis ax of node n from its inputs'; NULL, or why not. */
+static const char *rule(Par *P, int ax, const Node *n, Sp out[]) {
+    int all_rep = 1;
+    for (int k = 0; k < n->nin; k++) all_rep &= is_rep(in_sh(P, ax, n, k));
+    for (int k = 0; k < n->nout; k++) out[k] = REP;
+    RuleFn f = rule_of(n->op);
+    if (ir_ops[n->op].flags & F_SOURCE) return f ? f(P, ax, n, out) : NULL;
+    if (all_rep) return NULL;
+    if (n->nin > MAXIN) ICE("parallelize: node with %d inputs", n->nin);
+    if (!f) ICE("parallelize: %s after autodiff and before the optimizer", ir_ops[n->op].name);
+    return f(P, ax, n, out);
+}
 
 static void propagate(Par *P, int ax) {
     const Graph *g = P->g;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         Sp out[8];
-        const char *why = rule(P, ax, n, out, conv_of(P, ax, i));
+        const char *why = rule(P, ax, n, out);
         if (why)
             error_at(n->loc, "%s cannot be split over the %s (%s): %s", ir_ops[n->op].name,
                      ax == AX_BATCH ? "batch" : "sequence",
@@ -400,10 +512,7 @@ static int clone(Par *P, const Node *n, const int *in, int mb, Sp want[][NAX]) {
     Type lt = local_type(P, &P->g->vals[n->out[0]].t, want[0], n->loc);
     Attr extra[2];
     int nextra = 0, nattr;
-    if (n->op == OP_iota && is_split(want[0][AX_SEQ])) { /* this rank's global positions */
-        extra[nextra++] = ir_attr_str(P->m, "group", "cp");
-        extra[nextra++] = ir_attr_str(P->m, "layout", P->dual ? "dual" : "contiguous");
-    }
+    if (n->op == OP_iota && is_split(want[0][AX_SEQ])) nextra = cp_position_attrs(&P->cpr, extra); /* this rank's global positions */
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
     const Attr *at = local_attrs(P, n, &lt, extra, nextra, &nattr);
     int j = ir_build(&P->b, n->op, n->nin, in, nattr, at, ir_ops[n->op].flags & F_SOURCE ? &lt : NULL);
@@ -483,101 +592,12 @@ static int input_of(Par *P, const Node *n, int mb) {
     return s;
 }
 
-/* Over a split sequence: K or V gathered over cp (all kv heads' tokens in
- * rank order), and the positions that go with them. */
-static int cp_gather(Par *P, int x, int dim) {
-    Attr at[2] = {ir_attr_str(P->m, "group", "cp"), ir_attr_int(P->m, "dim", dim)};
-    return ir_build1(&P->b, OP_allgather, x, 2, at);
-}
-
-/* Global positions of a rank's len tokens: this rank's (from 0), the rank
- * `from` places before it in the cp ring (the block ring attention holds
- * at step `from`), or, all, every rank's in rank order (the all-gathered
- * keys').  Positions are a function of the rank, so they never travel. */
-static int cp_positions(Par *P, int64_t len, int from, int all) {
-    Type t = {.dt = DT_I32, .rank = 1, .dim = {all ? len * P->cp : len}};
-    Attr at[4] = {ir_attr_str(P->m, "group", "cp"), ir_attr_str(P->m, "layout", P->dual ? "dual" : "contiguous")};
-    int na = 2;
-    if (from) at[na++] = ir_attr_int(P->m, "from", from);
-    if (all) at[na++] = ir_attr_int(P->m, "all", 1);
-    return ir_out(P->ng, ir_build(&P->b, OP_iota, 0, NULL, na, at, &t));
-}
-
-/* One hop of the ring: send x to the next cp rank, receive the previous
- * rank's (the same type) — the block moves on while this rank computes. */
-static int ring_pass(Par *P, int x) {
-    Type t = P->ng->vals[x].t;
-    int64_t tag = P->tag++;
-    Attr s[3] = {ir_attr_str(P->m, "group", "cp"), ir_attr_int(P->m, "peer", 1), ir_attr_int(P->m, "tag", tag)};
-    Attr r[3] = {ir_attr_str(P->m, "group", "cp"), ir_attr_int(P->m, "peer", -1), ir_attr_int(P->m, "tag", tag)};
-    ir_build(&P->b, OP_send, 1, &x, 3, s, NULL);
-    int y = ir_out(P->ng, ir_build(&P->b, OP_recv, 0, NULL, 3, r, &t));
-    memcpy(P->ng->vals[y].sh, P->ng->vals[x].sh, sizeof P->ng->vals[y].sh);
-    return y;
-}
-
-static int attend(Par *P, const Node *n, int na, const int *args, int *out) {
-    int j = ir_build(&P->b, n->op, na, args, n->nattr, n->attr, NULL);
-    for (int o = 0; o < P->ng->nodes[j].nout; o++) out[o] = P->ng->nodes[j].out[o];
-    return j;
-}
-
-/* attention over a sequence split on cp.
- * allgather: K and V (kv heads only) all-gathered (positions are computed),
- *   the local queries attend with causal masking by global position;
- *   backward reduce-scatters dK, dV home.
- * p2p (ring attention): cp steps; at step i this rank holds the K,V block of
- *   the rank i before it, attends to it (masking by position: the diagonal
- *   block is causal, the others wholly visible or wholly masked per row)
- *   and merges the result by log-sum-exp (attn_merge) while the block moves
- *   on to the next rank.  Backward runs the same ring with the final O and
- *   LSE; dK, dV accumulate while travelling with their block and a last hop
- *   brings them home; dQ accumulates locally. */
-static void cp_attention(Par *P, const Node *n, const int *in, int mb, int *out) {
+/* attention over a sequence split on cp: cp.c's rewrite, its nodes in
+ * micro-batch mb, its outputs sharded as the rule said. */
+static void build_cp_attention(Par *P, const Node *n, const int *in, int mb, int *out) {
+    int first = P->ng->nnodes;
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
-    int first = P->ng->nnodes, fwd = n->op == OP_attention, np = fwd ? 3 : 6, has = n->nin > np;
-    int q = fwd ? in[0] : in[1], k = fwd ? in[1] : in[2], v = fwd ? in[2] : in[3];
-    int64_t len = P->ng->vals[q].t.dim[2];
-    /* the model's own positions (split like the tokens) travel with K,V;
-     * the default ones are computed where they are needed */
-    int qpos = has ? in[np] : cp_positions(P, len, 0, 0), kpos = has ? in[np + 1] : qpos;
-    int args[8], na = 0;
-    if (!fwd) args[na++] = in[0];
-    args[na++] = q, na += 2; /* k, v at [na-2], [na-1] */
-    if (!fwd) args[na++] = in[4], args[na++] = in[5];
-    int ki = fwd ? 1 : 2;
-    if (P->o->cp_comm == 0) {
-        args[ki] = cp_gather(P, k, 2), args[ki + 1] = cp_gather(P, v, 2);
-        args[na] = qpos, args[na + 1] = has ? cp_gather(P, kpos, 0) : cp_positions(P, len, 0, 1);
-        attend(P, n, na + 2, args, out);
-        if (!fwd) { /* dK, dV: reduce-scatter the gathered gradients home */
-            Attr at[2] = {ir_attr_str(P->m, "group", "cp"), ir_attr_int(P->m, "dim", 2)};
-            out[1] = ir_build1(&P->b, OP_reducescatter, out[1], 2, at);
-            out[2] = ir_build1(&P->b, OP_reducescatter, out[2], 2, at);
-        }
-    } else {
-        int acc[3] = {-1, -1, -1}, part[3];
-        for (int step = 0; step < P->cp; step++) {
-            if (step > 0) {
-                k = ring_pass(P, k), v = ring_pass(P, v);
-                kpos = has ? ring_pass(P, kpos) : cp_positions(P, len, step, 0);
-                if (!fwd) acc[1] = ring_pass(P, acc[1]), acc[2] = ring_pass(P, acc[2]);
-            }
-            args[ki] = k, args[ki + 1] = v, args[na] = qpos, args[na + 1] = kpos;
-            attend(P, n, na + 2, args, part);
-            if (step == 0) {
-                memcpy(acc, part, sizeof acc);
-            } else if (fwd) {
-                int m[4] = {acc[0], acc[1], part[0], part[1]};
-                int j = ir_build(&P->b, OP_attn_merge, 4, m, 0, NULL, NULL);
-                acc[0] = P->ng->nodes[j].out[0], acc[1] = P->ng->nodes[j].out[1];
-            } else {
-                for (int o = 0; o < 3; o++) acc[o] = ir_build2(&P->b, OP_add, acc[o], part[o]);
-            }
-        }
-        if (!fwd && P->cp > 1) acc[1] = ring_pass(P, acc[1]), acc[2] = ring_pass(P, acc[2]); /* dK, dV home */
-        memcpy(out, acc, sizeof(int) * (size_t)n->nout);
-    }
+    cp_attention(&P->cpr, n, in, out);
     for (int o = 0; o < n->nout; o++) set_sh1(P, out[o], sh_of(P, AX_BATCH, n->out[o]), sh_of(P, AX_SEQ, n->out[o]));
     for (int i = first; i < P->ng->nnodes; i++) P->ng->nodes[i].mb = mb;
 }
@@ -604,7 +624,7 @@ static void build_node(Par *P, int i, int mb) {
         in[k] = get(P, n->in[k], mb, w);
     }
     if ((n->op == OP_attention || n->op == OP_attention_bwd) && is_split(P->sh[AX_SEQ][n->in[0]])) {
-        cp_attention(P, n, in, mb, out);
+        build_cp_attention(P, n, in, mb, out);
     } else {
         Sp wants[8][NAX];
         for (int k = 0; k < n->nout; k++)
@@ -671,11 +691,7 @@ static void check_inputs(const Par *P) {
         if (P->pieces[AX_BATCH] > 1 && (t->rank < 1 || t->dim[0] % P->pieces[AX_BATCH]))
             error_at(n->loc, "input %s: the global batch %lld is not divisible by dp %d x micro-batches %d",
                      ir_attr_s(n, "name", "?"), t->rank ? (long long)t->dim[0] : 0LL, P->dp, P->M);
-        int chunks = P->dual ? 2 * P->cp : P->cp;
-        if (P->cp > 1 && (t->rank < 2 || t->dim[1] % chunks))
-            error_at(n->loc, "input %s: the sequence %lld is not divisible by %s%d (--cp %d%s)", ir_attr_s(n, "name", "?"),
-                     t->rank > 1 ? (long long)t->dim[1] : 0LL, P->dual ? "2 x cp = " : "cp = ", chunks, P->cp,
-                     P->dual ? ", dual-chunk layout" : "");
+        cp_check_input(&P->cpr, n, t);
     }
 }
 
@@ -697,10 +713,11 @@ void pass_parallelize(Module *m, const Options *o) {
     if (o->dp * M * o->cp == 1) return;
     const Graph *g = m->stages[0];
     int nv = g->nvals;
-    Par P = {.m = m, .o = o, .g = g, .dp = o->dp, .M = M, .cp = o->cp, .dual = !o->cp_contiguous};
+    Par P = {.m = m, .g = g, .dp = o->dp, .M = M, .cp = o->cp};
     P.pieces[AX_BATCH] = o->dp * M, P.pieces[AX_SEQ] = o->cp;
     P.ng = ir_graph_new(m);
     P.b = (Builder){.g = P.ng, .pass = "parallelize", .layer = -1};
+    P.cpr = (CpRank){.m = m, .b = &P.b, .cp = o->cp, .dual = !o->cp_contiguous, .ring = o->cp_comm != 0};
     for (int ax = 0; ax < NAX; ax++) P.sh[ax] = xcalloc((size_t)nv, sizeof(Sp));
     P.conv = xcalloc((size_t)NAX * (size_t)g->nnodes * MAXIN, 1);
     P.dep = xcalloc((size_t)nv, 1);
