@@ -25,8 +25,11 @@ CFLAGS  += $(MPI_CFLAGS)
 CUDA_HOME ?= /usr/local/cuda
 CFLAGS  += -I$(CUDA_HOME)/include
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnvrtc
-# the runtime: what a generated trainer links (no Lua, no LLVM)
-RT_LIBS := -lopenblas -lpthread -lm $(MPI_LIBS)
+# the runtime: what a generated trainer links (no Lua, no LLVM); jansson
+# (the JSON reader of runtime/io/json.c) statically, so a trainer needs no
+# libjansson where it runs
+JANSSON := /usr/lib/x86_64-linux-gnu/libjansson.a
+RT_LIBS := $(JANSSON) -lopenblas -lpthread -lm $(MPI_LIBS)
 LDLIBS  := /usr/lib/x86_64-linux-gnu/liblua5.4.a $(LLVM_LIBS) $(RT_LIBS) $(CUDA_LIBS) -ldl
 LDFLAGS += $(SANFLAGS)
 
@@ -43,7 +46,7 @@ RT_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
 RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(RT_HOST_SRC) $(RT_CUDA_ONLY))
 # what a CUDA trainer links after libkilnrt_cuda.a (libcuda from the stubs at
 # link time; the driver's own libcuda.so.1 where it runs)
-RT_CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcuda -Wl,--as-needed -lcudnn -Wl,--no-as-needed -lpthread -lm $(MPI_LIBS)
+RT_CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcuda -Wl,--as-needed -lcudnn -Wl,--no-as-needed $(JANSSON) -lpthread -lm $(MPI_LIBS)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 # helper programs that tests/t_*.sh run (not test_*: run.sh would run them bare)

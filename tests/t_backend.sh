@@ -10,13 +10,8 @@
 # drift apart by 1e-3 after 50 steps), which would test the dynamics, not
 # the backend.
 #  - `--trace` writes Chrome trace JSON; `kiln plan` prints the memory split.
-set -u
-B=${BUILD:-build}
-K=$B/kiln
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-[ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
+. "$(dirname "$0")/lib.sh"
+need_corpus
 D="--data $B/corpus.txt --steps 100 --seed 7"
 TINY="--lr 1e-3"
 LLAMA="--set layers=2 --set dim=64 --set heads=4 --set kv_heads=2 --set ffn=128 --set vocab=256 --set seq=32 --set batch=4 --set lr=3e-3 --set warmup=10"

@@ -3,12 +3,8 @@
 # == 50 + resume + 50, bit-identical losses), a kill -9 in the middle of a
 # checkpoint write leaves the previous one intact and resumable, --init
 # starts from given weights, and bad checkpoint input is one line, exit 1.
-set -u
-B=${BUILD:-build}
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-[ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
+. "$(dirname "$0")/lib.sh"
+need_corpus
 T=$tmp/tiny
 "$B/kiln" compile models/tiny.lua --steps 100 -o "$T" > /dev/null
 D="--data $B/corpus.txt"

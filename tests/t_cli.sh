@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # Bad input through the kiln binary: each gets ONE line on stderr naming the
 # model's file:line (or the flag) and exit code 1 — never a crash or a hang.
-set -u
-K=${BUILD:-build}/kiln
-n=0
+. "$(dirname "$0")/lib.sh"
 for f in tests/bad/*.lua; do
     n=$((n + 1))
     expect=$(head -1 "$f" | sed -n 's/^-- expect: \([0-9]*\): \(.*\)$/\1:\2/p')

@@ -8,11 +8,7 @@
 # the dual-chunk layout, the imbalance of the contiguous one, and K,V bytes
 # per layer equal to 2 b s kv_heads head_dim (cp-1)/cp — heads/kv_heads times
 # fewer with GQA.  Then the bad inputs.
-set -u
-K=${BUILD:-build}/kiln
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $*"; }
-notok() { n=$((n + 1)); echo "not ok $n - $*"; }
+. "$(dirname "$0")/lib.sh"
 # a learning rate that moves the params (llama.lua's warm-up is 2000 steps)
 LR="--warmup 1 --lr 0.01"
 LLAMA="models/llama.lua --set vocab=128 --set dim=64 --set layers=2 --set heads=4 --set kv_heads=2 --set ffn=128 --set seq=32 --set batch=4 $LR"
@@ -67,7 +63,7 @@ bad "contiguous layout needs cp to divide the sequence" "not divisible by cp = 3
 bad "--cp-layout bad" "--cp-layout" check models/tiny.lua --cp 2 --cp-layout diagonal
 bad "--cp-comm bad" "--cp-comm" check models/tiny.lua --cp 2 --cp-comm ring
 bad "--cp 0" "--cp" check models/tiny.lua --cp 0
-tmpo=$(mktemp); trap 'rm -f "$tmpo"' EXIT
+tmpo=$tmp/o
 if out=$(timeout 120 "$K" compile models/tiny.lua --cp 2 -o "$tmpo" 2>&1) && [ -s "$tmpo" ]; then ok "kiln compile models/tiny.lua --cp 2"
 else notok "kiln compile models/tiny.lua --cp 2: $out"; fi
 : > "$tmpo"

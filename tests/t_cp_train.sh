@@ -7,18 +7,13 @@
 # positions) and the trainer's hand-out of cp columns together.  Both
 # --cp-comm allgather (the default) and p2p (ring attention: rtk_send /
 # rtk_recv of K, V, positions and dK, dV around the cp ring, attn_merge).
-set -u
-B=${BUILD:-build}
-K=$B/kiln
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+. "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 MPI="timeout 300 mpirun --oversubscribe"
 # under SAN=1: Open MPI's own allocations are still held at exit (as t_mpi.sh's nolsan)
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 if ! command -v mpirun > /dev/null; then echo "ok 1 # SKIP mpirun not installed"; exit 0; fi
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-[ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
+need_corpus
 D="--data $B/corpus.txt --threads 1"
 M="models/tiny.lua --set layers=1 --steps 30"
 "$K" compile $M -o "$tmp/one" > /dev/null || echo "not ok 0 - kiln compile $M"

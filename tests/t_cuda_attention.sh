@@ -12,13 +12,9 @@
 # emu_dynamic_smem.  Last, a copy of attention.cu with one planted bug (the
 # forward's causal mask kpos <= qpos made <) must fail the same check, which
 # shows that the check can fail.  Output: $B/cuda_attn/ (BUILD=build).
-set -u
-cd "$(dirname "$0")/.." || exit 1
-B=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 OUT=$B/cuda_attn
 CXX=${CXX:-g++}
-n=0
-say() { n=$((n + 1)); if [ "$1" = ok ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
 
 # copy kernels/cuda into $1/src with the emulator's rewrites (failing when
 # common.cuh no longer has the lines they expect)
@@ -41,7 +37,7 @@ build() {
 mkdir -p "$OUT" || exit 1
 if ! prepare "$OUT" || ! build "$OUT" 2>"$OUT/build.log"; then
     sed 's/^/# /' "$OUT/build.log" 2>/dev/null | head -40
-    say fail "build check_attention against the emulator"
+    notok "build check_attention against the emulator"
     exit 1
 fi
 # the check numbers its own TAP lines; renumber them after ours
@@ -49,13 +45,13 @@ timeout 300 "$OUT/check_attention" > "$OUT/check.log" 2>&1
 rc=$?
 while IFS= read -r line; do
     case $line in
-        "ok "*) say ok "${line#ok * - }" ;;
-        "not ok "*) say fail "${line#not ok * - }" ;;
+        "ok "*) ok "${line#ok * - }" ;;
+        "not ok "*) notok "${line#not ok * - }" ;;
         1..*) ;;
         *) echo "$line" ;;
     esac
 done < "$OUT/check.log"
-[ $rc -eq 0 ] || grep -q '^not ok ' "$OUT/check.log" || say fail "check_attention exited $rc"
+[ $rc -eq 0 ] || grep -q '^not ok ' "$OUT/check.log" || notok "check_attention exited $rc"
 
 # the planted bug: causal as kpos < qpos (the diagonal masked) in the forward
 M=$OUT/mutant
@@ -66,10 +62,10 @@ if prepare "$M" && sed -i '0,/kp\[j\] <= qp\[r\]/s//kp[j] < qp[r]/' "$M/src/atte
     mrc=$?
     caught=$(grep -c '^not ok ' "$M/check.log")
     if [ $mrc -ne 0 ] && [ "$caught" -gt 0 ]; then
-        say ok "a planted bug (causal mask kpos < qpos) fails $caught checks"
+        ok "a planted bug (causal mask kpos < qpos) fails $caught checks"
     else
-        say fail "a planted bug (causal mask kpos < qpos) is not caught"
+        notok "a planted bug (causal mask kpos < qpos) is not caught"
     fi
 else
-    say fail "build the planted-bug copy"
+    notok "build the planted-bug copy"
 fi

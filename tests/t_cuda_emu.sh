@@ -26,14 +26,9 @@
 # About 25 s on this 2-core machine (four g++ builds of ~3 s, the checks ~6 s).
 # To rerun one family after a build: $B/cuda_emu/check rope, or
 # $B/cuda_emu/check_misc sumto (see check.cpp, check_misc.cpp).
-set -u
-cd "$(dirname "$0")/.." || exit 1
-B=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 D=$B/cuda_emu
 CXX=(g++ -std=c++17 -O1 -Wall -Wextra -Wno-unknown-pragmas -Werror)
-n=0
-say() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$D"
 
 SMEM_DECL='extern __shared__ __align__(16) unsigned char kiln_smem[];'

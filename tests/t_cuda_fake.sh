@@ -65,20 +65,14 @@
 # Run time, warm: 70-110 s on this shared 2-core machine (about 50 s of CPU;
 # sections 1-6 take 25-65 s, the same under `make SAN=1`, see
 # fake_longjmp.cpp); a cold build of the kernel registries adds ~30-60 s.
-set -u
-cd "$(dirname "$0")/.." || exit 1
-B=${BUILD:-build}
-K=$B/kiln
+. "$(dirname "$0")/lib.sh"
 F=$B/cuda_fake
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 STEPS=${STEPS:-6}
 SHAPE=(--set batch=2 --set seq=32)
 LOSS_RTOL=0.00390625 # 2^-8
 NORM_RTOL=0.015625   # 2^-6
-n=0
-say() { n=$((n + 1)); if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
 skip() { n=$((n + 1)); echo "ok $n - # SKIP $1"; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$F" || exit 1
 start=$SECONDS
 

@@ -4,12 +4,7 @@
 # in the order of the CUDA C it compiled, links against the CUDA libraries
 # and not OpenBLAS, and is the same binary every time.  Running it is
 # tests/t_cuda_fake.sh's job (a fake driver) and bench/gpu/check.sh's (a GPU).
-set -u
-B=${BUILD:-build}
-K=$B/kiln
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 export KILN_CACHE_DIR=$tmp/cache
 
 "$K" compile models/tiny.lua --target cuda:sm_90 --emit cuda -o "$tmp/tiny" > "$tmp/out" 2>&1

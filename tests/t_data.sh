@@ -3,13 +3,8 @@
 # compiled tiny trainer trains on a glob of them, validation leaves training
 # bit-identical, and bad input stops `kiln data` and the trainer with one
 # line naming the file, writing nothing over.
-set -u
-B=${BUILD:-build}
-K=$B/kiln
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
-[ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+need_corpus
 DATA=("$K" data)
 P=$tmp/corpus
 "${DATA[@]}" "$B/corpus.txt" -o "$P" --shard-tokens 50000 > "$tmp/out"; rc=$?

@@ -3,12 +3,7 @@
 # gives byte-identical CUDA C (--emit cuda), LLVM IR (--emit llvm) and
 # trainer binaries, for the CPU and for the GPU (--target cuda:sm_90, its
 # cubins embedded), so compile caches and reproducible builds can trust them.
-set -u
-B=${BUILD:-build}
-K=$B/kiln
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
 for run in 1 2; do
     "$K" compile models/gpt2.lua --emit cuda -o "$tmp/cu$run" > /dev/null || echo "not ok 0 - kiln compile --emit cuda (run $run)"
     "$K" compile models/gpt2.lua --emit llvm -o "$tmp/ll$run" > /dev/null || echo "not ok 0 - kiln compile --emit llvm (run $run)"

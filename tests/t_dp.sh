@@ -4,11 +4,7 @@
 # grad-norm, lr, gradients (where the program outputs them) and the updated
 # parameters with the single-device program, in f64 (relative 1e-9).  Then the
 # bad inputs of parallelism: one line, exit 1.
-set -u
-K=${BUILD:-build}/kiln
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $*"; }
-notok() { n=$((n + 1)); echo "not ok $n - $*"; }
+. "$(dirname "$0")/lib.sh"
 LLAMA="models/llama.lua --set vocab=128 --set dim=64 --set layers=2 --set heads=4 --set kv_heads=2 --set ffn=128 --set seq=32 --set batch=4"
 check() { # args...
     out=$(timeout 300 "$K" check "$@" 2>&1); rc=$?

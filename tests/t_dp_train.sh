@@ -5,16 +5,11 @@
 # a checkpoint written at dp 2 resumes at dp 4 and at dp 1 with the losses of
 # continuing at dp 2 (resharding on load); and a 4-rank trainer launched on 3
 # processes is refused with one line.
-set -u
-B=${BUILD:-build}
-K=$B/kiln
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+. "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 MPI="timeout 300 mpirun --oversubscribe"
 if ! command -v mpirun > /dev/null; then echo "ok 1 # SKIP mpirun not installed"; exit 0; fi
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-[ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
+need_corpus
 D="--data $B/corpus.txt --threads 1"
 M="models/tiny.lua --set layers=1 --steps 30 --weight-decay 0.1 --bucket-mb 0.05"
 "$K" compile $M -o "$tmp/dp1" > /dev/null

@@ -3,9 +3,8 @@
 # input that parses must verify, dump, re-parse to an equal module and re-dump
 # byte-identically; no input may crash, hang or trip ASan/UBSan.  Longer runs:
 #   make fuzz FUZZ_SECONDS=300
-set -u
-B=${BUILD:-build}
-out=$(mktemp); trap 'rm -f "$out"' EXIT
+. "$(dirname "$0")/lib.sh"
+out=$tmp/out
 if ! make -s "$B/fuzz_irtext" BUILD="$B" > "$out" 2>&1; then
     echo "not ok 1 - build the fuzz target"; cat "$out"; exit 1
 fi

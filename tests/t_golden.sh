@@ -2,15 +2,13 @@
 # Golden IR: the dump of models/tiny.lua after `front`, after `autodiff`, and
 # after `recompute` under each policy must match tests/golden/ byte for byte.  Regenerate on purpose only:
 #   UPDATE_GOLDEN=1 bash tests/t_golden.sh
-set -u
-K=${BUILD:-build}/kiln
-n=0
+. "$(dirname "$0")/lib.sh"
 for step in front autodiff recompute:none recompute:selective recompute:gemm-last recompute:full; do
     n=$((n + 1))
     pass=${step%%:*} policy=${step#*:}
     if [ "$pass" = recompute ]; then want=tests/golden/tiny.recompute-$policy.ir flags="--recompute $policy"
     else want=tests/golden/tiny.$pass.ir flags=""; fi
-    got=$(mktemp)
+    got=$tmp/got.ir
     # shellcheck disable=SC2086
     "$K" dump models/tiny.lua --after "$pass" $flags -o "$got"
     if [ "${UPDATE_GOLDEN:-0}" = 1 ]; then cp "$got" "$want"; fi

@@ -9,13 +9,8 @@
 # checkpoint without the schedule (written before it was saved) resumes with
 # the compiled values; `kiln run` (JIT) takes the flags too; bad values are
 # one-line errors naming the flag, and --batch stays compile-time.
-set -u
-B=${BUILD:-build}
-K=$B/kiln
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-[ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
+. "$(dirname "$0")/lib.sh"
+need_corpus
 T=$tmp/tiny
 # compiled schedule: models/tiny.lua's lr 3e-3, min_lr 3e-4, warmup 10; total 40
 "$K" compile models/tiny.lua --steps 40 -o "$T" > /dev/null

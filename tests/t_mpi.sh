@@ -21,14 +21,8 @@
 # Loss comparisons: relative 1e-5 (the ranks sum partial losses and
 # gradients in another order than one rank does); bit for bit where the
 # arithmetic is the same.
-set -u
-B=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 M=$B/tests/mpi_comm
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-notok() { n=$((n + 1)); echo "not ok $n - $1"; }
-check() { if eval "$2"; then ok "$1"; else notok "$1"; fi; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 if ! command -v mpirun > /dev/null || [ ! -x "$M" ]; then notok "mpirun and $M are needed (make deps all)"; exit 1; fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Open MPI's own allocations (MPI_Init, its plugins) read as leaks to a

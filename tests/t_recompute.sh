@@ -10,13 +10,8 @@
 #  - `kiln plan --recompute all` on GPT-2 124M and Llama-7B shapes: gemm-last
 #    saves >= 35% of `none`'s activation bytes for <= 1.5% more FLOPs, and
 #    `none` is Korthikanti's 34 s.b.h bytes per layer at 2 bytes per value.
-set -u
-B=${BUILD:-build}
-K=$B/kiln
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-[ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
+. "$(dirname "$0")/lib.sh"
+need_corpus
 D="--data $B/corpus.txt --threads 2"
 LLAMA="models/llama.lua --set vocab=256 --set dim=64 --set layers=2 --set heads=4 --set kv_heads=2 --set ffn=128 --set seq=32 --set batch=4"
 POLICIES="none selective gemm-last full"

@@ -2,11 +2,7 @@
 # parse(dump(m)) == m for every model after every stage of the pipeline: the
 # dump, read back by `kiln dump FILE.ir`, re-dumps byte-identically (the C
 # unit tests check ir_module_equal on the same round trip).  Also --format dot.
-set -u
-K=${BUILD:-build}/kiln
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+. "$(dirname "$0")/lib.sh"
 LLAMA_SMALL="--set layers=2 --set dim=64 --set heads=4 --set kv_heads=2 --set ffn=128 --set vocab=256 --set seq=32 --set batch=2"
 for spec in "tiny:models/tiny.lua:" "gpt2:models/gpt2.lua:" "llama:models/llama.lua:$LLAMA_SMALL"; do
     IFS=: read -r name file sets <<< "$spec"

@@ -5,16 +5,12 @@
 # trained model writes mostly lowercase letters and spaces (like its corpus),
 # far more than a one-step model; each bad input is one line and exit 1.
 # KILN=path overrides the kiln binary.
-set -u
-B=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 K=${KILN:-$B/kiln}
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
 if ! "$K" sample --help > /dev/null 2>&1; then
     echo "ok 1 - # SKIP $K has no sample command (main.c does not dispatch it)"; exit 0
 fi
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-[ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
+need_corpus
 "$B/kiln" compile models/tiny.lua --steps 300 -o "$tmp/tiny" > /dev/null
 "$tmp/tiny" --data "$B/corpus.txt" --ckpt "$tmp/ck" > /dev/null
 "$tmp/tiny" --data "$B/corpus.txt" --ckpt "$tmp/ck1" --steps 1 > /dev/null

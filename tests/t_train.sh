@@ -4,16 +4,12 @@
 # loss from about ln(256) = 5.55 down by at least 40% within the demo's steps;
 # its start-up line names the device, and --no-graph (eager steps on a GPU)
 # leaves the CPU's losses as they are.
-set -u
-B=${BUILD:-build}
-K=$B/kiln
-n=0
-check() { n=$((n + 1)); if eval "$2"; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+. "$(dirname "$0")/lib.sh"
 LLAMA_SMALL="--set layers=2 --set dim=64 --set heads=4 --set kv_heads=2 --set ffn=128 --set vocab=256 --set seq=32 --set batch=2"
 check "kiln check tiny.lua (f32 vs f64)" "$K check models/tiny.lua > /dev/null"
 check "kiln check llama.lua small (f32 vs f64)" "$K check models/llama.lua $LLAMA_SMALL > /dev/null"
-[ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null
-log=$(mktemp); trap 'rm -f "$log" "$log.out" "$log.g" "$log.ng"' EXIT
+need_corpus
+log=$tmp/log
 "$K" compile models/tiny.lua --target cpu -o "$log.bin" > /dev/null
 "$log.bin" --data "$B/corpus.txt" --log "$log" > "$log.out"
 # the device in the start-up line; --no-graph (a GPU's eager steps) changes nothing on the CPU

@@ -3,7 +3,7 @@
 # they are all there).  Runs as root on a fresh Debian 12 machine.
 set -eu
 pkgs="build-essential clang libclang-rt-14-dev llvm-14-dev liblua5.4-dev libopenblas-dev
-      libopenmpi-dev openmpi-bin libcmocka-dev python3-torch python3-numpy base-files"
+      libopenmpi-dev openmpi-bin libcmocka-dev libjansson-dev python3-torch python3-numpy base-files"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

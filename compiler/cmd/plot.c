@@ -10,11 +10,13 @@
  * plain SVG (axes, round tick values, grid, title) that any browser opens:
  * no plotting program or library is involved.
  *
- * Reading.  Each line is parsed by a small JSON reader of our own (below):
- * the whole line must be one JSON object; members whose value is a number
- * are kept, others (strings, booleans, null, nested values) are skipped.
+ * Reading.  Each line is parsed by jansson (runtime/io/json.c): the whole
+ * line must be one JSON object; members whose value is a number are kept,
+ * others (strings, booleans, null, nested values) are skipped.
  * NaN/Infinity (what Python writes) and nan/inf (what printf writes) are
- * accepted as non-finite numbers.  A line that is not valid JSON is an error
+ * accepted as non-finite numbers: jansson does not read them, so outside
+ * strings they are quoted first, and a member that is a string spelled so
+ * counts as that number.  A line that is not valid JSON is an error
  * "FILE:LINE: ...", except the last line of a file when it has no newline:
  * that is a write cut short (the run is still going, or was killed), so it
  * is skipped with a warning.  A line adds a train point when it has numeric
@@ -38,6 +40,7 @@
  * removed and OUT is left as it was.
  */
 #include "plot.h"
+#include "json.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -76,7 +79,7 @@ static int series_add(PlotSeries *s, double x, double y) {
     return 0;
 }
 
-/* ---- a small JSON reader for one line ---- */
+/* ---- one line, read by jansson ---- */
 
 /* The members of a line's top-level object that we use. */
 typedef struct {
@@ -84,139 +87,78 @@ typedef struct {
     double step, loss, val;
 } PlotLine;
 
-typedef struct { const char *p, *err; } JCur;
-
-enum { JSON_MAX_DEPTH = 32 };
-
-static void j_ws(JCur *c) {
-    while (*c->p == ' ' || *c->p == '\t' || *c->p == '\r' || *c->p == '\n') c->p++;
-}
-
-static bool j_fail(JCur *c, const char *msg) {
-    if (!c->err) c->err = msg;
+/* Whether s[0..n) spells a non-finite number (NaN, Infinity, nan, inf,
+ * with an optional '-'), and which. */
+static bool nonfinite_word(const char *s, size_t n, double *v) {
+    static const char *const words[] = {"NaN", "nan", "Infinity", "inf"};
+    size_t neg = n > 0 && *s == '-';
+    for (int i = 0; i < 4; i++)
+        if (n - neg == strlen(words[i]) && memcmp(s + neg, words[i], n - neg) == 0) {
+            *v = i < 2 ? NAN : neg ? -INFINITY : INFINITY;
+            return true;
+        }
     return false;
 }
 
-/* A string; *s, *len get its raw contents (escapes not decoded). */
-static bool j_string(JCur *c, const char **s, size_t *len) {
-    if (*c->p != '"') return j_fail(c, "expected a string");
-    const char *q = ++c->p;
-    while (*q && *q != '"') q += (*q == '\\' && q[1]) ? 2 : 1;
-    if (*q != '"') return j_fail(c, "unterminated string");
-    if (s) *s = c->p, *len = (size_t)(q - c->p);
-    c->p = q + 1;
-    return true;
-}
+static bool word_char(char c) { return isalnum((unsigned char)c) || c == '-' || c == '+' || c == '.'; }
 
-static bool j_word(JCur *c, const char *w) {
-    size_t n = strlen(w);
-    if (strncmp(c->p, w, n) != 0 || isalnum((unsigned char)c->p[n])) return false;
-    c->p += n;
-    return true;
-}
-
-/* A number in JSON grammar, or a non-finite spelling (NaN, Infinity, nan,
- * inf, with an optional '-'). */
-static bool j_number(JCur *c, double *v) {
-    const char *q = c->p;
-    bool neg = *q == '-';
-    if (neg) q++;
-    JCur w = {q, NULL};
-    if (j_word(&w, "NaN") || j_word(&w, "nan")) return c->p = w.p, *v = NAN, true;
-    if (j_word(&w, "Infinity") || j_word(&w, "inf")) return c->p = w.p, *v = neg ? -INFINITY : INFINITY, true;
-    if (*q == '0') q++;
-    else if (isdigit((unsigned char)*q)) while (isdigit((unsigned char)*q)) q++;
-    else return j_fail(c, "bad value");
-    if (*q == '.') {
-        if (!isdigit((unsigned char)*++q)) return j_fail(c, "bad number");
-        while (isdigit((unsigned char)*q)) q++;
-    }
-    if (*q == 'e' || *q == 'E') {
-        q++;
-        if (*q == '+' || *q == '-') q++;
-        if (!isdigit((unsigned char)*q)) return j_fail(c, "bad number");
-        while (isdigit((unsigned char)*q)) q++;
-    }
-    *v = strtod(c->p, NULL);
-    c->p = q;
-    return true;
-}
-
-static bool j_object(JCur *c, int depth, PlotLine *out);
-static bool j_array(JCur *c, int depth);
-
-/* Any value; *isnum and *v report a number. */
-static bool j_value(JCur *c, int depth, bool *isnum, double *v) {
-    *isnum = false;
-    j_ws(c);
-    if (depth > JSON_MAX_DEPTH) return j_fail(c, "nested too deeply");
-    switch (*c->p) {
-    case '{': return j_object(c, depth + 1, NULL);
-    case '[': return j_array(c, depth + 1);
-    case '"': return j_string(c, NULL, NULL);
-    case '\0': return j_fail(c, "expected a value");
-    }
-    if (j_word(c, "true") || j_word(c, "false") || j_word(c, "null")) return true;
-    return (*isnum = j_number(c, v));
-}
-
-static bool j_array(JCur *c, int depth) {
-    c->p++; /* '[' */
-    j_ws(c);
-    if (*c->p == ']') return c->p++, true;
-    for (;;) {
-        bool isnum;
+/* s[0..n) into out (room for 2n bytes) with every non-finite word outside
+ * a string quoted, so that jansson reads it (as a string); returns the new
+ * length. */
+static size_t quote_nonfinite(const char *s, size_t n, char *out) {
+    size_t k = 0;
+    for (size_t i = 0, j; i < n; i = j) {
         double v;
-        if (!j_value(c, depth, &isnum, &v)) return false;
-        j_ws(c);
-        if (*c->p == ']') return c->p++, true;
-        if (*c->p != ',') return j_fail(c, "expected ',' or ']'");
-        c->p++;
+        bool quote = false;
+        j = i + 1;
+        if (s[i] == '"') {
+            while (j < n && s[j] != '"') j += s[j] == '\\' ? 2 : 1;
+            j = j < n ? j + 1 : n;
+        } else if (word_char(s[i])) {
+            while (j < n && word_char(s[j])) j++;
+            quote = nonfinite_word(s + i, j - i, &v);
+        }
+        if (quote) out[k++] = '"';
+        memcpy(out + k, s + i, j - i);
+        k += j - i;
+        if (quote) out[k++] = '"';
     }
+    return k;
 }
 
-static void line_member(PlotLine *out, const char *key, size_t len, double v) {
-    if (len == 4 && !memcmp(key, "step", 4)) out->has_step = true, out->step = v;
-    if (len == 4 && !memcmp(key, "loss", 4)) out->has_loss = true, out->loss = v;
-    if (len == 8 && !memcmp(key, "val_loss", 8)) out->has_val = true, out->val = v;
+/* A member's value as a number: a JSON number, or a non-finite word. */
+static bool member_number(const json_t *obj, const char *key, double *v) {
+    const json_t *m = json_object_get(obj, key);
+    if (json_is_number(m)) return *v = json_number_value(m), true;
+    return json_is_string(m) && nonfinite_word(json_string_value(m), json_string_length(m), v);
 }
 
-/* An object; the numeric members of the top-level one go to *out. */
-static bool j_object(JCur *c, int depth, PlotLine *out) {
-    if (*c->p != '{') return j_fail(c, "expected '{' (a JSON object per line)");
-    c->p++;
-    j_ws(c);
-    if (*c->p == '}') return c->p++, true;
-    for (;;) {
-        const char *key;
-        size_t len;
-        bool isnum;
-        double v;
-        j_ws(c);
-        if (!j_string(c, &key, &len)) return false;
-        j_ws(c);
-        if (*c->p != ':') return j_fail(c, "expected ':' after a key");
-        c->p++;
-        if (!j_value(c, depth, &isnum, &v)) return false;
-        if (out && isnum) line_member(out, key, len, v);
-        j_ws(c);
-        if (*c->p == '}') return c->p++, true;
-        if (*c->p != ',') return j_fail(c, "expected ',' or '}'");
-        c->p++;
-    }
-}
-
-/* Parses one line (len bytes, NUL-terminated).  Returns NULL, or what is
- * wrong.  A blank line gives an empty PlotLine. */
-static const char *json_line(const char *line, size_t len, PlotLine *out) {
-    JCur c = {line, NULL};
+/* Parses one line (len bytes, its newline included).  Returns 0, or -1 with
+ * what is wrong in why.  A blank line gives an empty PlotLine. */
+static int json_line(const char *line, size_t len, PlotLine *out, char *why, size_t whylen) {
     *out = (PlotLine){0};
-    j_ws(&c);
-    if ((size_t)(c.p - line) == len) return NULL;
-    if (!j_object(&c, 0, out)) return c.err;
-    j_ws(&c);
-    if ((size_t)(c.p - line) != len) return "unexpected text after the object";
-    return NULL;
+    if (len > 0 && line[len - 1] == '\n') len--; /* a newline in a string: the string is cut */
+    size_t at = 0, qn, used;
+    while (at < len && rt_json_blank(line + at, 1)) at++;
+    if (at == len) return 0;
+    if (line[at] != '{') return snprintf(why, whylen, "expected '{' (a JSON object per line)"), -1;
+    char *q = malloc(2 * len);
+    if (!q) return snprintf(why, whylen, "out of memory"), -1;
+    qn = quote_nonfinite(line, len, q);
+    RtJsonError e;
+    json_t *top = rt_json_load(q, qn, 0, &used, &e);
+    int rc = -1;
+    if (!top) snprintf(why, whylen, "%s%s", e.what, e.near);
+    else if (!rt_json_blank(q + used, qn - used)) snprintf(why, whylen, "unexpected text after the object");
+    else {
+        out->has_step = member_number(top, "step", &out->step);
+        out->has_loss = member_number(top, "loss", &out->loss);
+        out->has_val = member_number(top, "val_loss", &out->val);
+        rc = 0;
+    }
+    json_decref(top);
+    free(q);
+    return rc;
 }
 
 /* ---- reading a log ---- */
@@ -238,8 +180,9 @@ static int run_read(PlotRun *r, bool logy) {
     int rc = 0;
     while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
         PlotLine l;
+        char why[256];
         lineno++;
-        const char *msg = json_line(line, (size_t)len, &l);
+        const char *msg = json_line(line, (size_t)len, &l, why, sizeof why) ? why : NULL;
         if (msg && line[len - 1] != '\n') {
             fprintf(stderr, "kiln plot: %s:%ld: warning: last line is incomplete (%s); skipped\n", r->path, lineno, msg);
             break;

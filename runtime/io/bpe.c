@@ -1,7 +1,8 @@
 /* bpe.c — GPT-2 byte-level BPE (see bpe.h).
  *
- * Loading.  encoder.json maps token strings to ids; vocab.bpe lists the
- * merges "A B" in rank order after a "#version" line.  Both spell bytes with
+ * Loading.  encoder.json maps token strings to ids (jansson reads it,
+ * json.c); vocab.bpe lists the merges "A B" in rank order after a
+ * "#version" line.  Both spell bytes with
  * GPT-2's byte-to-unicode map (the 188 printable bytes stand for themselves,
  * the other 68 are U+0100 onward, in byte order), which we undo at once:
  * every token becomes its raw bytes.  Every merge A+B of GPT-2 is itself a
@@ -25,6 +26,7 @@
  * decode to the exact text.
  */
 #include "bpe.h"
+#include "json.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -211,122 +213,45 @@ static int unmap_bytes(const char *s, size_t n, char *out, size_t *outn) {
     return 0;
 }
 
-static void put_utf8(char *out, size_t *n, uint32_t cp) {
-    if (cp < 0x80) out[(*n)++] = (char)cp;
-    else if (cp < 0x800) out[(*n)++] = (char)(0xC0 | cp >> 6), out[(*n)++] = (char)(0x80 | (cp & 0x3F));
-    else if (cp < 0x10000)
-        out[(*n)++] = (char)(0xE0 | cp >> 12), out[(*n)++] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-        out[(*n)++] = (char)(0x80 | (cp & 0x3F));
-    else
-        out[(*n)++] = (char)(0xF0 | cp >> 18), out[(*n)++] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-        out[(*n)++] = (char)(0x80 | ((cp >> 6) & 0x3F)), out[(*n)++] = (char)(0x80 | (cp & 0x3F));
-}
-
-static int hexval(const char *p) {
-    int v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
-
-/* A JSON string at *p (after the opening quote) into out (UTF-8, at most as
- * long as the source); *p moves past the closing quote.  -1 if malformed. */
-static int json_string(const char **p, const char *end, char *out, size_t *n) {
-    const char *s = *p;
-    *n = 0;
-    while (s < end && *s != '"') {
-        if ((unsigned char)*s < 0x20) return -1;
-        if (*s != '\\') {
-            out[(*n)++] = *s++;
-            continue;
-        }
-        if (++s >= end) return -1;
-        char c = *s++;
-        const char *esc = strchr("\"\\/bfnrt", c), *plain = "\"\\/\b\f\n\r\t";
-        if (c && esc) {
-            out[(*n)++] = plain[esc - "\"\\/bfnrt"];
-            continue;
-        }
-        if (c != 'u' || end - s < 4) return -1;
-        int cp = hexval(s);
-        s += 4;
-        if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair */
-            int lo = end - s >= 6 && s[0] == '\\' && s[1] == 'u' ? hexval(s + 2) : -1;
-            if (lo < 0xDC00 || lo > 0xDFFF) return -1;
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            s += 6;
-        } else if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return -1;
-        put_utf8(out, n, (uint32_t)cp);
-    }
-    if (s >= end) return -1;
-    *p = s + 1;
+/* One entry "token": id of encoder.json into b->tok; bytes has room for the
+ * token's bytes. */
+static int encoder_entry(Bpe *b, const char *path, const char *key, const json_t *v, char *bytes, char *err, int errlen) {
+    size_t kn = strlen(key), bn;
+    int shown = (int)(kn > 40 ? 40 : kn);
+    json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (id < 0 || id > 65535) return bfail(err, errlen, "%s: \"%.*s\": expected an id in [0, 65535]", path, shown, key);
+    if (unmap_bytes(key, kn, bytes, &bn) != 0 || bn == 0)
+        return bfail(err, errlen, "%s: \"%.*s\": not a byte-level BPE token", path, shown, key);
+    if (map_get(&b->tok, bytes, bn)) return bfail(err, errlen, "%s: \"%.*s\" appears twice", path, shown, key);
+    if (map_put(&b->tok, bytes, bn, (uint32_t)id, 0) != 0) return bfail(err, errlen, "%s: out of memory", path);
+    if ((uint32_t)id + 1 > b->vocab) b->vocab = (uint32_t)id + 1;
     return 0;
 }
 
-static const char *skip_ws(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
-    return p;
-}
-
-/* encoder.json: {"token": id, ...} into b->tok. */
+/* encoder.json: {"token": id, ...} into b->tok, parsed by jansson.  A
+ * syntax error where an id belongs names the token before it. */
 static int load_encoder(Bpe *b, const char *path, char *err, int errlen) {
-    size_t len;
+    size_t len, used;
     char *text = read_file(path, &len, err, errlen);
     if (!text) return -1;
-    char *key = malloc(len + 1), *bytes = malloc(len + 1);
-    const char *p = skip_ws(text, text + len), *end = text + len;
+    RtJsonError je;
+    json_t *top = rt_json_load(text, len, JSON_REJECT_DUPLICATES, &used, &je);
+    char *bytes = malloc(len + 1);
     int rc = -1;
-    if (!key || !bytes) {
-        bfail(err, errlen, "%s: out of memory", path);
-        goto done;
+    const char *key;
+    json_t *v;
+    if (!top && je.at_value)
+        bfail(err, errlen, "%s: \"%s\": expected an id in [0, 65535] (%s%s at byte %d)", path, je.key, je.what, je.near, je.byte);
+    else if (!top) bfail(err, errlen, "%s: %s%s at byte %d", path, je.what, je.near, je.byte);
+    else if (!json_is_object(top)) bfail(err, errlen, "%s: not a JSON object", path);
+    else if (!bytes) bfail(err, errlen, "%s: out of memory", path);
+    else {
+        rc = 0;
+        json_object_foreach(top, key, v)
+            if ((rc = encoder_entry(b, path, key, v, bytes, err, errlen)) != 0) break;
     }
-    if (p >= end || *p++ != '{') {
-        bfail(err, errlen, "%s: not a JSON object", path);
-        goto done;
-    }
-    for (int first = 1;; first = 0) {
-        p = skip_ws(p, end);
-        if (p < end && *p == '}' && first) break;
-        size_t kn, bn;
-        if (p >= end || *p++ != '"' || json_string(&p, end, key, &kn) != 0) {
-            bfail(err, errlen, "%s: malformed JSON string at byte %zu", path, (size_t)(p - text));
-            goto done;
-        }
-        p = skip_ws(p, end);
-        char *num_end;
-        long id = p < end && *p == ':' ? (p = skip_ws(p + 1, end), strtol(p, &num_end, 10)) : -1;
-        if (p >= end || *p < '0' || *p > '9' || id < 0 || id > 65535) {
-            bfail(err, errlen, "%s: \"%.*s\": expected an id in [0, 65535]", path, (int)(kn > 40 ? 40 : kn), key);
-            goto done;
-        }
-        p = skip_ws(num_end, end);
-        if (unmap_bytes(key, kn, bytes, &bn) != 0 || bn == 0) {
-            bfail(err, errlen, "%s: \"%.*s\": not a byte-level BPE token", path, (int)(kn > 40 ? 40 : kn), key);
-            goto done;
-        }
-        if (map_get(&b->tok, bytes, bn)) {
-            bfail(err, errlen, "%s: \"%.*s\" appears twice", path, (int)(kn > 40 ? 40 : kn), key);
-            goto done;
-        }
-        if (map_put(&b->tok, bytes, bn, (uint32_t)id, 0) != 0) {
-            bfail(err, errlen, "%s: out of memory", path);
-            goto done;
-        }
-        if ((uint32_t)id + 1 > b->vocab) b->vocab = (uint32_t)id + 1;
-        if (p < end && *p == ',') p++;
-        else if (p < end && *p == '}') break;
-        else {
-            bfail(err, errlen, "%s: expected ',' or '}' at byte %zu", path, (size_t)(p - text));
-            goto done;
-        }
-    }
-    rc = 0;
-done:
-    free(text), free(key), free(bytes);
+    json_decref(top);
+    free(text), free(bytes);
     return rc;
 }
 

@@ -5,13 +5,15 @@
  * JSON-escaped and padded with spaces so the data starts 8-byte aligned, and
  * the file goes out through a temp file + fsync + rename + directory fsync.
  *
- * Reader: the file is mapped read-only; the header is parsed by the strict
- * recursive-descent parser below (objects, strings, non-negative integers,
- * arrays of them — nothing else occurs in a valid header), then every entry
- * is checked against the data section.  Nothing is trusted: a corrupt or
- * truncated checkpoint must give a clear line, never a crash.
+ * Reader: the file is mapped read-only; jansson parses the header (json.c,
+ * duplicate keys rejected, nothing but blanks after the object), the tree is
+ * checked for what the format allows (tensor entries with exactly dtype,
+ * shape and data_offsets, non-negative integers, a "__metadata__" object of
+ * strings), then every entry against the data section.  Nothing is trusted:
+ * a corrupt or truncated checkpoint must give a clear line, never a crash.
  */
 #include "fsutil.h"
+#include "json.h"
 #include "safetensors.h"
 
 #include <errno.h>
@@ -289,224 +291,82 @@ int st_write(StWriter *w, const char *path, char *err, int errlen) { return st_w
 
 /* ================= reading ================= */
 
-/* The header parser: s..end is the JSON text; the first error wins. */
-typedef struct {
-    const char *s, *start, *end, *path;
-    char *err;
-    int errlen, failed;
-} Json;
+/* The header, parsed by jansson (duplicate keys rejected), then checked:
+ * nothing but tensor entries and "__metadata__"; each entry exactly
+ * dtype (a known one), shape and data_offsets (non-negative integers). */
 
-static int jfail(Json *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int jfail(Json *j, const char *fmt, ...) {
-    if (j->failed) return -1;
-    j->failed = 1;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(j->err, (size_t)j->errlen, "%s: header (byte %ld): %s", j->path, (long)(j->s - j->start) + 8, msg);
-    return -1;
-}
-
-static void jws(Json *j) {
-    while (j->s < j->end && (*j->s == ' ' || *j->s == '\t' || *j->s == '\n' || *j->s == '\r')) j->s++;
-}
-
-static int jexpect(Json *j, char c, const char *where) {
-    jws(j);
-    if (j->s >= j->end) return jfail(j, "expected '%c' %s, found the end of the header", c, where);
-    if (*j->s != c) return jfail(j, "expected '%c' %s, found '%c'", c, where, *j->s);
-    j->s++;
+/* A non-negative integer. */
+static int header_uint(const StFile *f, const json_t *v, const char *what, uint64_t *out, char *err, int errlen) {
+    if (json_is_real(v)) return rt_errf(err, errlen, "%s: header: expected an integer (%s)", f->path, what);
+    if (!json_is_integer(v)) return rt_errf(err, errlen, "%s: header: expected a non-negative integer (%s), found %s", f->path, what, rt_json_kind(v));
+    if (json_integer_value(v) < 0)
+        return rt_errf(err, errlen, "%s: header: expected a non-negative integer (%s), found %lld", f->path, what, (long long)json_integer_value(v));
+    *out = (uint64_t)json_integer_value(v);
     return 0;
 }
 
-/* Peek the next non-blank character (0 at the end). */
-static char jpeek(Json *j) {
-    jws(j);
-    return j->s < j->end ? *j->s : 0;
-}
-
-static int hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-static void put_utf8(Buf *b, unsigned cp) {
-    char u[4];
-    size_t n;
-    if (cp < 0x80) u[0] = (char)cp, n = 1;
-    else if (cp < 0x800) u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3F)), n = 2;
-    else if (cp < 0x10000) u[0] = (char)(0xE0 | cp >> 12), u[1] = (char)(0x80 | ((cp >> 6) & 0x3F)), u[2] = (char)(0x80 | (cp & 0x3F)), n = 3;
-    else u[0] = (char)(0xF0 | cp >> 18), u[1] = (char)(0x80 | ((cp >> 12) & 0x3F)), u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), u[3] = (char)(0x80 | (cp & 0x3F)), n = 4;
-    buf_put(b, u, n);
-}
-
-static int j_hex4(Json *j, unsigned *cp) {
-    if (j->end - j->s < 4) return jfail(j, "truncated \\u escape");
-    *cp = 0;
-    for (int i = 0; i < 4; i++) {
-        int h = hexval(j->s[i]);
-        if (h < 0) return jfail(j, "bad \\u escape");
-        *cp = *cp << 4 | (unsigned)h;
-    }
-    j->s += 4;
+/* [n0, n1, ...] with at most max entries. */
+static int header_uints(const StFile *f, const json_t *a, uint64_t *v, int max, int *n, const char *what, char *err, int errlen) {
+    if (!json_is_array(a)) return rt_errf(err, errlen, "%s: header: expected '[' (%s), found %s", f->path, what, rt_json_kind(a));
+    if (json_array_size(a) > (size_t)max) return rt_errf(err, errlen, "%s: header: more than %d entries (%s)", f->path, max, what);
+    *n = (int)json_array_size(a);
+    for (int i = 0; i < *n; i++)
+        if (header_uint(f, json_array_get(a, (size_t)i), what, &v[i], err, errlen)) return -1;
     return 0;
 }
 
-/* A JSON string into a fresh NUL-terminated *out (no embedded NULs). */
-static int jstring(Json *j, char **out, const char *what) {
-    *out = NULL;
-    if (jexpect(j, '"', what)) return -1;
-    Buf b = {0};
-    buf_put(&b, "", 0);
-    for (;;) {
-        if (j->s >= j->end) { free(b.s); return jfail(j, "unterminated string (%s)", what); }
-        unsigned char c = (unsigned char)*j->s++;
-        if (c == '"') break;
-        if (c < 0x20) { free(b.s); return jfail(j, "control character in a string (%s)", what); }
-        if (c != '\\') { buf_put(&b, (const char *)&c, 1); continue; }
-        if (j->s >= j->end) { free(b.s); return jfail(j, "unterminated string (%s)", what); }
-        char e = *j->s++;
-        const char *simple = strchr("\"\\/bfnrt", e);
-        if (e && simple) { buf_put(&b, &"\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"], 1); continue; }
-        unsigned cp, lo;
-        if (e != 'u' || j_hex4(j, &cp)) { free(b.s); return jfail(j, "bad escape in a string (%s)", what); }
-        if (cp >= 0xD800 && cp < 0xDC00) { /* a surrogate pair */
-            if (j->end - j->s < 2 || j->s[0] != '\\' || j->s[1] != 'u') { free(b.s); return jfail(j, "lone surrogate in a string (%s)", what); }
-            j->s += 2;
-            if (j_hex4(j, &lo) || lo < 0xDC00 || lo > 0xDFFF) { free(b.s); return jfail(j, "bad surrogate pair in a string (%s)", what); }
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-        } else if (cp == 0 || (cp >= 0xDC00 && cp < 0xE000)) {
-            free(b.s);
-            return jfail(j, "invalid character \\u%04x in a string (%s)", cp, what);
-        }
-        put_utf8(&b, cp);
-    }
-    *out = b.s;
+static int header_dtype(const StFile *f, StEntry *e, const json_t *v, char *err, int errlen) {
+    if (!json_is_string(v)) return rt_errf(err, errlen, "%s: header: tensor \"%s\": dtype: expected a string, found %s", f->path, e->name, rt_json_kind(v));
+    e->dtype = st_dtype_parse(json_string_value(v));
+    if (e->dtype < 0) return rt_errf(err, errlen, "%s: header: tensor \"%s\": unknown dtype \"%s\"", f->path, e->name, json_string_value(v));
     return 0;
 }
 
-/* A non-negative JSON integer (no sign, fraction, exponent or leading zero). */
-static int juint(Json *j, uint64_t *v, const char *what) {
-    jws(j);
-    if (j->s >= j->end || *j->s < '0' || *j->s > '9') return jfail(j, "expected a non-negative integer (%s)", what);
-    if (*j->s == '0' && j->s + 1 < j->end && j->s[1] >= '0' && j->s[1] <= '9') return jfail(j, "leading zero in a number (%s)", what);
-    *v = 0;
-    while (j->s < j->end && *j->s >= '0' && *j->s <= '9') {
-        unsigned d = (unsigned)(*j->s++ - '0');
-        if (*v > (UINT64_MAX - d) / 10) return jfail(j, "number too large (%s)", what);
-        *v = *v * 10 + d;
-    }
-    if (j->s < j->end && (*j->s == '.' || *j->s == 'e' || *j->s == 'E')) return jfail(j, "expected an integer (%s)", what);
-    return 0;
-}
-
-/* '[' n0, n1, ... ']' with at most max entries. */
-static int juint_array(Json *j, uint64_t *v, int max, int *n, const char *what) {
-    *n = 0;
-    if (jexpect(j, '[', what)) return -1;
-    if (jpeek(j) == ']') { j->s++; return 0; }
-    for (;;) {
-        if (*n == max) return jfail(j, "more than %d entries (%s)", max, what);
-        if (juint(j, &v[(*n)++], what)) return -1;
-        char c = jpeek(j);
-        j->s++;
-        if (c == ']') return 0;
-        if (c != ',') { j->s--; return jfail(j, "expected ',' or ']' (%s)", what); }
-    }
-}
-
-/* Calls item(j, key, ctx) for each key of an object; the item parses the value. */
-static int jobject(Json *j, const char *what, int (*item)(Json *, char *key, void *), void *ctx) {
-    if (jexpect(j, '{', what)) return -1;
-    if (jpeek(j) == '}') { j->s++; return 0; }
-    for (;;) {
-        char *key;
-        if (jstring(j, &key, what)) return -1;
-        int rc = jexpect(j, ':', what) || item(j, key, ctx);
-        free(key);
-        if (rc) return -1;
-        char c = jpeek(j);
-        j->s++;
-        if (c == '}') return 0;
-        if (c != ',') { j->s--; return jfail(j, "expected ',' or '}' (%s)", what); }
-    }
-}
-
-typedef struct {
-    StFile *f;
-    StEntry *e;
-    int seen; /* bits: dtype, shape, data_offsets */
-} TensorCtx;
-
-static int tensor_field(Json *j, char *key, void *vctx) {
-    TensorCtx *c = vctx;
-    StEntry *e = c->e;
-    int bit = strcmp(key, "dtype") == 0 ? 1 : strcmp(key, "shape") == 0 ? 2 : strcmp(key, "data_offsets") == 0 ? 4 : 0;
-    if (!bit) return jfail(j, "tensor \"%s\": unknown field \"%s\"", e->name, key);
-    if (c->seen & bit) return jfail(j, "tensor \"%s\": field \"%s\" given twice", e->name, key);
-    c->seen |= bit;
-    char what[300];
-    snprintf(what, sizeof what, "tensor \"%.200s\" %s", e->name, key);
-    if (bit == 1) {
-        char *s;
-        if (jstring(j, &s, what)) return -1;
-        e->dtype = st_dtype_parse(s);
-        int rc = e->dtype < 0 ? jfail(j, "tensor \"%s\": unknown dtype \"%s\"", e->name, s) : 0;
-        free(s);
-        return rc;
-    }
-    uint64_t v[ST_MAX_RANK];
-    int n;
-    if (bit == 2) {
-        if (juint_array(j, v, ST_MAX_RANK, &n, what)) return -1;
-        e->rank = n;
-        for (int i = 0; i < n; i++) {
-            if (v[i] > (uint64_t)INT64_MAX) return jfail(j, "tensor \"%s\": shape entry too large", e->name);
-            e->shape[i] = (int64_t)v[i];
-        }
-        return 0;
-    }
-    if (juint_array(j, v, 2, &n, what)) return -1;
-    if (n != 2) return jfail(j, "tensor \"%s\": data_offsets needs 2 numbers, has %d", e->name, n);
-    e->begin = v[0];
-    e->end = v[1];
-    return 0;
-}
-
-static int meta_field(Json *j, char *key, void *vctx) {
-    StFile *f = vctx;
-    char *val;
-    if (jstring(j, &val, "__metadata__ value (metadata values are strings)")) return -1;
-    f->meta = xrealloc(f->meta, (size_t)(f->nmeta + 1) * 2 * sizeof *f->meta);
-    f->meta[2 * f->nmeta] = xstrdup(key);
-    f->meta[2 * f->nmeta + 1] = val;
-    f->nmeta++;
-    return 0;
-}
-
-static int top_field(Json *j, char *key, void *vctx) {
-    StFile *f = vctx;
-    if (strcmp(key, "__metadata__") == 0) {
-        if (f->meta) return jfail(j, "__metadata__ given twice");
-        f->meta = xmalloc(2 * sizeof *f->meta); /* marks "seen" even when empty */
-        return jobject(j, "in __metadata__", meta_field, f);
-    }
+static int header_tensor(StFile *f, const char *name, const json_t *obj, char *err, int errlen) {
+    static const char *const FIELDS[] = {"dtype", "shape", "data_offsets"};
+    const char *p = f->path, *key;
+    json_t *v;
+    if (!json_is_object(obj)) return rt_errf(err, errlen, "%s: header: expected '{' for tensor \"%s\", found %s", p, name, rt_json_kind(obj));
+    json_object_foreach((json_t *)obj, key, v)
+        if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "data_offsets"))
+            return rt_errf(err, errlen, "%s: header: tensor \"%s\": unknown field \"%s\"", p, name, key);
+    for (int i = 0; i < 3; i++)
+        if (!json_object_get(obj, FIELDS[i])) return rt_errf(err, errlen, "%s: header: tensor \"%s\": missing field \"%s\"", p, name, FIELDS[i]);
     f->t = xrealloc(f->t, (size_t)(f->n + 1) * sizeof *f->t);
     StEntry *e = &f->t[f->n++];
     memset(e, 0, sizeof *e);
-    e->name = xstrdup(key);
-    e->dtype = -1;
-    TensorCtx c = {f, e, 0};
+    e->name = xstrdup(name);
     char what[300];
-    snprintf(what, sizeof what, "for tensor \"%.200s\"", key);
-    if (jobject(j, what, tensor_field, &c)) return -1;
-    if (c.seen != 7)
-        return jfail(j, "tensor \"%s\": missing field \"%s\"", key, !(c.seen & 1) ? "dtype" : !(c.seen & 2) ? "shape" : "data_offsets");
+    uint64_t sh[ST_MAX_RANK], off[2];
+    int n;
+    snprintf(what, sizeof what, "tensor \"%.200s\" shape", name);
+    if (header_dtype(f, e, json_object_get(obj, "dtype"), err, errlen) ||
+        header_uints(f, json_object_get(obj, "shape"), sh, ST_MAX_RANK, &e->rank, what, err, errlen))
+        return -1;
+    for (int i = 0; i < e->rank; i++) e->shape[i] = (int64_t)sh[i];
+    snprintf(what, sizeof what, "tensor \"%.200s\" data_offsets", name);
+    if (header_uints(f, json_object_get(obj, "data_offsets"), off, 2, &n, what, err, errlen)) return -1;
+    if (n != 2) return rt_errf(err, errlen, "%s: header: tensor \"%s\": data_offsets needs 2 numbers, has %d", p, name, n);
+    e->begin = off[0];
+    e->end = off[1];
     return 0;
 }
 
-static int cmp_name(const void *a, const void *b) { return strcmp((*(StEntry *const *)a)->name, (*(StEntry *const *)b)->name); }
+static int header_meta(StFile *f, const json_t *obj, char *err, int errlen) {
+    const char *key;
+    json_t *v;
+    if (!json_is_object(obj)) return rt_errf(err, errlen, "%s: header: expected '{' for __metadata__, found %s", f->path, rt_json_kind(obj));
+    json_object_foreach((json_t *)obj, key, v) {
+        if (!json_is_string(v))
+            return rt_errf(err, errlen, "%s: header: __metadata__ \"%s\": expected a string (metadata values are strings), found %s", f->path, key, rt_json_kind(v));
+        f->meta = xrealloc(f->meta, (size_t)(f->nmeta + 1) * 2 * sizeof *f->meta);
+        f->meta[2 * f->nmeta] = xstrdup(key);
+        f->meta[2 * f->nmeta + 1] = xstrdup(json_string_value(v));
+        f->nmeta++;
+    }
+    return 0;
+}
+
 static int cmp_begin(const void *a, const void *b) {
     const StEntry *x = *(StEntry *const *)a, *y = *(StEntry *const *)b;
     return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->end < y->end ? -1 : x->end > y->end;
@@ -537,9 +397,6 @@ static int check_entries(const StFile *f, char *err, int errlen) {
     const StEntry **s = xmalloc((size_t)f->n * sizeof *s);
     for (int i = 0; i < f->n; i++) s[i] = &f->t[i];
     int rc = 0;
-    qsort(s, (size_t)f->n, sizeof *s, cmp_name);
-    for (int i = 1; i < f->n && !rc; i++)
-        if (strcmp(s[i - 1]->name, s[i]->name) == 0) rc = rt_errf(err, errlen, "%s: tensor \"%s\" appears twice in the header", p, s[i]->name);
     qsort(s, (size_t)f->n, sizeof *s, cmp_begin);
     uint64_t at = 0;
     for (int i = 0; i < f->n && !rc; i++) {
@@ -558,11 +415,21 @@ static int check_entries(const StFile *f, char *err, int errlen) {
 }
 
 static int parse_header(StFile *f, const char *h, size_t hlen, char *err, int errlen) {
-    Json j = {h, h, h + hlen, f->path, err, errlen, 0};
-    if (jobject(&j, "in the header", top_field, f)) return -1;
-    jws(&j);
-    if (j.s != j.end) return jfail(&j, "unexpected bytes after the header object");
-    return 0;
+    RtJsonError je;
+    size_t used;
+    json_t *top = rt_json_load(h, hlen, JSON_REJECT_DUPLICATES, &used, &je);
+    if (!top) return rt_errf(err, errlen, "%s: header (byte %d): %s (in the header)%s", f->path, je.byte + 8, je.what, je.near);
+    int rc = 0;
+    const char *key;
+    json_t *v;
+    if (!rt_json_blank(h + used, hlen - used))
+        rc = rt_errf(err, errlen, "%s: header (byte %zu): unexpected bytes after the header object", f->path, used + 8);
+    json_object_foreach(top, key, v) {
+        if (rc) break;
+        rc = strcmp(key, "__metadata__") == 0 ? header_meta(f, v, err, errlen) : header_tensor(f, key, v, err, errlen);
+    }
+    json_decref(top);
+    return rc;
 }
 
 int st_open(StFile *f, const char *path, char *err, int errlen) {

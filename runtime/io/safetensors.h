@@ -8,10 +8,9 @@
  * Writing is atomic: a temp file next to the target, fsync, rename, fsync of
  * the directory, so a reader sees the old file or the complete new one.
  *
- * Reading is strict: the header is parsed by a small JSON parser that
- * accepts only what the format allows (an object of tensor entries with
- * exactly dtype, shape and data_offsets, plus an optional "__metadata__"
- * object of strings), and every tensor is checked against the file: offsets
+ * Reading is strict: the header is parsed by jansson and accepted only as
+ * the format allows (an object of tensor entries with exactly dtype, shape
+ * and data_offsets, plus an optional "__metadata__" object of strings), and every tensor is checked against the file: offsets
  * inside the data section, no overlaps and no holes, shape product x dtype
  * size == byte length.  Every violation is one line "FILE: what (field)". */
 #ifndef KILN_SAFETENSORS_H
