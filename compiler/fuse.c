@@ -68,12 +68,6 @@ typedef struct {
     int *ustart, *users; /* users of value v: users[ustart[v] .. ustart[v+1]) */
 } Fuser;
 
-static void *xmalloc(size_t n) {
-    void *p = calloc(n ? n : 1, 1);
-    if (!p) ICE("out of memory");
-    return p;
-}
-
 static const Node *node(const Fuser *f, int i) { return &f->g->nodes[i]; }
 static int def(const Fuser *f, int v) { return f->g->vals[v].def; }
 static const Type *out_type(const Fuser *f, int i) { return &f->g->vals[node(f, i)->out[0]].t; }
@@ -255,15 +249,15 @@ static void set_kernel(Module *m, Node *n, int K) {
 
 static void build_users(Fuser *f) {
     const Graph *g = f->g;
-    f->ustart = xmalloc(sizeof(int) * (size_t)(g->nvals + 1));
+    f->ustart = xcalloc((size_t)(g->nvals + 1), sizeof(int));
     int total = 0;
     for (int i = 0; i < g->nnodes; i++) {
         total += g->nodes[i].nin;
         for (int k = 0; k < g->nodes[i].nin; k++) f->ustart[g->nodes[i].in[k] + 1]++;
     }
     for (int v = 0; v < g->nvals; v++) f->ustart[v + 1] += f->ustart[v];
-    f->users = xmalloc(sizeof(int) * (size_t)total);
-    int *fill = xmalloc(sizeof(int) * (size_t)(g->nvals + 1));
+    f->users = xcalloc((size_t)total, sizeof(int));
+    int *fill = xcalloc((size_t)(g->nvals + 1), sizeof(int));
     memcpy(fill, f->ustart, sizeof(int) * (size_t)(g->nvals + 1));
     for (int i = 0; i < g->nnodes; i++)
         for (int k = 0; k < g->nodes[i].nin; k++) f->users[fill[g->nodes[i].in[k]]++] = i;
@@ -273,13 +267,13 @@ static void build_users(Fuser *f) {
 static void fuse_graph(Graph *g) {
     int n = g->nnodes;
     Fuser f = {.g = g, .n = n};
-    f.order = xmalloc(sizeof(int) * (size_t)n);
-    f.placed = xmalloc((size_t)n);
-    f.lazy = xmalloc((size_t)n);
-    f.member = xmalloc(sizeof(int) * (size_t)n);
-    f.kernel = xmalloc(sizeof(int) * (size_t)n);
-    f.grp = xmalloc(sizeof(int) * (size_t)n);
-    f.readmark = xmalloc(sizeof(int) * (size_t)g->nvals);
+    f.order = xcalloc((size_t)n, sizeof(int));
+    f.placed = xcalloc((size_t)n, 1);
+    f.lazy = xcalloc((size_t)n, 1);
+    f.member = xcalloc((size_t)n, sizeof(int));
+    f.kernel = xcalloc((size_t)n, sizeof(int));
+    f.grp = xcalloc((size_t)n, sizeof(int));
+    f.readmark = xcalloc((size_t)g->nvals, sizeof(int));
     build_users(&f);
     for (int i = 0; i < n; i++) {
         Node *nd = &g->nodes[i];
