@@ -251,7 +251,7 @@ static void test_gpt2_chunks(void **st) {
     free(whole), free(parts);
 }
 
-static void skip_line(const char *name) { printf("ok - %s # SKIP no GPT-2 BPE files\n", name); }
+static void missing_line(const char *name) { printf("not ok - %s: no GPT-2 BPE files (%s, %s: make test fetches them, `make bpe`)\n", name, enc_path, merges_path); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -268,7 +268,7 @@ int main(void) {
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     if (access(enc_path, R_OK) == 0 && access(merges_path, R_OK) == 0)
         return rc | cmocka_run_group_tests_name("gpt2", gpt2_tests, NULL, NULL);
-    for (size_t i = 0; i < sizeof gpt2_tests / sizeof *gpt2_tests; i++) skip_line(gpt2_tests[i].name);
+    for (size_t i = 0; i < sizeof gpt2_tests / sizeof *gpt2_tests; i++) missing_line(gpt2_tests[i].name);
     fflush(stdout);
-    return rc;
+    return 1;
 }
