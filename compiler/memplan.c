@@ -11,6 +11,20 @@
  *   opt     the state values (AdamW moments, the step counter);
  *   act     everything else, packed by liveness.
  *
+ * In-place updates.  The optimizer step computes a new value for every param
+ * and state (AdamW's p', m', v', the step counter; under --zero 1 the
+ * shards' master weights and moments) and `assign`s it, which commits at the
+ * end of the step.  Held in the act space until then, these new values
+ * would all be live together: an arena of three times the parameters, above
+ * any model's activations.  So each value an assign writes is placed on the
+ * buffer of the param or state it replaces whenever no read of the old value
+ * can see it (ir_inplace_conflict, live.c: every reader is done before the
+ * producer starts, across streams by events, or is the producer itself
+ * reading element j before writing element j); the emitter then skips the
+ * assign's copy (source and destination are one buffer).  Otherwise it
+ * falls back to the act space and the copy.  The verifier checks each such
+ * placement with the same rule.
+ *
  * A param the step never reads has no buffer: with the distributed
  * optimizer its values live in the shard state "param.b<k>" and the step
  * reads the all-gathered copy.
@@ -132,6 +146,21 @@ static void place_grads(Graph *g, const MemLive *L, int64_t *top) {
     free(roots);
 }
 
+/* The value each assign writes goes straight into the buffer of the
+ * param or state it replaces when ir_inplace_conflict allows it (no
+ * reader of the old value is left); otherwise it stays for the act space
+ * and the assign copies it at the end of the step. */
+static void place_inplace(Graph *g, const MemLive *L) {
+    for (int i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i].op != OP_assign) continue;
+        int nw = g->nodes[i].in[0], old = ir_assign_target(g, i);
+        const char *why;
+        if (old < 0 || g->vals[old].space < 0 || g->vals[nw].space >= 0 || ir_inplace_conflict(g, L, old, nw, &why) >= 0) continue;
+        g->vals[nw].space = g->vals[old].space;
+        g->vals[nw].offset = g->vals[old].offset;
+    }
+}
+
 static void plan_graph(Graph *g) {
     MemLive L;
     ir_live_build(g, &L);
@@ -142,6 +171,7 @@ static void plan_graph(Graph *g) {
         if (nd->op == OP_param && L.root[nd->out[0]] >= 0) put(g, nd->out[0], SPACE_PARAMS, top);
         if (nd->op == OP_state) put(g, nd->out[0], SPACE_OPT, top);
     }
+    place_inplace(g, &L);
     place_grads(g, &L, top);
     place_act(g, &L);
     for (int v = 0; v < g->nvals; v++) {
