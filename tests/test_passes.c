@@ -654,6 +654,38 @@ static void test_inplace(void **unused) {
     }
 }
 
+/* ---- what sets the peak (kiln plan --peak) ---- */
+
+/* tiny: the report names the peak's position, phase and line, and lists the
+ * live buffers largest first with why each is still live; their bytes add
+ * up to the liveness lower bound. */
+static void test_peak_report(void **unused) {
+    Module *m = planned_tiny();
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    memplan_peak_report(m, f);
+    fclose(f);
+    fputs(buf, stderr);
+    assert_non_null(strstr(buf, "most bytes live at pos "));
+    assert_non_null(strstr(buf, "models/tiny.lua:"));
+    assert_non_null(strstr(buf, "read by "));
+    double prev = 1e30, sum = 0;
+    int rows = 0;
+    for (const char *line = strchr(buf, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+        char *end;
+        double mib = strtod(line + 1, &end);
+        if (end == line + 1) continue; /* the column heads */
+        if (!strstr(end, "smaller buffers")) assert_true(mib <= prev);
+        prev = mib, sum += mib, rows++;
+    }
+    assert_true(rows > 1);
+    double lb = (double)memplan_lower_bound(m) / (1 << 20);
+    assert_true(sum > lb - 0.01 * rows && sum < lb + 0.01 * rows); /* rows are rounded to 0.01 MiB */
+    free(buf);
+    ir_free(m);
+}
+
 /* ---- GPT-2 124M: the plan against the lower bound, and the report ---- */
 
 static void test_gpt2_plan(void **state) {
@@ -700,6 +732,7 @@ int main(void) {
         cmocka_unit_test(test_groups_broken),
         cmocka_unit_test(test_events),
         cmocka_unit_test(test_inplace),
+        cmocka_unit_test(test_peak_report),
         cmocka_unit_test(test_gpt2_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
