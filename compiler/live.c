@@ -16,6 +16,10 @@
  *                  over which program positions (the schedule's node order)
  *                  it lives; memplan places buffers by it and the verifier
  *                  rejects any two that share bytes while both are live.
+ *   ir_inplace_conflict  says whether the value an `assign` writes may be
+ *                  computed straight into the buffer of the param or state
+ *                  it replaces (no read of the old value after the write
+ *                  begins); memplan places by it, the verifier checks it.
  *
  * Liveness.  A buffer lives from its producer to its last reader (a fused
  * group counts as one step spanning its nodes); program inputs live from the
@@ -123,6 +127,21 @@ static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
     free(recpos), free(recstream);
 }
 
+/* The first position from which stream sd may overwrite what node i (on
+ * stream su) reads: the end of i's group when sd is su (an in-order queue)
+ * or either is unscheduled, else where sd has waited for an event recorded
+ * after the read (ordered_end).  A send's bytes are read at its recv (a recv
+ * reads nothing); a read off the compute stream counts as done only when
+ * every other stream is past it too. */
+static int read_end(const Graph *g, const MemLive *L, int i, int sd) {
+    int peer = ir_p2p_peer(g, i), u = peer >= 0 ? peer : i; /* where the read happens */
+    int su = g->nodes[i].stream, e = L->last[u];
+    if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, ordered_end(g, u, su, sd));
+    for (int t = 0; su > IR_STREAM_COMPUTE && t < 32; t++)
+        if ((L->used >> t & 1) && t != su) e = max_i(e, ordered_end(g, u, su, t));
+    return e;
+}
+
 void ir_live_build(const Graph *g, MemLive *L) {
     int n = g->nnodes, nv = g->nvals;
     L->nnodes = n, L->nvals = nv;
@@ -130,7 +149,7 @@ void ir_live_build(const Graph *g, MemLive *L) {
     L->start = xcalloc((size_t)nv, sizeof(int));
     L->end = xcalloc((size_t)nv, sizeof(int));
     int64_t *kern = xcalloc((size_t)n, sizeof(int64_t));
-    int *first = xcalloc((size_t)n, sizeof(int)), *last = xcalloc((size_t)n, sizeof(int));
+    int *first = L->first = xcalloc((size_t)n + 1, sizeof(int)), *last = L->last = xcalloc((size_t)n + 1, sizeof(int));
     char *outside = xcalloc((size_t)nv, 1);
 
     /* each node's group span [first, last] (itself when not fused) */
@@ -167,29 +186,72 @@ void ir_live_build(const Graph *g, MemLive *L) {
         }
     }
 
-    unsigned used = 0; /* streams with nodes */
+    L->used = 0; /* streams with nodes */
     for (int i = 0; i < n; i++)
-        if (g->nodes[i].stream >= 0 && g->nodes[i].stream < 32) used |= 1u << g->nodes[i].stream;
+        if (g->nodes[i].stream >= 0 && g->nodes[i].stream < 32) L->used |= 1u << g->nodes[i].stream;
     for (int i = 0; i < n; i++) {
         const Node *nd = &g->nodes[i];
-        int peer = ir_p2p_peer(g, i); /* a send's bytes are read at its recv (a recv reads nothing) */
-        int u = peer >= 0 ? peer : i;  /* where the read happens */
         for (int k = 0; k < nd->nin; k++) {
             int r = L->root[nd->in[k]];
             if (r < 0) continue;
-            int e = nd->op == OP_output ? n : last[u];
-            int sd = g->nodes[g->vals[r].def].stream, su = nd->stream;
-            if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, ordered_end(g, u, su, sd));
-            for (int t = 0; su > IR_STREAM_COMPUTE && t < 32; t++) /* a read off the compute stream: until every stream is past it */
-                if ((used >> t & 1) && t != su) e = max_i(e, ordered_end(g, u, su, t));
+            int e = nd->op == OP_output ? n : read_end(g, L, i, g->nodes[g->vals[r].def].stream);
             L->end[r] = max_i(L->end[r], e);
         }
     }
-    pull_back_starts(g, L, used);
-    free(kern), free(first), free(last), free(outside), free(read);
+    pull_back_starts(g, L, L->used);
+    free(kern), free(outside), free(read);
 }
 
 void ir_live_free(MemLive *L) {
-    free(L->root), free(L->start), free(L->end);
+    free(L->root), free(L->start), free(L->end), free(L->first), free(L->last);
     memset(L, 0, sizeof *L);
+}
+
+int ir_assign_target(const Graph *g, int i) {
+    const char *name = ir_attr_s(&g->nodes[i], "name", "");
+    for (int j = 0; j < g->nnodes; j++) {
+        const Node *n = &g->nodes[j];
+        if ((ir_ops[n->op].flags & F_STATE) && strcmp(ir_attr_s(n, "name", ""), name) == 0) return n->out[0];
+    }
+    return -1;
+}
+
+/* Whether node i, a member of the group that writes nw (the same position
+ * span; i == p when p is not fused), reads element j of old before p writes
+ * element j of nw: i is p or an elementwise member before it, p writes
+ * element by element (elementwise, or an optimizer update such as adamw),
+ * and the read covers the whole value, not a broadcast of part of it. */
+static const char *producer_read(const Graph *g, int i, int p, int in, int nw) {
+    unsigned per_element = F_ELEMENTWISE | F_OPTIMIZER;
+    if (i > p) return "reads the old value in the writer's fused group, after the member that writes the new one";
+    if (!(ir_ops[g->nodes[p].op].flags & per_element) || !(ir_ops[g->nodes[i].op].flags & (i == p ? per_element : F_ELEMENTWISE)) ||
+        ir_numel(&g->vals[in].t) != ir_numel(&g->vals[nw].t))
+        return "reads the old value other than element by element while the new one is written over it";
+    return NULL;
+}
+
+int ir_inplace_conflict(const Graph *g, const MemLive *L, int old, int nw, const char **why) {
+    const Value *o = &g->vals[old], *x = &g->vals[nw];
+    int p = x->def;
+    *why = NULL;
+    if (p < 0 || (ir_ops[g->nodes[p].op].flags & F_SOURCE) || L->root[old] != old || L->root[nw] != nw || o->t.dt != x->t.dt ||
+        ir_numel(&o->t) != ir_numel(&x->t)) {
+        *why = "is not a computed value of the replaced value's type with a buffer of its own";
+        return p;
+    }
+    int write = L->first[p], sw = g->nodes[p].stream;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nin; k++) {
+            if (L->root[n->in[k]] != old) continue;
+            if (n->op == OP_output) *why = "reads the old value at the end of the step";
+            else if (L->first[i] == write) *why = producer_read(g, i, p, n->in[k], nw);
+            else if (read_end(g, L, i, sw) >= write)
+                *why = n->stream == sw || n->stream < 0 || sw < 0
+                           ? "reads the old value after the write of the new one begins"
+                           : "reads the old value on another stream, and the writer's stream waits for no event recorded after that read before the write";
+            if (*why) return i;
+        }
+    }
+    return -1;
 }

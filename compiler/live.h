@@ -51,8 +51,31 @@ typedef struct {
     int nvals, nnodes;
     int *root;        /* per value: the value owning its buffer; -1: no buffer */
     int *start, *end; /* per value with root[v] == v: live over [start, end] */
+    int *first, *last; /* per node: the positions its fused group spans (itself when not fused) */
+    unsigned used;    /* the streams that have nodes, a bit each */
 } MemLive;
 void ir_live_build(const Graph *g, MemLive *L);
 void ir_live_free(MemLive *L);
+
+/* The value of the param or state node that `assign` node i names; -1 when
+ * none does. */
+int ir_assign_target(const Graph *g, int i);
+
+/* In-place updates.  An `assign` writes a new value nw over a param or
+ * state old at the end of the step, but nw may as well be computed straight
+ * into old's buffer (no second buffer, no copy) when no read of old can see
+ * it: every node that reads old (or a view of it) must be done with it
+ * before nw's producer starts (its fused group's first position) -- on the
+ * producer's stream by position, from another stream by an event recorded
+ * after the read that the producer's stream waits for before the write --
+ * or be the producer itself reading element j before it writes element j
+ * (an elementwise op or optimizer update, or an elementwise member at or
+ * before the producer in its fused group, reading all of old).  An output
+ * reads old at the end of the step, so it always conflicts.  nw must be a
+ * computed value with a buffer of its own, of old's dtype and size.
+ * Returns -1 when nw may be written over old; else the node in the way (a
+ * reader of old, or nw's producer) and in *why what it does wrong.  memplan
+ * places by it and the verifier checks the placement with it. */
+int ir_inplace_conflict(const Graph *g, const MemLive *L, int old, int nw, const char **why);
 
 #endif

@@ -11,6 +11,20 @@
  *   opt     the state values (AdamW moments, the step counter);
  *   act     everything else, packed by liveness.
  *
+ * In-place updates.  The optimizer step computes a new value for every param
+ * and state (AdamW's p', m', v', the step counter; under --zero 1 the
+ * shards' master weights and moments) and `assign`s it, which commits at the
+ * end of the step.  Held in the act space until then, these new values
+ * would all be live together: an arena of three times the parameters, above
+ * any model's activations.  So each value an assign writes is placed on the
+ * buffer of the param or state it replaces whenever no read of the old value
+ * can see it (ir_inplace_conflict, live.c: every reader is done before the
+ * producer starts, across streams by events, or is the producer itself
+ * reading element j before writing element j); the emitter then skips the
+ * assign's copy (source and destination are one buffer).  Otherwise it
+ * falls back to the act space and the copy.  The verifier checks each such
+ * placement with the same rule.
+ *
  * A param the step never reads has no buffer: with the distributed
  * optimizer its values live in the shard state "param.b<k>" and the step
  * reads the all-gathered copy.
@@ -36,6 +50,14 @@
  * live at one position (memplan_lower_bound), which `kiln plan` prints next
  * to it.  The verifier re-derives liveness with ir_live_build and rejects
  * any two buffers that share bytes while both are live.
+ *
+ * The reports.  memplan_report is `kiln plan`'s table: each space's size,
+ * the arena beside its lower bound and beside the model's activations
+ * alone, and the phase where the most act bytes are live.
+ * memplan_peak_report (`kiln plan --peak`) says what sets that peak: the
+ * position, its op and model line, and every act buffer live there, largest
+ * first, with the line that made it and why it is still live (its last
+ * reader), so a user can see which activations to recompute or offload.
  *
  * Op names.  Where a family is meant the plan asks the op flags (F_COMM,
  * F_VIEW through the liveness); it names an op where that op itself is
@@ -132,6 +154,21 @@ static void place_grads(Graph *g, const MemLive *L, int64_t *top) {
     free(roots);
 }
 
+/* The value each assign writes goes straight into the buffer of the
+ * param or state it replaces when ir_inplace_conflict allows it (no
+ * reader of the old value is left); otherwise it stays for the act space
+ * and the assign copies it at the end of the step. */
+static void place_inplace(Graph *g, const MemLive *L) {
+    for (int i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i].op != OP_assign) continue;
+        int nw = g->nodes[i].in[0], old = ir_assign_target(g, i);
+        const char *why;
+        if (old < 0 || g->vals[old].space < 0 || g->vals[nw].space >= 0 || ir_inplace_conflict(g, L, old, nw, &why) >= 0) continue;
+        g->vals[nw].space = g->vals[old].space;
+        g->vals[nw].offset = g->vals[old].offset;
+    }
+}
+
 static void plan_graph(Graph *g) {
     MemLive L;
     ir_live_build(g, &L);
@@ -142,6 +179,7 @@ static void plan_graph(Graph *g) {
         if (nd->op == OP_param && L.root[nd->out[0]] >= 0) put(g, nd->out[0], SPACE_PARAMS, top);
         if (nd->op == OP_state) put(g, nd->out[0], SPACE_OPT, top);
     }
+    place_inplace(g, &L);
     place_grads(g, &L, top);
     place_act(g, &L);
     for (int v = 0; v < g->nvals; v++) {
@@ -190,23 +228,35 @@ static char *activation_values(const Graph *g) {
     return act;
 }
 
+/* The position (0..nnodes) where the ACT buffers live at once have the most
+ * bytes, the first if several; those bytes in *bytes.  only: count just the
+ * values it marks (NULL: all). */
+static int peak_position(const Graph *g, const MemLive *L, const char *only, int64_t *bytes) {
+    int64_t *delta = xcalloc((size_t)g->nnodes + 2, sizeof(int64_t)), live = 0;
+    int at = 0;
+    *bytes = 0;
+    for (int v = 0; v < g->nvals; v++)
+        if (L->root[v] == v && g->vals[v].space == SPACE_ACT && (!only || only[v])) {
+            delta[L->start[v]] += ir_value_bytes(&g->vals[v]);
+            delta[L->end[v] + 1] -= ir_value_bytes(&g->vals[v]);
+        }
+    for (int i = 0; i <= g->nnodes; i++) {
+        live += delta[i];
+        if (live > *bytes) *bytes = live, at = i;
+    }
+    free(delta);
+    return at;
+}
+
 /* The largest sum of live ACT buffer bytes at one position; activations:
  * only the model's activations (activation_values). */
 static int64_t live_peak(const Graph *g, int activations) {
     MemLive L;
     ir_live_build(g, &L);
     char *act = activations ? activation_values(g) : NULL;
-    int64_t *delta = xcalloc((size_t)g->nnodes + 2, sizeof(int64_t)), live = 0, peak = 0;
-    for (int v = 0; v < g->nvals; v++)
-        if (L.root[v] == v && g->vals[v].space == SPACE_ACT && (!act || act[v])) {
-            delta[L.start[v]] += ir_value_bytes(&g->vals[v]);
-            delta[L.end[v] + 1] -= ir_value_bytes(&g->vals[v]);
-        }
-    for (int i = 0; i <= g->nnodes; i++) {
-        live += delta[i];
-        if (live > peak) peak = live;
-    }
-    free(delta), free(act);
+    int64_t peak;
+    peak_position(g, &L, act, &peak);
+    free(act);
     ir_live_free(&L);
     return peak;
 }
@@ -335,6 +385,115 @@ static void report_cp(const Module *m, const Graph *g, FILE *f) {
             sent / natt, formula / natt);
 }
 
+/* ======================================================================
+ * What sets the peak
+ * ====================================================================== */
+
+/* "models/gpt2.lua:31 L3 fwd" for node i; "after the step" past the last. */
+static const char *node_line(const Graph *g, int i, char *buf, size_t n) {
+    if (i >= g->nnodes) return snprintf(buf, n, "after the step"), buf;
+    const Node *nd = &g->nodes[i];
+    snprintf(buf, n, "%s:%d L%d %s", nd->loc.file ? nd->loc.file : "?", nd->loc.line, nd->layer, ir_phase_names[nd->phase]);
+    return buf;
+}
+
+/* Per buffer (root value): the node that reads it last, -1 when none does. */
+static int *last_readers(const Graph *g, const MemLive *L) {
+    int *last = xcalloc((size_t)g->nvals, sizeof(int));
+    for (int v = 0; v < g->nvals; v++) last[v] = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            int r = L->root[g->nodes[i].in[k]];
+            if (r >= 0) last[r] = i;
+        }
+    return last;
+}
+
+/* Why buffer v is still live at position at: made there, or its last
+ * reader (and, when another stream's read holds it longer, until when). */
+static void why_live(const Graph *g, const MemLive *L, int v, int reader, int at, char *buf, size_t n) {
+    char where[160];
+    if (L->start[v] == at) {
+        snprintf(buf, n, "written here");
+        return;
+    }
+    if (reader < 0) {
+        snprintf(buf, n, "never read");
+        return;
+    }
+    const Node *r = &g->nodes[reader];
+    int k = r->op == OP_output ? snprintf(buf, n, "read by output %s after the step", ir_attr_s(r, "name", "?"))
+                               : snprintf(buf, n, "read by %s at %s pos %d", ir_ops[r->op].name, node_line(g, reader, where, sizeof where), reader);
+    if (r->op != OP_output && L->end[v] > reader && k > 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, ", held to pos %d for another stream", L->end[v]);
+}
+
+typedef struct {
+    int v;
+    int64_t bytes;
+} LiveBuf;
+
+static int by_bytes(const void *a, const void *b) {
+    const LiveBuf *x = a, *y = b;
+    return x->bytes != y->bytes ? (x->bytes < y->bytes) - (x->bytes > y->bytes) : x->v - y->v;
+}
+
+enum { PEAK_ROWS = 24 };
+
+static void stage_peak_report(const Graph *g, FILE *f) {
+    MemLive L;
+    ir_live_build(g, &L);
+    int64_t bytes;
+    int at = peak_position(g, &L, NULL, &bytes), *reader = last_readers(g, &L), nb = 0;
+    char where[160], why[320], type[96];
+    LiveBuf *live = xcalloc((size_t)g->nvals + 1, sizeof(LiveBuf));
+    for (int v = 0; v < g->nvals; v++)
+        if (L.root[v] == v && g->vals[v].space == SPACE_ACT && L.start[v] <= at && at <= L.end[v])
+            live[nb++] = (LiveBuf){v, ir_value_bytes(&g->vals[v])};
+    qsort(live, (size_t)nb, sizeof(LiveBuf), by_bytes);
+    fprintf(f, "activation arena %.2f MiB; most bytes live at pos %d of %d, %s%s%s: %.2f MiB in %d buffers\n",
+            (double)stage_peak(g, SPACE_ACT) / (1 << 20), at, g->nnodes, at < g->nnodes ? ir_ops[g->nodes[at].op].name : "",
+            at < g->nnodes ? " at " : "", node_line(g, at, where, sizeof where), (double)bytes / (1 << 20), nb);
+    fprintf(f, "  %14s  %-7s %-22s %-18s %-32s %s\n", "bytes", "value", "type", "op", "made at", "why still live");
+    int64_t rest = 0;
+    for (int k = 0; k < nb; k++) {
+        int v = live[k].v;
+        if (k >= PEAK_ROWS) {
+            rest += live[k].bytes;
+            continue;
+        }
+        const Node *d = &g->nodes[g->vals[v].def];
+        why_live(g, &L, v, reader[v], at, why, sizeof why);
+        fprintf(f, "  %10.2f MiB  %%%-6d %-22s %-18s %-32s %s\n", (double)live[k].bytes / (1 << 20), v,
+                ir_type_str(&g->vals[v].t, type, sizeof type), ir_ops[d->op].name, node_line(g, g->vals[v].def, where, sizeof where), why);
+    }
+    if (nb > PEAK_ROWS) fprintf(f, "  %10.2f MiB  in %d smaller buffers\n", (double)rest / (1 << 20), nb - PEAK_ROWS);
+    free(live), free(reader);
+    ir_live_free(&L);
+}
+
+void memplan_peak_report(const Module *m, FILE *f) {
+    for (int s = 0; s < m->nstages; s++) {
+        if (m->nstages > 1) fprintf(f, "pipeline stage %d: ", s);
+        stage_peak_report(m->stages[s], f);
+    }
+}
+
+/* "bwd at pos 812 (models/gpt2.lua:40 L11, attention_bwd)": where the most
+ * act bytes are live. */
+static void put_peak_phase(const Graph *g, FILE *f) {
+    MemLive L;
+    ir_live_build(g, &L);
+    int64_t bytes;
+    int at = peak_position(g, &L, NULL, &bytes);
+    char where[160];
+    if (at >= g->nnodes) fprintf(f, "  %-16s after the step\n", "peak set in");
+    else
+        fprintf(f, "  %-16s %s, at pos %d of %d (%s, %s)\n", "peak set in", ir_phase_names[g->nodes[at].phase], at, g->nnodes,
+                node_line(g, at, where, sizeof where), ir_ops[g->nodes[at].op].name);
+    ir_live_free(&L);
+}
+
 void memplan_report(const Module *m, FILE *f) {
     for (int s = 0; s < m->nstages; s++) {
         const Graph *g = m->stages[s];
@@ -350,6 +509,7 @@ void memplan_report(const Module *m, FILE *f) {
                  lb ? (double)a / (double)lb : 1.0);
         put_bytes(f, "activations", a, note);
         put_bytes(f, "  of which model", live_peak(g, 1), "(peak of the forward/backward activations alone: what sequence length and cp change)");
+        put_peak_phase(g, f);
         put_bytes(f, "workspace", 0, "(scratch of library kernels beyond their outputs: none on the CPU)");
         put_bytes(f, "total", p + gr + o + a, NULL);
         if (ir_world(m) > 1) report_comm(m, g, f);

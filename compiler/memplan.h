@@ -23,7 +23,13 @@ int64_t memplan_lower_bound(const Module *m);
  * forward or backward from the data, not gradients, gathered params or
  * optimizer values (what sequence length, recompute and cp change). */
 int64_t memplan_fwd_bwd_peak(const Module *m);
-/* Peak memory per rank: params, grads, optimizer state, activations, workspace. */
+/* Peak memory per rank: params, grads, optimizer state, activations (and
+ * the phase where they peak), workspace. */
 void memplan_report(const Module *m, FILE *f);
+/* What sets the activation arena's peak (kiln plan --peak): the position
+ * where the most act bytes are live (its phase, op and model line) and the
+ * buffers live there, largest first, each with its producer's line and why
+ * it is still live (written there, or its last reader and where). */
+void memplan_peak_report(const Module *m, FILE *f);
 
 #endif

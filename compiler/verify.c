@@ -30,6 +30,12 @@
  *     share their input's buffer, group internals have none, params are in
  *     the params space and states in opt, and no two buffers of a space share
  *     a byte while both are live (params, grads and opt buffers live all step);
+ *     the one exception, a value written in place of a param or state, must
+ *     be the input of an assign to that param/state and no read of the old
+ *     value may happen after the write begins (ir_inplace_conflict: same
+ *     stream by position, other streams by a recorded event the writer's
+ *     stream waits for); any other value in the params or opt space is a
+ *     param or state;
  *   - a module marked recompute=gemm-last has no GEMM and no attention
  *     (no EXPENSIVE op) in phase recompute.
  *
@@ -425,14 +431,46 @@ static int check_places(Checker *c, const MemLive *L) {
     return 0;
 }
 
-/* No two buffers of one space share a byte while both are live. */
-static int check_overlaps(Checker *c, const MemLive *L) {
+/* Values written in place of a param or state (ir_inplace_conflict): each
+ * is the input of an assign to the param/state whose buffer it has, and no
+ * read of the old value can see it; any other value in the params or opt
+ * space is a param or state itself.  Marks them in inplace[]. */
+static int check_inplace(Checker *c, const MemLive *L, char *inplace) {
+    const Graph *g = c->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i].op != OP_assign) continue;
+        int nw = g->nodes[i].in[0], old = ir_assign_target(g, i);
+        const Value *x = &g->vals[nw];
+        if (old < 0 || old == nw || x->space != g->vals[old].space || x->offset != g->vals[old].offset) continue;
+        const char *why;
+        int r = ir_inplace_conflict(g, L, old, nw, &why);
+        if (r >= 0) {
+            const Node *rn = &g->nodes[r];
+            return bad(c, i, "%%%d is written in place of %s (%%%d, %s+%lld), but node %d (%s, %s:%d) %s", nw,
+                       ir_attr_s(&g->nodes[i], "name", "?"), old, ir_space_name(x->space), (long long)x->offset, r,
+                       ir_ops[rn->op].name, loc_file(rn), rn->loc.line, why);
+        }
+        inplace[nw] = 1;
+    }
+    for (int v = 0; v < g->nvals; v++) {
+        const Value *x = &g->vals[v];
+        if (x->def < 0 || L->root[v] != v || inplace[v] || (x->space != SPACE_PARAMS && x->space != SPACE_OPT)) continue;
+        if (!(ir_ops[g->nodes[x->def].op].flags & F_STATE))
+            return bad(c, x->def, "%%%d is in the %s space but is no param or state, nor written in place of one by an assign", v,
+                       ir_space_name(x->space));
+    }
+    return 0;
+}
+
+/* No two buffers of one space share a byte while both are live; a value
+ * written in place of a param or state shares its buffer by right. */
+static int check_overlaps(Checker *c, const MemLive *L, const char *inplace) {
     const Graph *g = c->g;
     Span *sp = xcalloc((size_t)g->nvals, sizeof(Span));
     int ns = 0, rc = 0;
     for (int v = 0; v < g->nvals; v++) {
         const Value *x = &g->vals[v];
-        if (x->def < 0 || L->root[v] != v) continue;
+        if (x->def < 0 || L->root[v] != v || inplace[v]) continue;
         int act = x->space == SPACE_ACT;
         sp[ns++] = (Span){v, act ? L->start[v] : 0, act ? L->end[v] : g->nnodes, x->space, x->offset, ir_value_bytes(x)};
     }
@@ -460,7 +498,9 @@ static int check_plan(Checker *c) {
     if (!planned) return 0;
     MemLive L;
     ir_live_build(g, &L);
-    int rc = check_places(c, &L) || check_overlaps(c, &L) ? -1 : 0;
+    char *inplace = xcalloc((size_t)g->nvals + 1, 1);
+    int rc = check_places(c, &L) || check_inplace(c, &L, inplace) || check_overlaps(c, &L, inplace) ? -1 : 0;
+    free(inplace);
     ir_live_free(&L);
     return rc;
 }
