@@ -2,7 +2,9 @@
 # bench/recompute.sh — what each --recompute policy costs in step time and
 # what it saves in memory, on the CPU trainer.
 #   GPT: 4 layers, 4 heads, dim 256, seq 256, batch 8, vocab 256, AdamW
-#   (the model of bench/cpu_vs_torch.sh), compiled once per policy.
+#   (the model of bench/cpu_vs_torch.sh), compiled once per policy;
+#   MODEL=, SHAPE= and POLICIES= choose others, e.g. GPT-2 124M:
+#   MODEL=models/gpt2.lua SHAPE="--set seq=256 --set batch=4" STEPS=1 ROUNDS=1
 # Per policy: median ms/step over the timed steps of ROUNDS runs (each run:
 # 2 warm-up steps, then STEPS timed ones; a step's time is the difference of
 # consecutive "elapsed" values in the --log JSON lines), its ratio to none,
@@ -17,8 +19,9 @@ B=${BUILD:-build}
 STEPS=${STEPS:-10}
 ROUNDS=${ROUNDS:-5}
 THREADS=${THREADS:-2}
-POLICIES="none gemm-last selective full"
-SHAPE="--set layers=4 --set heads=4 --set dim=256 --set seq=256 --set batch=8"
+POLICIES=${POLICIES:-"none gemm-last selective full"}
+MODEL=${MODEL:-models/tiny.lua}
+SHAPE=${SHAPE:-"--set layers=4 --set heads=4 --set dim=256 --set seq=256 --set batch=8"}
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" >/dev/null
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
@@ -43,12 +46,12 @@ median() { sort -g | awk '{a[n++] = $1} END {if (!n) print "nan"; else if (n % 2
 
 for p in $POLICIES; do
     # shellcheck disable=SC2086
-    "$B/kiln" compile models/tiny.lua --target cpu $SHAPE --recompute "$p" -o "$tmp/gpt-$p" >/dev/null
+    "$B/kiln" compile "$MODEL" --target cpu $SHAPE --recompute "$p" -o "$tmp/gpt-$p" >/dev/null
     # shellcheck disable=SC2086
-    "$B/kiln" plan models/tiny.lua $SHAPE --recompute "$p" >"$tmp/plan-$p"
+    "$B/kiln" plan "$MODEL" $SHAPE --recompute "$p" >"$tmp/plan-$p"
 done
 # shellcheck disable=SC2086
-"$B/kiln" plan models/tiny.lua $SHAPE --recompute all >"$tmp/plan-all"
+"$B/kiln" plan "$MODEL" $SHAPE --recompute all >"$tmp/plan-all"
 
 for r in $(seq 1 "$ROUNDS"); do
     for p in $POLICIES; do

@@ -17,7 +17,8 @@
  *                default: all of them)
  *   kiln check   MODEL            f32 against f64 on random inputs; with
  *                --dp/--cp/--micro-batches, the ranks against one device (check.c)
- *   kiln plan    MODEL            memory per rank; --recompute all: every policy (plan.c)
+ *   kiln plan    MODEL [--peak]   memory per rank; --peak: what is live where the
+ *                                activations peak; --recompute all: every policy (plan.c)
  *   kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule]
  *                [--attention kiln|cudnn]      a standalone trainer (compile.c)
  *   kiln run     MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json]
@@ -60,7 +61,8 @@
 static void usage(FILE *f) {
     fputs("usage: kiln dump    MODEL [--after PASS] [--format text|dot] [-o FILE]   (MODEL: a .lua model or a .ir dump)\n"
           "       kiln check   MODEL                      f32 against f64; with --dp/--cp/--micro-batches, ranks against one device\n"
-          "       kiln plan    MODEL                      memory per rank: params, grads, optimizer, activations\n"
+          "       kiln plan    MODEL [--peak]             memory per rank: params, grads, optimizer, activations;\n"
+          "                                               --peak: what is live where the activations peak\n"
           "       kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn]\n"
           "       kiln run     MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
@@ -183,6 +185,7 @@ static void parse_args(Args *a, int argc, char **argv) {
             a->model = f;
         } else if (strcmp(f, "--interp") == 0) a->interp = 1;
         else if (strcmp(f, "--f64") == 0) a->f64 = 1;
+        else if (strcmp(f, "--peak") == 0) a->peak = 1;
         else if (strcmp(f, "--serial") == 0) a->serial = 1;
         else if (strcmp(f, "--no-overlap") == 0) a->o.no_overlap = 1;
         else if (strcmp(f, "--test-drop-event") == 0) a->o.drop_event = 1;

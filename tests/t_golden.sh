@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Golden IR: the dump of models/tiny.lua after `front`, after `autodiff`, and
-# after `recompute` under each policy must match tests/golden/ byte for byte.  Regenerate on purpose only:
+# after `recompute` under each policy must match tests/golden/ byte for byte;
+# so must `kiln plan --peak` (the memory plan's table and what is live at the
+# activations' peak).  Regenerate on purpose only:
 #   UPDATE_GOLDEN=1 bash tests/t_golden.sh
 . "$(dirname "$0")/lib.sh"
 for step in front autodiff recompute:none recompute:selective recompute:gemm-last recompute:full; do
@@ -19,3 +21,12 @@ for step in front autodiff recompute:none recompute:selective recompute:gemm-las
     fi
     rm -f "$got" "$got.diff"
 done
+n=$((n + 1))
+want=tests/golden/tiny.plan-peak.txt got=$tmp/plan.txt
+"$K" plan models/tiny.lua --peak > "$got"
+if [ "${UPDATE_GOLDEN:-0}" = 1 ]; then cp "$got" "$want"; fi
+if diff -u "$want" "$got" > "$got.diff"; then
+    echo "ok $n - golden kiln plan tiny.lua --peak"
+else
+    echo "not ok $n - golden kiln plan tiny.lua --peak differs:"; head -20 "$got.diff"
+fi

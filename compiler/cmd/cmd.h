@@ -6,7 +6,8 @@
  *
  *   check.c    kiln check    the step in f32 against f64, or the rank
  *                            programs against the single-device one
- *   plan.c     kiln plan     memory per rank; --recompute all: every policy
+ *   plan.c     kiln plan     memory per rank; --peak: what is live at the
+ *                            activations' peak; --recompute all: every policy
  *   compile.c  kiln compile  object file + runtime library = a trainer
  *   run.c      kiln run      the JIT-compiled step in the trainer's loop, or
  *                            (--interp) the interpreter on byte-level text
@@ -41,7 +42,7 @@ typedef struct {
     const char *threads;
     const char *cuda_arch; /* --target cuda:ARCH: "sm_90"; NULL for the CPU */
     const char *attention; /* --attention kiln|cudnn (CUDA) */
-    int interp, f64, print_every, serial;
+    int interp, f64, print_every, serial, peak; /* peak: kiln plan --peak */
 } Args;
 
 /* ---- errors ---- */

@@ -101,6 +101,7 @@ int cmd_plan(Args *a) {
     }
     Module *m = compile(a);
     memplan_report(m, stdout);
+    if (a->peak) memplan_peak_report(m, stdout);
     printf("recompute %s: %.2f MiB saved from forward for backward per rank (%lld bytes)\n", ir_recompute_names[m->recompute],
            (double)recompute_saved_bytes(m->stages[0], INT_MIN) / (1 << 20), (long long)recompute_saved_bytes(m->stages[0], INT_MIN));
     if (m->mesh[2] > 1) { /* context parallel: activation memory against the same program at cp = 1 */
