@@ -48,7 +48,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RT_ABI_VERSION 7
+#define RT_ABI_VERSION 8
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -135,7 +135,10 @@ typedef struct rt_program {
     const rt_tensor *outputs; /* read after each step ("loss", "lr", "grad_norm", "grad:<p>") */
     int nstreams, nevents;
     int steps;    /* length of the compiled learning-rate schedule (schedule->total): the default --steps */
-    double flops; /* useful FLOPs of one step (GEMMs and attention), for GFLOP/s */
+    /* FLOPs of one step, GEMMs and attention: model FLOPs (the forward and
+     * backward once, what MFU counts; recomputed work not included) and
+     * hardware FLOPs (what runs, recompute included; >= flops). */
+    double flops, hw_flops;
     void (*step)(rt_ctx *ctx, char *const *spaces);
     int mesh[4];  /* pp, dp, cp, tp: the program runs on their product of ranks */
     int nbuckets;

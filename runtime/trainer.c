@@ -506,8 +506,10 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
         }
         int64_t comm = rt_comm_bytes(ctx) - comm0;
         comm0 += comm;
-        /* p->flops is one rank's step: the job does world times that */
+        /* p->flops (model) and p->hw_flops (recompute included) are one
+         * rank's step: the job does world times that */
         double tps = (double)(gB * T) / dt, gflops = p->flops * R.world / dt * 1e-9;
+        double hw_gflops = p->hw_flops * R.world / dt * 1e-9;
         if (!isfinite(loss)) { /* the loss is all-reduced: every rank stops here */
             if (R.say) fprintf(stderr, "step %d: loss is %g; stopping\n", step, loss);
             rc = 1;
@@ -526,16 +528,16 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
         }
         double elapsed = now() - t0, eta = elapsed / (step - first + 1) * (a.steps - step);
         if (R.say && (step == 1 || step % a.print_every == 0 || step == a.steps))
-            printf("%sstep %4d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f GFLOP/s | ETA %s\n",
-                   tty ? "\r\033[K" : "", step, a.steps, loss, lr, gn, tps, gflops, hms(eta, buf, sizeof buf));
+            printf("%sstep %4d/%d | loss %.4f | lr %.2e | grad-norm %.3f | %.0f tok/s | %.1f GFLOP/s model, %.1f hw | ETA %s\n",
+                   tty ? "\r\033[K" : "", step, a.steps, loss, lr, gn, tps, gflops, hw_gflops, hms(eta, buf, sizeof buf));
         else if (tty) /* rank 0 only */
             progress(step, a.steps, loss, tps, eta);
         if (log) {
             fprintf(log, "{\"step\":%d,\"loss\":%.9g,", step, loss);
             if (!isnan(vloss)) fprintf(log, "\"val_loss\":%.9g,", vloss);
             if (R.world > 1) fprintf(log, "\"comm_bytes\":%lld,", (long long)comm);
-            fprintf(log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"gflops\":%.3f,\"elapsed\":%.3f,\"eta\":%.1f}\n",
-                    lr, gn, tps, gflops, elapsed, eta);
+            fprintf(log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"gflops\":%.3f,\"hw_gflops\":%.3f,\"elapsed\":%.3f,\"eta\":%.1f}\n",
+                    lr, gn, tps, gflops, hw_gflops, elapsed, eta);
         }
         if (a.ckpt && ((a.ckpt_every && step % a.ckpt_every == 0) || step == a.steps)) {
             CkptExtra x = {.step = step, .rng = rng, .data_pos = 0};

@@ -341,6 +341,14 @@ static void emit_max_bwd(Em *e, const Node *n) {
     launch_lib(e, n, "max_bwd", a, 8);
 }
 
+/* FLOPs of a GEMM or attention node: every one is hardware work; only those
+ * outside phase recompute are model FLOPs (what MFU counts: the model's
+ * forward and backward once, as if nothing were recomputed). */
+static void add_flops(Em *e, const Node *n, double f) {
+    e->hw_flops += f;
+    if (n->phase != PH_RECOMPUTE) e->flops += f;
+}
+
 /* C[b] = op(A[b]) op(B[b]); a rank-2 B is shared by every batch entry, and
  * then (without ta) the batch folds into M: one large GEMM. */
 static void emit_matmul(Em *e, const Node *n) {
@@ -348,7 +356,7 @@ static void emit_matmul(Em *e, const Node *n) {
     int64_t ta = ir_attr_i(n, "ta", 0) != 0, tb = ir_attr_i(n, "tb", 0) != 0;
     int64_t M = yt->dim[yt->rank - 2], N = yt->dim[yt->rank - 1], K = at->dim[at->rank - 1 - ta];
     int64_t batch = ir_numel(yt) / (M * N);
-    e->flops += 2.0 * (double)batch * (double)M * (double)N * (double)K;
+    add_flops(e, n, 2.0 * (double)batch * (double)M * (double)N * (double)K);
     int64_t sa = at->rank > 2 ? M * K : 0, sb = bt->rank > 2 ? K * N : 0;
     if (sb == 0 && !ta && batch > 1) {
         M *= batch;
@@ -387,7 +395,7 @@ static void emit_attention(Em *e, const Node *n) {
     int64_t causal = ir_attr_i(n, "causal", 0) != 0;
     double scale = ir_attr_f(n, "scale", 1 / sqrt((double)D));
     double fl = 4.0 * (double)B * (double)H * (double)T * (double)S * (double)D * (causal ? 0.5 : 1);
-    e->flops += bwd ? 2.5 * fl : fl;
+    add_flops(e, n, bwd ? 2.5 * fl : fl);
     LLVMValueRef a[19]; /* attention_bwd: 9 pointers, 8 dims and scale, 2 positions */
     int na = 0;
     for (int i = 0; i < nfixed; i++) a[na++] = P(e, n->in[i], 0);
@@ -1112,14 +1120,15 @@ static void emit_table(Em *e) {
     for (int a = 0; a < 4; a++) mesh[a] = I32(e, e->m->mesh[a]);
     LLVMValueRef f[] = {I32(e, RT_ABI_VERSION), cstr(e, e->m->name), LLVMConstArray(e->ti64, sb, RT_NSPACES),
                         I32(e, cnt[0]), I32(e, cnt[1]), I32(e, cnt[2]), I32(e, cnt[3]), tab[0], tab[1], tab[2], tab[3],
-                        I32(e, nstreams), I32(e, nevents), I32(e, steps), LLVMConstReal(e->tf64, e->flops), e->step,
+                        I32(e, nstreams), I32(e, nevents), I32(e, steps), LLVMConstReal(e->tf64, e->flops),
+                        LLVMConstReal(e->tf64, e->hw_flops), e->step,
                         LLVMConstArray(e->ti32, mesh, 4), I32(e, nb), bucket_table(e, B, nb),
                         e->schedule ? e->schedule : LLVMConstNull(LLVMPointerType(e->tschedule, 0)), I32(e, cp_contiguous(e)),
                         I32(e, e->cuda ? RT_DEV_CUDA : RT_DEV_CPU), cstr(e, e->cuda ? e->tgt->arch : NULL),
                         I32(e, e->cuda ? e->tgt->ncubins : 0), cubin_table(e), I32(e, e->nkernels), kernel_names(e),
                         I64(e, e->scratch)};
     LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, "kiln_program");
-    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 28));
+    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 29));
     LLVMSetGlobalConstant(gv, 1);
     for (int k = 0; k < nb; k++) free(B[k].param);
     free(B);

@@ -132,12 +132,13 @@ static void init_types(Em *e) {
     LLVMStructSetBody(e->tcubin, cf, 3, 0);
     e->tprogram = LLVMStructCreateNamed(c, "rt_program");
     LLVMTypeRef pf[] = {e->ti32, e->tp8, LLVMArrayType(e->ti64, RT_NSPACES), e->ti32, e->ti32, e->ti32, e->ti32,
-                        tpt, tpt, tpt, tpt, e->ti32, e->ti32, e->ti32, e->tf64, LLVMPointerType(e->tstep, 0),
+                        tpt, tpt, tpt, tpt, e->ti32, e->ti32, e->ti32, e->tf64, e->tf64 /* hw_flops */,
+                        LLVMPointerType(e->tstep, 0),
                         LLVMArrayType(e->ti32, 4) /* mesh */, e->ti32 /* nbuckets */, LLVMPointerType(e->tbucket, 0),
                         LLVMPointerType(e->tschedule, 0) /* schedule */, e->ti32 /* cp_contiguous */,
                         e->ti32 /* device */, e->tp8 /* arch */, e->ti32 /* ncubins */, LLVMPointerType(e->tcubin, 0),
                         e->ti32 /* nkernels */, e->tpp8 /* kernels */, e->ti64 /* scratch_bytes */};
-    LLVMStructSetBody(e->tprogram, pf, 28, 0);
+    LLVMStructSetBody(e->tprogram, pf, 29, 0);
 }
 
 /* The table's LLVM types must lay out exactly as kiln_rt.h's C structs (the
@@ -164,7 +165,8 @@ static void check_layout(Em *e, LLVMTargetDataRef dl) {
                                      O(rt_program, nparams), O(rt_program, nstates), O(rt_program, ninputs),
                                      O(rt_program, noutputs), O(rt_program, params), O(rt_program, states),
                                      O(rt_program, inputs), O(rt_program, outputs), O(rt_program, nstreams),
-                                     O(rt_program, nevents), O(rt_program, steps), O(rt_program, flops), O(rt_program, step),
+                                     O(rt_program, nevents), O(rt_program, steps), O(rt_program, flops),
+                                     O(rt_program, hw_flops), O(rt_program, step),
                                      O(rt_program, mesh), O(rt_program, nbuckets), O(rt_program, buckets),
                                      O(rt_program, schedule), O(rt_program, cp_contiguous), O(rt_program, device),
                                      O(rt_program, arch), O(rt_program, ncubins), O(rt_program, cubins),

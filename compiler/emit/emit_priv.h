@@ -65,7 +65,7 @@ typedef struct {
     KGroups kg;             /* the fused groups (kgroup.h) */
     LLVMValueRef *group_fn; /* [group]: its rt_kernel, set on the first group of each key */
     LLVMValueRef *reg; /* value id -> register in the loop being built */
-    double flops;
+    double flops, hw_flops; /* model and hardware FLOPs of a step (add_flops) */
     const Node *sched;     /* the lr_cosine node whose attributes are the schedule, NULL if none */
     LLVMValueRef schedule; /* kiln_schedule, the mutable rt_schedule (collect_schedule), NULL if none */
     const Node *user; /* the node whose launch or table entry is being built (for internal errors) */
