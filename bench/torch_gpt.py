@@ -2,10 +2,17 @@
 
 The same GPT as models/tiny.lua (pre-LN, learned positions, tied embeddings,
 tanh GELU, causal attention) written the way a PyTorch user would: nn.Linear,
-F.layer_norm, F.cross_entropy and torch.optim.AdamW (foreach).  Trains on
-random byte windows of the corpus and prints tokens/s over the timed steps.
+F.layer_norm, F.cross_entropy and torch.optim.AdamW with foreach=True (the
+multi-tensor path, faster than torch 1.13's default per-parameter loop).
+The optimizer is kiln's: betas (0.9, 0.95), eps 1e-8, gradient clipping at
+1.0, weight decay WD on matrices only (biases, norm gains and nothing else
+undecayed, compiler/optimizer.c), a constant learning rate LR (the kiln side
+compiles --lr LR --min-lr LR --warmup 0 --weight-decay WD).  Trains on
+random byte windows of the corpus; after 2 warm-up steps, prints tokens/s as
+all timed steps' tokens over the sum of their step times (forward, backward,
+clipping and the optimizer step), as bench/cpu_vs_torch.sh takes kiln's.
 
-usage: torch_gpt.py CORPUS LAYERS HEADS DIM SEQ BATCH STEPS THREADS
+usage: torch_gpt.py CORPUS LAYERS HEADS DIM SEQ BATCH STEPS THREADS LR WD
 """
 import math
 import sys
@@ -57,12 +64,17 @@ class GPT(nn.Module):
 
 
 def main():
-    path, L, H, C, T, B, steps, threads = sys.argv[1], *map(int, sys.argv[2:])
+    if len(sys.argv) != 11:
+        sys.exit("usage: torch_gpt.py CORPUS LAYERS HEADS DIM SEQ BATCH STEPS THREADS LR WD")
+    path, (L, H, C, T, B, steps, threads), (lr, wd) = sys.argv[1], map(int, sys.argv[2:9]), map(float, sys.argv[9:])
     torch.set_num_threads(threads)
     torch.manual_seed(1337)
     data = torch.frombuffer(bytearray(open(path, "rb").read()), dtype=torch.uint8).long()
     model = GPT(256, L, H, C, T)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    flat = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": wd}, {"params": flat, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
     warm, elapsed, last = 2, 0.0, 0.0
     for step in range(warm + steps):
         ix = torch.randint(len(data) - T - 1, (B,))
