@@ -52,6 +52,7 @@ enum { /* op flags: the properties passes ask for (ops.def: when a pass may name
     F_COPY = 1 << 12,       /* device copies (offload) */
     F_SYNC = 1 << 13,       /* stream events (record/wait) */
     F_VIEW = 1 << 14,       /* the output is the input's bytes: memplan gives it the input's buffer */
+    F_INPLACE = 1 << 15,    /* the output may be written over an input of its type (live.h ir_inplace_conflict) */
 };
 
 typedef struct {

@@ -19,7 +19,9 @@
  *   ir_inplace_conflict  says whether the value an `assign` writes may be
  *                  computed straight into the buffer of the param or state
  *                  it replaces (no read of the old value after the write
- *                  begins); memplan places by it, the verifier checks it.
+ *                  begins), and likewise a gradient over its first
+ *                  contribution or cross_entropy_bwd's output over the
+ *                  logits; memplan places by it, the verifier checks it.
  *
  * Liveness.  A buffer lives from its producer to its last reader (a fused
  * group counts as one step spanning its nodes); program inputs live from the
@@ -219,10 +221,12 @@ int ir_assign_target(const Graph *g, int i) {
 /* Whether node i, a member of the group that writes nw (the same position
  * span; i == p when p is not fused), reads element j of old before p writes
  * element j of nw: i is p or an elementwise member before it, p writes
- * element by element (elementwise, or an optimizer update such as adamw),
- * and the read covers the whole value, not a broadcast of part of it. */
+ * element by element (elementwise, or an optimizer update such as adamw) or
+ * promises to read what element j depends on first (F_INPLACE:
+ * cross_entropy_bwd), and the read covers the whole value, not a broadcast
+ * of part of it. */
 static const char *producer_read(const Graph *g, int i, int p, int in, int nw) {
-    unsigned per_element = F_ELEMENTWISE | F_OPTIMIZER;
+    unsigned per_element = F_ELEMENTWISE | F_OPTIMIZER | F_INPLACE;
     if (i > p) return "reads the old value in the writer's fused group, after the member that writes the new one";
     if (!(ir_ops[g->nodes[p].op].flags & per_element) || !(ir_ops[g->nodes[i].op].flags & (i == p ? per_element : F_ELEMENTWISE)) ||
         ir_numel(&g->vals[in].t) != ir_numel(&g->vals[nw].t))

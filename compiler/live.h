@@ -64,13 +64,15 @@ int ir_assign_target(const Graph *g, int i);
 /* In-place updates.  An `assign` writes a new value nw over a param or
  * state old at the end of the step, but nw may as well be computed straight
  * into old's buffer (no second buffer, no copy) when no read of old can see
- * it: every node that reads old (or a view of it) must be done with it
+ * it (memplan asks the same of a gradient's add over its first contribution
+ * and of an F_INPLACE op's output over its input): every node that reads old (or a view of it) must be done with it
  * before nw's producer starts (its fused group's first position) -- on the
  * producer's stream by position, from another stream by an event recorded
  * after the read that the producer's stream waits for before the write --
  * or be the producer itself reading element j before it writes element j
- * (an elementwise op or optimizer update, or an elementwise member at or
- * before the producer in its fused group, reading all of old).  An output
+ * (an elementwise op, an optimizer update or an F_INPLACE op, or an
+ * elementwise member at or before the producer in its fused group, reading
+ * all of old).  An output
  * reads old at the end of the step, so it always conflicts.  nw must be a
  * computed value with a buffer of its own, of old's dtype and size.
  * Returns -1 when nw may be written over old; else the node in the way (a

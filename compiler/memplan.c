@@ -25,6 +25,16 @@
  * falls back to the act space and the copy.  The verifier checks each such
  * placement with the same rule.
  *
+ * The same rule serves two more placements.  Gradients accumulated where
+ * they land: a gradient with several contributions (tied embeddings; every
+ * parameter under --micro-batches) is an `add` on its grads buffer, and one
+ * contribution is computed straight into that buffer and added to in place
+ * (place_accumulate), instead of waiting in the act space for the others.
+ * And an op flagged F_INPLACE (cross_entropy_bwd) writes its output over
+ * its input of the same type (the logits) when nothing reads that later
+ * (place_over): the two share one act buffer.  The reports count such
+ * shared bytes once (buf_ends).
+ *
  * A param the step never reads has no buffer: with the distributed
  * optimizer its values live in the shard state "param.b<k>" and the step
  * reads the all-gathered copy.
@@ -104,13 +114,18 @@ static int64_t best_fit(const Buf *placed, int np, const Buf *b) {
     return best >= 0 ? best : cur;
 }
 
-/* Pack the act buffers: every root that has no space yet. */
-static void place_act(Graph *g, const MemLive *L) {
+/* Pack the act buffers: every root that has no space yet.  A value that
+ * takes over the buffer of an input it is written over (over[v] >= 0,
+ * place_over) gets that input's place, which lives until both are done. */
+static void place_act(Graph *g, const MemLive *L, const int *over) {
     Buf *bufs = xcalloc((size_t)g->nvals, sizeof(Buf)), *placed = xcalloc((size_t)g->nvals, sizeof(Buf));
-    int nb = 0, np = 0;
+    int *end = xcalloc((size_t)g->nvals + 1, sizeof(int)), nb = 0, np = 0;
+    for (int v = 0; v < g->nvals; v++) end[v] = L->end[v];
     for (int v = 0; v < g->nvals; v++)
-        if (L->root[v] == v && g->vals[v].space < 0)
-            bufs[nb++] = (Buf){v, L->start[v], L->end[v], 0, align_up(ir_value_bytes(&g->vals[v]))};
+        if (over[v] >= 0 && L->end[v] > end[over[v]]) end[over[v]] = L->end[v]; /* over[] points at the first of a chain */
+    for (int v = 0; v < g->nvals; v++)
+        if (L->root[v] == v && g->vals[v].space < 0 && over[v] < 0)
+            bufs[nb++] = (Buf){v, L->start[v], end[v], 0, align_up(ir_value_bytes(&g->vals[v]))};
     qsort(bufs, (size_t)nb, sizeof(Buf), by_size);
     for (int k = 0; k < nb; k++) {
         Buf b = bufs[k];
@@ -123,8 +138,9 @@ static void place_act(Graph *g, const MemLive *L) {
         g->vals[b.v].space = SPACE_ACT;
         g->vals[b.v].offset = b.off;
     }
-    free(bufs);
-    free(placed);
+    for (int v = 0; v < g->nvals; v++)
+        if (over[v] >= 0) g->vals[v].space = g->vals[over[v]].space, g->vals[v].offset = g->vals[over[v]].offset;
+    free(bufs), free(placed), free(end);
 }
 
 static void put(Graph *g, int v, int space, int64_t *top) {
@@ -169,6 +185,59 @@ static void place_inplace(Graph *g, const MemLive *L) {
     }
 }
 
+/* Gradients accumulated where they land.  A gradient with several
+ * contributions (a tied embedding: the classifier's and the embedding's;
+ * every parameter under --micro-batches) is an `add` of them; the add's
+ * output is the gradient's buffer, and one of its inputs may be computed
+ * straight into that buffer and added to in place, so it is not held in the
+ * act space until the other contribution arrives.  Going backward through
+ * the program, each add whose output is on a grads buffer takes the input
+ * that lives longest there when ir_inplace_conflict allows it (no read of
+ * the input after the add starts, but the add's own element by element);
+ * an input that is itself such an add hands the buffer on to its inputs. */
+static void place_accumulate(Graph *g, const MemLive *L) {
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const Node *n = &g->nodes[i];
+        int nw = n->out[0], best = -1;
+        if (n->op != OP_add || L->root[nw] != nw || g->vals[nw].space != SPACE_GRADS) continue;
+        for (int k = 0; k < n->nin; k++) {
+            int r = L->root[n->in[k]];
+            const char *why;
+            if (r < 0 || r == nw || g->vals[r].space >= 0 || (ir_ops[g->nodes[g->vals[r].def].op].flags & F_SOURCE) ||
+                ir_inplace_conflict(g, L, r, nw, &why) >= 0)
+                continue;
+            if (best < 0 || L->start[r] < L->start[best]) best = r;
+        }
+        if (best < 0) continue;
+        g->vals[best].space = SPACE_GRADS;
+        g->vals[best].offset = g->vals[nw].offset;
+    }
+}
+
+/* Ops that may write their output over an input of its type (F_INPLACE:
+ * cross-entropy backward over the logits) do so when ir_inplace_conflict
+ * allows it (nothing reads the input after the op starts): over[output] =
+ * the value whose act buffer it takes, the first of the chain. */
+static int *place_over(const Graph *g, const MemLive *L) {
+    int *over = xcalloc((size_t)g->nvals + 1, sizeof(int));
+    for (int v = 0; v < g->nvals; v++) over[v] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int nw = n->out[0];
+        if (!(ir_ops[n->op].flags & F_INPLACE) || L->root[nw] != nw || g->vals[nw].space >= 0) continue;
+        for (int k = 0; k < n->nin; k++) {
+            int r = L->root[n->in[k]];
+            const char *why;
+            if (r < 0 || g->vals[r].space >= 0 || (ir_ops[g->nodes[g->vals[r].def].op].flags & F_SOURCE) ||
+                ir_inplace_conflict(g, L, r, nw, &why) >= 0)
+                continue;
+            over[nw] = over[r] >= 0 ? over[r] : r;
+            break;
+        }
+    }
+    return over;
+}
+
 static void plan_graph(Graph *g) {
     MemLive L;
     ir_live_build(g, &L);
@@ -181,7 +250,10 @@ static void plan_graph(Graph *g) {
     }
     place_inplace(g, &L);
     place_grads(g, &L, top);
-    place_act(g, &L);
+    place_accumulate(g, &L);
+    int *over = place_over(g, &L);
+    place_act(g, &L, over);
+    free(over);
     for (int v = 0; v < g->nvals; v++) {
         int r = L.root[v];
         if (r >= 0 && r != v) g->vals[v].space = g->vals[r].space, g->vals[v].offset = g->vals[r].offset;
@@ -228,18 +300,41 @@ static char *activation_values(const Graph *g) {
     return act;
 }
 
+/* Per buffer (root value): the last position its bytes are its own.  That
+ * is where it stops being live, except for a value that the op reading it
+ * last writes over (cross_entropy_bwd over the logits, an add over a
+ * gradient's first contribution: the plan gives both one place): the bytes
+ * pass to the new value where it starts, so they count once. */
+static int *buf_ends(const Graph *g, const MemLive *L) {
+    int *end = xcalloc((size_t)g->nvals + 1, sizeof(int));
+    for (int v = 0; v < g->nvals; v++) end[v] = L->end[v];
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int nw = n->nout ? n->out[0] : -1;
+        if (nw < 0 || L->root[nw] != nw || g->vals[nw].space < 0 || !(n->op == OP_add || (ir_ops[n->op].flags & F_INPLACE))) continue;
+        for (int k = 0; k < n->nin; k++) {
+            int r = L->root[n->in[k]];
+            if (r >= 0 && r != nw && g->vals[r].space == g->vals[nw].space && g->vals[r].offset == g->vals[nw].offset &&
+                L->start[nw] - 1 >= L->start[r] && L->start[nw] - 1 < end[r])
+                end[r] = L->start[nw] - 1;
+        }
+    }
+    return end;
+}
+
 /* The position (0..nnodes) where the ACT buffers live at once have the most
  * bytes, the first if several; those bytes in *bytes.  only: count just the
  * values it marks (NULL: all). */
 static int peak_position(const Graph *g, const MemLive *L, const char *only, int64_t *bytes) {
     int64_t *delta = xcalloc((size_t)g->nnodes + 2, sizeof(int64_t)), live = 0;
-    int at = 0;
+    int at = 0, *end = buf_ends(g, L);
     *bytes = 0;
     for (int v = 0; v < g->nvals; v++)
         if (L->root[v] == v && g->vals[v].space == SPACE_ACT && (!only || only[v])) {
             delta[L->start[v]] += ir_value_bytes(&g->vals[v]);
-            delta[L->end[v] + 1] -= ir_value_bytes(&g->vals[v]);
+            delta[end[v] + 1] -= ir_value_bytes(&g->vals[v]);
         }
+    free(end);
     for (int i = 0; i <= g->nnodes; i++) {
         live += delta[i];
         if (live > *bytes) *bytes = live, at = i;
@@ -444,11 +539,11 @@ static void stage_peak_report(const Graph *g, FILE *f) {
     MemLive L;
     ir_live_build(g, &L);
     int64_t bytes;
-    int at = peak_position(g, &L, NULL, &bytes), *reader = last_readers(g, &L), nb = 0;
+    int at = peak_position(g, &L, NULL, &bytes), *reader = last_readers(g, &L), *end = buf_ends(g, &L), nb = 0;
     char where[160], why[320], type[96];
     LiveBuf *live = xcalloc((size_t)g->nvals + 1, sizeof(LiveBuf));
     for (int v = 0; v < g->nvals; v++)
-        if (L.root[v] == v && g->vals[v].space == SPACE_ACT && L.start[v] <= at && at <= L.end[v])
+        if (L.root[v] == v && g->vals[v].space == SPACE_ACT && L.start[v] <= at && at <= end[v])
             live[nb++] = (LiveBuf){v, ir_value_bytes(&g->vals[v])};
     qsort(live, (size_t)nb, sizeof(LiveBuf), by_bytes);
     fprintf(f, "activation arena %.2f MiB; most bytes live at pos %d of %d, %s%s%s: %.2f MiB in %d buffers\n",
@@ -468,7 +563,7 @@ static void stage_peak_report(const Graph *g, FILE *f) {
                 ir_type_str(&g->vals[v].t, type, sizeof type), ir_ops[d->op].name, node_line(g, g->vals[v].def, where, sizeof where), why);
     }
     if (nb > PEAK_ROWS) fprintf(f, "  %10.2f MiB  in %d smaller buffers\n", (double)rest / (1 << 20), nb - PEAK_ROWS);
-    free(live), free(reader);
+    free(live), free(reader), free(end);
     ir_live_free(&L);
 }
 

@@ -35,7 +35,12 @@
  *     value may happen after the write begins (ir_inplace_conflict: same
  *     stream by position, other streams by a recorded event the writer's
  *     stream waits for); any other value in the params or opt space is a
- *     param or state;
+ *     param or state; and an input of an `add` whose output is a gradient
+ *     on the grads space (accumulated in place), or of an F_INPLACE op
+ *     (cross_entropy_bwd over the logits), may share the output's buffer
+ *     when it is a computed value that nothing reads after the op begins
+ *     (the same ir_inplace_conflict); such values are checked against the
+ *     other buffers over their own lifetimes;
  *   - a module marked recompute=gemm-last has no GEMM and no attention
  *     (no EXPENSIVE op) in phase recompute.
  *
@@ -462,23 +467,65 @@ static int check_inplace(Checker *c, const MemLive *L, char *inplace) {
     return 0;
 }
 
+/* Outputs written over an input (memplan's place_accumulate and
+ * place_over): an input of an `add` whose output is a gradient on the grads
+ * space, or the input of an F_INPLACE op (cross_entropy_bwd's logits), may
+ * share the output's buffer when it is a computed value and no read of it
+ * can see the output (ir_inplace_conflict).  Records into[input] = the
+ * output. */
+static int check_written_over(Checker *c, const MemLive *L, int *into) {
+    const Graph *g = c->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int nw = n->nout ? n->out[0] : -1, acc = n->op == OP_add;
+        const Value *x = nw >= 0 ? &g->vals[nw] : NULL;
+        if (!x || L->root[nw] != nw || x->space < 0 || !((acc && x->space == SPACE_GRADS) || (ir_ops[n->op].flags & F_INPLACE))) continue;
+        for (int k = 0; k < n->nin; k++) {
+            int r = L->root[n->in[k]];
+            if (r < 0 || r == nw || g->vals[r].space != x->space || g->vals[r].offset != x->offset) continue;
+            const char *why = "is no computed value";
+            int bad_at = (ir_ops[g->nodes[g->vals[r].def].op].flags & F_SOURCE) ? g->vals[r].def : ir_inplace_conflict(g, L, r, nw, &why);
+            if (bad_at >= 0) {
+                const Node *rn = &g->nodes[bad_at];
+                return bad(c, i, "%%%d is %s %%%d (%s+%lld), but node %d (%s, %s:%d) %s", r,
+                           acc ? "accumulated in place into the gradient" : "overwritten in place by", nw, ir_space_name(x->space),
+                           (long long)x->offset, bad_at, ir_ops[rn->op].name, loc_file(rn), rn->loc.line, why);
+            }
+            into[r] = nw;
+        }
+    }
+    return 0;
+}
+
+/* a and b are one chain of outputs written over inputs (into[]). */
+static int accumulated(const Graph *g, const int *into, int a, int b) {
+    for (int x = a, k = 0; into[x] >= 0 && k < g->nvals; k++)
+        if ((x = into[x]) == b) return 1;
+    for (int x = b, k = 0; into[x] >= 0 && k < g->nvals; k++)
+        if ((x = into[x]) == a) return 1;
+    return 0;
+}
+
 /* No two buffers of one space share a byte while both are live; a value
- * written in place of a param or state shares its buffer by right. */
-static int check_overlaps(Checker *c, const MemLive *L, const char *inplace) {
+ * written in place of a param or state shares its buffer by right, and so
+ * do the values of one chain of outputs written over inputs (each is done
+ * before the next is written; other values are checked against them over
+ * their own lifetimes only). */
+static int check_overlaps(Checker *c, const MemLive *L, const char *inplace, const int *into) {
     const Graph *g = c->g;
     Span *sp = xcalloc((size_t)g->nvals, sizeof(Span));
     int ns = 0, rc = 0;
     for (int v = 0; v < g->nvals; v++) {
         const Value *x = &g->vals[v];
         if (x->def < 0 || L->root[v] != v || inplace[v]) continue;
-        int act = x->space == SPACE_ACT;
+        int act = x->space == SPACE_ACT || into[v] >= 0;
         sp[ns++] = (Span){v, act ? L->start[v] : 0, act ? L->end[v] : g->nnodes, x->space, x->offset, ir_value_bytes(x)};
     }
     qsort(sp, (size_t)ns, sizeof(Span), span_cmp);
     for (int i = 0; i < ns && !rc; i++)
         for (int j = i + 1; j < ns && !rc && sp[j].space == sp[i].space && sp[j].off < sp[i].off + sp[i].bytes; j++) {
             const Span *a = &sp[i], *b = &sp[j];
-            if (a->end < b->start || b->end < a->start) continue;
+            if (a->end < b->start || b->end < a->start || accumulated(g, into, a->v, b->v)) continue;
             int db = g->vals[b->v].def;
             int64_t hi = a->off + a->bytes < b->off + b->bytes ? a->off + a->bytes : b->off + b->bytes;
             rc = bad(c, g->vals[a->v].def,
@@ -499,8 +546,10 @@ static int check_plan(Checker *c) {
     MemLive L;
     ir_live_build(g, &L);
     char *inplace = xcalloc((size_t)g->nvals + 1, 1);
-    int rc = check_places(c, &L) || check_inplace(c, &L, inplace) || check_overlaps(c, &L, inplace) ? -1 : 0;
-    free(inplace);
+    int *into = xcalloc((size_t)g->nvals + 1, sizeof(int));
+    for (int v = 0; v < g->nvals; v++) into[v] = -1;
+    int rc = check_places(c, &L) || check_inplace(c, &L, inplace) || check_written_over(c, &L, into) || check_overlaps(c, &L, inplace, into) ? -1 : 0;
+    free(inplace), free(into);
     ir_live_free(&L);
     return rc;
 }

@@ -5,6 +5,12 @@
  * in double.  Backward: dlogits = dl[i] * (softmax - onehot(t[i])), with the
  * row's logsumexp recomputed (nothing is saved between the two ops).
  * Targets outside [0, V) fail the step through rt_fail.
+ *
+ * dlogits may be the logits' own buffer (ops.def F_INPLACE; memplan plans it
+ * so when nothing reads the logits later): each row is read whole for its
+ * log-sum-exp before any of it is written, logit i is read before dlogit i
+ * is written, the target's fix-up reads only dlogits, and the threads split
+ * the work by rows.  Keep it so, or drop the flag.
  */
 #include "kern.h"
 
