@@ -118,9 +118,16 @@ static void die(const char *fmt, ...) {
 }
 
 /* Every rank: exit 1 unless every rank passed rc == 0 (err: this rank's
- * message); rank 0 prints the first failure. */
+ * message); rank 0 prints the first failure.  mpirun tears the job down at
+ * the first rank's non-zero exit, which could come before rank 0 had
+ * written the message (t_mpi.sh once saw exit 1 and no message), so every
+ * rank waits at a barrier until rank 0 has said it, then exits. */
 static void agree_or_die(rt_ctx *ctx, int rc, char *err, int errlen) {
-    if (rt_host_agree(ctx, rc, err, errlen) != 0) die("%s", err);
+    if (rt_host_agree(ctx, rc, err, errlen) == 0) return;
+    if (launch_rank() == 0) fprintf(stderr, "%s\n", err);
+    char e[512];
+    if (rt_host_barrier(ctx, e, sizeof e) != 0 && launch_rank() == 0) fprintf(stderr, "%s\n", e);
+    exit(1);
 }
 
 static const char *usage =

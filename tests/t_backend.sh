@@ -18,7 +18,11 @@ LLAMA="--set layers=2 --set dim=64 --set heads=4 --set kv_heads=2 --set ffn=128 
 losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
 # max relative difference of two loss columns
 maxrel() { paste <(losses "$1") <(losses "$2") | awk '{d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r} END {printf "%.3g", m + 0}'; }
-for spec in "tiny:models/tiny.lua:$TINY" "llama:models/llama.lua:$LLAMA"; do
+# odd shapes: no size a multiple of 64 (GEMM and kernel remainder paths), GQA 6/3
+# heads; vocab 257 (byte-level data needs at least 256)
+ODD_TINY="$TINY --set vocab=257 --set dim=63 --set heads=3 --set seq=24 --set layers=1"
+ODD_LLAMA="--set layers=1 --set dim=84 --set heads=6 --set kv_heads=3 --set ffn=97 --set vocab=257 --set seq=24 --set batch=4 --set lr=3e-3 --set warmup=10"
+for spec in "tiny:models/tiny.lua:$TINY" "llama:models/llama.lua:$LLAMA" "tiny-odd:models/tiny.lua:$ODD_TINY" "llama-odd:models/llama.lua:$ODD_LLAMA"; do
     IFS=: read -r name file sets <<< "$spec"
     # shellcheck disable=SC2086
     "$K" run --interp "$file" $sets $D --log "$tmp/$name.interp" > /dev/null

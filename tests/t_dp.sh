@@ -6,6 +6,10 @@
 # bad inputs of parallelism: one line, exit 1.
 . "$(dirname "$0")/lib.sh"
 LLAMA="models/llama.lua --set vocab=128 --set dim=64 --set layers=2 --set heads=4 --set kv_heads=2 --set ffn=128 --set seq=32 --set batch=4"
+# odd shapes (no size a multiple of 64; flats whose length is not a multiple of
+# dp x cp): the distributed optimizer's bucket padding and remainder paths
+TODD="models/tiny.lua --set vocab=255 --set dim=63 --set heads=3 --set seq=24"
+LODD="models/llama.lua --set vocab=255 --set dim=66 --set layers=2 --set heads=3 --set kv_heads=1 --set ffn=97 --set seq=24 --set batch=4"
 check() { # args...
     out=$(timeout 300 "$K" check "$@" 2>&1); rc=$?
     if [ $rc = 0 ] && [[ "$out" == *", 0 mismatched"* ]]; then ok "check $*: ${out##*: }"
@@ -22,6 +26,10 @@ check models/tiny.lua --dp 2 --micro-batches 4
 check models/tiny.lua --dp 1 --micro-batches 4
 check $LLAMA --dp 2 --micro-batches 2 --bucket-mb 0.02
 check $LLAMA --dp 4 --zero 0
+check $TODD --dp 2 --zero 1 --bucket-mb 0.01
+check $TODD --set batch=6 --dp 3 --zero 1 --micro-batches 2 --weight-decay 0.1
+check $TODD --dp 4 --zero 0
+check $LODD --dp 2 --zero 1 --bucket-mb 0.01 --weight-decay 0.1
 
 bad() { # description, expected substring, args...
     local desc=$1 sub=$2; shift 2

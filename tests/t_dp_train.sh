@@ -37,6 +37,14 @@ tail -10 "$tmp/s2" > "$tmp/s2tail"
 check "dp 2 checkpoint resumed at dp 4 == continuing at dp 2 (worst $(worst "$tmp/r4" "$tmp/s2tail"))" "same $tmp/r4 $tmp/s2tail 10"
 check "dp 2 checkpoint resumed at dp 1 == continuing at dp 2 (worst $(worst "$tmp/r1" "$tmp/s2tail"))" "same $tmp/r1 $tmp/s2tail 10"
 
+# an odd shape (vocab 257, dim 63, 3 heads, seq 24): flats padded, shards of uneven params
+ODD="models/tiny.lua --set layers=1 --steps 30 --set vocab=257 --set dim=63 --set heads=3 --set seq=24 --weight-decay 0.1 --bucket-mb 0.01"
+"$K" compile $ODD -o "$tmp/odd1" > /dev/null
+"$K" compile $ODD --dp 2 --micro-batches 2 -o "$tmp/odd2" > /dev/null
+"$tmp/odd1" $D --log "$tmp/o1" > /dev/null
+$MPI -np 2 "$tmp/odd2" $D --log "$tmp/o2" > /dev/null 2>&1
+check "odd shape: mpirun -np 2 (zero 1, 2 micro-batches) == 1 rank over 30 steps (worst $(worst "$tmp/o2" "$tmp/o1"))" "same $tmp/o2 $tmp/o1 30"
+
 err=$($MPI -np 3 "$tmp/dp4" $D --steps 2 2>&1 >/dev/null); rc=$?
 check "a 4-rank trainer on 3 processes is refused (rc=$rc): $(printf '%s' "$err" | grep -m1 'compiled for')" \
     "[ $rc != 0 ] && printf '%s' \"\$err\" | grep -q 'compiled for 4 ranks'"

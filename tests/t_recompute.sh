@@ -15,6 +15,9 @@ need_corpus
 D="--data $B/corpus.txt --threads 2"
 LLAMA="models/llama.lua --set vocab=256 --set dim=64 --set layers=2 --set heads=4 --set kv_heads=2 --set ffn=128 --set seq=32 --set batch=4"
 POLICIES="none selective gemm-last full"
+# odd shapes (vocab 255, dim 63 / 84, 3 / 6 heads with 3 kv heads, ffn 97, seq 24)
+TODD="models/tiny.lua --set vocab=255 --set dim=63 --set heads=3 --set seq=24"
+LODD="models/llama.lua --set vocab=255 --set dim=84 --set heads=6 --set kv_heads=3 --set ffn=97 --set seq=24 --set batch=4 --warmup 1 --lr 0.01"
 
 # ---- bit-identical training ----
 for model in tiny llama; do
@@ -41,7 +44,9 @@ for p in selective gemm-last full; do
 done
 # with the mesh: the ranks' recomputing programs against the single device saving everything (f64, 1e-9)
 for f in "models/tiny.lua --cp 2 --cp-comm p2p --recompute full" "models/tiny.lua --dp 2 --micro-batches 2 --recompute full" \
-    "$LLAMA --cp 2 --recompute selective" "$LLAMA --dp 2 --cp 2 --cp-comm p2p --recompute gemm-last"; do
+    "$LLAMA --cp 2 --recompute selective" "$LLAMA --dp 2 --cp 2 --cp-comm p2p --recompute gemm-last" \
+    "$TODD --dp 2 --cp 2 --cp-comm p2p --recompute full" "$TODD --cp 2 --recompute selective --bucket-mb 0.01" \
+    "$LODD --cp 2 --cp-comm p2p --recompute gemm-last" "$LODD --dp 2 --cp 2 --recompute selective --zero 1"; do
     # shellcheck disable=SC2086
     out=$("$K" check $f --set layers=1 2>&1 | tail -1)
     check "kiln check ${out#check }" "printf '%s' \"\$out\" | grep -q ' 0 mismatched\$' && printf '%s' \"\$out\" | grep -q -- '--recompute'"

@@ -10,6 +10,13 @@
 LLAMA_SMALL="--set layers=2 --set dim=64 --set heads=4 --set kv_heads=2 --set ffn=128 --set vocab=256 --set seq=32 --set batch=2"
 check "kiln check tiny.lua (f32 vs f64)" "$K check models/tiny.lua > /dev/null"
 check "kiln check llama.lua small (f32 vs f64)" "$K check models/llama.lua $LLAMA_SMALL > /dev/null"
+# odd shapes (no size a multiple of 64; head_dim 21 and 14) in f32 and in bf16
+ODD_TINY="--set vocab=255 --set dim=63 --set heads=3 --set seq=24"
+ODD_LLAMA="--set layers=2 --set dim=84 --set heads=6 --set kv_heads=3 --set ffn=97 --set vocab=255 --set seq=24 --set batch=2"
+for prec in f32 bf16; do
+    check "kiln check tiny.lua odd shape --precision $prec" "$K check models/tiny.lua $ODD_TINY --precision $prec | grep -q ', 0 mismatched'"
+    check "kiln check llama.lua odd shape --precision $prec" "$K check models/llama.lua $ODD_LLAMA --precision $prec | grep -q ', 0 mismatched'"
+done
 need_corpus
 log=$tmp/log
 "$K" compile models/tiny.lua --target cpu -o "$log.bin" > /dev/null
