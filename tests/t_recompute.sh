@@ -8,7 +8,7 @@
 #  - --memory-budget picks none / gemm-last / full by the saved bytes, and
 #    below full's minimum it stops with one line naming the minimum;
 #  - `kiln plan --recompute all` on GPT-2 124M and Llama-7B shapes: gemm-last
-#    saves >= 35% of `none`'s activation bytes for <= 1.5% more FLOPs, and
+#    saves >= 35% of `none`'s activation bytes per layer for <= 1.5% more FLOPs, and
 #    `none` is Korthikanti's 34 s.b.h bytes per layer at 2 bytes per value.
 . "$(dirname "$0")/lib.sh"
 need_corpus
