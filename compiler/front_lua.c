@@ -79,6 +79,8 @@ typedef struct {
     int lastline;
     char limitmsg[600];          /* set once the instruction limit is hit */
     int layer;                   /* inside layer(i, fn): i; else -1 */
+    char layer_prefix[128];      /* ... and its param prefix: "h." (default), set, or "" */
+    int layer_prefix_off;        /* {prefix=false}: names as given */
     int config_called;
     Loc config_loc;
     int nloss;
@@ -822,7 +824,9 @@ static int l_filled(lua_State *L)
     return 1;
 }
 
-/* param(name, shape, init): f32; inside layer(i, fn) named "h.<i>.<name>" */
+/* param(name, shape, init): f32; inside layer(i, fn) named "h.<i>.<name>"
+ * (or "<prefix><i>.<name>" with layer's {prefix=...}; as given with
+ * {prefix=false}) */
 static int l_param(lua_State *L)
 {
     Fe *fe = fe_of(L);
@@ -840,7 +844,8 @@ static int l_param(lua_State *L)
     }
     if (!init || (strcmp(init, "normal") && strcmp(init, "zeros") && strcmp(init, "ones")))
         fe_raise(L, "param: %s needs an init: normal(std), zeros() or ones()", base);
-    const char *name = fe->layer >= 0 ? lua_pushfstring(L, "h.%d.%s", fe->layer, base) : base;
+    const char *name = fe->layer >= 0 && !fe->layer_prefix_off
+                           ? lua_pushfstring(L, "%s%d.%s", fe->layer_prefix, fe->layer, base) : base;
     lua_getfield(L, LUA_REGISTRYINDEX, REG_PARAMS);
     if (lua_getfield(L, -1, name) != LUA_TNIL)
         fe_raise(L, "param: duplicate parameter name %s (first defined at %s)", name, lua_tostring(L, -1));
@@ -877,7 +882,37 @@ static int l_positions(lua_State *L)
     return 1;
 }
 
-/* layer(i, fn): run fn with layer i (node metadata, param prefix h.<i>.) */
+/* layer's {prefix=...}: a string (params "<prefix><i>.<name>", e.g.
+ * "model.layers." for Hugging Face Llama names) or false (names as
+ * given); absent: "h." (GPT-2's names). */
+static void layer_prefix(lua_State *L, Fe *fe)
+{
+    snprintf(fe->layer_prefix, sizeof fe->layer_prefix, "h.");
+    fe->layer_prefix_off = 0;
+    if (lua_isnoneornil(L, 3))
+        return;
+    if (!lua_istable(L, 3))
+        fe_raise(L, "layer: the third argument must be an options table {prefix=...}, got %s", luaL_typename(L, 3));
+    for (lua_pushnil(L); lua_next(L, 3); lua_pop(L, 1))
+        if (lua_type(L, -2) != LUA_TSTRING || strcmp(lua_tostring(L, -2), "prefix"))
+            fe_raise(L, "layer: unknown option %s (layer takes {prefix=...})",
+                     lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : luaL_typename(L, -2));
+    int t = lua_getfield(L, 3, "prefix");
+    if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1))
+        fe->layer_prefix_off = 1;
+    else if (t == LUA_TSTRING) {
+        size_t n;
+        const char *s = lua_tolstring(L, -1, &n);
+        if (n >= sizeof fe->layer_prefix || strlen(s) != n)
+            fe_raise(L, "layer: prefix must be a string of at most %d bytes without NUL", (int)sizeof fe->layer_prefix - 1);
+        memcpy(fe->layer_prefix, s, n + 1);
+    } else if (t != LUA_TNIL)
+        fe_raise(L, "layer: prefix must be a string or false, got %s", luaL_typename(L, -1));
+    lua_pop(L, 1);
+}
+
+/* layer(i, fn[, {prefix=...}]): run fn with layer i (node metadata; param
+ * prefix h.<i>. unless the options say otherwise) */
 static int l_layer(lua_State *L)
 {
     Fe *fe = fe_of(L);
@@ -888,6 +923,7 @@ static int l_layer(lua_State *L)
         fe_raise(L, "layer: the second argument must be a function, got %s", luaL_typename(L, 2));
     if (fe->layer >= 0)
         fe_raise(L, "layer: layer(%lld) inside layer(%d); layers do not nest", (long long)i, fe->layer);
+    layer_prefix(L, fe);
     lua_settop(L, 2);
     fe->layer = (int)i;
     int status = lua_pcall(L, 0, LUA_MULTRET, 0);

@@ -407,6 +407,8 @@ typedef struct {
     const StFile *f;
     const rt_program *p;
     int gpt2;
+    int init;             /* --init: a padded vocabulary may take fewer rows */
+    int note;             /* ... and rank 0 says so */
     char *used;           /* per file entry: accounted for */
     const StEntry **src;  /* per program tensor (params then states) */
     const StEntry **msrc; /* sharded state i's members: msrc[moff[i] ..] */
@@ -428,6 +430,25 @@ static int find_entry(Binding *b, const char *name, const StEntry **out, char *e
     return 0;
 }
 
+/* --init of a checkpoint whose vocabulary the model pads (GPT-2's 50257
+ * rows into nn.round_up's 50304): the same shape but for fewer rows, the
+ * file's rows not a multiple of 64, the model's the file's rounded up to a
+ * power of two >= 64 that divides them.  Anything else is a shape error. */
+static int padded_rows(const StEntry *e, const int64_t *dim, int rank) {
+    if (e->rank != rank || rank < 1 || e->shape[0] >= dim[0] || e->shape[0] < 1 || e->shape[0] % 64 == 0) return 0;
+    for (int i = 1; i < rank; i++)
+        if (e->shape[i] != dim[i]) return 0;
+    int64_t m = dim[0] & -dim[0]; /* the largest power of two dividing the model's rows */
+    return m >= 64 && (e->shape[0] + m - 1) / m * m == dim[0];
+}
+
+/* Elements of e (the file's; fewer than the model's for padded rows). */
+static int64_t entry_numel(const StEntry *e) {
+    int64_t n = 1;
+    for (int i = 0; i < e->rank; i++) n *= e->shape[i];
+    return n;
+}
+
 static int check_entry(const Binding *b, const StEntry *e, const char *name, int dtype, const int64_t *dim, int rank, char *err, int errlen) {
     char fs[256], ms[256];
     st_shape_str(dim, rank, ms, sizeof ms);
@@ -437,6 +458,12 @@ static int check_entry(const Binding *b, const StEntry *e, const char *name, int
         return rt_errf(err, errlen, "%s: tensor \"%s\": dtype %s in the file, %s in the model", b->f->path, e->name, st_dtype_name(e->dtype), st_dtype_name(dtype));
     int same = e->rank == rank;
     for (int i = 0; same && i < rank; i++) same = e->shape[i] == dim[i];
+    if (!same && b->init && padded_rows(e, dim, rank)) {
+        if (b->note) /* once, not per rank */
+            fprintf(stderr, "--init: %s: tensor \"%s\": shape %s in the file, %s in the model: rows %lld..%lld keep their initial values\n",
+                    b->f->path, e->name, fs, ms, (long long)e->shape[0], (long long)dim[0] - 1);
+        return 0;
+    }
     if (!same) return rt_errf(err, errlen, "%s: tensor \"%s\": shape %s in the file, %s in the model", b->f->path, e->name, fs, ms);
     return 0;
 }
@@ -542,18 +569,18 @@ static int check_complete(const Binding *b, int init, int with_extra, char *err,
 /* Tensors with storage (a param without storage is filled by its shard). */
 static void copy_in(rt_ctx *ctx, const StFile *f, const rt_tensor *t, int n, const StEntry **src) {
     for (int i = 0; i < n; i++)
-        if (rt_is_stored(&t[i])) memcpy(rt_tensor_ptr(ctx, &t[i]), st_data(f, src[i]), tensor_bytes(&t[i]));
+        if (rt_is_stored(&t[i])) memcpy(rt_tensor_ptr(ctx, &t[i]), st_data(f, src[i]), (size_t)entry_numel(src[i]) * elem_bytes(&t[i]));
 }
 
 /* This rank's shard of t: elements [lo, lo+len) of the flat bucket, cut out
  * of the members' logical tensors; padding zero. */
-static void copy_shard(rt_ctx *ctx, const StFile *f, const rt_program *p, const rt_tensor *t, const StEntry **src) {
+static void copy_shard(rt_ctx *ctx, const StFile *f, const rt_program *p, const rt_tensor *t, const StEntry **src, int init) {
     const rt_bucket *k = &p->buckets[t->bucket];
     int64_t len = k->n / rt_group_size(ctx, k->group), lo = rt_group_rank(ctx, k->group) * len, es = (int64_t)elem_bytes(t);
     char *dst = rt_tensor_ptr(ctx, t);
-    memset(dst, 0, (size_t)(len * es));
+    if (!init) memset(dst, 0, (size_t)(len * es)); /* init: padded rows keep rt_init_params' values */
     for (int j = 0; j < k->nmembers; j++) {
-        int64_t o = k->offset[j], n = tensor_numel(&p->params[k->param[j]]);
+        int64_t o = k->offset[j], n = entry_numel(src[j]);
         int64_t a = lo > o ? lo : o, e = lo + len < o + n ? lo + len : o + n;
         if (a < e) memcpy(dst + (a - lo) * es, (const char *)st_data(f, src[j]) + (a - o) * es, (size_t)((e - a) * es));
     }
@@ -567,7 +594,7 @@ static void copy_states(rt_ctx *ctx, const Binding *b, int init) {
     for (int i = 0; i < b->p->nstates; i++) {
         const rt_tensor *t = &b->p->states[i];
         if (!loads_state(t, init)) continue;
-        if (is_shard(t)) copy_shard(ctx, b->f, b->p, t, b->msrc + b->moff[i]);
+        if (is_shard(t)) copy_shard(ctx, b->f, b->p, t, b->msrc + b->moff[i], init);
         else copy_in(ctx, b->f, t, 1, b->src + b->p->nparams + i);
     }
 }
@@ -603,7 +630,7 @@ static int member_slots(Binding *b) {
 static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, CkptExtra *x, char *err, int errlen) {
     StFile f;
     if (st_open(&f, path, err, errlen) != 0) return -1;
-    Binding b = {.f = &f, .p = p, .gpt2 = is_gpt2(p), .used = calloc((size_t)f.n + 1, 1),
+    Binding b = {.f = &f, .p = p, .gpt2 = is_gpt2(p), .init = init, .note = init && rt_world_rank(ctx) == 0, .used = calloc((size_t)f.n + 1, 1),
                  .src = calloc((size_t)p->nparams + (size_t)p->nstates + 1, sizeof(StEntry *))};
     int rc = -1;
     if (!b.used || !b.src || member_slots(&b)) { rt_errf(err, errlen, "%s: out of memory", path); goto done; }
