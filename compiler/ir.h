@@ -157,6 +157,8 @@ typedef struct Arena Arena;
 struct Module {
     Arena *arena;
     const char *name;
+    const char *sets;   /* the --set overrides it was built with, "k=v\n..." or NULL:
+                         * metadata for checkpoints (kiln sample), not in the text form */
     int mesh[IR_NAXES]; /* pp, dp, cp, tp */
     Recompute recompute;
     Graph **stages;

@@ -48,7 +48,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RT_ABI_VERSION 8
+#define RT_ABI_VERSION 9
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -162,6 +162,8 @@ typedef struct rt_program {
     int64_t scratch_bytes;       /* the most scratch one library launch needs
                                   * (kernels/cuda/README.md); the runtime gives
                                   * every stream its own buffer of this size */
+    const char *sets;            /* kiln compile's --set overrides, "k=v" lines, or NULL:
+                                  * checkpoint metadata "sets" (kiln sample) */
 } rt_program;
 
 /* ---- the runtime (runtime/dev_cpu.c) ---- */

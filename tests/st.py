@@ -7,6 +7,9 @@
                              to ROWS rows and doubled, GPT-2's attn.bias
                              buffers added
   params-only SRC DST K      SRC's params (no opt./trainer.), times K
+  constant SRC DST ID        SRC's GPT-2 params zeroed but ln_f.bias[0] = 1
+                             and wte[ID][0] = 10: whatever the input, the
+                             logits are 10 at ID and 0 elsewhere
   expect-padded GOT W0 ROWS  exit 0 iff GOT's wte rows < ROWS are 2*W0's,
                              its other rows and every other param W0's
   expect-scaled GOT W0 K     exit 0 iff every param of GOT is K*W0's
@@ -74,6 +77,13 @@ def main(cmd, *a):
         p["wte.weight"] = p["wte.weight"].rows(rows).scaled(2)
         for k in [k for k in p if k.endswith(".attn.c_attn.weight")]:
             p[k[:-len("c_attn.weight")] + "bias"] = T([1, 1, 2, 2], array("f", [1, 0, 1, 1]))
+        write(a[1], p)
+        return 0
+    if cmd == "constant":
+        p = {k: T(v.shape, array("f", bytes(4 * len(v.v)))) for k, v in params(read(a[0])).items()}
+        p["ln_f.bias"].v[0] = 1
+        wte = p["wte.weight"]
+        wte.v[int(a[2]) * (len(wte.v) // wte.shape[0])] = 10
         write(a[1], p)
         return 0
     if cmd == "params-only":

@@ -60,3 +60,32 @@ for bad in '{prefix=3}:prefix must be a string or false' '{prefx="a."}:unknown o
     check "layer $opt: one line naming the model's line" \
         "[ $rc -ne 0 ] && [ \$(echo \"\$err\" | wc -l) = 1 ] && echo \"\$err\" | grep -q 'bad.lua:2: layer: $want'"
 done
+
+# kiln sample: the checkpoint's --set values (metadata "sets") apply, a
+# --set given to sample overrides them.
+"$K" compile models/tiny.lua --set dim=32 --set heads=2 -o "$tmp/t32" > /dev/null
+"$tmp/t32" $D --steps 1 --ckpt "$tmp/t32ck" > /dev/null
+C=$tmp/t32ck/step_00000001.safetensors
+out=$("$K" sample "$C" --prompt "ab" --tokens 5 2>&1); rc=$?
+check "sample rebuilds the model with the checkpoint's --set dim=32 heads=2 (rc=$rc)" "[ $rc = 0 ] && [ \${#out} = 7 ]"
+err=$("$K" sample "$C" --set dim=64 --prompt "ab" --tokens 5 2>&1); rc=$?
+check "a --set given to sample overrides the checkpoint's (dim=64: a shape error)" \
+    "[ $rc = 1 ] && echo \"\$err\" | grep -q 'shape \[256,32\] in the file, \[256,64\] in the model'"
+
+# GPT-2's BPE: a model with GPT-2's vocabulary samples BPE tokens.  The
+# weights make the logits 10 at " hello" (23748) and 0 elsewhere, so greedy
+# sampling must print " hello" per token; bytes would print byte 0 instead.
+G=$B/gpt2-bpe
+[ -s "$G/encoder.json" ] || tools/fetch-gpt2-bpe.sh "$G"
+S2="--set vocab=50257 --set dim=32 --set layers=1 --set heads=2 --set seq=16 --set batch=1"
+"$K" compile models/gpt2.lua $S2 -o "$tmp/gb" > /dev/null
+"$tmp/gb" $D --steps 1 --ckpt "$tmp/gbck" > /dev/null
+python3 tests/st.py constant "$tmp/gbck/step_00000001.safetensors" "$tmp/hello.safetensors" 23748
+out=$("$K" sample "$tmp/hello.safetensors" --model models/gpt2.lua $S2 --bpe "$G" --prompt "The" --tokens 3 --temperature 0 2>&1); rc=$?
+check "a 50257-token vocabulary samples GPT-2 BPE: \"$out\"" "[ $rc = 0 ] && [ \"\$out\" = 'The hello hello hello' ]"
+out=$("$K" sample "$tmp/gbck/step_00000001.safetensors" --bpe "$G" --prompt "The" --tokens 3 --seed 1 2>&1); rc=$?
+check "... from the trained checkpoint's metadata alone (rc=$rc)" "[ $rc = 0 ] && [ \"\${out:0:3}\" = The ]"
+bytes=$("$K" sample "$tmp/hello.safetensors" --model models/gpt2.lua $S2 --tokenizer bytes --prompt "The" --tokens 3 --temperature 0 | wc -c)
+check "--tokenizer bytes: the prompt and 3 bytes ($bytes)" "[ $bytes = 6 ]"
+err=$("$K" sample "$tmp/hello.safetensors" --model models/gpt2.lua $S2 --bpe "$tmp/none" --prompt "The" 2>&1); rc=$?
+check "no tokenizer files: one line naming --bpe" "[ $rc = 1 ] && [ \$(echo \"\$err\" | wc -l) = 1 ] && echo \"\$err\" | grep -q -- '--bpe: .*encoder.json'"

@@ -172,15 +172,17 @@ static void test_tiny_jit(void **st) {
 static void test_sample_token(void **st) {
     float l[300];
     for (int i = 0; i < 300; i++) l[i] = (float)((i * 37) % 101) / 10.0f;
-    l[42] = 20, l[7] = 19, l[200] = 18, l[299] = 100; /* 299 is outside the byte range */
+    l[42] = 20, l[7] = 19, l[200] = 18, l[299] = 100; /* 299 is outside the 256 drawn from */
     uint64_t s = 1;
-    assert_int_equal(sample_token(l, 300, 0, 0, &s), 42);
+    assert_int_equal(sample_token(l, 256, 0, 0, &s), 42);
     assert_int_equal(s, 1); /* greedy draws nothing */
-    assert_int_equal(sample_token(l, 300, 1.0, 1, &s), 42);
+    assert_int_equal(sample_token(l, 256, 1.0, 1, &s), 42);
+    assert_int_equal(sample_token(l, 300, 0, 0, &s), 299);
     l[7] = 20; /* a tie: the lower id */
-    assert_int_equal(sample_token(l, 300, 0, 0, &s), 7);
+    assert_int_equal(sample_token(l, 256, 0, 0, &s), 7);
+    assert_int_equal(sample_token(l, 256, 1.0, 1, &s), 7);
     int seen[256] = {0};
-    for (int k = 0; k < 2000; k++) seen[sample_token(l, 300, 5.0, 3, &s)]++;
+    for (int k = 0; k < 2000; k++) seen[sample_token(l, 256, 5.0, 3, &s)]++;
     int others = 2000 - seen[7] - seen[42] - seen[200];
     assert_int_equal(others, 0);
     assert_true(seen[7] > 0 && seen[42] > 0 && seen[200] > 0);

@@ -58,6 +58,16 @@ static void verify_or_die(const Module *m, const char *after) {
     if (ir_verify_module(m, err, sizeof err) != 0) die("verifier failed after %s: %s", after, err);
 }
 
+/* The --set overrides, "k=v" lines, kept in the module for the program's
+ * checkpoints: kiln sample rebuilds the model with them. */
+static void record_sets(Module *m, const Options *o) {
+    size_t n = 1;
+    for (int i = 0; i < o->nsets; i++) n += strlen(o->sets[i].key) + strlen(o->sets[i].value) + 2;
+    char *s = ir_alloc(m, n), *p = s;
+    for (int i = 0; i < o->nsets; i++) p += sprintf(p, "%s%s=%s", i ? "\n" : "", o->sets[i].key, o->sets[i].value);
+    m->sets = o->nsets ? s : NULL;
+}
+
 Module *pipeline_front(const char *path, Options *o) {
     char err[1024];
     Module *m = fe_load(path, o, err, sizeof err);
@@ -66,6 +76,7 @@ Module *pipeline_front(const char *path, Options *o) {
         exit(1);
     }
     verify_or_die(m, "front");
+    record_sets(m, o);
     return m;
 }
 

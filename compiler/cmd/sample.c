@@ -4,7 +4,8 @@
  *               [--tokens N] [--temperature T] [--top-k K] [--seed S] [--threads N]
  *
  * The model file is the one the checkpoint was trained with: --model, or
- * models/<name>.lua where <name> is the checkpoint's "model" metadata.  We
+ * models/<name>.lua where <name> is the checkpoint's "model" metadata, with
+ * the --set values of its metadata "sets" (then ours).  We
  * compile it again, forward only: the front end with --set batch=1 forced,
  * then pass_forward (forward.c: keep what output "logits" needs; no loss, no
  * autodiff, no optimizer), fuse, schedule, memplan and the JIT.  The result
@@ -13,10 +14,12 @@
  * ckpt_init_weights, which checks every name and shape (a --set that differs
  * from training is its one-line shape error).
  *
- * Generation is byte-level, one token per step of the program: the window
+ * Tokens are bytes, or GPT-2's BPE for a vocabulary of GPT-2's size
+ * (runtime/io/bpe.c encodes the prompt and gives each token's bytes).
+ * Generation is one token per step of the program: the window
  * holds the last min(n, T) tokens at positions 0.., padded with 0 after
  * them.  Attention is causal, so the logits at the last real position do not
- * see the padding.  Those logits (the first 256: bytes), divided by the
+ * see the padding.  Those logits (the first 256, or 50257), divided by the
  * temperature and cut to the top k, give a softmax we draw from with a
  * seeded splitmix64 generator; temperature 0 takes the argmax.  The whole
  * window is recomputed for every token (no KV cache): the programs this is
@@ -37,6 +40,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bpe.h"
 #include "checkpoint.h"
 #include "cmd.h"
 #include "emit.h"
@@ -47,9 +51,13 @@
 
 enum { SAMPLE_BYTES = 256 }; /* byte-level tokens */
 
+enum { TOK_AUTO, TOK_BYTES, TOK_GPT2 };
+
 typedef struct {
     const char *ckpt, *model, *prompt;
-    KeyVal *sets;
+    const char *bpe_dir; /* GPT-2's encoder.json and vocab.bpe */
+    int tokenizer;       /* TOK_*: auto is gpt2 for a vocabulary of GPT-2's size or more */
+    KeyVal *sets;        /* the checkpoint's "sets", then --set's, then batch=1 */
     int nsets;
     long tokens, top_k, threads;
     double temperature;
@@ -59,8 +67,9 @@ typedef struct {
 static void usage(FILE *f) {
     fputs("usage: kiln sample CHECKPOINT [--model FILE.lua] [--set key=value ...] --prompt TEXT\n"
           "                   [--tokens N (200)] [--temperature T (1.0; 0 = greedy)] [--top-k K (0 = off)]\n"
-          "                   [--seed S (0)] [--threads N]\n"
-          "--set must repeat the shapes the checkpoint was trained with (batch is forced to 1).\n",
+          "                   [--seed S (0)] [--threads N] [--tokenizer bytes|gpt2] [--bpe DIR (build/gpt2-bpe)]\n"
+          "The checkpoint's --set values apply first (a --set here overrides one); batch is forced to 1.\n"
+          "The tokenizer is GPT-2's BPE for a vocabulary of 50257 or more, else bytes.\n",
           f);
 }
 
@@ -93,6 +102,11 @@ static void parse_args(SampleArgs *a, int argc, char **argv) {
         else if (!strcmp(f, "--top-k")) a->top_k = parse_count(f, v);
         else if (!strcmp(f, "--threads")) a->threads = parse_count(f, v);
         else if (!strcmp(f, "--seed")) a->seed = (uint64_t)parse_count(f, v);
+        else if (!strcmp(f, "--bpe")) a->bpe_dir = v;
+        else if (!strcmp(f, "--tokenizer")) {
+            if (strcmp(v, "bytes") && strcmp(v, "gpt2")) die("--tokenizer: expected bytes or gpt2, got \"%s\"", v);
+            a->tokenizer = strcmp(v, "bytes") ? TOK_GPT2 : TOK_BYTES;
+        }
         else if (!strcmp(f, "--temperature")) {
             char *end;
             a->temperature = strtod(v, &end);
@@ -107,16 +121,37 @@ static void parse_args(SampleArgs *a, int argc, char **argv) {
     }
     if (!a->ckpt) die("no checkpoint given (kiln sample CHECKPOINT --prompt TEXT; see --help)");
     if (!a->prompt) die("--prompt TEXT is required (it may be empty: --prompt \"\")");
-    cmd_add_set(&a->sets, &a->nsets, "batch", "1"); /* last, so it wins over a --set batch=... */
+}
+
+/* The checkpoint's "sets" metadata (kiln compile's --set, "k=v" lines) go
+ * before the command line's, which override them; batch=1 last of all. */
+static char *add_trained_sets(SampleArgs *a, const char *meta) {
+    KeyVal *mine = a->sets;
+    int n = a->nsets;
+    char *copy = strdup(meta ? meta : "");
+    if (!copy) die("out of memory");
+    a->sets = NULL, a->nsets = 0;
+    for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
+        char *eq = strchr(line, '=');
+        if (!eq || eq == line) die("%s: metadata \"sets\": expected key=value lines, got \"%s\"", a->ckpt, line);
+        *eq = 0;
+        cmd_add_set(&a->sets, &a->nsets, line, eq + 1);
+    }
+    for (int i = 0; i < n; i++) cmd_add_set(&a->sets, &a->nsets, mine[i].key, mine[i].value);
+    free(mine);
+    cmd_add_set(&a->sets, &a->nsets, "batch", "1");
+    return copy; /* the keys and values point into it */
 }
 
 /* ---- the model file ---- */
 
-/* --model, or models/<name>.lua from the checkpoint's metadata. */
-static const char *model_path(const SampleArgs *a, char *buf, size_t n) {
+/* --model, or models/<name>.lua from the checkpoint's metadata; its
+ * "sets" join a->sets (*sets_mem holds them). */
+static const char *model_path(SampleArgs *a, char *buf, size_t n, char **sets_mem) {
     StFile f;
     char err[1024];
     if (st_open(&f, a->ckpt, err, sizeof err) != 0) die("%s", err);
+    *sets_mem = add_trained_sets(a, st_meta(&f, "sets"));
     if (a->model) {
         st_close(&f);
         if (access(a->model, R_OK) != 0) die("--model: cannot read %s: %s", a->model, strerror(errno));
@@ -172,63 +207,127 @@ static void check_program(const rt_program *p, const rt_tensor **tok, const rt_t
     if (t->dtype != RT_I32 || t->rank != 2 || t->dim[0] != 1) die("input tokens must be i32[batch, seq] (batch forced to 1)");
     if (l->dtype != RT_F32 || l->rank != 3 || l->dim[0] != 1 || l->dim[1] != t->dim[1])
         die("output logits must be f32[batch, seq, vocab] with the tokens' batch and seq");
-    if (l->dim[2] < SAMPLE_BYTES)
-        die("byte-level sampling needs a vocabulary of at least %d (the model has %lld)", SAMPLE_BYTES, (long long)l->dim[2]);
+}
+
+/* ---- tokens ---- */
+
+enum { GPT2_VOCAB = 50257 };
+
+/* Bytes, or GPT-2's BPE (NULL: bytes).  Auto: GPT-2's for a vocabulary of
+ * GPT-2's size or more (its 50257 ids, padded or not), else bytes. */
+static Bpe *tokenizer(const SampleArgs *a, int64_t vocab) {
+    int gpt2 = a->tokenizer == TOK_GPT2 || (a->tokenizer == TOK_AUTO && vocab >= GPT2_VOCAB);
+    if (!gpt2) {
+        if (vocab < SAMPLE_BYTES)
+            die("byte-level sampling needs a vocabulary of at least %d (the model has %lld)", SAMPLE_BYTES, (long long)vocab);
+        return NULL;
+    }
+    const char *dir = a->bpe_dir ? a->bpe_dir : "build/gpt2-bpe";
+    char enc[4096], merges[4096], err[1024];
+    snprintf(enc, sizeof enc, "%s/encoder.json", dir);
+    snprintf(merges, sizeof merges, "%s/vocab.bpe", dir);
+    Bpe *b = bpe_load(enc, merges, err, sizeof err);
+    if (!b) die("--bpe: %s (GPT-2's tokenizer; tools/fetch-gpt2-bpe.sh fetches it, or pass --tokenizer bytes)", err);
+    if (bpe_vocab(b) > vocab)
+        die("the tokenizer has %u ids, the model's vocabulary %lld", bpe_vocab(b), (long long)vocab);
+    return b;
+}
+
+/* The prompt's ids (an empty prompt: a newline's); *n of them. */
+static uint32_t *encode_prompt(Bpe *b, const char *text, size_t *n, size_t extra) {
+    const char *t = *text ? text : "\n";
+    size_t len = strlen(t), cap = len + extra + 1;
+    uint32_t *ids = malloc(sizeof *ids * cap);
+    if (!ids) die("out of memory");
+    *n = 0;
+    if (!b)
+        for (; *n < len; (*n)++) ids[*n] = (unsigned char)t[*n];
+    else if (bpe_encode(b, t, len, &ids, n, &cap) != 0)
+        die("out of memory");
+    if (*n + extra + 1 > cap && !(ids = realloc(ids, sizeof *ids * (*n + extra + 1)))) die("out of memory");
+    return ids;
+}
+
+/* Token id's bytes on stdout. */
+static void put_token(Bpe *b, uint32_t id) {
+    if (!b) {
+        putchar((int)id);
+        return;
+    }
+    size_t len;
+    const char *s = bpe_token(b, id, &len);
+    if (!s) die("token %u is not in the tokenizer's vocabulary", id);
+    fwrite(s, 1, len, stdout);
 }
 
 /* ---- drawing one token ---- */
+
+static const float *by_logit; /* qsort's comparison reads it */
+
+/* Largest logit first; ties keep the lower id first. */
+static int cmp_logit(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (by_logit[i] != by_logit[j]) return by_logit[i] > by_logit[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
 
 /* A token id in [0, n) from logits[0..n): argmax when temperature is 0,
  * else a draw from softmax(logits / temperature) over the top_k largest
  * (all when top_k is 0 or >= n). */
 int sample_token(const float *logits, int n, double temperature, int top_k, uint64_t *rng) {
-    int order[SAMPLE_BYTES];
-    if (n > SAMPLE_BYTES) n = SAMPLE_BYTES;
-    for (int i = 0; i < n; i++) { /* insertion sort, largest first; ties keep the lower id first */
-        int r = i;
-        for (; r > 0 && logits[order[r - 1]] < logits[i]; r--) order[r] = order[r - 1];
-        order[r] = i;
+    if (temperature == 0) {
+        int best = 0;
+        for (int i = 1; i < n; i++)
+            if (logits[i] > logits[best]) best = i;
+        return best;
     }
-    if (temperature == 0) return order[0];
-    int k = top_k > 0 && top_k < n ? top_k : n;
-    double p[SAMPLE_BYTES], sum = 0, top = logits[order[0]];
+    int *order = malloc(sizeof(int) * (size_t)n);
+    double *p = malloc(sizeof(double) * (size_t)n);
+    if (!order || !p) die("out of memory");
+    for (int i = 0; i < n; i++) order[i] = i;
+    by_logit = logits;
+    qsort(order, (size_t)n, sizeof *order, cmp_logit);
+    int k = top_k > 0 && top_k < n ? top_k : n, id = order[k - 1];
+    double sum = 0, top = logits[order[0]];
     for (int r = 0; r < k; r++) sum += p[r] = exp(((double)logits[order[r]] - top) / temperature);
     double u = (double)(rng_splitmix64(rng) >> 11) * 0x1p-53 * sum;
     for (int r = 0; r < k; r++)
-        if ((u -= p[r]) < 0) return order[r];
-    return order[k - 1];
+        if ((u -= p[r]) < 0) {
+            id = order[r];
+            break;
+        }
+    free(order);
+    free(p);
+    return id;
 }
 
 /* ---- generation ---- */
 
-static void generate(rt_ctx *ctx, const rt_tensor *tok_t, const rt_tensor *log_t, const SampleArgs *a) {
+static void generate(rt_ctx *ctx, const rt_tensor *tok_t, const rt_tensor *log_t, const SampleArgs *a, Bpe *bpe) {
     int64_t T = tok_t->dim[1], V = log_t->dim[2];
-    size_t plen = strlen(a->prompt), cap = plen + (size_t)a->tokens + 1;
-    unsigned char *seq = malloc(cap);
-    if (!seq) die("out of memory");
-    size_t n = plen ? plen : 1;
-    if (plen) memcpy(seq, a->prompt, plen);
-    else seq[0] = '\n'; /* an empty prompt starts after a newline */
-    fwrite(a->prompt, 1, plen, stdout);
+    size_t n;
+    uint32_t *seq = encode_prompt(bpe, a->prompt, &n, (size_t)a->tokens); /* an empty prompt starts after a newline */
+    if (n == 0) die("--prompt: no tokens");
+    fwrite(a->prompt, 1, strlen(a->prompt), stdout);
     fflush(stdout);
     int32_t *tokens = rt_tensor_ptr(ctx, tok_t);
     const float *logits = rt_tensor_ptr(ctx, log_t);
-    int nb = (int)(V < SAMPLE_BYTES ? V : SAMPLE_BYTES);
+    int nb = bpe ? (int)bpe_vocab(bpe) : SAMPLE_BYTES; /* the ids drawn from; never the padded rows */
     uint64_t rng = a->seed;
     char err[1024];
     for (long step = 0; step < a->tokens; step++) {
         size_t w = n < (size_t)T ? n : (size_t)T;
-        for (int64_t i = 0; i < T; i++) tokens[i] = (size_t)i < w ? seq[n - w + (size_t)i] : 0;
+        for (int64_t i = 0; i < T; i++) tokens[i] = (size_t)i < w ? (int32_t)seq[n - w + (size_t)i] : 0;
         if (rt_push_tensor(ctx, tok_t, err, sizeof err) != 0 || rt_step(ctx, err, sizeof err) != 0) die("%s", err);
         int64_t row = (int64_t)(w - 1) * V; /* the last real position's logits: pull what we draw from */
         if (rt_pull(ctx, log_t->space, log_t->offset + row * (int64_t)sizeof(float), nb * (int64_t)sizeof(float), err, sizeof err) != 0)
             die("%s", err);
         int id = sample_token(logits + row, nb, a->temperature, (int)a->top_k, &rng);
-        seq[n++] = (unsigned char)id;
-        putchar(id);
+        seq[n++] = (uint32_t)id;
+        put_token(bpe, (uint32_t)id);
         fflush(stdout);
     }
-    if (isatty(STDOUT_FILENO)) putchar('\n'); /* piped: exactly prompt + N bytes */
+    if (isatty(STDOUT_FILENO)) putchar('\n'); /* piped: exactly the prompt and N tokens */
     if (fflush(stdout) != 0) die("cannot write the sample: %s", strerror(errno));
     free(seq);
 }
@@ -237,8 +336,8 @@ int kiln_sample_main(int argc, char **argv) {
     cmd_set_prefix("kiln: sample: ");
     SampleArgs a;
     parse_args(&a, argc, argv);
-    char buf[4096];
-    const char *path = model_path(&a, buf, sizeof buf);
+    char buf[4096], *sets_mem;
+    const char *path = model_path(&a, buf, sizeof buf, &sets_mem);
     Module *m = compile_forward(&a, path);
     char err[1024];
     const rt_program *p;
@@ -246,13 +345,16 @@ int kiln_sample_main(int argc, char **argv) {
     if (!j) die("%s", err);
     const rt_tensor *tok_t, *log_t;
     check_program(p, &tok_t, &log_t);
+    Bpe *bpe = tokenizer(&a, log_t->dim[2]);
     rt_ctx *ctx = rt_new(p, &(rt_options){.threads = (int)a.threads});
     if (!ctx) exit(1);
     if (ckpt_init_weights(ctx, p, a.ckpt, err, sizeof err) != 0) die("%s", err);
-    generate(ctx, tok_t, log_t, &a);
+    generate(ctx, tok_t, log_t, &a, bpe);
     rt_free(ctx);
     emit_jit_free(j);
     ir_free(m);
+    bpe_free(bpe);
     free(a.sets);
+    free(sets_mem);
     return 0;
 }

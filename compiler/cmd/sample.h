@@ -9,7 +9,7 @@
  * stderr. */
 int kiln_sample_main(int argc, char **argv);
 
-/* One draw: a token id in [0, min(n, 256)) from logits[0..n) — the argmax
+/* One draw: a token id in [0, n) from logits[0..n) — the argmax
  * when temperature is 0 (ties: the lowest id), else a draw from
  * softmax(logits / temperature) over the top_k largest (0: all) with the
  * splitmix64 generator whose state is *rng. */

@@ -1126,9 +1126,9 @@ static void emit_table(Em *e) {
                         e->schedule ? e->schedule : LLVMConstNull(LLVMPointerType(e->tschedule, 0)), I32(e, cp_contiguous(e)),
                         I32(e, e->cuda ? RT_DEV_CUDA : RT_DEV_CPU), cstr(e, e->cuda ? e->tgt->arch : NULL),
                         I32(e, e->cuda ? e->tgt->ncubins : 0), cubin_table(e), I32(e, e->nkernels), kernel_names(e),
-                        I64(e, e->scratch)};
+                        I64(e, e->scratch), cstr(e, e->m->sets)};
     LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, "kiln_program");
-    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 29));
+    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 30));
     LLVMSetGlobalConstant(gv, 1);
     for (int k = 0; k < nb; k++) free(B[k].param);
     free(B);

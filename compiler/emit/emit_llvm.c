@@ -137,8 +137,8 @@ static void init_types(Em *e) {
                         LLVMArrayType(e->ti32, 4) /* mesh */, e->ti32 /* nbuckets */, LLVMPointerType(e->tbucket, 0),
                         LLVMPointerType(e->tschedule, 0) /* schedule */, e->ti32 /* cp_contiguous */,
                         e->ti32 /* device */, e->tp8 /* arch */, e->ti32 /* ncubins */, LLVMPointerType(e->tcubin, 0),
-                        e->ti32 /* nkernels */, e->tpp8 /* kernels */, e->ti64 /* scratch_bytes */};
-    LLVMStructSetBody(e->tprogram, pf, 29, 0);
+                        e->ti32 /* nkernels */, e->tpp8 /* kernels */, e->ti64 /* scratch_bytes */, e->tp8 /* sets */};
+    LLVMStructSetBody(e->tprogram, pf, 30, 0);
 }
 
 /* The table's LLVM types must lay out exactly as kiln_rt.h's C structs (the
@@ -170,7 +170,8 @@ static void check_layout(Em *e, LLVMTargetDataRef dl) {
                                      O(rt_program, mesh), O(rt_program, nbuckets), O(rt_program, buckets),
                                      O(rt_program, schedule), O(rt_program, cp_contiguous), O(rt_program, device),
                                      O(rt_program, arch), O(rt_program, ncubins), O(rt_program, cubins),
-                                     O(rt_program, nkernels), O(rt_program, kernels), O(rt_program, scratch_bytes)};
+                                     O(rt_program, nkernels), O(rt_program, kernels), O(rt_program, scratch_bytes),
+                                     O(rt_program, sets)};
     static const size_t cubin[] = {O(rt_cubin, name), O(rt_cubin, data), O(rt_cubin, size)};
     static const size_t schedule[] = {O(rt_schedule, lr), O(rt_schedule, min_lr), O(rt_schedule, warmup), O(rt_schedule, total)};
 #undef O

@@ -361,6 +361,7 @@ static int write_ckpt(rt_ctx *ctx, const rt_program *p, const char *dir, const C
     snprintf(stepstr, sizeof stepstr, "%lld", (long long)x->step);
     st_add_meta(w, "format", "kiln-checkpoint-1");
     st_add_meta(w, "model", p->model ? p->model : "");
+    if (p->sets && *p->sets) st_add_meta(w, "sets", p->sets);
     st_add_meta(w, "step", stepstr);
     add_params(w, p, gpt2, g);
     add_states(w, ctx, p, gpt2, g);
