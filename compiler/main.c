@@ -117,6 +117,15 @@ static const Command *find_command(const char *name) {
     return NULL;
 }
 
+/* Every command's name, from the two tables: "dump, check, ..., sample". */
+static const char *command_names(char *buf, size_t n) {
+    size_t len = 0, nc = sizeof commands / sizeof commands[0], no = sizeof own_flags / sizeof own_flags[0];
+    buf[0] = 0;
+    for (size_t i = 0; i < nc + no; i++)
+        len += (size_t)snprintf(buf + len, len < n ? n - len : 0, "%s%s", i ? ", " : "", i < nc ? commands[i].name : own_flags[i - nc].name);
+    return buf;
+}
+
 /* ---- flags ---- */
 
 /* sm_ followed by two or three digits and an optional a (sm_90a): NVRTC's real targets. */
@@ -168,7 +177,10 @@ static void parse_args(Args *a, int argc, char **argv) {
     if (argc < 2) { usage(stderr); exit(1); }
     a->cmd = argv[1];
     if (strcmp(a->cmd, "-h") == 0 || strcmp(a->cmd, "--help") == 0) { usage(stdout); exit(0); }
-    if (!find_command(a->cmd)) die("unknown command \"%s\" (dump, check, plan, compile, run, plot, data, sample; see kiln --help)", a->cmd);
+    if (!find_command(a->cmd)) {
+        char names[256];
+        die("unknown command \"%s\" (%s; see kiln --help)", a->cmd, command_names(names, sizeof names));
+    }
     for (int i = 2; i < argc; i++) {
         const char *f = argv[i];
         int has = i + 1 < argc;

@@ -389,7 +389,18 @@ static void put_bytes(FILE *f, const char *what, int64_t b, const char *note) {
     fprintf(f, "  %-16s %12.2f MiB %16lld bytes%s%s\n", what, (double)b / (1 << 20), (long long)b, note ? "   " : "", note ? note : "");
 }
 
-/* Group size of a comm node. */
+/* The group gradients are reduced over and the distributed optimizer
+ * shards over: dp, times cp (a cp rank's gradients are partial sums over
+ * its tokens of the same sequences).  "dp = 2", "dp x cp = 2 x 2 = 4";
+ * *div: "dp" or "(dp x cp)", for formulas. */
+static int red_group(const Module *m, char *text, size_t n, const char **div) {
+    int dp = m->mesh[1], cp = m->mesh[2];
+    if (cp > 1) snprintf(text, n, "dp x cp = %d x %d = %d", dp, cp, dp * cp);
+    else snprintf(text, n, "dp = %d", dp);
+    if (div) *div = cp > 1 ? "(dp x cp)" : "dp";
+    return dp * cp;
+}
+
 /* Data parallel: bytes per parameter against Megatron's, the gradient
  * buckets in the order they are reduced, and what each rank sends per step
  * (ring algorithms: all-reduce 2(n-1)/n of the buffer, reduce-scatter and
@@ -405,14 +416,18 @@ static void report_comm(const Module *m, const Graph *g, FILE *f) {
         if (n->op == OP_state && ir_attr(n, "bucket")) shard_state += ir_value_bytes(&g->vals[n->out[0]]);
     }
     int zero = shard_state > 0;
-    fprintf(f, "data parallel: dp %d, %d micro-batch%s per step, %s\n", dp, mbs, mbs > 1 ? "es" : "",
-            zero ? "distributed optimizer (--zero 1)" : "all-reduce (--zero 0)");
-    double per = zero ? 4 + 4 + 12.0 / dp : 4 + 4 + 8;
-    fprintf(f, "  bytes per parameter: %.2f (%s)\n", per,
-            zero ? "gathered f32 params 4 (activations) + f32 gradients 4 + master weights, AdamW m, v 12/dp"
-                 : "f32 params 4 + f32 gradients 4 + AdamW m, v 8");
-    fprintf(f, "  Megatron, bf16 params + f32 grads: %.2f (6 + 12/dp with its distributed optimizer; 18 without)\n",
-            6 + 12.0 / dp);
+    char grp[64];
+    const char *div;
+    int red = red_group(m, grp, sizeof grp, &div);
+    fprintf(f, "data parallel: dp %d, %d micro-batch%s per step, %s over %s ranks\n", dp, mbs, mbs > 1 ? "es" : "",
+            zero ? "gradients reduce-scattered, distributed optimizer (--zero 1)" : "gradients all-reduced (--zero 0)", grp);
+    double per = zero ? 4 + 4 + 12.0 / red : 4 + 4 + 8;
+    if (zero)
+        fprintf(f, "  bytes per parameter: %.2f (gathered f32 params 4 (activations) + f32 gradients 4 + master weights, AdamW m, v 12/%s)\n",
+                per, div);
+    else fprintf(f, "  bytes per parameter: %.2f (f32 params 4 + f32 gradients 4 + AdamW m, v 8)\n", per);
+    fprintf(f, "  Megatron, bf16 params + f32 grads: %.2f (6 + 12/%s with its distributed optimizer; 18 without)\n", 6 + 12.0 / red,
+            div);
     fprintf(f, "  %lld parameters\n", (long long)nparam);
     fprintf(f, "  gradient buckets (in reduction order):\n");
     for (int i = 0; i < g->nnodes; i++) {
@@ -598,8 +613,14 @@ void memplan_report(const Module *m, FILE *f) {
         if (m->nstages == 1) fprintf(f, "memory per rank:\n");
         else fprintf(f, "memory per rank of pipeline stage %d:\n", s);
         put_bytes(f, "params", p, ir_world(m) > 1 && !p ? "(--zero 1: params are gathered into the activation arena each step)" : NULL);
-        put_bytes(f, "grads", gr, ir_world(m) > 1 ? "(dp > 1: gradients accumulate in the activation arena and are reduced in buckets)" : NULL);
-        put_bytes(f, "optimizer state", o, p || ir_world(m) == 1 ? "(AdamW moments, step)" : "(1/dp of the master weights and AdamW moments; step)");
+        char grp[64], gnote[160], onote[160];
+        const char *div;
+        red_group(m, grp, sizeof grp, &div);
+        snprintf(gnote, sizeof gnote, gr ? "(all-reduced in buckets over %s ranks)"
+                                         : "(accumulated in the activation arena, reduce-scattered in buckets over %s ranks)", grp);
+        snprintf(onote, sizeof onote, "(1/%s of the master weights and AdamW moments, %s; step)", div, grp);
+        put_bytes(f, "grads", gr, ir_world(m) > 1 ? gnote : NULL);
+        put_bytes(f, "optimizer state", o, p || ir_world(m) == 1 ? "(AdamW moments, step)" : onote);
         snprintf(note, sizeof note, "(arena peak; liveness lower bound %.2f MiB, %.3fx)", (double)lb / (1 << 20),
                  lb ? (double)a / (double)lb : 1.0);
         put_bytes(f, "activations", a, note);

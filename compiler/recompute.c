@@ -24,7 +24,9 @@
  *              reads: a GEMM whose output only feeds the residual is not
  *              repeated.  Outside the layers, gemm-last's chains.
  *   selective  the outputs of attention (Megatron's selective: the core
- *              attention is recomputed, its Q, K, V stay saved).
+ *              attention is recomputed, its Q, K, V stay saved), each
+ *              attention only where that saves bytes: never more saved
+ *              than `none` (see selective() for --cp).
  *   gemm-last  cheap chains only.  A candidate is a saved value made by a
  *              cheap op (not EXPENSIVE, not communication): its chain runs
  *              back through cheap ops to values that are saved anyway or
@@ -144,13 +146,23 @@ static void full_layer(Rc *R, int L) {
     free(outside);
 }
 
+/* selective: each layer's attention outputs, where recomputing them saves
+ * bytes.  Under --cp all-gather none keeps the local K, V (backward gathers
+ * them again) and a clone would keep the gathered ones, cp times larger;
+ * under --cp p2p backward reads attn_merge's outputs, not attention's.
+ * There no attention is taken, and selective saves what none saves. */
 static void selective(Rc *R) {
     const Graph *g = R->g;
+    int64_t best = saved_bytes(R);
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         unsigned fl = ir_ops[n->op].flags;
-        if (n->phase == PH_FWD && n->layer >= 0 && (fl & F_EXPENSIVE) && !(fl & F_GEMM))
-            for (int k = 0; k < n->nout; k++) R->rc[n->out[k]] = 1;
+        if (!(n->phase == PH_FWD && n->layer >= 0 && (fl & F_EXPENSIVE) && !(fl & F_GEMM))) continue;
+        for (int k = 0; k < n->nout; k++) R->rc[n->out[k]] = 1;
+        int64_t now = saved_bytes(R);
+        if (now < best) best = now;
+        else
+            for (int k = 0; k < n->nout; k++) R->rc[n->out[k]] = 0;
     }
 }
 

@@ -23,6 +23,15 @@ bad_flag() { # description, expected substring, args...
     else echo "not ok $n - $desc: rc=$rc got '$err'"; fi
 }
 bad_flag "unknown command" "unknown command" frobnicate models/tiny.lua
+# the unknown-command message names every command `kiln --help` lists, and
+# each name it gives is a command (not itself unknown)
+n=$((n + 1))
+msg=$("$K" frobnicate 2>&1 >/dev/null)
+helped=$("$K" --help | sed -n 's/^ *\(usage: \)\{0,1\}kiln \([a-z]*\) .*/\2/p' | sort -u)
+listed=$(printf '%s\n' "$msg" | sed -n 's/.*(\(.*\); see kiln --help)$/\1/p' | tr -d ' ' | tr ',' '\n' | sort -u)
+unknown=$(for c in $listed; do "$K" "$c" 2>&1 | grep -q 'unknown command' && echo "$c"; done)
+if [ -n "$helped" ] && [ "$helped" = "$listed" ] && [ -z "$unknown" ]; then echo "ok $n - the unknown-command message lists every command of --help: $(echo $listed)"
+else echo "not ok $n - unknown-command message lists '$(echo $listed)', --help '$(echo $helped)', not commands: '$unknown'"; fi
 bad_flag "unknown flag" "--bogus" dump models/tiny.lua --bogus 1
 bad_flag "missing model file" "nosuch.lua" dump nosuch.lua
 bad_flag "unknown --set key" "nosuchkey" dump models/tiny.lua --set nosuchkey=3

@@ -7,6 +7,7 @@
 #  - the verifier rejects a planted GEMM in phase recompute under gemm-last;
 #  - --memory-budget picks none / gemm-last / full by the saved bytes, and
 #    below full's minimum it stops with one line naming the minimum;
+#  - selective never saves more than none (with --cp it saves what none saves);
 #  - `kiln plan --recompute all` on GPT-2 124M and Llama-7B shapes: gemm-last
 #    saves >= 35% of `none`'s activation bytes per layer for <= 1.5% more FLOPs, and
 #    `none` is Korthikanti's 34 s.b.h bytes per layer at 2 bytes per value.
@@ -111,6 +112,28 @@ out=$("$K" plan models/tiny.lua --memory-budget lots 2>&1); rc=$?
 check "--memory-budget lots: $out" "[ $rc = 1 ] && printf '%s' \"\$out\" | grep -q -- '--memory-budget: expected'"
 out=$("$K" plan models/tiny.lua --recompute sometimes 2>&1); rc=$?
 check "--recompute sometimes: $out" "[ $rc = 1 ] && printf '%s' \"\$out\" | grep -q -- '--recompute: expected none, full, selective or gemm-last'"
+
+# ---- selective never saves more than none (issue 17) ----
+# Under --cp all-gather a clone of attention would keep the gathered K, V (cp
+# times the local ones none keeps); under --cp p2p backward reads the merged
+# outputs: there selective takes no attention and saves exactly what none
+# saves.  Without cp it must still save less.
+bytes() { "$K" plan "$@" | sed -n 's/^recompute [a-z-]*: .*(\([0-9]*\) bytes)$/\1/p'; }
+for M in models/tiny.lua "$LLAMA"; do
+    for mesh in "" "--cp 2" "--cp 2 --cp-comm p2p" "--cp 4" "--dp 2 --cp 2"; do
+        # shellcheck disable=SC2086
+        nb=$(bytes $M $mesh --recompute none) sb=$(bytes $M $mesh --recompute selective)
+        if [ -z "$mesh" ]; then
+            check "${M%% *} selective saves less than none without cp: $sb < $nb bytes" "[ -n '$sb' ] && [ '$sb' -lt '$nb' ]"
+        else
+            check "${M%% *} $mesh: selective saves no more than none: $sb <= $nb bytes" "[ -n '$sb' ] && [ '$sb' -le '$nb' ]"
+        fi
+    done
+done
+t=$("$K" plan models/tiny.lua --cp 2 --recompute all)
+sel=$(printf '%s\n' "$t" | awk '$1 == "selective" && $3 == "MiB" {print $6}') non=$(printf '%s\n' "$t" | awk '$1 == "none" && $3 == "MiB" {print $6}')
+check "kiln plan --cp 2 --recompute all: selective's saved total $sel MiB = none's $non MiB, and the table says why" \
+    "[ -n '$sel' ] && [ '$sel' = '$non' ] && printf '%s\n' \"\$t\" | grep -q 'selective recomputes no attention here'"
 
 # ---- the table against the paper ----
 table() { "$K" plan "$@" --recompute all; }

@@ -10,7 +10,8 @@
  *       Every policy (none, selective, gemm-last, full) compiled in turn and
  *       set side by side: saved bytes per layer and in all, the activation
  *       peak and the extra FLOPs, next to Korthikanti et al. 2022's bytes
- *       per layer (docs/recompute.md).
+ *       per layer (docs/recompute.md).  selective never saves more than
+ *       none (recompute.c takes an attention only where that saves bytes).
  */
 #include <limits.h>
 #include <stdio.h>
@@ -83,6 +84,9 @@ static void plan_recompute_table(Args *a) {
                (double)st[k].saved / (1 << 20), (double)st[k].peak / (1 << 20), 100.0 * ((double)st[k].peak / (double)st[0].peak - 1),
                100.0 * st[k].extra / st[k].flops);
     }
+    if (st[1].extra == 0)
+        printf("  selective recomputes no attention here, as no clone saves bytes (--cp all-gather: a clone would keep the "
+               "gathered K, V; --cp p2p: backward reads the merged outputs), so it saves what none saves\n");
     printf("  Korthikanti et al. 2022, bytes per layer at 2 bytes per value: none 34sbh+5as^2b = %.2f MiB (%.1f sbh), "
            "selective 34sbh = %.2f MiB, full 2sbh = %.2f MiB\n",
            (34 * sbh + 5 * heads * s * s * b) / (1 << 20), 34 + 5 * heads * s / h, 34 * sbh / (1 << 20), 2 * sbh / (1 << 20));
