@@ -18,8 +18,8 @@
 M=tests/ops17.lua
 check_m() { # args...
     out=$(timeout 300 "$K" check $M "$@" 2>&1); rc=$?
-    if [ $rc = 0 ] && [[ "$out" == *", 0 mismatched"* ]]; then ok "check $M $*: ${out##*: }"
-    else notok "check $M $*: rc=$rc $out"; fi
+    if [ $rc = 0 ] && [[ "$out" == *", 0 mismatched"* ]]; then ok "check $M${*:+ $*}: ${out##*: }"
+    else notok "check $M${*:+ $*}: rc=$rc $out"; fi
 }
 check_m
 check_m --dp 2
