@@ -193,6 +193,50 @@ static void vjp_relu(Ad *a, const Node *n, const int *dy, int *dx) {
     dx[0] = ir_build2(&a->bld, OP_relu_bwd, dy[0], n->in[0]);
 }
 
+/* ---- issue 17: sigmoid, abs, pow, minimum, maximum, where ---- */
+
+static void vjp_sigmoid(Ad *a, const Node *n, const int *dy, int *dx) { /* dy * y * (1 - y) */
+    int y = n->out[0];
+    int one = fill(a, vtype(a, y), 1.0);
+    dx[0] = ir_build2(&a->bld, OP_mul, ir_build2(&a->bld, OP_mul, dy[0], y), ir_build2(&a->bld, OP_sub, one, y));
+}
+
+static void vjp_abs(Ad *a, const Node *n, const int *dy, int *dx) { /* dy * sign(x), 0 at 0 as PyTorch */
+    dx[0] = ir_build2(&a->bld, OP_abs_bwd, dy[0], n->in[0]);
+}
+
+/* dy * p * x^(p-1); p = 0 has none (PyTorch masks it to 0, also at x = 0) */
+static void vjp_pow(Ad *a, const Node *n, const int *dy, int *dx) {
+    double p = ir_attr_f(n, "p", 1);
+    Type t = vtype(a, dy[0]);
+    if (p == 0) {
+        dx[0] = fill(a, t, 0.0);
+        return;
+    }
+    Attr at = ir_attr_float(a->m, "p", p - 1);
+    int d = ir_build1(&a->bld, OP_pow, n->in[0], 1, &at);
+    dx[0] = ir_build2(&a->bld, OP_mul, dy[0], ir_build2(&a->bld, OP_mul, fill(a, t, p), d));
+}
+
+static int ternary(Ad *a, Op op, int x, int y, int z) {
+    int in[3] = {x, y, z};
+    return ir_out(a->bld.g, ir_build(&a->bld, op, 3, in, 0, NULL, NULL));
+}
+
+/* minimum, maximum: the smaller (larger) side gets dy, a tie dy/2 each */
+static void vjp_minmax(Ad *a, const Node *n, const int *dy, int *dx) {
+    Op bwd = n->op == OP_minimum ? OP_minimum_bwd : OP_maximum_bwd;
+    if (wants(a, n, 0)) dx[0] = ternary(a, bwd, dy[0], n->in[0], n->in[1]);
+    if (wants(a, n, 1)) dx[1] = ternary(a, bwd, dy[0], n->in[1], n->in[0]);
+}
+
+/* where(c, a, b): dy to a where c, to b elsewhere; the mask gets none */
+static void vjp_where(Ad *a, const Node *n, const int *dy, int *dx) {
+    int c = n->in[0], zero = fill(a, vtype(a, dy[0]), 0.0);
+    if (wants(a, n, 1)) dx[1] = ternary(a, OP_where, c, dy[0], zero);
+    if (wants(a, n, 2)) dx[2] = ternary(a, OP_where, c, zero, dy[0]);
+}
+
 /* dy of a reduction over `dim`, spread back over x's shape. */
 static int spread(Ad *a, const Node *n, int dy) {
     Type tx = vtype(a, n->in[0]);
@@ -353,7 +397,7 @@ static void vjp_matmul(Ad *a, const Node *n, const int *dy, int *dx) {
 static void fused_bwd(Ad *a, const Node *n, Op op, int nin, const int *in, int *dx) {
     int b = emit_like(a, op, n, nin, in);
     Node *bn = &a->bld.g->nodes[b];
-    for (int i = 0; i < bn->nout; i++)
+    for (int i = 0; i < bn->nout && i < n->nin; i++) /* layernorm without a bias: db unread */
         if (wants(a, n, i)) dx[i] = bn->out[i];
 }
 
@@ -443,7 +487,10 @@ static const VjpFn vjp[OP_COUNT] = {
     [OP_add] = vjp_add, [OP_sub] = vjp_sub, [OP_mul] = vjp_mul, [OP_div] = vjp_div,
     [OP_neg] = vjp_neg, [OP_exp] = vjp_exp, [OP_log] = vjp_log, [OP_sqrt] = vjp_sqrt,
     [OP_rsqrt] = vjp_rsqrt, [OP_tanh] = vjp_tanh, [OP_gelu] = vjp_gelu, [OP_silu] = vjp_silu,
-    [OP_relu] = vjp_relu, [OP_sum] = vjp_sum, [OP_mean] = vjp_mean, [OP_max] = vjp_max,
+    [OP_relu] = vjp_relu,
+    [OP_sigmoid] = vjp_sigmoid, [OP_abs] = vjp_abs, [OP_pow] = vjp_pow, [OP_minimum] = vjp_minmax,
+    [OP_maximum] = vjp_minmax, [OP_where] = vjp_where, /* issue 17 */
+    [OP_sum] = vjp_sum, [OP_mean] = vjp_mean, [OP_max] = vjp_max,
     [OP_sumsq] = vjp_sumsq, [OP_reshape] = vjp_reshape, [OP_transpose] = vjp_transpose,
     [OP_slice] = vjp_slice, [OP_concat] = vjp_concat, [OP_broadcast] = vjp_broadcast,
     [OP_sumto] = vjp_sumto, [OP_cast] = vjp_cast, [OP_matmul] = vjp_matmul,

@@ -543,6 +543,45 @@ static int l_unary(lua_State *L)
     return 1;
 }
 
+/* ---- issue 17: pow, where (sigmoid, abs, minimum, maximum: the op table) ---- */
+
+/* pow(x, p), x ^ p: p a number (a tensor exponent is refused) */
+static int l_pow(lua_State *L)
+{
+    if (!fe_is_tensor(L, 1))
+        fe_raise(L, "pow: the base must be a tensor, got %s", luaL_typename(L, 1));
+    int x = fe_tensor(L, 1, "pow");
+    if (lua_type(L, 2) != LUA_TNUMBER)
+        fe_raise(L, "pow: the exponent must be a number, got %s", fe_is_tensor(L, 2) ? "a tensor" : luaL_typename(L, 2));
+    Attr a = ir_attr_float(fe_of(L)->m, "p", lua_tonumber(L, 2));
+    fe_push(L, fe_node1(L, OP_pow, 1, &x, 1, &a));
+    return 1;
+}
+
+/* where(c, a, b): c != 0 ? a : b, c a float mask; a and b may be numbers;
+ * numpy broadcasting over the three */
+static int l_where(lua_State *L)
+{
+    if (!fe_is_tensor(L, 1))
+        fe_raise(L, "where: the condition must be a tensor (a float mask, nonzero = true), got %s", luaL_typename(L, 1));
+    int v[3] = {fe_tensor(L, 1, "where"), 0, 0};
+    DType dt = fe_type(L, v[0])->dt;
+    for (int i = 1; i < 3; i++)
+        v[i] = lua_type(L, i + 1) == LUA_TNUMBER ? fe_const(L, lua_tonumber(L, i + 1), &(Type){.dt = dt, .rank = 0})
+                                                  : fe_tensor(L, i + 1, "where");
+    Type out = *fe_type(L, v[0]);
+    for (int i = 1; i < 3; i++) {
+        Type t = out;
+        if (!fe_broadcast_shape(&t, fe_type(L, v[i]), &out)) {
+            char sa[96], sb[96];
+            fe_raise(L, "where: %s and %s do not broadcast", fe_tstr(L, v[0], sa, sizeof sa), fe_tstr(L, v[i], sb, sizeof sb));
+        }
+    }
+    for (int i = 0; i < 3; i++) v[i] = fe_broadcast(L, v[i], &out);
+    fe_push(L, fe_node1(L, OP_where, 3, v, 0, NULL));
+    return 1;
+}
+
 /* sum/mean/max(x, dim, keep); without dim, over every dim (last first). */
 static int l_reduce(lua_State *L)
 {
@@ -678,11 +717,13 @@ static int l_cast(lua_State *L)
     return 1;
 }
 
+/* layernorm(x, w, b, eps); b = nil: no bias (issue 17) */
 static int l_layernorm(lua_State *L)
 {
-    int in[3] = {fe_tensor(L, 1, "layernorm"), fe_tensor(L, 2, "layernorm"), fe_tensor(L, 3, "layernorm")};
+    int nb = lua_isnoneornil(L, 3) ? 2 : 3;
+    int in[3] = {fe_tensor(L, 1, "layernorm"), fe_tensor(L, 2, "layernorm"), nb > 2 ? fe_tensor(L, 3, "layernorm") : 0};
     Attr a = ir_attr_float(fe_of(L)->m, "eps", fe_optnum(L, 4, "layernorm", "eps", 1e-5));
-    fe_push(L, fe_node1(L, OP_layernorm, 3, in, 1, &a));
+    fe_push(L, fe_node1(L, OP_layernorm, nb, in, 1, &a));
     return 1;
 }
 
@@ -1071,7 +1112,7 @@ static void fe_open_tensor(lua_State *L)
 {
     static const luaL_Reg mt[] = {
         {"__index", l_tensor_index}, {"__add", l_add}, {"__sub", l_sub}, {"__mul", l_mul},
-        {"__div", l_div}, {"__unm", l_tensor_unm}, {"__tostring", l_tensor_tostring}, {NULL, NULL},
+        {"__div", l_div}, {"__unm", l_tensor_unm}, {"__pow", l_pow}, {"__tostring", l_tensor_tostring}, {NULL, NULL},
     };
     luaL_newmetatable(L, TENSOR_MT);
     luaL_setfuncs(L, mt, 0);
@@ -1091,7 +1132,7 @@ static void fe_open_dsl(lua_State *L)
         {"concat", l_concat}, {"broadcast", l_broadcast}, {"cast", l_cast},
         {"layernorm", l_layernorm}, {"rmsnorm", l_rmsnorm}, {"rope", l_rope},
         {"attention", l_attention}, {"loss", l_loss}, {"output", l_output}, {"layer", l_layer},
-        {"require", l_require}, {"print", l_print}, {NULL, NULL},
+        {"require", l_require}, {"print", l_print}, {"pow", l_pow}, {"where", l_where}, {NULL, NULL},
     };
     static const struct {
         const char *name;
@@ -1105,6 +1146,9 @@ static void fe_open_dsl(lua_State *L)
         {"relu", l_unary, OP_relu}, {"softmax", l_unary, OP_softmax}, {"sum", l_reduce, OP_sum},
         {"mean", l_reduce, OP_mean}, {"max", l_reduce, OP_max}, {"embedding", l_pair, OP_embedding},
         {"cross_entropy", l_pair, OP_cross_entropy},
+        /* issue 17 */
+        {"sigmoid", l_unary, OP_sigmoid}, {"abs", l_unary, OP_abs}, {"minimum", l_binary, OP_minimum},
+        {"maximum", l_binary, OP_maximum},
     };
     lua_pushglobaltable(L);
     luaL_setfuncs(L, fns, 0);

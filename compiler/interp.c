@@ -257,6 +257,10 @@ static void ex_binary(Ex *e) {
         }
         break;
     case OP_relu_bwd: for (int64_t i = 0; i < n; i++) y[i] = b[i] > 0 ? a[i] : 0; break;
+    /* issue 17: NaN propagates through minimum/maximum as in PyTorch */
+    case OP_minimum: for (int64_t i = 0; i < n; i++) y[i] = isnan(a[i]) || a[i] < b[i] ? a[i] : b[i]; break;
+    case OP_maximum: for (int64_t i = 0; i < n; i++) y[i] = isnan(a[i]) || a[i] > b[i] ? a[i] : b[i]; break;
+    case OP_abs_bwd: for (int64_t i = 0; i < n; i++) y[i] = b[i] > 0 ? a[i] : b[i] < 0 ? -a[i] : 0; break;
     default: ICE("interp: %s is not binary", ir_ops[e->n->op].name);
     }
 }
@@ -272,6 +276,8 @@ static double unary(Op op, double x) {
     case OP_gelu: return gelu(x);
     case OP_silu: return x * sigmoid(x);
     case OP_relu: return x > 0 ? x : 0;
+    case OP_sigmoid: return sigmoid(x);
+    case OP_abs: return fabs(x);
     default: ICE("interp: %s is not unary", ir_ops[op].name);
     }
 }
@@ -280,6 +286,27 @@ static void ex_unary(Ex *e) {
     const double *x = IN(0);
     double *y = OUT(0);
     for (int64_t i = 0; i < NOUT(0); i++) y[i] = unary(e->n->op, x[i]);
+}
+
+/* ---- issue 17: pow and the three-input elementwise ops ---- */
+
+static void ex_pow(Ex *e) {
+    const double *x = IN(0);
+    double p = ir_attr_f(e->n, "p", 1), *y = OUT(0);
+    for (int64_t i = 0; i < NOUT(0); i++) y[i] = pow(x[i], p);
+}
+
+/* where (c, a, b); minimum_bwd, maximum_bwd (dy, a, b): dy, dy/2 on a tie, 0 */
+static void ex_ternary(Ex *e) {
+    const double *c = IN(0), *a = IN(1), *b = IN(2);
+    double *y = OUT(0);
+    int64_t n = NOUT(0);
+    switch (e->n->op) {
+    case OP_where: for (int64_t i = 0; i < n; i++) y[i] = c[i] != 0 ? a[i] : b[i]; break;
+    case OP_minimum_bwd: for (int64_t i = 0; i < n; i++) y[i] = a[i] < b[i] ? c[i] : a[i] == b[i] ? c[i] / 2 : 0; break;
+    case OP_maximum_bwd: for (int64_t i = 0; i < n; i++) y[i] = a[i] > b[i] ? c[i] : a[i] == b[i] ? c[i] / 2 : 0; break;
+    default: ICE("interp: %s is not ternary", ir_ops[e->n->op].name);
+    }
 }
 
 /* cast: floats keep their value (rounding to the new dtype follows); ints truncate. */
@@ -458,7 +485,7 @@ static void ex_matmul(Ex *e) {
 static void ex_layernorm(Ex *e) {
     int64_t C = last_dim(INT(0)), rows = e->in[0]->n / C;
     double eps = ir_attr_f(e->n, "eps", 1e-5);
-    const double *w = IN(1), *b = IN(2);
+    const double *w = IN(1), *b = e->n->nin > 2 ? IN(2) : NULL; /* no bias: 0 (issue 17) */
     for (int64_t r = 0; r < rows; r++) {
         const double *x = IN(0) + r * C;
         double *y = OUT(0) + r * C, mean = 0, var = 0;
@@ -466,7 +493,7 @@ static void ex_layernorm(Ex *e) {
         mean /= (double)C;
         for (int64_t i = 0; i < C; i++) var += (x[i] - mean) * (x[i] - mean);
         double rstd = 1 / sqrt(var / (double)C + eps);
-        for (int64_t i = 0; i < C; i++) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+        for (int64_t i = 0; i < C; i++) y[i] = (x[i] - mean) * rstd * w[i] + (b ? b[i] : 0);
     }
 }
 
@@ -798,6 +825,11 @@ static void exec_local(Ex *e) {
     case OP_gelu_bwd: case OP_silu_bwd: case OP_relu_bwd: ex_binary(e); break;
     case OP_neg: case OP_exp: case OP_log: case OP_sqrt: case OP_rsqrt:
     case OP_tanh: case OP_gelu: case OP_silu: case OP_relu: ex_unary(e); break;
+    /* issue 17 */
+    case OP_sigmoid: case OP_abs: ex_unary(e); break;
+    case OP_pow: ex_pow(e); break;
+    case OP_minimum: case OP_maximum: case OP_abs_bwd: ex_binary(e); break;
+    case OP_where: case OP_minimum_bwd: case OP_maximum_bwd: ex_ternary(e); break;
     case OP_sum: case OP_mean: case OP_max: ex_reduce(e); break;
     case OP_max_bwd: ex_max_bwd(e); break;
     case OP_sumsq: ex_sumsq(e); break;

@@ -442,6 +442,22 @@ static int infer_unary(const Infer *in, Type out[], char *err, size_t errlen) {
     return 0;
 }
 
+/* issue 17: pow {p}; where (c, a, b) and minimum_bwd, maximum_bwd (dy, a, b):
+ * three inputs of one float type */
+static int infer_pow(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Attr *p = ir_attr(in->n, "p");
+    if (!p || (p->kind != AT_FLOAT && p->kind != AT_INT)) FAIL("pow: needs a number exponent p");
+    return infer_unary(in, out, err, errlen);
+}
+
+static int infer_ternary(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    if (need_float(t[0], in->op, "input", err, errlen) || same_type(t[0], t[1], in->op, err, errlen) ||
+        same_type(t[0], t[2], in->op, err, errlen)) return -1;
+    out[0] = *t[0];
+    return 0;
+}
+
 static int infer_cast(const Infer *in, Type out[], char *err, size_t errlen) {
     int dt = ir_dtype_lookup(ir_attr_s(in->n, "dtype", ""));
     if (dt < 0) FAIL("cast: unknown dtype \"%s\"", ir_attr_s(in->n, "dtype", ""));
@@ -576,10 +592,13 @@ static int infer_matmul(const Infer *in, Type out[], char *err, size_t errlen) {
 
 /* ---- library ops: norms, softmax, rope ---- */
 
-/* layernorm, rmsnorm: (x, weights of x's last dim) */
+/* layernorm, rmsnorm: (x, weights of x's last dim); layernorm's bias is
+ * optional (issue 17) */
 static int infer_norm(const Infer *in, Type out[], char *err, size_t errlen) {
     const Type *const *t = in->t, *xt = t[0];
     char x[96], y[96];
+    if (in->n->op == OP_layernorm && in->n->nin != 2 && in->n->nin != 3)
+        FAIL("layernorm: takes x, w and an optional b, got %d inputs", in->n->nin);
     if (need_float(xt, in->op, "x", err, errlen)) return -1;
     if (xt->rank < 1) FAIL("%s: x must have rank >= 1", in->op);
     for (int i = 1; i < in->n->nin; i++)
@@ -798,6 +817,10 @@ static const InferFn infer_op[OP_COUNT] = {
     [OP_neg] = infer_unary, [OP_exp] = infer_unary, [OP_log] = infer_unary, [OP_sqrt] = infer_unary,
     [OP_rsqrt] = infer_unary, [OP_tanh] = infer_unary, [OP_gelu] = infer_unary, [OP_silu] = infer_unary,
     [OP_relu] = infer_unary, [OP_cast] = infer_cast,
+    /* issue 17 */
+    [OP_sigmoid] = infer_unary, [OP_abs] = infer_unary, [OP_pow] = infer_pow, [OP_minimum] = infer_binary,
+    [OP_maximum] = infer_binary, [OP_where] = infer_ternary, [OP_abs_bwd] = infer_binary,
+    [OP_minimum_bwd] = infer_ternary, [OP_maximum_bwd] = infer_ternary,
     [OP_sum] = infer_reduce, [OP_mean] = infer_reduce, [OP_max] = infer_reduce, [OP_max_bwd] = infer_max_bwd,
     [OP_sumsq] = infer_sumsq,
     [OP_reshape] = infer_reshape, [OP_transpose] = infer_transpose, [OP_slice] = infer_slice,
@@ -950,6 +973,10 @@ static double per_element(Op op) {
     case OP_sumsq: return 2;
     case OP_exp: case OP_log: case OP_sqrt: case OP_rsqrt: return 4;
     case OP_tanh: case OP_silu: case OP_silu_bwd: return 8;
+    case OP_abs: case OP_minimum: case OP_maximum: case OP_where: case OP_abs_bwd: return 1; /* issue 17 */
+    case OP_minimum_bwd: case OP_maximum_bwd: return 2;
+    case OP_sigmoid: return 6;
+    case OP_pow: return 8;
     case OP_gelu: case OP_gelu_bwd: return 12;
     case OP_rope: case OP_rope_bwd: return 3;
     case OP_rmsnorm: return 5;

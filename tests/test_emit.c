@@ -427,6 +427,56 @@ static void test_fused_ops(void **st) {
     }
 }
 
+/* issue 17's ops in one group or as one-op groups, on inputs over [-3, 3):
+ * sigmoid, abs, pow (an odd integer power of negative numbers, a fractional
+ * one of exp(x)), minimum, maximum, abs_bwd, where with a mask that is zero
+ * where x <= 0, and minimum_bwd, maximum_bwd with a tie wherever x > 0. */
+static Module *ops17_module(int one_group) {
+    Bld b = bld("ops17");
+    Type t = TY(DT_F32, 5, 37);
+    int x = input(&b, "x", t), dy = input(&b, "dy", t);
+    int outs[16], nout = 0, k = 0;
+    const char *names[16];
+#define GROUP() (b.kernel = one_group ? 0 : k++)
+    GROUP();
+    int rx = val(&b, OP_relu, INS(x), NOATS);
+    static const Op un[] = {OP_sigmoid, OP_abs};
+    static const Op bw[] = {OP_minimum, OP_maximum, OP_abs_bwd};
+    static const Op tern[] = {OP_where, OP_minimum_bwd, OP_maximum_bwd};
+    for (size_t i = 0; i < sizeof un / sizeof *un; i++) {
+        GROUP();
+        names[nout] = ir_ops[un[i]].name, outs[nout++] = val(&b, un[i], INS(x), NOATS);
+    }
+    for (size_t i = 0; i < sizeof bw / sizeof *bw; i++) {
+        GROUP();
+        names[nout] = ir_ops[bw[i]].name, outs[nout++] = val(&b, bw[i], INS(dy, x), NOATS);
+    }
+    for (size_t i = 0; i < sizeof tern / sizeof *tern; i++) {
+        GROUP();
+        int in0 = tern[i] == OP_where ? rx : dy;
+        names[nout] = ir_ops[tern[i]].name, outs[nout++] = val(&b, tern[i], INS(in0, x, rx), NOATS);
+    }
+    GROUP();
+    names[nout] = "pow3", outs[nout++] = val(&b, OP_pow, INS(x), ATS(af(&b, "p", 3)));
+    GROUP();
+    int ex = val(&b, OP_exp, INS(x), NOATS);
+    names[nout] = "pow1.5", outs[nout++] = val(&b, OP_pow, INS(ex), ATS(af(&b, "p", 1.5)));
+#undef GROUP
+    b.kernel = -1;
+    for (int i = 0; i < nout; i++) output(&b, outs[i], names[i]);
+    plan_trivially(b.m);
+    return b.m;
+}
+
+static void test_fused_ops17(void **st) {
+    for (int one = 0; one < 2; one++) {
+        Module *m = ops17_module(one);
+        double e = vs_interp(m, 3, -3, 3, PARAMS);
+        if (!(e <= TOL)) fail_msg("%s: relative error %g", one ? "one group" : "one-op groups", e);
+        ir_free(m);
+    }
+}
+
 /* Broadcast patterns read inside a group: trailing, leading, middle, scalar,
  * and a run of two broadcast dims.  Large enough for rt_parallel_for, whose
  * chunks start in the middle of rows. */
@@ -1494,6 +1544,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_fused_gelu),
         cmocka_unit_test(test_fused_ops),
+        cmocka_unit_test(test_fused_ops17),
         cmocka_unit_test(test_fused_broadcasts),
         cmocka_unit_test(test_streams),
         cmocka_unit_test(test_exp_tanh_accuracy),

@@ -80,7 +80,7 @@ static Module *all_ops_module(void) {
     int s = input(&b, "s", SCALAR);
     static const Op un[] = {OP_neg, OP_exp, OP_tanh, OP_gelu, OP_silu, OP_relu};
     static const Op bw[] = {OP_gelu_bwd, OP_silu_bwd, OP_relu_bwd, OP_add, OP_sub, OP_mul, OP_div};
-    int outs[40], nout = 0;
+    int outs[48], nout = 0;
     b.kernel = 0;
     for (size_t i = 0; i < sizeof un / sizeof *un; i++) outs[nout++] = val(&b, un[i], INS(x), NOATS);
     for (size_t i = 0; i < sizeof bw / sizeof *bw; i++) outs[nout++] = val(&b, bw[i], INS(dy, x), NOATS);
@@ -94,6 +94,13 @@ static Module *all_ops_module(void) {
     int bf = val(&b, OP_cast, INS(x), ATS(as(&b, "dtype", "bf16")));
     outs[nout++] = val(&b, OP_cast, INS(bf), ATS(as(&b, "dtype", "f32")));
     outs[nout++] = val(&b, OP_add, INS(x, bcast(&b, cnst(&b, SCALAR, -INFINITY), t)), NOATS);
+    /* issue 17 */
+    static const Op un17[] = {OP_sigmoid, OP_abs}, bw17[] = {OP_minimum, OP_maximum, OP_abs_bwd};
+    static const Op tern17[] = {OP_where, OP_minimum_bwd, OP_maximum_bwd};
+    for (size_t i = 0; i < sizeof un17 / sizeof *un17; i++) outs[nout++] = val(&b, un17[i], INS(x), NOATS);
+    for (size_t i = 0; i < sizeof bw17 / sizeof *bw17; i++) outs[nout++] = val(&b, bw17[i], INS(dy, x), NOATS);
+    for (size_t i = 0; i < sizeof tern17 / sizeof *tern17; i++) outs[nout++] = val(&b, tern17[i], INS(dy, x, ex), NOATS);
+    outs[nout++] = val(&b, OP_pow, INS(x), ATS(af(&b, "p", 1.5)));
     val(&b, OP_tanh, INS(dy), NOATS); /* dead: no output, nothing reads it */
     b.kernel = 1;
     int bc = val(&b, OP_mul, INS(x, bcast(&b, col, t)), NOATS);

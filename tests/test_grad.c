@@ -487,6 +487,67 @@ static void test_matmul(void **s) {
             }
 }
 
+/* ---- issue 17: sigmoid, abs, pow, minimum, maximum, where, layernorm without a bias ---- */
+
+static void pow_case(double p, double lo, double hi) {
+    T *t = t_new();
+    int x = t_param(t, "x", F32(3, 4), lo, hi);
+    Attr at = af(t, "p", p);
+    int y = t_op(t, OP_pow, 1, &x, 1, &at);
+    t_loss(t, 1, &y);
+    char label[32];
+    snprintf(label, sizeof label, "pow p=%g", p);
+    check_t(t, label);
+}
+
+static void test_ops17(void **s) {
+    unary_case(OP_sigmoid, -3, 3);
+    unary_case(OP_abs, -2, 2); /* the seed's draws lie farther than 2h from 0 */
+    pow_case(1.5, 0.3, 3);
+    pow_case(-2, 0.3, 3);
+    pow_case(3, -2, 2);
+    pow_case(2, -2, 2);
+    pow_case(0, -2, 2); /* no gradient: zero, as FD */
+    binary_case(OP_minimum);
+    binary_case(OP_maximum);
+    /* where: a fixed mask with zeros, a NaN (true) and other nonzeros */
+    static const double mask[12] = {0, 1, 0, -2, 0.5, 0, 0, NAN, 1, 0, 3, 0};
+    T *t = t_new();
+    int c = t_source(t, OP_input, "c", F32(3, 4), 0, 0, 0);
+    t->fills[t->nfills - 1].fixed = mask;
+    int in[3] = {c, t_param1(t, "a", F32(3, 4)), t_param1(t, "b", F32(3, 4))};
+    int y = t_op(t, OP_where, 3, in, 0, NULL);
+    t_loss(t, 1, &y);
+    check_t(t, "where");
+}
+
+/* A tie: d/dx maximum(x, x) = 1 = dy/2 + dy/2 (PyTorch's rule); the same for
+ * minimum; abs(x - x) has gradient 0 (abs'(0) = 0). */
+static void test_ops17_ties(void **s) {
+    Op ops[2] = {OP_minimum, OP_maximum};
+    for (int o = 0; o < 2; o++) {
+        T *t = t_new();
+        int x = t_param1(t, "x", F32(3, 4));
+        int y = t_op2(t, ops[o], x, x);
+        t_loss(t, 1, &y);
+        check_t(t, ir_ops[ops[o]].name);
+    }
+    T *t = t_new();
+    int x = t_param1(t, "x", F32(3, 4));
+    int y = t_op2(t, OP_mul, t_op1(t, OP_abs, t_op2(t, OP_sub, x, x)), x);
+    t_loss(t, 1, &y);
+    check_t(t, "abs at 0");
+}
+
+static void test_layernorm_nobias(void **s) {
+    T *t = t_new();
+    int in[2] = {t_param1(t, "x", F32(2, 3, 5)), t_param1(t, "w", F32(5))};
+    Attr eps = af(t, "eps", 1e-5);
+    int y = t_op(t, OP_layernorm, 2, in, 1, &eps);
+    t_loss(t, 1, &y);
+    check_t(t, "layernorm without a bias");
+}
+
 /* ---- fused ops ---- */
 
 static void test_layernorm(void **s) {
@@ -738,6 +799,8 @@ int main(void) {
         cmocka_unit_test(test_embedding),      cmocka_unit_test(test_cross_entropy),
         cmocka_unit_test(test_comm),           cmocka_unit_test(test_structure),
         cmocka_unit_test(test_model_tiny),     cmocka_unit_test(test_model_llama),
+        cmocka_unit_test(test_ops17),          cmocka_unit_test(test_ops17_ties),
+        cmocka_unit_test(test_layernorm_nobias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

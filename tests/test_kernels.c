@@ -198,6 +198,7 @@ static void test_layernorm(void **st) {
     int x = input(&b, "x", TY(DT_F32, R1, R2, C)), w = input(&b, "w", TY(DT_F32, C)), bb = input(&b, "b", TY(DT_F32, C));
     int dy = input(&b, "dy", TY(DT_F32, R1, R2, C));
     int y = val(&b, OP_layernorm, INS(x, w, bb), ATS(af(&b, "eps", 1e-5)));
+    int y0 = val(&b, OP_layernorm, INS(x, w), ATS(af(&b, "eps", 1e-5))); /* no bias (issue 17) */
     int nb = node(&b, OP_layernorm_bwd, INS(dy, x, w), ATS(af(&b, "eps", 1e-5)), NULL);
     int64_t n = R1 * R2 * C;
     double *X = rnd(n, 5, 2), *W = rnd(C, 6, 1), *Bv = rnd(C, 7, 1), *DY = rnd(n, 8, 1);
@@ -208,6 +209,8 @@ static void test_layernorm(void **st) {
     float *Y = fbuf(n), *DX = fbuf(n), *DW = fbuf(C), *DB = fbuf(C);
     RUN(rtk_layernorm, P(f32(X, n)), P(f32(W, C)), P(f32(Bv, C)), P(Y), R1 * R2, C, F(1e-5));
     check("layernorm", Y, ref(it, y), n, TOL);
+    RUN(rtk_layernorm, P(f32(X, n)), P(f32(W, C)), 0, P(Y), R1 * R2, C, F(1e-5));
+    check("layernorm without a bias (b = 0)", Y, ref(it, y0), n, TOL);
     RUN(rtk_layernorm_bwd, P(f32(DY, n)), P(f32(X, n)), P(f32(W, C)), P(DX), P(DW), P(DB), R1 * R2, C, F(1e-5));
     check("layernorm_bwd dx", DX, ref(it, outk(&b, nb, 0)), n, TOL);
     check("layernorm_bwd dw", DW, ref(it, outk(&b, nb, 1)), C, TOL);

@@ -139,7 +139,7 @@ static void const_lit(DType dt, double v, char *buf, size_t len) {
 
 static unsigned helper_of(Op op) {
     switch (op) {
-    case OP_silu: return 1u << H_SIGMOID;
+    case OP_silu: case OP_sigmoid: return 1u << H_SIGMOID;
     case OP_gelu: return 1u << H_GELU_TH;
     case OP_gelu_bwd: return 1u << H_GELU_BWD | 1u << H_GELU_TH;
     case OP_silu_bwd: return 1u << H_SILU_BWD | 1u << H_SIGMOID;
@@ -186,8 +186,28 @@ static void helper_text(Cu *c, int h) {
 
 /* ---- one member ---- */
 
-/* The expression of elementwise op n on operands a (and b); -1 if unknown. */
-static int op_expr(const Node *n, const char *a, const char *b, char *buf, size_t len) {
+/* issue 17's ops, as emit_llvm.c's ew_op17 (x != x: x is NaN). */
+static int op_expr17(const Node *n, const char *a, const char *b, const char *c, char *buf, size_t len) {
+    char p[40];
+    switch (n->op) {
+    case OP_sigmoid: snprintf(buf, len, "kiln_sigmoid(%s)", a); return 0;
+    case OP_abs: snprintf(buf, len, "fabsf(%s)", a); return 0;
+    case OP_pow:
+        float_lit(ir_attr_f(n, "p", 1), p, sizeof p);
+        snprintf(buf, len, "powf(%s, %s)", a, p);
+        return 0;
+    case OP_minimum: snprintf(buf, len, "%s != %s || %s < %s ? %s : %s", a, a, a, b, a, b); return 0;
+    case OP_maximum: snprintf(buf, len, "%s != %s || %s > %s ? %s : %s", a, a, a, b, a, b); return 0;
+    case OP_where: snprintf(buf, len, "%s != 0.0f ? %s : %s", a, b, c); return 0;
+    case OP_abs_bwd: snprintf(buf, len, "%s > 0.0f ? %s : (%s < 0.0f ? -%s : 0.0f)", b, a, b, a); return 0;
+    case OP_minimum_bwd: snprintf(buf, len, "%s < %s ? %s : (%s == %s ? %s * 0.5f : 0.0f)", b, c, a, b, c, a); return 0;
+    case OP_maximum_bwd: snprintf(buf, len, "%s > %s ? %s : (%s == %s ? %s * 0.5f : 0.0f)", b, c, a, b, c, a); return 0;
+    default: return -1;
+    }
+}
+
+/* The expression of elementwise op n on operands a (and b, c); -1 if unknown. */
+static int op_expr(const Node *n, const char *a, const char *b, const char *c, char *buf, size_t len) {
     switch (n->op) {
     case OP_add: snprintf(buf, len, "%s + %s", a, b); return 0;
     case OP_sub: snprintf(buf, len, "%s - %s", a, b); return 0;
@@ -205,7 +225,7 @@ static int op_expr(const Node *n, const char *a, const char *b, char *buf, size_
     case OP_gelu_bwd: snprintf(buf, len, "kiln_gelu_bwd(%s, %s)", a, b); return 0;
     case OP_silu_bwd: snprintf(buf, len, "kiln_silu_bwd(%s, %s)", a, b); return 0;
     case OP_relu_bwd: snprintf(buf, len, "%s > 0.0f ? %s : 0.0f", b, a); return 0;
-    default: return -1;
+    default: return op_expr17(n, a, b, c, buf, len);
     }
 }
 
@@ -284,10 +304,11 @@ static int member(Cu *c, const KGroup *gr, Regs *r, int j) {
         else snprintf(e, sizeof e, "(%s)%s", reg_type(dt), a);
     } else {
         if (!is_float(dt)) return fail(c, n, "on integers (the GPU kernels compute f32)");
-        char a[16], b[16] = "";
+        char a[16], b[16] = "", z[16] = "";
         operand(c, gr, r, n, 0, a);
         if (n->nin > 1) operand(c, gr, r, n, 1, b);
-        if (op_expr(n, a, b, e, sizeof e) != 0) return fail(c, n, "is not an elementwise op the CUDA back end knows");
+        if (n->nin > 2) operand(c, gr, r, n, 2, z);
+        if (op_expr(n, a, b, z, e, sizeof e) != 0) return fail(c, n, "is not an elementwise op the CUDA back end knows");
     }
     fprintf(c->f, "        const %s m%d = %s;\n", reg_type(dt), j, e);
     return 0;

@@ -426,6 +426,11 @@ static void emit_norm(Em *e, const Node *n) {
     const Type *x = TY(e, n->in[bwd]);
     int64_t C = last(x);
     LLVMValueRef ex[] = {I64(e, ir_numel(x) / C), I64(e, C), F(e, ir_attr_f(n, "eps", 1e-5))};
+    if (n->op == OP_layernorm && n->nin == 2) { /* no bias: a null b (issue 17) */
+        LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->in[1], 0), I64(e, 0), P(e, n->out[0], 0), ex[0], ex[1], ex[2]};
+        launch_lib(e, n, "layernorm", a, 7);
+        return;
+    }
     launch_io(e, n, ir_ops[n->op].name, ex, 3);
 }
 

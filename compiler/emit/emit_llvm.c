@@ -37,8 +37,9 @@
  * by ln 2, degree-5 polynomial, 2^n from the exponent bits in two halves so
  * that denormal results and overflow come out right, NaN passed through):
  * about 1 ulp and it vectorizes.  tanh is Cephes tanhf on top of it (an odd
- * polynomial below 0.625, 1 - 2/(e^2|x|+1) above).  log and sqrt are the
- * intrinsics (sqrt is an instruction; log is rare in fused chains).
+ * polynomial below 0.625, 1 - 2/(e^2|x|+1) above).  log, sqrt and pow are
+ * the intrinsics (sqrt is an instruction; log and pow, a libm call per
+ * element, are rare in fused chains).
  *
  * The module is verified (LLVMVerifyModule), optimized with "default<O3>"
  * for the host CPU (or a named one, for golden tests), then either JIT'd by
@@ -289,8 +290,34 @@ static LLVMValueRef cast(Em *e, LLVMValueRef x, DType from, DType to, const Node
     return LLVMBuildIntCast2(e->b, x, t, 1, ""); /* i32 <-> i64 */
 }
 
-/* One elementwise op on registers a (and b). */
-static LLVMValueRef ew_op(Em *e, const Node *n, LLVMValueRef a, LLVMValueRef b_) {
+/* issue 17's ops: the same formulas as interp.c, NaN included (minimum and
+ * maximum return a NaN a, else b: NaN when b is) */
+static LLVMValueRef ew_op17(Em *e, const Node *n, LLVMValueRef a, LLVMValueRef b_, LLVMValueRef c) {
+    LLVMBuilderRef b = e->b;
+    LLVMValueRef zero = F32(e, 0);
+    switch (n->op) {
+    case OP_sigmoid: return vsigmoid(e, a);
+    case OP_abs: return call1(e, "llvm.fabs", a);
+    case OP_pow: return call2(e, "llvm.pow", a, F32(e, ir_attr_f(n, "p", 1)));
+    case OP_minimum: case OP_maximum: { /* a if a is NaN or wins, else b */
+        LLVMValueRef wins = LLVMBuildFCmp(b, n->op == OP_minimum ? LLVMRealOLT : LLVMRealOGT, a, b_, "");
+        return LLVMBuildSelect(b, LLVMBuildOr(b, LLVMBuildFCmp(b, LLVMRealUNO, a, a, ""), wins, ""), a, b_, "");
+    }
+    case OP_where: return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNE, a, zero, ""), b_, c, "");
+    case OP_abs_bwd: /* (dy, x): dy sign(x) */
+        return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, b_, zero, ""), a,
+                               LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, b_, zero, ""), LLVMBuildFNeg(b, a, ""), zero, ""), "");
+    case OP_minimum_bwd: case OP_maximum_bwd: { /* (dy, x, y): dy where x wins, dy/2 on a tie */
+        LLVMRealPredicate wins = n->op == OP_minimum_bwd ? LLVMRealOLT : LLVMRealOGT;
+        LLVMValueRef tie = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, b_, c, ""), LLVMBuildFMul(b, a, F32(e, 0.5), ""), zero, "");
+        return LLVMBuildSelect(b, LLVMBuildFCmp(b, wins, b_, c, ""), a, tie, "");
+    }
+    default: return NULL;
+    }
+}
+
+/* One elementwise op on registers a (and b, c). */
+static LLVMValueRef ew_op(Em *e, const Node *n, LLVMValueRef a, LLVMValueRef b_, LLVMValueRef c) {
     LLVMBuilderRef b = e->b;
     char w[160];
     switch (n->op) {
@@ -325,8 +352,11 @@ static LLVMValueRef ew_op(Em *e, const Node *n, LLVMValueRef a, LLVMValueRef b_)
         return LLVMBuildFMul(b, LLVMBuildFMul(b, a, s, ""), t, "");
     }
     case OP_relu_bwd: return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, b_, F32(e, 0), ""), a, F32(e, 0), "");
-    default: ICE("emit: %s: %s is not an elementwise op this back end knows", ir_where(n, w, sizeof w), ir_ops[n->op].name);
+    default: break;
     }
+    LLVMValueRef r = ew_op17(e, n, a, b_, c);
+    if (!r) ICE("emit: %s: %s is not an elementwise op this back end knows", ir_where(n, w, sizeof w), ir_ops[n->op].name);
+    return r;
 }
 
 /* Index into x (broadcast to `big` by the numpy rule) of element i of big:
@@ -398,7 +428,7 @@ static void group_element(Em *e, KGroup *gr, LLVMValueRef *ptrs, const Iter *it)
         } else {
             if (ot->dt != DT_F32) ICE("emit: %s: %s on %s (the CPU computes f32)", ir_where(n, w, sizeof w), ir_ops[n->op].name, ir_dtype_names[ot->dt]);
             LLVMValueRef a = operand(e, gr, n, 0, ptrs, i), b = n->nin > 1 ? operand(e, gr, n, 1, ptrs, i) : NULL;
-            r = ew_op(e, n, a, b);
+            r = ew_op(e, n, a, b, n->nin > 2 ? operand(e, gr, n, 2, ptrs, i) : NULL);
         }
         e->reg[n->out[0]] = r;
         int slot = kg_out_slot(gr, n->out[0]);

@@ -179,6 +179,9 @@ static char *group_key(const KGroups *gs, const KGroup *gr) {
             else bprintf(&b, "i%d,", list_find(gr->in, gr->nin, n->in[i]));
         }
         if (n->op == OP_const) bprintf(&b, "v=%.17g", ir_attr_f(n, "v", 0));
+        for (int k = 0; k < n->nattr; k++) /* an elementwise op's numbers (pow's p) */
+            if (n->op != OP_const && (n->attr[k].kind == AT_FLOAT || n->attr[k].kind == AT_INT) && strcmp(n->attr[k].key, "kernel"))
+                bprintf(&b, "%s=%.17g", n->attr[k].key, ir_attr_f(n, n->attr[k].key, 0));
         if (n->op == OP_broadcast) {
             bshape(&b, &g->vals[n->in[0]].t);
             bshape(&b, &g->vals[n->out[0]].t);

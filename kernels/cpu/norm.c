@@ -47,7 +47,10 @@ K_CLONES static void ln_fwd_rows(void *data, int64_t r0, int64_t r1) {
         float *y = n->y + r * C;
         double rstd, mean = ln_stats(x, C, n->eps, &rstd);
         float m = (float)mean, s = (float)rstd;
-        for (int64_t i = 0; i < C; i++) y[i] = (x[i] - m) * s * n->w[i] + n->b[i];
+        if (n->b)
+            for (int64_t i = 0; i < C; i++) y[i] = (x[i] - m) * s * n->w[i] + n->b[i];
+        else /* no bias (issue 17) */
+            for (int64_t i = 0; i < C; i++) y[i] = (x[i] - m) * s * n->w[i];
     }
 }
 
@@ -61,7 +64,7 @@ K_CLONES static void rms_fwd_rows(void *data, int64_t r0, int64_t r1) {
     }
 }
 
-/* args: x, w, b, y, rows, C, eps */
+/* args: x, w, b (0: no bias), y, rows, C, eps */
 void rtk_layernorm(rt_ctx *ctx, const int64_t *a) {
     Norm n = {.x = A_F32(0), .w = A_F32(1), .b = A_F32(2), .y = A_F32(3), .rows = a[4], .C = a[5], .eps = A_F64(6)};
     k_par(ctx, n.rows, 8 * n.C, ln_fwd_rows, &n);

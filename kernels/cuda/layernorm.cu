@@ -6,6 +6,7 @@
  *
  *   forward:  mean, var = biased variance (two passes, as the twin: no
  *             cancellation), rstd = 1/sqrt(var + eps), y = (x-mean)*rstd*w + b
+ *             (b null: no bias, issue 17)
  *   backward: xhat = (x-mean)*rstd, g = dy*w (statistics recomputed from x:
  *             the op saves nothing),
  *             dx = rstd*(g - mean(g) - xhat*mean(g*xhat)), dw = sum dy*xhat,
@@ -46,7 +47,7 @@ kiln_layernorm_fwd(const __nv_bfloat16 *x, const __nv_bfloat16 *w, const __nv_bf
         __nv_bfloat16 *yr = y + r * C;
         float2 st = ln_row_stats(xr, C, (float)eps);
         for (long long i = threadIdx.x; i < C; i += blockDim.x)
-            kiln_st(yr, i, (kiln_ld(xr, i) - st.x) * st.y * kiln_ld(w, i) + kiln_ld(b, i));
+            kiln_st(yr, i, (kiln_ld(xr, i) - st.x) * st.y * kiln_ld(w, i) + (b ? kiln_ld(b, i) : 0.0f));
     }
 }
 

@@ -26,10 +26,14 @@ function nn.linear(x, name, din, dout, o)
   return y + param(name .. ".bias", {dout}, zeros())
 end
 
--- LayerNorm over the last dim with weight (ones) and bias (zeros).
-function nn.layernorm(x, name, eps)
+-- LayerNorm over the last dim with weight (ones) and bias (zeros);
+-- o.bias = false: no bias.
+function nn.layernorm(x, name, eps, o)
+  o = o or {}
   local C = x.shape[x.rank]
-  return layernorm(x, param(name .. ".weight", {C}, ones()), param(name .. ".bias", {C}, zeros()), eps)
+  local w = param(name .. ".weight", {C}, ones())
+  if o.bias == false then return layernorm(x, w, nil, eps) end
+  return layernorm(x, w, param(name .. ".bias", {C}, zeros()), eps)
 end
 
 -- RMSNorm over the last dim with weight (ones).

@@ -228,6 +228,13 @@ static void case_layernorm(long long rows, long long C, unsigned other_grid) {
     emu_launch(grid1(rows), BLOCK, 0, [&] { kiln_layernorm_fwd(xy.data(), w.data(), b.data(), xy.data(), rows, C, eps); });
     emu_launch(grid1(norm_parts(rows)), BLOCK, smem, [&] { kiln_layernorm_bwd(dyx.data(), x.data(), w.data(), dyx.data(), partial.data(), rows, C, eps); });
     tap(xy.same_bits(y) && dyx.same_bits(dx), "in place (y = x, dx = dy): same bits");
+    // no bias (issue 17): b = nullptr is b = 0
+    BV zero(C, __float2bfloat16_rn(0.0f));
+    DV y0_ref(rows * C), dx0(rows * C), dw0(C), db0(C);
+    layernorm_reference(x, w, zero, dy, rows, C, eps, y0_ref, dx0, dw0, db0);
+    BV y0 = poison_bf16(rows * C);
+    emu_launch(grid1(rows), BLOCK, 0, [&] { kiln_layernorm_fwd(x.data(), w.data(), nullptr, y0.data(), rows, C, eps); });
+    expect_close("y without a bias (b = nullptr)", y0, y0_ref, BF16_RTOL, 1e-3);
 }
 
 // ---- rmsnorm ----
