@@ -264,6 +264,13 @@ struct CUctx_st {
     int retains;
 };
 
+/* A vector clock: per lane (a stream, or a stream of a graph exec), the
+ * last of its ops known to have completed (the happens-before check). */
+#define MAX_LANES 128
+typedef struct {
+    uint32_t c[MAX_LANES];
+} VClock;
+
 typedef struct Capture Capture;
 
 struct CUstream_st {
@@ -271,6 +278,8 @@ struct CUstream_st {
     int id;           /* 0 is the legacy stream */
     Capture *capture; /* the capture it belongs to, or NULL */
     IntSet tail;      /* in a capture: the recorded work its next work depends on */
+    int lane;         /* its lane of the vector clocks, -1 when they ran out */
+    VClock vc;        /* what its next op is ordered after */
 };
 
 struct CUevent_st {
@@ -279,6 +288,7 @@ struct CUevent_st {
     double time_ms;
     Capture *capture; /* recorded in this (active) capture */
     IntSet deps;      /*   with this dependency set */
+    VClock vc;        /* recorded outside a capture: what a wait on it is ordered after */
 };
 
 struct CUmod_st {
@@ -318,6 +328,9 @@ typedef struct {
     const void *host_data; /* transient */
     unsigned char *data;   /* recorded */
     size_t data_bytes;
+    const KilnFakeAccess *host_acc; /* transient */
+    KilnFakeAccess *acc;            /* recorded */
+    int nacc;
 } Op;
 
 struct Capture {
@@ -338,19 +351,31 @@ struct CUgraphExec_st {
     Op *ops;
     int nops;
     int *order; /* the replay order: indices into ops */
+    int *lanes; /* per op, the lane of its stream in this exec; NULL when the lanes ran out */
+    VClock *vcs; /* per op, during a replay */
 };
+
+/* A range an op read or wrote, kept until every later op is ordered after it. */
+typedef struct {
+    uintptr_t lo, hi;
+    int lane, write, stream, replay;
+    uint32_t clock;
+    const char *what;
+} Access;
 
 typedef struct {
     uintptr_t base;
     size_t size;
     int host; /* cuMemAllocHost */
+    Access *acc;
+    int nacc, cap_acc;
 } Alloc;
 
 static int initialized;
 static struct CUctx_st primary;
 static __thread CUcontext current_ctx;
-static CUresult sticky_error; /* a launch failure, until the context is released */
-static struct CUstream_st legacy_stream = {CU_STREAM_DEFAULT, 0, NULL, {0}};
+static CUresult sticky_error; /* a kernel's fault, until the context is released */
+static struct CUstream_st legacy_stream = {.flags = CU_STREAM_DEFAULT, .id = 0, .lane = 0};
 static int next_stream_id = 1;
 static PtrList streams, events, modules, functions, graphs, execs, captures;
 static Alloc *allocs;
@@ -455,7 +480,7 @@ static CUresult check_range(const char *call, const char *which, CUdeviceptr p, 
 
 static void add_alloc(void *p, size_t size, int host) {
     if (nallocs == cap_allocs) allocs = xrealloc(allocs, sizeof *allocs * (size_t)(cap_allocs = cap_allocs ? 2 * cap_allocs : 16));
-    allocs[nallocs++] = (Alloc){(uintptr_t)p, size, host};
+    allocs[nallocs++] = (Alloc){.base = (uintptr_t)p, .size = size, .host = host};
     if (!host) device_bytes += size;
 }
 
@@ -464,6 +489,7 @@ static CUresult free_alloc(const char *call, uintptr_t p, int host) {
         if (allocs[i].base == p && allocs[i].host == host) {
             if (!host) device_bytes -= allocs[i].size;
             free((void *)p);
+            free(allocs[i].acc);
             allocs[i] = allocs[--nallocs];
             return CUDA_SUCCESS;
         }
@@ -475,6 +501,171 @@ static CUresult free_alloc(const char *call, uintptr_t p, int host) {
 static void *alloc_aligned(size_t bytes) {
     size_t rounded = (bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
     return aligned_alloc(ALLOC_ALIGN, rounded);
+}
+
+/* ---- the happens-before check (KILN_FAKE_CUDA_STRICT=1) ----
+ * Streams run serially here, so two streams racing on memory still run in
+ * one order and give the same bits; what differs on a GPU is whether that
+ * order is guaranteed.  Vector clocks say whether it is.  Each stream, and
+ * each stream of a graph exec, is a lane; an op ticks its lane's clock; a
+ * stream's clock takes in an event's at cuStreamWaitEvent, the host's
+ * (everything the host has synchronised with) at every enqueue, and the
+ * legacy stream's or the blocking streams' as CUDA's implicit
+ * synchronisation says; a replayed graph op takes in its dependencies'.
+ * Every device range an op touches (copies and memsets, the fake
+ * cuBLASLt's and NCCL's buffers as they declare them, and for a kernel the
+ * byte each pointer argument points at: read through a pointer to const,
+ * written through any other) is kept, per allocation, with its lane and
+ * clock.  An access that overlaps a kept one of another lane, one of the
+ * two a write, while its clock does not cover the kept one, is a race: one
+ * line on stderr, and strict mode's exit status 1.  A kept access goes
+ * when the host has synchronised with it (nothing later can race it), when
+ * a later access of its lane covers it, or when its memory is freed. */
+
+static int nlanes = 1; /* lane 0: the legacy stream */
+static uint32_t lane_clock[MAX_LANES];
+static VClock host_vc;
+static int races, race_check = -1;
+
+static int checking_races(void) {
+    if (race_check < 0) race_check = env_flag("KILN_FAKE_CUDA_STRICT");
+    return race_check;
+}
+
+static void vc_join(VClock *a, const VClock *b) {
+    for (int i = 0; i < nlanes; i++)
+        if (b->c[i] > a->c[i]) a->c[i] = b->c[i];
+}
+
+/* A new lane, or -1 (and the check off, said once) when they ran out. */
+static int new_lane(void) {
+    if (nlanes < MAX_LANES) return nlanes++;
+    if (checking_races())
+        fprintf(stderr, "fake cuda: more than %d streams and graph streams: the happens-before check is off from here\n",
+                MAX_LANES);
+    race_check = 0;
+    return -1;
+}
+
+static void report_race(const Access *old, const Access *now) {
+    if (++races > 10) {
+        if (races == 11) fprintf(stderr, "fake cuda: race: more races, not printed\n");
+        return;
+    }
+    fprintf(stderr,
+            "fake cuda: race: %s on stream %d%s %s device memory 0x%llx (+%llu bytes) that %s on stream %d%s %s, "
+            "and nothing orders the two (a missing cuStreamWaitEvent?)\n",
+            now->what, now->stream, now->replay ? " (graph replay)" : "", now->write ? "writes" : "reads",
+            (unsigned long long)now->lo, (unsigned long long)(now->hi - now->lo), old->what, old->stream,
+            old->replay ? " (graph replay)" : "", old->write ? "wrote" : "read");
+}
+
+/* Check one access against the kept ones of its allocation, then keep it. */
+static void hb_access(Access now, const VClock *vc) {
+    Alloc *a = find_alloc(now.lo, 0);
+    if (!a) return; /* host memory: not tracked */
+    if (now.hi > a->base + a->size) now.hi = a->base + a->size;
+    int kept = 0;
+    for (int i = 0; i < a->nacc; i++) {
+        const Access *o = &a->acc[i];
+        int overlap = o->lo < now.hi && now.lo < o->hi;
+        if (overlap && o->lane != now.lane && (o->write || now.write) && vc->c[o->lane] < o->clock) report_race(o, &now);
+        int covered = o->lane == now.lane && now.lo <= o->lo && o->hi <= now.hi && (now.write || !o->write);
+        if (!covered) a->acc[kept++] = *o;
+    }
+    a->nacc = kept;
+    if (a->nacc == a->cap_acc) a->acc = xrealloc(a->acc, sizeof *a->acc * (size_t)(a->cap_acc = a->cap_acc ? 2 * a->cap_acc : 16));
+    a->acc[a->nacc++] = now;
+}
+
+/* Kernel parameter i's value: recorded args or the caller's kernelParams. */
+static const void *param_value(const Op *op, int i) {
+    if (!op->args) return op->params[i];
+    const KilnFakeKernel *k = op->f->kernel;
+    size_t off = 0;
+    for (int j = 0; j < i; j++) off += (k->param_sizes[j] + 7) / 8 * 8;
+    return op->args + off;
+}
+
+/* What op reads and writes, checked and kept: it runs on `lane` at clock vc. */
+static void hb_op(const Op *op, int lane, const VClock *vc, int replay) {
+    Access x = {.lane = lane, .clock = vc->c[lane], .stream = op->stream, .replay = replay};
+    switch (op->kind) {
+    case OP_KERNEL: {
+        const KilnFakeKernel *k = op->f->kernel;
+        x.what = k->name;
+        for (int i = 0; i < k->nparams; i++) {
+            uintptr_t p;
+            if (k->param_kinds[i] == KILN_FAKE_PARAM_VALUE || k->param_sizes[i] != sizeof p) continue;
+            memcpy(&p, param_value(op, i), sizeof p);
+            x.lo = p, x.hi = p + 1, x.write = k->param_kinds[i] == KILN_FAKE_PARAM_PTR;
+            if (p) hb_access(x, vc);
+        }
+        return;
+    }
+    case OP_COPY:
+        x.what = "a copy";
+        x.lo = (uintptr_t)op->src, x.hi = x.lo + op->bytes, x.write = 0;
+        hb_access(x, vc);
+        x.lo = (uintptr_t)op->dst, x.hi = x.lo + op->bytes, x.write = 1;
+        hb_access(x, vc);
+        return;
+    case OP_SET:
+        x.what = "a memset";
+        x.lo = (uintptr_t)op->dst, x.hi = x.lo + op->bytes, x.write = 1;
+        hb_access(x, vc);
+        return;
+    case OP_HOST: {
+        const KilnFakeAccess *acc = op->acc ? op->acc : op->host_acc;
+        x.what = op->what;
+        for (int i = 0; i < op->nacc; i++) {
+            x.lo = (uintptr_t)acc[i].p, x.hi = x.lo + acc[i].bytes, x.write = acc[i].write;
+            if (acc[i].bytes) hb_access(x, vc);
+        }
+        return;
+    }
+    }
+}
+
+/* An op run on stream s outside a capture: ordered after s's work, what the
+ * host synchronised with, and CUDA's implicit synchronisation. */
+static void hb_eager(struct CUstream_st *s, const Op *op) {
+    if (!checking_races() || s->lane < 0) return;
+    vc_join(&s->vc, &host_vc);
+    if (s == &legacy_stream) {
+        for (int i = 0; i < streams.n; i++) {
+            struct CUstream_st *t = streams.v[i];
+            if (!(t->flags & CU_STREAM_NON_BLOCKING)) vc_join(&s->vc, &t->vc);
+        }
+    } else if (!(s->flags & CU_STREAM_NON_BLOCKING))
+        vc_join(&s->vc, &legacy_stream.vc);
+    s->vc.c[s->lane] = ++lane_clock[s->lane];
+    hb_op(op, s->lane, &s->vc, 0);
+}
+
+/* Replayed op i of x, its dependencies done, on a replay that began at
+ * base; the launch stream's clock `after` takes it in. */
+static void hb_replayed(struct CUgraphExec_st *x, int i, const VClock *base, VClock *after) {
+    if (!checking_races() || !x->lanes) return;
+    VClock *v = &x->vcs[i];
+    *v = *base;
+    for (int j = 0; j < x->ops[i].deps.n; j++) vc_join(v, &x->vcs[x->ops[i].deps.v[j]]);
+    v->c[x->lanes[i]] = ++lane_clock[x->lanes[i]];
+    hb_op(&x->ops[i], x->lanes[i], v, 1);
+    vc_join(after, v);
+}
+
+/* The host synchronised with everything vc covers: nothing later races it. */
+static void hb_host_waits(const VClock *vc) {
+    if (!checking_races()) return;
+    vc_join(&host_vc, vc);
+    for (int i = 0; i < nallocs; i++) {
+        Alloc *a = &allocs[i];
+        int kept = 0;
+        for (int j = 0; j < a->nacc; j++)
+            if (a->acc[j].clock > host_vc.c[a->acc[j].lane]) a->acc[kept++] = a->acc[j];
+        a->nacc = kept;
+    }
 }
 
 /* ---- the kernel libraries ($KILN_FAKE_CUDA_KERNELS) ---- */
@@ -637,6 +828,42 @@ static size_t args_bytes(const KilnFakeKernel *k) {
     return total;
 }
 
+/* A kernel's pointer arguments must point into memory the device can
+ * reach (a live cuMemAlloc, or cuMemAllocHost's pinned memory; NULL is
+ * allowed, it may be an unused optional argument): 0, or -1 with err. */
+static int kernel_pointers_ok(const Op *op, char *err, size_t errlen) {
+    const KilnFakeKernel *k = op->f->kernel;
+    for (int i = 0; i < k->nparams; i++) {
+        uintptr_t p;
+        if (k->param_kinds[i] == KILN_FAKE_PARAM_VALUE || k->param_sizes[i] != sizeof p) continue;
+        memcpy(&p, param_value(op, i), sizeof p);
+        if (p && !find_alloc(p, 0) && !find_alloc(p, 1)) {
+            snprintf(err, errlen,
+                     "parameter %d (a pointer) is 0x%llx, in no live device allocation (a host pointer, freed memory, "
+                     "or past an allocation's end)",
+                     i, (unsigned long long)p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A kernel's fault: sticky, CUDA's asynchronous error. */
+static CUresult kernel_fault(const Op *op, CUresult code, const char *err) {
+    if (!sticky_error) sticky_error = code;
+    const KilnFakeKernel *k = op->f->kernel;
+    return fail(code, "kernel %s<<<(%u,%u,%u), (%u,%u,%u), %zu>>> on stream %d faulted: %s; reported at the next "
+                      "synchronisation, and by every call after it",
+                k->name, op->grid[0], op->grid[1], op->grid[2], op->block[0], op->block[1], op->block[2], op->smem,
+                op->stream, err);
+}
+
+/* A fault that the call enqueueing op does not return: a kernel's, which
+ * the driver reports at the next synchronisation (sticky_error). */
+static int deferred(const Op *op, CUresult r) {
+    return op->kind == OP_KERNEL && (r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED);
+}
+
 static CUresult run_op_now(const Op *op) {
     char err[2048] = "";
     switch (op->kind) {
@@ -644,22 +871,18 @@ static CUresult run_op_now(const Op *op) {
         if (!ptrs_has(&functions, op->f))
             return fail(CUDA_ERROR_INVALID_HANDLE, "replay: a kernel whose module was unloaded");
         const KilnFakeKernel *k = op->f->kernel;
+        const char *planted = getenv("KILN_FAKE_CUDA_TEST_FAULT");
+        if (kernel_pointers_ok(op, err, sizeof err) != 0) return kernel_fault(op, CUDA_ERROR_ILLEGAL_ADDRESS, err);
+        if (planted && strcmp(planted, k->name) == 0)
+            return kernel_fault(op, CUDA_ERROR_ILLEGAL_ADDRESS, "KILN_FAKE_CUDA_TEST_FAULT: a planted illegal address");
         void *stack_ptrs[64], **ptrs = stack_ptrs;
         if (op->args) {
             if (k->nparams > 64) ptrs = xrealloc(NULL, sizeof(void *) * (size_t)k->nparams);
-            size_t off = 0;
-            for (int i = 0; i < k->nparams; i++) {
-                ptrs[i] = op->args + off;
-                off += (k->param_sizes[i] + 7) / 8 * 8;
-            }
+            for (int i = 0; i < k->nparams; i++) ptrs[i] = (void *)param_value(op, i);
         }
         int rc = k->launch(op->grid, op->block, op->smem, op->args ? (void *const *)ptrs : op->params, err, sizeof err);
         if (ptrs != stack_ptrs) free(ptrs);
-        if (rc == 0) return CUDA_SUCCESS;
-        sticky_error = CUDA_ERROR_LAUNCH_FAILED;
-        return fail(CUDA_ERROR_LAUNCH_FAILED, "kernel %s<<<(%u,%u,%u), (%u,%u,%u), %zu>>> on stream %d failed: %s",
-                    k->name, op->grid[0], op->grid[1], op->grid[2], op->block[0], op->block[1], op->block[2], op->smem,
-                    op->stream, err);
+        return rc == 0 ? CUDA_SUCCESS : kernel_fault(op, CUDA_ERROR_LAUNCH_FAILED, err);
     }
     case OP_COPY: memmove(op->dst, op->src, op->bytes); return CUDA_SUCCESS;
     case OP_SET: memset(op->dst, op->value, op->bytes); return CUDA_SUCCESS;
@@ -732,6 +955,9 @@ static void own(Op *op) {
         op->data = xrealloc(NULL, op->data_bytes);
         memcpy(op->data, op->host_data, op->data_bytes);
         op->host_data = NULL;
+        op->acc = xrealloc(NULL, sizeof *op->acc * (size_t)op->nacc);
+        if (op->nacc) memcpy(op->acc, op->host_acc, sizeof *op->acc * (size_t)op->nacc);
+        op->host_acc = NULL;
     }
 }
 
@@ -749,6 +975,10 @@ static Op copy_op(const Op *src) {
         op.data = xrealloc(NULL, src->data_bytes);
         memcpy(op.data, src->data, src->data_bytes);
     }
+    if (src->acc) {
+        op.acc = xrealloc(NULL, sizeof *op.acc * (size_t)src->nacc);
+        if (src->nacc) memcpy(op.acc, src->acc, sizeof *op.acc * (size_t)src->nacc);
+    }
     return op;
 }
 
@@ -756,9 +986,19 @@ static void free_ops(Op *ops, int n) {
     for (int i = 0; i < n; i++) {
         free(ops[i].args);
         free(ops[i].data);
+        free(ops[i].acc);
         ints_free(&ops[i].deps);
     }
     free(ops);
+}
+
+/* Run op on stream s now (outside a capture); a kernel's fault is not
+ * returned here but at the next synchronisation. */
+static CUresult run_eager(struct CUstream_st *s, const Op *op) {
+    if (sticky_error) return sticky_error;
+    hb_eager(s, op);
+    CUresult r = run_op(op);
+    return deferred(op, r) ? CUDA_SUCCESS : r;
 }
 
 /* Run op on stream h now, or record it when h captures. */
@@ -781,8 +1021,7 @@ static CUresult enqueue(CUstream h, const char *call, Op *op) {
         return CUDA_SUCCESS;
     }
     if (s == &legacy_stream && (r = legacy_allowed(call))) return r;
-    if (sticky_error) return sticky_error;
-    return run_op(op);
+    return run_eager(s, op);
 }
 
 /* The capture ends: every stream and event leaves it. */
@@ -842,7 +1081,7 @@ __attribute__((destructor)) static void exit_report(void) {
     fflush(NULL);
     print_profile();
     if (!env_flag("KILN_FAKE_CUDA_STRICT")) return;
-    int problems = bad_frees;
+    int problems = bad_frees + races;
     int dev = 0, host = 0;
     unsigned long long dev_bytes = 0, host_bytes = 0;
     for (int i = 0; i < nallocs; i++) {
@@ -860,6 +1099,7 @@ __attribute__((destructor)) static void exit_report(void) {
     for (size_t i = 0; i < sizeof live / sizeof *live; i++)
         if (live[i].n) fprintf(stderr, "fake cuda: leak: %d %s never destroyed\n", live[i].n, live[i].what), problems++;
     if (bad_frees) fprintf(stderr, "fake cuda: %d bad frees (double free or never allocated)\n", bad_frees);
+    if (races) fprintf(stderr, "fake cuda: %d races between streams (the happens-before check; see the race: lines)\n", races);
     problems += dev + host;
     if (problems) {
         fprintf(stderr, "fake cuda: KILN_FAKE_CUDA_STRICT=1: exit status 1\n");
@@ -1023,6 +1263,8 @@ CUresult cuCtxSynchronize(void) {
     API_LOCKED;
     CUresult r = need_ctx(__func__);
     if (r || (r = capture_forbids(__func__))) return r;
+    hb_host_waits(&legacy_stream.vc);
+    for (int i = 0; i < streams.n; i++) hb_host_waits(&((struct CUstream_st *)streams.v[i])->vc);
     return sticky_error;
 }
 
@@ -1092,8 +1334,9 @@ CUresult cuMemFreeHost(void *p) {
 static CUresult sync_op(const char *call, Op *op) {
     CUresult r = need_ctx(call);
     if (r || (r = capture_forbids(call))) return r;
-    if (sticky_error) return sticky_error;
-    return run_op(op);
+    r = run_eager(&legacy_stream, op);
+    hb_host_waits(&legacy_stream.vc);
+    return r;
 }
 
 CUresult cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) {
@@ -1301,7 +1544,7 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {
     if (!phStream) return fail(CUDA_ERROR_INVALID_VALUE, "%s: phStream is NULL", __func__);
     if (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return fail(CUDA_ERROR_INVALID_VALUE, "%s: flags 0x%x", __func__, Flags);
     struct CUstream_st *s = xrealloc(NULL, sizeof *s);
-    *s = (struct CUstream_st){Flags, next_stream_id++, NULL, {0}};
+    *s = (struct CUstream_st){.flags = Flags, .id = next_stream_id++, .lane = new_lane()};
     ptrs_add(&streams, s);
     *phStream = s;
     return CUDA_SUCCESS;
@@ -1332,6 +1575,7 @@ CUresult cuStreamSynchronize(CUstream hStream) {
                     __func__, s->id);
     }
     if (s == &legacy_stream && (r = capture_forbids(__func__))) return r;
+    hb_host_waits(&s->vc);
     return sticky_error;
 }
 
@@ -1343,7 +1587,10 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
     if (!ptrs_has(&events, hEvent)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live event", __func__, (void *)hEvent);
     if (Flags != 0) return fail(CUDA_ERROR_NOT_SUPPORTED, "%s: flags 0x%x are not emulated", __func__, Flags);
     Capture *c = hEvent->capture;
-    if (!c) return s == &legacy_stream ? legacy_allowed(__func__) : CUDA_SUCCESS; /* complete already */
+    if (!c) { /* complete already; the planted bug forgets the order */
+        if (!env_flag("KILN_FAKE_CUDA_TEST_DROP_WAIT")) vc_join(&s->vc, &hEvent->vc);
+        return s == &legacy_stream ? legacy_allowed(__func__) : CUDA_SUCCESS;
+    }
     if (s->capture && s->capture != c)
         return fail(CUDA_ERROR_STREAM_CAPTURE_MERGE, "%s: stream %d and the event belong to different captures", __func__,
                     s->id);
@@ -1400,6 +1647,8 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
         return CUDA_SUCCESS;
     }
     if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
+    vc_join(&s->vc, &host_vc);
+    hEvent->vc = s->vc;
     hEvent->capture = NULL;
     hEvent->deps.n = 0;
     hEvent->recorded = 1;
@@ -1417,6 +1666,7 @@ CUresult cuEventSynchronize(CUevent hEvent) {
         return fail(CUDA_ERROR_CAPTURED_EVENT, "%s: the event was recorded in an active capture; the capture is invalidated",
                     __func__);
     }
+    hb_host_waits(&hEvent->vc);
     return sticky_error;
 }
 
@@ -1518,6 +1768,22 @@ static int *replay_order(const Op *ops, int n, int reverse) {
     return order;
 }
 
+/* Per op, the lane of its stream in a new exec (each of its streams gets
+ * one); NULL when the lanes ran out. */
+static int *graph_lanes(const Op *ops, int n) {
+    int *lanes = xrealloc(NULL, sizeof(int) * ((size_t)n + 1));
+    for (int i = 0; i < n; i++) {
+        lanes[i] = -2;
+        for (int j = 0; j < i && lanes[i] == -2; j++)
+            if (ops[j].stream == ops[i].stream) lanes[i] = lanes[j];
+        if (lanes[i] == -2 && (lanes[i] = new_lane()) < 0) {
+            free(lanes);
+            return NULL;
+        }
+    }
+    return lanes;
+}
+
 CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
     API_LOCKED;
     CUresult r = need_ctx(__func__);
@@ -1534,6 +1800,8 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned l
     x->ops = xrealloc(NULL, sizeof(Op) * ((size_t)x->nops + 1));
     for (int i = 0; i < x->nops; i++) x->ops[i] = copy_op(&hGraph->ops[i]);
     x->order = replay_order(x->ops, x->nops, reverse);
+    x->lanes = checking_races() ? graph_lanes(x->ops, x->nops) : NULL;
+    x->vcs = x->lanes ? xrealloc(NULL, sizeof(VClock) * ((size_t)x->nops + 1)) : NULL;
     if (profiling < 0) profiling = env_flag("KILN_FAKE_CUDA_PROFILE");
     if (profiling) {
         int moved = 0, nstreams = 0, seen[64] = {0};
@@ -1561,9 +1829,13 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
         return fail(CUDA_ERROR_NOT_SUPPORTED, "%s: launching a graph into a capturing stream is not emulated", __func__);
     if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
     if (sticky_error) return sticky_error;
+    VClock base = s->vc;
+    vc_join(&base, &host_vc);
     for (int k = 0; k < hGraphExec->nops; k++) {
-        Op *op = &hGraphExec->ops[hGraphExec->order[k]];
-        if ((r = run_op(op))) return r;
+        int i = hGraphExec->order[k];
+        hb_replayed(hGraphExec, i, &base, &s->vc);
+        r = run_op(&hGraphExec->ops[i]);
+        if (r) return deferred(&hGraphExec->ops[i], r) ? CUDA_SUCCESS : r; /* a kernel's fault ends the replay */
     }
     return CUDA_SUCCESS;
 }
@@ -1577,6 +1849,8 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
     ptrs_remove(&execs, hGraphExec);
     free_ops(hGraphExec->ops, hGraphExec->nops);
     free(hGraphExec->order);
+    free(hGraphExec->lanes);
+    free(hGraphExec->vcs);
     free(hGraphExec);
     return CUDA_SUCCESS;
 }
@@ -1608,11 +1882,18 @@ CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTable
 /* ---- for the fake cuBLASLt and NCCL (fake_cuda.h) ---- */
 
 CUresult kiln_fake_cuda_enqueue(CUstream s, const char *what, int (*run)(void *data, char *err, size_t errlen),
-                                const void *data, size_t bytes) {
+                                const void *data, size_t bytes, const KilnFakeAccess *acc, int nacc) {
     API_LOCKED;
     CUresult r = need_ctx(what);
-    Op op = {.kind = OP_HOST, .what = what, .run = run, .host_data = data, .data_bytes = bytes};
+    Op op = {.kind = OP_HOST, .what = what, .run = run, .host_data = data, .data_bytes = bytes, .host_acc = acc, .nacc = nacc};
     return r ? r : enqueue(s, what, &op);
+}
+
+int kiln_fake_cuda_races(int reset) {
+    API_LOCKED;
+    int n = races;
+    if (reset) races = 0;
+    return n;
 }
 
 int kiln_fake_cuda_check_range(CUdeviceptr p, size_t bytes, char *err, size_t errlen) {
