@@ -852,16 +852,29 @@ static int kernel_pointers_ok(const Op *op, char *err, size_t errlen) {
 static CUresult kernel_fault(const Op *op, CUresult code, const char *err) {
     if (!sticky_error) sticky_error = code;
     const KilnFakeKernel *k = op->f->kernel;
-    return fail(code, "kernel %s<<<(%u,%u,%u), (%u,%u,%u), %zu>>> on stream %d faulted: %s; reported at the next "
-                      "synchronisation, and by every call after it",
+    return fail(code, "kernel %s<<<(%u,%u,%u), (%u,%u,%u), %zu>>> on stream %d faulted: %s; reported %s, and by every "
+                      "call after it",
                 k->name, op->grid[0], op->grid[1], op->grid[2], op->block[0], op->block[1], op->block[2], op->smem,
-                op->stream, err);
+                op->stream, err,
+                env_flag("CUDA_LAUNCH_BLOCKING") ? "by its launch (CUDA_LAUNCH_BLOCKING=1)" : "at the next synchronisation");
 }
 
 /* A fault that the call enqueueing op does not return: a kernel's, which
- * the driver reports at the next synchronisation (sticky_error). */
+ * the driver reports at the next synchronisation (sticky_error), unless
+ * CUDA_LAUNCH_BLOCKING=1 makes every launch synchronous. */
 static int deferred(const Op *op, CUresult r) {
-    return op->kind == OP_KERNEL && (r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED);
+    return op->kind == OP_KERNEL && (r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED) &&
+           !env_flag("CUDA_LAUNCH_BLOCKING");
+}
+
+/* KILN_FAKE_CUDA_TEST_FAULT=NAME (every run of kernel NAME) or NAME@N (its
+ * N-th run, eager or replayed): a planted illegal address, for tests. */
+static int planted_fault(const char *name) {
+    static long long runs;
+    const char *v = getenv("KILN_FAKE_CUDA_TEST_FAULT"), *at = v ? strchr(v, '@') : NULL;
+    size_t len = v ? (at ? (size_t)(at - v) : strlen(v)) : 0;
+    if (!v || strlen(name) != len || strncmp(v, name, len) != 0) return 0;
+    return !at || ++runs == atoll(at + 1);
 }
 
 static CUresult run_op_now(const Op *op) {
@@ -871,9 +884,8 @@ static CUresult run_op_now(const Op *op) {
         if (!ptrs_has(&functions, op->f))
             return fail(CUDA_ERROR_INVALID_HANDLE, "replay: a kernel whose module was unloaded");
         const KilnFakeKernel *k = op->f->kernel;
-        const char *planted = getenv("KILN_FAKE_CUDA_TEST_FAULT");
         if (kernel_pointers_ok(op, err, sizeof err) != 0) return kernel_fault(op, CUDA_ERROR_ILLEGAL_ADDRESS, err);
-        if (planted && strcmp(planted, k->name) == 0)
+        if (planted_fault(k->name))
             return kernel_fault(op, CUDA_ERROR_ILLEGAL_ADDRESS, "KILN_FAKE_CUDA_TEST_FAULT: a planted illegal address");
         void *stack_ptrs[64], **ptrs = stack_ptrs;
         if (op->args) {
