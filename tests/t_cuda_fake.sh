@@ -39,7 +39,8 @@
 #     a replay in the reverse dependency order could move nothing: section 7
 #     does that on the multi-rank programs, which have a comm stream.  The runs
 #     must give the same losses and gradient
-#     norms bit for bit (the fake is serial and every kernel deterministic),
+#     norms bit for bit (the streams run concurrently, as threads, but the
+#     program's events order them, and every kernel is deterministic),
 #     and match the CPU trainer's (f32) at every step within bf16
 #     tolerances: loss |cuda - cpu| <= 2^-8 |cpu|, gradient norm <= 2^-6
 #     |cpu| (the CUDA program keeps activations and weights in bf16, 8
@@ -69,9 +70,9 @@
 #     strict, so the fake's happens-before check (a race between streams
 #     not ordered by an event) passes on each; a planted missing event
 #     (KILN_FAKE_CUDA_TEST_DROP_WAIT=1: cuStreamWaitEvent orders nothing)
-#     on the --dp 2 trainer without the graph gives the correct run's
-#     losses bit for bit (the fake runs streams in order) but must be
-#     reported as races and fail.  ~50 s warm (~60 s once the p2p variant
+#     on the --dp 2 trainer without the graph must be reported as races and
+#     fail, whatever the threads' timing did to its losses (it printed,
+#     from the first, NaN from memory not yet written, when measured).  ~50 s warm (~60 s once the p2p variant
 #     compiles).
 # tiny.lua is compiled with batch 2 and seq 32: the emulator runs a 256-
 # thread block as 256 fibers, ~0.5 s of CPU a step at that size.
@@ -413,15 +414,18 @@ else
     fi
     # a missing event must be caught: KILN_FAKE_CUDA_TEST_DROP_WAIT=1 (planted:
     # cuStreamWaitEvent orders nothing) on the --dp 2 trainer, eager (its comm
-    # stream all-gathers what the compute stream reads): the same bits as the
-    # correct eager run (the fake runs streams in order), but the
-    # happens-before check must report races and strict mode fail the run
+    # stream all-gathers what the compute stream reads): the streams are
+    # threads, so the run may or may not go wrong (timing); the
+    # happens-before check must report races whatever the timing, and strict
+    # mode fail the run
     if [ -x "$tmp/mr_dp2" ]; then
         run_ranks dp2_dropwait 2 "$tmp/mr_dp2" "$F/libtiny_dp2_generated.so" KILN_NO_GRAPH=1 KILN_FAKE_CUDA_TEST_DROP_WAIT=1
         nraces=$(grep -c '^fake cuda: race: ' "$tmp/dp2_dropwait.out")
+        cmp -s "$tmp/dp2_eager.loss" "$tmp/dp2_dropwait.loss" && result="the correct losses this time" ||
+            result="losses $(cut -d' ' -f1 "$tmp/dp2_dropwait.loss" | tr '\n' ' ')(correct: $(cut -d' ' -f1 "$tmp/dp2_eager.loss" | tr '\n' ' '))"
         if ! grep -q '^fake cuda: race: ' "$tmp/dp2_eager.out" && [ "$nraces" -gt 0 ] &&
-            grep -q 'KILN_FAKE_CUDA_STRICT=1: exit status 1' "$tmp/dp2_dropwait.out" && cmp -s "$tmp/dp2_eager.loss" "$tmp/dp2_dropwait.loss"; then
-            say 0 "planted bug (KILN_FAKE_CUDA_TEST_DROP_WAIT=1: no cuStreamWaitEvent orders the --dp 2 streams) caught: the same losses, but $(grep -m1 'races between streams' "$tmp/dp2_dropwait.out" | sed 's/^fake cuda: //; s/ (.*//'), e.g. $(grep -m1 '^fake cuda: race: ' "$tmp/dp2_dropwait.out" | sed 's/^fake cuda: race: //; s/ device memory 0x[0-9a-f]* (+[0-9]* bytes)//; s/, and nothing.*//')"
+            grep -q 'KILN_FAKE_CUDA_STRICT=1: exit status 1' "$tmp/dp2_dropwait.out"; then
+            say 0 "planted bug (KILN_FAKE_CUDA_TEST_DROP_WAIT=1: no cuStreamWaitEvent orders the --dp 2 streams) caught: $(grep -m1 'races between streams' "$tmp/dp2_dropwait.out" | sed 's/^fake cuda: //; s/ (.*//'), e.g. $(grep -m1 '^fake cuda: race: ' "$tmp/dp2_dropwait.out" | sed 's/^fake cuda: race: //; s/ device memory 0x[0-9a-f]* (+[0-9]* bytes)//; s/, and nothing.*//'); the run gave $result"
         else
             say 1 "planted bug (KILN_FAKE_CUDA_TEST_DROP_WAIT=1 on --dp 2) NOT caught: $nraces race lines, $why; the correct eager run's races: $(grep -c '^fake cuda: race: ' "$tmp/dp2_eager.out")"
         fi

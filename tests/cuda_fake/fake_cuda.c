@@ -20,11 +20,29 @@
  *     aligned to 256 bytes, 80 GiB in all.  Every allocation is tracked:
  *     copies, memsets and the fake cuBLASLt's matrices must lie inside one
  *     (else CUDA_ERROR_INVALID_VALUE, naming the range), cuMemAlloc of 0
- *     bytes and a free of anything not allocated fail as in CUDA.
- *   - Streams are serial and always idle: work runs on the calling thread
- *     when it is enqueued, so events are complete when recorded and
- *     cuStreamWaitEvent has nothing to wait for.  (Races between streams
- *     therefore never show in eager mode; see the graph replay order.)
+ *     bytes and a free of anything not allocated fail as in CUDA.  Every
+ *     pointer argument of a kernel (the kernel library knows which
+ *     parameters are pointers) must point into a live allocation (or
+ *     cuMemAllocHost's pinned memory; NULL passes): a host pointer, freed
+ *     memory or an address past an allocation is the kernel's fault,
+ *     CUDA_ERROR_ILLEGAL_ADDRESS, and the kernel does not run.
+ *   - Streams run concurrently: outside a capture each stream has a thread
+ *     that runs its queue (kernels, copies, memsets, event records and
+ *     waits), so work of two streams is ordered only by events, and a
+ *     missing event can change a result (the section "the streams'
+ *     workers" says what runs on the calling thread instead: host work,
+ *     graph replays, the legacy stream).  One emulated kernel runs at a
+ *     time (the emulator is single-threaded); the host work of the fake
+ *     cuBLASLt and NCCL runs beside it.  Synchronisations wait for the
+ *     queues; cuMemFree and cuModuleUnload wait for all of them.
+ *   - The happens-before check (KILN_FAKE_CUDA_STRICT=1): whatever the
+ *     timing, vector clocks say whether two streams' conflicting accesses
+ *     are ordered by events (its section says how); each race is a line,
+ *     and the exit status becomes 1.  The fake cuBLASLt and NCCL declare
+ *     the ranges they read and write; a kernel's accesses are the bytes
+ *     its pointer arguments point at (read through a pointer to const).
+ *     KILN_FAKE_CUDA_TEST_DROP_WAIT=1 plants the bug it is for:
+ *     cuStreamWaitEvent outside a capture orders nothing.
  *   - Kernels: cuModuleLoadData checks that the image is an ELF cubin for
  *     sm_90 (else CUDA_ERROR_INVALID_IMAGE / NO_BINARY_FOR_GPU) and keeps a
  *     copy.  cuModuleGetFunction requires the name among the cubin's
@@ -39,13 +57,18 @@
  *     cuLaunchKernel checks the geometry (CUDA's limits and the kernel's
  *     __launch_bounds__) and the dynamic shared memory against the
  *     function's limit (48 KiB unless cuFuncSetAttribute raised it, at most
- *     227 KiB), then runs the emulated kernel.  An emulation error (barrier
- *     divergence, deadlock, bad shuffle...) is printed and returned as
- *     CUDA_ERROR_LAUNCH_FAILED, and is sticky, as a faulting kernel is on a
- *     GPU: every later call that could report it (synchronisations,
- *     copies, launches, allocations) returns it until the primary context
- *     is released.  A segmentation fault inside a kernel kills the process
- *     with the emulator's message (emu.h).
+ *     227 KiB), then queues the emulated kernel.  A kernel's fault (a bad
+ *     pointer argument, CUDA_ERROR_ILLEGAL_ADDRESS; an emulation error:
+ *     barrier divergence, deadlock, bad shuffle..., CUDA_ERROR_LAUNCH_FAILED;
+ *     KILN_FAKE_CUDA_TEST_FAULT=NAME[@N], a planted illegal address in
+ *     kernel NAME, every run or the N-th) is printed when it happens but is
+ *     asynchronous, as on a GPU: the launch succeeded, and the fault is
+ *     returned by the next call that can report it (synchronisations,
+ *     copies, launches, allocations) and by every one after it, sticky,
+ *     until the primary context is released; nothing more runs.  With
+ *     CUDA_LAUNCH_BLOCKING=1 every launch runs before it returns, and
+ *     returns its own fault.  A segmentation fault inside a kernel kills
+ *     the process with the emulator's message (emu.h).
  *   - Graph capture (cuStreamBeginCapture .. cuStreamEndCapture): work
  *     enqueued on a capturing stream, or on a stream that joined the
  *     capture by waiting on an event recorded in it, is RECORDED instead of
@@ -64,29 +87,30 @@
  *     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture,
  *     whose end then fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
  *     cuGraphInstantiate copies the recorded work; cuGraphLaunch replays it
- *     in enqueue order, or, with KILN_FAKE_CUDA_GRAPH_ORDER=reverse, in
- *     another order that the dependencies allow (of the work ready to run,
- *     the latest enqueued first): a missing event between two streams then
- *     shows as a wrong result.
+ *     (on the calling thread, after the launch stream's queue) in enqueue
+ *     order, or, with KILN_FAKE_CUDA_GRAPH_ORDER=reverse, in another order
+ *     that the dependencies allow (of the work ready to run, the latest
+ *     enqueued first): a missing event between two streams then shows as
+ *     a wrong result; the happens-before check sees it in either order.
  *   - Errors are returned as CUDA would, and each one the fake detects is
  *     also printed on stderr, one line starting "fake cuda: ", with the call
  *     and CUDA's error name.  cuGetErrorName/String give CUDA's texts.
  *   - KILN_FAKE_CUDA_STRICT=1: new device memory is filled with 0xff bytes
  *     (NaN as f32 and bf16), so reading memory never written shows; at exit
  *     every allocation, host allocation, stream, event, module, graph and
- *     graph exec still alive is reported as a leak, and if there was a leak
- *     or a bad free (double free, freeing an address never allocated) the
- *     process exits with status 1 after flushing its output.
+ *     graph exec still alive is reported as a leak, and if there was a leak,
+ *     a bad free (double free, freeing an address never allocated) or a
+ *     race, the process exits with status 1 after flushing its output.
  *   - KILN_FAKE_CUDA_DEVICES=0 pretends there is no device (cuDeviceGet
  *     fails), to test a program's error path.
  *   - KILN_FAKE_CUDA_PROFILE=1 prints at exit the host time spent in each
  *     kernel (and in the fake cuBLASLt's GEMMs, copies, memsets): where an
  *     emulated run spends its time, nothing about a GPU's.
  *
- * Threads: one lock serialises every call (the emulator is single-threaded).
- * The fake cuBLASLt and NCCL enqueue their host work through
- * kiln_fake_cuda_enqueue (fake_cuda.h), so it is captured and replayed
- * like a kernel.
+ * Threads: one lock serialises every call; the streams' threads never take
+ * it (work_mu and emu_mu, below, are theirs).  The fake cuBLASLt and NCCL
+ * enqueue their host work through kiln_fake_cuda_enqueue (fake_cuda.h), so
+ * it is ordered, captured and replayed like a kernel.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -121,6 +145,16 @@ static void api_unlock(int *unused) {
     pthread_mutex_unlock(&api_lock);
 }
 #define API_LOCKED int api_guard_ __attribute__((cleanup(api_unlock), unused)) = (pthread_mutex_lock(&api_lock), 0)
+
+/* The streams' workers never take api_lock (an entry point may wait for
+ * them while holding it).  work_mu guards what they share with the entry
+ * points: the queues, the event signals, the allocation list (its bases
+ * and sizes), the sticky error and the profile; work_cv is broadcast on
+ * every change.  emu_mu: one emulated kernel at a time (each kernel
+ * library's emulator is single-threaded). */
+static pthread_mutex_t work_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t emu_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- error names and texts ---- */
 
@@ -280,6 +314,9 @@ struct CUstream_st {
     IntSet tail;      /* in a capture: the recorded work its next work depends on */
     int lane;         /* its lane of the vector clocks, -1 when they ran out */
     VClock vc;        /* what its next op is ordered after */
+    struct Work *head, *last; /* its queue (work_mu); the legacy stream has none */
+    int busy, quit;           /* the worker runs head / is told to end */
+    pthread_t worker;
 };
 
 struct CUevent_st {
@@ -289,7 +326,15 @@ struct CUevent_st {
     Capture *capture; /* recorded in this (active) capture */
     IntSet deps;      /*   with this dependency set */
     VClock vc;        /* recorded outside a capture: what a wait on it is ordered after */
+    struct Signal *signal; /* its last record outside a capture (work_mu) */
 };
+
+/* One record of an event: done when its stream reaches it.  Shared by the
+ * event and the queued record and waits (refs), so an event destroyed
+ * while a wait for it is queued is still waited for, as in CUDA. */
+typedef struct Signal {
+    int done, refs;
+} Signal;
 
 struct CUmod_st {
     unsigned char *image; /* a copy of the cubin */
@@ -333,6 +378,13 @@ typedef struct {
     int nacc;
 } Op;
 
+/* Queued work of a stream: an op, or a record of / a wait for a signal. */
+typedef struct Work {
+    Op op;
+    Signal *record, *wait;
+    struct Work *next;
+} Work;
+
 struct Capture {
     CUstream origin;
     CUstreamCaptureMode mode;
@@ -374,7 +426,8 @@ typedef struct {
 static int initialized;
 static struct CUctx_st primary;
 static __thread CUcontext current_ctx;
-static CUresult sticky_error; /* a kernel's fault, until the context is released */
+static CUresult sticky_error; /* a kernel's fault, until the context is released (work_mu) */
+static int launch_blocking;   /* CUDA_LAUNCH_BLOCKING=1, read at cuInit */
 static struct CUstream_st legacy_stream = {.flags = CU_STREAM_DEFAULT, .id = 0, .lane = 0};
 static int next_stream_id = 1;
 static PtrList streams, events, modules, functions, graphs, execs, captures;
@@ -390,7 +443,20 @@ typedef struct {
     double seconds;
 } ProfileRow;
 static ProfileRow *profile;
-static int nprofile, profiling = -1;
+static int nprofile, profiling; /* KILN_FAKE_CUDA_PROFILE, read at cuInit */
+
+static CUresult sticky(void) {
+    pthread_mutex_lock(&work_mu);
+    CUresult r = sticky_error;
+    pthread_mutex_unlock(&work_mu);
+    return r;
+}
+
+static void set_sticky(CUresult r) {
+    pthread_mutex_lock(&work_mu);
+    if (!sticky_error || r == CUDA_SUCCESS) sticky_error = r;
+    pthread_mutex_unlock(&work_mu);
+}
 
 /* ---- context and capture rules ---- */
 
@@ -479,8 +545,10 @@ static CUresult check_range(const char *call, const char *which, CUdeviceptr p, 
 }
 
 static void add_alloc(void *p, size_t size, int host) {
+    pthread_mutex_lock(&work_mu);
     if (nallocs == cap_allocs) allocs = xrealloc(allocs, sizeof *allocs * (size_t)(cap_allocs = cap_allocs ? 2 * cap_allocs : 16));
     allocs[nallocs++] = (Alloc){.base = (uintptr_t)p, .size = size, .host = host};
+    pthread_mutex_unlock(&work_mu);
     if (!host) device_bytes += size;
 }
 
@@ -490,7 +558,9 @@ static CUresult free_alloc(const char *call, uintptr_t p, int host) {
             if (!host) device_bytes -= allocs[i].size;
             free((void *)p);
             free(allocs[i].acc);
+            pthread_mutex_lock(&work_mu);
             allocs[i] = allocs[--nallocs];
+            pthread_mutex_unlock(&work_mu);
             return CUDA_SUCCESS;
         }
     bad_frees++;
@@ -837,7 +907,10 @@ static int kernel_pointers_ok(const Op *op, char *err, size_t errlen) {
         uintptr_t p;
         if (k->param_kinds[i] == KILN_FAKE_PARAM_VALUE || k->param_sizes[i] != sizeof p) continue;
         memcpy(&p, param_value(op, i), sizeof p);
-        if (p && !find_alloc(p, 0) && !find_alloc(p, 1)) {
+        pthread_mutex_lock(&work_mu);
+        int live = !p || find_alloc(p, 0) || find_alloc(p, 1);
+        pthread_mutex_unlock(&work_mu);
+        if (!live) {
             snprintf(err, errlen,
                      "parameter %d (a pointer) is 0x%llx, in no live device allocation (a host pointer, freed memory, "
                      "or past an allocation's end)",
@@ -850,57 +923,64 @@ static int kernel_pointers_ok(const Op *op, char *err, size_t errlen) {
 
 /* A kernel's fault: sticky, CUDA's asynchronous error. */
 static CUresult kernel_fault(const Op *op, CUresult code, const char *err) {
-    if (!sticky_error) sticky_error = code;
+    set_sticky(code);
     const KilnFakeKernel *k = op->f->kernel;
     return fail(code, "kernel %s<<<(%u,%u,%u), (%u,%u,%u), %zu>>> on stream %d faulted: %s; reported %s, and by every "
                       "call after it",
                 k->name, op->grid[0], op->grid[1], op->grid[2], op->block[0], op->block[1], op->block[2], op->smem,
                 op->stream, err,
-                env_flag("CUDA_LAUNCH_BLOCKING") ? "by its launch (CUDA_LAUNCH_BLOCKING=1)" : "at the next synchronisation");
+                launch_blocking ? "by its launch (CUDA_LAUNCH_BLOCKING=1)" : "at the next synchronisation");
 }
 
 /* A fault that the call enqueueing op does not return: a kernel's, which
  * the driver reports at the next synchronisation (sticky_error), unless
  * CUDA_LAUNCH_BLOCKING=1 makes every launch synchronous. */
 static int deferred(const Op *op, CUresult r) {
-    return op->kind == OP_KERNEL && (r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED) &&
-           !env_flag("CUDA_LAUNCH_BLOCKING");
+    return op->kind == OP_KERNEL && (r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED) && !launch_blocking;
 }
 
 /* KILN_FAKE_CUDA_TEST_FAULT=NAME (every run of kernel NAME) or NAME@N (its
- * N-th run, eager or replayed): a planted illegal address, for tests. */
+ * N-th run, eager or replayed): a planted illegal address, for tests.
+ * Read at cuInit; called under emu_mu. */
+static char planted_name[256];
+static long long planted_at;
+
 static int planted_fault(const char *name) {
     static long long runs;
+    if (!planted_name[0] || strcmp(name, planted_name) != 0) return 0;
+    return !planted_at || ++runs == planted_at;
+}
+
+static void read_planted_fault(void) {
     const char *v = getenv("KILN_FAKE_CUDA_TEST_FAULT"), *at = v ? strchr(v, '@') : NULL;
-    size_t len = v ? (at ? (size_t)(at - v) : strlen(v)) : 0;
-    if (!v || strlen(name) != len || strncmp(v, name, len) != 0) return 0;
-    return !at || ++runs == atoll(at + 1);
+    snprintf(planted_name, sizeof planted_name, "%.*s", v ? (int)(at ? at - v : (long)strlen(v)) : 0, v ? v : "");
+    planted_at = at ? atoll(at + 1) : 0;
 }
 
 static CUresult run_op_now(const Op *op) {
     char err[2048] = "";
     switch (op->kind) {
     case OP_KERNEL: {
-        if (!ptrs_has(&functions, op->f))
-            return fail(CUDA_ERROR_INVALID_HANDLE, "replay: a kernel whose module was unloaded");
         const KilnFakeKernel *k = op->f->kernel;
         if (kernel_pointers_ok(op, err, sizeof err) != 0) return kernel_fault(op, CUDA_ERROR_ILLEGAL_ADDRESS, err);
-        if (planted_fault(k->name))
-            return kernel_fault(op, CUDA_ERROR_ILLEGAL_ADDRESS, "KILN_FAKE_CUDA_TEST_FAULT: a planted illegal address");
         void *stack_ptrs[64], **ptrs = stack_ptrs;
         if (op->args) {
             if (k->nparams > 64) ptrs = xrealloc(NULL, sizeof(void *) * (size_t)k->nparams);
             for (int i = 0; i < k->nparams; i++) ptrs[i] = (void *)param_value(op, i);
         }
-        int rc = k->launch(op->grid, op->block, op->smem, op->args ? (void *const *)ptrs : op->params, err, sizeof err);
+        pthread_mutex_lock(&emu_mu);
+        int planted = planted_fault(k->name);
+        int rc = planted ? 0 : k->launch(op->grid, op->block, op->smem, op->args ? (void *const *)ptrs : op->params, err, sizeof err);
+        pthread_mutex_unlock(&emu_mu);
         if (ptrs != stack_ptrs) free(ptrs);
+        if (planted) return kernel_fault(op, CUDA_ERROR_ILLEGAL_ADDRESS, "KILN_FAKE_CUDA_TEST_FAULT: a planted illegal address");
         return rc == 0 ? CUDA_SUCCESS : kernel_fault(op, CUDA_ERROR_LAUNCH_FAILED, err);
     }
     case OP_COPY: memmove(op->dst, op->src, op->bytes); return CUDA_SUCCESS;
     case OP_SET: memset(op->dst, op->value, op->bytes); return CUDA_SUCCESS;
     case OP_HOST:
         if (op->run(op->data ? op->data : (void *)op->host_data, err, sizeof err) == 0) return CUDA_SUCCESS;
-        sticky_error = CUDA_ERROR_LAUNCH_FAILED;
+        set_sticky(CUDA_ERROR_LAUNCH_FAILED);
         return fail(CUDA_ERROR_LAUNCH_FAILED, "%s on stream %d failed: %s", op->what, op->stream, err);
     }
     return CUDA_ERROR_UNKNOWN;
@@ -913,6 +993,7 @@ static double now_seconds(void) {
 }
 
 static void profile_add(const char *name, double seconds) {
+    pthread_mutex_lock(&work_mu);
     int i = 0;
     while (i < nprofile && strcmp(profile[i].name, name) != 0) i++;
     if (i == nprofile) {
@@ -921,14 +1002,14 @@ static void profile_add(const char *name, double seconds) {
     }
     profile[i].count++;
     profile[i].seconds += seconds;
+    pthread_mutex_unlock(&work_mu);
 }
 
 static CUresult run_op(const Op *op) {
-    if (profiling < 0) profiling = env_flag("KILN_FAKE_CUDA_PROFILE");
     if (!profiling) return run_op_now(op);
     double t0 = now_seconds();
     CUresult r = run_op_now(op);
-    const char *name = op->kind == OP_KERNEL ? (r == CUDA_ERROR_INVALID_HANDLE ? "(unloaded kernel)" : op->f->kernel->name)
+    const char *name = op->kind == OP_KERNEL ? op->f->kernel->name
                        : op->kind == OP_HOST ? op->what
                        : op->kind == OP_COPY ? "(copy)"
                                              : "(memset)";
@@ -994,21 +1075,146 @@ static Op copy_op(const Op *src) {
     return op;
 }
 
+static void free_op(Op *op);
+
 static void free_ops(Op *ops, int n) {
-    for (int i = 0; i < n; i++) {
-        free(ops[i].args);
-        free(ops[i].data);
-        free(ops[i].acc);
-        ints_free(&ops[i].deps);
-    }
+    for (int i = 0; i < n; i++) free_op(&ops[i]);
     free(ops);
 }
 
-/* Run op on stream s now (outside a capture); a kernel's fault is not
- * returned here but at the next synchronisation. */
+/* ---- the streams' workers ----
+ * Outside a capture, each stream (but the legacy one) has a thread that
+ * runs its queue in order: kernels, copies and memsets, and the records of
+ * and waits for events, so work on different streams runs concurrently,
+ * ordered only by stream order and events.  What runs on the calling
+ * thread instead, once its stream's queue is empty: host work (the fake
+ * cuBLASLt's and NCCL's: their errors are the call's, and an NCCL op waits
+ * for the other ranks), a copy into pageable host memory (CUDA returns
+ * only once it is done), everything under CUDA_LAUNCH_BLOCKING=1, graph
+ * replays (serially, in the replay order), and the legacy stream's work
+ * (after every blocking stream's).  A copy from pageable host memory takes
+ * its bytes at the call, as CUDA's staging does. */
+
+static Signal *signal_new(int done, int refs) {
+    Signal *g = xrealloc(NULL, sizeof *g);
+    *g = (Signal){done, refs};
+    return g;
+}
+
+static void signal_put(Signal *g) { /* under work_mu */
+    if (g && --g->refs == 0) free(g);
+}
+
+static void free_op(Op *op) {
+    free(op->args);
+    free(op->data);
+    free(op->acc);
+    ints_free(&op->deps);
+}
+
+static void *stream_worker(void *arg) {
+    struct CUstream_st *s = arg;
+    pthread_mutex_lock(&work_mu);
+    for (;;) {
+        Work *w = s->head;
+        if (!w && s->quit) break;
+        if (!w || (w->wait && !w->wait->done)) {
+            pthread_cond_wait(&work_cv, &work_mu);
+            continue;
+        }
+        s->busy = 1;
+        int skip = w->record || w->wait || sticky_error; /* a faulted context runs nothing more */
+        pthread_mutex_unlock(&work_mu);
+        if (!skip) run_op(&w->op);
+        pthread_mutex_lock(&work_mu);
+        if (w->record) w->record->done = 1;
+        signal_put(w->record);
+        signal_put(w->wait);
+        s->head = w->next;
+        if (!s->head) s->last = NULL;
+        s->busy = 0;
+        free_op(&w->op);
+        free(w);
+        pthread_cond_broadcast(&work_cv);
+    }
+    pthread_mutex_unlock(&work_mu);
+    return NULL;
+}
+
+static void start_worker(struct CUstream_st *s) {
+    if (pthread_create(&s->worker, NULL, stream_worker, s) != 0) {
+        fprintf(stderr, "fake cuda: cannot start a stream's thread\n");
+        abort();
+    }
+}
+
+static void stop_worker(struct CUstream_st *s) {
+    pthread_mutex_lock(&work_mu);
+    s->quit = 1;
+    pthread_cond_broadcast(&work_cv);
+    pthread_mutex_unlock(&work_mu);
+    pthread_join(s->worker, NULL);
+}
+
+/* Queue w on s (an owned op, or a record or wait). */
+static void push(struct CUstream_st *s, Work *w) {
+    pthread_mutex_lock(&work_mu);
+    w->next = NULL;
+    if (s->last) s->last->next = w;
+    else s->head = w;
+    s->last = w;
+    pthread_cond_broadcast(&work_cv);
+    pthread_mutex_unlock(&work_mu);
+}
+
+/* Wait until s's queue has run. */
+static void drain(struct CUstream_st *s) {
+    pthread_mutex_lock(&work_mu);
+    while (s->head) pthread_cond_wait(&work_cv, &work_mu);
+    pthread_mutex_unlock(&work_mu);
+}
+
+/* Every stream's queue (blocking_only: the blocking streams', as the legacy stream waits for). */
+static void drain_streams(int blocking_only) {
+    for (int i = 0; i < streams.n; i++) {
+        struct CUstream_st *t = streams.v[i];
+        if (!blocking_only || !(t->flags & CU_STREAM_NON_BLOCKING)) drain(t);
+    }
+}
+static void drain_all(void) { drain_streams(0); }
+
+/* Before work on s runs on the calling thread. */
+static void drain_for(struct CUstream_st *s) {
+    if (s == &legacy_stream) drain_streams(1);
+    else drain(s);
+}
+
+static int pageable(const void *p) {
+    pthread_mutex_lock(&work_mu);
+    int host = !find_alloc((uintptr_t)p, 0) && !find_alloc((uintptr_t)p, 1);
+    pthread_mutex_unlock(&work_mu);
+    return host;
+}
+
+/* Run op on stream s (outside a capture): queued, or here; a kernel's
+ * fault is not returned but reported at the next synchronisation. */
 static CUresult run_eager(struct CUstream_st *s, const Op *op) {
-    if (sticky_error) return sticky_error;
+    if (sticky()) return sticky();
     hb_eager(s, op);
+    int here = s == &legacy_stream || launch_blocking || op->kind == OP_HOST || (op->kind == OP_COPY && pageable(op->dst));
+    if (!here) {
+        Work *w = xrealloc(NULL, sizeof *w);
+        *w = (Work){.op = *op};
+        own(&w->op);
+        if (w->op.kind == OP_COPY && pageable(w->op.src)) {
+            w->op.data = xrealloc(NULL, w->op.bytes);
+            memcpy(w->op.data, w->op.src, w->op.bytes);
+            w->op.src = w->op.data;
+        }
+        push(s, w);
+        return CUDA_SUCCESS;
+    }
+    drain_for(s);
     CUresult r = run_op(op);
     return deferred(op, r) ? CUDA_SUCCESS : r;
 }
@@ -1148,6 +1354,9 @@ CUresult cuInit(unsigned int Flags) {
     API_LOCKED;
     if (Flags != 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuInit(%u): flags must be 0", Flags);
     initialized = 1;
+    profiling = env_flag("KILN_FAKE_CUDA_PROFILE");
+    launch_blocking = env_flag("CUDA_LAUNCH_BLOCKING");
+    read_planted_fault();
     return CUDA_SUCCESS;
 }
 
@@ -1258,7 +1467,10 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
     CUresult r = check_device(__func__, dev);
     if (r) return r;
     if (primary.retains == 0) return fail(CUDA_ERROR_INVALID_CONTEXT, "%s: the primary context is not retained", __func__);
-    if (--primary.retains == 0) sticky_error = CUDA_SUCCESS; /* the context is destroyed with its error */
+    if (--primary.retains == 0) {
+        drain_all();
+        set_sticky(CUDA_SUCCESS); /* the context is destroyed with its error */
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1275,9 +1487,10 @@ CUresult cuCtxSynchronize(void) {
     API_LOCKED;
     CUresult r = need_ctx(__func__);
     if (r || (r = capture_forbids(__func__))) return r;
+    drain_all();
     hb_host_waits(&legacy_stream.vc);
     for (int i = 0; i < streams.n; i++) hb_host_waits(&((struct CUstream_st *)streams.v[i])->vc);
-    return sticky_error;
+    return sticky();
 }
 
 /* ---- memory ---- */
@@ -1299,7 +1512,7 @@ CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
     if (!dptr || bytesize == 0)
         return fail(CUDA_ERROR_INVALID_VALUE, "%s: %s", __func__, !dptr ? "dptr is NULL" : "0 bytes (CUDA refuses it)");
     if ((r = capture_forbids(__func__))) return r;
-    if (sticky_error) return sticky_error;
+    if (sticky()) return sticky();
     void *p = bytesize <= TOTAL_MEMORY - device_bytes ? alloc_aligned(bytesize) : NULL;
     if (!p)
         return fail(CUDA_ERROR_OUT_OF_MEMORY, "%s(%zu bytes): %llu of %llu bytes in use", __func__, bytesize, device_bytes,
@@ -1316,6 +1529,7 @@ CUresult cuMemFree(CUdeviceptr dptr) {
     if (r) return r;
     if (dptr == 0) return CUDA_SUCCESS;
     if ((r = capture_forbids(__func__))) return r;
+    drain_all(); /* cuMemFree synchronises */
     return free_alloc(__func__, (uintptr_t)dptr, 0);
 }
 
@@ -1326,7 +1540,7 @@ CUresult cuMemAllocHost(void **pp, size_t bytesize) {
     if (!pp || bytesize == 0)
         return fail(CUDA_ERROR_INVALID_VALUE, "%s: %s", __func__, !pp ? "pp is NULL" : "0 bytes (CUDA refuses it)");
     if ((r = capture_forbids(__func__))) return r;
-    if (sticky_error) return sticky_error;
+    if (sticky()) return sticky();
     void *p = alloc_aligned(bytesize);
     if (!p) return fail(CUDA_ERROR_OUT_OF_MEMORY, "%s(%zu bytes)", __func__, bytesize);
     add_alloc(p, bytesize, 1);
@@ -1339,6 +1553,7 @@ CUresult cuMemFreeHost(void *p) {
     CUresult r = need_ctx(__func__);
     if (r) return r;
     if ((r = capture_forbids(__func__))) return r;
+    drain_all();
     return free_alloc(__func__, (uintptr_t)p, 1);
 }
 
@@ -1430,6 +1645,7 @@ CUresult cuModuleUnload(CUmodule hmod) {
     CUresult r = need_ctx(__func__);
     if (r) return r;
     if (!ptrs_has(&modules, hmod)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a loaded module", __func__, (void *)hmod);
+    drain_all();
     for (int i = functions.n - 1; i >= 0; i--) {
         struct CUfunc_st *f = functions.v[i];
         if (f->mod == hmod) {
@@ -1557,6 +1773,7 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {
     if (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return fail(CUDA_ERROR_INVALID_VALUE, "%s: flags 0x%x", __func__, Flags);
     struct CUstream_st *s = xrealloc(NULL, sizeof *s);
     *s = (struct CUstream_st){.flags = Flags, .id = next_stream_id++, .lane = new_lane()};
+    start_worker(s);
     ptrs_add(&streams, s);
     *phStream = s;
     return CUDA_SUCCESS;
@@ -1570,6 +1787,8 @@ CUresult cuStreamDestroy(CUstream hStream) {
         return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live stream", __func__, (void *)hStream);
     if (hStream->capture)
         return fail(CUDA_ERROR_ILLEGAL_STATE, "%s: stream %d is being captured", __func__, hStream->id);
+    drain(hStream);
+    stop_worker(hStream);
     ptrs_remove(&streams, hStream);
     ints_free(&hStream->tail);
     free(hStream);
@@ -1587,8 +1806,41 @@ CUresult cuStreamSynchronize(CUstream hStream) {
                     __func__, s->id);
     }
     if (s == &legacy_stream && (r = capture_forbids(__func__))) return r;
+    drain_for(s);
     hb_host_waits(&s->vc);
-    return sticky_error;
+    return sticky();
+}
+
+/* s waits for e's last record (outside a capture). */
+static void wait_event(struct CUstream_st *s, struct CUevent_st *e) {
+    vc_join(&s->vc, &e->vc);
+    pthread_mutex_lock(&work_mu);
+    Signal *g = e->signal;
+    if (g && !g->done && s == &legacy_stream) /* the legacy stream's work runs here: wait now */
+        while (!g->done) pthread_cond_wait(&work_cv, &work_mu);
+    else if (g && !g->done) {
+        g->refs++;
+        Work *w = xrealloc(NULL, sizeof *w);
+        *w = (Work){.wait = g};
+        pthread_mutex_unlock(&work_mu);
+        push(s, w);
+        return;
+    }
+    pthread_mutex_unlock(&work_mu);
+}
+
+/* e is recorded on s (outside a capture): done when s's queue reaches it. */
+static void record_event(struct CUstream_st *s, struct CUevent_st *e) {
+    if (s == &legacy_stream) drain_streams(1);
+    Signal *g = signal_new(s == &legacy_stream, 1 + (s != &legacy_stream));
+    pthread_mutex_lock(&work_mu);
+    signal_put(e->signal);
+    e->signal = g;
+    pthread_mutex_unlock(&work_mu);
+    if (s == &legacy_stream) return;
+    Work *w = xrealloc(NULL, sizeof *w);
+    *w = (Work){.record = g};
+    push(s, w);
 }
 
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
@@ -1599,9 +1851,10 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
     if (!ptrs_has(&events, hEvent)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live event", __func__, (void *)hEvent);
     if (Flags != 0) return fail(CUDA_ERROR_NOT_SUPPORTED, "%s: flags 0x%x are not emulated", __func__, Flags);
     Capture *c = hEvent->capture;
-    if (!c) { /* complete already; the planted bug forgets the order */
-        if (!env_flag("KILN_FAKE_CUDA_TEST_DROP_WAIT")) vc_join(&s->vc, &hEvent->vc);
-        return s == &legacy_stream ? legacy_allowed(__func__) : CUDA_SUCCESS;
+    if (!c) { /* the planted bug forgets the wait */
+        if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
+        if (!env_flag("KILN_FAKE_CUDA_TEST_DROP_WAIT")) wait_event(s, hEvent);
+        return CUDA_SUCCESS;
     }
     if (s->capture && s->capture != c)
         return fail(CUDA_ERROR_STREAM_CAPTURE_MERGE, "%s: stream %d and the event belong to different captures", __func__,
@@ -1640,6 +1893,9 @@ CUresult cuEventDestroy(CUevent hEvent) {
     if (!ptrs_has(&events, hEvent)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live event", __func__, (void *)hEvent);
     ptrs_remove(&events, hEvent);
     ints_free(&hEvent->deps);
+    pthread_mutex_lock(&work_mu);
+    signal_put(hEvent->signal);
+    pthread_mutex_unlock(&work_mu);
     free(hEvent);
     return CUDA_SUCCESS;
 }
@@ -1661,6 +1917,7 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
     if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
     vc_join(&s->vc, &host_vc);
     hEvent->vc = s->vc;
+    record_event(s, hEvent);
     hEvent->capture = NULL;
     hEvent->deps.n = 0;
     hEvent->recorded = 1;
@@ -1678,8 +1935,11 @@ CUresult cuEventSynchronize(CUevent hEvent) {
         return fail(CUDA_ERROR_CAPTURED_EVENT, "%s: the event was recorded in an active capture; the capture is invalidated",
                     __func__);
     }
+    pthread_mutex_lock(&work_mu);
+    while (hEvent->signal && !hEvent->signal->done) pthread_cond_wait(&work_cv, &work_mu);
+    pthread_mutex_unlock(&work_mu);
     hb_host_waits(&hEvent->vc);
-    return sticky_error;
+    return sticky();
 }
 
 CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
@@ -1696,7 +1956,7 @@ CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) 
         if (!ev[i]->recorded) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: an event never recorded", __func__);
     }
     *pMilliseconds = (float)(hEnd->time_ms - hStart->time_ms);
-    return sticky_error;
+    return sticky();
 }
 
 /* ---- capture and graphs ---- */
@@ -1712,7 +1972,7 @@ CUresult cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode) {
     if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
         mode != CU_STREAM_CAPTURE_MODE_RELAXED)
         return fail(CUDA_ERROR_INVALID_VALUE, "%s: mode %d", __func__, (int)mode);
-    if (sticky_error) return sticky_error;
+    if (sticky()) return sticky();
     Capture *c = xrealloc(NULL, sizeof *c);
     *c = (Capture){.origin = s, .mode = mode, .thread = pthread_self()};
     ptrs_add(&captures, c);
@@ -1814,7 +2074,6 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned l
     x->order = replay_order(x->ops, x->nops, reverse);
     x->lanes = checking_races() ? graph_lanes(x->ops, x->nops) : NULL;
     x->vcs = x->lanes ? xrealloc(NULL, sizeof(VClock) * ((size_t)x->nops + 1)) : NULL;
-    if (profiling < 0) profiling = env_flag("KILN_FAKE_CUDA_PROFILE");
     if (profiling) {
         int moved = 0, nstreams = 0, seen[64] = {0};
         for (int i = 0; i < x->nops; i++) {
@@ -1840,11 +2099,15 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     if (s->capture)
         return fail(CUDA_ERROR_NOT_SUPPORTED, "%s: launching a graph into a capturing stream is not emulated", __func__);
     if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
-    if (sticky_error) return sticky_error;
+    if (sticky()) return sticky();
+    drain_for(s);
     VClock base = s->vc;
     vc_join(&base, &host_vc);
     for (int k = 0; k < hGraphExec->nops; k++) {
         int i = hGraphExec->order[k];
+        const Op *op = &hGraphExec->ops[i];
+        if (op->kind == OP_KERNEL && (!op->args || !ptrs_has(&functions, op->f)))
+            return fail(CUDA_ERROR_INVALID_HANDLE, "%s: a kernel whose module was unloaded", __func__);
         hb_replayed(hGraphExec, i, &base, &s->vc);
         r = run_op(&hGraphExec->ops[i]);
         if (r) return deferred(&hGraphExec->ops[i], r) ? CUDA_SUCCESS : r; /* a kernel's fault ends the replay */

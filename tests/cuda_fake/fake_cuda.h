@@ -3,9 +3,10 @@
  *
  * A real cuBLASLt or NCCL call enqueues kernels on a stream; the fakes do
  * their work on the host instead, and must still follow the stream's rules:
- * run at once on an idle stream (every fake stream is, work runs when it is
- * enqueued), but be RECORDED, with its arguments copied, while the stream
- * is being captured into a CUDA graph, and run again at every cuGraphLaunch.
+ * run after the stream's earlier work (the driver runs it on the calling
+ * thread once the stream's queue is empty, so its errors are the call's),
+ * but be RECORDED, with its arguments copied, while the stream is being
+ * captured into a CUDA graph, and run again at every cuGraphLaunch.
  * kiln_fake_cuda_enqueue gives them that.  No program should call these.
  */
 #ifndef KILN_FAKE_CUDA_H

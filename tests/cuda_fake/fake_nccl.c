@@ -16,8 +16,8 @@
  *     come).  A communicator of one rank uses private memory (no name).
  *   - Work runs when the fake driver's stream reaches it: every call (or
  *     every ncclGroupStart/End group) becomes ONE host op on the stream
- *     through kiln_fake_cuda_enqueue (fake_cuda.h), so it runs at once in
- *     eager mode, and is recorded while the stream captures and run at each
+ *     through kiln_fake_cuda_enqueue (fake_cuda.h), so in eager mode it
+ *     runs in the call, once the stream's earlier work is done, and is recorded while the stream captures and run at each
  *     cuGraphLaunch of the graph, in the replay order the fake driver
  *     picks.  Matching is by run order, as NCCL's is by issue order: the
  *     k-th collective a rank runs on a communicator meets every other

@@ -51,7 +51,9 @@
  *     enqueue-order replay too; on two streams, s1 reading what s0 wrote
  *     with an event is no race, without it (the same bits: the fake runs
  *     streams in order) one race, and with the event but
- *     KILN_FAKE_CUDA_TEST_DROP_WAIT=1 (the planted bug) one race;
+ *     KILN_FAKE_CUDA_TEST_DROP_WAIT=1 (the planted bug) one race; and,
+ *     the streams being threads, s1 copying y with no event while s0's
+ *     kernel writes it gets other bytes than y (tried up to 20 times);
  *   - last, faults as a GPU reports them: a kernel given a host pointer
  *     for its output launches fine, writes nothing, and the next
  *     cuStreamSynchronize is CUDA_ERROR_ILLEGAL_ADDRESS, sticky (a correct
@@ -797,6 +799,19 @@ static void check_races(CUfunction fwd) {
     int dropped = fake_races(1);
     tap(ok && dropped == 1, "with KILN_FAKE_CUDA_TEST_DROP_WAIT=1 (a planted bug: cuStreamWaitEvent orders nothing) "
                             "the ordered version is reported too (%d)", dropped);
+    /* each stream is a thread: without the event, s1's copy of y can run
+     * while s0's kernel writes it, and the copy differs from y (tried until
+     * it does, at most 20 times; in enqueue order it never would) */
+    int differed = 0, tries = 0;
+    while (!differed && tries++ < 20) {
+        ok = MUST(cuMemsetD8(d.y, 0xff, n * 2)) && MUST(launch_ln(fwd, &d, d.y, LN_ROWS, 256, 0, s0)) &&
+             MUST(cuMemcpyDtoDAsync(y2, d.y, n * 2, s1)) && MUST(cuCtxSynchronize()) &&
+             MUST(cuMemcpyDtoH(ordered, d.y, n * 2)) && MUST(cuMemcpyDtoH(unordered, y2, n * 2));
+        differed = ok && memcmp(ordered, unordered, n * 2) != 0;
+    }
+    fake_races(1);
+    tap(differed, "the streams run concurrently: without the event, s1's copy of y ran while s0's kernel wrote it "
+                  "(a different result on try %d)", tries);
     MUST(cuEventDestroy(e)), MUST(cuStreamDestroy(s0)), MUST(cuStreamDestroy(s1)), MUST(cuMemFree(y2));
     ln_free(&d);
     free(ordered), free(unordered);
