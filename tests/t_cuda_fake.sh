@@ -60,7 +60,8 @@
 #     and all-gather), --dp 2 --zero 0 (all-reduce), --cp 2 (all-gather of K
 #     and V), --cp 2 --cp-comm p2p (ring attention: send/recv in NCCL
 #     groups) and --dp 2 --cp 2 (4 ranks), run for MSTEPS (3)
-#     steps under `mpirun -np N` on the fakes with the CUDA graph, with
+#     steps under `mpirun -np N` on the fakes with the CUDA graph (replayed
+#     concurrently, a thread per stream), with
 #     KILN_NO_GRAPH=1 and with the graph replayed in reverse order (the
 #     program now has a comm stream: the order must move work, and the
 #     reverse run must give the same bits), against the CPU trainer of the

@@ -31,7 +31,7 @@
  *     waits), so work of two streams is ordered only by events, and a
  *     missing event can change a result (the section "the streams'
  *     workers" says what runs on the calling thread instead: host work,
- *     graph replays, the legacy stream).  One emulated kernel runs at a
+ *     the legacy stream; graph replays have their own threads).  One emulated kernel runs at a
  *     time (the emulator is single-threaded); the host work of the fake
  *     cuBLASLt and NCCL runs beside it.  Synchronisations wait for the
  *     queues; cuMemFree and cuModuleUnload wait for all of them.
@@ -87,11 +87,14 @@
  *     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture,
  *     whose end then fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
  *     cuGraphInstantiate copies the recorded work; cuGraphLaunch replays it
- *     (on the calling thread, after the launch stream's queue) in enqueue
- *     order, or, with KILN_FAKE_CUDA_GRAPH_ORDER=reverse, in another order
- *     that the dependencies allow (of the work ready to run, the latest
- *     enqueued first): a missing event between two streams then shows as
- *     a wrong result; the happens-before check sees it in either order.
+ *     after the launch stream's queue, and returns when it is done:
+ *     concurrently, a thread per recorded stream running that stream's
+ *     work in order, each piece once its recorded dependencies are done;
+ *     or, with KILN_FAKE_CUDA_GRAPH_ORDER=enqueue or reverse, serially on
+ *     the calling thread, in enqueue order or in another order that the
+ *     dependencies allow (of the work ready to run, the latest enqueued
+ *     first): a missing event between two streams then shows as a wrong
+ *     result every time; the happens-before check sees it in any order.
  *   - Errors are returned as CUDA would, and each one the fake detects is
  *     also printed on stderr, one line starting "fake cuda: ", with the call
  *     and CUDA's error name.  cuGetErrorName/String give CUDA's texts.
@@ -403,6 +406,7 @@ struct CUgraphExec_st {
     Op *ops;
     int nops;
     int *order; /* the replay order: indices into ops */
+    int serial; /* replayed in that order on the calling thread (KILN_FAKE_CUDA_GRAPH_ORDER set), else concurrently */
     int *lanes; /* per op, the lane of its stream in this exec; NULL when the lanes ran out */
     VClock *vcs; /* per op, during a replay */
 };
@@ -1091,7 +1095,7 @@ static void free_ops(Op *ops, int n) {
  * cuBLASLt's and NCCL's: their errors are the call's, and an NCCL op waits
  * for the other ranks), a copy into pageable host memory (CUDA returns
  * only once it is done), everything under CUDA_LAUNCH_BLOCKING=1, graph
- * replays (serially, in the replay order), and the legacy stream's work
+ * replays (their own threads, or serially: cuGraphLaunch), and the legacy stream's work
  * (after every blocking stream's).  A copy from pageable host memory takes
  * its bytes at the call, as CUDA's staging does. */
 
@@ -2072,6 +2076,7 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned l
     x->ops = xrealloc(NULL, sizeof(Op) * ((size_t)x->nops + 1));
     for (int i = 0; i < x->nops; i++) x->ops[i] = copy_op(&hGraph->ops[i]);
     x->order = replay_order(x->ops, x->nops, reverse);
+    x->serial = order && *order;
     x->lanes = checking_races() ? graph_lanes(x->ops, x->nops) : NULL;
     x->vcs = x->lanes ? xrealloc(NULL, sizeof(VClock) * ((size_t)x->nops + 1)) : NULL;
     if (profiling) {
@@ -2081,12 +2086,78 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned l
             int id = x->ops[i].stream;
             if (id >= 0 && id < 64 && !seen[id]) seen[id] = 1, nstreams++;
         }
-        fprintf(stderr, "fake cuda: graph: %d ops on %d streams; the %s replay order moves %d of them\n", x->nops, nstreams,
-                reverse ? "reverse" : "enqueue", moved);
+        if (x->serial)
+            fprintf(stderr, "fake cuda: graph: %d ops on %d streams; the %s replay order moves %d of them\n", x->nops,
+                    nstreams, reverse ? "reverse" : "enqueue", moved);
+        else
+            fprintf(stderr, "fake cuda: graph: %d ops on %d streams; replayed concurrently, a thread per stream\n", x->nops,
+                    nstreams);
     }
     ptrs_add(&execs, x);
     *phGraphExec = x;
     return CUDA_SUCCESS;
+}
+
+/* A concurrent replay: a thread per recorded stream runs that stream's ops
+ * in enqueue order, each once its dependencies are done (they point
+ * backwards, so the lowest op not done can always run).  After a failure
+ * (a kernel's sticky fault, a host op's error) the rest is skipped but
+ * marked done, so no thread waits forever.  The calling thread waits for
+ * them all and returns a host op's error (a kernel's fault is reported at
+ * the next synchronisation, as in the serial replay). */
+typedef struct {
+    const struct CUgraphExec_st *x;
+    char *done;      /* per op (work_mu) */
+    CUresult failed; /* the first host op's error (work_mu) */
+} Replay;
+
+typedef struct {
+    Replay *replay;
+    int stream;
+} ReplayLane;
+
+static void *replay_lane(void *arg) {
+    const ReplayLane *lane = arg;
+    Replay *rp = lane->replay;
+    const struct CUgraphExec_st *x = rp->x;
+    for (int i = 0; i < x->nops; i++) {
+        const Op *op = &x->ops[i];
+        if (op->stream != lane->stream) continue;
+        pthread_mutex_lock(&work_mu);
+        for (int j = 0; j < op->deps.n; j++)
+            while (!rp->done[op->deps.v[j]]) pthread_cond_wait(&work_cv, &work_mu);
+        int skip = rp->failed || sticky_error;
+        pthread_mutex_unlock(&work_mu);
+        CUresult r = skip ? CUDA_SUCCESS : run_op(op);
+        pthread_mutex_lock(&work_mu);
+        if (r && !deferred(op, r) && !rp->failed) rp->failed = r;
+        rp->done[i] = 1;
+        pthread_cond_broadcast(&work_cv);
+        pthread_mutex_unlock(&work_mu);
+    }
+    return NULL;
+}
+
+static CUresult replay_concurrently(const struct CUgraphExec_st *x) {
+    Replay rp = {x, calloc((size_t)x->nops + 1, 1), CUDA_SUCCESS};
+    ReplayLane *lanes = xrealloc(NULL, sizeof *lanes * ((size_t)x->nops + 1));
+    pthread_t *threads = xrealloc(NULL, sizeof *threads * ((size_t)x->nops + 1));
+    int n = 0;
+    if (!rp.done) abort();
+    for (int i = 0; i < x->nops; i++) {
+        int seen = 0;
+        for (int j = 0; j < n && !seen; j++) seen = lanes[j].stream == x->ops[i].stream;
+        if (seen) continue;
+        lanes[n] = (ReplayLane){&rp, x->ops[i].stream};
+        if (pthread_create(&threads[n], NULL, replay_lane, &lanes[n]) != 0) {
+            fprintf(stderr, "fake cuda: cannot start a replay thread\n");
+            abort();
+        }
+        n++;
+    }
+    for (int j = 0; j < n; j++) pthread_join(threads[j], NULL);
+    free(rp.done), free(lanes), free(threads);
+    return rp.failed;
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
@@ -2100,17 +2171,20 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
         return fail(CUDA_ERROR_NOT_SUPPORTED, "%s: launching a graph into a capturing stream is not emulated", __func__);
     if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
     if (sticky()) return sticky();
-    drain_for(s);
-    VClock base = s->vc;
-    vc_join(&base, &host_vc);
-    for (int k = 0; k < hGraphExec->nops; k++) {
-        int i = hGraphExec->order[k];
+    for (int i = 0; i < hGraphExec->nops; i++) {
         const Op *op = &hGraphExec->ops[i];
         if (op->kind == OP_KERNEL && (!op->args || !ptrs_has(&functions, op->f)))
             return fail(CUDA_ERROR_INVALID_HANDLE, "%s: a kernel whose module was unloaded", __func__);
-        hb_replayed(hGraphExec, i, &base, &s->vc);
-        r = run_op(&hGraphExec->ops[i]);
-        if (r) return deferred(&hGraphExec->ops[i], r) ? CUDA_SUCCESS : r; /* a kernel's fault ends the replay */
+    }
+    drain_for(s);
+    VClock base = s->vc;
+    vc_join(&base, &host_vc);
+    for (int k = 0; k < hGraphExec->nops; k++) hb_replayed(hGraphExec, hGraphExec->order[k], &base, &s->vc);
+    if (!hGraphExec->serial) return replay_concurrently(hGraphExec);
+    for (int k = 0; k < hGraphExec->nops; k++) {
+        const Op *op = &hGraphExec->ops[hGraphExec->order[k]];
+        r = run_op(op);
+        if (r) return deferred(op, r) ? CUDA_SUCCESS : r; /* a kernel's fault ends the replay */
     }
     return CUDA_SUCCESS;
 }

@@ -35,9 +35,11 @@
  *     copy, a GEMM and an NCCL all-reduce runs nothing while capturing,
  *     replays with the parameter values of capture time (the host variables
  *     are changed after the launch), re-reads its inputs at every replay,
- *     gives the eager bits, and the same in the reverse replay order; a
+ *     gives the eager bits, and the same in the reverse replay order and
+ *     replayed concurrently (a thread per stream, the default); a
  *     capture with a missing join-event is right in enqueue order and WRONG
- *     in the reverse order (what KILN_FAKE_CUDA_GRAPH_ORDER=reverse is for);
+ *     in the reverse order (what KILN_FAKE_CUDA_GRAPH_ORDER=reverse is for)
+ *     and, replayed concurrently, wrong on some try of 20;
  *     the capture errors (unjoined fork, synchronising a capturing stream,
  *     cuMemAlloc in a global capture but not a relaxed one, ending on
  *     another stream); event timing;
@@ -600,7 +602,7 @@ static CUgraph capture(Capture *c, const Blas *bl, CUfunction fwd, ncclComm_t co
 
 static int replay(const Capture *c, CUgraph g, const char *order, Results *out) {
     CUgraphExec x;
-    setenv("KILN_FAKE_CUDA_GRAPH_ORDER", order, 1);
+    setenv("KILN_FAKE_CUDA_GRAPH_ORDER", order, 1); /* "": concurrently */
     int ok = MUST(cuGraphInstantiate(&x, g, 0));
     unsetenv("KILN_FAKE_CUDA_GRAPH_ORDER");
     if (!ok) return 0;
@@ -668,6 +670,8 @@ static void check_capture(const Blas *bl, CUfunction fwd, ncclComm_t comm) {
     tap(ok && same_results(&eager, &graph), "cuGraphLaunch replays it: the eager bits");
     ok = ok && replay(&c, g, "reverse", &rev);
     tap(ok && same_results(&eager, &rev), "replayed in the reverse order (KILN_FAKE_CUDA_GRAPH_ORDER=reverse): the same bits");
+    ok = ok && replay(&c, g, "", &rev);
+    tap(ok && same_results(&eager, &rev), "replayed concurrently (the default: a thread per stream): the same bits");
     /* new inputs are read at replay */
     uint16_t *x2 = random_bf16(LN_ROWS * LN_C, -1, 1);
     MUST(cuMemcpyHtoD(c.d.x, x2, n));
@@ -707,6 +711,10 @@ static void check_capture(const Blas *bl, CUfunction fwd, ncclComm_t comm) {
         "a race (s1 reads y with no event after s0's kernel): right in enqueue order, caught by the reverse order");
     tap(ok && seen == 1 && fake_races(1) >= 1,
         "the same race caught by the happens-before check in the enqueue-order replay too (%d race reported)", seen);
+    int tries = 0, differed = 0;
+    while (ok && !differed && tries++ < 20) differed = replay(&c, gr, "", &rev) && memcmp(rev.copy, rev.y, n) != 0;
+    fake_races(1);
+    tap(differed, "replayed concurrently, the race can go wrong too (s1's copy differed from y on try %d)", tries);
     if (gr) MUST(cuGraphDestroy(gr));
     check_capture_errors(&c, fwd);
 
