@@ -51,8 +51,8 @@
  *     with dlsym): no race in the correct fork/join work, eager or
  *     replayed; the capture without the join event reported in the
  *     enqueue-order replay too; on two streams, s1 reading what s0 wrote
- *     with an event is no race, without it (the same bits: the fake runs
- *     streams in order) one race, and with the event but
+ *     with an event is no race, without it one race (whatever the
+ *     threads' timing), and with the event but
  *     KILN_FAKE_CUDA_TEST_DROP_WAIT=1 (the planted bug) one race; and,
  *     the streams being threads, s1 copying y with no event while s0's
  *     kernel writes it gets other bytes than y (tried up to 20 times);
@@ -773,8 +773,9 @@ static ncclComm_t check_nccl(void) {
 /* ---- two streams without an event ---- */
 
 /* s0: y = layernorm(x); s1: y2 = layernorm(y), with and without an event
- * between them.  Streams run in order in the fake, so the bits are the same
- * either way: only the happens-before check can see the missing event. */
+ * between them: the happens-before check must see the missing event
+ * whatever the streams' threads did.  Then the threads themselves: a copy
+ * on s1 racing s0's kernel must go wrong on some try. */
 static void check_races(CUfunction fwd) {
     LnData d, d2;
     ln_data(&d);
@@ -790,15 +791,14 @@ static void check_races(CUfunction fwd) {
     fake_races(1);
     int ok = MUST(launch_ln(fwd, &d, d.y, LN_ROWS, 256, 0, s0)) && MUST(cuEventRecord(e, s0)) &&
              MUST(cuStreamWaitEvent(s1, e, 0)) && MUST(launch_ln(fwd, &d2, y2, LN_ROWS, 256, 0, s1)) &&
-             MUST(cuStreamSynchronize(s1)) && MUST(cuMemcpyDtoH(ordered, y2, n * 2));
+             MUST(cuStreamSynchronize(s1));
     int with_event = fake_races(1);
     tap(ok && with_event == 0, "two streams, s1 reads what s0 wrote after cuEventRecord + cuStreamWaitEvent: no race (%d)",
         with_event);
     ok = MUST(launch_ln(fwd, &d, d.y, LN_ROWS, 256, 0, s0)) && MUST(launch_ln(fwd, &d2, y2, LN_ROWS, 256, 0, s1)) &&
-         MUST(cuCtxSynchronize()) && MUST(cuMemcpyDtoH(unordered, y2, n * 2));
+         MUST(cuCtxSynchronize());
     int without = fake_races(1);
-    tap(ok && without == 1 && memcmp(ordered, unordered, n * 2) == 0,
-        "the same without the event: the same bits here (streams run in order), and the race reported (%d)", without);
+    tap(ok && without == 1, "the same without the event: the race reported (%d), whatever the threads' timing did", without);
     setenv("KILN_FAKE_CUDA_TEST_DROP_WAIT", "1", 1);
     ok = MUST(launch_ln(fwd, &d, d.y, LN_ROWS, 256, 0, s0)) && MUST(cuEventRecord(e, s0)) &&
          MUST(cuStreamWaitEvent(s1, e, 0)) && MUST(launch_ln(fwd, &d2, y2, LN_ROWS, 256, 0, s1)) &&
