@@ -80,6 +80,8 @@
 # Run time, warm: 70-110 s on this shared 2-core machine (about 50 s of CPU;
 # sections 1-6 take 25-65 s, the same under `make SAN=1`, see
 # fake_longjmp.cpp); a cold build of the kernel registries adds ~30-60 s.
+# With the streams as threads and the section 6b/7 additions, measured warm
+# at 275-390 s wall (~90 s of CPU) while other jobs shared the two cores.
 . "$(dirname "$0")/lib.sh"
 F=$B/cuda_fake
 CUDA=${CUDA_HOME:-/usr/local/cuda}
