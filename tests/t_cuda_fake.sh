@@ -14,7 +14,10 @@
 #     on the fakes (LD_BIND_NOW=1, KILN_FAKE_CUDA_STRICT=1): its TAP lines,
 #     renumbered, are ours (driver, a real NVRTC cubin of layernorm.cu vs a
 #     double reference, cuBLASLt vs a naive GEMM, graph capture + replay,
-#     NCCL with one rank, the error paths; see its header);
+#     NCCL with one rank, the error paths, and the planted bugs of the
+#     strict checks: a host pointer as a kernel's output, a kernel fault
+#     that must surface at the next synchronisation and stay sticky, two
+#     streams without an event (the happens-before check); see its header);
 #  3b. tests/cuda_fake/selftest_nccl.c with 2 and 4 ranks (forked
 #     processes sharing the fake NCCL's shared-memory communicators): every
 #     collective, grouped send/recv the way comm_nccl.c issues them, a CUDA
@@ -36,7 +39,8 @@
 #     a replay in the reverse dependency order could move nothing: section 7
 #     does that on the multi-rank programs, which have a comm stream.  The runs
 #     must give the same losses and gradient
-#     norms bit for bit (the fake is serial and every kernel deterministic),
+#     norms bit for bit (the streams run concurrently, as threads, but the
+#     program's events order them, and every kernel is deterministic),
 #     and match the CPU trainer's (f32) at every step within bf16
 #     tolerances: loss |cuda - cpu| <= 2^-8 |cpu|, gradient norm <= 2^-6
 #     |cpu| (the CUDA program keeps activations and weights in bf16, 8
@@ -45,23 +49,39 @@
 #  6. a planted bug must fail that comparison: kiln_adamw without its bias
 #     correction, built alone into a library listed first in
 #     KILN_FAKE_CUDA_KERNELS (the first library with a kernel wins).
+#  6b. a kernel's fault as a GPU reports it: the fake's planted
+#     KILN_FAKE_CUDA_TEST_FAULT=kiln_adamw@N faults the first kiln_adamw of
+#     step 2, inside the graph's replay: cuGraphLaunch succeeds and the
+#     trainer must stop at that step's synchronisation with one line naming
+#     CUDA_ERROR_ILLEGAL_ADDRESS, exit != 0; with CUDA_LAUNCH_BLOCKING=1
+#     KILN_NO_GRAPH=1 the faulting launch itself must report it (the
+#     trainer's line names the grid the fake says faulted).
 #  7. several ranks: tiny.lua compiled with --dp 2 (ZeRO-1: reduce-scatter
 #     and all-gather), --dp 2 --zero 0 (all-reduce), --cp 2 (all-gather of K
 #     and V), --cp 2 --cp-comm p2p (ring attention: send/recv in NCCL
 #     groups) and --dp 2 --cp 2 (4 ranks), run for MSTEPS (3)
-#     steps under `mpirun -np N` on the fakes with the CUDA graph, with
+#     steps under `mpirun -np N` on the fakes with the CUDA graph (replayed
+#     concurrently, a thread per stream), with
 #     KILN_NO_GRAPH=1 and with the graph replayed in reverse order (the
 #     program now has a comm stream: the order must move work, and the
 #     reverse run must give the same bits), against the CPU trainer of the
 #     same config under mpirun at the tolerances above; a planted bug in
 #     the fake NCCL (KILN_FAKE_NCCL_TEST_DROP_RANK=1: the sums leave rank
-#     1's gradients out) must fail that comparison.  ~45 s warm (~55 s once
-#     the p2p variant compiles).
+#     1's gradients out) must fail that comparison.  Every run here is
+#     strict, so the fake's happens-before check (a race between streams
+#     not ordered by an event) passes on each; a planted missing event
+#     (KILN_FAKE_CUDA_TEST_DROP_WAIT=1: cuStreamWaitEvent orders nothing)
+#     on the --dp 2 trainer without the graph must be reported as races and
+#     fail, whatever the threads' timing did to its losses (it printed,
+#     from the first, NaN from memory not yet written, when measured).  ~50 s warm (~60 s once the p2p variant
+#     compiles).
 # tiny.lua is compiled with batch 2 and seq 32: the emulator runs a 256-
 # thread block as 256 fibers, ~0.5 s of CPU a step at that size.
 # Run time, warm: 70-110 s on this shared 2-core machine (about 50 s of CPU;
 # sections 1-6 take 25-65 s, the same under `make SAN=1`, see
 # fake_longjmp.cpp); a cold build of the kernel registries adds ~30-60 s.
+# With the streams as threads and the section 6b/7 additions, measured warm
+# at 275-390 s wall (~90 s of CPU) while other jobs shared the two cores.
 . "$(dirname "$0")/lib.sh"
 F=$B/cuda_fake
 CUDA=${CUDA_HOME:-/usr/local/cuda}
@@ -267,6 +287,36 @@ else
     fi
 fi
 
+# ---- 6b. a kernel's fault, as a GPU reports it ----
+# KILN_FAKE_CUDA_TEST_FAULT=kiln_adamw@N (planted: the N-th kiln_adamw run
+# faults with an illegal address), N the first kiln_adamw of step 2, which
+# runs inside the graph's replay: cuGraphLaunch succeeds, the fault must
+# surface at the step's synchronisation (rt_step's cuStreamSynchronize) as
+# one line, stop the trainer after step 1's log line and exit non-zero.
+# With CUDA_LAUNCH_BLOCKING=1 KILN_NO_GRAPH=1 (the runtime's advice) the
+# faulting launch itself must report it: the trainer's line names the
+# grid of the launch that the fake says faulted.
+n_adamw=$(grep -o '[0-9]* x  kiln_adamw$' "$tmp/graph.out" | cut -d' ' -f1)
+per_step=$((${n_adamw:-0} / STEPS))
+fault_env=(env LD_LIBRARY_PATH="$F" KILN_FAKE_CUDA_KERNELS="$F/libkernels.so:$F/libtiny_generated.so" KILN_FAKE_CUDA_STRICT=1)
+timeout 300 "${fault_env[@]}" KILN_FAKE_CUDA_TEST_FAULT="kiln_adamw@$((per_step + 1))" "$T" --data "$DATA" --steps "$STEPS" \
+    --log "$tmp/fault.log" > "$tmp/fault.out" 2>&1; rc=$?
+line=$(grep -v '^fake cuda:' "$tmp/fault.out" | grep -c 'ILLEGAL_ADDRESS')
+if [ "$per_step" -gt 0 ] && [ $rc -ne 0 ] && [ "$line" = 1 ] && [ "$(wc -l < "$tmp/fault.log")" = 1 ] &&
+    grep -q "^step 2: the step's GPU work failed (stream 0): .*(CUDA_ERROR_ILLEGAL_ADDRESS)" "$tmp/fault.out"; then
+    say 0 "a kernel fault in a graph replay (planted, kiln_adamw run $((per_step + 1))) surfaces at step 2's synchronisation: exit $rc, one line: $(grep '^step 2:' "$tmp/fault.out" | head -c 160)"
+else
+    say 1 "a fault in a replay: exit $rc (want != 0), $line lines naming it (want 1), $(wc -l < "$tmp/fault.log") log lines (want 1), kiln_adamw $per_step per step: $(grep -v '^fake cuda:  ' "$tmp/fault.out" | tail -3 | tr '\n' ' ' | head -c 800)"
+fi
+timeout 300 "${fault_env[@]}" KILN_FAKE_CUDA_TEST_FAULT=kiln_adamw KILN_NO_GRAPH=1 CUDA_LAUNCH_BLOCKING=1 "$T" --data "$DATA" \
+    --steps "$STEPS" > "$tmp/fault_blocking.out" 2>&1; rc=$?
+grid=$(grep -o 'kiln_adamw<<<([0-9]*,' "$tmp/fault_blocking.out" | head -1 | grep -o '[0-9]*')
+if [ $rc -ne 0 ] && [ -n "$grid" ] && grep -q "^step 1: .*cuLaunchKernel(grid $grid x .*(CUDA_ERROR_ILLEGAL_ADDRESS)" "$tmp/fault_blocking.out"; then
+    say 0 "with CUDA_LAUNCH_BLOCKING=1 the faulting launch reports it: $(grep '^step 1:' "$tmp/fault_blocking.out" | head -c 160)"
+else
+    say 1 "CUDA_LAUNCH_BLOCKING=1: exit $rc, the fake's faulted grid '$grid': $(grep -v '^fake cuda:  ' "$tmp/fault_blocking.out" | tail -3 | tr '\n' ' ' | head -c 800)"
+fi
+
 # ---- 7. several ranks: the trainer under mpirun on the fake NCCL ----
 t7=$SECONDS
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
@@ -364,6 +414,26 @@ else
         fi
     else
         say 1 "planted bug: the --dp 2 --zero 0 trainer was not built"
+    fi
+    # a missing event must be caught: KILN_FAKE_CUDA_TEST_DROP_WAIT=1 (planted:
+    # cuStreamWaitEvent orders nothing) on the --dp 2 trainer, eager (its comm
+    # stream all-gathers what the compute stream reads): the streams are
+    # threads, so the run may or may not go wrong (timing); the
+    # happens-before check must report races whatever the timing, and strict
+    # mode fail the run
+    if [ -x "$tmp/mr_dp2" ]; then
+        run_ranks dp2_dropwait 2 "$tmp/mr_dp2" "$F/libtiny_dp2_generated.so" KILN_NO_GRAPH=1 KILN_FAKE_CUDA_TEST_DROP_WAIT=1
+        nraces=$(grep -c '^fake cuda: race: ' "$tmp/dp2_dropwait.out")
+        cmp -s "$tmp/dp2_eager.loss" "$tmp/dp2_dropwait.loss" && result="the correct losses this time" ||
+            result="losses $(cut -d' ' -f1 "$tmp/dp2_dropwait.loss" | tr '\n' ' ')(correct: $(cut -d' ' -f1 "$tmp/dp2_eager.loss" | tr '\n' ' '))"
+        if ! grep -q '^fake cuda: race: ' "$tmp/dp2_eager.out" && [ "$nraces" -gt 0 ] &&
+            grep -q 'KILN_FAKE_CUDA_STRICT=1: exit status 1' "$tmp/dp2_dropwait.out"; then
+            say 0 "planted bug (KILN_FAKE_CUDA_TEST_DROP_WAIT=1: no cuStreamWaitEvent orders the --dp 2 streams) caught: $(grep -m1 'races between streams' "$tmp/dp2_dropwait.out" | sed 's/^fake cuda: //; s/ (.*//'), e.g. $(grep -m1 '^fake cuda: race: ' "$tmp/dp2_dropwait.out" | sed 's/^fake cuda: race: //; s/ device memory 0x[0-9a-f]* (+[0-9]* bytes)//; s/, and nothing.*//'); the run gave $result"
+        else
+            say 1 "planted bug (KILN_FAKE_CUDA_TEST_DROP_WAIT=1 on --dp 2) NOT caught: $nraces race lines, $why; the correct eager run's races: $(grep -c '^fake cuda: race: ' "$tmp/dp2_eager.out")"
+        fi
+    else
+        say 1 "planted missing event: the --dp 2 trainer was not built"
     fi
     echo "# several ranks: $((SECONDS - t7)) s"
 fi

@@ -434,7 +434,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         kiln_fake_cuda_check_range((CUdeviceptr)(uintptr_t)workspace, workspaceSizeInBytes, why, sizeof why) != 0)
         return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: workspace: %s", call, why);
     if (g.m == 0 || g.n == 0) return CUBLAS_STATUS_SUCCESS;
-    CUresult r = kiln_fake_cuda_enqueue((CUstream)stream, "cublasLtMatmul", run_gemm, &g, sizeof g);
+    size_t ea = la->type == CUDA_R_32F ? 4 : 2, eb = lb->type == CUDA_R_32F ? 4 : 2, ec = lc->type == CUDA_R_32F ? 4 : 2,
+           ed = ld->type == CUDA_R_32F ? 4 : 2;
+    KilnFakeAccess acc[] = {{(CUdeviceptr)(uintptr_t)A, span_bytes(la, ea), 0},
+                            {(CUdeviceptr)(uintptr_t)B, span_bytes(lb, eb), 0},
+                            {(CUdeviceptr)(uintptr_t)C, g.beta != 0.0f ? span_bytes(lc, ec) : 0, 0},
+                            {(CUdeviceptr)(uintptr_t)D, span_bytes(ld, ed), 1},
+                            {(CUdeviceptr)(uintptr_t)workspace, workspace ? workspaceSizeInBytes : 0, 1}};
+    CUresult r = kiln_fake_cuda_enqueue((CUstream)stream, "cublasLtMatmul", run_gemm, &g, sizeof g, acc, 5);
     if (r != CUDA_SUCCESS) return fail(CUBLAS_STATUS_EXECUTION_FAILED, "%s: the fake driver refused the work (CUresult %d)", call, (int)r);
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -20,11 +20,29 @@
  *     aligned to 256 bytes, 80 GiB in all.  Every allocation is tracked:
  *     copies, memsets and the fake cuBLASLt's matrices must lie inside one
  *     (else CUDA_ERROR_INVALID_VALUE, naming the range), cuMemAlloc of 0
- *     bytes and a free of anything not allocated fail as in CUDA.
- *   - Streams are serial and always idle: work runs on the calling thread
- *     when it is enqueued, so events are complete when recorded and
- *     cuStreamWaitEvent has nothing to wait for.  (Races between streams
- *     therefore never show in eager mode; see the graph replay order.)
+ *     bytes and a free of anything not allocated fail as in CUDA.  Every
+ *     pointer argument of a kernel (the kernel library knows which
+ *     parameters are pointers) must point into a live allocation (or
+ *     cuMemAllocHost's pinned memory; NULL passes): a host pointer, freed
+ *     memory or an address past an allocation is the kernel's fault,
+ *     CUDA_ERROR_ILLEGAL_ADDRESS, and the kernel does not run.
+ *   - Streams run concurrently: outside a capture each stream has a thread
+ *     that runs its queue (kernels, copies, memsets, event records and
+ *     waits), so work of two streams is ordered only by events, and a
+ *     missing event can change a result (the section "the streams'
+ *     workers" says what runs on the calling thread instead: host work,
+ *     the legacy stream; graph replays have their own threads).  One emulated kernel runs at a
+ *     time (the emulator is single-threaded); the host work of the fake
+ *     cuBLASLt and NCCL runs beside it.  Synchronisations wait for the
+ *     queues; cuMemFree and cuModuleUnload wait for all of them.
+ *   - The happens-before check (KILN_FAKE_CUDA_STRICT=1): whatever the
+ *     timing, vector clocks say whether two streams' conflicting accesses
+ *     are ordered by events (its section says how); each race is a line,
+ *     and the exit status becomes 1.  The fake cuBLASLt and NCCL declare
+ *     the ranges they read and write; a kernel's accesses are the bytes
+ *     its pointer arguments point at (read through a pointer to const).
+ *     KILN_FAKE_CUDA_TEST_DROP_WAIT=1 plants the bug it is for:
+ *     cuStreamWaitEvent outside a capture orders nothing.
  *   - Kernels: cuModuleLoadData checks that the image is an ELF cubin for
  *     sm_90 (else CUDA_ERROR_INVALID_IMAGE / NO_BINARY_FOR_GPU) and keeps a
  *     copy.  cuModuleGetFunction requires the name among the cubin's
@@ -39,13 +57,18 @@
  *     cuLaunchKernel checks the geometry (CUDA's limits and the kernel's
  *     __launch_bounds__) and the dynamic shared memory against the
  *     function's limit (48 KiB unless cuFuncSetAttribute raised it, at most
- *     227 KiB), then runs the emulated kernel.  An emulation error (barrier
- *     divergence, deadlock, bad shuffle...) is printed and returned as
- *     CUDA_ERROR_LAUNCH_FAILED, and is sticky, as a faulting kernel is on a
- *     GPU: every later call that could report it (synchronisations,
- *     copies, launches, allocations) returns it until the primary context
- *     is released.  A segmentation fault inside a kernel kills the process
- *     with the emulator's message (emu.h).
+ *     227 KiB), then queues the emulated kernel.  A kernel's fault (a bad
+ *     pointer argument, CUDA_ERROR_ILLEGAL_ADDRESS; an emulation error:
+ *     barrier divergence, deadlock, bad shuffle..., CUDA_ERROR_LAUNCH_FAILED;
+ *     KILN_FAKE_CUDA_TEST_FAULT=NAME[@N], a planted illegal address in
+ *     kernel NAME, every run or the N-th) is printed when it happens but is
+ *     asynchronous, as on a GPU: the launch succeeded, and the fault is
+ *     returned by the next call that can report it (synchronisations,
+ *     copies, launches, allocations) and by every one after it, sticky,
+ *     until the primary context is released; nothing more runs.  With
+ *     CUDA_LAUNCH_BLOCKING=1 every launch runs before it returns, and
+ *     returns its own fault.  A segmentation fault inside a kernel kills
+ *     the process with the emulator's message (emu.h).
  *   - Graph capture (cuStreamBeginCapture .. cuStreamEndCapture): work
  *     enqueued on a capturing stream, or on a stream that joined the
  *     capture by waiting on an event recorded in it, is RECORDED instead of
@@ -64,29 +87,33 @@
  *     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidate the capture,
  *     whose end then fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
  *     cuGraphInstantiate copies the recorded work; cuGraphLaunch replays it
- *     in enqueue order, or, with KILN_FAKE_CUDA_GRAPH_ORDER=reverse, in
- *     another order that the dependencies allow (of the work ready to run,
- *     the latest enqueued first): a missing event between two streams then
- *     shows as a wrong result.
+ *     after the launch stream's queue, and returns when it is done:
+ *     concurrently, a thread per recorded stream running that stream's
+ *     work in order, each piece once its recorded dependencies are done;
+ *     or, with KILN_FAKE_CUDA_GRAPH_ORDER=enqueue or reverse, serially on
+ *     the calling thread, in enqueue order or in another order that the
+ *     dependencies allow (of the work ready to run, the latest enqueued
+ *     first): a missing event between two streams then shows as a wrong
+ *     result every time; the happens-before check sees it in any order.
  *   - Errors are returned as CUDA would, and each one the fake detects is
  *     also printed on stderr, one line starting "fake cuda: ", with the call
  *     and CUDA's error name.  cuGetErrorName/String give CUDA's texts.
  *   - KILN_FAKE_CUDA_STRICT=1: new device memory is filled with 0xff bytes
  *     (NaN as f32 and bf16), so reading memory never written shows; at exit
  *     every allocation, host allocation, stream, event, module, graph and
- *     graph exec still alive is reported as a leak, and if there was a leak
- *     or a bad free (double free, freeing an address never allocated) the
- *     process exits with status 1 after flushing its output.
+ *     graph exec still alive is reported as a leak, and if there was a leak,
+ *     a bad free (double free, freeing an address never allocated) or a
+ *     race, the process exits with status 1 after flushing its output.
  *   - KILN_FAKE_CUDA_DEVICES=0 pretends there is no device (cuDeviceGet
  *     fails), to test a program's error path.
  *   - KILN_FAKE_CUDA_PROFILE=1 prints at exit the host time spent in each
  *     kernel (and in the fake cuBLASLt's GEMMs, copies, memsets): where an
  *     emulated run spends its time, nothing about a GPU's.
  *
- * Threads: one lock serialises every call (the emulator is single-threaded).
- * The fake cuBLASLt and NCCL enqueue their host work through
- * kiln_fake_cuda_enqueue (fake_cuda.h), so it is captured and replayed
- * like a kernel.
+ * Threads: one lock serialises every call; the streams' threads never take
+ * it (work_mu and emu_mu, below, are theirs).  The fake cuBLASLt and NCCL
+ * enqueue their host work through kiln_fake_cuda_enqueue (fake_cuda.h), so
+ * it is ordered, captured and replayed like a kernel.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -121,6 +148,16 @@ static void api_unlock(int *unused) {
     pthread_mutex_unlock(&api_lock);
 }
 #define API_LOCKED int api_guard_ __attribute__((cleanup(api_unlock), unused)) = (pthread_mutex_lock(&api_lock), 0)
+
+/* The streams' workers never take api_lock (an entry point may wait for
+ * them while holding it).  work_mu guards what they share with the entry
+ * points: the queues, the event signals, the allocation list (its bases
+ * and sizes), the sticky error and the profile; work_cv is broadcast on
+ * every change.  emu_mu: one emulated kernel at a time (each kernel
+ * library's emulator is single-threaded). */
+static pthread_mutex_t work_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t emu_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- error names and texts ---- */
 
@@ -264,6 +301,13 @@ struct CUctx_st {
     int retains;
 };
 
+/* A vector clock: per lane (a stream, or a stream of a graph exec), the
+ * last of its ops known to have completed (the happens-before check). */
+#define MAX_LANES 128
+typedef struct {
+    uint32_t c[MAX_LANES];
+} VClock;
+
 typedef struct Capture Capture;
 
 struct CUstream_st {
@@ -271,6 +315,11 @@ struct CUstream_st {
     int id;           /* 0 is the legacy stream */
     Capture *capture; /* the capture it belongs to, or NULL */
     IntSet tail;      /* in a capture: the recorded work its next work depends on */
+    int lane;         /* its lane of the vector clocks, -1 when they ran out */
+    VClock vc;        /* what its next op is ordered after */
+    struct Work *head, *last; /* its queue (work_mu); the legacy stream has none */
+    int busy, quit;           /* the worker runs head / is told to end */
+    pthread_t worker;
 };
 
 struct CUevent_st {
@@ -279,7 +328,16 @@ struct CUevent_st {
     double time_ms;
     Capture *capture; /* recorded in this (active) capture */
     IntSet deps;      /*   with this dependency set */
+    VClock vc;        /* recorded outside a capture: what a wait on it is ordered after */
+    struct Signal *signal; /* its last record outside a capture (work_mu) */
 };
+
+/* One record of an event: done when its stream reaches it.  Shared by the
+ * event and the queued record and waits (refs), so an event destroyed
+ * while a wait for it is queued is still waited for, as in CUDA. */
+typedef struct Signal {
+    int done, refs;
+} Signal;
 
 struct CUmod_st {
     unsigned char *image; /* a copy of the cubin */
@@ -318,7 +376,17 @@ typedef struct {
     const void *host_data; /* transient */
     unsigned char *data;   /* recorded */
     size_t data_bytes;
+    const KilnFakeAccess *host_acc; /* transient */
+    KilnFakeAccess *acc;            /* recorded */
+    int nacc;
 } Op;
+
+/* Queued work of a stream: an op, or a record of / a wait for a signal. */
+typedef struct Work {
+    Op op;
+    Signal *record, *wait;
+    struct Work *next;
+} Work;
 
 struct Capture {
     CUstream origin;
@@ -338,19 +406,33 @@ struct CUgraphExec_st {
     Op *ops;
     int nops;
     int *order; /* the replay order: indices into ops */
+    int serial; /* replayed in that order on the calling thread (KILN_FAKE_CUDA_GRAPH_ORDER set), else concurrently */
+    int *lanes; /* per op, the lane of its stream in this exec; NULL when the lanes ran out */
+    VClock *vcs; /* per op, during a replay */
 };
+
+/* A range an op read or wrote, kept until every later op is ordered after it. */
+typedef struct {
+    uintptr_t lo, hi;
+    int lane, write, stream, replay;
+    uint32_t clock;
+    const char *what;
+} Access;
 
 typedef struct {
     uintptr_t base;
     size_t size;
     int host; /* cuMemAllocHost */
+    Access *acc;
+    int nacc, cap_acc;
 } Alloc;
 
 static int initialized;
 static struct CUctx_st primary;
 static __thread CUcontext current_ctx;
-static CUresult sticky_error; /* a launch failure, until the context is released */
-static struct CUstream_st legacy_stream = {CU_STREAM_DEFAULT, 0, NULL, {0}};
+static CUresult sticky_error; /* a kernel's fault, until the context is released (work_mu) */
+static int launch_blocking;   /* CUDA_LAUNCH_BLOCKING=1, read at cuInit */
+static struct CUstream_st legacy_stream = {.flags = CU_STREAM_DEFAULT, .id = 0, .lane = 0};
 static int next_stream_id = 1;
 static PtrList streams, events, modules, functions, graphs, execs, captures;
 static Alloc *allocs;
@@ -365,7 +447,20 @@ typedef struct {
     double seconds;
 } ProfileRow;
 static ProfileRow *profile;
-static int nprofile, profiling = -1;
+static int nprofile, profiling; /* KILN_FAKE_CUDA_PROFILE, read at cuInit */
+
+static CUresult sticky(void) {
+    pthread_mutex_lock(&work_mu);
+    CUresult r = sticky_error;
+    pthread_mutex_unlock(&work_mu);
+    return r;
+}
+
+static void set_sticky(CUresult r) {
+    pthread_mutex_lock(&work_mu);
+    if (!sticky_error || r == CUDA_SUCCESS) sticky_error = r;
+    pthread_mutex_unlock(&work_mu);
+}
 
 /* ---- context and capture rules ---- */
 
@@ -454,8 +549,10 @@ static CUresult check_range(const char *call, const char *which, CUdeviceptr p, 
 }
 
 static void add_alloc(void *p, size_t size, int host) {
+    pthread_mutex_lock(&work_mu);
     if (nallocs == cap_allocs) allocs = xrealloc(allocs, sizeof *allocs * (size_t)(cap_allocs = cap_allocs ? 2 * cap_allocs : 16));
-    allocs[nallocs++] = (Alloc){(uintptr_t)p, size, host};
+    allocs[nallocs++] = (Alloc){.base = (uintptr_t)p, .size = size, .host = host};
+    pthread_mutex_unlock(&work_mu);
     if (!host) device_bytes += size;
 }
 
@@ -464,7 +561,10 @@ static CUresult free_alloc(const char *call, uintptr_t p, int host) {
         if (allocs[i].base == p && allocs[i].host == host) {
             if (!host) device_bytes -= allocs[i].size;
             free((void *)p);
+            free(allocs[i].acc);
+            pthread_mutex_lock(&work_mu);
             allocs[i] = allocs[--nallocs];
+            pthread_mutex_unlock(&work_mu);
             return CUDA_SUCCESS;
         }
     bad_frees++;
@@ -475,6 +575,171 @@ static CUresult free_alloc(const char *call, uintptr_t p, int host) {
 static void *alloc_aligned(size_t bytes) {
     size_t rounded = (bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
     return aligned_alloc(ALLOC_ALIGN, rounded);
+}
+
+/* ---- the happens-before check (KILN_FAKE_CUDA_STRICT=1) ----
+ * Streams run serially here, so two streams racing on memory still run in
+ * one order and give the same bits; what differs on a GPU is whether that
+ * order is guaranteed.  Vector clocks say whether it is.  Each stream, and
+ * each stream of a graph exec, is a lane; an op ticks its lane's clock; a
+ * stream's clock takes in an event's at cuStreamWaitEvent, the host's
+ * (everything the host has synchronised with) at every enqueue, and the
+ * legacy stream's or the blocking streams' as CUDA's implicit
+ * synchronisation says; a replayed graph op takes in its dependencies'.
+ * Every device range an op touches (copies and memsets, the fake
+ * cuBLASLt's and NCCL's buffers as they declare them, and for a kernel the
+ * byte each pointer argument points at: read through a pointer to const,
+ * written through any other) is kept, per allocation, with its lane and
+ * clock.  An access that overlaps a kept one of another lane, one of the
+ * two a write, while its clock does not cover the kept one, is a race: one
+ * line on stderr, and strict mode's exit status 1.  A kept access goes
+ * when the host has synchronised with it (nothing later can race it), when
+ * a later access of its lane covers it, or when its memory is freed. */
+
+static int nlanes = 1; /* lane 0: the legacy stream */
+static uint32_t lane_clock[MAX_LANES];
+static VClock host_vc;
+static int races, race_check = -1;
+
+static int checking_races(void) {
+    if (race_check < 0) race_check = env_flag("KILN_FAKE_CUDA_STRICT");
+    return race_check;
+}
+
+static void vc_join(VClock *a, const VClock *b) {
+    for (int i = 0; i < nlanes; i++)
+        if (b->c[i] > a->c[i]) a->c[i] = b->c[i];
+}
+
+/* A new lane, or -1 (and the check off, said once) when they ran out. */
+static int new_lane(void) {
+    if (nlanes < MAX_LANES) return nlanes++;
+    if (checking_races())
+        fprintf(stderr, "fake cuda: more than %d streams and graph streams: the happens-before check is off from here\n",
+                MAX_LANES);
+    race_check = 0;
+    return -1;
+}
+
+static void report_race(const Access *old, const Access *now) {
+    if (++races > 10) {
+        if (races == 11) fprintf(stderr, "fake cuda: race: more races, not printed\n");
+        return;
+    }
+    fprintf(stderr,
+            "fake cuda: race: %s on stream %d%s %s device memory 0x%llx (+%llu bytes) that %s on stream %d%s %s, "
+            "and nothing orders the two (a missing cuStreamWaitEvent?)\n",
+            now->what, now->stream, now->replay ? " (graph replay)" : "", now->write ? "writes" : "reads",
+            (unsigned long long)now->lo, (unsigned long long)(now->hi - now->lo), old->what, old->stream,
+            old->replay ? " (graph replay)" : "", old->write ? "wrote" : "read");
+}
+
+/* Check one access against the kept ones of its allocation, then keep it. */
+static void hb_access(Access now, const VClock *vc) {
+    Alloc *a = find_alloc(now.lo, 0);
+    if (!a) return; /* host memory: not tracked */
+    if (now.hi > a->base + a->size) now.hi = a->base + a->size;
+    int kept = 0;
+    for (int i = 0; i < a->nacc; i++) {
+        const Access *o = &a->acc[i];
+        int overlap = o->lo < now.hi && now.lo < o->hi;
+        if (overlap && o->lane != now.lane && (o->write || now.write) && vc->c[o->lane] < o->clock) report_race(o, &now);
+        int covered = o->lane == now.lane && now.lo <= o->lo && o->hi <= now.hi && (now.write || !o->write);
+        if (!covered) a->acc[kept++] = *o;
+    }
+    a->nacc = kept;
+    if (a->nacc == a->cap_acc) a->acc = xrealloc(a->acc, sizeof *a->acc * (size_t)(a->cap_acc = a->cap_acc ? 2 * a->cap_acc : 16));
+    a->acc[a->nacc++] = now;
+}
+
+/* Kernel parameter i's value: recorded args or the caller's kernelParams. */
+static const void *param_value(const Op *op, int i) {
+    if (!op->args) return op->params[i];
+    const KilnFakeKernel *k = op->f->kernel;
+    size_t off = 0;
+    for (int j = 0; j < i; j++) off += (k->param_sizes[j] + 7) / 8 * 8;
+    return op->args + off;
+}
+
+/* What op reads and writes, checked and kept: it runs on `lane` at clock vc. */
+static void hb_op(const Op *op, int lane, const VClock *vc, int replay) {
+    Access x = {.lane = lane, .clock = vc->c[lane], .stream = op->stream, .replay = replay};
+    switch (op->kind) {
+    case OP_KERNEL: {
+        const KilnFakeKernel *k = op->f->kernel;
+        x.what = k->name;
+        for (int i = 0; i < k->nparams; i++) {
+            uintptr_t p;
+            if (k->param_kinds[i] == KILN_FAKE_PARAM_VALUE || k->param_sizes[i] != sizeof p) continue;
+            memcpy(&p, param_value(op, i), sizeof p);
+            x.lo = p, x.hi = p + 1, x.write = k->param_kinds[i] == KILN_FAKE_PARAM_PTR;
+            if (p) hb_access(x, vc);
+        }
+        return;
+    }
+    case OP_COPY:
+        x.what = "a copy";
+        x.lo = (uintptr_t)op->src, x.hi = x.lo + op->bytes, x.write = 0;
+        hb_access(x, vc);
+        x.lo = (uintptr_t)op->dst, x.hi = x.lo + op->bytes, x.write = 1;
+        hb_access(x, vc);
+        return;
+    case OP_SET:
+        x.what = "a memset";
+        x.lo = (uintptr_t)op->dst, x.hi = x.lo + op->bytes, x.write = 1;
+        hb_access(x, vc);
+        return;
+    case OP_HOST: {
+        const KilnFakeAccess *acc = op->acc ? op->acc : op->host_acc;
+        x.what = op->what;
+        for (int i = 0; i < op->nacc; i++) {
+            x.lo = (uintptr_t)acc[i].p, x.hi = x.lo + acc[i].bytes, x.write = acc[i].write;
+            if (acc[i].bytes) hb_access(x, vc);
+        }
+        return;
+    }
+    }
+}
+
+/* An op run on stream s outside a capture: ordered after s's work, what the
+ * host synchronised with, and CUDA's implicit synchronisation. */
+static void hb_eager(struct CUstream_st *s, const Op *op) {
+    if (!checking_races() || s->lane < 0) return;
+    vc_join(&s->vc, &host_vc);
+    if (s == &legacy_stream) {
+        for (int i = 0; i < streams.n; i++) {
+            struct CUstream_st *t = streams.v[i];
+            if (!(t->flags & CU_STREAM_NON_BLOCKING)) vc_join(&s->vc, &t->vc);
+        }
+    } else if (!(s->flags & CU_STREAM_NON_BLOCKING))
+        vc_join(&s->vc, &legacy_stream.vc);
+    s->vc.c[s->lane] = ++lane_clock[s->lane];
+    hb_op(op, s->lane, &s->vc, 0);
+}
+
+/* Replayed op i of x, its dependencies done, on a replay that began at
+ * base; the launch stream's clock `after` takes it in. */
+static void hb_replayed(struct CUgraphExec_st *x, int i, const VClock *base, VClock *after) {
+    if (!checking_races() || !x->lanes) return;
+    VClock *v = &x->vcs[i];
+    *v = *base;
+    for (int j = 0; j < x->ops[i].deps.n; j++) vc_join(v, &x->vcs[x->ops[i].deps.v[j]]);
+    v->c[x->lanes[i]] = ++lane_clock[x->lanes[i]];
+    hb_op(&x->ops[i], x->lanes[i], v, 1);
+    vc_join(after, v);
+}
+
+/* The host synchronised with everything vc covers: nothing later races it. */
+static void hb_host_waits(const VClock *vc) {
+    if (!checking_races()) return;
+    vc_join(&host_vc, vc);
+    for (int i = 0; i < nallocs; i++) {
+        Alloc *a = &allocs[i];
+        int kept = 0;
+        for (int j = 0; j < a->nacc; j++)
+            if (a->acc[j].clock > host_vc.c[a->acc[j].lane]) a->acc[kept++] = a->acc[j];
+        a->nacc = kept;
+    }
 }
 
 /* ---- the kernel libraries ($KILN_FAKE_CUDA_KERNELS) ---- */
@@ -637,35 +902,89 @@ static size_t args_bytes(const KilnFakeKernel *k) {
     return total;
 }
 
+/* A kernel's pointer arguments must point into memory the device can
+ * reach (a live cuMemAlloc, or cuMemAllocHost's pinned memory; NULL is
+ * allowed, it may be an unused optional argument): 0, or -1 with err. */
+static int kernel_pointers_ok(const Op *op, char *err, size_t errlen) {
+    const KilnFakeKernel *k = op->f->kernel;
+    for (int i = 0; i < k->nparams; i++) {
+        uintptr_t p;
+        if (k->param_kinds[i] == KILN_FAKE_PARAM_VALUE || k->param_sizes[i] != sizeof p) continue;
+        memcpy(&p, param_value(op, i), sizeof p);
+        pthread_mutex_lock(&work_mu);
+        int live = !p || find_alloc(p, 0) || find_alloc(p, 1);
+        pthread_mutex_unlock(&work_mu);
+        if (!live) {
+            snprintf(err, errlen,
+                     "parameter %d (a pointer) is 0x%llx, in no live device allocation (a host pointer, freed memory, "
+                     "or past an allocation's end)",
+                     i, (unsigned long long)p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A kernel's fault: sticky, CUDA's asynchronous error. */
+static CUresult kernel_fault(const Op *op, CUresult code, const char *err) {
+    set_sticky(code);
+    const KilnFakeKernel *k = op->f->kernel;
+    return fail(code, "kernel %s<<<(%u,%u,%u), (%u,%u,%u), %zu>>> on stream %d faulted: %s; reported %s, and by every "
+                      "call after it",
+                k->name, op->grid[0], op->grid[1], op->grid[2], op->block[0], op->block[1], op->block[2], op->smem,
+                op->stream, err,
+                launch_blocking ? "by its launch (CUDA_LAUNCH_BLOCKING=1)" : "at the next synchronisation");
+}
+
+/* A fault that the call enqueueing op does not return: a kernel's, which
+ * the driver reports at the next synchronisation (sticky_error), unless
+ * CUDA_LAUNCH_BLOCKING=1 makes every launch synchronous. */
+static int deferred(const Op *op, CUresult r) {
+    return op->kind == OP_KERNEL && (r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED) && !launch_blocking;
+}
+
+/* KILN_FAKE_CUDA_TEST_FAULT=NAME (every run of kernel NAME) or NAME@N (its
+ * N-th run, eager or replayed): a planted illegal address, for tests.
+ * Read at cuInit; called under emu_mu. */
+static char planted_name[256];
+static long long planted_at;
+
+static int planted_fault(const char *name) {
+    static long long runs;
+    if (!planted_name[0] || strcmp(name, planted_name) != 0) return 0;
+    return !planted_at || ++runs == planted_at;
+}
+
+static void read_planted_fault(void) {
+    const char *v = getenv("KILN_FAKE_CUDA_TEST_FAULT"), *at = v ? strchr(v, '@') : NULL;
+    snprintf(planted_name, sizeof planted_name, "%.*s", v ? (int)(at ? at - v : (long)strlen(v)) : 0, v ? v : "");
+    planted_at = at ? atoll(at + 1) : 0;
+}
+
 static CUresult run_op_now(const Op *op) {
     char err[2048] = "";
     switch (op->kind) {
     case OP_KERNEL: {
-        if (!ptrs_has(&functions, op->f))
-            return fail(CUDA_ERROR_INVALID_HANDLE, "replay: a kernel whose module was unloaded");
         const KilnFakeKernel *k = op->f->kernel;
+        if (kernel_pointers_ok(op, err, sizeof err) != 0) return kernel_fault(op, CUDA_ERROR_ILLEGAL_ADDRESS, err);
         void *stack_ptrs[64], **ptrs = stack_ptrs;
         if (op->args) {
             if (k->nparams > 64) ptrs = xrealloc(NULL, sizeof(void *) * (size_t)k->nparams);
-            size_t off = 0;
-            for (int i = 0; i < k->nparams; i++) {
-                ptrs[i] = op->args + off;
-                off += (k->param_sizes[i] + 7) / 8 * 8;
-            }
+            for (int i = 0; i < k->nparams; i++) ptrs[i] = (void *)param_value(op, i);
         }
-        int rc = k->launch(op->grid, op->block, op->smem, op->args ? (void *const *)ptrs : op->params, err, sizeof err);
+        pthread_mutex_lock(&emu_mu);
+        int planted = planted_fault(k->name);
+        int rc = planted ? 0 : k->launch(op->grid, op->block, op->smem, op->args ? (void *const *)ptrs : op->params, err, sizeof err);
+        pthread_mutex_unlock(&emu_mu);
         if (ptrs != stack_ptrs) free(ptrs);
-        if (rc == 0) return CUDA_SUCCESS;
-        sticky_error = CUDA_ERROR_LAUNCH_FAILED;
-        return fail(CUDA_ERROR_LAUNCH_FAILED, "kernel %s<<<(%u,%u,%u), (%u,%u,%u), %zu>>> on stream %d failed: %s",
-                    k->name, op->grid[0], op->grid[1], op->grid[2], op->block[0], op->block[1], op->block[2], op->smem,
-                    op->stream, err);
+        if (planted) return kernel_fault(op, CUDA_ERROR_ILLEGAL_ADDRESS, "KILN_FAKE_CUDA_TEST_FAULT: a planted illegal address");
+        return rc == 0 ? CUDA_SUCCESS : kernel_fault(op, CUDA_ERROR_LAUNCH_FAILED, err);
     }
     case OP_COPY: memmove(op->dst, op->src, op->bytes); return CUDA_SUCCESS;
     case OP_SET: memset(op->dst, op->value, op->bytes); return CUDA_SUCCESS;
     case OP_HOST:
         if (op->run(op->data ? op->data : (void *)op->host_data, err, sizeof err) == 0) return CUDA_SUCCESS;
-        sticky_error = CUDA_ERROR_LAUNCH_FAILED;
+        set_sticky(CUDA_ERROR_LAUNCH_FAILED);
         return fail(CUDA_ERROR_LAUNCH_FAILED, "%s on stream %d failed: %s", op->what, op->stream, err);
     }
     return CUDA_ERROR_UNKNOWN;
@@ -678,6 +997,7 @@ static double now_seconds(void) {
 }
 
 static void profile_add(const char *name, double seconds) {
+    pthread_mutex_lock(&work_mu);
     int i = 0;
     while (i < nprofile && strcmp(profile[i].name, name) != 0) i++;
     if (i == nprofile) {
@@ -686,14 +1006,14 @@ static void profile_add(const char *name, double seconds) {
     }
     profile[i].count++;
     profile[i].seconds += seconds;
+    pthread_mutex_unlock(&work_mu);
 }
 
 static CUresult run_op(const Op *op) {
-    if (profiling < 0) profiling = env_flag("KILN_FAKE_CUDA_PROFILE");
     if (!profiling) return run_op_now(op);
     double t0 = now_seconds();
     CUresult r = run_op_now(op);
-    const char *name = op->kind == OP_KERNEL ? (r == CUDA_ERROR_INVALID_HANDLE ? "(unloaded kernel)" : op->f->kernel->name)
+    const char *name = op->kind == OP_KERNEL ? op->f->kernel->name
                        : op->kind == OP_HOST ? op->what
                        : op->kind == OP_COPY ? "(copy)"
                                              : "(memset)";
@@ -732,6 +1052,9 @@ static void own(Op *op) {
         op->data = xrealloc(NULL, op->data_bytes);
         memcpy(op->data, op->host_data, op->data_bytes);
         op->host_data = NULL;
+        op->acc = xrealloc(NULL, sizeof *op->acc * (size_t)op->nacc);
+        if (op->nacc) memcpy(op->acc, op->host_acc, sizeof *op->acc * (size_t)op->nacc);
+        op->host_acc = NULL;
     }
 }
 
@@ -749,16 +1072,155 @@ static Op copy_op(const Op *src) {
         op.data = xrealloc(NULL, src->data_bytes);
         memcpy(op.data, src->data, src->data_bytes);
     }
+    if (src->acc) {
+        op.acc = xrealloc(NULL, sizeof *op.acc * (size_t)src->nacc);
+        if (src->nacc) memcpy(op.acc, src->acc, sizeof *op.acc * (size_t)src->nacc);
+    }
     return op;
 }
 
+static void free_op(Op *op);
+
 static void free_ops(Op *ops, int n) {
-    for (int i = 0; i < n; i++) {
-        free(ops[i].args);
-        free(ops[i].data);
-        ints_free(&ops[i].deps);
-    }
+    for (int i = 0; i < n; i++) free_op(&ops[i]);
     free(ops);
+}
+
+/* ---- the streams' workers ----
+ * Outside a capture, each stream (but the legacy one) has a thread that
+ * runs its queue in order: kernels, copies and memsets, and the records of
+ * and waits for events, so work on different streams runs concurrently,
+ * ordered only by stream order and events.  What runs on the calling
+ * thread instead, once its stream's queue is empty: host work (the fake
+ * cuBLASLt's and NCCL's: their errors are the call's, and an NCCL op waits
+ * for the other ranks), a copy into pageable host memory (CUDA returns
+ * only once it is done), everything under CUDA_LAUNCH_BLOCKING=1, graph
+ * replays (their own threads, or serially: cuGraphLaunch), and the legacy stream's work
+ * (after every blocking stream's).  A copy from pageable host memory takes
+ * its bytes at the call, as CUDA's staging does. */
+
+static Signal *signal_new(int done, int refs) {
+    Signal *g = xrealloc(NULL, sizeof *g);
+    *g = (Signal){done, refs};
+    return g;
+}
+
+static void signal_put(Signal *g) { /* under work_mu */
+    if (g && --g->refs == 0) free(g);
+}
+
+static void free_op(Op *op) {
+    free(op->args);
+    free(op->data);
+    free(op->acc);
+    ints_free(&op->deps);
+}
+
+static void *stream_worker(void *arg) {
+    struct CUstream_st *s = arg;
+    pthread_mutex_lock(&work_mu);
+    for (;;) {
+        Work *w = s->head;
+        if (!w && s->quit) break;
+        if (!w || (w->wait && !w->wait->done)) {
+            pthread_cond_wait(&work_cv, &work_mu);
+            continue;
+        }
+        s->busy = 1;
+        int skip = w->record || w->wait || sticky_error; /* a faulted context runs nothing more */
+        pthread_mutex_unlock(&work_mu);
+        if (!skip) run_op(&w->op);
+        pthread_mutex_lock(&work_mu);
+        if (w->record) w->record->done = 1;
+        signal_put(w->record);
+        signal_put(w->wait);
+        s->head = w->next;
+        if (!s->head) s->last = NULL;
+        s->busy = 0;
+        free_op(&w->op);
+        free(w);
+        pthread_cond_broadcast(&work_cv);
+    }
+    pthread_mutex_unlock(&work_mu);
+    return NULL;
+}
+
+static void start_worker(struct CUstream_st *s) {
+    if (pthread_create(&s->worker, NULL, stream_worker, s) != 0) {
+        fprintf(stderr, "fake cuda: cannot start a stream's thread\n");
+        abort();
+    }
+}
+
+static void stop_worker(struct CUstream_st *s) {
+    pthread_mutex_lock(&work_mu);
+    s->quit = 1;
+    pthread_cond_broadcast(&work_cv);
+    pthread_mutex_unlock(&work_mu);
+    pthread_join(s->worker, NULL);
+}
+
+/* Queue w on s (an owned op, or a record or wait). */
+static void push(struct CUstream_st *s, Work *w) {
+    pthread_mutex_lock(&work_mu);
+    w->next = NULL;
+    if (s->last) s->last->next = w;
+    else s->head = w;
+    s->last = w;
+    pthread_cond_broadcast(&work_cv);
+    pthread_mutex_unlock(&work_mu);
+}
+
+/* Wait until s's queue has run. */
+static void drain(struct CUstream_st *s) {
+    pthread_mutex_lock(&work_mu);
+    while (s->head) pthread_cond_wait(&work_cv, &work_mu);
+    pthread_mutex_unlock(&work_mu);
+}
+
+/* Every stream's queue (blocking_only: the blocking streams', as the legacy stream waits for). */
+static void drain_streams(int blocking_only) {
+    for (int i = 0; i < streams.n; i++) {
+        struct CUstream_st *t = streams.v[i];
+        if (!blocking_only || !(t->flags & CU_STREAM_NON_BLOCKING)) drain(t);
+    }
+}
+static void drain_all(void) { drain_streams(0); }
+
+/* Before work on s runs on the calling thread. */
+static void drain_for(struct CUstream_st *s) {
+    if (s == &legacy_stream) drain_streams(1);
+    else drain(s);
+}
+
+static int pageable(const void *p) {
+    pthread_mutex_lock(&work_mu);
+    int host = !find_alloc((uintptr_t)p, 0) && !find_alloc((uintptr_t)p, 1);
+    pthread_mutex_unlock(&work_mu);
+    return host;
+}
+
+/* Run op on stream s (outside a capture): queued, or here; a kernel's
+ * fault is not returned but reported at the next synchronisation. */
+static CUresult run_eager(struct CUstream_st *s, const Op *op) {
+    if (sticky()) return sticky();
+    hb_eager(s, op);
+    int here = s == &legacy_stream || launch_blocking || op->kind == OP_HOST || (op->kind == OP_COPY && pageable(op->dst));
+    if (!here) {
+        Work *w = xrealloc(NULL, sizeof *w);
+        *w = (Work){.op = *op};
+        own(&w->op);
+        if (w->op.kind == OP_COPY && pageable(w->op.src)) {
+            w->op.data = xrealloc(NULL, w->op.bytes);
+            memcpy(w->op.data, w->op.src, w->op.bytes);
+            w->op.src = w->op.data;
+        }
+        push(s, w);
+        return CUDA_SUCCESS;
+    }
+    drain_for(s);
+    CUresult r = run_op(op);
+    return deferred(op, r) ? CUDA_SUCCESS : r;
 }
 
 /* Run op on stream h now, or record it when h captures. */
@@ -781,8 +1243,7 @@ static CUresult enqueue(CUstream h, const char *call, Op *op) {
         return CUDA_SUCCESS;
     }
     if (s == &legacy_stream && (r = legacy_allowed(call))) return r;
-    if (sticky_error) return sticky_error;
-    return run_op(op);
+    return run_eager(s, op);
 }
 
 /* The capture ends: every stream and event leaves it. */
@@ -842,7 +1303,7 @@ __attribute__((destructor)) static void exit_report(void) {
     fflush(NULL);
     print_profile();
     if (!env_flag("KILN_FAKE_CUDA_STRICT")) return;
-    int problems = bad_frees;
+    int problems = bad_frees + races;
     int dev = 0, host = 0;
     unsigned long long dev_bytes = 0, host_bytes = 0;
     for (int i = 0; i < nallocs; i++) {
@@ -860,6 +1321,7 @@ __attribute__((destructor)) static void exit_report(void) {
     for (size_t i = 0; i < sizeof live / sizeof *live; i++)
         if (live[i].n) fprintf(stderr, "fake cuda: leak: %d %s never destroyed\n", live[i].n, live[i].what), problems++;
     if (bad_frees) fprintf(stderr, "fake cuda: %d bad frees (double free or never allocated)\n", bad_frees);
+    if (races) fprintf(stderr, "fake cuda: %d races between streams (the happens-before check; see the race: lines)\n", races);
     problems += dev + host;
     if (problems) {
         fprintf(stderr, "fake cuda: KILN_FAKE_CUDA_STRICT=1: exit status 1\n");
@@ -896,6 +1358,9 @@ CUresult cuInit(unsigned int Flags) {
     API_LOCKED;
     if (Flags != 0) return fail(CUDA_ERROR_INVALID_VALUE, "cuInit(%u): flags must be 0", Flags);
     initialized = 1;
+    profiling = env_flag("KILN_FAKE_CUDA_PROFILE");
+    launch_blocking = env_flag("CUDA_LAUNCH_BLOCKING");
+    read_planted_fault();
     return CUDA_SUCCESS;
 }
 
@@ -1006,7 +1471,10 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
     CUresult r = check_device(__func__, dev);
     if (r) return r;
     if (primary.retains == 0) return fail(CUDA_ERROR_INVALID_CONTEXT, "%s: the primary context is not retained", __func__);
-    if (--primary.retains == 0) sticky_error = CUDA_SUCCESS; /* the context is destroyed with its error */
+    if (--primary.retains == 0) {
+        drain_all();
+        set_sticky(CUDA_SUCCESS); /* the context is destroyed with its error */
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1023,7 +1491,10 @@ CUresult cuCtxSynchronize(void) {
     API_LOCKED;
     CUresult r = need_ctx(__func__);
     if (r || (r = capture_forbids(__func__))) return r;
-    return sticky_error;
+    drain_all();
+    hb_host_waits(&legacy_stream.vc);
+    for (int i = 0; i < streams.n; i++) hb_host_waits(&((struct CUstream_st *)streams.v[i])->vc);
+    return sticky();
 }
 
 /* ---- memory ---- */
@@ -1045,7 +1516,7 @@ CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
     if (!dptr || bytesize == 0)
         return fail(CUDA_ERROR_INVALID_VALUE, "%s: %s", __func__, !dptr ? "dptr is NULL" : "0 bytes (CUDA refuses it)");
     if ((r = capture_forbids(__func__))) return r;
-    if (sticky_error) return sticky_error;
+    if (sticky()) return sticky();
     void *p = bytesize <= TOTAL_MEMORY - device_bytes ? alloc_aligned(bytesize) : NULL;
     if (!p)
         return fail(CUDA_ERROR_OUT_OF_MEMORY, "%s(%zu bytes): %llu of %llu bytes in use", __func__, bytesize, device_bytes,
@@ -1062,6 +1533,7 @@ CUresult cuMemFree(CUdeviceptr dptr) {
     if (r) return r;
     if (dptr == 0) return CUDA_SUCCESS;
     if ((r = capture_forbids(__func__))) return r;
+    drain_all(); /* cuMemFree synchronises */
     return free_alloc(__func__, (uintptr_t)dptr, 0);
 }
 
@@ -1072,7 +1544,7 @@ CUresult cuMemAllocHost(void **pp, size_t bytesize) {
     if (!pp || bytesize == 0)
         return fail(CUDA_ERROR_INVALID_VALUE, "%s: %s", __func__, !pp ? "pp is NULL" : "0 bytes (CUDA refuses it)");
     if ((r = capture_forbids(__func__))) return r;
-    if (sticky_error) return sticky_error;
+    if (sticky()) return sticky();
     void *p = alloc_aligned(bytesize);
     if (!p) return fail(CUDA_ERROR_OUT_OF_MEMORY, "%s(%zu bytes)", __func__, bytesize);
     add_alloc(p, bytesize, 1);
@@ -1085,6 +1557,7 @@ CUresult cuMemFreeHost(void *p) {
     CUresult r = need_ctx(__func__);
     if (r) return r;
     if ((r = capture_forbids(__func__))) return r;
+    drain_all();
     return free_alloc(__func__, (uintptr_t)p, 1);
 }
 
@@ -1092,8 +1565,9 @@ CUresult cuMemFreeHost(void *p) {
 static CUresult sync_op(const char *call, Op *op) {
     CUresult r = need_ctx(call);
     if (r || (r = capture_forbids(call))) return r;
-    if (sticky_error) return sticky_error;
-    return run_op(op);
+    r = run_eager(&legacy_stream, op);
+    hb_host_waits(&legacy_stream.vc);
+    return r;
 }
 
 CUresult cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) {
@@ -1175,6 +1649,7 @@ CUresult cuModuleUnload(CUmodule hmod) {
     CUresult r = need_ctx(__func__);
     if (r) return r;
     if (!ptrs_has(&modules, hmod)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a loaded module", __func__, (void *)hmod);
+    drain_all();
     for (int i = functions.n - 1; i >= 0; i--) {
         struct CUfunc_st *f = functions.v[i];
         if (f->mod == hmod) {
@@ -1301,7 +1776,8 @@ CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {
     if (!phStream) return fail(CUDA_ERROR_INVALID_VALUE, "%s: phStream is NULL", __func__);
     if (Flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return fail(CUDA_ERROR_INVALID_VALUE, "%s: flags 0x%x", __func__, Flags);
     struct CUstream_st *s = xrealloc(NULL, sizeof *s);
-    *s = (struct CUstream_st){Flags, next_stream_id++, NULL, {0}};
+    *s = (struct CUstream_st){.flags = Flags, .id = next_stream_id++, .lane = new_lane()};
+    start_worker(s);
     ptrs_add(&streams, s);
     *phStream = s;
     return CUDA_SUCCESS;
@@ -1315,6 +1791,8 @@ CUresult cuStreamDestroy(CUstream hStream) {
         return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live stream", __func__, (void *)hStream);
     if (hStream->capture)
         return fail(CUDA_ERROR_ILLEGAL_STATE, "%s: stream %d is being captured", __func__, hStream->id);
+    drain(hStream);
+    stop_worker(hStream);
     ptrs_remove(&streams, hStream);
     ints_free(&hStream->tail);
     free(hStream);
@@ -1332,7 +1810,41 @@ CUresult cuStreamSynchronize(CUstream hStream) {
                     __func__, s->id);
     }
     if (s == &legacy_stream && (r = capture_forbids(__func__))) return r;
-    return sticky_error;
+    drain_for(s);
+    hb_host_waits(&s->vc);
+    return sticky();
+}
+
+/* s waits for e's last record (outside a capture). */
+static void wait_event(struct CUstream_st *s, struct CUevent_st *e) {
+    vc_join(&s->vc, &e->vc);
+    pthread_mutex_lock(&work_mu);
+    Signal *g = e->signal;
+    if (g && !g->done && s == &legacy_stream) /* the legacy stream's work runs here: wait now */
+        while (!g->done) pthread_cond_wait(&work_cv, &work_mu);
+    else if (g && !g->done) {
+        g->refs++;
+        Work *w = xrealloc(NULL, sizeof *w);
+        *w = (Work){.wait = g};
+        pthread_mutex_unlock(&work_mu);
+        push(s, w);
+        return;
+    }
+    pthread_mutex_unlock(&work_mu);
+}
+
+/* e is recorded on s (outside a capture): done when s's queue reaches it. */
+static void record_event(struct CUstream_st *s, struct CUevent_st *e) {
+    if (s == &legacy_stream) drain_streams(1);
+    Signal *g = signal_new(s == &legacy_stream, 1 + (s != &legacy_stream));
+    pthread_mutex_lock(&work_mu);
+    signal_put(e->signal);
+    e->signal = g;
+    pthread_mutex_unlock(&work_mu);
+    if (s == &legacy_stream) return;
+    Work *w = xrealloc(NULL, sizeof *w);
+    *w = (Work){.record = g};
+    push(s, w);
 }
 
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
@@ -1343,7 +1855,11 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
     if (!ptrs_has(&events, hEvent)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live event", __func__, (void *)hEvent);
     if (Flags != 0) return fail(CUDA_ERROR_NOT_SUPPORTED, "%s: flags 0x%x are not emulated", __func__, Flags);
     Capture *c = hEvent->capture;
-    if (!c) return s == &legacy_stream ? legacy_allowed(__func__) : CUDA_SUCCESS; /* complete already */
+    if (!c) { /* the planted bug forgets the wait */
+        if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
+        if (!env_flag("KILN_FAKE_CUDA_TEST_DROP_WAIT")) wait_event(s, hEvent);
+        return CUDA_SUCCESS;
+    }
     if (s->capture && s->capture != c)
         return fail(CUDA_ERROR_STREAM_CAPTURE_MERGE, "%s: stream %d and the event belong to different captures", __func__,
                     s->id);
@@ -1381,6 +1897,9 @@ CUresult cuEventDestroy(CUevent hEvent) {
     if (!ptrs_has(&events, hEvent)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live event", __func__, (void *)hEvent);
     ptrs_remove(&events, hEvent);
     ints_free(&hEvent->deps);
+    pthread_mutex_lock(&work_mu);
+    signal_put(hEvent->signal);
+    pthread_mutex_unlock(&work_mu);
     free(hEvent);
     return CUDA_SUCCESS;
 }
@@ -1400,6 +1919,9 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
         return CUDA_SUCCESS;
     }
     if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
+    vc_join(&s->vc, &host_vc);
+    hEvent->vc = s->vc;
+    record_event(s, hEvent);
     hEvent->capture = NULL;
     hEvent->deps.n = 0;
     hEvent->recorded = 1;
@@ -1417,7 +1939,11 @@ CUresult cuEventSynchronize(CUevent hEvent) {
         return fail(CUDA_ERROR_CAPTURED_EVENT, "%s: the event was recorded in an active capture; the capture is invalidated",
                     __func__);
     }
-    return sticky_error;
+    pthread_mutex_lock(&work_mu);
+    while (hEvent->signal && !hEvent->signal->done) pthread_cond_wait(&work_cv, &work_mu);
+    pthread_mutex_unlock(&work_mu);
+    hb_host_waits(&hEvent->vc);
+    return sticky();
 }
 
 CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
@@ -1434,7 +1960,7 @@ CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) 
         if (!ev[i]->recorded) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: an event never recorded", __func__);
     }
     *pMilliseconds = (float)(hEnd->time_ms - hStart->time_ms);
-    return sticky_error;
+    return sticky();
 }
 
 /* ---- capture and graphs ---- */
@@ -1450,7 +1976,7 @@ CUresult cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode) {
     if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
         mode != CU_STREAM_CAPTURE_MODE_RELAXED)
         return fail(CUDA_ERROR_INVALID_VALUE, "%s: mode %d", __func__, (int)mode);
-    if (sticky_error) return sticky_error;
+    if (sticky()) return sticky();
     Capture *c = xrealloc(NULL, sizeof *c);
     *c = (Capture){.origin = s, .mode = mode, .thread = pthread_self()};
     ptrs_add(&captures, c);
@@ -1518,6 +2044,22 @@ static int *replay_order(const Op *ops, int n, int reverse) {
     return order;
 }
 
+/* Per op, the lane of its stream in a new exec (each of its streams gets
+ * one); NULL when the lanes ran out. */
+static int *graph_lanes(const Op *ops, int n) {
+    int *lanes = xrealloc(NULL, sizeof(int) * ((size_t)n + 1));
+    for (int i = 0; i < n; i++) {
+        lanes[i] = -2;
+        for (int j = 0; j < i && lanes[i] == -2; j++)
+            if (ops[j].stream == ops[i].stream) lanes[i] = lanes[j];
+        if (lanes[i] == -2 && (lanes[i] = new_lane()) < 0) {
+            free(lanes);
+            return NULL;
+        }
+    }
+    return lanes;
+}
+
 CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
     API_LOCKED;
     CUresult r = need_ctx(__func__);
@@ -1534,7 +2076,9 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned l
     x->ops = xrealloc(NULL, sizeof(Op) * ((size_t)x->nops + 1));
     for (int i = 0; i < x->nops; i++) x->ops[i] = copy_op(&hGraph->ops[i]);
     x->order = replay_order(x->ops, x->nops, reverse);
-    if (profiling < 0) profiling = env_flag("KILN_FAKE_CUDA_PROFILE");
+    x->serial = order && *order;
+    x->lanes = checking_races() ? graph_lanes(x->ops, x->nops) : NULL;
+    x->vcs = x->lanes ? xrealloc(NULL, sizeof(VClock) * ((size_t)x->nops + 1)) : NULL;
     if (profiling) {
         int moved = 0, nstreams = 0, seen[64] = {0};
         for (int i = 0; i < x->nops; i++) {
@@ -1542,12 +2086,78 @@ CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned l
             int id = x->ops[i].stream;
             if (id >= 0 && id < 64 && !seen[id]) seen[id] = 1, nstreams++;
         }
-        fprintf(stderr, "fake cuda: graph: %d ops on %d streams; the %s replay order moves %d of them\n", x->nops, nstreams,
-                reverse ? "reverse" : "enqueue", moved);
+        if (x->serial)
+            fprintf(stderr, "fake cuda: graph: %d ops on %d streams; the %s replay order moves %d of them\n", x->nops,
+                    nstreams, reverse ? "reverse" : "enqueue", moved);
+        else
+            fprintf(stderr, "fake cuda: graph: %d ops on %d streams; replayed concurrently, a thread per stream\n", x->nops,
+                    nstreams);
     }
     ptrs_add(&execs, x);
     *phGraphExec = x;
     return CUDA_SUCCESS;
+}
+
+/* A concurrent replay: a thread per recorded stream runs that stream's ops
+ * in enqueue order, each once its dependencies are done (they point
+ * backwards, so the lowest op not done can always run).  After a failure
+ * (a kernel's sticky fault, a host op's error) the rest is skipped but
+ * marked done, so no thread waits forever.  The calling thread waits for
+ * them all and returns a host op's error (a kernel's fault is reported at
+ * the next synchronisation, as in the serial replay). */
+typedef struct {
+    const struct CUgraphExec_st *x;
+    char *done;      /* per op (work_mu) */
+    CUresult failed; /* the first host op's error (work_mu) */
+} Replay;
+
+typedef struct {
+    Replay *replay;
+    int stream;
+} ReplayLane;
+
+static void *replay_lane(void *arg) {
+    const ReplayLane *lane = arg;
+    Replay *rp = lane->replay;
+    const struct CUgraphExec_st *x = rp->x;
+    for (int i = 0; i < x->nops; i++) {
+        const Op *op = &x->ops[i];
+        if (op->stream != lane->stream) continue;
+        pthread_mutex_lock(&work_mu);
+        for (int j = 0; j < op->deps.n; j++)
+            while (!rp->done[op->deps.v[j]]) pthread_cond_wait(&work_cv, &work_mu);
+        int skip = rp->failed || sticky_error;
+        pthread_mutex_unlock(&work_mu);
+        CUresult r = skip ? CUDA_SUCCESS : run_op(op);
+        pthread_mutex_lock(&work_mu);
+        if (r && !deferred(op, r) && !rp->failed) rp->failed = r;
+        rp->done[i] = 1;
+        pthread_cond_broadcast(&work_cv);
+        pthread_mutex_unlock(&work_mu);
+    }
+    return NULL;
+}
+
+static CUresult replay_concurrently(const struct CUgraphExec_st *x) {
+    Replay rp = {x, calloc((size_t)x->nops + 1, 1), CUDA_SUCCESS};
+    ReplayLane *lanes = xrealloc(NULL, sizeof *lanes * ((size_t)x->nops + 1));
+    pthread_t *threads = xrealloc(NULL, sizeof *threads * ((size_t)x->nops + 1));
+    int n = 0;
+    if (!rp.done) abort();
+    for (int i = 0; i < x->nops; i++) {
+        int seen = 0;
+        for (int j = 0; j < n && !seen; j++) seen = lanes[j].stream == x->ops[i].stream;
+        if (seen) continue;
+        lanes[n] = (ReplayLane){&rp, x->ops[i].stream};
+        if (pthread_create(&threads[n], NULL, replay_lane, &lanes[n]) != 0) {
+            fprintf(stderr, "fake cuda: cannot start a replay thread\n");
+            abort();
+        }
+        n++;
+    }
+    for (int j = 0; j < n; j++) pthread_join(threads[j], NULL);
+    free(rp.done), free(lanes), free(threads);
+    return rp.failed;
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
@@ -1560,10 +2170,21 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     if (s->capture)
         return fail(CUDA_ERROR_NOT_SUPPORTED, "%s: launching a graph into a capturing stream is not emulated", __func__);
     if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
-    if (sticky_error) return sticky_error;
+    if (sticky()) return sticky();
+    for (int i = 0; i < hGraphExec->nops; i++) {
+        const Op *op = &hGraphExec->ops[i];
+        if (op->kind == OP_KERNEL && (!op->args || !ptrs_has(&functions, op->f)))
+            return fail(CUDA_ERROR_INVALID_HANDLE, "%s: a kernel whose module was unloaded", __func__);
+    }
+    drain_for(s);
+    VClock base = s->vc;
+    vc_join(&base, &host_vc);
+    for (int k = 0; k < hGraphExec->nops; k++) hb_replayed(hGraphExec, hGraphExec->order[k], &base, &s->vc);
+    if (!hGraphExec->serial) return replay_concurrently(hGraphExec);
     for (int k = 0; k < hGraphExec->nops; k++) {
-        Op *op = &hGraphExec->ops[hGraphExec->order[k]];
-        if ((r = run_op(op))) return r;
+        const Op *op = &hGraphExec->ops[hGraphExec->order[k]];
+        r = run_op(op);
+        if (r) return deferred(op, r) ? CUDA_SUCCESS : r; /* a kernel's fault ends the replay */
     }
     return CUDA_SUCCESS;
 }
@@ -1577,6 +2198,8 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
     ptrs_remove(&execs, hGraphExec);
     free_ops(hGraphExec->ops, hGraphExec->nops);
     free(hGraphExec->order);
+    free(hGraphExec->lanes);
+    free(hGraphExec->vcs);
     free(hGraphExec);
     return CUDA_SUCCESS;
 }
@@ -1608,11 +2231,18 @@ CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTable
 /* ---- for the fake cuBLASLt and NCCL (fake_cuda.h) ---- */
 
 CUresult kiln_fake_cuda_enqueue(CUstream s, const char *what, int (*run)(void *data, char *err, size_t errlen),
-                                const void *data, size_t bytes) {
+                                const void *data, size_t bytes, const KilnFakeAccess *acc, int nacc) {
     API_LOCKED;
     CUresult r = need_ctx(what);
-    Op op = {.kind = OP_HOST, .what = what, .run = run, .host_data = data, .data_bytes = bytes};
+    Op op = {.kind = OP_HOST, .what = what, .run = run, .host_data = data, .data_bytes = bytes, .host_acc = acc, .nacc = nacc};
     return r ? r : enqueue(s, what, &op);
+}
+
+int kiln_fake_cuda_races(int reset) {
+    API_LOCKED;
+    int n = races;
+    if (reset) races = 0;
+    return n;
 }
 
 int kiln_fake_cuda_check_range(CUdeviceptr p, size_t bytes, char *err, size_t errlen) {

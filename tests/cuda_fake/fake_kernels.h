@@ -27,12 +27,18 @@ extern "C" {
 #endif
 
 /* Bump when KilnFakeKernel changes; the driver refuses another version. */
-#define KILN_FAKE_KERNELS_ABI 1
+#define KILN_FAKE_KERNELS_ABI 2
+
+enum { KILN_FAKE_PARAM_VALUE, KILN_FAKE_PARAM_CONST_PTR, KILN_FAKE_PARAM_PTR };
 
 typedef struct {
     const char *name;          /* the kernel's name: its cubin symbol (extern "C") */
     int nparams;               /* how many parameters it takes */
     const size_t *param_sizes; /* [nparams]: sizeof each parameter, in order */
+    /* [nparams]: what each parameter is, one of KILN_FAKE_PARAM_*: the
+     * driver checks every pointer against its allocations and tracks what
+     * a kernel reads and writes through them (a pointer to const is read) */
+    const unsigned char *param_kinds;
     int max_threads;           /* __launch_bounds__' first argument; 1024 without one */
     /* Runs the kernel on the host emulator with grid[3], block[3], `smem`
      * bytes of dynamic shared memory and cuLaunchKernel's params (one

@@ -16,8 +16,8 @@
  *     come).  A communicator of one rank uses private memory (no name).
  *   - Work runs when the fake driver's stream reaches it: every call (or
  *     every ncclGroupStart/End group) becomes ONE host op on the stream
- *     through kiln_fake_cuda_enqueue (fake_cuda.h), so it runs at once in
- *     eager mode, and is recorded while the stream captures and run at each
+ *     through kiln_fake_cuda_enqueue (fake_cuda.h), so in eager mode it
+ *     runs in the call, once the stream's earlier work is done, and is recorded while the stream captures and run at each
  *     cuGraphLaunch of the graph, in the replay order the fake driver
  *     picks.  Matching is by run order, as NCCL's is by issue order: the
  *     k-th collective a rank runs on a communicator meets every other
@@ -874,6 +874,16 @@ static CUresult join(CUstream from, CUstream to) {
     return r ? r : d;
 }
 
+/* What a call reads (acc[0]) and writes (acc[1]), for the driver's
+ * happens-before check. */
+static void item_ranges(const Item *it, KilnFakeAccess acc[2]) {
+    size_t bytes = it->count * type_size(it->dt), all = bytes * (size_t)it->comm->nranks;
+    size_t sent = it->kind == K_REDUCESCATTER ? all : it->kind == K_RECV ? 0 : bytes;
+    size_t received = it->kind == K_ALLGATHER ? all : it->kind == K_SEND ? 0 : bytes;
+    acc[0] = (KilnFakeAccess){(CUdeviceptr)(uintptr_t)it->send, sent, 0};
+    acc[1] = (KilnFakeAccess){(CUdeviceptr)(uintptr_t)it->recv, received, 1};
+}
+
 /* The work as one host op on the first call's stream, the other streams
  * joined before and after it. */
 static ncclResult_t enqueue_work(const char *call, const Work *w) {
@@ -888,7 +898,11 @@ static ncclResult_t enqueue_work(const char *call, const Work *w) {
     if (r) return fail(ncclUnhandledCudaError, "%s: joining the group's streams: CUresult %d", call, (int)r);
     run_result = ncclSuccess;
     size_t bytes = sizeof(Work) + (size_t)w->n * sizeof(Item);
-    ncclResult_t res = cuda_result(call, kiln_fake_cuda_enqueue(first, call, run_work, w, bytes));
+    KilnFakeAccess *acc = calloc((size_t)w->n * 2 + 1, sizeof *acc);
+    if (!acc) return fail(ncclSystemError, "%s: out of host memory", call);
+    for (int i = 0; i < w->n; i++) item_ranges(&w->item[i], &acc[2 * i]);
+    ncclResult_t res = cuda_result(call, kiln_fake_cuda_enqueue(first, call, run_work, w, bytes, acc, 2 * w->n));
+    free(acc);
     for (int i = 1; i < w->n && !r; i++) {
         int seen = w->item[i].stream == first;
         for (int j = 1; j < i && !seen; j++) seen = w->item[j].stream == w->item[i].stream;

@@ -12,7 +12,8 @@
 // __launch_bounds__ expression (1024 without one).  The kernel's parameter
 // types are deduced from the function itself (a variadic template over the
 // function type), so nothing about them is parsed from the source: each
-// parameter's size is its sizeof, and the invoker copies each argument's
+// parameter's size is its sizeof, its kind (a value, a pointer to const,
+// a pointer) comes from its type, and the invoker copies each argument's
 // value out of params[i] (memcpy: kernelParams need not be aligned) into a
 // tuple before the launch, then calls the kernel with it in every emulated
 // thread (emu_launch).  An EmuError (or any exception) becomes the
@@ -68,13 +69,26 @@ struct ParamSizes {
     static constexpr size_t value[sizeof...(A) + 1] = {sizeof(A)..., 0};  // +1: no zero-length array
 };
 
+template <class T>
+constexpr unsigned char param_kind() {
+    return !std::is_pointer<T>::value                                 ? KILN_FAKE_PARAM_VALUE
+           : std::is_const<typename std::remove_pointer<T>::type>::value ? KILN_FAKE_PARAM_CONST_PTR
+                                                                       : KILN_FAKE_PARAM_PTR;
+}
+
+template <class... A>
+struct ParamKinds {
+    static constexpr unsigned char value[sizeof...(A) + 1] = {param_kind<A>()..., 0};
+};
+
 typedef int (*Invoker)(const unsigned *grid, const unsigned *block, size_t smem, void *const *params, char *err,
                        size_t errlen);
 
 struct Registrar {
     template <class... A>
     Registrar(const char *name, void (*)(A...), long long max_threads, Invoker invoker) {
-        KilnFakeKernel k = {name, (int)sizeof...(A), ParamSizes<A...>::value, (int)max_threads, invoker};
+        KilnFakeKernel k = {name, (int)sizeof...(A), ParamSizes<A...>::value, ParamKinds<A...>::value, (int)max_threads,
+                            invoker};
         add_kernel(k);
     }
 };

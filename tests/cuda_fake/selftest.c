@@ -35,9 +35,11 @@
  *     copy, a GEMM and an NCCL all-reduce runs nothing while capturing,
  *     replays with the parameter values of capture time (the host variables
  *     are changed after the launch), re-reads its inputs at every replay,
- *     gives the eager bits, and the same in the reverse replay order; a
+ *     gives the eager bits, and the same in the reverse replay order and
+ *     replayed concurrently (a thread per stream, the default); a
  *     capture with a missing join-event is right in enqueue order and WRONG
- *     in the reverse order (what KILN_FAKE_CUDA_GRAPH_ORDER=reverse is for);
+ *     in the reverse order (what KILN_FAKE_CUDA_GRAPH_ORDER=reverse is for)
+ *     and, replayed concurrently, wrong on some try of 20;
  *     the capture errors (unjoined fork, synchronising a capturing stream,
  *     cuMemAlloc in a global capture but not a relaxed one, ending on
  *     another stream); event timing;
@@ -45,9 +47,23 @@
  *     itself in a group, and the refusals (a rank out of range, 65 ranks, a
  *     2-rank communicator nobody else joins: a timeout, ncclMax, a lone
  *     send to itself); several ranks are selftest_nccl.c's;
- *   - last, an emulation error (a 48-thread block: a partial warp in the
- *     block reduction) is CUDA_ERROR_LAUNCH_FAILED and sticky until the
- *     primary context is released.
+ *   - the happens-before check (KILN_FAKE_CUDA_STRICT=1; its count read
+ *     with dlsym): no race in the correct fork/join work, eager or
+ *     replayed; the capture without the join event reported in the
+ *     enqueue-order replay too; on two streams, s1 reading what s0 wrote
+ *     with an event is no race, without it one race (whatever the
+ *     threads' timing), and with the event but
+ *     KILN_FAKE_CUDA_TEST_DROP_WAIT=1 (the planted bug) one race; and,
+ *     the streams being threads, s1 copying y with no event while s0's
+ *     kernel writes it gets other bytes than y (tried up to 20 times);
+ *   - last, faults as a GPU reports them: a kernel given a host pointer
+ *     for its output launches fine, writes nothing, and the next
+ *     cuStreamSynchronize is CUDA_ERROR_ILLEGAL_ADDRESS, sticky (a correct
+ *     launch after it fails too); after the primary context is released
+ *     and retained, an emulation error (a 48-thread block: a partial warp
+ *     in the block reduction) also launches fine and fails the next
+ *     synchronising call (cuMemcpyDtoH) with CUDA_ERROR_LAUNCH_FAILED,
+ *     sticky until the context is released.
  * `selftest leak` and `selftest double-free` are for the strict-mode check
  * (KILN_FAKE_CUDA_STRICT=1 must turn them into exit status 1);
  * `selftest getfn NAME` prints what cuModuleGetFunction(NAME) gives on the
@@ -88,6 +104,13 @@ __attribute__((format(printf, 2, 3))) static int tap(int ok, const char *fmt, ..
 static const char *cu_name(CUresult r) {
     const char *s = NULL;
     return cuGetErrorName(r, &s) == CUDA_SUCCESS && s ? s : "?";
+}
+
+/* How many races the fake driver's happens-before check reported (reset:
+ * back to 0); -1 when the driver is not the fake (it has no such symbol). */
+static int fake_races(int reset) {
+    int (*races)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "kiln_fake_cuda_races");
+    return races ? races(reset) : -1;
 }
 
 /* a call that must succeed; a failure is a "not ok" line */
@@ -229,6 +252,7 @@ static void check_memory(void) {
 typedef struct {
     CUmodule mod;
     CUfunction fwd;
+    void *image; /* the cubin, to load again in a new context */
 } Layernorm;
 
 static int load_layernorm(Layernorm *ln) {
@@ -248,6 +272,8 @@ static int load_layernorm(Layernorm *ln) {
     expect(cuModuleLoadData(&m, sm80), CUDA_ERROR_NO_BINARY_FOR_GPU, "cuModuleLoadData(the cubin marked sm_80)");
     free(sm80);
     int ok = MUST(cuModuleLoadData(&ln->mod, cubin.data));
+    ln->image = malloc(cubin.size);
+    memcpy(ln->image, cubin.data, cubin.size);
     memset(cubin.data, 0, cubin.size); /* the driver keeps its own copy */
     kiln_cubin_free(&cubin);
     if (!ok) return 0;
@@ -333,7 +359,8 @@ static void check_layernorm(const Layernorm *ln) {
     tap(ok && err <= 1, "kiln_layernorm_fwd %dx%d on the emulator vs double reference: worst error %.3f of tolerance", LN_ROWS,
         LN_C, err);
     MUST(cuMemsetD8(d.y, 0xff, n * 2));
-    ok = MUST(launch_ln(ln->fwd, &d, d.y, 5, 256, 0, s)) && MUST(cuMemcpyDtoH(got_small, d.y, n * 2));
+    ok = MUST(launch_ln(ln->fwd, &d, d.y, 5, 256, 0, s)) && MUST(cuStreamSynchronize(s)) &&
+         MUST(cuMemcpyDtoH(got_small, d.y, n * 2));
     tap(ok && memcmp(got, got_small, n * 2) == 0, "kiln_layernorm_fwd with grid 5 (grid-stride): the same bits");
     expect(launch_ln(ln->fwd, &d, d.y, LN_ROWS, 512, 0, s), CUDA_ERROR_INVALID_VALUE,
            "launch with a 512-thread block (__launch_bounds__(256))");
@@ -575,7 +602,7 @@ static CUgraph capture(Capture *c, const Blas *bl, CUfunction fwd, ncclComm_t co
 
 static int replay(const Capture *c, CUgraph g, const char *order, Results *out) {
     CUgraphExec x;
-    setenv("KILN_FAKE_CUDA_GRAPH_ORDER", order, 1);
+    setenv("KILN_FAKE_CUDA_GRAPH_ORDER", order, 1); /* "": concurrently */
     int ok = MUST(cuGraphInstantiate(&x, g, 0));
     unsetenv("KILN_FAKE_CUDA_GRAPH_ORDER");
     if (!ok) return 0;
@@ -643,6 +670,8 @@ static void check_capture(const Blas *bl, CUfunction fwd, ncclComm_t comm) {
     tap(ok && same_results(&eager, &graph), "cuGraphLaunch replays it: the eager bits");
     ok = ok && replay(&c, g, "reverse", &rev);
     tap(ok && same_results(&eager, &rev), "replayed in the reverse order (KILN_FAKE_CUDA_GRAPH_ORDER=reverse): the same bits");
+    ok = ok && replay(&c, g, "", &rev);
+    tap(ok && same_results(&eager, &rev), "replayed concurrently (the default: a thread per stream): the same bits");
     /* new inputs are read at replay */
     uint16_t *x2 = random_bf16(LN_ROWS * LN_C, -1, 1);
     MUST(cuMemcpyHtoD(c.d.x, x2, n));
@@ -666,16 +695,26 @@ static void check_capture(const Blas *bl, CUfunction fwd, ncclComm_t comm) {
         rows = 0, py = 0; /* would write nothing / fault if read at replay */
         ok = MUST(cuStreamEndCapture(c.s0, &g2)) && MUST(cuGraphInstantiate(&x2e, g2, 0));
         poison(&c);
-        ok = ok && MUST(cuGraphLaunch(x2e, c.s0)) && MUST(cuMemcpyDtoH(graph.y, c.d.y, n));
+        ok = ok && MUST(cuGraphLaunch(x2e, c.s0)) && MUST(cuStreamSynchronize(c.s0)) && MUST(cuMemcpyDtoH(graph.y, c.d.y, n));
         tap(ok && memcmp(graph.y, fresh.y, n) == 0, "kernel parameters are the values at capture time (host variables changed after)");
         if (ok) MUST(cuGraphExecDestroy(x2e));
         if (g2) MUST(cuGraphDestroy(g2));
     }
+    int clean = fake_races(1);
+    tap(clean == 0, "the happens-before check: no race in the fork/join work above, eager or replayed (%d reported)", clean);
     /* a missing event between the streams: s1 copies y, which s0's kernel writes */
     CUgraph gr = capture(&c, bl, fwd, comm, 1);
-    ok = gr && replay(&c, gr, "enqueue", &graph) && replay(&c, gr, "reverse", &rev);
+    ok = gr && replay(&c, gr, "enqueue", &graph);
+    int seen = fake_races(1);
+    ok = ok && replay(&c, gr, "reverse", &rev);
     tap(ok && memcmp(graph.copy, graph.y, n) == 0 && memcmp(rev.copy, rev.y, n) != 0,
         "a race (s1 reads y with no event after s0's kernel): right in enqueue order, caught by the reverse order");
+    tap(ok && seen == 1 && fake_races(1) >= 1,
+        "the same race caught by the happens-before check in the enqueue-order replay too (%d race reported)", seen);
+    int tries = 0, differed = 0;
+    while (ok && !differed && tries++ < 20) differed = replay(&c, gr, "", &rev) && memcmp(rev.copy, rev.y, n) != 0;
+    fake_races(1);
+    tap(differed, "replayed concurrently, the race can go wrong too (s1's copy differed from y on try %d)", tries);
     if (gr) MUST(cuGraphDestroy(gr));
     check_capture_errors(&c, fwd);
 
@@ -731,19 +770,108 @@ static ncclComm_t check_nccl(void) {
     return comm;
 }
 
-/* ---- a failing kernel: sticky ---- */
+/* ---- two streams without an event ---- */
 
-static void check_sticky(const Layernorm *ln, CUcontext *ctx) {
+/* s0: y = layernorm(x); s1: y2 = layernorm(y), with and without an event
+ * between them: the happens-before check must see the missing event
+ * whatever the streams' threads did.  Then the threads themselves: a copy
+ * on s1 racing s0's kernel must go wrong on some try. */
+static void check_races(CUfunction fwd) {
+    LnData d, d2;
+    ln_data(&d);
+    d2 = d;
+    d2.x = d.y;
+    size_t n = LN_ROWS * LN_C;
+    CUdeviceptr y2 = dev_alloc(n * 2);
+    CUstream s0, s1;
+    CUevent e;
+    MUST(cuStreamCreate(&s0, CU_STREAM_NON_BLOCKING)), MUST(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    MUST(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    uint16_t *ordered = malloc(n * 2), *unordered = malloc(n * 2);
+    fake_races(1);
+    int ok = MUST(launch_ln(fwd, &d, d.y, LN_ROWS, 256, 0, s0)) && MUST(cuEventRecord(e, s0)) &&
+             MUST(cuStreamWaitEvent(s1, e, 0)) && MUST(launch_ln(fwd, &d2, y2, LN_ROWS, 256, 0, s1)) &&
+             MUST(cuStreamSynchronize(s1));
+    int with_event = fake_races(1);
+    tap(ok && with_event == 0, "two streams, s1 reads what s0 wrote after cuEventRecord + cuStreamWaitEvent: no race (%d)",
+        with_event);
+    ok = MUST(launch_ln(fwd, &d, d.y, LN_ROWS, 256, 0, s0)) && MUST(launch_ln(fwd, &d2, y2, LN_ROWS, 256, 0, s1)) &&
+         MUST(cuCtxSynchronize());
+    int without = fake_races(1);
+    tap(ok && without == 1, "the same without the event: the race reported (%d), whatever the threads' timing did", without);
+    setenv("KILN_FAKE_CUDA_TEST_DROP_WAIT", "1", 1);
+    ok = MUST(launch_ln(fwd, &d, d.y, LN_ROWS, 256, 0, s0)) && MUST(cuEventRecord(e, s0)) &&
+         MUST(cuStreamWaitEvent(s1, e, 0)) && MUST(launch_ln(fwd, &d2, y2, LN_ROWS, 256, 0, s1)) &&
+         MUST(cuCtxSynchronize());
+    unsetenv("KILN_FAKE_CUDA_TEST_DROP_WAIT");
+    int dropped = fake_races(1);
+    tap(ok && dropped == 1, "with KILN_FAKE_CUDA_TEST_DROP_WAIT=1 (a planted bug: cuStreamWaitEvent orders nothing) "
+                            "the ordered version is reported too (%d)", dropped);
+    /* each stream is a thread: without the event, s1's copy of y can run
+     * while s0's kernel writes it, and the copy differs from y (tried until
+     * it does, at most 20 times; in enqueue order it never would) */
+    int differed = 0, tries = 0;
+    while (!differed && tries++ < 20) {
+        ok = MUST(cuMemsetD8(d.y, 0xff, n * 2)) && MUST(launch_ln(fwd, &d, d.y, LN_ROWS, 256, 0, s0)) &&
+             MUST(cuMemcpyDtoDAsync(y2, d.y, n * 2, s1)) && MUST(cuCtxSynchronize()) &&
+             MUST(cuMemcpyDtoH(ordered, d.y, n * 2)) && MUST(cuMemcpyDtoH(unordered, y2, n * 2));
+        differed = ok && memcmp(ordered, unordered, n * 2) != 0;
+    }
+    fake_races(1);
+    tap(differed, "the streams run concurrently: without the event, s1's copy of y ran while s0's kernel wrote it "
+                  "(a different result on try %d)", tries);
+    MUST(cuEventDestroy(e)), MUST(cuStreamDestroy(s0)), MUST(cuStreamDestroy(s1)), MUST(cuMemFree(y2));
+    ln_free(&d);
+    free(ordered), free(unordered);
+}
+
+/* ---- faults: asynchronous and sticky, as on a GPU ---- */
+
+/* Release the primary context (its error goes with it), retain it again and
+ * reload the module: 1, or 0 after a "not ok" line. */
+static int fresh_context(Layernorm *ln, CUcontext *ctx) {
+    MUST(cuModuleUnload(ln->mod));
+    ln->mod = NULL;
+    MUST(cuDevicePrimaryCtxRelease(0));
+    return MUST(cuDevicePrimaryCtxRetain(ctx, 0)) && MUST(cuModuleLoadData(&ln->mod, ln->image)) &&
+           MUST(cuModuleGetFunction(&ln->fwd, ln->mod, "kiln_layernorm_fwd"));
+}
+
+/* A kernel that faults (a host pointer for its output; an emulation error)
+ * is launched fine; the fault comes at the next synchronising call, and
+ * every call after it fails too, until the context is released. */
+static void check_faults(Layernorm *ln, CUcontext *ctx) {
     LnData d;
     ln_data(&d);
-    expect(launch_ln(ln->fwd, &d, d.y, LN_ROWS, 48, 0, NULL), CUDA_ERROR_LAUNCH_FAILED,
-           "kiln_layernorm_fwd with 48 threads (a partial warp in the block reduction: an emulation error)");
+    size_t n = LN_ROWS * LN_C;
+    uint16_t *host_y = calloc(n, 2);
+    CUstream s;
+    MUST(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    expect(launch_ln(ln->fwd, &d, (CUdeviceptr)(uintptr_t)host_y, LN_ROWS, 256, 0, s), CUDA_SUCCESS,
+           "kiln_layernorm_fwd with a host pointer for y: the launch (the fault is asynchronous)");
+    expect(cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS, "cuStreamSynchronize after it");
+    int untouched = 1;
+    for (size_t i = 0; i < n; i++) untouched &= host_y[i] == 0;
+    tap(untouched, "the kernel wrote nothing through the host pointer");
+    expect(launch_ln(ln->fwd, &d, d.y, LN_ROWS, 256, 0, s), CUDA_ERROR_ILLEGAL_ADDRESS,
+           "a correct launch afterwards (the error is sticky)");
+    MUST(cuStreamDestroy(s));
+    ln_free(&d);
+    if (!fresh_context(ln, ctx)) {
+        free(host_y);
+        return;
+    }
+    expect(cuCtxSynchronize(), CUDA_SUCCESS, "cuCtxSynchronize after the primary context was released and retained again");
+    ln_data(&d);
+    expect(launch_ln(ln->fwd, &d, d.y, LN_ROWS, 48, 0, NULL), CUDA_SUCCESS,
+           "kiln_layernorm_fwd with 48 threads (a partial warp in the block reduction: an emulation error): the launch");
+    expect(cuMemcpyDtoH(host_y, d.y, 2), CUDA_ERROR_LAUNCH_FAILED, "the next synchronising call (cuMemcpyDtoH)");
     expect(cuCtxSynchronize(), CUDA_ERROR_LAUNCH_FAILED, "cuCtxSynchronize afterwards (the error is sticky)");
     ln_free(&d);
+    free(host_y);
+    if (!fresh_context(ln, ctx)) return;
+    expect(cuCtxSynchronize(), CUDA_SUCCESS, "cuCtxSynchronize in the new context");
     MUST(cuModuleUnload(ln->mod));
-    MUST(cuDevicePrimaryCtxRelease(0));
-    MUST(cuDevicePrimaryCtxRetain(ctx, 0));
-    expect(cuCtxSynchronize(), CUDA_SUCCESS, "cuCtxSynchronize after the primary context was released and retained again");
 }
 
 /* ---- strict-mode helpers: leave something behind ----
@@ -797,7 +925,9 @@ int main(int argc, char **argv) {
     if (comm) ncclCommDestroy(comm);
     if (bl.workspace) MUST(cuMemFree(bl.workspace));
     if (bl.lt) cublasLtDestroy(bl.lt);
-    if (ln.mod) check_sticky(&ln, &ctx);
+    if (ln.mod) check_races(ln.fwd);
+    if (ln.mod) check_faults(&ln, &ctx);
+    free(ln.image);
     MUST(cuDevicePrimaryCtxRelease(0));
     (void)ctx;
     printf("1..%d\n", tap_count);
