@@ -85,6 +85,7 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "fsutil.h"
 #include "rt_private.h"
 #include "shards.h"
 
@@ -429,6 +430,28 @@ static void resume(rt_ctx *ctx, const rt_program *p, const TrainArgs *a, const R
     if (R->say) printf("resumed from %s (step %lld)\n", used, (long long)x.step);
 }
 
+/* Before anything is opened: the outputs (--trace, this rank's trace file,
+ * --log, the checkpoints already in --ckpt) are plain files or absent and
+ * none is an input (fsutil.h); the inputs are read by rt_open_input, which
+ * refuses FIFOs and devices.  A resumed run's checkpoints are inputs of the
+ * log and the trace, not of --ckpt: writing new checkpoints beside them and
+ * pruning old ones is what --ckpt does. */
+static void check_files(const TrainArgs *a) {
+    char resumed[4200], rank_trace[4200], err[1024];
+    snprintf(resumed, sizeof resumed, "%s/step_*.safetensors", a->resume ? a->resume : "");
+    RtPath in[6] = {{"--data", a->data}, {"--val", a->val}, {"--init", a->init}, {"--resume", a->resume ? resumed : NULL},
+                    {"--trace", a->trace}};
+    if (a->ckpt && ckpt_check_dir(a->ckpt, in, 3, err, sizeof err) != 0) die("%s", err);
+    if (a->trace && rt_check_output("--trace", a->trace, in, 4, err, sizeof err) != 0) die("%s", err);
+    int rank = launch_rank();
+    snprintf(rank_trace, sizeof rank_trace, "%s.rank%d", a->trace ? a->trace : "", rank);
+    if (a->trace && rank > 0 && rt_check_output("--trace", rank_trace, in, 4, err, sizeof err) != 0) { /* this rank's own */
+        fprintf(stderr, "rank %d: %s\n", rank, err);
+        exit(1);
+    }
+    if (a->log && rt_check_output("--log", a->log, in, 5, err, sizeof err) != 0) die("%s", err);
+}
+
 /* The device the program runs on, for the start-up line: "cpu", "cuda sm_90". */
 static const char *device_name(const rt_program *p, char *buf, size_t n) {
     if (p->device == RT_DEV_CUDA) snprintf(buf, n, "cuda %s", p->arch && *p->arch ? p->arch : "(no arch)");
@@ -447,6 +470,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     if (!loss_t) die("%s: the program has no loss output", p->model);
     int64_t B = tok->dim[0], T = tok->dim[1];
 
+    check_files(&a);
     rt_options o = {.threads = a.threads, .serial = a.serial, .trace_path = a.trace};
     if (a.no_graph && setenv("KILN_NO_GRAPH", "1", 1) != 0) die("--no-graph: cannot set KILN_NO_GRAPH: %s", strerror(errno));
     rt_ctx *ctx = rt_new(p, &o);

@@ -350,6 +350,21 @@ int ckpt_prepare_dir(const char *dir, char *err, int errlen) {
     return 0;
 }
 
+int ckpt_check_dir(const char *dir, const RtPath *inputs, int n, char *err, int errlen) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return 0; /* created later; ckpt_prepare_dir reports what is wrong with it */
+    Found *f;
+    int nf, rc = 0;
+    char path[4200];
+    if (list_ckpts(dir, &f, &nf, err, errlen) != 0) return 0;
+    for (int i = 0; i < nf && rc == 0; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, f[i].name);
+        rc = rt_check_output("--ckpt", path, inputs, n, err, errlen);
+    }
+    free(f);
+    return rc;
+}
+
 /* Rank 0: write the file from g, then prune. */
 static int write_ckpt(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra *x, int keep, const Gathered *g, char *err,
                       int errlen) {

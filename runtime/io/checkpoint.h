@@ -58,6 +58,7 @@
 #define KILN_CHECKPOINT_H
 #include <stdint.h>
 
+#include "fsutil.h"
 #include "kiln_rt.h"
 
 typedef struct {
@@ -78,6 +79,12 @@ int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra
  * trainer calls it before step 1, so a bad --ckpt fails at once, not after
  * the first N steps).  0, or -1 with one line in err. */
 int ckpt_prepare_dir(const char *dir, char *err, int errlen);
+
+/* Before a run writes checkpoints into dir: every checkpoint file already
+ * there (which a save may replace and pruning delete) is a regular file and
+ * none of the n inputs (fsutil.h, rt_check_output).  0 (also when dir does
+ * not exist yet), or -1 with one line in err naming --ckpt. */
+int ckpt_check_dir(const char *dir, const RtPath *inputs, int n, char *err, int errlen);
 
 /* Load one checkpoint file: params, states and (x != NULL) the trainer's
  * state, which must then be present, and the schedule when the file has
