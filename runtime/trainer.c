@@ -243,6 +243,20 @@ static void set_schedule(const rt_program *p, TrainArgs *a, int default_steps) {
     if (a->steps < 0) a->steps = s->total < 1 ? default_steps : s->total < 1e9 ? (int)s->total : 1000000000;
 }
 
+/* The schedule the run trains with, after set_schedule: the flags judge
+ * their own values, but min-lr above lr can come from two sources (a flag
+ * and the compiled or resumed table), and a .ir or an old checkpoint may
+ * hold what kiln compile now refuses (options.h, opt_check). */
+static void check_schedule(const rt_program *p, const TrainArgs *a) {
+    const rt_schedule *s = p->schedule;
+    if (!s) return;
+    const char *lr = isnan(a->lr) ? "the learning rate" : "--lr", *min = isnan(a->min_lr) ? "the schedule's min-lr" : "--min-lr";
+    if (!(s->lr > 0 && isfinite(s->lr))) die("%s %g: expected a finite number > 0", lr, s->lr);
+    if (!(s->min_lr >= 0 && s->min_lr <= s->lr)) die("%s %g: expected a number in [0, %s %g]", min, s->min_lr, lr, s->lr);
+    if (!(s->warmup >= 0 && s->warmup <= 1e9)) die("the schedule's warmup %g: expected a number of steps >= 0", s->warmup);
+    if (!(s->total >= 1 && s->total <= 1e9)) die("the schedule's length %g: expected a number of steps >= 1", s->total);
+}
+
 static const rt_tensor *find(const rt_tensor *t, int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (strcmp(t[i].name, name) == 0) return &t[i];
@@ -501,6 +515,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     agree_or_die(ctx, rc, err, sizeof err);
     if (a.resume) resume(ctx, p, &a, &R, &rng, &first);
     set_schedule(p, &a, default_steps);
+    check_schedule(p, &a);
     /* a resumed run appends to its log (kiln plot keeps the later points) */
     FILE *log = a.log && R.say ? fopen(a.log, a.resume ? "a" : "w") : NULL;
     if (R.say && a.log && !log) snprintf(err, sizeof err, "--log: cannot open %s", a.log), rc = -1;

@@ -43,6 +43,13 @@ void cmd_check_input(const char *flag, const char *path) {
     if (path && rt_check_input(flag, path, err, sizeof err) != 0) die("%s", err);
 }
 
+Module *cmd_compile_checked(Args *a) {
+    Module *m = compile(a);
+    char err[1024];
+    if (opt_check(&a->o, err, sizeof err) != 0) die("%s", err);
+    return m;
+}
+
 void cmd_add_set(KeyVal **sets, int *nsets, const char *key, const char *value) {
     *sets = realloc(*sets, sizeof(KeyVal) * (size_t)(*nsets + 1));
     if (!*sets) die("out of memory");

@@ -75,6 +75,9 @@ void pipeline_check_after(const char *after);
 /* a->model through the training pipeline up to --after; a .ir file is a
  * dump, parsed and used as it is (no passes run). */
 Module *compile(Args *a);
+/* compile(), then the optimizer settings a trainer must not get (options.h,
+ * opt_check): kiln compile and kiln run build trainers with them. */
+Module *cmd_compile_checked(Args *a);
 
 /* ---- helpers ---- */
 

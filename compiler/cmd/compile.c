@@ -91,7 +91,7 @@ int cmd_compile(Args *a) {
         snprintf(path, sizeof path, "%s.%s", a->out, *ext); /* what compile writes beside FILE */
         cmd_check_output(**ext == 'o' ? "-o" : "--emit", path, &model, 1);
     }
-    Module *m = compile(a);
+    Module *m = cmd_compile_checked(a);
     EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = a->cuda_arch, .attention_cudnn = a->attention && !strcmp(a->attention, "cudnn")};
     EmitTarget *t = a->cuda_arch ? &cuda : NULL;
     EmitCubin *cubins = NULL;
