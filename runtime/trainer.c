@@ -75,11 +75,13 @@
 #include "trainer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -140,6 +142,7 @@ static const char *usage =
     "  FILE|GLOB: llm.c token shards (.bin) or text files (bytes are tokens); quote globs\n"
     "  the cosine schedule: compiled values, then a --resume checkpoint's, then these flags;\n"
     "  its length is --schedule-steps, else --steps when given; without --steps, train to its end\n"
+    "  --resume DIR: continue from DIR's newest checkpoint and save into DIR (unless --ckpt says where)\n"
     "  --no-graph: on a GPU, run every step eagerly instead of replaying a CUDA graph\n"
     "    (sets KILN_NO_GRAPH=1; for debugging; the CPU ignores it)\n";
 
@@ -223,7 +226,8 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
     if (a->val && a->val_every == 0) die("--val: needs --val-every N (validate every N steps)");
     if (a->val_batches < 1) die("--val-batches: expected at least 1");
     if (a->print_every < 1) a->print_every = 1;
-    if (a->ckpt_every && !a->ckpt) die("--ckpt-every: needs --ckpt DIR");
+    if (a->resume && !a->ckpt) a->ckpt = a->resume; /* a resumed run keeps saving where it resumed from */
+    if (a->ckpt_every && !a->ckpt) die("--ckpt-every: needs --ckpt DIR (or --resume DIR)");
     if (a->resume && a->init) die("--init: not with --resume (the checkpoint holds the weights)");
 }
 
@@ -466,6 +470,39 @@ static void check_files(const TrainArgs *a) {
     if (a->log && rt_check_output("--log", a->log, in, 5, err, sizeof err) != 0) die("%s", err);
 }
 
+/* The JSONL log (world rank 0).  Each line is built whole and handed to
+ * one write(2) on an O_APPEND descriptor, so a killed run leaves whole
+ * lines (the kernel has them once write returns; no stdio buffer holds
+ * half of one).  A resumed run appends; when the file does not end in a
+ * newline (a writer killed mid-line, or a file cut short), it starts a
+ * new line first, so the partial line stays on its own and every later
+ * line parses.  The descriptor, or -1 with err. */
+static int log_open(const char *path, int append, char *err, int errlen) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+    if (fd < 0) return snprintf(err, (size_t)errlen, "--log: %s: cannot open: %s", path, strerror(errno)), -1;
+    struct stat st;
+    char last = '\n';
+    if (append && (fstat(fd, &st) != 0 || (st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) != 1) ||
+                   (last != '\n' && write(fd, "\n", 1) != 1))) {
+        snprintf(err, (size_t)errlen, "--log: %s: cannot end its last line: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* line[0..n) with one write (a short write, which only an error causes
+ * on a regular file, is finished or fails).  0, or -1 with errno set. */
+static int log_write(int fd, const char *line, size_t n) {
+    while (n > 0) {
+        ssize_t k = write(fd, line, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return errno = k < 0 ? errno : EIO, -1;
+        line += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
 /* The device the program runs on, for the start-up line: "cpu", "cuda sm_90". */
 static const char *device_name(const rt_program *p, char *buf, size_t n) {
     if (p->device == RT_DEV_CUDA) snprintf(buf, n, "cuda %s", p->arch && *p->arch ? p->arch : "(no arch)");
@@ -517,8 +554,8 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     set_schedule(p, &a, default_steps);
     check_schedule(p, &a);
     /* a resumed run appends to its log (kiln plot keeps the later points) */
-    FILE *log = a.log && R.say ? fopen(a.log, a.resume ? "a" : "w") : NULL;
-    if (R.say && a.log && !log) snprintf(err, sizeof err, "--log: cannot open %s", a.log), rc = -1;
+    int log = a.log && R.say ? log_open(a.log, a.resume != NULL, err, sizeof err) : -1;
+    if (R.say && a.log && log < 0) rc = -1;
     agree_or_die(ctx, rc, err, sizeof err);
     int64_t gB = B * R.dp; /* the global batch */
     if (R.say) {
@@ -578,12 +615,18 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
                    tty ? "\r\033[K" : "", step, a.steps, loss, lr, gn, tps, gflops, hw_gflops, hms(eta, buf, sizeof buf));
         else if (tty) /* rank 0 only */
             progress(step, a.steps, loss, tps, eta);
-        if (log) {
-            fprintf(log, "{\"step\":%d,\"loss\":%.9g,", step, loss);
-            if (!isnan(vloss)) fprintf(log, "\"val_loss\":%.9g,", vloss);
-            if (R.world > 1) fprintf(log, "\"comm_bytes\":%lld,", (long long)comm);
-            fprintf(log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"gflops\":%.3f,\"hw_gflops\":%.3f,\"elapsed\":%.3f,\"eta\":%.1f}\n",
-                    lr, gn, tps, gflops, hw_gflops, elapsed, eta);
+        if (log >= 0) { /* one line, one write; a failed write stops the run here (a full disk, a file size limit) */
+            char line[512], vl[40] = "", cb[40] = "";
+            if (!isnan(vloss)) snprintf(vl, sizeof vl, "\"val_loss\":%.9g,", vloss);
+            if (R.world > 1) snprintf(cb, sizeof cb, "\"comm_bytes\":%lld,", (long long)comm);
+            int k = snprintf(line, sizeof line, "{\"step\":%d,\"loss\":%.9g,%s%s\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,"
+                             "\"gflops\":%.3f,\"hw_gflops\":%.3f,\"elapsed\":%.3f,\"eta\":%.1f}\n",
+                             step, loss, vl, cb, lr, gn, tps, gflops, hw_gflops, elapsed, eta);
+            if (log_write(log, line, (size_t)k < sizeof line ? (size_t)k : sizeof line - 1) != 0) {
+                fprintf(stderr, "step %d: --log %s: cannot write: %s; stopping\n", step, a.log, strerror(errno));
+                rc = 1;
+                break;
+            }
         }
         if (a.ckpt && ((a.ckpt_every && step % a.ckpt_every == 0) || step == a.steps)) {
             CkptExtra x = {.step = step, .rng = rng, .data_pos = 0};
@@ -597,7 +640,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     }
     if (rc != 0 && tty) printf("\n"); /* end the progress line before the error's */
     if (rc == 0 && R.say) printf("done: %d steps in %.1f s\n", a.steps - first + 1, now() - t0);
-    if (log && fclose(log) != 0) die("--log: cannot write %s", a.log);
+    if (log >= 0 && close(log) != 0) die("--log: %s: cannot write: %s", a.log, strerror(errno));
     rt_free(ctx);
     dataset_close(&train);
     dataset_close(&val);

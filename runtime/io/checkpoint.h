@@ -91,8 +91,9 @@ int ckpt_check_dir(const char *dir, const RtPath *inputs, int n, char *err, int 
  * one.  0, or -1 with err, state untouched. */
 int ckpt_load(rt_ctx *ctx, const rt_program *p, const char *path, CkptExtra *x, char *err, int errlen);
 
-/* Load the newest valid checkpoint of dir; a newer one that fails to load
- * is skipped with a "warning: ..." line on stderr.  The file used goes into
+/* Load the newest valid checkpoint of dir; newer ones that fail to load
+ * are skipped with one "warning: ..." line on stderr (naming the newest's
+ * error) once an older one has loaded.  The file used goes into
  * used (may be NULL).  0; 1 when dir holds no checkpoint file at all (err
  * says so; the caller may start fresh); -1 when dir is unreadable or no
  * checkpoint loads (err gives the newest one's error). */
