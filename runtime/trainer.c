@@ -71,6 +71,16 @@
  * sets KILN_NO_GRAPH=1 before rt_new: the CUDA device then runs the step
  * function eagerly every step instead of replaying the CUDA graph it
  * captures on the first (for debugging; the CPU ignores it).
+ *
+ * Files (fsutil.h).  Before anything is opened, --log, --trace and the
+ * checkpoints already in --ckpt must be absent or regular files that are
+ * none of the inputs (--data, --val, --init, --resume's checkpoints), and
+ * the inputs are opened so that a FIFO or a device is refused, not read.
+ * --resume DIR without --ckpt keeps saving into DIR.  The log is written
+ * a whole line per write(2) (log_open says why), and a failed write stops
+ * the run at that step.  The schedule the run trains with is checked after
+ * the flags and the checkpoint (check_schedule), as kiln compile checks the
+ * compiled one (options.h, opt_check).
  */
 #include "trainer.h"
 
