@@ -75,23 +75,24 @@ check "--resume DIR without --ckpt keeps saving into DIR (step_00000004 there)" 
 jsonl_ok() { python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$1" 2>/dev/null; }
 "$T" $D --steps 400 --ckpt "$tmp/k9" --ckpt-every 5 --log "$tmp/k9.jsonl" > /dev/null 2>&1 &
 pid=$!
-for _ in $(seq 300); do [ -e "$tmp/k9/step_00000015.safetensors" ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ -e "$tmp/k9/step_00000030.safetensors" ] && break; sleep 0.1; done
 kill -9 $pid; wait $pid 2>/dev/null
-before=$(wc -l < "$tmp/k9.jsonl")
-"$T" $D --resume "$tmp/k9" --steps 30 --log "$tmp/k9.jsonl" > /dev/null
-check "kill -9 after $before log lines, resume to step 30: every line of the log parses as JSON and the last is step 30" \
-    "jsonl_ok $tmp/k9.jsonl && tail -1 $tmp/k9.jsonl | grep -q '^{\"step\":30,'"
+before=$(wc -c < "$tmp/k9.jsonl")
+"$T" $D --resume "$tmp/k9" --steps 50 --log "$tmp/k9.jsonl" > /dev/null
+check "kill -9 after step 30 ($before bytes of log), resume to step 50: every line of the log parses as JSON and the last is step 50" \
+    "[ $before -gt 4096 ] && jsonl_ok $tmp/k9.jsonl && tail -1 $tmp/k9.jsonl | grep -q '^{\"step\":50,'"
 # a log cut in the middle of a line (a writer killed mid-write): the resumed
 # run starts a new line, so only the cut line is not JSON
 head -c -40 "$tmp/k9.jsonl" > "$tmp/cut.jsonl"
-"$T" $D --resume "$tmp/k9" --steps 32 --log "$tmp/cut.jsonl" > /dev/null
-check "a resumed run after a cut line starts a new line: all lines but the cut one parse" \
-    "[ \$(python3 -c 'import json,sys
+frag=$(tail -n 1 "$tmp/cut.jsonl")
+"$T" $D --resume "$tmp/k9" --steps 52 --log "$tmp/cut.jsonl" > /dev/null
+check "a resumed run after a cut line starts a new line: the cut line stays alone, all others parse" \
+    "grep -qxF '$frag' $tmp/cut.jsonl && [ \$(python3 -c 'import json,sys
 bad = 0
 for l in open(sys.argv[1]):
     try: json.loads(l)
     except ValueError: bad += 1
-print(bad)' $tmp/cut.jsonl) = 1 ] && tail -1 $tmp/cut.jsonl | grep -q '^{\"step\":32,'"
+print(bad)' $tmp/cut.jsonl) = 1 ] && tail -1 $tmp/cut.jsonl | grep -q '^{\"step\":52,'"
 # a write error of the log (EFBIG under a 2 KiB file size limit, SIGXFSZ
 # ignored) stops the run at that step with the errno text (before: the
 # errors were ignored until the end, and the message named no step)
