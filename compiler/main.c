@@ -86,6 +86,7 @@ static void usage(FILE *f) {
 /* ---- the commands ---- */
 
 static int cmd_dump(Args *a) {
+    cmd_check_output("-o", a->out, &(RtPath){"MODEL", a->model}, 1);
     Module *m = compile(a);
     FILE *f = a->out ? fopen(a->out, "w") : stdout;
     if (!f) die("-o: cannot open %s", a->out);
@@ -255,6 +256,7 @@ static void parse_args(Args *a, int argc, char **argv) {
 /* What the flags say together, and the values no one flag can judge. */
 static void check_args(Args *a) {
     if (!a->model) die("%s: no model file given", a->cmd);
+    cmd_check_input("MODEL", a->model);
     if (a->after) pipeline_check_after(a->after);
     if (a->o.recompute == RC_UNSET && strcmp(a->cmd, "plan") != 0) die("--recompute all: only for kiln plan (one policy per program)");
     if (a->target && strcmp(a->target, "cpu") != 0) {

@@ -40,5 +40,13 @@ typedef struct {
     int precision_bf16;
 } Options;
 void opt_defaults(Options *o);
+/* The optimizer settings a trainer must not be compiled with, as its flags
+ * refuse them at run time (and the values that make no sense): lr <= 0,
+ * min_lr < 0 or above lr, warmup < 0, steps < 1 (both whole numbers),
+ * weight_decay < 0, beta1 or beta2 outside [0, 1), eps <= 0, grad_clip < 0
+ * (0 turns clipping off), or any of them not finite.  0, or -1 with one
+ * line in err naming the key and where it was set (--set or its shorthand
+ * flag, else the model's config{}). */
+int opt_check(const Options *o, char *err, int errlen);
 
 #endif

@@ -71,20 +71,33 @@
  * sets KILN_NO_GRAPH=1 before rt_new: the CUDA device then runs the step
  * function eagerly every step instead of replaying the CUDA graph it
  * captures on the first (for debugging; the CPU ignores it).
+ *
+ * Files (fsutil.h).  Before anything is opened, --log, --trace and the
+ * checkpoints already in --ckpt must be absent or regular files that are
+ * none of the inputs (--data, --val, --init, --resume's checkpoints), and
+ * the inputs are opened so that a FIFO or a device is refused, not read.
+ * --resume DIR without --ckpt keeps saving into DIR.  The log is written
+ * a whole line per write(2) (log_open says why), and a failed write stops
+ * the run at that step.  The schedule the run trains with is checked after
+ * the flags and the checkpoint (check_schedule), as kiln compile checks the
+ * compiled one (options.h, opt_check).
  */
 #include "trainer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
 #include "data.h"
+#include "fsutil.h"
 #include "rt_private.h"
 #include "shards.h"
 
@@ -139,6 +152,7 @@ static const char *usage =
     "  FILE|GLOB: llm.c token shards (.bin) or text files (bytes are tokens); quote globs\n"
     "  the cosine schedule: compiled values, then a --resume checkpoint's, then these flags;\n"
     "  its length is --schedule-steps, else --steps when given; without --steps, train to its end\n"
+    "  --resume DIR: continue from DIR's newest checkpoint and save into DIR (unless --ckpt says where)\n"
     "  --no-graph: on a GPU, run every step eagerly instead of replaying a CUDA graph\n"
     "    (sets KILN_NO_GRAPH=1; for debugging; the CPU ignores it)\n";
 
@@ -222,7 +236,8 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
     if (a->val && a->val_every == 0) die("--val: needs --val-every N (validate every N steps)");
     if (a->val_batches < 1) die("--val-batches: expected at least 1");
     if (a->print_every < 1) a->print_every = 1;
-    if (a->ckpt_every && !a->ckpt) die("--ckpt-every: needs --ckpt DIR");
+    if (a->resume && !a->ckpt) a->ckpt = a->resume; /* a resumed run keeps saving where it resumed from */
+    if (a->ckpt_every && !a->ckpt) die("--ckpt-every: needs --ckpt DIR (or --resume DIR)");
     if (a->resume && a->init) die("--init: not with --resume (the checkpoint holds the weights)");
 }
 
@@ -240,6 +255,20 @@ static void set_schedule(const rt_program *p, TrainArgs *a, int default_steps) {
     if (a->schedule_steps >= 0) s->total = (double)a->schedule_steps;
     else if (a->steps >= 0) s->total = a->steps;
     if (a->steps < 0) a->steps = s->total < 1 ? default_steps : s->total < 1e9 ? (int)s->total : 1000000000;
+}
+
+/* The schedule the run trains with, after set_schedule: the flags judge
+ * their own values, but min-lr above lr can come from two sources (a flag
+ * and the compiled or resumed table), and a .ir or an old checkpoint may
+ * hold what kiln compile now refuses (options.h, opt_check). */
+static void check_schedule(const rt_program *p, const TrainArgs *a) {
+    const rt_schedule *s = p->schedule;
+    if (!s) return;
+    const char *lr = isnan(a->lr) ? "the learning rate" : "--lr", *min = isnan(a->min_lr) ? "the schedule's min-lr" : "--min-lr";
+    if (!(s->lr > 0 && isfinite(s->lr))) die("%s %g: expected a finite number > 0", lr, s->lr);
+    if (!(s->min_lr >= 0 && s->min_lr <= s->lr)) die("%s %g: expected a number in [0, %s %g]", min, s->min_lr, lr, s->lr);
+    if (!(s->warmup >= 0 && s->warmup <= 1e9)) die("the schedule's warmup %g: expected a number of steps >= 0", s->warmup);
+    if (!(s->total >= 1 && s->total <= 1e9)) die("the schedule's length %g: expected a number of steps >= 1", s->total);
 }
 
 static const rt_tensor *find(const rt_tensor *t, int n, const char *name) {
@@ -429,6 +458,61 @@ static void resume(rt_ctx *ctx, const rt_program *p, const TrainArgs *a, const R
     if (R->say) printf("resumed from %s (step %lld)\n", used, (long long)x.step);
 }
 
+/* Before anything is opened: the outputs (--trace, this rank's trace file,
+ * --log, the checkpoints already in --ckpt) are plain files or absent and
+ * none is an input (fsutil.h); the inputs are read by rt_open_input, which
+ * refuses FIFOs and devices.  A resumed run's checkpoints are inputs of the
+ * log and the trace, not of --ckpt: writing new checkpoints beside them and
+ * pruning old ones is what --ckpt does. */
+static void check_files(const TrainArgs *a) {
+    char resumed[4200], rank_trace[4200], err[1024];
+    snprintf(resumed, sizeof resumed, "%s/step_*.safetensors", a->resume ? a->resume : "");
+    RtPath in[6] = {{"--data", a->data}, {"--val", a->val}, {"--init", a->init}, {"--resume", a->resume ? resumed : NULL},
+                    {"--trace", a->trace}};
+    if (a->ckpt && ckpt_check_dir(a->ckpt, in, 3, err, sizeof err) != 0) die("%s", err);
+    if (a->trace && rt_check_output("--trace", a->trace, in, 4, err, sizeof err) != 0) die("%s", err);
+    int rank = launch_rank();
+    snprintf(rank_trace, sizeof rank_trace, "%s.rank%d", a->trace ? a->trace : "", rank);
+    if (a->trace && rank > 0 && rt_check_output("--trace", rank_trace, in, 4, err, sizeof err) != 0) { /* this rank's own */
+        fprintf(stderr, "rank %d: %s\n", rank, err);
+        exit(1);
+    }
+    if (a->log && rt_check_output("--log", a->log, in, 5, err, sizeof err) != 0) die("%s", err);
+}
+
+/* The JSONL log (world rank 0).  Each line is built whole and handed to
+ * one write(2) on an O_APPEND descriptor, so a killed run leaves whole
+ * lines (the kernel has them once write returns; no stdio buffer holds
+ * half of one).  A resumed run appends; when the file does not end in a
+ * newline (a writer killed mid-line, or a file cut short), it starts a
+ * new line first, so the partial line stays on its own and every later
+ * line parses.  The descriptor, or -1 with err. */
+static int log_open(const char *path, int append, char *err, int errlen) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+    if (fd < 0) return snprintf(err, (size_t)errlen, "--log: %s: cannot open: %s", path, strerror(errno)), -1;
+    struct stat st;
+    char last = '\n';
+    if (append && (fstat(fd, &st) != 0 || (st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) != 1) ||
+                   (last != '\n' && write(fd, "\n", 1) != 1))) {
+        snprintf(err, (size_t)errlen, "--log: %s: cannot end its last line: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* line[0..n) with one write (a short write, which only an error causes
+ * on a regular file, is finished or fails).  0, or -1 with errno set. */
+static int log_write(int fd, const char *line, size_t n) {
+    while (n > 0) {
+        ssize_t k = write(fd, line, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return errno = k < 0 ? errno : EIO, -1;
+        line += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
 /* The device the program runs on, for the start-up line: "cpu", "cuda sm_90". */
 static const char *device_name(const rt_program *p, char *buf, size_t n) {
     if (p->device == RT_DEV_CUDA) snprintf(buf, n, "cuda %s", p->arch && *p->arch ? p->arch : "(no arch)");
@@ -447,6 +531,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     if (!loss_t) die("%s: the program has no loss output", p->model);
     int64_t B = tok->dim[0], T = tok->dim[1];
 
+    check_files(&a);
     rt_options o = {.threads = a.threads, .serial = a.serial, .trace_path = a.trace};
     if (a.no_graph && setenv("KILN_NO_GRAPH", "1", 1) != 0) die("--no-graph: cannot set KILN_NO_GRAPH: %s", strerror(errno));
     rt_ctx *ctx = rt_new(p, &o);
@@ -477,9 +562,10 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     agree_or_die(ctx, rc, err, sizeof err);
     if (a.resume) resume(ctx, p, &a, &R, &rng, &first);
     set_schedule(p, &a, default_steps);
+    check_schedule(p, &a);
     /* a resumed run appends to its log (kiln plot keeps the later points) */
-    FILE *log = a.log && R.say ? fopen(a.log, a.resume ? "a" : "w") : NULL;
-    if (R.say && a.log && !log) snprintf(err, sizeof err, "--log: cannot open %s", a.log), rc = -1;
+    int log = a.log && R.say ? log_open(a.log, a.resume != NULL, err, sizeof err) : -1;
+    if (R.say && a.log && log < 0) rc = -1;
     agree_or_die(ctx, rc, err, sizeof err);
     int64_t gB = B * R.dp; /* the global batch */
     if (R.say) {
@@ -539,12 +625,18 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
                    tty ? "\r\033[K" : "", step, a.steps, loss, lr, gn, tps, gflops, hw_gflops, hms(eta, buf, sizeof buf));
         else if (tty) /* rank 0 only */
             progress(step, a.steps, loss, tps, eta);
-        if (log) {
-            fprintf(log, "{\"step\":%d,\"loss\":%.9g,", step, loss);
-            if (!isnan(vloss)) fprintf(log, "\"val_loss\":%.9g,", vloss);
-            if (R.world > 1) fprintf(log, "\"comm_bytes\":%lld,", (long long)comm);
-            fprintf(log, "\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,\"gflops\":%.3f,\"hw_gflops\":%.3f,\"elapsed\":%.3f,\"eta\":%.1f}\n",
-                    lr, gn, tps, gflops, hw_gflops, elapsed, eta);
+        if (log >= 0) { /* one line, one write; a failed write stops the run here (a full disk, a file size limit) */
+            char line[512], vl[40] = "", cb[40] = "";
+            if (!isnan(vloss)) snprintf(vl, sizeof vl, "\"val_loss\":%.9g,", vloss);
+            if (R.world > 1) snprintf(cb, sizeof cb, "\"comm_bytes\":%lld,", (long long)comm);
+            int k = snprintf(line, sizeof line, "{\"step\":%d,\"loss\":%.9g,%s%s\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens_per_s\":%.1f,"
+                             "\"gflops\":%.3f,\"hw_gflops\":%.3f,\"elapsed\":%.3f,\"eta\":%.1f}\n",
+                             step, loss, vl, cb, lr, gn, tps, gflops, hw_gflops, elapsed, eta);
+            if (log_write(log, line, (size_t)k < sizeof line ? (size_t)k : sizeof line - 1) != 0) {
+                fprintf(stderr, "step %d: --log %s: cannot write: %s; stopping\n", step, a.log, strerror(errno));
+                rc = 1;
+                break;
+            }
         }
         if (a.ckpt && ((a.ckpt_every && step % a.ckpt_every == 0) || step == a.steps)) {
             CkptExtra x = {.step = step, .rng = rng, .data_pos = 0};
@@ -558,7 +650,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     }
     if (rc != 0 && tty) printf("\n"); /* end the progress line before the error's */
     if (rc == 0 && R.say) printf("done: %d steps in %.1f s\n", a.steps - first + 1, now() - t0);
-    if (log && fclose(log) != 0) die("--log: cannot write %s", a.log);
+    if (log >= 0 && close(log) != 0) die("--log: %s: cannot write: %s", a.log, strerror(errno));
     rt_free(ctx);
     dataset_close(&train);
     dataset_close(&val);

@@ -31,8 +31,8 @@ check "mpirun -np 2 (zero 0) == 1 rank over 30 steps (worst $(worst "$tmp/l2" "$
 # resume at another dp: 20 steps at dp 2 straight vs 10 at dp 2 + 10 at dp 4 / dp 1
 $MPI -np 2 "$tmp/dp2" $D --steps 20 --log "$tmp/s2" > /dev/null 2>&1
 $MPI -np 2 "$tmp/dp2" $D --steps 10 --schedule-steps 20 --ckpt "$tmp/ck" --log "$tmp/h2" > /dev/null 2>&1
-$MPI -np 4 "$tmp/dp4" $D --steps 20 --resume "$tmp/ck" --log "$tmp/r4" > /dev/null 2>&1
-"$tmp/dp1" $D --steps 20 --resume "$tmp/ck" --log "$tmp/r1" > /dev/null 2>&1
+$MPI -np 4 "$tmp/dp4" $D --steps 20 --resume "$tmp/ck" --ckpt "$tmp/ck_r4" --log "$tmp/r4" > /dev/null 2>&1
+"$tmp/dp1" $D --steps 20 --resume "$tmp/ck" --ckpt "$tmp/ck_r1" --log "$tmp/r1" > /dev/null 2>&1
 tail -10 "$tmp/s2" > "$tmp/s2tail"
 check "dp 2 checkpoint resumed at dp 4 == continuing at dp 2 (worst $(worst "$tmp/r4" "$tmp/s2tail"))" "same $tmp/r4 $tmp/s2tail 10"
 check "dp 2 checkpoint resumed at dp 1 == continuing at dp 2 (worst $(worst "$tmp/r1" "$tmp/s2tail"))" "same $tmp/r1 $tmp/s2tail 10"

@@ -71,7 +71,7 @@ check "--lr 1e-2 changes the loss curve (step 1 equal, then max |diff| ${d#* } >
 # checkpoints keep the schedule
 # shellcheck disable=SC2086
 "$T" $D $F --steps 15 --schedule-steps 30 --ckpt "$tmp/ck" --log "$tmp/half" > /dev/null
-"$T" $D --resume "$tmp/ck" --log "$tmp/rest" > /dev/null
+"$T" $D --resume "$tmp/ck" --ckpt "$tmp/ck_rest" --log "$tmp/rest" > /dev/null
 check "resume without flags keeps the saved schedule and length (15 + 15 == 30 straight, bit-identical)" \
     "[ \$(wc -l < $tmp/rest) = 15 ] && cmp -s <(col $tmp/half loss; col $tmp/rest loss) <(col $tmp/flags loss)"
 follows "  and its lr follows the saved schedule" "$tmp/rest" 15 5e-3 1e-4 5 30

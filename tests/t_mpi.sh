@@ -82,11 +82,11 @@ want=$((2 * 3 * 65 * 4 + 2 * 3 * 4 / 4)) # allgather + reducescatter of 65 float
 check "the log's comm_bytes per step = $want (the ring formula)" "[ \$(grep -c '\"comm_bytes\":$want,' $tmp/l4) = 30 ]"
 
 mpi 4 "$M" train 4 8 -- $D --steps 15 --ckpt "$tmp/rck" > /dev/null
-mpi 2 "$M" train 2 8 -- $D --steps 30 --resume "$tmp/rck" --log "$tmp/r2" > "$tmp/o2"
+mpi 2 "$M" train 2 8 -- $D --steps 30 --resume "$tmp/rck" --ckpt "$tmp/rck_r2" --log "$tmp/r2" > "$tmp/o2"
 r=$(maxrel "eval tail -15 $tmp/l4 | sed 's/.*\"loss\":\([^,]*\),.*/\1/'" "losses $tmp/r2")
 check "resume at dp 2 from a dp 4 checkpoint: the same next 15 losses (max rel diff $r)" \
     "grep -q 'resumed from .*step_00000015' $tmp/o2 && [ \$(wc -l < $tmp/r2) = 15 ] && close $r"
-"$M" train 1 8 -- $D --steps 30 --resume "$tmp/rck" --log "$tmp/r1" > /dev/null
+"$M" train 1 8 -- $D --steps 30 --resume "$tmp/rck" --ckpt "$tmp/rck_r1" --log "$tmp/r1" > /dev/null
 r=$(maxrel "eval tail -15 $tmp/l4 | sed 's/.*\"loss\":\([^,]*\),.*/\1/'" "losses $tmp/r1")
 check "resume on 1 rank from the dp 4 checkpoint (max rel diff $r)" "[ \$(wc -l < $tmp/r1) = 15 ] && close $r"
 
@@ -129,10 +129,10 @@ check "params in a param shard: the step-15 checkpoint == the stored layout's, b
     "cmp -s $tmp/pck/step_00000015.safetensors $tmp/rck/step_00000015.safetensors"
 mkdir "$tmp/pck15" && cp "$tmp/pck/step_00000015.safetensors" "$tmp/pck15/"
 tail4() { tail -15 "$tmp/l4" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
-"$M" train 1 8 -- $D --steps 30 --resume "$tmp/pck15" --log "$tmp/pr1" > /dev/null
+"$M" train 1 8 -- $D --steps 30 --resume "$tmp/pck15" --ckpt "$tmp/pck15_r1" --log "$tmp/pr1" > /dev/null
 r=$(maxrel tail4 "losses $tmp/pr1")
 check "param-shard checkpoint of dp 4 -> stored params on 1 rank: the same next 15 losses (max rel diff $r)" "[ \$(wc -l < $tmp/pr1) = 15 ] && close $r"
-mpi 2 "$M" train-ps 2 8 -- $D --steps 30 --resume "$tmp/rck" --log "$tmp/pr2" > /dev/null
+mpi 2 "$M" train-ps 2 8 -- $D --steps 30 --resume "$tmp/rck" --ckpt "$tmp/rck_pr2" --log "$tmp/pr2" > /dev/null
 r=$(maxrel tail4 "losses $tmp/pr2")
 check "stored-params checkpoint of dp 4 -> param shards at dp 2: the same next 15 losses (max rel diff $r)" "[ \$(wc -l < $tmp/pr2) = 15 ] && close $r"
 I="--steps 5 --init $tmp/pck15/step_00000015.safetensors"

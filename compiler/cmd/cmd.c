@@ -33,6 +33,23 @@ void die(const char *fmt, ...) {
     exit(1);
 }
 
+void cmd_check_output(const char *flag, const char *path, const RtPath *inputs, int n) {
+    char err[1024];
+    if (path && rt_check_output(flag, path, inputs, n, err, sizeof err) != 0) die("%s", err);
+}
+
+void cmd_check_input(const char *flag, const char *path) {
+    char err[1024];
+    if (path && rt_check_input(flag, path, err, sizeof err) != 0) die("%s", err);
+}
+
+Module *cmd_compile_checked(Args *a) {
+    Module *m = compile(a);
+    char err[1024];
+    if (opt_check(&a->o, err, sizeof err) != 0) die("%s", err);
+    return m;
+}
+
 void cmd_add_set(KeyVal **sets, int *nsets, const char *key, const char *value) {
     *sets = realloc(*sets, sizeof(KeyVal) * (size_t)(*nsets + 1));
     if (!*sets) die("out of memory");

@@ -31,6 +31,7 @@
 #ifndef KILN_CMD_H
 #define KILN_CMD_H
 
+#include "fsutil.h"
 #include "interp.h"
 #include "ir.h"
 #include "options.h"
@@ -51,6 +52,12 @@ void cmd_set_prefix(const char *prefix);
 int cmd_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
+/* Files (runtime/io/fsutil.h): die unless path may be written as output
+ * `flag` (absent, or a regular file that is none of the inputs), or read
+ * as input `flag` (absent or a regular file: not a FIFO or a device). */
+void cmd_check_output(const char *flag, const char *path, const RtPath *inputs, int n);
+void cmd_check_input(const char *flag, const char *path);
+
 /* ---- the pipeline (pipeline.c) ---- */
 
 typedef enum {
@@ -68,6 +75,9 @@ void pipeline_check_after(const char *after);
 /* a->model through the training pipeline up to --after; a .ir file is a
  * dump, parsed and used as it is (no passes run). */
 Module *compile(Args *a);
+/* compile(), then the optimizer settings a trainer must not get (options.h,
+ * opt_check): kiln compile and kiln run build trainers with them. */
+Module *cmd_compile_checked(Args *a);
 
 /* ---- helpers ---- */
 

@@ -84,8 +84,14 @@ static void link_trainer(const char *out, const char *obj, int cuda) {
 
 int cmd_compile(Args *a) {
     if (!a->out) die("compile: -o FILE is required");
-    Module *m = compile(a);
     char err[1024], path[4200];
+    const RtPath model = {"MODEL", a->model};
+    cmd_check_output("-o", a->out, &model, 1);
+    for (const char *const *ext = (const char *const[]){"o", "cu", "ll", "schedule.ir", NULL}; *ext; ext++) {
+        snprintf(path, sizeof path, "%s.%s", a->out, *ext); /* what compile writes beside FILE */
+        cmd_check_output(**ext == 'o' ? "-o" : "--emit", path, &model, 1);
+    }
+    Module *m = cmd_compile_checked(a);
     EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = a->cuda_arch, .attention_cudnn = a->attention && !strcmp(a->attention, "cudnn")};
     EmitTarget *t = a->cuda_arch ? &cuda : NULL;
     EmitCubin *cubins = NULL;

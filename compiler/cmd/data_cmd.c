@@ -27,11 +27,13 @@
 
 #include "bpe.h"
 #include "cmd.h"
+#include "fsutil.h"
 #include "shards.h"
 
 typedef struct {
     char **in;
-    int nin;
+    RtPath *inpaths; /* in[], then the BPE files: what no output may be */
+    int nin, ninpaths;
     const char *out;
     double val_fraction;
     long long shard_tokens;
@@ -43,6 +45,8 @@ typedef struct {
     ShardWriter *w;
     int n, cap;
     const char *out, *split;
+    const RtPath *inputs; /* no shard may be one of them (fsutil.h) */
+    int ninputs;
     long long per_shard, in_current;
     char err[1024];
 } Split;
@@ -54,7 +58,8 @@ static int parse_args(DataArgs *a, int argc, char **argv) {
     a->val_fraction = 0.1;
     a->shard_tokens = 100000000;
     a->in = calloc((size_t)argc, sizeof *a->in);
-    if (!a->in) return cmd_error("out of memory");
+    a->inpaths = calloc((size_t)argc + 2, sizeof *a->inpaths);
+    if (!a->in || !a->inpaths) return cmd_error("out of memory");
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) {
@@ -88,6 +93,9 @@ static int parse_args(DataArgs *a, int argc, char **argv) {
     }
     if (a->bpe_dir && (a->encoder || a->vocab_bpe)) return cmd_error("--bpe DIR replaces --encoder and --vocab-bpe");
     if (!a->encoder != !a->vocab_bpe) return cmd_error("--encoder and --vocab-bpe go together");
+    for (int i = 0; i < a->nin; i++) a->inpaths[a->ninpaths++] = (RtPath){"input", a->in[i]};
+    if (a->encoder) a->inpaths[a->ninpaths++] = (RtPath){"--encoder", a->encoder};
+    if (a->vocab_bpe) a->inpaths[a->ninpaths++] = (RtPath){"--vocab-bpe", a->vocab_bpe};
     return 0;
 }
 
@@ -116,6 +124,7 @@ static int split_put(Split *s, const uint32_t *tok, long long n) {
             }
             char path[4096];
             snprintf(path, sizeof path, "%s_%s_%06d.bin", s->out, s->split, s->n);
+            if (rt_check_output("-o", path, s->inputs, s->ninputs, s->err, sizeof s->err) != 0) return -1;
             if (shard_begin(&s->w[s->n], path, 1, s->err, sizeof s->err) != 0) return -1;
             s->n++;
             s->in_current = 0;
@@ -235,8 +244,8 @@ static int bpe_main(const DataArgs *a, long long total_bytes) {
     int rc = bpe_inputs(a, b, total_bytes, &ids, &n);
     long long total = (long long)n, nval = (long long)(a->val_fraction * (double)total + 0.5), ntrain = total - nval;
     if (rc == 0 && ntrain <= 0) rc = cmd_error("no training tokens: the inputs hold %lld BPE tokens", total);
-    Split train = {.out = a->out, .split = "train", .per_shard = a->shard_tokens};
-    Split val = {.out = a->out, .split = "val", .per_shard = a->shard_tokens};
+    Split train = {.out = a->out, .split = "train", .per_shard = a->shard_tokens, .inputs = a->inpaths, .ninputs = a->ninpaths};
+    Split val = {.out = a->out, .split = "val", .per_shard = a->shard_tokens, .inputs = a->inpaths, .ninputs = a->ninpaths};
     if (rc == 0 && split_put(&train, ids, ntrain) != 0) rc = cmd_error("%s", train.err);
     if (rc == 0 && split_put(&val, ids + ntrain, nval) != 0) rc = cmd_error("%s", val.err);
     if (rc == 0) rc = finish_and_commit(&train);
@@ -257,8 +266,8 @@ static int bpe_main(const DataArgs *a, long long total_bytes) {
 static int bytes_main(const DataArgs *a, long long total) {
     long long nval = (long long)(a->val_fraction * (double)total + 0.5), ntrain = total - nval;
     if (ntrain <= 0) return cmd_error("no training tokens: the inputs hold %lld bytes", total);
-    Split train = {.out = a->out, .split = "train", .per_shard = a->shard_tokens};
-    Split val = {.out = a->out, .split = "val", .per_shard = a->shard_tokens};
+    Split train = {.out = a->out, .split = "train", .per_shard = a->shard_tokens, .inputs = a->inpaths, .ninputs = a->ninpaths};
+    Split val = {.out = a->out, .split = "val", .per_shard = a->shard_tokens, .inputs = a->inpaths, .ninputs = a->ninpaths};
     int rc = stream_inputs(a, ntrain, total, &train, &val);
     if (rc == 0) rc = finish_and_commit(&train);
     if (rc == 0) rc = finish_and_commit(&val);
@@ -279,5 +288,6 @@ int kiln_data_main(int argc, char **argv) {
     if (rc == 0) rc = check_inputs(&a, &total);
     if (rc == 0) rc = a.bpe_dir || a.encoder ? bpe_main(&a, total) : bytes_main(&a, total);
     free(a.in);
+    free(a.inpaths);
     return rc;
 }

@@ -40,6 +40,7 @@
  * removed and OUT is left as it was.
  */
 #include "plot.h"
+#include "fsutil.h"
 #include "json.h"
 
 #include <ctype.h>
@@ -171,8 +172,11 @@ static int run_point(PlotRun *r, PlotSeries *s, double x, double y, bool logy) {
 
 /* Reads r->path into r's series.  Returns 0, or -1 after printing the error. */
 static int run_read(PlotRun *r, bool logy) {
-    FILE *f = fopen(r->path, "r");
-    if (!f) return cmd_error("cannot open %s: %s", r->path, strerror(errno)), -1;
+    char err[1024];
+    int fd = rt_open_input(NULL, r->path, err, sizeof err); /* a FIFO or a device is refused, not read forever */
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
+    if (fd >= 0 && !f) close(fd), snprintf(err, sizeof err, "%s: cannot open: %s", r->path, strerror(errno));
+    if (!f) return cmd_error("%s", err), -1;
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -490,14 +494,16 @@ static int plot_args(PlotArgs *a, int argc, char **argv) {
     return 0;
 }
 
-/* Refuses to write over one of the inputs. */
+/* Refuses to write over one of the inputs, or over what is not a regular
+ * file (fsutil.h: renaming over /dev/null would replace it). */
 static int plot_check_out(const PlotArgs *a) {
-    struct stat so, si;
-    if (stat(a->out, &so)) return 0;
-    for (int i = 0; i < a->ninputs; i++)
-        if (!stat(a->inputs[i], &si) && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
-            return cmd_error("output %s is the input %s; not writing over it", a->out, a->inputs[i]), 1;
-    return 0;
+    RtPath *in = calloc((size_t)a->ninputs + 1, sizeof *in);
+    char err[1024];
+    if (!in) return cmd_error("out of memory"), 1;
+    for (int i = 0; i < a->ninputs; i++) in[i] = (RtPath){"input", a->inputs[i]};
+    int rc = rt_check_output("-o", a->out, in, a->ninputs, err, sizeof err);
+    free(in);
+    return rc ? cmd_error("%s", err), 1 : 0;
 }
 
 int kiln_plot_main(int argc, char **argv) {

@@ -28,7 +28,10 @@
 
 static int run_jit(Args *a) {
     if (!a->data) die("run: --data FILE is required (a text file; bytes are the tokens)");
-    Module *m = compile(a);
+    const RtPath in[2] = {{"MODEL", a->model}, {"--trace", a->trace}}; /* the trainer checks them against the data */
+    cmd_check_output("--trace", a->trace, in, 1);
+    cmd_check_output("--log", a->log, in, 2);
+    Module *m = cmd_compile_checked(a);
     char err[1024], seed[32], every[32];
     const rt_program *prog;
     Jit *j = emit_jit(m, &prog, err, sizeof err);
@@ -77,7 +80,10 @@ static void export_params(StWriter *w, Interp *it, Graph *g, const char *prefix,
 
 static int run_interp(Args *a) {
     if (!a->data) die("run: --data FILE is required (a text file; bytes are the tokens)");
-    Module *m = compile(a);
+    const RtPath in[3] = {{"MODEL", a->model}, {"--data", a->data}, {"--log", a->log}};
+    cmd_check_output("--log", a->log, in, 2);
+    cmd_check_output("--export", a->export_path, in, 3);
+    Module *m = cmd_compile_checked(a);
     Graph *g = m->stages[0];
     int tok_id = find_input(g, "tokens"), tgt_id = find_input(g, "targets");
     if (tok_id < 0 || tgt_id < 0) die("run: %s needs inputs named tokens and targets", a->model);

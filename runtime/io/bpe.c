@@ -27,12 +27,14 @@
  */
 #include "bpe.h"
 #include "json.h"
+#include "fsutil.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { CL_OTHER, CL_LETTER, CL_NUMBER, CL_SPACE };
 enum { CACHE_MAX_BYTES = 64 << 20 };
@@ -181,8 +183,10 @@ bad:
 /* ---- loading ------------------------------------------------------------- */
 
 static char *read_file(const char *path, size_t *n, char *err, int errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return bfail(err, errlen, "%s: cannot open: %s", path, strerror(errno)), NULL;
+    int fd = rt_open_input(NULL, path, err, errlen); /* a FIFO or a device is refused, not read forever */
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (fd >= 0 && !f) close(fd), bfail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) return NULL;
     char *buf = NULL;
     size_t cap = 0, len = 0, k;
     do {

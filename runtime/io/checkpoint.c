@@ -350,6 +350,21 @@ int ckpt_prepare_dir(const char *dir, char *err, int errlen) {
     return 0;
 }
 
+int ckpt_check_dir(const char *dir, const RtPath *inputs, int n, char *err, int errlen) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return 0; /* created later; ckpt_prepare_dir reports what is wrong with it */
+    Found *f;
+    int nf, rc = 0;
+    char path[4200];
+    if (list_ckpts(dir, &f, &nf, err, errlen) != 0) return 0;
+    for (int i = 0; i < nf && rc == 0; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, f[i].name);
+        rc = rt_check_output("--ckpt", path, inputs, n, err, errlen);
+    }
+    free(f);
+    return rc;
+}
+
 /* Rank 0: write the file from g, then prune. */
 static int write_ckpt(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra *x, int keep, const Gathered *g, char *err,
                       int errlen) {
@@ -536,12 +551,45 @@ static int bind_schedule(Binding *b, char *err, int errlen) {
     return 0;
 }
 
+/* The trainer's state against itself and the file: trainer.step in
+ * [0, 1e9] (the trainer counts steps in an int), equal to the step in the
+ * file's name (step_<N>.safetensors; another name is not checked), to the
+ * metadata "step" when present, and to the optimizer's counter opt.step
+ * (the AdamW steps taken, an f32: exact up to 2^24) when the file has one; trainer.data_pos >= 0;
+ * the schedule's min_lr <= lr and its length >= 1.  Checked before
+ * anything is written, like every other field. */
+static int check_extra(Binding *b, char *err, int errlen) {
+    int64_t step, pos;
+    memcpy(&step, st_data(b->f, b->xt[0]), 8);
+    memcpy(&pos, st_data(b->f, b->xt[2]), 8);
+    const char *path = b->f->path, *base = strrchr(path, '/'), *meta = st_meta(b->f, "step");
+    int64_t named = parse_ckpt_name(base ? base + 1 : path);
+    if (step < 0 || step > 1000000000) return rt_errf(err, errlen, "%s: trainer.step %lld is out of range [0, 1e9]", path, (long long)step);
+    if (named >= 0 && named != step)
+        return rt_errf(err, errlen, "%s: trainer.step %lld does not match the file name's step %lld", path, (long long)step, (long long)named);
+    char *end;
+    if (meta && (strtoll(meta, &end, 10) != step || *end || !*meta))
+        return rt_errf(err, errlen, "%s: trainer.step %lld does not match the metadata \"step\": \"%s\"", path, (long long)step, meta);
+    const StEntry *t = st_find(b->f, "opt.step");
+    float adam;
+    if (t && t->dtype == ST_F32 && t->rank == 0 && step <= (1 << 24) && (memcpy(&adam, st_data(b->f, t), 4), (double)adam != (double)step))
+        return rt_errf(err, errlen, "%s: trainer.step %lld does not match the optimizer's opt.step %g", path, (long long)step, (double)adam);
+    if (pos < 0) return rt_errf(err, errlen, "%s: trainer.data_pos %lld is negative", path, (long long)pos);
+    if (b->has_sched && b->sched[1] > b->sched[0])
+        return rt_errf(err, errlen, "%s: metadata \"min_lr\" %g is above \"lr\" %g", path, b->sched[1], b->sched[0]);
+    if (b->has_sched && (b->sched[3] < 1 || b->sched[2] > 1e9 || b->sched[3] > 1e9))
+        return rt_errf(err, errlen, "%s: metadata \"%s\" %g is out of range", path, b->sched[3] < 1 || b->sched[3] > 1e9 ? "schedule_steps" : "warmup",
+                       b->sched[3] < 1 || b->sched[3] > 1e9 ? b->sched[3] : b->sched[2]);
+    return 0;
+}
+
 static int bind_extra(Binding *b, char *err, int errlen) {
     static const char *names[3] = {"trainer.step", "trainer.rng", "trainer.data_pos"};
     static const int dtypes[3] = {ST_I64, ST_U64, ST_I64};
     for (int i = 0; i < 3; i++)
         if (bind_one(b, names[i], dtypes[i], NULL, 0, &b->xt[i], err, errlen)) return -1;
-    return bind_schedule(b, err, errlen);
+    if (b->missing[0]) return 0; /* check_complete reports it */
+    return bind_schedule(b, err, errlen) || check_extra(b, err, errlen) ? -1 : 0;
 }
 
 /* Entries the load did not bind that it may ignore. */
@@ -690,11 +738,9 @@ int ckpt_resume(rt_ctx *ctx, const rt_program *p, const char *dir, CkptExtra *x,
         }
         if (r == 0) {
             if (used) snprintf(used, (size_t)usedlen, "%s", path);
+            if (i > 0) fprintf(stderr, "warning: skipped %d newer checkpoint%s; the newest: %s\n", i, i > 1 ? "s" : "", first);
             rc = 0;
-        } else {
-            fprintf(stderr, "warning: skipping checkpoint: %s\n", e);
-            if (!first[0]) snprintf(first, sizeof first, "%s", e);
-        }
+        } else if (!first[0]) snprintf(first, sizeof first, "%s", e);
     }
     if (rc) rt_errf(err, errlen, "%s: no valid checkpoint among %d; the newest: %s", dir, n, first);
     free(f);

@@ -58,6 +58,7 @@
 #define KILN_CHECKPOINT_H
 #include <stdint.h>
 
+#include "fsutil.h"
 #include "kiln_rt.h"
 
 typedef struct {
@@ -79,13 +80,20 @@ int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra
  * the first N steps).  0, or -1 with one line in err. */
 int ckpt_prepare_dir(const char *dir, char *err, int errlen);
 
+/* Before a run writes checkpoints into dir: every checkpoint file already
+ * there (which a save may replace and pruning delete) is a regular file and
+ * none of the n inputs (fsutil.h, rt_check_output).  0 (also when dir does
+ * not exist yet), or -1 with one line in err naming --ckpt. */
+int ckpt_check_dir(const char *dir, const RtPath *inputs, int n, char *err, int errlen);
+
 /* Load one checkpoint file: params, states and (x != NULL) the trainer's
  * state, which must then be present, and the schedule when the file has
  * one.  0, or -1 with err, state untouched. */
 int ckpt_load(rt_ctx *ctx, const rt_program *p, const char *path, CkptExtra *x, char *err, int errlen);
 
-/* Load the newest valid checkpoint of dir; a newer one that fails to load
- * is skipped with a "warning: ..." line on stderr.  The file used goes into
+/* Load the newest valid checkpoint of dir; newer ones that fail to load
+ * are skipped with one "warning: ..." line on stderr (naming the newest's
+ * error) once an older one has loaded.  The file used goes into
  * used (may be NULL).  0; 1 when dir holds no checkpoint file at all (err
  * says so; the caller may start fresh); -1 when dir is unreadable or no
  * checkpoint loads (err gives the newest one's error). */

@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "fsutil.h"
 
 uint64_t data_next(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -17,11 +20,10 @@ uint64_t data_rng(uint64_t seed) { return seed ^ 0x5eedull; }
 
 int data_load_text(Corpus *c, const char *path, char *err, int errlen) {
     memset(c, 0, sizeof *c);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, (size_t)errlen, "--data: cannot open %s: %s", path, strerror(errno));
-        return -1;
-    }
+    int fd = rt_open_input("--data", path, err, errlen); /* a FIFO or a device is refused, not read forever */
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (fd >= 0 && !f) close(fd), rt_errf(err, errlen, "--data: %s: cannot open: %s", path, strerror(errno));
+    if (!f) return -1;
     size_t cap = 1 << 16;
     c->bytes = malloc(cap);
     for (size_t k; c->bytes && (k = fread(c->bytes + c->n, 1, cap - c->n, f)) > 0;) {

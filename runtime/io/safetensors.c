@@ -435,11 +435,11 @@ static int parse_header(StFile *f, const char *h, size_t hlen, char *err, int er
 int st_open(StFile *f, const char *path, char *err, int errlen) {
     memset(f, 0, sizeof *f);
     f->path = xstrdup(path);
-    int fd = open(path, O_RDONLY);
+    int fd = rt_open_input(NULL, path, err, errlen); /* a FIFO or a device is refused, not read forever */
     struct stat sb;
-    if (fd < 0) { rt_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); goto bad; }
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        rt_errf(err, errlen, "%s: not a regular file", path);
+    if (fd < 0) goto bad;
+    if (fstat(fd, &sb) != 0) {
+        rt_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         goto bad;
     }

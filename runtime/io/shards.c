@@ -77,12 +77,11 @@ static int open_one(DataFile *f, const char *path, int64_t vocab, const char *fl
     memset(f, 0, sizeof *f);
     f->path = strdup(path);
     if (!f->path) return rt_errf(err, errlen, "%s: out of memory", flag);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return rt_errf(err, errlen, "%s: %s: cannot open: %s", flag, path, strerror(errno));
+    int fd = rt_open_input(flag, path, err, errlen); /* a FIFO or a device is refused, not read forever */
+    if (fd < 0) return -1;
     struct stat st;
     int rc;
     if (fstat(fd, &st) != 0) rc = rt_errf(err, errlen, "%s: %s: cannot stat: %s", flag, path, strerror(errno));
-    else if (!S_ISREG(st.st_mode)) rc = rt_errf(err, errlen, "%s: %s: not a regular file", flag, path);
     else if (ends_with(path, ".bin")) rc = open_shard(f, fd, (size_t)st.st_size, flag, err, errlen);
     else {
         rc = map_file(f, fd, (size_t)st.st_size, flag, err, errlen);
