@@ -48,7 +48,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RT_ABI_VERSION 9
+#define RT_ABI_VERSION 8
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);

@@ -10,8 +10,13 @@
 #  - the compiled CPU step (JIT) gives the f32 interpreter's 20 losses (1e-5
 #    relative; observed ~1e-7: only kernels' roundings differ, a different
 #    mask would move a loss by 1e-2);
+#  - the trainer: 10 steps straight == 5, a checkpoint, resume, 5 (bit for
+#    bit: the step counter is state opt.step, saved and restored);
 #  - mpirun -np 2 of a --dp 2 trainer and of a --cp 2 trainer give the
 #    1-rank losses (1e-5) over 10 steps;
+#  - the IR text round trip (dump, parse, dump: byte-identical) after the
+#    front end, autodiff, parallelize (dp 2 x cp 2 x 2 micro-batches) and
+#    memplan (also bf16);
 #  - kiln sample: the same checkpoint gives the same text with pdrop 0.25 and
 #    pdrop 0 (dropout is off in inference);
 #  - bad input: p = 1, p < 0, an unknown option, x of rank 1: one line naming
@@ -35,6 +40,15 @@ check_ok $M --dp 2 --zero 0 --micro-batches 2
 check_ok $M --cp 2 --cp-layout contiguous
 check_ok $M --micro-batches 2 --recompute full
 
+for spec in "front:" "autodiff:" "parallelize:--dp 2 --cp 2 --micro-batches 2" "memplan:--dp 2 --cp 2" "memplan:--precision bf16"; do
+    pass=${spec%%:*} flags=${spec#*:}
+    # shellcheck disable=SC2086
+    "$K" dump $M --after "$pass" $flags -o "$tmp/a.ir" && "$K" dump "$tmp/a.ir" -o "$tmp/b.ir"
+    check "round trip after $pass $flags ($(grep -c ' = dropout ' "$tmp/a.ir") dropout nodes)" \
+        "[ $? = 0 ] && grep -q ' = dropout ' $tmp/a.ir && cmp -s $tmp/a.ir $tmp/b.ir"
+    rm -f "$tmp/a.ir" "$tmp/b.ir"
+done
+
 l1=$("$K" check $M --dp 2 | sed 's/.*; loss \([^,]*\),.*/\1/')
 l0=$("$K" check $M --dp 2 --set pdrop=0 | sed 's/.*; loss \([^,]*\),.*/\1/')
 check "dropout changes the loss (pdrop 0.25: $l1, pdrop 0: $l0)" "[ -n '$l1' ] && [ '$l1' != '$l0' ]"
@@ -47,12 +61,16 @@ D="--data $B/corpus.txt --seed 7"
 "$K" run $M $D --steps 20 --log "$tmp/jit" > /dev/null
 check "20 compiled CPU steps == the f32 interpreter's (worst $(worst "$tmp/jit" "$tmp/interp"))" "same $tmp/jit $tmp/interp 20"
 
+"$K" compile $M --steps 10 -o "$tmp/r1" > /dev/null
+"$tmp/r1" $D --threads 1 --log "$tmp/l1" > /dev/null
+"$tmp/r1" $D --threads 1 --steps 5 --schedule-steps 10 --ckpt "$tmp/ckh" --log "$tmp/half" > /dev/null
+"$tmp/r1" $D --threads 1 --resume "$tmp/ckh" --ckpt "$tmp/ckh" --log "$tmp/half" > /dev/null
+check "10 steps straight == 5 + resume + 5, bit-identical (the step, and so the masks, resume)" \
+    "[ \$(wc -l < $tmp/l1) = 10 ] && cmp -s <(losses $tmp/l1) <(losses $tmp/half)"
 if command -v mpirun > /dev/null; then
     MPI="timeout 300 mpirun --oversubscribe"
-    "$K" compile $M --steps 10 -o "$tmp/r1" > /dev/null
     "$K" compile $M --steps 10 --dp 2 -o "$tmp/dp2" > /dev/null
     "$K" compile $M --steps 10 --cp 2 --cp-comm p2p -o "$tmp/cp2" > /dev/null
-    "$tmp/r1" $D --threads 1 --log "$tmp/l1" > /dev/null
     $MPI -np 2 "$tmp/dp2" $D --threads 1 --log "$tmp/ldp" > /dev/null 2>&1
     $MPI -np 2 "$tmp/cp2" $D --threads 1 --log "$tmp/lcp" > /dev/null 2>&1
     check "mpirun -np 2 --dp 2 trainer == 1 rank over 10 steps (worst $(worst "$tmp/ldp" "$tmp/l1"))" "same $tmp/ldp $tmp/l1 10"
