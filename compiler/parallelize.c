@@ -28,7 +28,10 @@
  * take its inputs' layout (a max over the batch, a norm across it).
  * Positions (`iota`) are split along the sequence with their global values
  * (a rank-dependent iota), and attention over a split sequence is rewritten
- * by cp.c (all-gather or ring attention; the dual-chunk layout).
+ * by cp.c (all-gather or ring attention; the dual-chunk layout).  Sample
+ * indices (an iota {axis="batch"}: dropout's rows, issue 17) are split along
+ * the batch like an input, with their global values, so a dropout mask
+ * hashed from (sample, position) is the single device's on every rank.
  *
  * Then the graph is rebuilt with local shapes.  Nodes that depend on the
  * inputs are cloned once per micro-batch (Node.mb); the others are built
