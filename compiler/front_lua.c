@@ -771,10 +771,13 @@ static int l_dropout(lua_State *L)
         lua_settop(L, 1);
         return 1;
     }
-    if (fe->dropout_step < 0) {
+    if (fe->dropout_step < 0) { /* the step counter belongs to no layer */
         Type st = {.dt = DT_F32, .rank = 0};
         Attr name = ir_attr_str(fe->m, "name", "opt.step");
+        int layer = fe->layer;
+        fe->layer = -1;
         fe->dropout_step = ir_out(fe->g, fe_node(L, OP_state, 0, NULL, 1, &name, &st));
+        fe->layer = layer;
     }
     Type rt = {.dt = DT_I32, .rank = 1, .dim = {t->dim[0]}}, pt = {.dt = DT_I32, .rank = 1, .dim = {t->dim[1]}};
     Attr axis = ir_attr_str(fe->m, "axis", "batch");
