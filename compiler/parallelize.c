@@ -219,7 +219,7 @@ static const char *rule_input(Par *P, int ax, const Node *n, Sp *out) {
 }
 
 /* An iota of sample indices {axis="batch"} (dropout's rows, issue 17): split
- * over the batch like the inputs, with global values (batch_iota_of). */
+ * over the batch like the inputs, with global values (input_of). */
 static int is_batch_iota(const Node *n) { return n->op == OP_iota && strcmp(ir_attr_s(n, "axis", ""), "batch") == 0; }
 
 /* Positions: along a split sequence, the global indices of the rank's
@@ -417,6 +417,7 @@ static const char *rule_cross_entropy(Par *P, int ax, const Node *n, Sp *out) {
     return !is_split(d) || d.dim >= vtype(P, n->in[n->nin - 2])->rank - 1 ? "cross entropy across the vocabulary"
                                                                           : (out[0] = d, NULL);
 }
+
 /* dropout (issue 17): x [B,T,..] keeps its layout; its mask's indices rows
  * (along the batch) and pos (along the sequence) must be split as x is, so
  * the rank draws the global elements' bits: the single device's mask. */
