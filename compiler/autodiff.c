@@ -420,6 +420,14 @@ static void vjp_rope(Ad *a, const Node *n, const int *dy, int *dx) {
     fused_bwd(a, n, OP_rope_bwd, 2, in, dx);
 }
 
+/* dropout (issue 17): y = x*mask/(1-p) is linear in x with the same mask,
+ * so dx is the same op on dy: the mask is recomputed from the hash, never
+ * saved; step, rows and pos get no gradient. */
+static void vjp_dropout(Ad *a, const Node *n, const int *dy, int *dx) {
+    int in[4] = {dy[0], n->in[1], n->in[2], n->in[3]};
+    dx[0] = ir_out(a->bld.g, emit_like(a, OP_dropout, n, 4, in));
+}
+
 /* Accumulate into dx[i] (for rules that contribute twice). */
 static void add_to(Ad *a, int *dx, int v) { *dx = *dx < 0 ? v : ir_build2(&a->bld, OP_add, *dx, v); }
 
@@ -495,7 +503,7 @@ static const VjpFn vjp[OP_COUNT] = {
     [OP_slice] = vjp_slice, [OP_concat] = vjp_concat, [OP_broadcast] = vjp_broadcast,
     [OP_sumto] = vjp_sumto, [OP_cast] = vjp_cast, [OP_matmul] = vjp_matmul,
     [OP_layernorm] = vjp_layernorm, [OP_rmsnorm] = vjp_rmsnorm, [OP_softmax] = vjp_softmax,
-    [OP_rope] = vjp_rope, [OP_attention] = vjp_attention, [OP_embedding] = vjp_embedding,
+    [OP_rope] = vjp_rope, [OP_dropout] = vjp_dropout, [OP_attention] = vjp_attention, [OP_embedding] = vjp_embedding,
     [OP_cross_entropy] = vjp_cross_entropy, [OP_loss] = vjp_loss,
     [OP_allreduce] = vjp_allreduce, [OP_reducescatter] = vjp_reducescatter,
     [OP_allgather] = vjp_allgather,

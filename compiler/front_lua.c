@@ -87,6 +87,8 @@ typedef struct {
     Loc loss_loc;
     const char *files[FE_MAX_FILES]; /* chunks loaded, to undo Lua's "...tail" */
     int nfiles;
+    int dropout_step;            /* dropout (issue 17): the state opt.step, -1 before the first */
+    int ndropout;                /* dropouts so far: the next one's id */
 } Fe;
 
 static Fe *fe_of(lua_State *L) { return *(Fe **)lua_getextraspace(L); }
@@ -776,6 +778,60 @@ static int l_attention(lua_State *L)
     return 2;
 }
 
+/* ---- dropout (issue 17) ----
+ * dropout(x, p) or dropout(x, {p = 0.1}) on x [B,T,...]: inverted dropout
+ * whose mask is a hash of (seed, the call's ordinal, the step, the global
+ * sample, token and feature index) (ops.def, runtime/rng.h).  The step is
+ * the optimizer's counter, state opt.step (the optimizer pass reads the same
+ * state); rows and pos are iotas that parallelize turns into global sample
+ * indices (axis "batch") and global token positions.  p = 0 and kiln
+ * sample's forward program (Options.no_dropout) give x itself. */
+static double fe_dropout_p(lua_State *L)
+{
+    if (lua_type(L, 2) == LUA_TNUMBER) return lua_tonumber(L, 2);
+    if (!lua_istable(L, 2)) fe_raise(L, "dropout: p must be a number or a table like {p = 0.1}, got %s", luaL_typename(L, 2));
+    for (lua_pushnil(L); lua_next(L, 2); lua_pop(L, 1))
+        if (lua_type(L, -2) != LUA_TSTRING || strcmp(lua_tostring(L, -2), "p") != 0)
+            fe_raise(L, "dropout: unknown option %s (dropout takes p)",
+                     lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : luaL_typename(L, -2));
+    lua_getfield(L, 2, "p");
+    if (lua_type(L, -1) != LUA_TNUMBER) fe_raise(L, "dropout: p must be a number, got %s", luaL_typename(L, -1));
+    double p = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    return p;
+}
+
+static int l_dropout(lua_State *L)
+{
+    Fe *fe = fe_of(L);
+    int x = fe_tensor(L, 1, "dropout");
+    double p = fe_dropout_p(L);
+    const Type *t = fe_type(L, x);
+    char buf[96];
+    if (!(p >= 0 && p < 1)) fe_raise(L, "dropout: p must be in [0, 1), got %g", p);
+    if (t->rank < 2) fe_raise(L, "dropout: x must be [B,T,...] (batch, sequence first), got %s", fe_tstr(L, x, buf, sizeof buf));
+    if (p == 0 || (fe->o && fe->o->no_dropout)) {
+        lua_settop(L, 1);
+        return 1;
+    }
+    if (fe->dropout_step < 0) { /* the step counter belongs to no layer */
+        Type st = {.dt = DT_F32, .rank = 0};
+        Attr name = ir_attr_str(fe->m, "name", "opt.step");
+        int layer = fe->layer;
+        fe->layer = -1;
+        fe->dropout_step = ir_out(fe->g, fe_node(L, OP_state, 0, NULL, 1, &name, &st));
+        fe->layer = layer;
+    }
+    Type rt = {.dt = DT_I32, .rank = 1, .dim = {t->dim[0]}}, pt = {.dt = DT_I32, .rank = 1, .dim = {t->dim[1]}};
+    Attr axis = ir_attr_str(fe->m, "axis", "batch");
+    int in[4] = {x, fe->dropout_step, ir_out(fe->g, fe_node(L, OP_iota, 0, NULL, 1, &axis, &rt)),
+                 ir_out(fe->g, fe_node(L, OP_iota, 0, NULL, 0, NULL, &pt))};
+    Attr a[3] = {ir_attr_float(fe->m, "p", p), ir_attr_int(fe->m, "seed", fe->o ? (int64_t)fe->o->seed : 0),
+                 ir_attr_int(fe->m, "id", fe->ndropout++)};
+    fe_push(L, fe_node1(L, OP_dropout, 4, in, 3, a));
+    return 1;
+}
+
 /* loss(x): the one objective; also exposed as program output "loss". */
 static int l_loss(lua_State *L)
 {
@@ -1131,7 +1187,7 @@ static void fe_open_dsl(lua_State *L)
         {"reshape", l_reshape}, {"transpose", l_transpose}, {"slice", l_slice},
         {"concat", l_concat}, {"broadcast", l_broadcast}, {"cast", l_cast},
         {"layernorm", l_layernorm}, {"rmsnorm", l_rmsnorm}, {"rope", l_rope},
-        {"attention", l_attention}, {"loss", l_loss}, {"output", l_output}, {"layer", l_layer},
+        {"attention", l_attention}, {"dropout", l_dropout}, {"loss", l_loss}, {"output", l_output}, {"layer", l_layer},
         {"require", l_require}, {"print", l_print}, {"pow", l_pow}, {"where", l_where}, {NULL, NULL},
     };
     static const struct {
@@ -1384,7 +1440,7 @@ static Module *fe_new_module(const char *path)
 
 Module *fe_load(const char *path, Options *o, char *err, size_t errlen)
 {
-    Fe fe = {.path = path, .o = o, .layer = -1};
+    Fe fe = {.path = path, .o = o, .layer = -1, .dropout_step = -1};
     if ((fe.nlines = fe_count_lines(path, err, errlen)) < 0)
         return NULL;
     fe.m = fe_new_module(path);

@@ -583,6 +583,24 @@ static void ex_softmax_bwd(Ex *e) {
     }
 }
 
+/* ---- dropout (issue 17): x[B,T,F..], step, rows[B], pos[T]; the mask from
+ * runtime/rng.h's hash of the global indices (ops.def), scale 1/(1-p) ---- */
+
+static void ex_dropout(Ex *e) {
+    const Type *t = INT(0);
+    int64_t B = t->dim[0], T = t->dim[1], F = ir_numel(t) / (B * T);
+    double p = ir_attr_f(e->n, "p", 0), scale = 1 / (1 - p);
+    uint64_t key = rng_dropout_key((uint64_t)ir_attr_i(e->n, "seed", 0), ir_attr_i(e->n, "id", 0), rng_dropout_step(IN(1)[0]));
+    uint32_t thr = rng_dropout_threshold(p);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t tt = 0; tt < T; tt++) {
+            uint64_t row = rng_dropout_row(key, (int32_t)IN(2)[b], (int32_t)IN(3)[tt]);
+            const double *x = IN(0) + (b * T + tt) * F;
+            double *y = OUT(0) + (b * T + tt) * F;
+            for (int64_t f = 0; f < F; f++) y[f] = rng_dropout_bits(row, f) >= thr ? x[f] * scale : 0;
+        }
+}
+
 /* ---- rope: x[B,T,H,D], pos[T]; rotate-half, angle = pos*theta^(-2i/D) ---- */
 
 static void ex_rope(Ex *e) {
@@ -848,6 +866,7 @@ static void exec_local(Ex *e) {
     case OP_softmax: ex_softmax(e); break;
     case OP_softmax_bwd: ex_softmax_bwd(e); break;
     case OP_rope: case OP_rope_bwd: ex_rope(e); break;
+    case OP_dropout: ex_dropout(e); break;
     case OP_attention: ex_attention(e); break;
     case OP_attention_bwd: ex_attention_bwd(e); break;
     case OP_attn_merge: ex_attn_merge(e); break;

@@ -643,6 +643,22 @@ static int infer_rope(const Infer *in, Type out[], char *err, size_t errlen) {
     return 0;
 }
 
+/* dropout (issue 17): (x [B,T,..], step f32[], rows i32[B], pos i32[T]) {p in [0,1)} */
+static int infer_dropout(const Infer *in, Type out[], char *err, size_t errlen) {
+    const Type *const *t = in->t;
+    char x[96], y[96];
+    double p = ir_attr_f(in->n, "p", -1);
+    if (need_float(t[0], "dropout", "x", err, errlen) || need_int(t[2], "dropout", "rows", err, errlen) ||
+        need_int(t[3], "dropout", "pos", err, errlen)) return -1;
+    if (t[0]->rank < 2) FAIL("dropout: x must be [B,T,...] (batch, sequence first), got %s", tstr(t[0], x));
+    if (t[1]->rank != 0 || t[1]->dt != DT_F32) FAIL("dropout: step must be f32[], got %s", tstr(t[1], x));
+    if (t[2]->rank != 1 || t[2]->dim[0] != t[0]->dim[0]) FAIL("dropout: rows %s must be [B] for x %s", tstr(t[2], x), tstr(t[0], y));
+    if (t[3]->rank != 1 || t[3]->dim[0] != t[0]->dim[1]) FAIL("dropout: pos %s must be [T] for x %s", tstr(t[3], x), tstr(t[0], y));
+    if (!(p >= 0 && p < 1)) FAIL("dropout: p must be in [0, 1), got %g", p);
+    out[0] = *t[0];
+    return 0;
+}
+
 /* ---- library ops: attention ---- */
 
 /* q, k, v are t[first..first+2] (attention_bwd: after do); the optional
@@ -828,7 +844,7 @@ static const InferFn infer_op[OP_COUNT] = {
     [OP_matmul] = infer_matmul,
     [OP_layernorm] = infer_norm, [OP_rmsnorm] = infer_norm, [OP_layernorm_bwd] = infer_norm_bwd,
     [OP_rmsnorm_bwd] = infer_norm_bwd, [OP_softmax] = infer_softmax, [OP_softmax_bwd] = infer_softmax_bwd,
-    [OP_rope] = infer_rope, [OP_rope_bwd] = infer_rope,
+    [OP_rope] = infer_rope, [OP_rope_bwd] = infer_rope, [OP_dropout] = infer_dropout,
     [OP_attention] = infer_attention, [OP_attention_bwd] = infer_attention_bwd, [OP_attn_merge] = infer_attn_merge,
     [OP_embedding] = infer_embedding, [OP_embedding_bwd] = infer_embedding_bwd,
     [OP_cross_entropy] = infer_cross_entropy, [OP_cross_entropy_bwd] = infer_cross_entropy, [OP_loss] = infer_loss,
@@ -979,6 +995,7 @@ static double per_element(Op op) {
     case OP_pow: return 8;
     case OP_gelu: case OP_gelu_bwd: return 12;
     case OP_rope: case OP_rope_bwd: return 3;
+    case OP_dropout: return 2;
     case OP_rmsnorm: return 5;
     case OP_rmsnorm_bwd: return 8;
     case OP_layernorm: return 8;

@@ -70,6 +70,13 @@ static void sink(Opt *b, Op op, int x, const char *name) {
     ir_build(&b->bld, op, 1, &x, 1, &at, NULL);
 }
 
+/* The value of state `name` already in g, -1 if none. */
+static int find_state(const Graph *g, const char *name) {
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_state && strcmp(ir_attr_s(&g->nodes[i], "name", ""), name) == 0) return g->nodes[i].out[0];
+    return -1;
+}
+
 /* Step counts are written as ints when they are whole (the dump reads better). */
 static Attr num_attr(Module *m, const char *key, double v) {
     return v == (double)(int64_t)v ? ir_attr_int(m, key, (int64_t)v) : ir_attr_float(m, key, v);
@@ -445,7 +452,8 @@ void pass_optimizer(Module *m, const Options *o) {
     Loc gloc = b.bld.loc;
     Type scalar = {.dt = DT_F32, .rank = 0};
 
-    int step = source(&b, OP_state, "opt.step", scalar);
+    int step = find_state(g, "opt.step"); /* the front end's, when dropout reads the step (issue 17) */
+    if (step < 0) step = source(&b, OP_state, "opt.step", scalar);
     Attr one_v = ir_attr_float(m, "v", 1.0);
     int one = ir_out(g, ir_build(&b.bld, OP_const, 0, NULL, 1, &one_v, &scalar));
     int t = ir_build2(&b.bld, OP_add, step, one);

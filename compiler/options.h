@@ -38,6 +38,8 @@ typedef struct {
      * retypes the step to bf16 weights' copies and activations, f32 master
      * weights, gradients, optimizer and loss; 0 (f32, the CPU's): unchanged */
     int precision_bf16;
+    /* kiln sample's forward program: dropout is the identity (issue 17) */
+    int no_dropout;
 } Options;
 void opt_defaults(Options *o);
 /* The optimizer settings a trainer must not be compiled with, as its flags

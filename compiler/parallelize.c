@@ -28,7 +28,10 @@
  * take its inputs' layout (a max over the batch, a norm across it).
  * Positions (`iota`) are split along the sequence with their global values
  * (a rank-dependent iota), and attention over a split sequence is rewritten
- * by cp.c (all-gather or ring attention; the dual-chunk layout).
+ * by cp.c (all-gather or ring attention; the dual-chunk layout).  Sample
+ * indices (an iota {axis="batch"}: dropout's rows, issue 17) are split along
+ * the batch like an input, with their global values, so a dropout mask
+ * hashed from (sample, position) is the single device's on every rank.
  *
  * Then the graph is rebuilt with local shapes.  Nodes that depend on the
  * inputs are cloned once per micro-batch (Node.mb); the others are built
@@ -215,9 +218,14 @@ static const char *rule_input(Par *P, int ax, const Node *n, Sp *out) {
     return out[0] = (Sp){SH_SPLIT, d, 1, t->dim[d]}, NULL;
 }
 
-/* Positions: along a split sequence, the global indices of the rank's tokens. */
+/* An iota of sample indices {axis="batch"} (dropout's rows, issue 17): split
+ * over the batch like the inputs, with global values (input_of). */
+static int is_batch_iota(const Node *n) { return n->op == OP_iota && strcmp(ir_attr_s(n, "axis", ""), "batch") == 0; }
+
+/* Positions: along a split sequence, the global indices of the rank's
+ * tokens; sample indices: along the split batch, the rank's samples'. */
 static const char *rule_iota(Par *P, int ax, const Node *n, Sp *out) {
-    if (ax == AX_SEQ && P->pieces[ax] > 1) out[0] = (Sp){SH_SPLIT, 0, 1, vtype(P, n->out[0])->dim[0]};
+    if (ax == (is_batch_iota(n) ? AX_BATCH : AX_SEQ) && P->pieces[ax] > 1) out[0] = (Sp){SH_SPLIT, 0, 1, vtype(P, n->out[0])->dim[0]};
     return NULL;
 }
 
@@ -409,6 +417,21 @@ static const char *rule_cross_entropy(Par *P, int ax, const Node *n, Sp *out) {
     return !is_split(d) || d.dim >= vtype(P, n->in[n->nin - 2])->rank - 1 ? "cross entropy across the vocabulary"
                                                                           : (out[0] = d, NULL);
 }
+
+/* dropout (issue 17): x [B,T,..] keeps its layout; its mask's indices rows
+ * (along the batch) and pos (along the sequence) must be split as x is, so
+ * the rank draws the global elements' bits: the single device's mask. */
+static const char *rule_dropout(Par *P, int ax, const Node *n, Sp *out) {
+    Sp x = in_sh(P, ax, n, 0), idx = in_sh(P, ax, n, ax == AX_BATCH ? 2 : 3);
+    int d = ax == AX_BATCH ? 0 : 1;
+    if (!is_rep(in_sh(P, ax, n, 1))) return "the step is not replicated";
+    if (is_rep(x) && is_rep(idx)) return NULL;
+    if (!is_split(x) || !is_split(idx) || x.dim != d || x.stride != idx.stride || x.size != idx.size)
+        return ax == AX_BATCH ? "dropout needs x [B,T,...] split on its batch dim (dim 1)"
+                              : "dropout needs x [B,T,...] split on its sequence dim (dim 2)";
+    return out[0] = x, NULL;
+}
+
 static const char *rule_loss(Par *P, int ax, const Node *n, Sp *out) {
     return is_part(in_sh(P, ax, n, 0)) ? (out[0] = PART, NULL) : "the loss is not a reduction over the split tokens";
 }
@@ -428,7 +451,7 @@ static const RuleFn rules[OP_COUNT] = {
     [OP_slice] = rule_slice, [OP_concat] = rule_concat, [OP_broadcast] = rule_broadcast, [OP_sumto] = rule_sumto,
     [OP_matmul] = rule_matmul, [OP_layernorm] = rule_norm, [OP_rmsnorm] = rule_norm, [OP_softmax] = rule_norm,
     [OP_layernorm_bwd] = rule_norm_bwd, [OP_rmsnorm_bwd] = rule_norm_bwd, [OP_softmax_bwd] = rule_norm_bwd,
-    [OP_rope] = rule_rope, [OP_rope_bwd] = rule_rope,
+    [OP_rope] = rule_rope, [OP_rope_bwd] = rule_rope, [OP_dropout] = rule_dropout,
     [OP_attention] = rule_attention, [OP_attention_bwd] = rule_attention,
     [OP_embedding] = rule_embedding, [OP_embedding_bwd] = rule_embedding_bwd,
     [OP_cross_entropy] = rule_cross_entropy, [OP_cross_entropy_bwd] = rule_cross_entropy, [OP_loss] = rule_loss,
@@ -571,7 +594,9 @@ static int const_like(Par *P, const Type *t, double v) {
 
 static Sp sh_of(const Par *P, int ax, int v) { return P->sh[ax][v]; }
 
-/* Micro-batch mb's rows of input node n: a slice of the rank's input. */
+/* Micro-batch mb's rows of input node n: a slice of the rank's input.  A
+ * batch iota (dropout's sample indices, issue 17) is one too: the rank's
+ * rows of the global 0..B-1 (an iota over dp's contiguous pieces), sliced. */
 static int input_of(Par *P, const Node *n, int mb) {
     int v = n->out[0];
     Sp nat[NAX] = {sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v)};
@@ -580,7 +605,12 @@ static int input_of(Par *P, const Node *n, int mb) {
         Type t = *vtype(P, v);
         if (is_split(nat[AX_BATCH])) t.dim[0] /= P->dp;
         if (is_split(nat[AX_SEQ])) t.dim[1] /= P->cp;
-        P->input[v] = ir_out(P->ng, ir_build(&P->b, OP_input, 0, NULL, n->nattr, n->attr, &t));
+        Attr *at = ir_alloc(P->m, sizeof(Attr) * (size_t)(n->nattr + 2));
+        int na = n->nattr;
+        memcpy(at, n->attr, sizeof(Attr) * (size_t)na);
+        if (n->op == OP_iota && P->dp > 1)
+            at[na++] = ir_attr_str(P->m, "group", "dp"), at[na++] = ir_attr_str(P->m, "layout", "contiguous");
+        P->input[v] = ir_out(P->ng, ir_build(&P->b, n->op, 0, NULL, na, at, &t));
         set_sh(P, P->input[v], nat);
     }
     if (P->M == 1) return P->input[v];
@@ -606,7 +636,7 @@ static void build_cp_attention(Par *P, const Node *n, const int *in, int mb, int
 static void build_node(Par *P, int i, int mb) {
     const Node *n = &P->g->nodes[i];
     int *map = P->map + (size_t)mb * (size_t)P->g->nvals;
-    if (n->op == OP_input) {
+    if (n->op == OP_input || is_batch_iota(n)) {
         map[n->out[0]] = input_of(P, n, mb);
         return;
     }
@@ -700,7 +730,7 @@ static void mark_dependent(Par *P) {
     const Graph *g = P->g;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        int d = n->op == OP_input;
+        int d = n->op == OP_input || is_batch_iota(n); /* sample indices: per micro-batch */
         for (int k = 0; k < n->nin; k++) d |= P->dep[n->in[k]];
         for (int k = 0; k < n->nout; k++) P->dep[n->out[k]] = (char)d;
     }

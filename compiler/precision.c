@@ -78,6 +78,7 @@ static int f32_slot(const Node *n, int k) {
     case OP_cross_entropy_bwd: return k == 0;
     case OP_attention_bwd: return k == 5;
     case OP_attn_merge: return k == 1 || k == 3;
+    case OP_dropout: return k == 1; /* the step counter, read as the f32 master (issue 17) */
     default: return 0;
     }
 }
@@ -220,7 +221,7 @@ static void rewrite_node(Pc *P, const Node *n) {
     int reads_copy = working(n) && !makes_master(P, n);
     for (int k = 0; k < n->nin; k++) {
         int u = n->in[k];
-        in[k] = reads_copy && P->master[u] && is_float(g, u) ? copy_of(P, u) : P->map[u];
+        in[k] = reads_copy && P->master[u] && is_float(g, u) && !f32_slot(n, k) ? copy_of(P, u) : P->map[u];
     }
     repair_inputs(P, n, in);
     Type src, *srcp = NULL;

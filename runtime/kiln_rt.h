@@ -304,6 +304,14 @@ void rtk_softmax(rt_ctx *ctx, const int64_t *a);
 void rtk_softmax_bwd(rt_ctx *ctx, const int64_t *a);
 /* rotate-half RoPE on x [B,T,H,D] with pos i32[T].  args: x, pos, y, B, T, H, D, theta, sign (+1 fwd, -1 bwd) */
 void rtk_rope(rt_ctx *ctx, const int64_t *a);
+/* Inverted dropout (IR dropout, issue 17) on x [B,T,F] (F: the dims after
+ * T): y = x/(1-p) where kept, else 0, kept iff runtime/rng.h's
+ * rng_dropout_bits(rng_dropout_row(rng_dropout_key(seed, id, step), rows[b],
+ * pos[t]), f) >= rng_dropout_threshold(p); step points to an f32 scalar (the
+ * step counter), rows i32[B] and pos i32[T] are global sample and token
+ * indices.  The backward is the same kernel on dy.
+ * args: x, step, rows, pos, y, B, T, F, p(bits), seed, id */
+void rtk_dropout(rt_ctx *ctx, const int64_t *a);
 /* Flash-style tiled attention, q [B,H,T,D], k/v [B,KH,S,D], o [B,H,T,D],
  * lse f32 [B,H,T]; head h reads kv head h/(H/KH).  qpos i32[T], kpos
  * i32[S] (any order; context parallel): causal means key s visible to query

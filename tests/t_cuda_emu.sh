@@ -23,6 +23,10 @@
 #     reductions unused), run, and shown able to fail with a copy of misc.cu
 #     whose attn_merge drops its __syncwarp (lane 0 then stores the merged
 #     lse before the other lanes have read lse_a: wrong in place).
+#  6. dropout.cu (issue 17): tests/cuda_emu/check_dropout.cpp against
+#     runtime/rng.h (the CPU's masks), shown able to fail with a copy whose
+#     hash reads the local token index instead of pos[] (what would break
+#     context parallel's equality).
 # About 25 s on this 2-core machine (four g++ builds of ~3 s, the checks ~6 s).
 # To rerun one family after a build: $B/cuda_emu/check rope, or
 # $B/cuda_emu/check_misc sumto (see check.cpp, check_misc.cpp).
@@ -134,4 +138,13 @@ else
     say 1 "build check_misc:"; head -40 "$tmp/log"
 fi
 plant misc.cu '        __syncwarp();' '' "attn_merge without its __syncwarp: lse stored before all lanes read it" build_misc attn_merge
+# dropout.cu: the CPU's masks (runtime/rng.h), then a planted bug (issue 17)
+build_dropout() { "${CXX[@]}" -Wno-unused-function -Wno-unused-parameter -I"$1" -Iruntime tests/cuda_emu/check_dropout.cpp "$D/emu.o" -o "$2"; }
+if build_dropout "$D/src" "$D/check_dropout" > "$tmp/log" 2>&1; then
+    say 0 "check_dropout built"
+    run_check check_dropout "$D/check_dropout"
+else
+    say 1 "build check_dropout:"; head -40 "$tmp/log"
+fi
+plant dropout.cu '(unsigned int)pos[bt % T]' '(unsigned int)(bt % T)' "dropout hashes the local token index, not pos[]" build_dropout dropout
 echo "1..$n"

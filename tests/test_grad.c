@@ -586,6 +586,19 @@ static void test_rope(void **s) {
     check_t(t, "rope");
 }
 
+/* dropout (issue 17) at a fixed mask (step 3, an input): y = dropout(x) * x,
+ * so the VJP's mask/(1-p) on dy is checked in both of x's paths; p = 0.5
+ * drops about half of the 30 elements. */
+static void test_dropout(void **s) {
+    T *t = t_new();
+    int x = t_param1(t, "x", F32(2, 3, 5));
+    int in[4] = {x, t_source(t, OP_input, "step", (Type){.dt = DT_F32, .rank = 0}, 3, 4, 1), t_iota(t, 2), t_iota(t, 3)};
+    Attr at[3] = {af(t, "p", 0.5), ai(t, "seed", 1), ai(t, "id", 0)};
+    int y = t_op2(t, OP_mul, t_op(t, OP_dropout, 4, in, 3, at), x);
+    t_loss(t, 1, &y);
+    check_t(t, "dropout");
+}
+
 /* use: 1 = o only, 2 = lse only, 3 = both. */
 static void attention_case(int causal, int use) {
     const int64_t B = 2, H = 4, KH = 2, T_ = 3, D = 4;
@@ -794,7 +807,8 @@ int main(void) {
         cmocka_unit_test(test_broadcast_sumto), cmocka_unit_test(test_cast),
         cmocka_unit_test(test_matmul),         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_softmax),
-        cmocka_unit_test(test_rope),           cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_rope),           cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_positions),
         cmocka_unit_test(test_embedding),      cmocka_unit_test(test_cross_entropy),
         cmocka_unit_test(test_comm),           cmocka_unit_test(test_structure),

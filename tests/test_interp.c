@@ -706,6 +706,72 @@ static void test_rope(void **st) {
     ir_free(b.m);
 }
 
+/* dropout (issue 17) on ones [B,T,F] = [16,64,128] (131072 elements),
+ * p = 0.3, against its statistics: the dropped fraction within 5 binomial
+ * standard deviations of p (sd = sqrt(p(1-p)/n) = 0.0013), kept values
+ * exactly 1/(1-p); a different step or node id draws an independent mask
+ * (the two agree on a fraction p^2 + (1-p)^2 = 0.58, 5 sd); the block of
+ * samples 2..3 and tokens 8..15 computed alone from its global indices is
+ * the full tensor's block exactly (what makes dp and cp draw the single
+ * device's mask); p = 0 is the identity; p outside [0, 1) is refused. */
+static double agree(const double *a, const double *b, int64_t n) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += (a[i] == 0) == (b[i] == 0);
+    return (double)k / (double)n;
+}
+
+static void test_dropout(void **st) {
+    enum { B = 16, T = 64, F = 128 };
+    const double p = 0.3, n = (double)B * T * F, sd = sqrt(p * (1 - p) / n), sd2 = sqrt(0.58 * 0.42 / n);
+    Bld b = bld(1, 1, 1);
+    Type sc = {.dt = DT_F32, .rank = 0};
+    int x = input(&b, "x", TY(DT_F32, B, T, F)), s1 = input(&b, "s1", sc), s2 = input(&b, "s2", sc);
+    int rows = input(&b, "rows", TY(DT_I32, B)), pos = input(&b, "pos", TY(DT_I32, T));
+    int xs = input(&b, "xs", TY(DT_F32, 2, 8, F)), rs = input(&b, "rs", TY(DT_I32, 2)), ps = input(&b, "ps", TY(DT_I32, 8));
+#define DROP(X, S, R, P, PR, ID) val(&b, OP_dropout, INS(X, S, R, P), ATS(af(&b, "p", PR), ai(&b, "seed", 7), ai(&b, "id", ID)))
+    output(&b, DROP(x, s1, rows, pos, p, 0), "y1");
+    output(&b, DROP(x, s2, rows, pos, p, 0), "y2");
+    output(&b, DROP(x, s1, rows, pos, p, 1), "y3");
+    output(&b, DROP(xs, s1, rs, ps, p, 0), "y4");
+    output(&b, DROP(x, s1, rows, pos, 0.0, 0), "y0");
+#undef DROP
+    Interp *it = interp_new(b.m, 1);
+    double *X = malloc(sizeof(double) * B * T * F), R[B], P[T], one = 1, two = 2, RS[2] = {2, 3}, PS[8];
+    for (int64_t i = 0; i < B * T * F; i++) X[i] = 1;
+    for (int i = 0; i < B; i++) R[i] = i;
+    for (int i = 0; i < T; i++) P[i] = i;
+    for (int i = 0; i < 8; i++) PS[i] = 8 + i;
+    set(it, 0, "x", X, B * T * F), set(it, 0, "s1", &one, 1), set(it, 0, "s2", &two, 1);
+    set(it, 0, "rows", R, B), set(it, 0, "pos", P, T);
+    set(it, 0, "xs", X, 2 * 8 * F), set(it, 0, "rs", RS, 2), set(it, 0, "ps", PS, 8);
+    run_ok(it);
+    const double *y1 = out(it, 0, "y1"), *y4 = out(it, 0, "y4");
+    int64_t dropped = 0, bad = 0;
+    for (int64_t i = 0; i < B * T * F; i++) dropped += y1[i] == 0, bad += y1[i] != 0 && y1[i] != 1 / (1 - p);
+    double frac = (double)dropped / n, a2 = agree(y1, out(it, 0, "y2"), B * T * F), a3 = agree(y1, out(it, 0, "y3"), B * T * F);
+    if (getenv("KILN_VERBOSE")) print_message("dropout: dropped %.5f, step agreement %.5f, id agreement %.5f\n", frac, a2, a3);
+    assert_true(fabs(frac - p) <= 5 * sd);
+    assert_int_equal(bad, 0);
+    assert_true(fabs(a2 - 0.58) <= 5 * sd2 && fabs(a3 - 0.58) <= 5 * sd2);
+    for (int bb = 0; bb < 2; bb++)
+        near(y4 + bb * 8 * F, y1 + ((2 + bb) * T + 8) * F, 8 * F, 0);
+    near(out(it, 0, "y0"), X, B * T * F, 0);
+    interp_free(it);
+    free(X);
+    ir_free(b.m);
+
+    Bld c = bld(1, 1, 1); /* p = 1: the shape rule's one-line error */
+    int cx = input(&c, "x", TY(DT_F32, 2, 3)), cs = input(&c, "s", sc);
+    int ci[4] = {cx, cs, input(&c, "r", TY(DT_I32, 2)), input(&c, "q", TY(DT_I32, 3))};
+    Attr ca[1] = {af(&c, "p", 1.0)};
+    NodeSpec ns = ir_spec(OP_dropout, (Loc){ir_intern(c.m, "t.lua"), 9});
+    ns.nin = 4, ns.in = ci, ns.nattr = 1, ns.attr = ca;
+    char err[256] = "";
+    assert_true(ir_add_node(c.g, &ns, err, sizeof err) < 0);
+    assert_non_null(strstr(err, "p must be in [0, 1)"));
+    ir_free(c.m);
+}
+
 static void test_norms_softmax(void **st) {
     enum { R = 3, C = 4 };
     Bld b = bld(1, 1, 1);
@@ -1084,6 +1150,7 @@ int main(void) {
         cmocka_unit_test(test_attention_positions_shape_rule),
         cmocka_unit_test(test_attention_positions_text),
         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_norms_softmax),
         cmocka_unit_test(test_cross_entropy_embedding),
         cmocka_unit_test(test_token_out_of_range),

@@ -281,6 +281,30 @@ static void test_rope(void **st) {
     ir_free(b.m);
 }
 
+/* dropout (issue 17): the kernel's mask and values equal the interpreter's
+ * bit for bit (tolerance 0: both take the product in double and round once),
+ * at arbitrary global indices and a step, with a feature size (7) that is not
+ * a multiple of the vector width; some elements dropped, some kept. */
+static void test_dropout(void **st) {
+    enum { B = 3, T = 5, F = 7 };
+    Bld b = bld();
+    int x = input(&b, "x", TY(DT_F32, B, T, F)), step = input(&b, "step", (Type){.dt = DT_F32, .rank = 0});
+    int rows = input(&b, "rows", TY(DT_I32, B)), pos = input(&b, "pos", TY(DT_I32, T));
+    int y = val(&b, OP_dropout, INS(x, step, rows, pos), ATS(af(&b, "p", 0.3), ai(&b, "seed", 99), ai(&b, "id", 4)));
+    int64_t n = B * T * F, zeros = 0;
+    double *X = rnd(n, 15, 2), STEP[1] = {12}, ROWS[B] = {5, 0, 1000}, POS[T] = {0, 3, 7, 100, 12345};
+    Interp *it = interp(&b);
+    set(it, "x", X, n), set(it, "step", STEP, 1), set(it, "rows", ROWS, B), set(it, "pos", POS, T);
+    run_ok(it);
+    float *Y = fbuf(n);
+    RUN(rtk_dropout, P(f32(X, n)), P(f32(STEP, 1)), P(i32(ROWS, B)), P(i32(POS, T)), P(Y), B, T, F, F(0.3), 99, 4);
+    check("dropout", Y, ref(it, y), n, 0);
+    for (int64_t i = 0; i < n; i++) zeros += Y[i] == 0;
+    assert_true(zeros > 0 && zeros < n);
+    interp_free(it);
+    ir_free(b.m);
+}
+
 /* ---- attention ---- */
 
 /* Forward and backward, all outputs at the f32 tolerance (observed: about
@@ -953,7 +977,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_teardown(f, release)
     const struct CMUnitTest tests[] = {
         T(test_gemm),      T(test_layernorm), T(test_rmsnorm),  T(test_softmax),         T(test_rope),
-        T(test_attention), T(test_attention_naive), T(test_attention_positions), T(test_attn_merge),
+        T(test_dropout),   T(test_attention), T(test_attention_naive), T(test_attention_positions), T(test_attn_merge),
         T(test_embedding), T(test_embedding_bad_id), T(test_cross_entropy), T(test_adamw),
         T(test_lr_clip),   T(test_sumsq),     T(test_reduce),   T(test_max_bwd),         T(test_sumto),
         T(test_copy),      T(test_fill_iota_memcpy),

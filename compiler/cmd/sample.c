@@ -8,7 +8,8 @@
  * the --set values of its metadata "sets" (then ours).  We
  * compile it again, forward only: the front end with --set batch=1 forced,
  * then pass_forward (forward.c: keep what output "logits" needs; no loss, no
- * autodiff, no optimizer), fuse, schedule, memplan and the JIT.  The result
+ * autodiff, no optimizer), fuse, schedule, memplan and the JIT.  Dropout is
+ * off (the identity: Options.no_dropout, issue 17), as in PyTorch's eval().  The result
  * is an ordinary rt_program with one input, tokens i32[1,T], and one output,
  * logits f32[1,T,V]; its parameters come from the checkpoint through
  * ckpt_init_weights, which checks every name and shape (a --set that differs
@@ -181,6 +182,7 @@ static Module *compile_forward(const SampleArgs *a, const char *path) {
     opt_defaults(&o);
     o.sets = a->sets;
     o.nsets = a->nsets;
+    o.no_dropout = 1; /* inference: dropout is the identity */
     Module *m = pipeline_front(path, &o);
     if (!has_logits_output(m)) die("%s: the model has no output(\"logits\", ...)", path);
     pipeline_run(m, PIPE_FORWARD, &o, NULL);

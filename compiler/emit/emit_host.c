@@ -441,6 +441,15 @@ static void emit_rope(Em *e, const Node *n) {
     launch_io(e, n, "rope", ex, 6);
 }
 
+/* dropout (issue 17): rtk_dropout on [B, T, F]; the mask's key from the
+ * node's seed and id and the step input (kiln_rt.h) */
+static void emit_dropout(Em *e, const Node *n) {
+    const Type *x = TY(e, n->in[0]);
+    LLVMValueRef ex[] = {I64(e, x->dim[0]), I64(e, x->dim[1]), I64(e, ir_numel(x) / (x->dim[0] * x->dim[1])),
+                         F(e, ir_attr_f(n, "p", 0)), I64(e, ir_attr_i(n, "seed", 0)), I64(e, ir_attr_i(n, "id", 0))};
+    launch_io(e, n, "dropout", ex, 6);
+}
+
 static void emit_const(Em *e, const Node *n) {
     const Type *t = TY(e, n->out[0]);
     char w[160];
@@ -629,6 +638,7 @@ static void emit_node(Em *e, int idx) {
         return;
     }
     case OP_rope: case OP_rope_bwd: emit_rope(e, n); return;
+    case OP_dropout: emit_dropout(e, n); return;
     case OP_attention: case OP_attention_bwd: emit_attention(e, n); return;
     case OP_embedding: case OP_embedding_bwd: {
         const Type *tab = TY(e, n->op == OP_embedding ? n->in[0] : n->out[0]);

@@ -212,6 +212,17 @@ void rtk_rope(rt_ctx *ctx, const int64_t *a) {
     launch(ctx, a[8] < 0 ? "kiln_rope_bwd" : "kiln_rope_fwd", grid_rows(B * T), 1, BLOCK, 4 * D, params);
 }
 
+/* ---- dropout.cu (issue 17) ---- */
+
+/* args: x, step, rows, pos, y, B, T, F, p(bits), seed, id */
+void rtk_dropout(rt_ctx *ctx, const int64_t *a) {
+    CUdeviceptr x = dptr(a[0]), step = dptr(a[1]), rows = dptr(a[2]), pos = dptr(a[3]), y = dptr(a[4]);
+    long long B = a[5], T = a[6], F = a[7], seed = a[9], id = a[10];
+    double p = rt_bits_f64(a[8]);
+    void *params[] = {&x, &step, &rows, &pos, &y, &B, &T, &F, &p, &seed, &id};
+    launch(ctx, "kiln_dropout", grid_rows(B * T), 1, BLOCK, 0, params);
+}
+
 /* ---- xent.cu ---- */
 
 /* args: logits, targets, loss, rows, V (lse not stored: NULL) */
