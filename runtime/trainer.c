@@ -95,6 +95,7 @@ typedef struct {
     /* the schedule's flags: NAN / -1 when not given */
     double lr, min_lr;
     long warmup, schedule_steps;
+    long ignore_index; /* --ignore-index: the target id whose positions the loss mask zeroes; -1: none */
 } TrainArgs;
 
 /* This process's rank as its launcher says, before MPI is initialised. */
@@ -136,9 +137,11 @@ static const char *usage =
     "          [--lr X] [--min-lr X] [--warmup N] [--schedule-steps N]\n"
     "          [--serial] [--threads N] [--no-graph] [--print-every N]\n"
     "          [--ckpt DIR [--ckpt-every N] [--keep K]] [--resume DIR] [--init FILE.safetensors]\n"
+    "          [--ignore-index ID]\n"
     "  FILE|GLOB: llm.c token shards (.bin) or text files (bytes are tokens); quote globs\n"
     "  the cosine schedule: compiled values, then a --resume checkpoint's, then these flags;\n"
     "  its length is --schedule-steps, else --steps when given; without --steps, train to its end\n"
+    "  --ignore-index ID: targets equal to ID weigh 0 in the loss (the model's input loss_mask)\n"
     "  --no-graph: on a GPU, run every step eagerly instead of replaying a CUDA graph\n"
     "    (sets KILN_NO_GRAPH=1; for debugging; the CPU ignores it)\n";
 
@@ -178,6 +181,7 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
     a->print_every = 10;
     a->val_batches = 4;
     a->keep = 3;
+    a->ignore_index = -1;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         int has = i + 1 < argc;
@@ -215,6 +219,7 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
         else if (strcmp(f, "--keep") == 0) a->keep = (int)int_flag(f, v);
         else if (strcmp(f, "--resume") == 0) a->resume = v;
         else if (strcmp(f, "--init") == 0) a->init = v;
+        else if (strcmp(f, "--ignore-index") == 0) a->ignore_index = int_flag(f, v);
         else die("%s: unknown flag", f);
     }
     if (!a->data) die("--data FILE|GLOB is required (llm.c token shards .bin, or text files whose bytes are the tokens)");
@@ -308,9 +313,13 @@ static int64_t cp_column(const Ranks *R, int64_t T, int64_t k) {
 }
 
 /* Buffers of the global sequence [B, T] that this rank's rows are drawn
- * into before it keeps its cp columns (unused without cp). */
+ * into before it keeps its cp columns (unused without cp); and the loss
+ * mask's feed (issue 17): the program's input loss_mask (NULL if none) and
+ * the target id it zeroes (--ignore-index, -1: none, all ones). */
 typedef struct {
     int32_t *tok, *tgt;
+    const rt_tensor *mask;
+    long ignore;
 } SeqBuf;
 
 /* The program's inputs for this rank: the dp slice of the global batch of
@@ -332,7 +341,25 @@ static int sample_inputs(rt_ctx *ctx, const Dataset *d, const Ranks *R, const rt
             }
     }
     if (rt_push_tensor(ctx, tok, err, errlen) != 0 || rt_push_tensor(ctx, tgt, err, errlen) != 0) return -1;
-    return 0;
+    if (!sb->mask) return 0;
+    float *mm = rt_tensor_ptr(ctx, sb->mask); /* computed from this rank's targets, so it follows their layout */
+    for (int64_t k = 0; k < B * Tl; k++) mm[k] = sb->ignore >= 0 && mg[k] == sb->ignore ? 0.0f : 1.0f;
+    return rt_push_tensor(ctx, sb->mask, err, errlen);
+}
+
+/* The inputs the loop feeds (tokens, targets, loss_mask; kiln compile
+ * refuses a model with others): dies on a program with another, a
+ * loss_mask not shaped like targets in f32, or --ignore-index without one. */
+static void check_fed(const rt_program *p, const TrainArgs *a, const rt_tensor *tgt, const rt_tensor *mask) {
+    for (int i = 0; i < p->ninputs; i++) {
+        const char *n = p->inputs[i].name;
+        if (strcmp(n, "tokens") && strcmp(n, "targets") && strcmp(n, "loss_mask"))
+            die("%s: input %s: the trainer feeds only tokens, targets and loss_mask", p->model, n);
+    }
+    if (mask && (mask->dtype != RT_F32 || mask->rank != 2 || mask->dim[0] != tgt->dim[0] || mask->dim[1] != tgt->dim[1]))
+        die("%s: input loss_mask: the trainer feeds it as f32 shaped like targets", p->model);
+    if (a->ignore_index >= 0 && !mask)
+        die("--ignore-index: %s has no input loss_mask (write the loss as sum(ce * m) / sum(m), docs/dsl.md)", p->model);
 }
 
 /* The step's outputs loss, lr and grad_norm (each pulled; NAN for one the
@@ -458,7 +485,8 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     if (R.cp > 1 && !R.cp_contiguous && T % 2)
         die("%s: the dual cp layout needs an even number of tokens per rank, the program has %lld", p->model, (long long)T);
     T *= R.cp; /* the global sequence */
-    SeqBuf sb = {0};
+    SeqBuf sb = {.mask = find(p->inputs, p->ninputs, "loss_mask"), .ignore = a.ignore_index};
+    check_fed(p, &a, tgt, sb.mask);
     if (R.cp > 1 && (!(sb.tok = malloc((size_t)(B * T) * 4)) || !(sb.tgt = malloc((size_t)(B * T) * 4)))) die("out of memory");
     char err[1024] = "";
     Dataset train = {0}, val = {0};
