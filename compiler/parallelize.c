@@ -51,8 +51,8 @@
  * all micro-batches added, then all-reduced over the dp/cp groups where it
  * is partial, so every rank divides by the global count, as one device
  * does.  The chain that computes it for later micro-batches is built early
- * (`ensure`) and counted in micro-batch 0.  A value split along an axis is
- * never totalled (the model writes the masked mean as a ratio of scalars).
+ * (`ensure`) and counted in micro-batch 0.  Only scalars are totalled (the
+ * model writes the masked mean as a ratio of scalars).
  * Outputs: a partial output that is not a gradient (the loss) is all-reduced
  * so every rank reports the global value; gradients "grad:<p>" stay partial
  * (Value.sh) for the optimizer, which reduces them over dp x cp in buckets.
@@ -465,10 +465,11 @@ static const char *rule(Par *P, int ax, const Node *n, Sp out[]) {
     return f(P, ax, n, out);
 }
 
-/* Input k of n may be read as its total: a partial sum along some axis,
- * split along none, computed from the inputs alone. */
+/* Input k of n may be read as its total: a scalar partial sum along some
+ * axis, split along none, computed from the inputs alone. */
 static int totalable(const Par *P, const Node *n, int k) {
     int v = n->in[k], part = 0;
+    if (vtype(P, v)->rank != 0) return 0;
     for (int ax = 0; ax < NAX; ax++) {
         if (is_split(P->sh[ax][v])) return 0;
         part |= is_part(P->sh[ax][v]);

@@ -6,8 +6,9 @@
 # rows and of every row 0, so ranks hold different counts and at --dp 4 one
 # holds none) gives the single-device loss and gradients under --dp 2,
 # --dp 4, --micro-batches 2, --cp 2 (allgather and p2p) and dp x cp (f64,
-# its own tolerance); the mask changes the loss (so a mask ignored would be
-# seen).  The trainer's --ignore-index ID feeds loss_mask = (targets != ID):
+# its own tolerance), also written as sum(ce * m / (sum(m) + eps)); the
+# count broadcast before the division is refused; the mask changes the loss
+# (so a mask ignored would be seen).  The trainer's --ignore-index ID feeds loss_mask = (targets != ID):
 # the compiled trainer equals kiln run --interp step for step (rel 1e-5),
 # the mask changes the losses, a mask that is 0 everywhere gives loss 0 (no
 # NaN), and mpirun -np 2 (dp 2, and cp 2 with p2p) equals one rank (rel
@@ -38,6 +39,14 @@ for o in "" "--dp 2" "--dp 4" "--micro-batches 2" "--cp 2" "--cp 2 --cp-comm p2p
     rc=$?
     check "masked loss: kiln check $o: $(echo "$out" | tail -1 | sed 's/.*; //')" "[ $rc = 0 ] && echo \"\$out\" | grep -q ' 0 mismatched'"
 done
+sed 's|^loss(.*|loss(sum(ce * m / (sum(m) + 1e-30)))|' "$tmp/mask.lua" > "$tmp/bc.lua"
+out=$("$K" check "$tmp/bc.lua" --dp 2 --cp 2 2>&1)
+check "the count guarded as a scalar, then broadcast: kiln check --dp 2 --cp 2 ($(echo "$out" | tail -1 | sed 's/.*; //'))" \
+    "echo \"\$out\" | grep -q ' 0 mismatched'"
+sed 's|^loss(.*|loss(sum(ce * m / sum(m)))|' "$tmp/mask.lua" > "$tmp/bc2.lua"
+out=$("$K" check "$tmp/bc2.lua" --dp 2 2>&1)
+check "the partial count broadcast before the division: refused at its line ($out)" \
+    "echo \"\$out\" | grep -q 'bc2.lua:12: div cannot be split over the batch.*a partial sum goes through a non-linear op'"
 a=$("$K" check "$tmp/mask.lua" | sed -n 's/.*loss f32 \([^ ]*\) .*/\1/p')
 b=$("$K" check "$tmp/plain.lua" | sed -n 's/.*loss f32 \([^ ]*\) .*/\1/p')
 check "the mask changes the loss ($a masked, $b plain mean), so a dropped mask would be seen" \
