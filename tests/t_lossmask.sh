@@ -12,7 +12,9 @@
 # the compiled trainer equals kiln run --interp step for step (rel 1e-5),
 # the mask changes the losses, a mask that is 0 everywhere gives loss 0 (no
 # NaN), and mpirun -np 2 (dp 2, and cp 2 with p2p) equals one rank (rel
-# 1e-5).  A model input the trainer never feeds is refused by kiln compile
+# 1e-5).  --loss-mask FILE, a shard of weights aligned with the data (0 at
+# spaces), gives the --ignore-index 32 losses bit for bit on one rank and
+# under mpirun; shifted by one token it gives others; misaligned, an error.  A model input the trainer never feeds is refused by kiln compile
 # and kiln run at the model's line; kiln check keeps accepting it.
 . "$(dirname "$0")/lib.sh"
 
@@ -78,6 +80,33 @@ out=$("$tmp/p1" $R --ignore-index 32 2>&1)
 rc=$?
 check "--ignore-index on a model without loss_mask: one line, exit 1 ($out)" "[ $rc = 1 ] && [ \$(echo \"\$out\" | wc -l) = 1 ] && echo \"\$out\" | grep -q 'has no input loss_mask'"
 
+# ---- the trainer: --loss-mask, a stream of weights aligned with the data ----
+# mkmask DATA OUT SHIFT: an llm.c shard (version 1) of weights, 0 where the
+# data's byte is a space, 1 elsewhere, rotated by SHIFT positions
+mkmask() { python3 - "$@" <<'PY'
+import struct, sys
+data = open(sys.argv[1], 'rb').read()
+s = int(sys.argv[3])
+w = [0 if b == 32 else 1 for b in data]
+w = w[s:] + w[:s]
+with open(sys.argv[2], 'wb') as f:
+    f.write(struct.pack('<256i', 20240520, 1, len(w), *([0] * 253)))
+    f.write(struct.pack('<%dH' % len(w), *w))
+PY
+}
+mkmask "$tmp/d.txt" "$tmp/m.bin" 0
+mkmask "$tmp/d.txt" "$tmp/m1.bin" 1
+"$tmp/t1" $R --loss-mask "$tmp/m.bin" --log "$tmp/w" > /dev/null
+check "--loss-mask (weights 0 at spaces) == --ignore-index 32, bit for bit" "[ \$(wc -l < $tmp/w) = 8 ] && cmp -s <(losses $tmp/w) <(losses $tmp/c32)"
+"$tmp/t1" $R --loss-mask "$tmp/m1.bin" --log "$tmp/w1" > /dev/null
+r=$(maxrel "losses $tmp/w1" "losses $tmp/c32")
+check "the weights shifted by one token give other losses (max rel diff $r > 1e-3), so the alignment is checked" "awk -v x=$r 'BEGIN {exit !(x > 1e-3)}'"
+head -c 1000 "$tmp/d.txt" > "$tmp/short.txt"
+mkmask "$tmp/short.txt" "$tmp/short.bin" 0
+out=$("$tmp/t1" $R --loss-mask "$tmp/short.bin" 2>&1)
+rc=$?
+check "--loss-mask not aligned with --data: one line, exit 1 ($out)" "[ $rc = 1 ] && echo \"\$out\" | grep -q 'holds 1000 weights, --data holds 20000 tokens'"
+
 # ---- MPI: 2 ranks == 1 rank ----
 if command -v mpirun > /dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -87,6 +116,10 @@ if command -v mpirun > /dev/null; then
             "$tmp/t2" $R --ignore-index 32 --log "$tmp/m2" > /dev/null 2>&1
         r=$(maxrel "losses $tmp/c32" "losses $tmp/m2")
         check "mpirun -np 2 ($o) --ignore-index 32 == 1 rank over 8 steps (max rel diff $r)" "[ \$(wc -l < $tmp/m2) = 8 ] && close $r"
+        ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" timeout 120 mpirun -np 2 --oversubscribe \
+            "$tmp/t2" $R --loss-mask "$tmp/m.bin" --log "$tmp/m2w" > /dev/null 2>&1
+        r=$(maxrel "losses $tmp/c32" "losses $tmp/m2w")
+        check "mpirun -np 2 ($o) --loss-mask == 1 rank --ignore-index 32 over 8 steps (max rel diff $r)" "[ \$(wc -l < $tmp/m2w) = 8 ] && close $r"
     done
 else
     notok "mpirun is not installed (make test installs Open MPI: tools/deps.sh)"
