@@ -66,6 +66,7 @@ static void usage(FILE *f) {
           "       kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn]\n"
           "       kiln run     MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
+          "                    (both: [--ignore-index ID], targets equal to ID weigh 0 through the input loss_mask)\n"
           "       kiln plot    RUN.jsonl [RUN2.jsonl ...] -o OUT.svg [--title T] [--log-y]\n"
           "       kiln data    TEXT... -o PREFIX [--val-fraction F] [--shard-tokens N]\n"
           "                    [--bpe DIR | --encoder encoder.json --vocab-bpe vocab.bpe]   llm.c token shards\n"
@@ -175,6 +176,7 @@ static void parse_args(Args *a, int argc, char **argv) {
     };
     opt_defaults(&a->o);
     a->print_every = 10;
+    a->ignore_index = -1;
     if (argc < 2) { usage(stderr); exit(1); }
     a->cmd = argv[1];
     if (strcmp(a->cmd, "-h") == 0 || strcmp(a->cmd, "--help") == 0) { usage(stdout); exit(0); }
@@ -222,6 +224,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         else if (strcmp(f, "--threads") == 0) a->threads = argv[++i];
         else if (strcmp(f, "--seed") == 0) a->o.seed = (uint64_t)parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--print-every") == 0) a->print_every = parse_int_flag(f, argv[++i]);
+        else if (strcmp(f, "--ignore-index") == 0) a->ignore_index = parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--dp") == 0) a->o.dp = parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--micro-batches") == 0) a->o.micro_batches = parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--zero") == 0) a->o.zero = parse_int_flag(f, argv[++i]);

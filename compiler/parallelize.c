@@ -46,6 +46,16 @@
  *     split dim, so its local piece is the same chain built at the local
  *     shape (`uniform`, `get`).  Constants keep their global values: the
  *     gradient of the global mean is 1/N_global per token on every piece.
+ * Totals (loss masks, issue 17): a partial sum that depends only on the
+ * inputs (no param or state), such as the mask count sum(m) of a masked
+ * mean sum(ce*m)/sum(m), may enter an op that is not linear in it (the
+ * division, the + eps that guards it): the op then reads its total, the
+ * sum over every piece, built once per step (`total`): the local values of
+ * all micro-batches added, then all-reduced over the dp/cp groups where it
+ * is partial, so every rank divides by the global count, as one device
+ * does.  The chain that computes it for later micro-batches is built early
+ * (`ensure`) and counted in micro-batch 0.  Only scalars are totalled (the
+ * model writes the masked mean as a ratio of scalars).
  * Outputs: a partial output that is not a gradient (the loss) is all-reduced
  * so every rank reports the global value; gradients "grad:<p>" stay partial
  * (Value.sh) for the optimizer, which reduces them over dp x cp in buckets.
@@ -88,6 +98,9 @@ typedef struct {
     int pieces[NAX]; /* dp*M, cp */
     Sp *sh[NAX];     /* per global value */
     char *dep;       /* per global value: depends on the inputs (cloned per micro-batch) */
+    char *pdep;      /* per global value: depends on a param or state */
+    char *tot;       /* [node][input]: the node reads the input's total (a data-only partial sum) */
+    int *total;      /* per global value: its total in the rank's graph, or -1 */
     int *map;        /* [M][nvals]: the native local value of a dependent value */
     Memo **memo;     /* per global value */
     int *acc;        /* per global value feeding a partial output: the running sum */
@@ -475,17 +488,58 @@ static const char *rule(Par *P, int ax, const Node *n, Sp out[]) {
     return f(P, ax, n, out);
 }
 
-static void propagate(Par *P, int ax) {
+/* Input k of n may be read as its total: a scalar partial sum along some
+ * axis, split along none, computed from the inputs alone. */
+static int totalable(const Par *P, const Node *n, int k) {
+    int v = n->in[k], part = 0;
+    if (vtype(P, v)->rank != 0) return 0;
+    for (int ax = 0; ax < NAX; ax++) {
+        if (is_split(P->sh[ax][v])) return 0;
+        part |= is_part(P->sh[ax][v]);
+    }
+    return part && P->dep[v] && !P->pdep[v];
+}
+
+/* The rules of node i along every axis; where one fails, again with its
+ * totalable inputs read as their totals (replicated).  NULL or why not;
+ * *bad: the axis that failed. */
+static const char *rules_of(Par *P, int i, Sp out[NAX][8], int *bad) {
+    const Node *n = &P->g->nodes[i];
+    const char *why = NULL;
+    for (int ax = 0; ax < NAX && !why; ax++) why = rule(P, ax, n, out[*bad = ax]);
+    if (!why) return NULL;
+    int nt = 0;
+    Sp saved[NAX][MAXIN];
+    for (int k = 0; k < n->nin && k < MAXIN; k++) {
+        if (!totalable(P, n, k)) continue;
+        P->tot[(size_t)i * MAXIN + (size_t)k] = 1, nt++;
+        for (int ax = 0; ax < NAX; ax++) saved[ax][k] = P->sh[ax][n->in[k]];
+    }
+    if (!nt) return why;
+    for (int k = 0; k < n->nin && k < MAXIN; k++)
+        if (P->tot[(size_t)i * MAXIN + (size_t)k])
+            for (int ax = 0; ax < NAX; ax++) P->sh[ax][n->in[k]] = REP;
+    why = NULL;
+    for (int ax = 0; ax < NAX && !why; ax++) why = rule(P, ax, n, out[*bad = ax]);
+    for (int k = 0; k < n->nin && k < MAXIN; k++)
+        if (P->tot[(size_t)i * MAXIN + (size_t)k])
+            for (int ax = 0; ax < NAX; ax++) P->sh[ax][n->in[k]] = saved[ax][k];
+    return why;
+}
+
+static void propagate(Par *P) {
     const Graph *g = P->g;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        Sp out[8];
-        const char *why = rule(P, ax, n, out);
+        Sp out[NAX][8];
+        int ax = 0;
+        const char *why = rules_of(P, i, out, &ax);
         if (why)
             error_at(n->loc, "%s cannot be split over the %s (%s): %s", ir_ops[n->op].name,
                      ax == AX_BATCH ? "batch" : "sequence",
                      ax == AX_BATCH ? "dp x micro-batches" : "cp", why);
-        for (int k = 0; k < n->nout; k++) P->sh[ax][n->out[k]] = out[k];
+        for (ax = 0; ax < NAX; ax++)
+            for (int k = 0; k < n->nout; k++) P->sh[ax][n->out[k]] = out[ax][k];
     }
 }
 
@@ -632,6 +686,48 @@ static void build_cp_attention(Par *P, const Node *n, const int *in, int mb, int
     for (int i = first; i < P->ng->nnodes; i++) P->ng->nodes[i].mb = mb;
 }
 
+static void build_node(Par *P, int i, int mb);
+
+/* The local value of dependent value v in micro-batch mb, building its
+ * chain now if the main loop has not reached it yet. */
+static int ensure(Par *P, int v, int mb) {
+    int *map = P->map + (size_t)mb * (size_t)P->g->nvals;
+    if (map[v] >= 0) return map[v];
+    const Node *n = def_of(P, v);
+    for (int k = 0; k < n->nin; k++)
+        if (P->dep[n->in[k]]) ensure(P, n->in[k], mb);
+    build_node(P, (int)(n - P->g->nodes), mb);
+    return map[v];
+}
+
+/* The total of data-only partial sum v: its values in every micro-batch
+ * added, then all-reduced over the groups where it is partial; replicated.
+ * Built once, its nodes in micro-batch 0. */
+static int total(Par *P, int v) {
+    if (P->total[v] >= 0) return P->total[v];
+    Builder keep = P->b;
+    int first = P->ng->nnodes, x = -1;
+    int nmb = is_part(sh_of(P, AX_BATCH, v)) ? P->M : 1;
+    for (int mb = 0; mb < nmb; mb++) {
+        int y = ensure(P, v, mb);
+        const Node *n = def_of(P, v);
+        P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
+        x = x < 0 ? y : ir_build2(&P->b, OP_add, x, y);
+    }
+    char group[16] = "";
+    for (int ax = 0; ax < NAX; ax++)
+        if (is_part(sh_of(P, ax, v)) && (ax == AX_SEQ ? P->cp > 1 : P->dp > 1))
+            snprintf(group + strlen(group), sizeof group - strlen(group), "%s%s", *group ? "+" : "", axis_group[ax]);
+    if (*group) {
+        Attr g = ir_attr_str(P->m, "group", group);
+        x = ir_build1(&P->b, OP_allreduce, x, 1, &g);
+    }
+    set_sh1(P, x, REP, REP);
+    for (int j = first; j < P->ng->nnodes; j++) P->ng->nodes[j].mb = 0;
+    P->b = keep;
+    return P->total[v] = x;
+}
+
 /* Node n of micro-batch mb, its inputs converted as the rules said. */
 static void build_node(Par *P, int i, int mb) {
     const Node *n = &P->g->nodes[i];
@@ -642,6 +738,10 @@ static void build_node(Par *P, int i, int mb) {
     }
     int in[MAXIN], out[8];
     for (int k = 0; k < n->nin; k++) {
+        if (P->tot[(size_t)i * MAXIN + (size_t)k]) {
+            in[k] = total(P, n->in[k]);
+            continue;
+        }
         Sp w[NAX];
         for (int ax = 0; ax < NAX; ax++) {
             Sp s = P->sh[ax][n->in[k]];
@@ -676,7 +776,7 @@ static void build_node(Par *P, int i, int mb) {
         int v = n->out[k];
         map[v] = out[k];
         if (!P->to_acc[v]) continue;
-        P->acc[v] = mb == 0 ? out[k] : ir_build2(&P->b, OP_add, P->acc[v], out[k]);
+        P->acc[v] = P->acc[v] < 0 ? out[k] : ir_build2(&P->b, OP_add, P->acc[v], out[k]);
         set_mb(P, P->acc[v], mb);
         set_sh1(P, P->acc[v], sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v));
     }
@@ -725,14 +825,15 @@ static void check_inputs(const Par *P) {
     }
 }
 
-/* Does value v depend on the inputs (then it is cloned per micro-batch)? */
+/* Does value v depend on the inputs (then it is cloned per micro-batch)?
+ * On a param or state (then it is never totalled)? */
 static void mark_dependent(Par *P) {
     const Graph *g = P->g;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        int d = n->op == OP_input || is_batch_iota(n); /* sample indices: per micro-batch */
-        for (int k = 0; k < n->nin; k++) d |= P->dep[n->in[k]];
-        for (int k = 0; k < n->nout; k++) P->dep[n->out[k]] = (char)d;
+        int d = n->op == OP_input || is_batch_iota(n), pd = (ir_ops[n->op].flags & F_STATE) != 0; /* batch iota: sample indices, per micro-batch */
+        for (int k = 0; k < n->nin; k++) d |= P->dep[n->in[k]], pd |= P->pdep[n->in[k]];
+        for (int k = 0; k < n->nout; k++) P->dep[n->out[k]] = (char)d, P->pdep[n->out[k]] = (char)pd;
     }
 }
 
@@ -751,17 +852,20 @@ void pass_parallelize(Module *m, const Options *o) {
     for (int ax = 0; ax < NAX; ax++) P.sh[ax] = xcalloc((size_t)nv, sizeof(Sp));
     P.conv = xcalloc((size_t)NAX * (size_t)g->nnodes * MAXIN, 1);
     P.dep = xcalloc((size_t)nv, 1);
+    P.pdep = xcalloc((size_t)nv, 1);
+    P.tot = xcalloc((size_t)g->nnodes * MAXIN, 1);
+    P.total = xcalloc((size_t)nv, sizeof(int));
     P.map = xcalloc((size_t)nv * (size_t)M, sizeof(int));
     P.memo = xcalloc((size_t)nv, sizeof(Memo *));
     P.acc = xcalloc((size_t)nv, sizeof(int));
     P.input = xcalloc((size_t)nv, sizeof(int));
     P.to_acc = xcalloc((size_t)nv, 1);
-    for (int v = 0; v < nv; v++) P.acc[v] = P.input[v] = -1;
+    for (int v = 0; v < nv; v++) P.acc[v] = P.input[v] = P.total[v] = -1;
     for (size_t k = 0; k < (size_t)nv * (size_t)M; k++) P.map[k] = -1;
 
     check_inputs(&P);
-    for (int ax = 0; ax < NAX; ax++) propagate(&P, ax);
     mark_dependent(&P);
+    propagate(&P);
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if (n->op == OP_output && P.dep[n->in[0]] && (is_part(P.sh[AX_BATCH][n->in[0]]) || is_part(P.sh[AX_SEQ][n->in[0]])))
@@ -773,11 +877,12 @@ void pass_parallelize(Module *m, const Options *o) {
         if (ir_ops[g->nodes[i].op].flags & F_STATE) get(&P, g->nodes[i].out[0], -1, (Sp[NAX]){REP, REP});
     for (int mb = 0; mb < M; mb++)
         for (int i = 0; i < g->nnodes; i++)
-            if (g->nodes[i].op != OP_output && P.dep[g->nodes[i].out[0]]) build_node(&P, i, mb);
+            if (g->nodes[i].op != OP_output && P.dep[g->nodes[i].out[0]] && P.map[(size_t)mb * (size_t)nv + (size_t)g->nodes[i].out[0]] < 0)
+                build_node(&P, i, mb);
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i].op == OP_output) build_output(&P, &g->nodes[i]);
 
     m->stages[0] = P.ng;
     for (int ax = 0; ax < NAX; ax++) free(P.sh[ax]);
-    free(P.conv), free(P.dep), free(P.map), free(P.memo), free(P.acc), free(P.input), free(P.to_acc);
+    free(P.conv), free(P.dep), free(P.pdep), free(P.tot), free(P.total), free(P.map), free(P.memo), free(P.acc), free(P.input), free(P.to_acc);
 }

@@ -114,15 +114,22 @@ static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_
     int *out = malloc(sizeof(int) * (size_t)cap);
     unsigned *waited = NULL; /* per event: bit s = stream s waited */
     if (!out) ICE("out of memory");
-    for (int j = 0; j < n; j++) {
+    for (int j = 0, end = 0; j < n; j++) {
         int i = order[j];
         g->nodes[i].stream = stream[i];
-        for (int k = 0; k < g->nodes[i].nin; k++) {
-            int p = g->vals[g->nodes[i].in[k]].def;
-            if (p < 0 || stream[p] == stream[i] || (waited[event[p]] >> stream[i] & 1)) continue;
-            waited[event[p]] |= 1u << stream[i];
-            if (!dropped) { dropped = 1; continue; } /* --test-drop-event: forget this wait */
-            out[m++] = sync_node(g, OP_wait, stream[i], event[p], &g->nodes[i]);
+        if (j >= end) { /* a fused group is one kernel: its members' waits go before its first member */
+            int grp = ir_fused_group(&g->nodes[i]);
+            for (end = j + 1; grp >= 0 && end < n && ir_fused_group(&g->nodes[order[end]]) == grp;) end++;
+            for (int e = j; e < end; e++) {
+                const Node *q = &g->nodes[order[e]];
+                for (int k = 0; k < q->nin; k++) {
+                    int p = g->vals[q->in[k]].def, sq = stream[order[e]];
+                    if (p < 0 || stream[p] == sq || (waited[event[p]] >> sq & 1)) continue;
+                    waited[event[p]] |= 1u << sq;
+                    if (!dropped) { dropped = 1; continue; } /* --test-drop-event: forget this wait */
+                    out[m++] = sync_node(g, OP_wait, sq, event[p], q);
+                }
+            }
         }
         out[m++] = i;
         if (cross[i]) {

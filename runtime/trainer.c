@@ -6,7 +6,8 @@
  * interpreter's generator), same batches (data.c's sampler).
  *
  * Everything the step needs was decided at compile time; the trainer only
- * feeds the inputs "tokens" and "targets", runs the step, and reads the
+ * feeds the inputs "tokens" and "targets" (and "loss_mask" when the model
+ * has one: from --ignore-index and --loss-mask, else ones; SeqBuf), runs the step, and reads the
  * outputs "loss", "lr" and "grad_norm".  Shapes (batch, sequence) are part
  * of the program, so --batch names the compile-time flag instead.  The one
  * exception is the learning-rate schedule (kiln_rt.h, rt_schedule): its
@@ -103,11 +104,13 @@
 
 typedef struct {
     const char *data, *val, *log, *trace, *ckpt, *resume, *init;
+    const char *loss_mask; /* --loss-mask FILE|GLOB: per-token weights aligned with --data */
     int steps, serial, no_graph, threads, print_every, val_every, val_batches, ckpt_every, keep;
     uint64_t seed;
     /* the schedule's flags: NAN / -1 when not given */
     double lr, min_lr;
     long warmup, schedule_steps;
+    long ignore_index; /* --ignore-index: the target id whose positions the loss mask zeroes; -1: none */
 } TrainArgs;
 
 /* This process's rank as its launcher says, before MPI is initialised. */
@@ -149,10 +152,13 @@ static const char *usage =
     "          [--lr X] [--min-lr X] [--warmup N] [--schedule-steps N]\n"
     "          [--serial] [--threads N] [--no-graph] [--print-every N]\n"
     "          [--ckpt DIR [--ckpt-every N] [--keep K]] [--resume DIR] [--init FILE.safetensors]\n"
+    "          [--ignore-index ID] [--loss-mask FILE|GLOB]\n"
     "  FILE|GLOB: llm.c token shards (.bin) or text files (bytes are tokens); quote globs\n"
     "  the cosine schedule: compiled values, then a --resume checkpoint's, then these flags;\n"
     "  its length is --schedule-steps, else --steps when given; without --steps, train to its end\n"
     "  --resume DIR: continue from DIR's newest checkpoint and save into DIR (unless --ckpt says where)\n"
+    "  --ignore-index ID: targets equal to ID weigh 0 in the loss (the model's input loss_mask)\n"
+    "  --loss-mask FILE|GLOB: shards of per-token weights, value i weighing the target that is token i of --data\n"
     "  --no-graph: on a GPU, run every step eagerly instead of replaying a CUDA graph\n"
     "    (sets KILN_NO_GRAPH=1; for debugging; the CPU ignores it)\n";
 
@@ -192,6 +198,7 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
     a->print_every = 10;
     a->val_batches = 4;
     a->keep = 3;
+    a->ignore_index = -1;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         int has = i + 1 < argc;
@@ -229,6 +236,8 @@ static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
         else if (strcmp(f, "--keep") == 0) a->keep = (int)int_flag(f, v);
         else if (strcmp(f, "--resume") == 0) a->resume = v;
         else if (strcmp(f, "--init") == 0) a->init = v;
+        else if (strcmp(f, "--ignore-index") == 0) a->ignore_index = int_flag(f, v);
+        else if (strcmp(f, "--loss-mask") == 0) a->loss_mask = v;
         else die("%s: unknown flag", f);
     }
     if (!a->data) die("--data FILE|GLOB is required (llm.c token shards .bin, or text files whose bytes are the tokens)");
@@ -318,6 +327,15 @@ static int open_data(Dataset *d, const char *pattern, const char *flag, int64_t 
     return -1;
 }
 
+/* The --loss-mask stream: weights aligned with the data, one per token. */
+static int open_weights(Dataset *w, const char *pattern, const Dataset *data, char *err, int errlen) {
+    if (dataset_open(w, pattern, 0, "--loss-mask", err, errlen) != 0) return -1;
+    if (w->n == data->n) return 0;
+    snprintf(err, (size_t)errlen, "--loss-mask: %s holds %zu weights, --data holds %zu tokens; they must align one to one",
+             pattern, w->n, data->n);
+    return -1;
+}
+
 /* This rank's place among the data-parallel and context-parallel ranks. */
 typedef struct {
     int rank, world, dp, d; /* world rank and size; DP and this rank's dp coordinate */
@@ -337,9 +355,18 @@ static int64_t cp_column(const Ranks *R, int64_t T, int64_t k) {
 }
 
 /* Buffers of the global sequence [B, T] that this rank's rows are drawn
- * into before it keeps its cp columns (unused without cp). */
+ * into before it keeps its cp columns (unused without cp); and the loss
+ * mask's feed (issue 17): the program's input loss_mask (NULL if none),
+ * the target id it zeroes (--ignore-index, -1: none), the weights stream
+ * (--loss-mask, NULL: none; weight i goes with token i of the data, so a
+ * window at offset o weighs target t by weight o+t+1) and the offsets of
+ * this rank's B windows.  Without either the mask is all ones. */
 typedef struct {
     int32_t *tok, *tgt;
+    const rt_tensor *mask;
+    long ignore;
+    const Dataset *weights;
+    size_t *off;
 } SeqBuf;
 
 /* The program's inputs for this rank: the dp slice of the global batch of
@@ -350,9 +377,10 @@ static int sample_inputs(rt_ctx *ctx, const Dataset *d, const Ranks *R, const rt
                          const SeqBuf *sb, uint64_t *rng, char *err, int errlen) {
     int64_t B = tok->dim[0], Tl = tok->dim[1], T = Tl * R->cp;
     int32_t *mt = rt_tensor_ptr(ctx, tok), *mg = rt_tensor_ptr(ctx, tgt);
-    if (R->cp == 1) dataset_sample(d, B, T, R->d, R->dp, rng, mt, mg, NULL);
+    size_t *off = sb->weights ? sb->off : NULL;
+    if (R->cp == 1) dataset_sample(d, B, T, R->d, R->dp, rng, mt, mg, off);
     else {
-        dataset_sample(d, B, T, R->d, R->dp, rng, sb->tok, sb->tgt, NULL);
+        dataset_sample(d, B, T, R->d, R->dp, rng, sb->tok, sb->tgt, off);
         for (int64_t b = 0; b < B; b++)
             for (int64_t k = 0; k < Tl; k++) {
                 int64_t col = cp_column(R, T, k);
@@ -361,7 +389,31 @@ static int sample_inputs(rt_ctx *ctx, const Dataset *d, const Ranks *R, const rt
             }
     }
     if (rt_push_tensor(ctx, tok, err, errlen) != 0 || rt_push_tensor(ctx, tgt, err, errlen) != 0) return -1;
-    return 0;
+    if (!sb->mask) return 0;
+    float *mm = rt_tensor_ptr(ctx, sb->mask); /* this rank's targets and columns: it follows their layout */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t k = 0; k < Tl; k++) {
+            int64_t col = R->cp == 1 ? k : cp_column(R, T, k);
+            float w = off ? (float)dataset_token(sb->weights, off[b] + (size_t)col + 1) : 1.0f;
+            mm[b * Tl + k] = sb->ignore >= 0 && mg[b * Tl + k] == sb->ignore ? 0.0f : w;
+        }
+    return rt_push_tensor(ctx, sb->mask, err, errlen);
+}
+
+/* The inputs the loop feeds (tokens, targets, loss_mask; kiln compile
+ * refuses a model with others): dies on a program with another, a
+ * loss_mask not shaped like targets in f32, or --ignore-index without one. */
+static void check_fed(const rt_program *p, const TrainArgs *a, const rt_tensor *tgt, const rt_tensor *mask) {
+    for (int i = 0; i < p->ninputs; i++) {
+        const char *n = p->inputs[i].name;
+        if (strcmp(n, "tokens") && strcmp(n, "targets") && strcmp(n, "loss_mask"))
+            die("%s: input %s: the trainer feeds only tokens, targets and loss_mask", p->model, n);
+    }
+    if (mask && (mask->dtype != RT_F32 || mask->rank != 2 || mask->dim[0] != tgt->dim[0] || mask->dim[1] != tgt->dim[1]))
+        die("%s: input loss_mask: the trainer feeds it as f32 shaped like targets", p->model);
+    if ((a->ignore_index >= 0 || a->loss_mask) && !mask)
+        die("%s: %s has no input loss_mask (write the loss as sum(ce * m) / sum(m), docs/dsl.md)",
+            a->loss_mask ? "--loss-mask" : "--ignore-index", p->model);
 }
 
 /* The step's outputs loss, lr and grad_norm (each pulled; NAN for one the
@@ -543,12 +595,19 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     if (R.cp > 1 && !R.cp_contiguous && T % 2)
         die("%s: the dual cp layout needs an even number of tokens per rank, the program has %lld", p->model, (long long)T);
     T *= R.cp; /* the global sequence */
-    SeqBuf sb = {0};
+    SeqBuf sb = {.mask = find(p->inputs, p->ninputs, "loss_mask"), .ignore = a.ignore_index};
+    check_fed(p, &a, tgt, sb.mask);
     if (R.cp > 1 && (!(sb.tok = malloc((size_t)(B * T) * 4)) || !(sb.tgt = malloc((size_t)(B * T) * 4)))) die("out of memory");
     char err[1024] = "";
-    Dataset train = {0}, val = {0};
+    Dataset train = {0}, val = {0}, weights = {0};
     int rc = open_data(&train, a.data, "--data", T, err, sizeof err);
     if (rc == 0 && a.val) rc = open_data(&val, a.val, "--val", T, err, sizeof err);
+    if (rc == 0 && a.loss_mask) rc = open_weights(&weights, a.loss_mask, &train, err, sizeof err);
+    SeqBuf vsb = sb; /* validation windows come from --val: no weights stream */
+    if (a.loss_mask) {
+        sb.weights = &weights;
+        if (!(sb.off = malloc(sizeof(size_t) * (size_t)B))) die("out of memory");
+    }
     agree_or_die(ctx, rc, err, sizeof err);
     char *save[NKEPT] = {0};
     for (int i = 0; a.val && i < NKEPT; i++)
@@ -610,7 +669,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
         }
         double vloss = NAN;
         if (a.val && (step % a.val_every == 0 || step == a.steps)) {
-            vloss = validate(ctx, p, &val, &a, &R, tok, tgt, &sb, loss_t, save, err, sizeof err);
+            vloss = validate(ctx, p, &val, &a, &R, tok, tgt, &vsb, loss_t, save, err, sizeof err);
             if (!isfinite(vloss)) {
                 if (R.say || (isnan(vloss) && *err))
                     fprintf(stderr, "%sstep %d: validation: %s\n", *err ? who : "", step, isnan(vloss) && *err ? err : "loss is not finite");
@@ -654,6 +713,8 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     rt_free(ctx);
     dataset_close(&train);
     dataset_close(&val);
+    dataset_close(&weights);
+    free(sb.off);
     for (int i = 0; i < NKEPT; i++) free(save[i]);
     free(sb.tok);
     free(sb.tgt);

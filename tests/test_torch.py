@@ -9,7 +9,9 @@ gradients of step 1 ("grad:<name>") and the loss of every step ("loss",
 before that step's update); its log gives each step's lr and gradient norm.
 tests/torch_models.py rebuilds both models from plain torch ops, written from
 the model files' meaning rather than from kiln's graph, and replay() redoes
-the run with torch.optim.AdamW and clip_grad_norm_.
+the run with torch.optim.AdamW and clip_grad_norm_.  A third model, the tiny
+GPT with its loss masked by an input loss_mask (issue 17), trains with
+--ignore-index 32 against torch's own F.cross_entropy(..., ignore_index=32).
 
 Two runs per model:
 
@@ -81,10 +83,30 @@ OPT = dict(lr=5e-3, min_lr=5e-4, warmup=5, weight_decay=0.1, beta1=0.85, beta2=0
 GPT = dict(heads=4, seq=64, batch=4)
 LLAMA = dict(layers=2, dim=64, heads=4, kv_heads=2, ffn=128, vocab=256, seq=32, batch=2,
              theta=10000.0, norm_eps=1e-5)
+# The masked GPT (issue 17): models/tiny.lua with an input loss_mask and the
+# masked mean, trained with --ignore-index 32 (spaces, about a sixth of the
+# corpus's targets), against torch's F.cross_entropy(..., ignore_index=32).
+IGNORE = 32
 MODELS = [
     ("gpt", "models/tiny.lua", GPT, lambda P, tok, tgt: torch_models.gpt_loss(P, GPT, tok, tgt)),
     ("llama", "models/llama.lua", LLAMA, lambda P, tok, tgt: torch_models.llama_loss(P, LLAMA, tok, tgt)),
+    ("gpt-ignore-index", "masked", GPT, lambda P, tok, tgt: torch_models.gpt_loss(P, GPT, tok, tgt, IGNORE)),
 ]
+
+
+def masked_model(tmp):
+    """models/tiny.lua with the loss masked by an input loss_mask (docs/dsl.md)."""
+    with open(os.path.join(ROOT, "models/tiny.lua")) as f:
+        src = f.read()
+    old = "loss(mean(cross_entropy(logits, targets)))"
+    if old not in src:
+        raise ValueError("models/tiny.lua no longer ends with " + old)
+    src = src.replace(old, 'local m = input("loss_mask", {c.batch, c.seq}, "f32")\n'
+                      "loss(sum(cross_entropy(logits, targets) * m) / (sum(m) + 1e-30))")
+    path = os.path.join(tmp, "masked.lua")
+    with open(path, "w") as f:
+        f.write(src)
+    return path
 
 
 # ---- TAP ----
@@ -150,6 +172,8 @@ def run_kiln(kiln, model, corpus, sets, prec, tmp, label):
         cmd += ["--set", f"{k}={v}"]
     if prec == "f64":
         cmd.append("--f64")
+    if label == "gpt-ignore-index":
+        cmd += ["--ignore-index", str(IGNORE)]
     try:
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -315,10 +339,12 @@ def main():
                 why = None
                 if missing:
                     why = f"missing {', '.join(missing)} (make {BUILD}/kiln {BUILD}/corpus.txt)"
-                elif not os.path.exists(os.path.join(ROOT, model)):
+                elif model != "masked" and not os.path.exists(os.path.join(ROOT, model)):
                     why = f"missing {model}"
                 else:
                     try:
+                        if model == "masked":
+                            model = masked_model(tmp)
                         ex, rows = run_kiln(kiln, model, corpus, sets, prec, tmp, label)
                     except (RuntimeError, ValueError, KeyError, OSError) as e:
                         why = f"{type(e).__name__}: {e}"

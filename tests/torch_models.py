@@ -93,9 +93,11 @@ def merge_heads(o):
     return o.transpose(1, 2).reshape(B, T, H * D)
 
 
-def gpt_loss(P, cfg, tokens, targets):
+def gpt_loss(P, cfg, tokens, targets, ignore_index=None):
     """models/tiny.lua: GPT-2 with learned positions, pre-LN blocks, GELU MLP
-    (4C), a fused c_attn [C,3C], final LayerNorm and logits tied to wte."""
+    (4C), a fused c_attn [C,3C], final LayerNorm and logits tied to wte.
+    ignore_index: PyTorch's own F.cross_entropy(..., ignore_index=) instead
+    (the reference for kiln's loss_mask fed by --ignore-index, issue 17)."""
     H, eps = cfg["heads"], cfg.get("eps", 1e-5)
     B, T = tokens.shape
     C = P["wte.weight"].shape[1]
@@ -116,6 +118,9 @@ def gpt_loss(P, cfg, tokens, targets):
         x = x + linear(gelu_tanh(linear(ln(x, h + "ln_2"), h + "mlp.c_fc")), h + "mlp.c_proj")
     x = ln(x, "ln_f")
     logits = x @ P["wte.weight"].t()
+    if ignore_index is not None:
+        return torch.nn.functional.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T),
+                                                 ignore_index=ignore_index)
     return cross_entropy_mean(logits, targets)
 
 

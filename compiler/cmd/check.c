@@ -55,6 +55,18 @@
 
 /* ---- random inputs ---- */
 
+/* A loss mask (issue 17) of 0s and 1s that the ranks share unevenly: the
+ * first quarter of the rows and of every row are 0 (so a dp or cp rank
+ * holds fewer, or with B/4 rows per rank none), the rest 1 with
+ * probability 3/4. */
+static void loss_mask_pattern(double *m, const Type *t, uint64_t *s) {
+    int64_t rows = t->rank ? t->dim[0] : 1, cols = ir_numel(t) / (rows ? rows : 1), T = t->rank > 1 ? t->dim[1] : 1;
+    for (int64_t k = 0; k < rows * cols; k++) {
+        int64_t tok = k % cols / (cols / T);
+        m[k] = k / cols < rows / 4 || tok < T / 4 ? 0 : (double)(rng_splitmix64(s) % 4 != 0);
+    }
+}
+
 /* Random global inputs: one array per input of the unsharded graph. */
 static double **random_global_inputs(Graph *g, uint64_t seed) {
     double **in = calloc((size_t)g->nnodes, sizeof(double *));
@@ -69,6 +81,7 @@ static double **random_global_inputs(Graph *g, uint64_t seed) {
         for (int64_t k = 0; k < cnt; k++)
             in[i][k] = ir_dtype_is_float(t->dt) ? (double)(rng_splitmix64(&s) >> 11) / 9007199254740992.0 - 0.5
                                                 : (double)(rng_splitmix64(&s) % (uint64_t)bound);
+        if (strcmp(ir_attr_s(n, "name", ""), "loss_mask") == 0) loss_mask_pattern(in[i], t, &s);
     }
     return in;
 }

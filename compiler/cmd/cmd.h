@@ -44,6 +44,7 @@ typedef struct {
     const char *cuda_arch; /* --target cuda:ARCH: "sm_90"; NULL for the CPU */
     const char *attention; /* --attention kiln|cudnn (CUDA) */
     int interp, f64, print_every, serial, peak; /* peak: kiln plan --peak */
+    int ignore_index;                           /* kiln run --ignore-index ID (issue 17); -1: none */
 } Args;
 
 /* ---- errors ---- */
@@ -80,6 +81,11 @@ Module *compile(Args *a);
 Module *cmd_compile_checked(Args *a);
 
 /* ---- helpers ---- */
+
+/* Dies naming the model's line unless the trainer can feed every input of
+ * m (compile.c, issue 17): i32 tokens and targets [batch, seq], optionally
+ * an f32 loss_mask of their shape. */
+void cmd_check_fed_inputs(const Module *m, const char *model);
 
 /* Appends key=value to a --set list. */
 void cmd_add_set(KeyVal **sets, int *nsets, const char *key, const char *value);

@@ -82,6 +82,50 @@ static void link_trainer(const char *out, const char *obj, int cuda) {
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("compile: linking %s with the runtime in %s failed", out, dir);
 }
 
+/* ---- the inputs the trainer feeds (issue 17) ---- */
+
+/* The first input node of m named name (stages in order), its graph in *gout. */
+static const Node *find_input_node(const Module *m, const char *name, const Graph **gout) {
+    for (int s = 0; s < m->nstages; s++) {
+        const Graph *g = m->stages[s];
+        for (int i = 0; i < g->nnodes; i++)
+            if (g->nodes[i].op == OP_input && strcmp(ir_attr_s(&g->nodes[i], "name", ""), name) == 0)
+                return *gout = g, &g->nodes[i];
+    }
+    return NULL;
+}
+
+/* The trainer (runtime/trainer.c) fills tokens and targets from the data
+ * and loss_mask from --ignore-index or --loss-mask; any other input would
+ * stay unfed, so a compiled program refuses it here, at the model's line.
+ * kiln check feeds every input random values and keeps accepting them. */
+void cmd_check_fed_inputs(const Module *m, const char *model) {
+    const Graph *gt = NULL, *gm = NULL;
+    const Node *tok = find_input_node(m, "tokens", &gt), *tgt = find_input_node(m, "targets", &gt);
+    if (!tok || !tgt) die("%s: the trainer needs inputs named tokens and targets (i32 [batch, seq])", model);
+    const Type *tt = &gt->vals[tgt->out[0]].t;
+    for (int s = 0; s < m->nstages; s++) {
+        const Graph *g = m->stages[s];
+        for (int i = 0; i < g->nnodes; i++) {
+            const Node *n = &g->nodes[i];
+            if (n->op != OP_input) continue;
+            const char *name = ir_attr_s(n, "name", "");
+            const Type *t = &g->vals[n->out[0]].t;
+            if (strcmp(name, "tokens") == 0 || strcmp(name, "targets") == 0) {
+                if (t->dt != DT_I32 || t->rank != 2)
+                    error_at(n->loc, "input %s: the trainer feeds it as i32 [batch, seq]", name);
+            } else if (strcmp(name, "loss_mask") != 0) {
+                error_at(n->loc, "input %s: the trainer feeds only tokens, targets and loss_mask (kiln check feeds any input)", name);
+            }
+        }
+    }
+    const Node *mask = find_input_node(m, "loss_mask", &gm);
+    Type want = *tt;
+    want.dt = DT_F32;
+    if (mask && !ir_type_eq(&gm->vals[mask->out[0]].t, &want))
+        error_at(mask->loc, "input loss_mask: the trainer feeds it as f32 shaped like targets");
+}
+
 int cmd_compile(Args *a) {
     if (!a->out) die("compile: -o FILE is required");
     char err[1024], path[4200];
@@ -92,6 +136,7 @@ int cmd_compile(Args *a) {
         cmd_check_output(**ext == 'o' ? "-o" : "--emit", path, &model, 1);
     }
     Module *m = cmd_compile_checked(a);
+    cmd_check_fed_inputs(m, a->model);
     EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = a->cuda_arch, .attention_cudnn = a->attention && !strcmp(a->attention, "cudnn")};
     EmitTarget *t = a->cuda_arch ? &cuda : NULL;
     EmitCubin *cubins = NULL;

@@ -12,6 +12,10 @@
  *       step 1's gradients, every step's tokens and targets and the losses
  *       to a safetensors file, for the PyTorch comparison
  *       (tests/test_torch.py).
+ *
+ *   Both take --ignore-index ID: the input loss_mask (issue 17) is 0 where
+ *   the target is ID and 1 elsewhere (all 1 without the flag), as the
+ *   trainer feeds it (runtime/trainer.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +36,8 @@ static int run_jit(Args *a) {
     cmd_check_output("--trace", a->trace, in, 1);
     cmd_check_output("--log", a->log, in, 2);
     Module *m = cmd_compile_checked(a);
-    char err[1024], seed[32], every[32];
+    cmd_check_fed_inputs(m, a->model);
+    char err[1024], seed[32], every[32], ignore[32];
     const rt_program *prog;
     Jit *j = emit_jit(m, &prog, err, sizeof err);
     if (!j) die("run: %s", err);
@@ -48,6 +53,10 @@ static int run_jit(Args *a) {
     if (a->trace) argv[argc++] = (char *)"--trace", argv[argc++] = (char *)a->trace;
     if (a->threads) argv[argc++] = (char *)"--threads", argv[argc++] = (char *)a->threads;
     if (a->serial) argv[argc++] = (char *)"--serial";
+    if (a->ignore_index >= 0) {
+        snprintf(ignore, sizeof ignore, "%d", a->ignore_index);
+        argv[argc++] = (char *)"--ignore-index", argv[argc++] = ignore;
+    }
     argv[argc] = NULL;
     int rc = rt_train_main(prog, argc, argv, (int)a->o.steps);
     emit_jit_free(j);
@@ -84,9 +93,12 @@ static int run_interp(Args *a) {
     cmd_check_output("--log", a->log, in, 2);
     cmd_check_output("--export", a->export_path, in, 3);
     Module *m = cmd_compile_checked(a);
+    cmd_check_fed_inputs(m, a->model);
     Graph *g = m->stages[0];
     int tok_id = find_input(g, "tokens"), tgt_id = find_input(g, "targets");
     if (tok_id < 0 || tgt_id < 0) die("run: %s needs inputs named tokens and targets", a->model);
+    int has_mask = find_input(g, "loss_mask") >= 0;
+    if (a->ignore_index >= 0 && !has_mask) die("--ignore-index: %s has no input loss_mask", a->model);
     const Type *tt = &g->vals[tok_id].t;
     if (tt->rank != 2) die("run: input tokens must be [batch, seq]");
     int64_t B = tt->dim[0], T = tt->dim[1], vocab = ir_index_bound(g, tok_id, 1);
@@ -105,9 +117,10 @@ static int run_interp(Args *a) {
 
     int steps = (int)a->o.steps;
     double *tok = malloc(sizeof(double) * (size_t)(B * T)), *tgt = malloc(sizeof(double) * (size_t)(B * T));
+    double *mask = malloc(sizeof(double) * (size_t)(B * T));
     int32_t *tok32 = malloc(sizeof(int32_t) * (size_t)(B * T)), *tgt32 = malloc(sizeof(int32_t) * (size_t)(B * T));
     double *losses = malloc(sizeof(double) * (size_t)(steps > 0 ? steps : 1));
-    if (!tok || !tgt || !tok32 || !tgt32 || !losses) die("out of memory");
+    if (!tok || !tgt || !mask || !tok32 || !tgt32 || !losses) die("out of memory");
     uint64_t rng = data_rng(a->o.seed);
     double t0 = cmd_now();
     printf("training %s on %s: %d steps of %lld x %lld tokens (interpreter, %s)\n", a->model, a->data, steps,
@@ -115,8 +128,10 @@ static int run_interp(Args *a) {
     for (int step = 1; step <= steps; step++) {
         data_sample_i32(&c, B, T, &rng, tok32, tgt32);
         for (int64_t k = 0; k < B * T; k++) tok[k] = tok32[k], tgt[k] = tgt32[k];
+        for (int64_t k = 0; k < B * T; k++) mask[k] = a->ignore_index >= 0 && tgt32[k] == a->ignore_index ? 0 : 1;
         interp_set_input(it, 0, "tokens", tok, B * T);
         interp_set_input(it, 0, "targets", tgt, B * T);
+        if (has_mask) interp_set_input(it, 0, "loss_mask", mask, B * T);
         double ts = cmd_now();
         cmd_interp_run(it);
         double dt = cmd_now() - ts, loss = cmd_output_scalar(it, "loss");
@@ -149,6 +164,7 @@ static int run_interp(Args *a) {
     }
     free(tok);
     free(tgt);
+    free(mask);
     free(tok32);
     free(tgt32);
     free(losses);
