@@ -13,7 +13,8 @@
 #  - the compiled CPU trainer (`kiln run`) follows the f32 interpreter's
 #    loss curve (`kiln run --interp`) to 1e-5 relative over 30 steps (seen:
 #    1e-7; a kernel window one key too long: 1e-3 and 5e-3), and
-#    under mpirun at --cp 2 and 4 (both comms) the 1-rank curve to 1e-5.
+#    under mpirun at --cp 2 and 4 (both comms) the 1-rank curve to 1e-5;
+#  - the CUDA trainer on the fake CUDA stack follows the CPU trainer.
 . "$(dirname "$0")/lib.sh"
 need_corpus
 sed 's/seq = 64, batch = 8,/seq = 64, batch = 8, window = 0,/' models/tiny.lua > "$tmp/tiny_w.lua"
@@ -88,4 +89,29 @@ if command -v mpirun > /dev/null; then
     done
 else
     notok "mpirun is not installed (tools/deps.sh)"
+fi
+
+# The CUDA trainer (--target cuda:sm_90: bf16, kiln's flash attention with
+# the window, the runtime's launch args) on the fake CUDA stack
+# (tests/cuda_fake, kernels run by the emulator; t_cuda_fake.sh's pattern),
+# window 2, against the CPU trainer over 6 steps at t_cuda_fake.sh's bf16
+# tolerances (loss 2^-8, gradient norm 2^-6 relative).  Without the window
+# the CPU's gradient norm moves 20% by step 5, far outside them.
+F=$B/cuda_fake
+W="$tmp/tiny_w.lua --set batch=2 --set seq=32 --set window=2"
+cp README.md "$tmp/data.txt"
+gl() { sed 's/.*"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/\1 \2/' "$1" 2>/dev/null; }
+if tests/cuda_fake/build_libs.sh "$F" > "$tmp/log" 2>&1 && tests/cuda_fake/build_kernels.sh kernels/cuda/*.cu -o "$F/libkernels.so" > "$tmp/log" 2>&1 &&
+    "$K" compile $W --target cuda:sm_90 --emit cuda -o "$tmp/wcuda" > "$tmp/log" 2>&1 &&
+    tests/cuda_fake/build_kernels.sh "$tmp/wcuda.cu" -o "$tmp/libwgen.so" > "$tmp/log" 2>&1 &&
+    "$K" compile $W --target cpu -o "$tmp/wcpu" > "$tmp/log" 2>&1; then
+    timeout 600 env LD_BIND_NOW=1 LD_LIBRARY_PATH="$F" KILN_FAKE_CUDA_KERNELS="$F/libkernels.so:$tmp/libwgen.so" KILN_FAKE_CUDA_STRICT=1 \
+        "$tmp/wcuda" --data "$tmp/data.txt" --steps 6 --log "$tmp/wcuda.log" > "$tmp/wcuda.out" 2>&1
+    "$tmp/wcpu" --data "$tmp/data.txt" --steps 6 --log "$tmp/wcpu.log" > /dev/null 2>&1
+    worst=$(paste -d' ' <(gl "$tmp/wcuda.log") <(gl "$tmp/wcpu.log") | awk 'NF == 4 { for (c = 1; c <= 2; c++) { d = $c - $(c + 2); if (d < 0) d = -d; r = d / ($(c + 2) < 0 ? -$(c + 2) : $(c + 2)); if (r > w[c]) w[c] = r }; k++ }
+        END { if (k != 6) print "missing"; else printf "%.2e %.2e", w[1], w[2] }')
+    check "CUDA trainer (fakes) window 2 == CPU trainer over 6 steps (worst loss, grad norm: $worst; tolerances 2^-8, 2^-6)" \
+        "[ '$worst' != missing ] && awk -v w='$worst' 'BEGIN { split(w, a, \" \"); exit !(a[1] <= 0.00390625 && a[2] <= 0.015625) }'"
+else
+    notok "the CUDA trainer on the fakes: build failed: $(tr '\n' ' ' < "$tmp/log" | head -c 600)"
 fi
