@@ -588,9 +588,8 @@ static void ex_rope(Ex *e) {
  * kpos[s] <= qpos[t], with the optional position inputs (any order: context
  * parallel chunks, K/V blocks of other ranks) or 0..T-1 and 0..S-1; a
  * window W > 0 (sliding-window attention) also needs qpos[t] - kpos[s] < W,
- * so W keys with the query's own.  Keys
- * are visited in index order either way, so positions 0..T-1 give exactly
- * the arithmetic of the plain op. */
+ * so W keys with the query's own.  Keys are visited in index order either
+ * way, so positions 0..T-1 give exactly the arithmetic of the plain op. */
 
 typedef struct {
     int64_t B, H, KH, T, S, D;
