@@ -110,11 +110,11 @@ int main(int argc, char **argv) {
           *dv = randn(nk, 9, 1);
     double scale = 1 / sqrt((double)D);
     int64_t fwd[] = {rt_ptr_arg(q), rt_ptr_arg(k), rt_ptr_arg(v), rt_ptr_arg(out), rt_ptr_arg(lse), B, H, KH, T, S, D,
-                     causal, rt_f64_bits(scale), 0, 0}; /* no positions: 0..T-1, 0..S-1 */
+                     causal, rt_f64_bits(scale), 0, 0, 0}; /* no positions: 0..T-1, 0..S-1; no window */
     int64_t bwd[] = {rt_ptr_arg(dO), rt_ptr_arg(q),   rt_ptr_arg(k),  rt_ptr_arg(v),  rt_ptr_arg(out), rt_ptr_arg(lse),
                      rt_ptr_arg(dq), rt_ptr_arg(dk),  rt_ptr_arg(dv), B,              H,               KH,
                      T,              S,               D,              causal,         rt_f64_bits(scale),
-                     0,              0};
+                     0,              0,               0};
     int n = 1024;
     float *ga = randn((int64_t)n * n, 10, 1), *gb = randn((int64_t)n * n, 11, 1), *gc = randn((int64_t)n * n, 12, 1);
 
@@ -123,13 +123,13 @@ int main(int argc, char **argv) {
            *tg = malloc(sizeof(double) * (size_t)reps);
     if (!tf || !tb || !tg) return 1;
     for (int w = 0; w < 2; w++) { /* warm-up: page faults, pool start, OpenBLAS buffers */
-        timed_step(ctx, rtk_attention, fwd, 15);
-        timed_step(ctx, rtk_attention_bwd, bwd, 19);
+        timed_step(ctx, rtk_attention, fwd, 16);
+        timed_step(ctx, rtk_attention_bwd, bwd, 20);
         time_sgemm(ga, gb, gc, n);
     }
     for (int r = 0; r < reps; r++) {
-        tf[r] = timed_step(ctx, rtk_attention, fwd, 15);
-        tb[r] = timed_step(ctx, rtk_attention_bwd, bwd, 19);
+        tf[r] = timed_step(ctx, rtk_attention, fwd, 16);
+        tb[r] = timed_step(ctx, rtk_attention_bwd, bwd, 20);
         tg[r] = time_sgemm(ga, gb, gc, n);
     }
     printf("attention B%lld H%lld KH%lld T%lld S%lld D%lld%s, threads %s, %d rounds\n", (long long)B, (long long)H,

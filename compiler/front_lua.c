@@ -754,13 +754,16 @@ static int l_pair(lua_State *L)
     return 1;
 }
 
-/* attention(q, k, v, {causal=true, scale=1/sqrt(D)}) -> o, lse */
+/* attention(q, k, v, {causal=true, scale=1/sqrt(D), window=W}) -> o, lse.
+ * window (sliding-window attention, causal only): query t sees the W keys
+ * t-W+1..t; absent (nil) for none. */
 static int l_attention(lua_State *L)
 {
     Fe *fe = fe_of(L);
     int in[3] = {fe_tensor(L, 1, "attention"), fe_tensor(L, 2, "attention"), fe_tensor(L, 3, "attention")};
     const Type *q = fe_type(L, in[0]);
     int causal = 1;
+    int64_t window = 0;
     double scale = 1.0 / sqrt((double)(q->rank ? q->dim[q->rank - 1] : 1));
     if (!lua_isnoneornil(L, 4)) {
         if (!lua_istable(L, 4))
@@ -769,10 +772,17 @@ static int l_attention(lua_State *L)
         causal = fe_optbool(L, -1, "attention", "causal", 1);
         lua_getfield(L, 4, "scale");
         scale = fe_optnum(L, -1, "attention", "scale", scale);
-        lua_pop(L, 2);
+        lua_getfield(L, 4, "window");
+        window = fe_optint(L, -1, "attention", "window", 0);
+        if (!lua_isnil(L, -1) && (window < 1 || window > INT32_MAX))
+            fe_raise(L, "attention: window must be an integer in [1, 2^31-1] (keys per query, itself included), got %lld",
+                     (long long)window);
+        if (window && !causal) fe_raise(L, "attention: window needs causal = true");
+        lua_pop(L, 3);
     }
-    Attr a[2] = {ir_attr_int(fe->m, "causal", causal), ir_attr_float(fe->m, "scale", scale)};
-    int n = fe_node(L, OP_attention, 3, in, 2, a, NULL);
+    Attr a[3] = {ir_attr_int(fe->m, "causal", causal), ir_attr_float(fe->m, "scale", scale),
+                 ir_attr_int(fe->m, "window", window)};
+    int n = fe_node(L, OP_attention, 3, in, window ? 3 : 2, a, NULL);
     fe_push(L, fe->g->nodes[n].out[0]);
     fe_push(L, fe->g->nodes[n].out[1]);
     return 2;

@@ -631,14 +631,15 @@ static void ex_rope(Ex *e) {
 /* ---- attention: q[B,H,T,D], k,v[B,KH,S,D]; head h reads kv head h/(H/KH) ----
  * Causal masking compares token positions: key s is visible to query t iff
  * kpos[s] <= qpos[t], with the optional position inputs (any order: context
- * parallel chunks, K/V blocks of other ranks) or 0..T-1 and 0..S-1.  Keys
- * are visited in index order either way, so positions 0..T-1 give exactly
- * the arithmetic of the plain op. */
+ * parallel chunks, K/V blocks of other ranks) or 0..T-1 and 0..S-1; a
+ * window W > 0 (sliding-window attention) also needs qpos[t] - kpos[s] < W,
+ * so W keys with the query's own.  Keys are visited in index order either
+ * way, so positions 0..T-1 give exactly the arithmetic of the plain op. */
 
 typedef struct {
     int64_t B, H, KH, T, S, D;
     int causal;
-    double scale;
+    double scale, window; /* window: 0 for none */
     const double *qpos, *kpos; /* NULL: positions are the indices */
 } AttnDims;
 
@@ -646,8 +647,9 @@ typedef struct {
  * the op's nfixed other inputs. */
 static AttnDims attn_dims(Ex *e, int first, int nfixed) {
     const Type *q = INT(first), *k = INT(first + 1);
-    AttnDims a = {q->dim[0], q->dim[1], k->dim[1], q->dim[2], k->dim[2], q->dim[3], 0, 0, NULL, NULL};
+    AttnDims a = {q->dim[0], q->dim[1], k->dim[1], q->dim[2], k->dim[2], q->dim[3], 0, 0, 0, NULL, NULL};
     a.causal = ir_attr_i(e->n, "causal", 0) != 0;
+    a.window = (double)ir_attr_i(e->n, "window", 0);
     a.scale = ir_attr_f(e->n, "scale", 1 / sqrt((double)a.D));
     if (e->n->nin == nfixed + 2) a.qpos = IN(nfixed), a.kpos = IN(nfixed + 1);
     return a;
@@ -656,7 +658,8 @@ static AttnDims attn_dims(Ex *e, int first, int nfixed) {
 /* key s visible to query t */
 static int visible(const AttnDims *a, int64_t t, int64_t s) {
     if (!a->causal) return 1;
-    return a->qpos ? a->kpos[s] <= a->qpos[t] : s <= t;
+    double d = a->qpos ? a->qpos[t] - a->kpos[s] : (double)(t - s);
+    return d >= 0 && (a->window == 0 || d < a->window);
 }
 
 static double dot(const double *x, const double *y, int64_t n) {

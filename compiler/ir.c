@@ -679,6 +679,9 @@ static int check_attention(const Node *n, const Type *const *t, int first, int n
         FAIL("attention: q %s and k %s differ in batch or head dim", tstr(q, x), tstr(k, y));
     if (k->dim[1] < 1 || q->dim[1] % k->dim[1] != 0)
         FAIL("attention: %lld query heads not a multiple of %lld kv heads", (long long)q->dim[1], (long long)k->dim[1]);
+    int64_t w = ir_attr_i(n, "window", 0);
+    if (w < 0 || w > INT32_MAX) FAIL("%s: window %lld must be in [0, 2^31-1] (0: none)", op, (long long)w);
+    if (w && !ir_attr_i(n, "causal", 0)) FAIL("%s: window %lld needs causal", op, (long long)w);
     if (npos == 0 && ir_attr_i(n, "causal", 0) && q->dim[2] != k->dim[2])
         FAIL("attention: causal without positions needs equal query and key lengths (%lld vs %lld)",
              (long long)q->dim[2], (long long)k->dim[2]);
@@ -1017,8 +1020,10 @@ double ir_node_flops(const Graph *g, const Node *n) {
     if (n->op == OP_attention || n->op == OP_attention_bwd) {
         int bwd = n->op == OP_attention_bwd;
         const Type *q = &g->vals[n->in[bwd]].t, *k = &g->vals[n->in[bwd + 1]].t;
-        double f = 4.0 * (double)q->dim[0] * (double)q->dim[1] * (double)q->dim[2] * (double)k->dim[2] * (double)q->dim[3];
-        if (ir_attr_i(n, "causal", 0)) f *= 0.5;
+        double T = (double)q->dim[2], pairs = T * (double)k->dim[2], w = (double)ir_attr_i(n, "window", 0);
+        if (ir_attr_i(n, "causal", 0)) pairs *= 0.5;
+        if (w > 0 && w * T < pairs) pairs = w * T; /* a window of w keys per query */
+        double f = 4.0 * (double)q->dim[0] * (double)q->dim[1] * pairs * (double)q->dim[3];
         return bwd ? 2.5 * f : f;
     }
     const Type *t = n->nin ? &g->vals[n->in[n->op == OP_embedding_bwd || n->op == OP_cross_entropy_bwd ? 1 : 0]].t

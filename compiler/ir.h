@@ -206,7 +206,8 @@ int ir_build1(Builder *b, Op op, int x, int nattr, const Attr *at); /* first out
 int ir_build2(Builder *b, Op op, int x, int y);                      /* first output value */
 
 /* Floating-point operations of node n, a model for cost decisions and
- * reports: 2MNK for a GEMM, 4BHTSD (half when causal) for attention and
+ * reports: 2MNK for a GEMM, 4BHTSD (half when causal, at most 4BHTWD with
+ * a window of W keys) for attention and
  * 2.5x that for its backward, a small per-element count for the rest
  * (shape ops and communication: 0). */
 double ir_node_flops(const Graph *g, const Node *n);

@@ -48,7 +48,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RT_ABI_VERSION 9
+#define RT_ABI_VERSION 10
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -317,11 +317,13 @@ void rtk_dropout(rt_ctx *ctx, const int64_t *a);
  * i32[S] (any order; context parallel): causal means key s visible to query
  * t iff kpos[s] <= qpos[t]; both 0 (NULL) mean positions 0..T-1 and
  * 0..S-1, i.e. s <= t (the fast path).  Without causal they are ignored.
- * A row that sees no key gets o = 0, lse = -inf.
- * args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos */
+ * window W > 0 (sliding window, with causal only): also qpos[t] - kpos[s]
+ * < W; 0 for none.  A row that sees no key gets o = 0, lse = -inf.
+ * args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos, window */
 void rtk_attention(rt_ctx *ctx, const int64_t *a);
 /* masked as rtk_attention.
- * args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale, qpos, kpos  (dq, dk, dv overwritten) */
+ * args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale, qpos, kpos, window
+ * (dq, dk, dv overwritten) */
 void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a);
 /* Merge two attention parts over disjoint key sets (IR attn_merge; ring
  * attention), per row r < rows of D values, in f32:

@@ -9,9 +9,11 @@
 # describes, made to a copy of kernels/cuda in $B/cuda_attn/src: cuda_bf16.h
 # is not included (emu.h defines __nv_bfloat16), and the dynamic shared memory
 # (common.cuh's extern __shared__ kiln_smem) becomes the launch's region,
-# emu_dynamic_smem.  Last, a copy of attention.cu with one planted bug (the
-# forward's causal mask kpos <= qpos made <) must fail the same check, which
-# shows that the check can fail.  Output: $B/cuda_attn/ (BUILD=build).
+# emu_dynamic_smem.  Last, copies of attention.cu with one planted bug each
+# (the causal mask kpos <= qpos made <, the sliding window's bound made <=,
+# key tiles skipped before the window one key early) must fail the same
+# check, which shows that the check can fail.  Output: $B/cuda_attn/
+# (BUILD=build).
 . "$(dirname "$0")/lib.sh"
 OUT=$B/cuda_attn
 CXX=${CXX:-g++}
@@ -53,19 +55,27 @@ while IFS= read -r line; do
 done < "$OUT/check.log"
 [ $rc -eq 0 ] || grep -q '^not ok ' "$OUT/check.log" || notok "check_attention exited $rc"
 
-# the planted bug: causal as kpos < qpos (the diagonal masked) in the forward
-M=$OUT/mutant
-mkdir -p "$M"
-if prepare "$M" && sed -i '0,/kp\[j\] <= qp\[r\]/s//kp[j] < qp[r]/' "$M/src/attention.cu" &&
-    ! cmp -s kernels/cuda/attention.cu "$M/src/attention.cu" && build "$M" 2>"$M/build.log"; then
-    timeout 300 "$M/check_attention" > "$M/check.log" 2>&1
-    mrc=$?
-    caught=$(grep -c '^not ok ' "$M/check.log")
-    if [ $mrc -ne 0 ] && [ "$caught" -gt 0 ]; then
-        ok "a planted bug (causal mask kpos < qpos) fails $caught checks"
+# planted bugs, each in a copy of attention.cu that must fail the same check:
+# causal as kpos < qpos (the diagonal masked); the window's lower edge one key
+# too far (qpos - kpos <= W); the key tiles before the window skipped one key
+# too early (a tile whose last key is the first of a row's window)
+mutant() { # name, sed expression
+    M=$OUT/mutant-$1
+    mkdir -p "$M"
+    if prepare "$M" && sed -i "$2" "$M/src/attention.cu" && ! cmp -s kernels/cuda/attention.cu "$M/src/attention.cu" &&
+        build "$M" 2>"$M/build.log"; then
+        timeout 300 "$M/check_attention" > "$M/check.log" 2>&1
+        mrc=$?
+        caught=$(grep -c '^not ok ' "$M/check.log")
+        if [ $mrc -ne 0 ] && [ "$caught" -gt 0 ]; then
+            ok "a planted bug ($1) fails $caught checks"
+        else
+            notok "a planted bug ($1) is not caught"
+        fi
     else
-        notok "a planted bug (causal mask kpos < qpos) is not caught"
+        notok "build the planted-bug copy ($1)"
     fi
-else
-    notok "build the planted-bug copy"
-fi
+}
+mutant "causal mask kpos < qpos" '0,/return k <= qp \&\& /s//return k < qp \&\& /'
+mutant "window qpos - kpos <= W" '0,/(long long)qp - k < wl;/s//(long long)qp - k <= wl;/'
+mutant "key tiles skipped at distance W-1" 's/att_pos_max(kpos, s0, n) >= wl) continue;/att_pos_max(kpos, s0, n) >= wl - 1) continue;/'

@@ -1295,13 +1295,14 @@ static void test_cp_model(void **st) {
             int nl = launches(text, bwd ? "attention_bwd" : "attention", l), np = bwd ? 9 : 5;
             assert_true(nl >= 1); /* tiny has at least one layer */
             for (int i = 0; i < nl; i++) {
-                assert_int_equal(l[i].nargs, np + 10);
+                assert_int_equal(l[i].nargs, np + 11);
                 for (int a = 0; a < np; a++) assert_string_equal(l[i].arg[a], "p");
                 long T = atol(l[i].arg[np + 3]), S = atol(l[i].arg[np + 4]);
                 assert_true(T > 0 && 2 * T == S);
                 assert_string_equal(l[i].arg[np + 6], "1"); /* causal */
                 assert_string_equal(l[i].arg[np + 8], "p"); /* qpos */
                 assert_string_equal(l[i].arg[np + 9], "p"); /* kpos */
+                assert_string_equal(l[i].arg[np + 10], "0"); /* no window */
             }
         }
         free(text);

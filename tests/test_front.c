@@ -337,6 +337,7 @@ static const char ops_lua[] =
     "assert(string.rep('', 1e15) == '' and string.rep('ab', 2, '-') == 'ab-ab')\n"
     "local tt = {1, 2, 3}; table.insert(tt, 1, 0); table.remove(tt); assert(table.concat(tt, ',') == '0,1,2')\n"
     "assert(#table.move({1, 2, 3}, 1, 3, 2, {}) == 4 and getmetatable(setmetatable({}, {__index = {}})) ~= nil)\n"
+    "assert(attention(q, kv, kv, {window = 3}).shape[2] == 4)\n"
     "loss(mean(x))\n";
 
 static void test_primitives(void **state) {
@@ -380,6 +381,10 @@ static void test_primitives(void **state) {
     const Node *at = nth_op(m, OP_attention, 0);
     assert_int_equal(ir_attr_i(at, "causal", -9), 0);
     assert_true(ir_attr_f(at, "scale", 0) == 0.5);
+    assert_int_equal(ir_attr_i(at, "window", -9), -9); /* no window: no attribute */
+    const Node *win = nth_op(m, OP_attention, 1);
+    assert_int_equal(ir_attr_i(win, "causal", -9), 1);
+    assert_int_equal(ir_attr_i(win, "window", -9), 3);
     const Node *w = find_param(m, "h.5.w");
     assert_int_equal(w->layer, 5);
     assert_true(ir_attr_f(nth_op(m, OP_layernorm, 0), "eps", 0) == 0.1);

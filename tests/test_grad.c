@@ -625,19 +625,20 @@ static void test_attention(void **s) {
  * positions as context parallelism has them: not contiguous, not sorted,
  * S != T.  use as in attention_case; the lse is only used (use & 2) when
  * every query sees a key (else lse = -inf makes the loss infinite). */
-static void attention_pos_case(int causal, int use, int T_, const double *qp, int S, const double *kp, const char *what) {
+static void attention_pos_case(int causal, int use, int T_, const double *qp, int S, const double *kp, const char *what,
+                               int window) {
     const int64_t B = 2, H = 4, KH = 2, D = 3;
     T *t = t_new();
     int in[5] = {t_param1(t, "q", F32(B, H, T_, D)), t_param1(t, "k", F32(B, KH, S, D)),
                  t_param1(t, "v", F32(B, KH, S, D)), t_fixed(t, "qpos", I32(T_), qp), t_fixed(t, "kpos", I32(S), kp)};
-    Attr at[2] = {ai(t, "causal", causal), af(t, "scale", 0.6)};
-    int n = t_node(t, OP_attention, 5, in, 2, at, NULL);
+    Attr at[3] = {ai(t, "causal", causal), af(t, "scale", 0.6), ai(t, "window", window)};
+    int n = t_node(t, OP_attention, 5, in, window ? 3 : 2, at, NULL);
     int outs[2], nout = 0;
     if (use & 1) outs[nout++] = t->g->nodes[n].out[0];
     if (use & 2) outs[nout++] = t->g->nodes[n].out[1];
     t_loss(t, nout, outs);
     char label[96];
-    snprintf(label, sizeof label, "attention positions %s causal=%d use=%d", what, causal, use);
+    snprintf(label, sizeof label, "attention positions %s causal=%d window=%d use=%d", what, causal, window, use);
     check_t(t, label);
 }
 
@@ -647,11 +648,40 @@ static void test_attention_positions(void **s) {
     static const double q4[4] = {5, 2, 4, 3}, k6[6] = {6, 0, 3, 7, 1, 4};
     for (int causal = 0; causal < 2; causal++)
         for (int use = 1; use <= 3; use++) {
-            attention_pos_case(causal, use, 4, own, 4, shuffled, "dual-chunk");
-            attention_pos_case(causal, use, 4, q4, 6, k6, "permuted S!=T");
+            attention_pos_case(causal, use, 4, own, 4, shuffled, "dual-chunk", 0);
+            attention_pos_case(causal, use, 4, q4, 6, k6, "permuted S!=T", 0);
         }
     /* a block of later tokens: queries 0 and 1 see no key (o = 0, no gradient) */
-    attention_pos_case(1, 1, 4, own, 4, other, "masked rows");
+    attention_pos_case(1, 1, 4, own, 4, other, "masked rows", 0);
+}
+
+/* Sliding-window attention (window W: query t sees keys t-W+1..t): by
+ * index with T = 5 and windows 1, 2, 4 (every query sees itself, so the
+ * lse is finite), and by position as a cp rank has it. */
+static void test_attention_window(void **s) {
+    static const double own[4] = {0, 1, 6, 7}, shuffled[4] = {6, 0, 7, 1}, other[4] = {2, 3, 4, 5};
+    static const double q4[4] = {5, 2, 4, 3}, k6[6] = {6, 0, 3, 7, 1, 4};
+    static const int wins[3] = {1, 2, 4};
+    for (int w = 0; w < 3; w++)
+        for (int use = 1; use <= 3; use++) {
+            const int64_t B = 2, H = 4, KH = 2, T_ = 5, D = 3;
+            T *t = t_new();
+            int in[3] = {t_param1(t, "q", F32(B, H, T_, D)), t_param1(t, "k", F32(B, KH, T_, D)),
+                         t_param1(t, "v", F32(B, KH, T_, D))};
+            Attr at[3] = {ai(t, "causal", 1), af(t, "scale", 0.5), ai(t, "window", wins[w])};
+            int n = t_node(t, OP_attention, 3, in, 3, at, NULL);
+            int outs[2], nout = 0;
+            if (use & 1) outs[nout++] = t->g->nodes[n].out[0];
+            if (use & 2) outs[nout++] = t->g->nodes[n].out[1];
+            t_loss(t, nout, outs);
+            char label[64];
+            snprintf(label, sizeof label, "attention window=%d use=%d", wins[w], use);
+            check_t(t, label);
+            attention_pos_case(1, use, 4, own, 4, shuffled, "dual-chunk", wins[w]);
+            attention_pos_case(1, use, 4, q4, 6, k6, "permuted S!=T", wins[w]);
+        }
+    /* window 3 on another rank's block: query 6 sees keys 4, 5; queries 0, 1 none */
+    attention_pos_case(1, 1, 4, own, 4, other, "masked rows", 3);
 }
 
 static void test_embedding(void **s) {
@@ -809,7 +839,7 @@ int main(void) {
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_rope),           cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_attention_positions),
+        cmocka_unit_test(test_attention_positions), cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_embedding),      cmocka_unit_test(test_cross_entropy),
         cmocka_unit_test(test_comm),           cmocka_unit_test(test_structure),
         cmocka_unit_test(test_model_tiny),     cmocka_unit_test(test_model_llama),

@@ -347,10 +347,11 @@ static void test_matmul(void **st) {
 /* ---- attention ---- */
 
 /* naive softmax(QK^T*scale)V, no max-shift; GQA head h reads kv head h/(H/KH);
- * causal: key s counts for query t iff kp[s] <= qp[t] (qp, kp NULL: s <= t);
+ * causal: key s counts for query t iff kp[s] <= qp[t] (qp, kp NULL: s <= t),
+ * and with window > 0 also qp[t] - kp[s] < window (t - s < window);
  * a row with no key: o = 0, lse = -inf.  S <= 16. */
 static void attn_ref(const double *q, const double *k, const double *v, int B, int H, int KH, int T, int S, int D,
-                     int causal, double scale, const int *qp, const int *kp, double *o, double *lse) {
+                     int causal, int window, double scale, const int *qp, const int *kp, double *o, double *lse) {
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++) {
@@ -359,7 +360,8 @@ static void attn_ref(const double *q, const double *k, const double *v, int B, i
                 for (int s = 0; s < S; s++) {
                     double sc = 0;
                     for (int d = 0; d < D; d++) sc += q[((b * H + h) * T + t) * D + d] * k[((b * KH + kh) * S + s) * D + d];
-                    int masked = causal && (qp ? kp[s] > qp[t] : s > t);
+                    int dist = qp ? qp[t] - kp[s] : t - s;
+                    int masked = causal && (dist < 0 || (window > 0 && dist >= window));
                     w[s] = masked ? 0 : exp(sc * scale);
                     z += w[s];
                 }
@@ -396,7 +398,7 @@ static void check_attention(int H, int KH, int causal, int explicit_scale) {
     fill(Q, B * H * T * D, 3);
     fill(K, B * KH * T * D, 4);
     fill(V, B * KH * T * D, 5);
-    attn_ref(Q, K, V, B, H, KH, T, T, D, causal, scale, NULL, NULL, O, L);
+    attn_ref(Q, K, V, B, H, KH, T, T, D, causal, 0, scale, NULL, NULL, O, L);
     Interp *it = interp_new(b.m, 1);
     set(it, 0, "q", Q, B * H * T * D);
     set(it, 0, "k", K, B * KH * T * D);
@@ -447,13 +449,14 @@ static void test_attention_masked_row(void **st) {
 
 /* attention(q, k, v, qpos, kpos) with T queries at positions qp and S keys at
  * kp (GQA: 4 query heads on 2 kv heads), against attn_ref. */
-static void check_attention_pos(int causal, int T, const int *qp, int S, const int *kp) {
+static void check_attention_pos(int causal, int window, int T, const int *qp, int S, const int *kp) {
     enum { B = 2, H = 4, KH = 2, D = 3, MAXT = 8 };
     Bld b = bld(1, 1, 1);
     int q = input(&b, "q", TY(DT_F32, B, H, T, D));
     int k = input(&b, "k", TY(DT_F32, B, KH, S, D)), v = input(&b, "v", TY(DT_F32, B, KH, S, D));
     int qpos = input(&b, "qpos", TY(DT_I32, T)), kpos = input(&b, "kpos", TY(DT_I32, S));
-    int n = node(&b, OP_attention, INS(q, k, v, qpos, kpos), ATS(ai(&b, "causal", causal), af(&b, "scale", 0.8)), NULL);
+    int n = node(&b, OP_attention, INS(q, k, v, qpos, kpos),
+                 ATS(ai(&b, "causal", causal), af(&b, "scale", 0.8), ai(&b, "window", window)), NULL);
     output(&b, b.g->nodes[n].out[0], "o");
     output(&b, b.g->nodes[n].out[1], "lse");
     double Q[B * H * MAXT * D], K[B * KH * MAXT * D], V[B * KH * MAXT * D], O[B * H * MAXT * D], L[B * H * MAXT];
@@ -464,7 +467,7 @@ static void check_attention_pos(int causal, int T, const int *qp, int S, const i
     fill(V, B * KH * S * D, 15);
     for (int i = 0; i < T; i++) QP[i] = qp[i];
     for (int i = 0; i < S; i++) KP[i] = kp[i];
-    attn_ref(Q, K, V, B, H, KH, T, S, D, causal, 0.8, qp, kp, O, L);
+    attn_ref(Q, K, V, B, H, KH, T, S, D, causal, window, 0.8, qp, kp, O, L);
     for (int f64 = 0; f64 < 2; f64++) {
         Interp *it = interp_new(b.m, f64);
         set(it, 0, "q", Q, B * H * T * D);
@@ -486,9 +489,48 @@ static void test_attention_positions(void **st) {
     static const int own[4] = {0, 1, 6, 7}, own_shuffled[4] = {6, 0, 7, 1}, other[4] = {2, 3, 4, 5};
     static const int q4[4] = {5, 2, 4, 3}, k6[6] = {6, 0, 3, 7, 1, 4};
     for (int causal = 0; causal < 2; causal++) {
-        check_attention_pos(causal, 4, own, 4, own_shuffled); /* its own K/V, keys in another order */
-        check_attention_pos(causal, 4, own, 4, other); /* rank 1's block: queries 0, 1 see no key */
-        check_attention_pos(causal, 4, q4, 6, k6);     /* S != T, both permuted */
+        check_attention_pos(causal, 0, 4, own, 4, own_shuffled); /* its own K/V, keys in another order */
+        check_attention_pos(causal, 0, 4, own, 4, other); /* rank 1's block: queries 0, 1 see no key */
+        check_attention_pos(causal, 0, 4, q4, 6, k6);     /* S != T, both permuted */
+    }
+}
+
+/* Sliding-window attention, against attn_ref: by index (T = 7, windows 1,
+ * 3, 7 and one longer than the sequence) and by position (cp chunks and a
+ * block of another rank: with window 3 query 6 sees keys 4, 5 of {2,3,4,5}
+ * and queries 0, 1 none). */
+static void test_attention_window(void **st) {
+    enum { B = 2, H = 4, KH = 2, T = 7, D = 3 };
+    static const int wins[] = {1, 3, 7, 9};
+    for (size_t w = 0; w < sizeof wins / sizeof wins[0]; w++) {
+        Bld b = bld(1, 1, 1);
+        int q = input(&b, "q", TY(DT_F32, B, H, T, D));
+        int k = input(&b, "k", TY(DT_F32, B, KH, T, D)), v = input(&b, "v", TY(DT_F32, B, KH, T, D));
+        int n = node(&b, OP_attention, INS(q, k, v), ATS(ai(&b, "causal", 1), af(&b, "scale", 0.7), ai(&b, "window", wins[w])),
+                     NULL);
+        output(&b, b.g->nodes[n].out[0], "o");
+        output(&b, b.g->nodes[n].out[1], "lse");
+        double Q[B * H * T * D], K[B * KH * T * D], V[B * KH * T * D], O[B * H * T * D], L[B * H * T];
+        fill(Q, B * H * T * D, 23);
+        fill(K, B * KH * T * D, 24);
+        fill(V, B * KH * T * D, 25);
+        attn_ref(Q, K, V, B, H, KH, T, T, D, 1, wins[w], 0.7, NULL, NULL, O, L);
+        Interp *it = interp_new(b.m, 1);
+        set(it, 0, "q", Q, B * H * T * D);
+        set(it, 0, "k", K, B * KH * T * D);
+        set(it, 0, "v", V, B * KH * T * D);
+        run_ok(it);
+        near(out(it, 0, "o"), O, B * H * T * D, 1e-12);
+        near(out(it, 0, "lse"), L, B * H * T, 1e-12);
+        interp_free(it);
+        ir_free(b.m);
+    }
+    static const int own[4] = {0, 1, 6, 7}, own_shuffled[4] = {6, 0, 7, 1}, other[4] = {2, 3, 4, 5};
+    static const int q4[4] = {5, 2, 4, 3}, k6[6] = {6, 0, 3, 7, 1, 4};
+    for (int win = 1; win <= 4; win++) {
+        check_attention_pos(1, win, 4, own, 4, own_shuffled);
+        check_attention_pos(1, win, 4, own, 4, other);
+        check_attention_pos(1, win, 4, q4, 6, k6);
     }
 }
 
@@ -1144,7 +1186,7 @@ int main(void) {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_masked_row),
-        cmocka_unit_test(test_attention_positions),
+        cmocka_unit_test(test_attention_positions), cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_attention_positions_identity),
         cmocka_unit_test(test_attn_merge),
         cmocka_unit_test(test_attention_positions_shape_rule),

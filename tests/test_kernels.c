@@ -334,7 +334,7 @@ static void attn_case(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, in
     run_ok(it);
     float *O = fbuf(nq), *L = fbuf(nl), *DQ = fbuf(nq), *DK = fbuf(nk), *DV = fbuf(nk);
     float *fq = f32(Q, nq), *fk = f32(K, nk), *fv = f32(V, nk);
-    RUN(rtk_attention, P(fq), P(fk), P(fv), P(O), P(L), B, H, KH, T, S, D, causal, F(scale), 0, 0);
+    RUN(rtk_attention, P(fq), P(fk), P(fv), P(O), P(L), B, H, KH, T, S, D, causal, F(scale), 0, 0, 0);
     char what[128];
     snprintf(what, sizeof what, "attention B%lld H%lld KH%lld T%lld S%lld D%lld%s%s", (long long)B, (long long)H,
              (long long)KH, (long long)T, (long long)S, (long long)D, causal ? " causal" : "", mask_row ? " masked" : "");
@@ -349,7 +349,7 @@ static void attn_case(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, in
     check(what, O, ref(it, o), nq, TOL);
     check("  lse", L, Lfin, nl, TOL);
     RUN(rtk_attention_bwd, P(f32(DO, nq)), P(fq), P(fk), P(fv), P(f32(ref(it, o), nq)), P(f32(Lr, nl)), P(DQ), P(DK),
-        P(DV), B, H, KH, T, S, D, causal, F(scale), 0, 0);
+        P(DV), B, H, KH, T, S, D, causal, F(scale), 0, 0, 0);
     check("  dq", DQ, ref(it, outk(&b, nb, 0)), nq, TOL);
     check("  dk", DK, ref(it, outk(&b, nb, 1)), nk, TOL);
     check("  dv", DV, ref(it, outk(&b, nb, 2)), nk, TOL);
@@ -395,10 +395,11 @@ static void test_attention(void **st) { attn_each_micro(attn_cases); }
  * with a single key.  The backward gets the reference's o and lse.  Tolerance
  * 1e-5 as max |kernel - ref| / max |ref| per tensor; observed about 1e-6.
  * With positions qp i32[T], kp i32[S] (NULL: the index path), causal means
- * key s visible to query t iff kp[s] <= qp[t]; a row that sees no key must
- * give o = 0 and lse = -inf exactly. */
+ * key s visible to query t iff kp[s] <= qp[t], and with window > 0 also
+ * qp[t] - kp[s] < window; a row that sees no key must give o = 0 and lse =
+ * -inf exactly. */
 static void attn_naive_case_pos(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, int64_t D, int causal,
-                                const int32_t *qp, const int32_t *kp) {
+                                int64_t window, const int32_t *qp, const int32_t *kp) {
     int64_t nq = B * H * T * D, nk = B * KH * S * D, nl = B * H * T, rep = H / KH;
     double scale = 1 / sqrt((double)D);
     const double *Q = rnd(nq, 40, 2), *K = rnd(nk, 41, 2), *V = rnd(nk, 42, 1), *DO = rnd(nq, 43, 1);
@@ -415,7 +416,8 @@ static void attn_naive_case_pos(int64_t B, int64_t H, int64_t KH, int64_t T, int
                 double *dk = DK + (b * KH + h / rep) * S * D, *dv = DV + (b * KH + h / rep) * S * D;
                 int64_t n = 0;
                 for (int64_t s = 0; s < S; s++) {
-                    seen[s] = !causal || (qp ? kp[s] <= qp[t] : s <= t);
+                    int64_t dist = qp ? (int64_t)qp[t] - kp[s] : t - s;
+                    seen[s] = !causal || (dist >= 0 && (window == 0 || dist < window));
                     n += seen[s];
                 }
                 double m = -INFINITY, l = 0, Dt = 0;
@@ -443,9 +445,10 @@ static void attn_naive_case_pos(int64_t B, int64_t H, int64_t KH, int64_t T, int
             }
     float *fq = f32(Q, nq), *fk = f32(K, nk), *fv = f32(V, nk), *fo = fbuf(nq), *fl = fbuf(nl);
     char what[128];
-    snprintf(what, sizeof what, "attention naive B%lld H%lld KH%lld T%lld S%lld D%lld%s", (long long)B, (long long)H,
-             (long long)KH, (long long)T, (long long)S, (long long)D, causal ? " causal" : "");
-    RUN(rtk_attention, P(fq), P(fk), P(fv), P(fo), P(fl), B, H, KH, T, S, D, causal, F(scale), P(qp), P(kp));
+    snprintf(what, sizeof what, "attention naive B%lld H%lld KH%lld T%lld S%lld D%lld%s window %lld", (long long)B,
+             (long long)H, (long long)KH, (long long)T, (long long)S, (long long)D, causal ? " causal" : "",
+             (long long)window);
+    RUN(rtk_attention, P(fq), P(fk), P(fv), P(fo), P(fl), B, H, KH, T, S, D, causal, F(scale), P(qp), P(kp), window);
     check(what, fo, O, nq, TOL);
     double *Lfin = keep(malloc(sizeof(double) * (size_t)nl));
     for (int64_t i = 0; i < nl; i++) { /* rows with no key: -inf exactly */
@@ -458,14 +461,14 @@ static void attn_naive_case_pos(int64_t B, int64_t H, int64_t KH, int64_t T, int
     check("  lse", flfin, Lfin, nl, TOL);
     float *fdq = fbuf(nq), *fdk = fbuf(nk), *fdv = fbuf(nk);
     RUN(rtk_attention_bwd, P(f32(DO, nq)), P(fq), P(fk), P(fv), P(f32(O, nq)), P(f32(L, nl)), P(fdq), P(fdk), P(fdv), B,
-        H, KH, T, S, D, causal, F(scale), P(qp), P(kp));
+        H, KH, T, S, D, causal, F(scale), P(qp), P(kp), window);
     check("  dq", fdq, DQ, nq, TOL);
     check("  dk", fdk, DK, nk, TOL);
     check("  dv", fdv, DV, nk, TOL);
 }
 
 static void attn_naive_case(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, int64_t D, int causal) {
-    attn_naive_case_pos(B, H, KH, T, S, D, causal, NULL, NULL);
+    attn_naive_case_pos(B, H, KH, T, S, D, causal, 0, NULL, NULL);
 }
 
 /* the positions of a dual-chunk cp rank: chunks c and 2cp-1-c of a
@@ -484,28 +487,28 @@ static void attn_pos_cases(void) {
     int32_t *kp = keep(malloc(sizeof(int32_t) * 2 * CP * N)), *qp = keep(malloc(sizeof(int32_t) * 2 * N));
     for (int r = 0; r < CP; r++) dual_chunk(CP, r, N, kp + r * 2 * N); /* the all-gathered keys, rank by rank */
     for (int c = 0; c < CP; c += 3) /* the first and last rank: least and most causal work */
-        attn_naive_case_pos(1, 4, 2, 2 * N, 2 * CP * N, 24, 1, dual_chunk(CP, c, N, qp), kp); /* GQA, T != S */
+        attn_naive_case_pos(1, 4, 2, 2 * N, 2 * CP * N, 24, 1, 0, dual_chunk(CP, c, N, qp), kp); /* GQA, T != S */
     /* ring attention's steps: rank r's queries against rank j's block alone, chunks (20) shorter
      * than a key block, so one block holds an earlier and a later chunk (cut to its visible part) */
     int32_t kr[2 * 20], qr[2 * 20];
     for (int r = 0; r < CP; r++)
         for (int j = 0; j < CP; j++)
-            attn_naive_case_pos(1, 2, 1, 40, 40, 16, 1, dual_chunk(CP, r, 20, qr), dual_chunk(CP, j, 20, kr));
+            attn_naive_case_pos(1, 2, 1, 40, 40, 16, 1, 0, dual_chunk(CP, r, 20, qr), dual_chunk(CP, j, 20, kr));
     /* any order, T = 70 > S = 50, positions with gaps and repeats; rows with qpos < 0 see no key */
     int32_t q2[70], k2[50];
     for (int i = 0; i < 70; i++) q2[i] = (int32_t)((i * 37) % 70) - 5;
     for (int i = 0; i < 50; i++) k2[i] = (int32_t)((i * 23) % 50) + (i % 3 == 0);
-    attn_naive_case_pos(2, 2, 1, 70, 50, 20, 1, q2, k2);
-    attn_naive_case_pos(2, 2, 1, 70, 50, 20, 0, q2, k2); /* not causal: positions ignored */
+    attn_naive_case_pos(2, 2, 1, 70, 50, 20, 1, 0, q2, k2);
+    attn_naive_case_pos(2, 2, 1, 70, 50, 20, 0, 0, q2, k2); /* not causal: positions ignored */
     /* index positions through the masked path give the index path's answer */
     int32_t q3[150], k3[150];
     for (int i = 0; i < 150; i++) q3[i] = k3[i] = (int32_t)i;
-    attn_naive_case_pos(1, 2, 2, 150, 150, 16, 1, q3, k3);
+    attn_naive_case_pos(1, 2, 2, 150, 150, 16, 1, 0, q3, k3);
     /* a query tile that sees every key of the later block, one that sees nothing, and a key block nobody sees */
     int32_t q4[130], k4[260];
     for (int i = 0; i < 130; i++) q4[i] = i < 64 ? 1000 + i : -1 - i;
     for (int i = 0; i < 260; i++) k4[i] = i < 128 ? 2000 + i : i;
-    attn_naive_case_pos(1, 1, 1, 130, 260, 8, 1, q4, k4);
+    attn_naive_case_pos(1, 1, 1, 130, 260, 8, 1, 0, q4, k4);
 }
 
 static void test_attention_positions(void **st) { attn_each_micro(attn_pos_cases); }
@@ -519,6 +522,37 @@ static void attn_naive_cases(void) {
 }
 
 static void test_attention_naive(void **st) { attn_each_micro(attn_naive_cases); }
+
+/* Sliding-window attention (window W: key s visible to query t iff 0 <=
+ * t - s < W, by index or by position) against the naive reference, on
+ * every micro kernel: by index with windows of 1 key, of 2 and 66 (a query
+ * tile whose first row sees only the last key of a key block), shorter
+ * than, equal to and longer than a key block (128) or a query tile (64),
+ * one longer than the sequence; T != S; then by position: a dual-chunk cp rank
+ * against the all-gathered keys and ring steps against one other rank's
+ * block, the window not a multiple of the chunk (so blocks are skipped
+ * whole, seen whole and cut), and unordered positions. */
+static void attn_window_cases(void) {
+    static const int64_t wins[] = {1, 2, 5, 64, 66, 100, 129, 1000};
+    for (size_t i = 0; i < sizeof wins / sizeof wins[0]; i++)
+        attn_naive_case_pos(1, 4, 2, 300, 300, 24, 1, wins[i], NULL, NULL);
+    attn_naive_case_pos(1, 2, 1, 90, 45, 20, 1, 7, NULL, NULL); /* T > S */
+    attn_naive_case_pos(1, 2, 1, 45, 140, 20, 1, 7, NULL, NULL); /* T < S */
+    enum { CP = 4, N = 40 };
+    int32_t *kp = keep(malloc(sizeof(int32_t) * 2 * CP * N)), *qp = keep(malloc(sizeof(int32_t) * 2 * N));
+    for (int r = 0; r < CP; r++) dual_chunk(CP, r, N, kp + r * 2 * N);
+    for (int c = 0; c < CP; c++) attn_naive_case_pos(1, 4, 2, 2 * N, 2 * CP * N, 24, 1, 57, dual_chunk(CP, c, N, qp), kp);
+    int32_t kr[2 * 20], qr[2 * 20];
+    for (int r = 0; r < CP; r++)
+        for (int j = 0; j < CP; j++)
+            attn_naive_case_pos(1, 2, 1, 40, 40, 16, 1, 27, dual_chunk(CP, r, 20, qr), dual_chunk(CP, j, 20, kr));
+    int32_t q2[70], k2[50];
+    for (int i = 0; i < 70; i++) q2[i] = (int32_t)((i * 37) % 70) - 5;
+    for (int i = 0; i < 50; i++) k2[i] = (int32_t)((i * 23) % 50) + (i % 3 == 0);
+    attn_naive_case_pos(2, 2, 1, 70, 50, 20, 1, 9, q2, k2);
+}
+
+static void test_attention_window(void **st) { attn_each_micro(attn_window_cases); }
 
 /* ---- embedding, cross-entropy ---- */
 
@@ -560,9 +594,9 @@ static void test_attn_merge(void **st) {
         }
     float *fq = f32(Q, nq), *fk = f32(K, S * D), *fv = f32(V, S * D);
     float *oa = fbuf(nq), *la = fbuf(nl), *ob = fbuf(nq), *lb = fbuf(nl), *o = fbuf(nq), *l = fbuf(nl);
-    RUN(rtk_attention, P(fq), P(fk), P(fv), P(oa), P(la), 1, H, 1, T, SA, D, 1, F(scale), P(qp), P(kp));
+    RUN(rtk_attention, P(fq), P(fk), P(fv), P(oa), P(la), 1, H, 1, T, SA, D, 1, F(scale), P(qp), P(kp), 0);
     RUN(rtk_attention, P(fq), P(fk + SA * D), P(fv + SA * D), P(ob), P(lb), 1, H, 1, T, S - SA, D, 1, F(scale), P(qp),
-        P(kp + SA));
+        P(kp + SA), 0);
     for (int pass = 0; pass < 2; pass++) {
         float *po = pass ? oa : o, *pl = pass ? lb : l; /* pass 1: in place */
         RUN(rtk_attn_merge, P(oa), P(la), P(ob), P(lb), P(po), P(pl), nl, D);
@@ -977,7 +1011,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_teardown(f, release)
     const struct CMUnitTest tests[] = {
         T(test_gemm),      T(test_layernorm), T(test_rmsnorm),  T(test_softmax),         T(test_rope),
-        T(test_dropout),   T(test_attention), T(test_attention_naive), T(test_attention_positions), T(test_attn_merge),
+        T(test_dropout),   T(test_attention), T(test_attention_naive), T(test_attention_window), T(test_attention_positions), T(test_attn_merge),
         T(test_embedding), T(test_embedding_bad_id), T(test_cross_entropy), T(test_adamw),
         T(test_lr_clip),   T(test_sumsq),     T(test_reduce),   T(test_max_bwd),         T(test_sumto),
         T(test_copy),      T(test_fill_iota_memcpy),

@@ -447,20 +447,20 @@ static void add_rope(int64_t B, int64_t T, int64_t H, int64_t D, double theta, i
 
 /* ---- attention ---- */
 
-/* p: B, H, KH, T, S, D, causal, positions (0 none, 1 given) */
-enum { AT_B, AT_H, AT_KH, AT_T, AT_S, AT_D, AT_CAUSAL, AT_POS };
+/* p: B, H, KH, T, S, D, causal, positions (0 none, 1 given), window (0 none) */
+enum { AT_B, AT_H, AT_KH, AT_T, AT_S, AT_D, AT_CAUSAL, AT_POS, AT_WIN };
 
 static int args_attention(const Case *c, void *const *p, int gpu, int64_t *a) {
     const int64_t *q = c->p;
     int pos = (int)q[AT_POS];
     PUT(P(0), P(1), P(2), P(3), P(4), q[AT_B], q[AT_H], q[AT_KH], q[AT_T], q[AT_S], q[AT_D], q[AT_CAUSAL], F(c->d[0]),
-        pos ? P(5) : 0, pos ? P(6) : 0);
+        pos ? P(5) : 0, pos ? P(6) : 0, q[AT_WIN]);
 }
 static int args_attention_bwd(const Case *c, void *const *p, int gpu, int64_t *a) {
     const int64_t *q = c->p;
     int pos = (int)q[AT_POS];
     PUT(P(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7), P(8), q[AT_B], q[AT_H], q[AT_KH], q[AT_T], q[AT_S], q[AT_D],
-        q[AT_CAUSAL], F(c->d[0]), pos ? P(9) : 0, pos ? P(10) : 0);
+        q[AT_CAUSAL], F(c->d[0]), pos ? P(9) : 0, pos ? P(10) : 0, q[AT_WIN]);
 }
 
 /* Positions of a context-parallel rank: queries are chunks 0 and 3 of a
@@ -489,7 +489,7 @@ static void prep_attention_bwd(Case *c) {
     Ten *o = &c->t[4], *lse = &c->t[5];
     int64_t a[] = {rt_ptr_arg(c->t[1].in), rt_ptr_arg(c->t[2].in), rt_ptr_arg(c->t[3].in), rt_ptr_arg(o->in),
                    rt_ptr_arg(lse->in), q[AT_B], q[AT_H], q[AT_KH], q[AT_T], q[AT_S], q[AT_D], q[AT_CAUSAL],
-                   F(c->d[0]), pos ? rt_ptr_arg(c->t[9].in) : 0, pos ? rt_ptr_arg(c->t[10].in) : 0};
+                   F(c->d[0]), pos ? rt_ptr_arg(c->t[9].in) : 0, pos ? rt_ptr_arg(c->t[10].in) : 0, q[AT_WIN]};
     cpu_rtk_attention(NULL, a);
     for (int64_t i = 0; i < o->n; i++) ((float *)o->in)[i] = round_dt(((float *)o->in)[i], o->dt);
 }
@@ -501,11 +501,13 @@ static void prep_attention_bwd(Case *c) {
 
 /* fwd, bwd: the launchers under test; what: "" or " (cudnn)" */
 static void add_attention_with(rt_kernel fwd, rt_kernel bwd, const char *what, int64_t B, int64_t H, int64_t KH, int64_t T,
-                               int64_t S, int64_t D, int causal, int pos) {
-    int64_t q[] = {B, H, KH, T, S, D, causal, pos};
-    char shape[128];
-    snprintf(shape, sizeof shape, "B=%lld H=%lld KH=%lld T=%lld S=%lld D=%lld%s%s%s", (long long)B, (long long)H,
-             (long long)KH, (long long)T, (long long)S, (long long)D, causal ? " causal" : "", pos ? " positions" : "", what);
+                               int64_t S, int64_t D, int causal, int pos, int64_t window) {
+    int64_t q[] = {B, H, KH, T, S, D, causal, pos, window};
+    char shape[160], win[32] = "";
+    if (window) snprintf(win, sizeof win, " window %lld", (long long)window);
+    snprintf(shape, sizeof shape, "B=%lld H=%lld KH=%lld T=%lld S=%lld D=%lld%s%s%s%s", (long long)B, (long long)H,
+             (long long)KH, (long long)T, (long long)S, (long long)D, causal ? " causal" : "", pos ? " positions" : "",
+             win, what);
     Case *c = new_case(fwd, cpu_rtk_attention, args_attention, "attention %s", shape);
     ten(c, "q", IN, RT_BF16, B * H * T * D, INIT_NORMAL, 0, 1);
     ten(c, "k", IN, RT_BF16, B * KH * S * D, INIT_NORMAL, 0, 1);
@@ -535,8 +537,9 @@ static void add_attention_with(rt_kernel fwd, rt_kernel bwd, const char *what, i
     c->prep = prep_attention_bwd;
 }
 
-static void add_attention(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, int64_t D, int causal, int pos) {
-    add_attention_with(rtk_attention, rtk_attention_bwd, "", B, H, KH, T, S, D, causal, pos);
+static void add_attention(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, int64_t D, int causal, int pos,
+                          int64_t window) {
+    add_attention_with(rtk_attention, rtk_attention_bwd, "", B, H, KH, T, S, D, causal, pos, window);
 }
 
 /* args: o_a, lse_a, o_b, lse_b, o, lse, rows, D, dt */
@@ -807,27 +810,32 @@ static void build_cases(int small) {
     add_softmax(small ? 3 : 64, small ? 300 : 4097, RT_F32);
     add_rope(2, small ? 16 : 64, 4, 64, 10000, 1);
     add_rope(1, small ? 7 : 37, 3, 128, 500000, -1);
-    /* attention: causal, GQA with odd T, unmasked T != S at D 128, context-parallel positions, S = 0, D 32 */
+    /* attention: causal, GQA with odd T, unmasked T != S at D 128, context-parallel positions, S = 0, D 32,
+     * sliding windows */
     if (small) {
-        add_attention(1, 2, 2, 40, 40, 32, 1, 0);
-        add_attention(1, 4, 2, 33, 33, 16, 1, 0);
-        add_attention(1, 2, 1, 20, 30, 64, 0, 0);
-        add_attention(1, 2, 2, 32, 64, 16, 1, 1);
-        add_attention(1, 2, 2, 16, 0, 16, 1, 0);
+        add_attention(1, 2, 2, 40, 40, 32, 1, 0, 0);
+        add_attention(1, 4, 2, 33, 33, 16, 1, 0, 0);
+        add_attention(1, 2, 1, 20, 30, 64, 0, 0, 0);
+        add_attention(1, 2, 2, 32, 64, 16, 1, 1, 0);
+        add_attention(1, 2, 2, 16, 0, 16, 1, 0, 0);
+        add_attention(1, 2, 2, 40, 40, 32, 1, 0, 7); /* sliding window by index */
+        add_attention(1, 2, 2, 32, 64, 16, 1, 1, 9); /* sliding window by position */
     } else {
-        add_attention(2, 4, 4, 256, 256, 64, 1, 0);
-        add_attention(1, 8, 2, 200, 200, 64, 1, 0);
-        add_attention(2, 2, 2, 100, 130, 128, 0, 0);
-        add_attention(1, 4, 4, 128, 256, 64, 1, 1);
-        add_attention(1, 2, 2, 64, 0, 64, 1, 0);
-        add_attention(1, 2, 1, 70, 70, 32, 1, 0);
+        add_attention(2, 4, 4, 256, 256, 64, 1, 0, 0);
+        add_attention(1, 8, 2, 200, 200, 64, 1, 0, 0);
+        add_attention(2, 2, 2, 100, 130, 128, 0, 0, 0);
+        add_attention(1, 4, 4, 128, 256, 64, 1, 1, 0);
+        add_attention(1, 2, 2, 64, 0, 64, 1, 0, 0);
+        add_attention(1, 2, 1, 70, 70, 32, 1, 0, 0);
+        add_attention(1, 4, 2, 200, 200, 64, 1, 0, 37); /* sliding window by index */
+        add_attention(1, 4, 4, 128, 256, 64, 1, 1, 50); /* sliding window by position */
         /* cuDNN's fused SDPA where it qualifies (docs/cudnn.md: T = S, no
          * positions, D a multiple of 8 up to 128); not with --small: the
          * fake CUDA stack has no cuDNN */
         if (rtk_attention_cudnn && rtk_attention_bwd_cudnn) {
-            add_attention_with(rtk_attention_cudnn, rtk_attention_bwd_cudnn, " (cudnn)", 2, 4, 4, 256, 256, 64, 1, 0);
-            add_attention_with(rtk_attention_cudnn, rtk_attention_bwd_cudnn, " (cudnn)", 1, 8, 2, 200, 200, 64, 1, 0);
-            add_attention_with(rtk_attention_cudnn, rtk_attention_bwd_cudnn, " (cudnn)", 2, 2, 2, 100, 100, 128, 0, 0);
+            add_attention_with(rtk_attention_cudnn, rtk_attention_bwd_cudnn, " (cudnn)", 2, 4, 4, 256, 256, 64, 1, 0, 0);
+            add_attention_with(rtk_attention_cudnn, rtk_attention_bwd_cudnn, " (cudnn)", 1, 8, 2, 200, 200, 64, 1, 0, 0);
+            add_attention_with(rtk_attention_cudnn, rtk_attention_bwd_cudnn, " (cudnn)", 2, 2, 2, 100, 100, 128, 0, 0, 0);
         }
     }
     add_attn_merge(small ? 30 : 300, 64);

@@ -75,7 +75,7 @@
 #include "emit_priv.h"
 #include "kiln_rt.h"
 
-enum { LIBARGS = 32 }; /* args of a library launch: at most 19 (rtk_copy) */
+enum { LIBARGS = 32 }; /* args of a library launch: at most 20 (rtk_attention_bwd) */
 
 /* ---- small helpers ---- */
 
@@ -371,13 +371,13 @@ static void emit_matmul(Em *e, const Node *n) {
 
 /* --attention cudnn: cuDNN's SDPA takes bf16 q, k, v and o, index
  * positions (no qpos/kpos: context parallel's chunks stay on kiln's
- * kernel), T == S and a head dim that is a multiple of 8 up to 128
- * (docs/cudnn.md); anything else runs kiln's kernel. */
+ * kernel), no sliding window, T == S and a head dim that is a multiple of
+ * 8 up to 128 (docs/cudnn.md); anything else runs kiln's kernel. */
 static int cudnn_qualifies(Em *e, const Node *n, int pos) {
     int bwd = n->op == OP_attention_bwd, nfixed = 3 + 3 * bwd;
     const Type *q = TY(e, n->in[bwd]), *k = TY(e, n->in[bwd + 1]);
     int64_t D = q->dim[3];
-    if (pos || q->dim[2] != k->dim[2] || q->dim[2] < 1 || D % 8 || D < 8 || D > 128 || q->dim[1] % k->dim[1]) return 0;
+    if (pos || ir_attr_i(n, "window", 0) || q->dim[2] != k->dim[2] || q->dim[2] < 1 || D % 8 || D < 8 || D > 128 || q->dim[1] % k->dim[1]) return 0;
     for (int i = 0; i < nfixed; i++) /* bf16 tensors, f32 lse (the forward's fifth input in the backward) */
         if (TY(e, n->in[i])->dt != (bwd && i == 5 ? DT_F32 : DT_BF16)) return 0;
     for (int i = 0; i < n->nout; i++)
@@ -387,16 +387,16 @@ static int cudnn_qualifies(Em *e, const Node *n, int pos) {
 
 /* rtk_attention(_bwd): the fixed inputs (q, k, v; do, q, k, v, o, lse),
  * the outputs, the dims, scale, then the qpos, kpos pointers: the last two
- * inputs when the node has positions, else 0 (positions = indices). */
+ * inputs when the node has positions, else 0 (positions = indices); then
+ * the window (0: none). */
 static void emit_attention(Em *e, const Node *n) {
     int bwd = n->op == OP_attention_bwd, nfixed = 3 + 3 * bwd, pos = n->nin == nfixed + 2;
     const Type *q = TY(e, n->in[bwd]), *k = TY(e, n->in[bwd + 1]);
     int64_t B = q->dim[0], H = q->dim[1], T = q->dim[2], D = q->dim[3], KH = k->dim[1], S = k->dim[2];
-    int64_t causal = ir_attr_i(n, "causal", 0) != 0;
+    int64_t causal = ir_attr_i(n, "causal", 0) != 0, window = causal ? ir_attr_i(n, "window", 0) : 0;
     double scale = ir_attr_f(n, "scale", 1 / sqrt((double)D));
-    double fl = 4.0 * (double)B * (double)H * (double)T * (double)S * (double)D * (causal ? 0.5 : 1);
-    add_flops(e, n, bwd ? 2.5 * fl : fl);
-    LLVMValueRef a[19]; /* attention_bwd: 9 pointers, 8 dims and scale, 2 positions */
+    add_flops(e, n, ir_node_flops(e->g, n));
+    LLVMValueRef a[20]; /* attention_bwd: 9 pointers, 8 dims and scale, 2 positions, the window */
     int na = 0;
     for (int i = 0; i < nfixed; i++) a[na++] = P(e, n->in[i], 0);
     for (int i = 0; i < n->nout; i++) a[na++] = P(e, n->out[i], 0);
@@ -405,6 +405,7 @@ static void emit_attention(Em *e, const Node *n) {
     a[na++] = F(e, scale);
     a[na++] = pos ? P(e, n->in[nfixed], 0) : I64(e, 0);
     a[na++] = pos ? P(e, n->in[nfixed + 1], 0) : I64(e, 0);
+    a[na++] = I64(e, window);
     const char *kname = bwd ? "attention_bwd" : "attention";
     if (e->cuda && e->tgt->attention_cudnn && cudnn_qualifies(e, n, pos)) kname = bwd ? "attention_bwd_cudnn" : "attention_cudnn";
     launch_lib(e, n, kname, a, na);

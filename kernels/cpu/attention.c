@@ -17,6 +17,15 @@
  * positions (and any positions without causal) take the index path,
  * unchanged.
  *
+ * Sliding window (window W > 0, with causal): key s is visible to query t
+ * iff qpos[t] - W < kpos[s] <= qpos[t].  It always takes the position path
+ * (without positions, with 0, 1, ... for both), where tile_kind also skips
+ * a tile whose keys all lie before every row's window and calls a tile
+ * whole only when every key is inside every row's window; the row
+ * functions mask both edges (kvis).  So a row costs O(W) key blocks, and
+ * under context parallel the window spans the ranks' chunks by global
+ * position.
+ *
  * Forward.  One job per (b, h, tile of BQ query rows).  The job walks the
  * visible keys in blocks of BK: a [BQ, BK] tile of scores, then per row the
  * running max m and running sum l of e^(score - m) are updated, the row of
@@ -104,10 +113,10 @@ typedef void (*mm_fn)(int mode, float *c, int64_t ldc, int64_t rows, int64_t col
                       int64_t aks, const float *b, int64_t ldb, int64_t K, int64_t lo, int64_t hi);
 /* the forward's softmax rows of a score tile, see fwd_rows */
 typedef void (*fwd_rows_fn)(float *sc, int64_t rows, int64_t ncols, int64_t hi, float scale, float *m, double *l,
-                            float *o, int64_t D, const int32_t *kp, const int32_t *qp);
+                            float *o, int64_t D, const int32_t *kp, const int32_t *qp, int64_t win);
 /* the backward's P and dS rows of a tile, see bwd_rows */
 typedef void (*bwd_rows_fn)(float *p, float *ds, int64_t rows, int64_t ncols, int64_t hi, float scale,
-                            const float *lse, const float *dt, const int32_t *kp, const int32_t *qp);
+                            const float *lse, const float *dt, const int32_t *kp, const int32_t *qp, int64_t win);
 /* one key block of k or v transposed, see tblock */
 typedef void (*tblock_fn)(const float *src, int64_t n, int64_t D, float *tile);
 
@@ -117,6 +126,8 @@ typedef struct {
     int64_t B, H, KH, T, S, D, nblk; /* nblk: key blocks, ceil(S / BK) */
     int causal;                 /* by index (s <= t); 0 when positions are given */
     const int32_t *qpos, *kpos; /* causal by position, or NULL: see tile_kind */
+    int32_t *iota;              /* a window without positions: qpos = kpos = 0, 1, ... (owned) */
+    int64_t win;                /* keys per query under a window, else NOLIM */
     float scale;
     rt_ctx *ctx;
     float *dt;        /* backward: do.o per query row [B,H,T] */
@@ -151,6 +162,16 @@ K_CLONES static void mm_plain(int mode, float *c, int64_t ldc, int64_t rows, int
 /* visible keys of tile row r in a block of ncols keys, for the band hi */
 static inline int64_t row_nb(int64_t r, int64_t hi, int64_t ncols) { return imax(0, imin(ncols, r + hi)); }
 
+/* the lowest key position the query at position qr sees under a window of
+ * win keys (qr - win + 1, clamped to the int32 range) */
+static inline int32_t win_lo(int32_t qr, int64_t win) {
+    int64_t lo = (int64_t)qr - win + 1;
+    return lo < INT32_MIN ? INT32_MIN : (int32_t)lo;
+}
+
+/* key position k is visible to the query at qr, whose window starts at lo */
+static inline int kvis(int32_t k, int32_t qr, int32_t lo) { return k <= qr && k >= lo; }
+
 /* max of x[0..n) (-inf for n = 0, NaN if any is NaN) in eight lanes
  * without branches (k_max's NaN test branches on every element) */
 static inline float row_max(const float *x, int64_t n) {
@@ -180,13 +201,14 @@ static inline float row_max(const float *x, int64_t n) {
  * the row into e^(scale q.k - m) (0 where masked) and scales the row of o
  * [rows, D] by e^(m_old - m_new), ready for this block's P v. */
 K_CLONES static void fwd_rows(float *sc, int64_t rows, int64_t ncols, int64_t hi, float scale, float *m, double *l,
-                              float *o, int64_t D, const int32_t *kp, const int32_t *qp) {
+                              float *o, int64_t D, const int32_t *kp, const int32_t *qp, int64_t win) {
     for (int64_t r = 0; r < rows; r++) {
         float *x = sc + r * BK;
         int64_t nb = row_nb(r, hi, ncols);
+        int32_t qr = kp ? qp[r] : 0, lo = win_lo(qr, win);
         for (int64_t j = 0; j < nb; j++) x[j] *= scale;
         if (kp)
-            for (int64_t j = 0; j < nb; j++) x[j] = kp[j] <= qp[r] ? x[j] : -INFINITY;
+            for (int64_t j = 0; j < nb; j++) x[j] = kvis(kp[j], qr, lo) ? x[j] : -INFINITY;
         float mb = row_max(x, nb), mnew = k_max2(m[r], mb);
         if (nb == 0 || mnew == -INFINITY) { /* nothing visible, or only -inf scores so far */
             memset(x, 0, sizeof(float) * (size_t)ncols);
@@ -195,7 +217,7 @@ K_CLONES static void fwd_rows(float *sc, int64_t rows, int64_t ncols, int64_t hi
         float alpha = k_exp(m[r] - mnew);
         for (int64_t j = 0; j < nb; j++) x[j] = k_exp(x[j] - mnew);
         if (kp)
-            for (int64_t j = 0; j < nb; j++) x[j] = kp[j] <= qp[r] ? x[j] : 0;
+            for (int64_t j = 0; j < nb; j++) x[j] = kvis(kp[j], qr, lo) ? x[j] : 0;
         for (int64_t j = nb; j < ncols; j++) x[j] = 0;
         l[r] = l[r] * alpha + k_dsum(x, nb);
         m[r] = mnew;
@@ -209,17 +231,18 @@ K_CLONES static void fwd_rows(float *sc, int64_t rows, int64_t ncols, int64_t hi
  * lse is -inf).  p becomes P = e^(scale q.k - lse), ds becomes
  * P (do.v - Dt) scale; both are 0 where masked. */
 K_CLONES static void bwd_rows(float *p, float *ds, int64_t rows, int64_t ncols, int64_t hi, float scale,
-                              const float *lse, const float *dt, const int32_t *kp, const int32_t *qp) {
+                              const float *lse, const float *dt, const int32_t *kp, const int32_t *qp, int64_t win) {
     for (int64_t r = 0; r < rows; r++) {
         float *pr = p + r * BK, *dr = ds + r * BK, L = lse[r], Dt = dt[r];
         int64_t nb = L == -INFINITY ? 0 : row_nb(r, hi, ncols);
+        int32_t qr = kp ? qp[r] : 0, lo = win_lo(qr, win);
         for (int64_t j = 0; j < nb; j++) {
             pr[j] = k_exp(pr[j] * scale - L);
             dr[j] = pr[j] * (dr[j] - Dt) * scale;
         }
         if (kp)
             for (int64_t j = 0; j < nb; j++)
-                if (kp[j] > qp[r]) pr[j] = dr[j] = 0;
+                if (!kvis(kp[j], qr, lo)) pr[j] = dr[j] = 0;
         for (int64_t j = nb; j < ncols; j++) pr[j] = dr[j] = 0;
     }
 }
@@ -439,26 +462,28 @@ AVX512 static inline __m512 exp_avx512(__m512 x) {
 
 static inline __mmask16 lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
 
-/* the lanes of keys [j, j+16) below n that the query at position qr sees:
- * kp NULL (no element mask) or kp[key] <= qr */
-AVX512 static inline __mmask16 vis16(const int32_t *kp, int32_t qr, int64_t j, int64_t n) {
+/* the lanes of keys [j, j+16) below n that the query at position qr (its
+ * window from lo) sees: kp NULL (no element mask) or lo <= kp[key] <= qr */
+AVX512 static inline __mmask16 vis16(const int32_t *kp, int32_t qr, int32_t lo, int64_t j, int64_t n) {
     __mmask16 k = lanes(n - j);
     if (!kp) return k;
-    return _mm512_mask_cmp_epi32_mask(k, _mm512_maskz_loadu_epi32(k, kp + j), _mm512_set1_epi32(qr), _MM_CMPINT_LE);
+    __m512i kv = _mm512_maskz_loadu_epi32(k, kp + j);
+    k = _mm512_mask_cmp_epi32_mask(k, kv, _mm512_set1_epi32(qr), _MM_CMPINT_LE);
+    return _mm512_mask_cmp_epi32_mask(k, kv, _mm512_set1_epi32(lo), _MM_CMPINT_NLT);
 }
 
 /* fwd_rows on 16 lanes */
 AVX512 static void fwd_rows_avx512(float *sc, int64_t rows, int64_t ncols, int64_t hi, float scale, float *m,
-                                   double *l, float *o, int64_t D, const int32_t *kp, const int32_t *qp) {
+                                   double *l, float *o, int64_t D, const int32_t *kp, const int32_t *qp, int64_t win) {
     __m512 vs = _mm512_set1_ps(scale);
     for (int64_t r = 0; r < rows; r++) {
         float *x = sc + r * BK;
         int64_t nb = row_nb(r, hi, ncols);
-        int32_t qr = kp ? qp[r] : 0;
+        int32_t qr = kp ? qp[r] : 0, lo = win_lo(qr, win);
         __m512 vmax = _mm512_set1_ps(-INFINITY);
         __mmask16 nan = 0;
         for (int64_t j = 0; j < nb; j += 16) {
-            __mmask16 k = vis16(kp, qr, j, nb);
+            __mmask16 k = vis16(kp, qr, lo, j, nb);
             __m512 y = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), vs);
             nan |= _mm512_mask_cmp_ps_mask(k, y, y, _CMP_UNORD_Q);
             vmax = _mm512_mask_max_ps(vmax, k, y, vmax);
@@ -471,7 +496,7 @@ AVX512 static void fwd_rows_avx512(float *sc, int64_t rows, int64_t ncols, int64
         float alpha = k_exp(m[r] - mnew);
         __m512 vm = _mm512_set1_ps(mnew), sum = _mm512_setzero_ps();
         for (int64_t j = 0; j < ncols; j += 16) {
-            __mmask16 k = lanes(ncols - j), vis = nb > j ? vis16(kp, qr, j, nb) : 0;
+            __mmask16 k = lanes(ncols - j), vis = nb > j ? vis16(kp, qr, lo, j, nb) : 0;
             __m512 e = _mm512_maskz_mov_ps(vis, exp_avx512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(vis, x + j), vs, vm)));
             _mm512_mask_storeu_ps(x + j, k, e);
             sum = _mm512_add_ps(sum, e);
@@ -490,15 +515,15 @@ AVX512 static void fwd_rows_avx512(float *sc, int64_t rows, int64_t ncols, int64
 
 /* bwd_rows on 16 lanes */
 AVX512 static void bwd_rows_avx512(float *p, float *ds, int64_t rows, int64_t ncols, int64_t hi, float scale,
-                                   const float *lse, const float *dt, const int32_t *kp, const int32_t *qp) {
+                                   const float *lse, const float *dt, const int32_t *kp, const int32_t *qp, int64_t win) {
     __m512 vs = _mm512_set1_ps(scale);
     for (int64_t r = 0; r < rows; r++) {
         float *pr = p + r * BK, *dr = ds + r * BK;
         int64_t nb = lse[r] == -INFINITY ? 0 : row_nb(r, hi, ncols);
-        int32_t qr = kp ? qp[r] : 0;
+        int32_t qr = kp ? qp[r] : 0, lo = win_lo(qr, win);
         __m512 vl = _mm512_set1_ps(lse[r]), vd = _mm512_set1_ps(dt[r]);
         for (int64_t j = 0; j < ncols; j += 16) {
-            __mmask16 k = lanes(ncols - j), vis = nb > j ? vis16(kp, qr, j, nb) : 0;
+            __mmask16 k = lanes(ncols - j), vis = nb > j ? vis16(kp, qr, lo, j, nb) : 0;
             __m512 e = _mm512_maskz_mov_ps(vis, exp_avx512(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(vis, pr + j), vs, vl)));
             __m512 d = _mm512_mul_ps(_mm512_mul_ps(e, _mm512_sub_ps(_mm512_maskz_loadu_ps(vis, dr + j), vd)), vs);
             _mm512_mask_storeu_ps(pr + j, k, e);
@@ -580,8 +605,11 @@ static void pick_micro(Attn *t) {
 
 /* ---- shared pieces ---- */
 
-/* a: the dims (B, H, KH, T, S, D, causal, scale), then qpos, kpos */
-static void attn_args(Attn *t, const int64_t *a) {
+/* a: the dims (B, H, KH, T, S, D, causal, scale), then qpos, kpos, window.
+ * A window without positions takes the position path with positions
+ * 0, 1, ... (one i32 array for both; the index band has no lower edge).
+ * 0, or -1 (out of memory, the step failed). */
+static int attn_args(Attn *t, const int64_t *a) {
     t->B = a[0];
     t->H = a[1];
     t->KH = a[2];
@@ -591,19 +619,29 @@ static void attn_args(Attn *t, const int64_t *a) {
     t->causal = a[6] != 0;
     t->scale = (float)rt_bits_f64(a[7]);
     t->nblk = (t->S + BK - 1) / BK;
+    t->win = t->causal && a[10] > 0 ? a[10] : NOLIM;
     if (t->causal && a[8] && a[9]) { /* causal by position: no index band */
         t->qpos = RT_I32P(a[8]);
         t->kpos = RT_I32P(a[9]);
         t->causal = 0;
+    } else if (t->win != NOLIM) {
+        int64_t n = imax(t->T, t->S);
+        t->iota = k_alloc(t->ctx, "attention", sizeof(int32_t) * (size_t)imax(n, 1));
+        if (!t->iota) return -1;
+        for (int64_t i = 0; i < n; i++) t->iota[i] = (int32_t)i;
+        t->qpos = t->kpos = t->iota;
+        t->causal = 0;
     }
     pick_micro(t);
+    return 0;
 }
 
 /* With positions, how keys [s0, s0+*n) meet query rows [t0, t0+rows):
  * TILE_NONE when every key is later than every query (min kpos > max
- * qpos: the tile is skipped), TILE_ALL when every query sees every key
- * (min qpos >= max kpos: no mask), else TILE_SOME (the row functions mask
- * element by element).  *n is first cut to the last key any of the rows
+ * qpos) or, under a window of W keys, older than every query's window
+ * (min qpos - max kpos >= W): the tile is skipped; TILE_ALL when every
+ * query sees every key (min qpos >= max kpos, max qpos - min kpos < W: no
+ * mask), else TILE_SOME (the row functions mask element by element).  *n is first cut to the last key any of the rows
  * sees: a key block that holds the end of one sequence chunk and the start
  * of a later one (a dual-chunk cp rank whose chunks are shorter than BK)
  * then costs only its visible part, which is how ring attention's "full
@@ -624,7 +662,8 @@ static int tile_kind(const Attn *t, int64_t t0, int64_t rows, int64_t s0, int64_
         kmin = t->kpos[s] < kmin ? t->kpos[s] : kmin;
         kmax = t->kpos[s] > kmax ? t->kpos[s] : kmax;
     }
-    return qmin >= kmax ? TILE_ALL : TILE_SOME;
+    if ((int64_t)qmin - kmax >= t->win) return TILE_NONE;
+    return qmin >= kmax && (int64_t)qmax - kmin < t->win ? TILE_ALL : TILE_SOME;
 }
 
 /* keys visible to query row t: [0, nvis) */
@@ -686,7 +725,7 @@ K_CLONES static void fwd_tile(const Attn *t, int64_t b, int64_t h, int64_t t0, i
         if (kind == TILE_NONE) continue;
         const int32_t *kp = kind == TILE_SOME ? t->kpos + s0 : NULL, *qp = kind == TILE_SOME ? t->qpos + t0 : NULL;
         t->mm(MM_SET, sc, BK, rows, ncols, q, D, 1, kt + s0 / BK * D * BK, BK, D, 0, hi);
-        t->fwd_rows(sc, rows, ncols, hi, t->scale, m, l, o, D, kp, qp);
+        t->fwd_rows(sc, rows, ncols, hi, t->scale, m, l, o, D, kp, qp, t->win);
         t->mm(MM_ADD, o, D, rows, D, sc, BK, 1, v + s0 * D, D, ncols, -NOLIM, hi);
     }
     for (int64_t r = 0; r < rows; r++) {
@@ -716,18 +755,23 @@ static void fwd_jobs(void *data, int64_t i0, int64_t i1) {
     free(p.kt);
 }
 
-/* args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos */
-void rtk_attention(rt_ctx *ctx, const int64_t *a) {
-    Attn t = {.q = A_F32(0), .k = A_F32(1), .v = A_F32(2), .o_out = A_F32(3), .lse_out = A_F32(4), .ctx = ctx};
-    attn_args(&t, a + 5);
-    if (t.B * t.H * t.T == 0) return;
-    if (t.S == 0) { /* no keys: o = 0, lse = -inf */
-        memset(t.o_out, 0, sizeof(float) * (size_t)(t.B * t.H * t.T * t.D));
-        for (int64_t i = 0; i < t.B * t.H * t.T; i++) t.lse_out[i] = -INFINITY;
+static void attn_fwd(Attn *t) {
+    if (t->B * t->H * t->T == 0) return;
+    if (t->S == 0) { /* no keys: o = 0, lse = -inf */
+        memset(t->o_out, 0, sizeof(float) * (size_t)(t->B * t->H * t->T * t->D));
+        for (int64_t i = 0; i < t->B * t->H * t->T; i++) t->lse_out[i] = -INFINITY;
         return;
     }
-    int64_t ntiles = (t.T + BQ - 1) / BQ;
-    k_par(ctx, t.B * t.H * ntiles, 4 * BQ * t.S * t.D, fwd_jobs, &t);
+    int64_t ntiles = (t->T + BQ - 1) / BQ;
+    k_par(t->ctx, t->B * t->H * ntiles, 4 * BQ * t->S * t->D, fwd_jobs, t);
+}
+
+/* args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos, window */
+void rtk_attention(rt_ctx *ctx, const int64_t *a) {
+    Attn t = {.q = A_F32(0), .k = A_F32(1), .v = A_F32(2), .o_out = A_F32(3), .lse_out = A_F32(4), .ctx = ctx};
+    if (attn_args(&t, a + 5)) return;
+    attn_fwd(&t);
+    free(t.iota);
 }
 
 /* ---- backward ---- */
@@ -756,7 +800,7 @@ K_CLONES static void bwd_head(const Attn *t, int64_t b, int64_t h, const float *
             const int32_t *kp = kind == TILE_SOME ? t->kpos + s0 : NULL, *qp = kind == TILE_SOME ? t->qpos + t0 : NULL;
             t->mm(MM_SET, p, BK, rows, ncols, q + t0 * D, D, 1, ktb, BK, D, 0, hi);
             t->mm(MM_SET, ds, BK, rows, ncols, dO + t0 * D, D, 1, vtb, BK, D, 0, hi);
-            t->bwd_rows(p, ds, rows, ncols, hi, t->scale, lse + t0, dt + t0, kp, qp);
+            t->bwd_rows(p, ds, rows, ncols, hi, t->scale, lse + t0, dt + t0, kp, qp, t->win);
             /* runs of rows with a finite lse; rows with lse = -inf see no key and
              * add nothing (not even 0 * q, which is NaN for the -inf q that
              * such a row can have) */
@@ -803,27 +847,32 @@ static void sum_groups(void *data, int64_t e0, int64_t e1) {
     }
 }
 
-/* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale, qpos, kpos */
+static void attn_bwd(Attn *t) {
+    int64_t rep = t->H / t->KH, kvn = t->B * t->KH * t->S * t->D;
+    if (t->B * t->H == 0) return;
+    if (t->T == 0 || t->S == 0 || t->D == 0) {
+        memset(t->dq, 0, sizeof(float) * (size_t)(t->B * t->H * t->T * t->D));
+        memset(t->dk, 0, sizeof(float) * (size_t)kvn);
+        memset(t->dv, 0, sizeof(float) * (size_t)kvn);
+        return;
+    }
+    size_t scratch = (size_t)(t->B * t->H * t->T + (rep > 1 ? 2 * t->B * t->H * t->S * t->D : 0));
+    t->dt = k_alloc(t->ctx, "attention_bwd", sizeof(float) * scratch);
+    if (!t->dt) return;
+    if (rep > 1) {
+        t->dkh = t->dt + t->B * t->H * t->T;
+        t->dvh = t->dkh + t->B * t->H * t->S * t->D;
+    }
+    k_par(t->ctx, t->B * t->H, 10 * t->T * t->S * t->D, bwd_jobs, t);
+    if (rep > 1) k_par(t->ctx, kvn, 2 * rep, sum_groups, t);
+    free(t->dt);
+}
+
+/* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale, qpos, kpos, window */
 void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a) {
     Attn t = {.dO = A_F32(0), .q = A_F32(1), .k = A_F32(2), .v = A_F32(3), .o = A_F32(4), .lse = A_F32(5),
               .dq = A_F32(6), .dk = A_F32(7), .dv = A_F32(8), .ctx = ctx};
-    attn_args(&t, a + 9);
-    int64_t rep = t.H / t.KH, kvn = t.B * t.KH * t.S * t.D;
-    if (t.B * t.H == 0) return;
-    if (t.T == 0 || t.S == 0 || t.D == 0) {
-        memset(t.dq, 0, sizeof(float) * (size_t)(t.B * t.H * t.T * t.D));
-        memset(t.dk, 0, sizeof(float) * (size_t)kvn);
-        memset(t.dv, 0, sizeof(float) * (size_t)kvn);
-        return;
-    }
-    size_t scratch = (size_t)(t.B * t.H * t.T + (rep > 1 ? 2 * t.B * t.H * t.S * t.D : 0));
-    t.dt = k_alloc(ctx, "attention_bwd", sizeof(float) * scratch);
-    if (!t.dt) return;
-    if (rep > 1) {
-        t.dkh = t.dt + t.B * t.H * t.T;
-        t.dvh = t.dkh + t.B * t.H * t.S * t.D;
-    }
-    k_par(ctx, t.B * t.H, 10 * t.T * t.S * t.D, bwd_jobs, &t);
-    if (rep > 1) k_par(ctx, kvn, 2 * rep, sum_groups, &t);
-    free(t.dt);
+    if (attn_args(&t, a + 9)) return;
+    attn_bwd(&t);
+    free(t.iota);
 }

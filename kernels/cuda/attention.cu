@@ -7,7 +7,9 @@
  * to query t iff kpos[s] <= qpos[t], with the optional i32 positions qpos[T],
  * kpos[S] in any order (context-parallel chunks, ring blocks), or the indices
  * t and s when they are NULL; without causal every key is visible and the
- * positions are ignored.  A row that sees no key gets o = 0 and lse = -inf.
+ * positions are ignored.  A sliding window of W keys (window > 0, causal
+ * only) also needs qpos[t] - kpos[s] < W.  A row that sees no key gets o =
+ * 0 and lse = -inf.
  *
  * Precision: q, k, v, o, do, dq, dk, dv are bf16 in memory, loaded into
  * shared-memory tiles as f32 (exact); all math is f32 (expf, logf), and each
@@ -46,6 +48,11 @@
  * (a thread whose whole column is later than qmax skips its dot products).
  * The index path (no positions) is the same code with qpos[t] = t,
  * kpos[s] = s, and the key loop stops at the tile's last query row.
+ * Under a window (wl: W keys, or ATT_NOWIN) a key tile whose latest key
+ * is W or more before the tile's earliest query is skipped the same way
+ * (the backward: a query tile against a key tile), so a row's work is
+ * O(W), not O(T); the window's lower edge is masked element by element
+ * with the causal one (att_vis).
  *
  * Backward (FlashAttention-2, recomputing P = e^(scale q.k - lse) from the
  * saved lse, with Dt = do_t . o_t):
@@ -80,8 +87,18 @@
 #define ATT_DCH (ATT_DMAX / ATT_COLS)  /* column chunks of a D-wide tile: 4 */
 #define ATT_POS_MAX 0x7fffffff
 #define ATT_POS_MIN (-0x7fffffff - 1)
+#define ATT_NOWIN (1LL << 40) /* "no window": more keys than any distance of int positions */
 
 static __device__ __forceinline__ long long att_min(long long a, long long b) { return a < b ? a : b; }
+
+/* key position k visible to the query at position qp under causal with a
+ * window of wl keys (ATT_NOWIN: none) */
+static __device__ __forceinline__ bool att_vis(int k, int qp, long long wl) { return k <= qp && (long long)qp - k < wl; }
+
+/* the window's keys for the kernels' window arg (0: none) */
+static __device__ __forceinline__ long long att_wl(int causal, long long window) {
+    return causal && window > 0 ? window : ATT_NOWIN;
+}
 
 /* position of query or key i: pos[i], or i without positions */
 static __device__ __forceinline__ int att_pos(const int *pos, long long i) { return pos ? pos[i] : (int)i; }
@@ -144,7 +161,7 @@ static __device__ __forceinline__ void att_dots(float *s, const float *a, const 
 static __device__ void att_fwd_job(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                    const int *qpos, const int *kpos, __nv_bfloat16 *o, float *lse, long long bh,
                                    long long t0, long long H, long long KH, long long T, long long S, int D,
-                                   bool causal, float scale) {
+                                   bool causal, long long wl, float scale) {
     const int ld = D + 1, tid = threadIdx.x, col = tid % ATT_COLS, rg = tid / ATT_COLS;
     float *qs = (float *)kiln_smem, *kv = qs + ATT_BQ * ld, *ps = kv + ATT_BK * ld;
     float *mrow = ps + ATT_BQ * ATT_PL, *lrow = mrow + ATT_BQ, *alpha = lrow + ATT_BQ;
@@ -158,7 +175,7 @@ static __device__ void att_fwd_job(const __nv_bfloat16 *q, const __nv_bfloat16 *
     att_load(qs, q + (bh * T + t0) * D, rows, ATT_BQ, D);
     att_load_pos(qp, qpos, t0, rows, ATT_BQ, ATT_POS_MIN);
     for (int r = tid; r < ATT_BQ; r += blockDim.x) mrow[r] = kiln_neg_inf(), lrow[r] = 0.0f;
-    const int qmax = att_pos_max(qpos, t0, rows);
+    const int qmax = att_pos_max(qpos, t0, rows), qmin = att_pos_min(qpos, t0, rows);
     float acc[ATT_DCH][NR];
 #pragma unroll
     for (int c = 0; c < ATT_DCH; c++)
@@ -169,6 +186,7 @@ static __device__ void att_fwd_job(const __nv_bfloat16 *q, const __nv_bfloat16 *
     for (long long s0 = 0; s0 < send; s0 += ATT_BK) {
         int n = (int)att_min(ATT_BK, send - s0);
         if (causal && (n = att_cut(kpos, s0, n, qmax)) == 0) continue;
+        if (wl != ATT_NOWIN && (long long)qmin - att_pos_max(kpos, s0, n) >= wl) continue; /* before every window */
         __syncthreads(); /* the last tile's P v is done with kv and ps */
         att_load(kv, kg + s0 * D, n, n, D);
         att_load_pos(kp, kpos, s0, n, ATT_BK, ATT_POS_MAX);
@@ -176,13 +194,13 @@ static __device__ void att_fwd_job(const __nv_bfloat16 *q, const __nv_bfloat16 *
         /* scores, -inf where masked */
         {
             const int j = col;
-            const bool live = j < n && (!causal || kp[j] <= qmax);
+            const bool live = j < n && (!causal || (kp[j] <= qmax && (long long)qmin - kp[j] < wl));
             float s[NR];
             if (live) att_dots<NR>(s, qs, kv, j, rg, D);
 #pragma unroll
             for (int i = 0; i < NR; i++) {
                 int r = rg + ATT_RG * i;
-                bool vis = live && r < rows && (!causal || kp[j] <= qp[r]);
+                bool vis = live && r < rows && (!causal || att_vis(kp[j], qp[r], wl));
                 ps[r * ATT_PL + j] = vis ? s[i] * scale : kiln_neg_inf();
             }
         }
@@ -248,7 +266,7 @@ static __device__ void att_fwd_job(const __nv_bfloat16 *q, const __nv_bfloat16 *
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 kiln_attention_fwd(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const int *qpos,
                    const int *kpos, __nv_bfloat16 *o, float *lse, long long B, long long H, long long KH, long long T,
-                   long long S, long long D, int causal, double scale) {
+                   long long S, long long D, int causal, long long window, double scale) {
     const long long tiles = (T + ATT_BQ - 1) / ATT_BQ, jobs = B * H * tiles;
     const bool bypos = causal && qpos && kpos;
     for (long long job = blockIdx.x; job < jobs; job += gridDim.x) {
@@ -261,7 +279,7 @@ kiln_attention_fwd(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bf
             continue;
         }
         att_fwd_job(q, k, v, bypos ? qpos : 0, bypos ? kpos : 0, o, lse, bh, t0, H, KH, T, S, (int)D, causal != 0,
-                    (float)scale);
+                    att_wl(causal, window), (float)scale);
     }
 }
 
@@ -302,10 +320,10 @@ static __device__ void att_load_qtile(const AttQTile &t, const __nv_bfloat16 *q,
  * positions kp) into ps (unless NULL) and dss [BQB][PL]; 0 where masked, past
  * the tile or on rows with lse = -inf. */
 static __device__ void att_p_ds(const AttQTile &t, const float *ks, const float *vs, const int *kp, int n, int D,
-                                bool causal, int qmax, float scale, float *ps, float *dss) {
+                                bool causal, long long wl, int qmin, int qmax, float scale, float *ps, float *dss) {
     enum { NR = ATT_BQB / ATT_RG };
     const int j = threadIdx.x % ATT_COLS, rg = threadIdx.x / ATT_COLS;
-    const bool live = j < n && (!causal || kp[j] <= qmax);
+    const bool live = j < n && (!causal || (kp[j] <= qmax && (long long)qmin - kp[j] < wl));
     float s[NR], dp[NR];
     if (live) {
         att_dots<NR>(s, t.qs, ks, j, rg, D);
@@ -315,7 +333,7 @@ static __device__ void att_p_ds(const AttQTile &t, const float *ks, const float 
     for (int i = 0; i < NR; i++) {
         const int r = rg + ATT_RG * i;
         const float L = t.ls[r];
-        const bool vis = live && L != kiln_neg_inf() && (!causal || kp[j] <= t.qp[r]);
+        const bool vis = live && L != kiln_neg_inf() && (!causal || att_vis(kp[j], t.qp[r], wl));
         const float p = vis ? expf(s[i] * scale - L) : 0.0f;
         if (ps) ps[r * ATT_PL + j] = p;
         dss[r * ATT_PL + j] = vis ? p * (dp[i] - t.dts[r]) * scale : 0.0f;
@@ -328,7 +346,7 @@ static __device__ void att_dkdv_job(const __nv_bfloat16 *dout, const __nv_bfloat
                                     const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
                                     const int *kpos, __nv_bfloat16 *dk, __nv_bfloat16 *dv, long long bkv,
                                     long long s0, long long H, long long KH, long long T, long long S, int D,
-                                    bool causal, float scale) {
+                                    bool causal, long long wl, float scale) {
     const int ld = D + 1, tid = threadIdx.x, col = tid % ATT_COLS, rg = tid / ATT_COLS;
     float *ks = (float *)kiln_smem, *vs = ks + ATT_BK * ld;
     AttQTile t;
@@ -347,7 +365,7 @@ static __device__ void att_dkdv_job(const __nv_bfloat16 *dout, const __nv_bfloat
     att_load(ks, k + (bkv * S + s0) * D, n, ATT_BK, D);
     att_load(vs, v + (bkv * S + s0) * D, n, ATT_BK, D);
     att_load_pos(kp, kpos, s0, n, ATT_BK, ATT_POS_MAX);
-    const int kmin = att_pos_min(kpos, s0, n);
+    const int kmin = att_pos_min(kpos, s0, n), kmax = att_pos_max(kpos, s0, n);
     float gk[ATT_DCH][NR], gv[ATT_DCH][NR];
 #pragma unroll
     for (int c = 0; c < ATT_DCH; c++)
@@ -357,14 +375,17 @@ static __device__ void att_dkdv_job(const __nv_bfloat16 *dout, const __nv_bfloat
     for (long long bh = h0; bh < h0 + rep; bh++)
         for (long long t0 = causal && !qpos ? s0 / ATT_BQB * ATT_BQB : 0; t0 < T; t0 += ATT_BQB) {
             const int rows = (int)att_min(ATT_BQB, T - t0);
-            const int qmax = att_pos_max(qpos, t0, rows);
-            if (causal && qmax < kmin) continue; /* the tile sees none of these keys */
-            __syncthreads();                     /* the last tile is done with the query tile */
+            const int qmax = att_pos_max(qpos, t0, rows), qmin = att_pos_min(qpos, t0, rows);
+            if (causal && (qmax < kmin || (long long)qmin - kmax >= wl)) continue; /* the tile sees none of these keys */
+            __syncthreads(); /* the last tile is done with the query tile */
             att_load_qtile(t, q, dout, lse, dt, qpos, bh, T, t0, rows, D);
-            for (int r = tid; r < ATT_BQB; r += blockDim.x)
-                live[r] = r < rows && lse[bh * T + t0 + r] != kiln_neg_inf() && (!causal || att_pos(qpos, t0 + r) >= kmin);
+            for (int r = tid; r < ATT_BQB; r += blockDim.x) {
+                const int qr = r < rows ? att_pos(qpos, t0 + r) : 0;
+                live[r] = r < rows && lse[bh * T + t0 + r] != kiln_neg_inf() &&
+                          (!causal || (qr >= kmin && (long long)qr - kmax < wl));
+            }
             __syncthreads();
-            att_p_ds(t, ks, vs, kp, n, D, causal, qmax, scale, ps, dss);
+            att_p_ds(t, ks, vs, kp, n, D, causal, wl, qmin, qmax, scale, ps, dss);
             __syncthreads();
             /* dv += P^T do, dk += dS^T q over the live rows */
             for (int r = 0; r < rows; r++) {
@@ -402,7 +423,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 kiln_attention_bwd_dkdv(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                         const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos, const int *kpos,
                         __nv_bfloat16 *dk, __nv_bfloat16 *dv, long long B, long long H, long long KH, long long T,
-                        long long S, long long D, int causal, double scale) {
+                        long long S, long long D, int causal, long long window, double scale) {
     const long long tiles = (S + ATT_BK - 1) / ATT_BK, jobs = B * KH * tiles;
     const bool bypos = causal && qpos && kpos;
     for (long long job = blockIdx.x; job < jobs; job += gridDim.x) {
@@ -416,7 +437,7 @@ kiln_attention_bwd_dkdv(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const
             continue;
         }
         att_dkdv_job(dout, q, k, v, lse, dt, bypos ? qpos : 0, bypos ? kpos : 0, dk, dv, bkv, s0, H, KH, T, S,
-                     (int)D, causal != 0, (float)scale);
+                     (int)D, causal != 0, att_wl(causal, window), (float)scale);
     }
 }
 
@@ -425,7 +446,8 @@ kiln_attention_bwd_dkdv(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const
 static __device__ void att_dq_job(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                   const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
                                   const int *kpos, __nv_bfloat16 *dq, long long bh, long long t0, long long H,
-                                  long long KH, long long T, long long S, int D, bool causal, float scale) {
+                                  long long KH, long long T, long long S, int D, bool causal, long long wl,
+                                  float scale) {
     const int ld = D + 1, col = threadIdx.x % ATT_COLS, rg = threadIdx.x / ATT_COLS;
     AttQTile t;
     t.qs = (float *)kiln_smem;
@@ -442,7 +464,7 @@ static __device__ void att_dq_job(const __nv_bfloat16 *dout, const __nv_bfloat16
 
     __syncthreads(); /* the previous job is done with shared memory */
     att_load_qtile(t, q, dout, lse, dt, qpos, bh, T, t0, rows, D);
-    const int qmax = att_pos_max(qpos, t0, rows);
+    const int qmax = att_pos_max(qpos, t0, rows), qmin = att_pos_min(qpos, t0, rows);
     float g[ATT_DCH][NR];
 #pragma unroll
     for (int c = 0; c < ATT_DCH; c++)
@@ -453,12 +475,13 @@ static __device__ void att_dq_job(const __nv_bfloat16 *dout, const __nv_bfloat16
     for (long long s0 = 0; s0 < send; s0 += ATT_BK) {
         int n = (int)att_min(ATT_BK, send - s0);
         if (causal && (n = att_cut(kpos, s0, n, qmax)) == 0) continue;
+        if (wl != ATT_NOWIN && (long long)qmin - att_pos_max(kpos, s0, n) >= wl) continue; /* before every window */
         __syncthreads(); /* the last tile's dS k is done with ks and dss */
         att_load(ks, kg + s0 * D, n, ATT_BK, D);
         att_load(vs, vg + s0 * D, n, ATT_BK, D);
         att_load_pos(kp, kpos, s0, n, ATT_BK, ATT_POS_MAX);
         __syncthreads();
-        att_p_ds(t, ks, vs, kp, n, D, causal, qmax, scale, 0, dss);
+        att_p_ds(t, ks, vs, kp, n, D, causal, wl, qmin, qmax, scale, 0, dss);
         __syncthreads();
         /* dq += dS k */
 #pragma unroll
@@ -491,7 +514,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
 kiln_attention_bwd_dq(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                       const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos, const int *kpos,
                       __nv_bfloat16 *dq, long long B, long long H, long long KH, long long T, long long S, long long D,
-                      int causal, double scale) {
+                      int causal, long long window, double scale) {
     const long long tiles = (T + ATT_BQB - 1) / ATT_BQB, jobs = B * H * tiles;
     const bool bypos = causal && qpos && kpos;
     for (long long job = blockIdx.x; job < jobs; job += gridDim.x) {
@@ -502,6 +525,6 @@ kiln_attention_bwd_dq(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const _
             continue;
         }
         att_dq_job(dout, q, k, v, lse, dt, bypos ? qpos : 0, bypos ? kpos : 0, dq, bh, t0, H, KH, T, S, (int)D,
-                   causal != 0, (float)scale);
+                   causal != 0, att_wl(causal, window), (float)scale);
     }
 }

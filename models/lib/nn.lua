@@ -58,7 +58,7 @@ function nn.gpt_attention(x, name, c)
   local C = c.dim
   local qkv = nn.linear(x, name .. ".c_attn", C, 3 * C)
   local function part(i) return transpose(nn.heads(slice(qkv, -1, i * C + 1, (i + 1) * C), c.heads), 2, 3) end
-  local o = attention(part(0), part(1), part(2), {causal = true})
+  local o = attention(part(0), part(1), part(2), {causal = true, window = c.window ~= 0 and c.window or nil})
   return nn.linear(nn.merge_heads(o), name .. ".c_proj", C, C, {std = nn.proj_std(c)})
 end
 
@@ -83,7 +83,7 @@ function nn.llama_attention(x, pos, c)
   local q = transpose(rope(proj("wq", c.heads), pos, c.theta), 2, 3)
   local k = transpose(rope(proj("wk", c.kv_heads), pos, c.theta), 2, 3)
   local v = transpose(proj("wv", c.kv_heads), 2, 3)
-  local o = attention(q, k, v, {causal = true})
+  local o = attention(q, k, v, {causal = true, window = c.window ~= 0 and c.window or nil})
   return nn.linear(nn.merge_heads(o), "attention.wo", c.heads * D, C, {bias = false, std = nn.proj_std(c)})
 end
 

@@ -76,8 +76,16 @@
  * plus cuDNN's last error message when it has one, and the launch returns
  * without enqueuing.  A plan that failed to build is not kept, so the next
  * step tries again (and fails the same way).  Args that do not qualify
- * (positions, T != S, D not a multiple of 8 or above 128, H not a multiple
- * of KH, no lse) fail too: the emitter must not launch them here.
+ * (positions, a sliding window, T != S, D not a multiple of 8 or above
+ * 128, H not a multiple of KH, no lse) fail too: the emitter must not
+ * launch them here.
+ *
+ * Sliding windows stay on kiln's kernel.  cuDNN 9.x can mask a window
+ * (the frontend's SDPA "diagonal band" adds pointwise ops on the row and
+ * column indices to the pattern), but the engines accept only the exact
+ * node sequence the frontend builds, which nothing here could check
+ * without a GPU; kiln's kernel masks the window by global position, which
+ * context parallel needs anyway.
  *
  * cuDNN 9.16 or newer is required at run time (checked once per handle):
  * older releases need workarounds the frontend applies and this file does
@@ -860,12 +868,22 @@ static int check_args(rt_ctx *ctx, const char *op, const SdpaShape *s, int has_p
     return -1;
 }
 
-/* args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos */
+/* A sliding window (the window arg): kiln's own kernel runs it, never
+ * these graphs (the emitter routes it there; docs/cudnn.md). */
+static int check_window(rt_ctx *ctx, const char *op, int64_t window) {
+    if (!window) return 0;
+    rt_fail(ctx, "attention (cudnn): %s with a sliding window of %lld keys (the emitter must use kiln's kernel): at %s",
+            op, (long long)window, rtc_launch_name(ctx));
+    return -1;
+}
+
+/* args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos, window */
 void rtk_attention_cudnn(rt_ctx *ctx, const int64_t *a) {
     SdpaShape s = {.B = a[5], .H = a[6], .KH = a[7], .T = a[8], .S = a[9], .D = a[10], .causal = a[11] != 0,
                    .scale = rt_bits_f64(a[12])};
     rtc_at_free(ctx, rtc_cudnn_free);
-    if (check_args(ctx, "attention", &s, a[13] != 0 || a[14] != 0, a[4] != 0)) return;
+    if (check_args(ctx, "attention", &s, a[13] != 0 || a[14] != 0, a[4] != 0) || check_window(ctx, "attention", a[15]))
+        return;
     CUdeviceptr io[UID_FIRST_VIRTUAL] = {0};
     io[UID_Q] = (CUdeviceptr)a[0], io[UID_K] = (CUdeviceptr)a[1], io[UID_V] = (CUdeviceptr)a[2];
     io[UID_O] = (CUdeviceptr)a[3], io[UID_STATS] = (CUdeviceptr)a[4];
@@ -874,12 +892,14 @@ void rtk_attention_cudnn(rt_ctx *ctx, const int64_t *a) {
     if (p) execute(ctx, p, h, io);
 }
 
-/* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale, qpos, kpos */
+/* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale, qpos, kpos, window */
 void rtk_attention_bwd_cudnn(rt_ctx *ctx, const int64_t *a) {
     SdpaShape s = {.B = a[9], .H = a[10], .KH = a[11], .T = a[12], .S = a[13], .D = a[14], .causal = a[15] != 0,
                    .deterministic = deterministic(), .scale = rt_bits_f64(a[16])};
     rtc_at_free(ctx, rtc_cudnn_free);
-    if (check_args(ctx, "attention_bwd", &s, a[17] != 0 || a[18] != 0, a[5] != 0)) return;
+    if (check_args(ctx, "attention_bwd", &s, a[17] != 0 || a[18] != 0, a[5] != 0) ||
+        check_window(ctx, "attention_bwd", a[19]))
+        return;
     CUdeviceptr io[UID_FIRST_VIRTUAL] = {0};
     io[UID_DO] = (CUdeviceptr)a[0], io[UID_Q] = (CUdeviceptr)a[1], io[UID_K] = (CUdeviceptr)a[2];
     io[UID_V] = (CUdeviceptr)a[3], io[UID_O] = (CUdeviceptr)a[4], io[UID_STATS] = (CUdeviceptr)a[5];

@@ -316,21 +316,22 @@ static int attention_shape(rt_ctx *ctx, const char *op, long long H, long long K
     return 0;
 }
 
-/* args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos
- * (S = 0 still launches: o = 0, lse = -inf) */
+/* args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos,
+ * window (S = 0 still launches: o = 0, lse = -inf) */
 void rtk_attention(rt_ctx *ctx, const int64_t *a) {
     CUdeviceptr q = dptr(a[0]), k = dptr(a[1]), v = dptr(a[2]), o = dptr(a[3]), lse = dptr(a[4]);
     long long B = a[5], H = a[6], KH = a[7], T = a[8], S = a[9], D = a[10];
     int causal = a[11] != 0;
     double scale = rt_bits_f64(a[12]);
     CUdeviceptr qpos = dptr(a[13]), kpos = dptr(a[14]);
+    long long window = a[15];
     if (attention_shape(ctx, "attention", H, KH, D)) return;
-    void *params[] = {&q, &k, &v, &qpos, &kpos, &o, &lse, &B, &H, &KH, &T, &S, &D, &causal, &scale};
+    void *params[] = {&q, &k, &v, &qpos, &kpos, &o, &lse, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
     launch(ctx, "kiln_attention_fwd", min64(B * H * ceil_div(T, 64), GRID_X_MAX), 1, BLOCK, 512 * D + 18432, params);
 }
 
 /* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale,
- * qpos, kpos.  prep (dt = do . o per row, in scratch), then dkdv and dq
+ * qpos, kpos, window.  prep (dt = do . o per row, in scratch), then dkdv and dq
  * (T = 0: dkdv still writes dk = dv = 0; S = 0: dq still writes dq = 0). */
 void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a) {
     CUdeviceptr dout = dptr(a[0]), q = dptr(a[1]), k = dptr(a[2]), v = dptr(a[3]), o = dptr(a[4]), lse = dptr(a[5]);
@@ -339,16 +340,17 @@ void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a) {
     int causal = a[15] != 0;
     double scale = rt_bits_f64(a[16]);
     CUdeviceptr qpos = dptr(a[17]), kpos = dptr(a[18]);
+    long long window = a[19];
     if (attention_shape(ctx, "attention_bwd", H, KH, D)) return;
     long long rows = B * H * T;
     CUdeviceptr dt;
     if (scratch(ctx, rows * 4, &dt)) return;
     void *prep[] = {&dout, &o, &dt, &rows, &D};
     launch(ctx, "kiln_attention_bwd_prep", min64(ceil_div(rows, 8), GRID_X_MAX), 1, BLOCK, 0, prep);
-    void *dkdv[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dk, &dv, &B, &H, &KH, &T, &S, &D, &causal, &scale};
+    void *dkdv[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dk, &dv, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
     launch(ctx, "kiln_attention_bwd_dkdv", min64(B * KH * ceil_div(S, 64), GRID_X_MAX), 1, BLOCK, 768 * D + 18176,
            dkdv);
-    void *dqp[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dq, &B, &H, &KH, &T, &S, &D, &causal, &scale};
+    void *dqp[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dq, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
     launch(ctx, "kiln_attention_bwd_dq", min64(B * H * ceil_div(T, 32), GRID_X_MAX), 1, BLOCK, 768 * D + 9728, dqp);
 }
 

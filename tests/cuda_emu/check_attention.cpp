@@ -37,7 +37,10 @@
 // against the all-gathered keys; ring steps whose chunks are shorter than a
 // key tile; any order with gaps; whole tiles that see nothing; a tile's last
 // row seeing only a block's first key), rows that see no key, empty T or S,
-// and smaller grids giving the same bits.
+// smaller grids giving the same bits, and sliding windows (window W: also
+// qpos - kpos < W) by index and by position, W not a multiple of the
+// tiles or the cp chunks, so key tiles are skipped whole before the
+// window, seen whole and cut by it.
 #include "emu.h"
 
 #include "attention.cu"
@@ -162,7 +165,7 @@ static const double BF_ATOL = 2e-4, LSE_TOL = 1e-5;
 static std::string fmt_err(const char *name, const Err &e) {
     char b[256];
     int k = snprintf(b, sizeof b, "%s max|err|/max|ref| %.2e, worst/tol %.3f", name, e.abs_rel, e.worst);
-    if (e.bf16 && e.n) snprintf(b + k, sizeof b - k, ", %.1f%% exactly bf16(ref)", 100.0 * e.exact / e.n);
+    if (e.bf16 && e.n && k >= 0 && k < (int)sizeof b) snprintf(b + k, sizeof b - k, ", %.1f%% exactly bf16(ref)", 100.0 * e.exact / e.n);
     return b;
 }
 
@@ -179,11 +182,13 @@ struct Problem {
     int causal;
     double scale;
     IV qpos, kpos; // empty: none (the kernels get NULL)
+    long long window = 0; // keys per query under causal; 0: no window
     const int *qp() const { return qpos.empty() ? nullptr : qpos.data(); }
     const int *kp() const { return kpos.empty() ? nullptr : kpos.data(); }
     bool visible(long long t, long long s) const {
         if (!causal) return true;
-        return qpos.empty() || kpos.empty() ? s <= t : kpos[s] <= qpos[t];
+        long long d = qpos.empty() || kpos.empty() ? t - s : (long long)qpos[t] - kpos[s];
+        return d >= 0 && (window == 0 || d < window);
     }
 };
 
@@ -263,7 +268,7 @@ static void run_fwd(const Problem &p, const BV &q, const BV &k, const BV &v, Out
     long long g = grid < 0 ? grid_fwd(p.B, p.H, p.T) : std::min(grid, grid_fwd(p.B, p.H, p.T));
     r.launched &= launch(g, smem_fwd(p.D), "kiln_attention_fwd", [&] {
         kiln_attention_fwd(q.data(), k.data(), v.data(), p.qp(), p.kp(), r.o.data(), r.lse.data(), p.B, p.H, p.KH,
-                           p.T, p.S, p.D, p.causal, p.scale);
+                           p.T, p.S, p.D, p.causal, p.window, p.scale);
     });
 }
 
@@ -279,18 +284,19 @@ static void run_bwd(const Problem &p, const BV &dO, const BV &q, const BV &k, co
     });
     r.launched &= launch(g(grid_dkdv(p.B, p.KH, p.S)), smem_dkdv(p.D), "kiln_attention_bwd_dkdv", [&] {
         kiln_attention_bwd_dkdv(dO.data(), q.data(), k.data(), v.data(), lse.data(), r.dt.data(), p.qp(), p.kp(),
-                                r.dk.data(), r.dv.data(), p.B, p.H, p.KH, p.T, p.S, p.D, p.causal, p.scale);
+                                r.dk.data(), r.dv.data(), p.B, p.H, p.KH, p.T, p.S, p.D, p.causal, p.window, p.scale);
     });
     r.launched &= launch(g(grid_dq(p.B, p.H, p.T)), smem_dq(p.D), "kiln_attention_bwd_dq", [&] {
         kiln_attention_bwd_dq(dO.data(), q.data(), k.data(), v.data(), lse.data(), r.dt.data(), p.qp(), p.kp(),
-                              r.dq.data(), p.B, p.H, p.KH, p.T, p.S, p.D, p.causal, p.scale);
+                              r.dq.data(), p.B, p.H, p.KH, p.T, p.S, p.D, p.causal, p.window, p.scale);
     });
 }
 
 static std::string describe(const char *name, const Problem &p) {
-    char b[256];
-    snprintf(b, sizeof b, "%s: B%lld H%lld KH%lld T%lld S%lld D%lld%s%s", name, p.B, p.H, p.KH, p.T, p.S, p.D,
-             p.causal ? " causal" : "", p.qpos.empty() ? "" : " positions");
+    char b[320], w[32] = "";
+    if (p.window) snprintf(w, sizeof w, " window %lld", p.window);
+    snprintf(b, sizeof b, "%s: B%lld H%lld KH%lld T%lld S%lld D%lld%s%s%s", name, p.B, p.H, p.KH, p.T, p.S, p.D,
+             p.causal ? " causal" : "", p.qpos.empty() ? "" : " positions", w);
     return b;
 }
 
@@ -469,6 +475,37 @@ int main() {
         for (int t = 0; t < 40; t++) p.qpos.push_back(t + 33);
         for (int s = 0; s < 128; s++) p.kpos.push_back(s);
         run_case("a query tile's last row sees only the first key of a block", p);
+    }
+    // sliding windows: by index (2 and 65: a tile's first row sees only a
+    // key tile's last key; longer than the sequence; T > S; not 1, whose
+    // exact dq, dk are 0 with no tolerance for f32 rounding), and by
+    // position (window 27 over chunks of 20: cp ranks against the gathered
+    // keys, ring steps)
+    for (long long w : {2, 3, 17, 65, 500}) {
+        Problem p = prob(1, 4, 2, 150, 150, 16, 1);
+        p.window = w;
+        run_case("sliding window by index", p, w == 17 ? 2 : 0);
+    }
+    {
+        Problem p = prob(1, 2, 1, 90, 45, 24, 1);
+        p.window = 9;
+        run_case("sliding window by index, T > S", p);
+    }
+    for (int r : {0, 1, CP - 1}) {
+        Problem p = prob(1, 4, 2, 2 * N, 2 * CP * N, 32, 1);
+        p.qpos = dual_chunk(CP, r, N);
+        p.kpos = all;
+        p.window = 27;
+        std::string name = "sliding window: cp rank " + std::to_string(r) + " of 4 against the all-gathered keys";
+        run_case(name.c_str(), p);
+    }
+    for (int j = 0; j < CP; j++) {
+        Problem p = prob(1, 2, 1, 2 * N, 2 * N, 16, 1);
+        p.qpos = dual_chunk(CP, 1, N);
+        p.kpos = dual_chunk(CP, j, N);
+        p.window = 27;
+        std::string name = "sliding window ring step: rank 1's queries, rank " + std::to_string(j) + "'s block";
+        run_case(name.c_str(), p);
     }
     run_empty();
     run_big_d();
