@@ -636,7 +636,7 @@ static int l_slice(lua_State *L)
 
 static int l_concat(lua_State *L)
 {
-    enum { MAXIN = 256 };
+    enum { MAXIN = IR_MAXIN };
     int in[MAXIN];
     if (!lua_istable(L, 1))
         fe_raise(L, "concat: the first argument must be a list of tensors, got %s", luaL_typename(L, 1));

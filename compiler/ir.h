@@ -27,6 +27,7 @@
 
 #define IR_MAXRANK 5
 #define IR_MAXNUMEL ((int64_t)1 << 48) /* the largest tensor the IR accepts */
+#define IR_MAXIN 256 /* inputs of one node (concat's list): the passes size arrays by it */
 #define IR_NAXES 4 /* mesh axes pp, dp, cp, tp (tp fastest-varying) */
 
 typedef enum {
@@ -272,8 +273,10 @@ void *xcalloc(size_t n, size_t sz);
 /* ---- errors ---- */
 /* User error at a model location: prints "file:line: msg" and exits 1. */
 void error_at(Loc loc, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
-/* Internal compiler error: prints the C file:line and aborts. */
+/* Internal compiler error: prints the C file:line (and the model line of the
+ * node being processed, the last one ir_ice_at or ir_build was given) and aborts. */
 #define ICE(...) ir_ice(__FILE__, __LINE__, __VA_ARGS__)
 void ir_ice(const char *file, int line, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
+void ir_ice_at(Loc loc);
 
 #endif
