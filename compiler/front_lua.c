@@ -62,6 +62,8 @@
 #define REG_PARAMS "kiln.params"   /* param name -> "file:line" of its definition */
 #define REG_INPUTS "kiln.inputs"   /* input name -> true */
 #define REG_LOADED "kiln.loaded"   /* require cache: lib name -> result */
+#define REG_TRACED "kiln.traced"   /* the last message fe_msgh gave a traceback */
+#define FE_TRACE_MAX 4             /* frames named on each side of the error line */
 
 typedef struct {
     Module *m;
@@ -218,16 +220,102 @@ static void fe_hook(lua_State *L, lua_Debug *ar)
     lua_error(L);
 }
 
-/* Message handler: every error leaves with a "file:line: " prefix. */
+/* Is Lua chunk file one of the model's files (the model, its libraries)? */
+static const char *fe_model_file(Fe *fe, const char *file)
+{
+    for (int i = 0; i < fe->nfiles; i++)
+        if (strcmp(fe->files[i], file) == 0)
+            return fe->files[i];
+    return NULL;
+}
+
+/* Does the location "file:line" at the start of msg (file maybe shortened
+ * by Lua to "...tail") name file f line `line`? */
+static int fe_msg_at(const char *msg, const char *f, int line)
+{
+    const char *colon = strchr(msg, ':');
+    size_t n = (size_t)(colon - msg), fl = strlen(f);
+    if (atoi(colon + 1) != line)
+        return 0;
+    if (n > 3 && strncmp(msg, "...", 3) == 0)
+        return fl >= n - 3 && strncmp(f + fl - (n - 3), msg + 3, n - 3) == 0;
+    return n == fl && strncmp(msg, f, n) == 0;
+}
+
+/* Append frames [a, b) of the model's files as ", file:line": the first
+ * FE_TRACE_MAX, then "..." and the last. */
+static void fe_trace_list(luaL_Buffer *B, const Loc *fr, int a, int b)
+{
+    for (int k = a; k < b; k++) {
+        if (k > a)
+            luaL_addstring(B, ", ");
+        if (k - a == FE_TRACE_MAX - 1 && b - a > FE_TRACE_MAX) {
+            luaL_addstring(B, "..., ");
+            k = b - 1;
+        }
+        lua_pushfstring(B->L, "%s:%d", fr[k].file, fr[k].line);
+        luaL_addvalue(B);
+    }
+}
+
+/* The error line's place among the model's Lua frames: " (inside the
+ * helper lines it ran through; called from the model lines that called it)",
+ * or "" when it has none. */
+static void fe_push_trace(lua_State *L, Fe *fe, const char *msg)
+{
+    enum { NFR = 64, NLEVELS = 1000 }; /* lua_getstack(L, lv) walks lv frames */
+    Loc fr[NFR];
+    int n = 0, at = -1;
+    lua_Debug ar;
+    for (int lv = 0; n < NFR && lv < NLEVELS && lua_getstack(L, lv, &ar); lv++) {
+        if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0 || ar.source[0] != '@')
+            continue;
+        const char *f = fe_model_file(fe, ar.source + 1);
+        if (!f || (n && fr[n - 1].file == f && fr[n - 1].line == ar.currentline))
+            continue;
+        if (at < 0 && fe_msg_at(msg, f, ar.currentline))
+            at = n;
+        fr[n++] = (Loc){f, ar.currentline};
+    }
+    luaL_Buffer B;
+    luaL_buffinit(L, &B);
+    if (at > 0 || (at >= 0 && at < n - 1)) {
+        luaL_addstring(&B, " (");
+        if (at > 0) {
+            luaL_addstring(&B, "inside ");
+            fe_trace_list(&B, fr, 0, at);
+        }
+        if (at < n - 1) {
+            luaL_addstring(&B, at > 0 ? "; called from " : "called from ");
+            fe_trace_list(&B, fr, at + 1, n);
+        }
+        luaL_addstring(&B, ")");
+    }
+    luaL_pushresult(&B);
+}
+
+/* Message handler: every error leaves with a "file:line: " prefix and the
+ * model lines it was called from (once: layer() re-raises the message its
+ * own handler made). */
 static int fe_msgh(lua_State *L)
 {
+    Fe *fe = fe_of(L);
+    if (lua_getfield(L, LUA_REGISTRYINDEX, REG_TRACED) == LUA_TSTRING && lua_rawequal(L, 1, -1))
+        return 1;
+    lua_pop(L, 1);
     const char *msg = lua_tostring(L, 1);
     if (!msg)
         msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-    if (fe_has_loc(msg))
+    if (!fe_has_loc(msg)) {
+        Loc l = fe_loc(L);
+        msg = lua_pushfstring(L, "%s:%d: %s", l.file, l.line, msg);
+    }
+    if (fe->limitmsg[0])
         return 1;
-    Loc l = fe_loc(L);
-    lua_pushfstring(L, "%s:%d: %s", l.file, l.line, msg);
+    fe_push_trace(L, fe, msg);
+    lua_concat(L, 2);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, REG_TRACED);
     return 1;
 }
 
@@ -363,6 +451,33 @@ static const char *fe_optstr(lua_State *L, int i, const char *what, const char *
     return lua_tostring(L, i);
 }
 
+/* The options table at argument i (none or nil: nothing to check) has only
+ * the keys in keys[] (NULL-terminated, the list next to each primitive): a
+ * misspelled option ({casual = true}) is an error, not a default. */
+static void fe_options(lua_State *L, int i, const char *what, const char *const keys[])
+{
+    if (lua_isnoneornil(L, i))
+        return;
+    if (!lua_istable(L, i))
+        fe_raise(L, "%s: options must be a table like {%s = ...}, got %s", what, keys[0], luaL_typename(L, i));
+    for (lua_pushnil(L); lua_next(L, i); lua_pop(L, 1)) {
+        int k = 0;
+        while (keys[k] && !(lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), keys[k]) == 0))
+            k++;
+        if (keys[k])
+            continue;
+        luaL_Buffer B;
+        luaL_buffinit(L, &B);
+        for (k = 0; keys[k]; k++) {
+            luaL_addstring(&B, k ? ", " : "");
+            luaL_addstring(&B, keys[k]);
+        }
+        luaL_pushresult(&B);
+        const char *list = lua_tostring(L, -1), *key = luaL_tolstring(L, -3, NULL);
+        fe_raise(L, "%s: unknown option %s (options: %s)", what, key, list);
+    }
+}
+
 static DType fe_dtype(lua_State *L, int i, const char *what)
 {
     const char *s = fe_optstr(L, i, what, "dtype", "f32");
@@ -434,6 +549,21 @@ static void fe_push(lua_State *L, int vid)
     luaL_setmetatable(L, TENSOR_MT);
 }
 
+/* ", with parameter NAME[, NAME...]" for the inputs among in[] that are
+ * param() values ("" when none is), into buf. */
+static const char *fe_params_of(Fe *fe, int nin, const int *in, char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < nin && k < n; i++) {
+        int d = fe->g->vals[in[i]].def;
+        if (d >= 0 && fe->g->nodes[d].op == OP_param)
+            k += snprintf(buf + k, n - k, "%s%s", k ? ", " : ", with parameter ",
+                          ir_attr_s(&fe->g->nodes[d], "name", "?"));
+    }
+    return buf;
+}
+
 /* Append a node; raise "file:line: op: message" if the IR rejects it. */
 static int fe_node(lua_State *L, Op op, int nin, const int *in, int nattr, const Attr *at, const Type *src)
 {
@@ -455,7 +585,9 @@ static int fe_node(lua_State *L, Op op, int nin, const int *in, int nattr, const
         const char *name = ir_ops[op].name;
         size_t k = strlen(name);
         int named = strncmp(err, name, k) == 0 && err[k] == ':';
-        lua_pushfstring(L, "%s:%d: %s%s%s", s.loc.file, s.loc.line, named ? "" : name, named ? "" : ": ", err);
+        char params[512];
+        lua_pushfstring(L, "%s:%d: %s%s%s%s", s.loc.file, s.loc.line, named ? "" : name, named ? "" : ": ", err,
+                        fe_params_of(fe, nin, in, params, sizeof params));
         lua_error(L);
     }
     return n;
@@ -517,9 +649,9 @@ static int fe_binary(lua_State *L, Op op)
             v[i] = fe_const(L, lua_tonumber(L, i + 1), &(Type){.dt = dt, .rank = 0});
     Type out, a = *fe_type(L, v[0]), b = *fe_type(L, v[1]);
     if (!fe_broadcast_shape(&a, &b, &out)) {
-        char sa[96], sb[96];
-        fe_raise(L, "%s: %s and %s do not broadcast", what, fe_tstr(L, v[0], sa, sizeof sa),
-                 fe_tstr(L, v[1], sb, sizeof sb));
+        char sa[96], sb[96], params[512];
+        fe_raise(L, "%s: %s and %s do not broadcast%s", what, fe_tstr(L, v[0], sa, sizeof sa),
+                 fe_tstr(L, v[1], sb, sizeof sb), fe_params_of(fe_of(L), 2, v, params, sizeof params));
     }
     v[0] = fe_broadcast(L, v[0], &out);
     v[1] = fe_broadcast(L, v[1], &out);
@@ -563,15 +695,16 @@ static int l_reduce(lua_State *L)
 }
 
 /* matmul(a, b, {ta=, tb=}) */
+static const char *const matmul_options[] = {"ta", "tb", NULL};
+
 static int l_matmul(lua_State *L)
 {
     Fe *fe = fe_of(L);
     int in[2] = {fe_tensor(L, 1, "matmul"), fe_tensor(L, 2, "matmul")};
     Attr at[2];
     int n = 0;
+    fe_options(L, 3, "matmul", matmul_options);
     if (!lua_isnoneornil(L, 3)) {
-        if (!lua_istable(L, 3))
-            fe_raise(L, "matmul: options must be a table like {tb = true}, got %s", luaL_typename(L, 3));
         static const char *const keys[2] = {"ta", "tb"};
         for (int k = 0; k < 2; k++) {
             lua_getfield(L, 3, keys[k]);
@@ -710,6 +843,8 @@ static int l_pair(lua_State *L)
 }
 
 /* attention(q, k, v, {causal=true, scale=1/sqrt(D)}) -> o, lse */
+static const char *const attention_options[] = {"causal", "scale", NULL};
+
 static int l_attention(lua_State *L)
 {
     Fe *fe = fe_of(L);
@@ -717,9 +852,8 @@ static int l_attention(lua_State *L)
     const Type *q = fe_type(L, in[0]);
     int causal = 1;
     double scale = 1.0 / sqrt((double)(q->rank ? q->dim[q->rank - 1] : 1));
+    fe_options(L, 4, "attention", attention_options);
     if (!lua_isnoneornil(L, 4)) {
-        if (!lua_istable(L, 4))
-            fe_raise(L, "attention: options must be a table like {causal = true}, got %s", luaL_typename(L, 4));
         lua_getfield(L, 4, "causal");
         causal = fe_optbool(L, -1, "attention", "causal", 1);
         lua_getfield(L, 4, "scale");
@@ -823,6 +957,8 @@ static int l_filled(lua_State *L)
 }
 
 /* param(name, shape, init): f32; inside layer(i, fn) named "h.<i>.<name>" */
+static const char *const param_init_keys[] = {"init", "std", NULL}; /* what normal() etc. make */
+
 static int l_param(lua_State *L)
 {
     Fe *fe = fe_of(L);
@@ -830,6 +966,8 @@ static int l_param(lua_State *L)
     Type t;
     fe_shape(L, 2, "param", &t, NULL);
     t.dt = DT_F32;
+    if (lua_istable(L, 3))
+        fe_options(L, 3, "param", param_init_keys);
     const char *init = NULL;
     double std = 0;
     if (lua_istable(L, 3)) {
@@ -889,12 +1027,14 @@ static int l_layer(lua_State *L)
     if (fe->layer >= 0)
         fe_raise(L, "layer: layer(%lld) inside layer(%d); layers do not nest", (long long)i, fe->layer);
     lua_settop(L, 2);
+    lua_pushcfunction(L, fe_msgh); /* the traceback is taken before the stack unwinds */
+    lua_insert(L, 2);
     fe->layer = (int)i;
-    int status = lua_pcall(L, 0, LUA_MULTRET, 0);
+    int status = lua_pcall(L, 0, LUA_MULTRET, 2);
     fe->layer = -1;
     if (status != LUA_OK)
         lua_error(L);
-    return lua_gettop(L) - 1;
+    return lua_gettop(L) - 2;
 }
 
 /* ----------------------------------------------------------------- config */
