@@ -19,6 +19,11 @@
  *   - a count hook every FE_HOOK_EVERY instructions stops it after
  *     FE_INSN_LIMIT instructions (and then raises at every instruction, so
  *     pcall cannot swallow the error);
+ *   - a wall-clock limit (Options.frontend_timeout, --frontend-timeout, 10 s
+ *     by default) for time spent inside single C calls between instructions
+ *     (a vararg copy, table.insert on a long table, string.rep): SIGALRM sets
+ *     a hook on every instruction (lua_sethook is signal-safe), which raises
+ *     like the instruction limit, as soon as the C call returns;
  *   - the library loops that run in C, where no hook fires, are closed (no
  *     __gc finalizers, no pattern matching, bounds on table.move/insert/remove
  *     and string.rep; see fe_harden).
@@ -39,6 +44,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/time.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +86,8 @@ typedef struct {
     long long insns;             /* instructions run (in FE_HOOK_EVERY steps) */
     char lastfile[512];          /* the line the count hook saw last */
     int lastline;
-    char limitmsg[600];          /* set once the instruction limit is hit */
+    char limitmsg[600];          /* set once the instruction or time limit is hit */
+    double timeout;              /* the wall-clock limit, seconds */
     int layer;                   /* inside layer(i, fn): i; else -1 */
     int config_called;
     Loc config_loc;
@@ -200,20 +208,40 @@ static void *fe_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     return p;
 }
 
+/* The wall-clock limit: the state the SIGALRM handler hooks, and whether it fired. */
+static lua_State *volatile fe_alarm_L;
+static volatile sig_atomic_t fe_alarm_fired;
+
+static void fe_hook(lua_State *L, lua_Debug *ar);
+
+static void fe_on_alarm(int sig)
+{
+    (void)sig;
+    fe_alarm_fired = 1;
+    if (fe_alarm_L)
+        lua_sethook(fe_alarm_L, fe_hook, LUA_MASKCOUNT, 1);
+}
+
 static void fe_hook(lua_State *L, lua_Debug *ar)
 {
     Fe *fe = fe_of(L);
     const char *file;
+    (void)ar;
     fe->insns += FE_HOOK_EVERY;
     if (fe_frame(fe, L, 0, &file, &fe->lastline) && strcmp(file, fe->lastfile) != 0)
         fe_copyloc(fe->lastfile, sizeof fe->lastfile, file);
-    if (fe->insns <= FE_INSN_LIMIT)
+    if (fe->insns <= FE_INSN_LIMIT && !fe_alarm_fired)
         return;
     if (!fe->limitmsg[0]) {
         /* From now on every instruction raises, so that a pcall cannot
          * catch the error and go on: it reaches the top. */
-        snprintf(fe->limitmsg, sizeof fe->limitmsg, "%s:%d: instruction limit (%dM) exceeded",
-                 fe->lastfile[0] ? fe->lastfile : fe->path, fe->lastline, (int)(FE_INSN_LIMIT / 1000000));
+        const char *f = fe->lastfile[0] ? fe->lastfile : fe->path;
+        if (fe_alarm_fired)
+            snprintf(fe->limitmsg, sizeof fe->limitmsg, "%s:%d: time limit (%g s) exceeded (--frontend-timeout S)",
+                     f, fe->lastline, fe->timeout);
+        else
+            snprintf(fe->limitmsg, sizeof fe->limitmsg, "%s:%d: instruction limit (%dM) exceeded", f, fe->lastline,
+                     (int)(FE_INSN_LIMIT / 1000000));
         lua_sethook(L, fe_hook, LUA_MASKCOUNT, 1);
     }
     lua_pushstring(L, fe->limitmsg);
@@ -1442,9 +1470,32 @@ static Module *fe_new_module(const char *path)
     return m;
 }
 
+/* Arm the wall-clock limit for state L (one front end at a time). */
+static void fe_alarm_start(Fe *fe, lua_State *L, struct sigaction *old)
+{
+    struct sigaction sa = {.sa_handler = fe_on_alarm};
+    sigemptyset(&sa.sa_mask);
+    fe_alarm_fired = 0;
+    fe_alarm_L = L;
+    sigaction(SIGALRM, &sa, old);
+    double s = fe->timeout;
+    struct itimerval t = {.it_value = {(time_t)s, (suseconds_t)((s - (double)(time_t)s) * 1e6)}};
+    if (t.it_value.tv_sec == 0 && t.it_value.tv_usec == 0)
+        t.it_value.tv_usec = 1;
+    setitimer(ITIMER_REAL, &t, NULL);
+}
+
+static void fe_alarm_stop(const struct sigaction *old)
+{
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    fe_alarm_L = NULL;
+    sigaction(SIGALRM, old, NULL);
+}
+
 Module *fe_load(const char *path, Options *o, char *err, size_t errlen)
 {
-    Fe fe = {.path = path, .o = o, .layer = -1};
+    Fe fe = {.path = path, .o = o, .layer = -1, .timeout = o && o->frontend_timeout > 0 ? o->frontend_timeout : 10};
     if ((fe.nlines = fe_count_lines(path, err, errlen)) < 0)
         return NULL;
     fe.m = fe_new_module(path);
@@ -1460,7 +1511,10 @@ Module *fe_load(const char *path, Options *o, char *err, size_t errlen)
     *(Fe **)lua_getextraspace(L) = &fe;
     lua_pushcfunction(L, fe_msgh);
     lua_pushcfunction(L, fe_run);
+    struct sigaction old;
+    fe_alarm_start(&fe, L, &old);
     int status = lua_pcall(L, 0, 0, 1);
+    fe_alarm_stop(&old);
     if (status != LUA_OK) {
         fe_report(&fe, status, lua_tostring(L, -1), err, errlen);
         ir_free(fe.m);

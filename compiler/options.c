@@ -22,4 +22,5 @@ void opt_defaults(Options *o) {
     o->zero = 1;
     o->bucket_mb = 25;
     o->recompute = RC_GEMM_LAST;
+    o->frontend_timeout = 10;
 }

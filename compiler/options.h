@@ -38,6 +38,8 @@ typedef struct {
      * retypes the step to bf16 weights' copies and activations, f32 master
      * weights, gradients, optimizer and loss; 0 (f32, the CPU's): unchanged */
     int precision_bf16;
+    /* --frontend-timeout S: the Lua front end's wall-clock limit (front_lua.c) */
+    double frontend_timeout;
 } Options;
 void opt_defaults(Options *o);
 
