@@ -66,8 +66,7 @@
 
 #define TENSOR_MT "kiln.tensor"
 #define REG_CONFIG "kiln.config"   /* the config{} table */
-#define REG_PARAMS "kiln.params"   /* param name -> "file:line" of its definition */
-#define REG_INPUTS "kiln.inputs"   /* input name -> true */
+#define REG_PARAMS "kiln.params"   /* param or input name -> "file:line" of its definition */
 #define REG_LOADED "kiln.loaded"   /* require cache: lib name -> result */
 #define REG_TRACED "kiln.traced"   /* the last message fe_msgh gave a traceback */
 #define FE_TRACE_MAX 4             /* frames named on each side of the error line */
@@ -912,18 +911,67 @@ static int l_loss(lua_State *L)
     return 1;
 }
 
-/* Names of inputs and params: letters, digits and . _ - : / */
+/* kiln's own names, which a model's param, input or output may not take
+ * (after the layer prefix): the compiled step and its checkpoints keep these
+ * tensors in the same name space as the model's, and a collision would bind
+ * the model's tensor to kiln's (a state of another size, a checkpoint whose
+ * entries cannot be told apart).  A prefix rule when the entry ends in . or :,
+ * else the whole name.  docs/dsl.md lists them. */
+static const struct {
+    const char *name, *owner;
+} fe_reserved[] = {
+    {"opt.", "the optimizer's state (opt.m.<p>, opt.v.<p>, opt.step, opt.m.b<k>; optimizer.c)"},
+    {"param.", "the distributed optimizer's master weight shards (param.b<k>; optimizer.c)"},
+    {"trainer.", "the checkpoint's trainer state (trainer.step, trainer.rng, trainer.data_pos; checkpoint.c)"},
+    {"grad:", "the gradients' outputs (grad:<param>; autodiff.c)"},
+    {"__metadata__", "the safetensors header (checkpoints)"},
+};
+
+static void fe_check_reserved(lua_State *L, const char *what, const char *name)
+{
+    for (size_t k = 0; k < sizeof fe_reserved / sizeof fe_reserved[0]; k++) {
+        const char *r = fe_reserved[k].name;
+        size_t n = strlen(r);
+        int prefix = r[n - 1] == '.' || r[n - 1] == ':';
+        if (prefix ? strncmp(name, r, n) == 0 : strcmp(name, r) == 0)
+            fe_raise(L, "%s: the name %s is reserved: %s%s is %s", what, name, r, prefix ? "*" : "", fe_reserved[k].owner);
+    }
+}
+
+/* Names of inputs and params: letters, digits and . _ - : / (no control
+ * characters, no NUL: C would see a shorter name than Lua's). */
 static const char *fe_name(lua_State *L, int i, const char *what)
 {
-    const char *s = lua_tostring(L, i);
+    size_t len;
+    const char *s = lua_tolstring(L, i, &len);
     if (lua_type(L, i) != LUA_TSTRING || !*s)
         fe_raise(L, "%s: the first argument must be a name, got %s", what, luaL_typename(L, i));
-    if (strlen(s) > 200)
+    if (len > 200)
         fe_raise(L, "%s: name longer than 200 characters", what);
+    if (strlen(s) != len)
+        fe_raise(L, "%s: name '%s...' contains a NUL byte", what, s);
     for (const char *c = s; *c; c++)
-        if (!isalnum((unsigned char)*c) && !strchr("._-:/", *c))
-            fe_raise(L, "%s: bad character in name '%s' (use letters, digits and . _ - : /)", what, s);
+        if (!isalnum((unsigned char)*c) && !strchr("._-:/", *c)) {
+            char bad[8];
+            snprintf(bad, sizeof bad, isprint((unsigned char)*c) ? "'%c'" : "\\x%02X", (unsigned char)*c);
+            fe_raise(L, "%s: bad character %s in a name (use letters, digits and . _ - : /)", what, bad);
+        }
     return s;
+}
+
+/* A param's or input's name is not reserved and unique among both:
+ * REG_PARAMS maps each to "file:line" of its definition. */
+static void fe_new_name(lua_State *L, const char *what, const char *name)
+{
+    fe_check_reserved(L, what, name);
+    lua_getfield(L, LUA_REGISTRYINDEX, REG_PARAMS);
+    if (lua_getfield(L, -1, name) != LUA_TNIL)
+        fe_raise(L, "%s: duplicate %s name %s (first defined at %s)", what,
+                 strcmp(what, "param") ? "input or parameter" : "parameter", name, lua_tostring(L, -1));
+    Loc l = fe_loc(L);
+    lua_pushfstring(L, "%s:%d", l.file, l.line);
+    lua_setfield(L, -3, name);
+    lua_pop(L, 2);
 }
 
 /* output(name, x): expose x as program output `name` (e.g. "logits", which
@@ -935,6 +983,7 @@ static int l_output(lua_State *L)
     int x = fe_tensor(L, 2, "output");
     if (!strcmp(name, "loss") || !strcmp(name, "lr") || !strcmp(name, "grad_norm") || !strncmp(name, "grad:", 5))
         fe_raise(L, "output: the name %s is reserved (loss, lr, grad_norm, grad:*)", name);
+    fe_check_reserved(L, "output", name);
     for (int i = 0; i < fe->g->nnodes; i++)
         if (fe->g->nodes[i].op == OP_output && !strcmp(ir_attr_s(&fe->g->nodes[i], "name", ""), name))
             fe_raise(L, "output: duplicate output name %s", name);
@@ -952,11 +1001,7 @@ static int l_input(lua_State *L)
     Type t;
     fe_shape(L, 2, "input", &t, NULL);
     t.dt = fe_dtype(L, 3, "input");
-    lua_getfield(L, LUA_REGISTRYINDEX, REG_INPUTS);
-    if (lua_getfield(L, -1, name) != LUA_TNIL)
-        fe_raise(L, "input: duplicate input name %s", name);
-    lua_pushboolean(L, 1);
-    lua_setfield(L, -3, name);
+    fe_new_name(L, "input", name);
     Attr a = ir_attr_str(fe->m, "name", name);
     fe_push(L, ir_out(fe->g, fe_node(L, OP_input, 0, NULL, 1, &a, &t)));
     return 1;
@@ -1007,12 +1052,7 @@ static int l_param(lua_State *L)
     if (!init || (strcmp(init, "normal") && strcmp(init, "zeros") && strcmp(init, "ones")))
         fe_raise(L, "param: %s needs an init: normal(std), zeros() or ones()", base);
     const char *name = fe->layer >= 0 ? lua_pushfstring(L, "h.%d.%s", fe->layer, base) : base;
-    lua_getfield(L, LUA_REGISTRYINDEX, REG_PARAMS);
-    if (lua_getfield(L, -1, name) != LUA_TNIL)
-        fe_raise(L, "param: duplicate parameter name %s (first defined at %s)", name, lua_tostring(L, -1));
-    Loc l = fe_loc(L);
-    lua_pushfstring(L, "%s:%d", l.file, l.line);
-    lua_setfield(L, -3, name);
+    fe_new_name(L, "param", name);
     Attr a[3] = {ir_attr_str(fe->m, "name", name), ir_attr_str(fe->m, "init", init),
                  ir_attr_float(fe->m, "std", std)};
     int n = fe_node(L, OP_param, 0, NULL, strcmp(init, "normal") ? 2 : 3, a, &t);
@@ -1252,8 +1292,8 @@ static void fe_open_dsl(lua_State *L)
         lua_setfield(L, -2, fills[i]);
     }
     lua_pop(L, 1);
-    static const char *const regs[] = {REG_PARAMS, REG_INPUTS, REG_LOADED};
-    for (int i = 0; i < 3; i++) {
+    static const char *const regs[] = {REG_PARAMS, REG_LOADED};
+    for (int i = 0; i < 2; i++) {
         lua_newtable(L);
         lua_setfield(L, LUA_REGISTRYINDEX, regs[i]);
     }
