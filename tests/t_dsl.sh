@@ -26,3 +26,19 @@ for f in tests/dsl/slow_*.lua; do
         notok "$f: rc=$rc lines=$nl after ${secs}s; want '$f:$line: ...$sub...' got '$err'"
     fi
 done
+# A .ir that stops before the passes a command needs is refused in one line
+# (it reached emit's internal error before); a NUL byte is an error at its line.
+one_line() { # description, expected substring, args...
+    local desc=$1 sub=$2; shift 2
+    err=$(timeout 60 "$K" "$@" 2>&1 >/dev/null); rc=$?
+    nl=$(printf '%s\n' "$err" | wc -l)
+    if [ "$rc" = 1 ] && [ "$nl" = 1 ] && [[ "$err" == *"$sub"* ]]; then ok "$desc: $err"; else notok "$desc: rc=$rc got '$err'"; fi
+}
+"$K" dump models/tiny.lua --after optimizer -o "$tmp/opt.ir"
+one_line "compile of a dump after the optimizer" "opt.ir: the dump stops after optimizer, and this command needs the passes up to memplan" \
+    compile "$tmp/opt.ir" --target cpu -o "$tmp/never"
+"$K" dump models/tiny.lua --after autodiff -o "$tmp/ad.ir"
+one_line "run --interp of a dump after autodiff" "ad.ir: the dump stops after autodiff, and this command needs the passes up to optimizer" \
+    run "$tmp/ad.ir" --interp --data README.md --steps 1
+printf 'module x mesh=1x1x1x1\nstage 0\n\0\n' > "$tmp/nul.ir"
+one_line "a NUL byte in a .ir" "nul.ir:3: a NUL byte" dump "$tmp/nul.ir"
