@@ -36,10 +36,17 @@
  * tight loop.)
  *
  * Errors: everything runs under one lua_pcall whose message handler makes sure
- * a message starts with "file:line: "; fe_load then turns it into one line
- * (no traceback, no newline) in err.  Lua's own messages shorten long chunk
- * names to "...tail"; we put the full path back.  Builders raise Lua errors
- * ("file:line: op: message") so that Lua's stack unwinds normally.
+ * a message starts with "file:line: " and appends a short traceback restricted
+ * to the model's own files ("(inside nn.lua:44; called from m.lua:11)"), so an
+ * error inside a helper names the model lines that called it; fe_load then
+ * turns it into one line (no newline) in err.  Lua's own messages shorten long
+ * chunk names to "...tail"; we put the full path back.  Builders raise Lua
+ * errors ("file:line: op: message", naming the param() inputs of a refused
+ * node) so that Lua's stack unwinds normally.
+ *
+ * Strictness: an options table may hold only the keys listed next to its
+ * primitive (fe_options); names are checked against kiln's own name spaces
+ * (fe_reserved) and are unique among params and inputs.
  */
 #include <ctype.h>
 #include <errno.h>
