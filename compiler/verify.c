@@ -73,7 +73,8 @@ static int bad(Checker *c, int i, const char *fmt, ...) {
     va_end(ap);
     if (!c->err || !c->errlen) return -1;
     if (i < 0) {
-        snprintf(c->err, c->errlen, "?:0: %s", msg);
+        if (c->src) snprintf(c->err, c->errlen, "%s: %s", c->src, msg);
+        else snprintf(c->err, c->errlen, "?:0: %s", msg);
         return -1;
     }
     const Node *n = &c->g->nodes[i];
