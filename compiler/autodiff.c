@@ -547,8 +547,9 @@ static void accumulate(Ad *a, int v, int dv) {
 
 static void backprop_node(Ad *a, int i) {
     Node n = a->bld.g->nodes[i]; /* a copy: emitting reallocates the node array */
-    int any_in = 0, dy[8], dx[64];
-    if (n.nin > 64 || n.nout > 8) ICE("autodiff: op %s has too many operands", ir_ops[n.op].name);
+    int any_in = 0, dy[8], dx[IR_MAXIN];
+    ir_ice_at(n.loc);
+    if (n.nin > IR_MAXIN || n.nout > 8) ICE("autodiff: op %s has too many operands", ir_ops[n.op].name);
     for (int j = 0; j < n.nin; j++) any_in |= a->need[n.in[j]];
     if (!any_in) return;
     int any_out = 0;

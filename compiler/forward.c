@@ -45,8 +45,9 @@ static char *forward_live(const Graph *g) {
 /* Copy node n of g into h with its inputs renamed through map; record the
  * new ids of its outputs in map. */
 static void copy_node(Graph *h, const Graph *g, const Node *n, int *map) {
-    int in[64];
-    if (n->nin > 64) ICE("forward: node with %d inputs", n->nin);
+    int in[IR_MAXIN];
+    ir_ice_at(n->loc);
+    if (n->nin > IR_MAXIN) ICE("forward: node with %d inputs", n->nin);
     for (int k = 0; k < n->nin; k++) {
         in[k] = map[n->in[k]];
         if (in[k] < 0) ICE("forward: input %%%d used before its definition", n->in[k]);

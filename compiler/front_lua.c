@@ -19,6 +19,11 @@
  *   - a count hook every FE_HOOK_EVERY instructions stops it after
  *     FE_INSN_LIMIT instructions (and then raises at every instruction, so
  *     pcall cannot swallow the error);
+ *   - a wall-clock limit (Options.frontend_timeout, --frontend-timeout, 10 s
+ *     by default) for time spent inside single C calls between instructions
+ *     (a vararg copy, table.insert on a long table, string.rep): SIGALRM sets
+ *     a hook on every instruction (lua_sethook is signal-safe), which raises
+ *     like the instruction limit, as soon as the C call returns;
  *   - the library loops that run in C, where no hook fires, are closed (no
  *     __gc finalizers, no pattern matching, bounds on table.move/insert/remove
  *     and string.rep; see fe_harden).
@@ -31,14 +36,23 @@
  * tight loop.)
  *
  * Errors: everything runs under one lua_pcall whose message handler makes sure
- * a message starts with "file:line: "; fe_load then turns it into one line
- * (no traceback, no newline) in err.  Lua's own messages shorten long chunk
- * names to "...tail"; we put the full path back.  Builders raise Lua errors
- * ("file:line: op: message") so that Lua's stack unwinds normally.
+ * a message starts with "file:line: " and appends a short traceback restricted
+ * to the model's own files ("(inside nn.lua:44; called from m.lua:11)"), so an
+ * error inside a helper names the model lines that called it; fe_load then
+ * turns it into one line (no newline) in err.  Lua's own messages shorten long
+ * chunk names to "...tail"; we put the full path back.  Builders raise Lua
+ * errors ("file:line: op: message", naming the param() inputs of a refused
+ * node) so that Lua's stack unwinds normally.
+ *
+ * Strictness: an options table may hold only the keys listed next to its
+ * primitive (fe_options); names are checked against kiln's own name spaces
+ * (fe_reserved) and are unique among params and inputs.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/time.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,9 +73,10 @@
 
 #define TENSOR_MT "kiln.tensor"
 #define REG_CONFIG "kiln.config"   /* the config{} table */
-#define REG_PARAMS "kiln.params"   /* param name -> "file:line" of its definition */
-#define REG_INPUTS "kiln.inputs"   /* input name -> true */
+#define REG_PARAMS "kiln.params"   /* param or input name -> "file:line" of its definition */
 #define REG_LOADED "kiln.loaded"   /* require cache: lib name -> result */
+#define REG_TRACED "kiln.traced"   /* the last message fe_msgh gave a traceback */
+#define FE_TRACE_MAX 4             /* frames named on each side of the error line */
 
 typedef struct {
     Module *m;
@@ -77,7 +92,8 @@ typedef struct {
     long long insns;             /* instructions run (in FE_HOOK_EVERY steps) */
     char lastfile[512];          /* the line the count hook saw last */
     int lastline;
-    char limitmsg[600];          /* set once the instruction limit is hit */
+    char limitmsg[600];          /* set once the instruction or time limit is hit */
+    double timeout;              /* the wall-clock limit, seconds */
     int layer;                   /* inside layer(i, fn): i; else -1 */
     char layer_prefix[128];      /* ... and its param prefix: "h." (default), set, or "" */
     int layer_prefix_off;        /* {prefix=false}: names as given */
@@ -202,36 +218,142 @@ static void *fe_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     return p;
 }
 
+/* The wall-clock limit: the state the SIGALRM handler hooks, and whether it fired. */
+static lua_State *volatile fe_alarm_L;
+static volatile sig_atomic_t fe_alarm_fired;
+
+static void fe_hook(lua_State *L, lua_Debug *ar);
+
+static void fe_on_alarm(int sig)
+{
+    (void)sig;
+    fe_alarm_fired = 1;
+    if (fe_alarm_L)
+        lua_sethook(fe_alarm_L, fe_hook, LUA_MASKCOUNT, 1);
+}
+
 static void fe_hook(lua_State *L, lua_Debug *ar)
 {
     Fe *fe = fe_of(L);
     const char *file;
+    (void)ar;
     fe->insns += FE_HOOK_EVERY;
     if (fe_frame(fe, L, 0, &file, &fe->lastline) && strcmp(file, fe->lastfile) != 0)
         fe_copyloc(fe->lastfile, sizeof fe->lastfile, file);
-    if (fe->insns <= FE_INSN_LIMIT)
+    if (fe->insns <= FE_INSN_LIMIT && !fe_alarm_fired)
         return;
     if (!fe->limitmsg[0]) {
         /* From now on every instruction raises, so that a pcall cannot
          * catch the error and go on: it reaches the top. */
-        snprintf(fe->limitmsg, sizeof fe->limitmsg, "%s:%d: instruction limit (%dM) exceeded",
-                 fe->lastfile[0] ? fe->lastfile : fe->path, fe->lastline, (int)(FE_INSN_LIMIT / 1000000));
+        const char *f = fe->lastfile[0] ? fe->lastfile : fe->path;
+        if (fe_alarm_fired)
+            snprintf(fe->limitmsg, sizeof fe->limitmsg, "%s:%d: time limit (%g s) exceeded (--frontend-timeout S)",
+                     f, fe->lastline, fe->timeout);
+        else
+            snprintf(fe->limitmsg, sizeof fe->limitmsg, "%s:%d: instruction limit (%dM) exceeded", f, fe->lastline,
+                     (int)(FE_INSN_LIMIT / 1000000));
         lua_sethook(L, fe_hook, LUA_MASKCOUNT, 1);
     }
     lua_pushstring(L, fe->limitmsg);
     lua_error(L);
 }
 
-/* Message handler: every error leaves with a "file:line: " prefix. */
+/* Is Lua chunk file one of the model's files (the model, its libraries)? */
+static const char *fe_model_file(Fe *fe, const char *file)
+{
+    for (int i = 0; i < fe->nfiles; i++)
+        if (strcmp(fe->files[i], file) == 0)
+            return fe->files[i];
+    return NULL;
+}
+
+/* Does the location "file:line" at the start of msg (file maybe shortened
+ * by Lua to "...tail") name file f line `line`? */
+static int fe_msg_at(const char *msg, const char *f, int line)
+{
+    const char *colon = strchr(msg, ':');
+    size_t n = (size_t)(colon - msg), fl = strlen(f);
+    if (atoi(colon + 1) != line)
+        return 0;
+    if (n > 3 && strncmp(msg, "...", 3) == 0)
+        return fl >= n - 3 && strncmp(f + fl - (n - 3), msg + 3, n - 3) == 0;
+    return n == fl && strncmp(msg, f, n) == 0;
+}
+
+/* Append frames [a, b) of the model's files as ", file:line": the first
+ * FE_TRACE_MAX, then "..." and the last. */
+static void fe_trace_list(luaL_Buffer *B, const Loc *fr, int a, int b)
+{
+    for (int k = a; k < b; k++) {
+        if (k > a)
+            luaL_addstring(B, ", ");
+        if (k - a == FE_TRACE_MAX - 1 && b - a > FE_TRACE_MAX) {
+            luaL_addstring(B, "..., ");
+            k = b - 1;
+        }
+        lua_pushfstring(B->L, "%s:%d", fr[k].file, fr[k].line);
+        luaL_addvalue(B);
+    }
+}
+
+/* The error line's place among the model's Lua frames: " (inside the
+ * helper lines it ran through; called from the model lines that called it)",
+ * or "" when it has none. */
+static void fe_push_trace(lua_State *L, Fe *fe, const char *msg)
+{
+    enum { NFR = 64, NLEVELS = 1000 }; /* lua_getstack(L, lv) walks lv frames */
+    Loc fr[NFR];
+    int n = 0, at = -1;
+    lua_Debug ar;
+    for (int lv = 0; n < NFR && lv < NLEVELS && lua_getstack(L, lv, &ar); lv++) {
+        if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0 || ar.source[0] != '@')
+            continue;
+        const char *f = fe_model_file(fe, ar.source + 1);
+        if (!f || (n && fr[n - 1].file == f && fr[n - 1].line == ar.currentline))
+            continue;
+        if (at < 0 && fe_msg_at(msg, f, ar.currentline))
+            at = n;
+        fr[n++] = (Loc){f, ar.currentline};
+    }
+    luaL_Buffer B;
+    luaL_buffinit(L, &B);
+    if (at > 0 || (at >= 0 && at < n - 1)) {
+        luaL_addstring(&B, " (");
+        if (at > 0) {
+            luaL_addstring(&B, "inside ");
+            fe_trace_list(&B, fr, 0, at);
+        }
+        if (at < n - 1) {
+            luaL_addstring(&B, at > 0 ? "; called from " : "called from ");
+            fe_trace_list(&B, fr, at + 1, n);
+        }
+        luaL_addstring(&B, ")");
+    }
+    luaL_pushresult(&B);
+}
+
+/* Message handler: every error leaves with a "file:line: " prefix and the
+ * model lines it was called from (once: layer() re-raises the message its
+ * own handler made). */
 static int fe_msgh(lua_State *L)
 {
+    Fe *fe = fe_of(L);
+    if (lua_getfield(L, LUA_REGISTRYINDEX, REG_TRACED) == LUA_TSTRING && lua_rawequal(L, 1, -1))
+        return 1;
+    lua_pop(L, 1);
     const char *msg = lua_tostring(L, 1);
     if (!msg)
         msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-    if (fe_has_loc(msg))
+    if (!fe_has_loc(msg)) {
+        Loc l = fe_loc(L);
+        msg = lua_pushfstring(L, "%s:%d: %s", l.file, l.line, msg);
+    }
+    if (fe->limitmsg[0])
         return 1;
-    Loc l = fe_loc(L);
-    lua_pushfstring(L, "%s:%d: %s", l.file, l.line, msg);
+    fe_push_trace(L, fe, msg);
+    lua_concat(L, 2);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, REG_TRACED);
     return 1;
 }
 
@@ -367,6 +489,33 @@ static const char *fe_optstr(lua_State *L, int i, const char *what, const char *
     return lua_tostring(L, i);
 }
 
+/* The options table at argument i (none or nil: nothing to check) has only
+ * the keys in keys[] (NULL-terminated, the list next to each primitive): a
+ * misspelled option ({casual = true}) is an error, not a default. */
+static void fe_options(lua_State *L, int i, const char *what, const char *const keys[])
+{
+    if (lua_isnoneornil(L, i))
+        return;
+    if (!lua_istable(L, i))
+        fe_raise(L, "%s: options must be a table like {%s = ...}, got %s", what, keys[0], luaL_typename(L, i));
+    for (lua_pushnil(L); lua_next(L, i); lua_pop(L, 1)) {
+        int k = 0;
+        while (keys[k] && !(lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), keys[k]) == 0))
+            k++;
+        if (keys[k])
+            continue;
+        luaL_Buffer B;
+        luaL_buffinit(L, &B);
+        for (k = 0; keys[k]; k++) {
+            luaL_addstring(&B, k ? ", " : "");
+            luaL_addstring(&B, keys[k]);
+        }
+        luaL_pushresult(&B);
+        const char *list = lua_tostring(L, -1), *key = luaL_tolstring(L, -3, NULL);
+        fe_raise(L, "%s: unknown option %s (options: %s)", what, key, list);
+    }
+}
+
 static DType fe_dtype(lua_State *L, int i, const char *what)
 {
     const char *s = fe_optstr(L, i, what, "dtype", "f32");
@@ -438,6 +587,21 @@ static void fe_push(lua_State *L, int vid)
     luaL_setmetatable(L, TENSOR_MT);
 }
 
+/* ", with parameter NAME[, NAME...]" for the inputs among in[] that are
+ * param() values ("" when none is), into buf. */
+static const char *fe_params_of(Fe *fe, int nin, const int *in, char *buf, size_t n)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < nin && k < n; i++) {
+        int d = fe->g->vals[in[i]].def;
+        if (d >= 0 && fe->g->nodes[d].op == OP_param)
+            k += snprintf(buf + k, n - k, "%s%s", k ? ", " : ", with parameter ",
+                          ir_attr_s(&fe->g->nodes[d], "name", "?"));
+    }
+    return buf;
+}
+
 /* Append a node; raise "file:line: op: message" if the IR rejects it. */
 static int fe_node(lua_State *L, Op op, int nin, const int *in, int nattr, const Attr *at, const Type *src)
 {
@@ -459,7 +623,9 @@ static int fe_node(lua_State *L, Op op, int nin, const int *in, int nattr, const
         const char *name = ir_ops[op].name;
         size_t k = strlen(name);
         int named = strncmp(err, name, k) == 0 && err[k] == ':';
-        lua_pushfstring(L, "%s:%d: %s%s%s", s.loc.file, s.loc.line, named ? "" : name, named ? "" : ": ", err);
+        char params[512];
+        lua_pushfstring(L, "%s:%d: %s%s%s%s", s.loc.file, s.loc.line, named ? "" : name, named ? "" : ": ", err,
+                        fe_params_of(fe, nin, in, params, sizeof params));
         lua_error(L);
     }
     return n;
@@ -521,9 +687,9 @@ static int fe_binary(lua_State *L, Op op)
             v[i] = fe_const(L, lua_tonumber(L, i + 1), &(Type){.dt = dt, .rank = 0});
     Type out, a = *fe_type(L, v[0]), b = *fe_type(L, v[1]);
     if (!fe_broadcast_shape(&a, &b, &out)) {
-        char sa[96], sb[96];
-        fe_raise(L, "%s: %s and %s do not broadcast", what, fe_tstr(L, v[0], sa, sizeof sa),
-                 fe_tstr(L, v[1], sb, sizeof sb));
+        char sa[96], sb[96], params[512];
+        fe_raise(L, "%s: %s and %s do not broadcast%s", what, fe_tstr(L, v[0], sa, sizeof sa),
+                 fe_tstr(L, v[1], sb, sizeof sb), fe_params_of(fe_of(L), 2, v, params, sizeof params));
     }
     v[0] = fe_broadcast(L, v[0], &out);
     v[1] = fe_broadcast(L, v[1], &out);
@@ -606,15 +772,16 @@ static int l_reduce(lua_State *L)
 }
 
 /* matmul(a, b, {ta=, tb=}) */
+static const char *const matmul_options[] = {"ta", "tb", NULL};
+
 static int l_matmul(lua_State *L)
 {
     Fe *fe = fe_of(L);
     int in[2] = {fe_tensor(L, 1, "matmul"), fe_tensor(L, 2, "matmul")};
     Attr at[2];
     int n = 0;
+    fe_options(L, 3, "matmul", matmul_options);
     if (!lua_isnoneornil(L, 3)) {
-        if (!lua_istable(L, 3))
-            fe_raise(L, "matmul: options must be a table like {tb = true}, got %s", luaL_typename(L, 3));
         static const char *const keys[2] = {"ta", "tb"};
         for (int k = 0; k < 2; k++) {
             lua_getfield(L, 3, keys[k]);
@@ -679,7 +846,7 @@ static int l_slice(lua_State *L)
 
 static int l_concat(lua_State *L)
 {
-    enum { MAXIN = 256 };
+    enum { MAXIN = IR_MAXIN };
     int in[MAXIN];
     if (!lua_istable(L, 1))
         fe_raise(L, "concat: the first argument must be a list of tensors, got %s", luaL_typename(L, 1));
@@ -757,6 +924,8 @@ static int l_pair(lua_State *L)
 /* attention(q, k, v, {causal=true, scale=1/sqrt(D), window=W}) -> o, lse.
  * window (sliding-window attention, causal only): query t sees the W keys
  * t-W+1..t; absent (nil) for none. */
+static const char *const attention_options[] = {"causal", "scale", "window", NULL};
+
 static int l_attention(lua_State *L)
 {
     Fe *fe = fe_of(L);
@@ -765,9 +934,8 @@ static int l_attention(lua_State *L)
     int causal = 1;
     int64_t window = 0;
     double scale = 1.0 / sqrt((double)(q->rank ? q->dim[q->rank - 1] : 1));
+    fe_options(L, 4, "attention", attention_options);
     if (!lua_isnoneornil(L, 4)) {
-        if (!lua_istable(L, 4))
-            fe_raise(L, "attention: options must be a table like {causal = true}, got %s", luaL_typename(L, 4));
         lua_getfield(L, 4, "causal");
         causal = fe_optbool(L, -1, "attention", "causal", 1);
         lua_getfield(L, 4, "scale");
@@ -859,18 +1027,67 @@ static int l_loss(lua_State *L)
     return 1;
 }
 
-/* Names of inputs and params: letters, digits and . _ - : / */
+/* kiln's own names, which a model's param, input or output may not take
+ * (after the layer prefix): the compiled step and its checkpoints keep these
+ * tensors in the same name space as the model's, and a collision would bind
+ * the model's tensor to kiln's (a state of another size, a checkpoint whose
+ * entries cannot be told apart).  A prefix rule when the entry ends in . or :,
+ * else the whole name.  docs/dsl.md lists them. */
+static const struct {
+    const char *name, *owner;
+} fe_reserved[] = {
+    {"opt.", "the optimizer's state (opt.m.<p>, opt.v.<p>, opt.step, opt.m.b<k>; optimizer.c)"},
+    {"param.", "the distributed optimizer's master weight shards (param.b<k>; optimizer.c)"},
+    {"trainer.", "the checkpoint's trainer state (trainer.step, trainer.rng, trainer.data_pos; checkpoint.c)"},
+    {"grad:", "the gradients' outputs (grad:<param>; autodiff.c)"},
+    {"__metadata__", "the safetensors header (checkpoints)"},
+};
+
+static void fe_check_reserved(lua_State *L, const char *what, const char *name)
+{
+    for (size_t k = 0; k < sizeof fe_reserved / sizeof fe_reserved[0]; k++) {
+        const char *r = fe_reserved[k].name;
+        size_t n = strlen(r);
+        int prefix = r[n - 1] == '.' || r[n - 1] == ':';
+        if (prefix ? strncmp(name, r, n) == 0 : strcmp(name, r) == 0)
+            fe_raise(L, "%s: the name %s is reserved: %s%s is %s", what, name, r, prefix ? "*" : "", fe_reserved[k].owner);
+    }
+}
+
+/* Names of inputs and params: letters, digits and . _ - : / (no control
+ * characters, no NUL: C would see a shorter name than Lua's). */
 static const char *fe_name(lua_State *L, int i, const char *what)
 {
-    const char *s = lua_tostring(L, i);
+    size_t len;
+    const char *s = lua_tolstring(L, i, &len);
     if (lua_type(L, i) != LUA_TSTRING || !*s)
         fe_raise(L, "%s: the first argument must be a name, got %s", what, luaL_typename(L, i));
-    if (strlen(s) > 200)
+    if (len > 200)
         fe_raise(L, "%s: name longer than 200 characters", what);
+    if (strlen(s) != len)
+        fe_raise(L, "%s: name '%s...' contains a NUL byte", what, s);
     for (const char *c = s; *c; c++)
-        if (!isalnum((unsigned char)*c) && !strchr("._-:/", *c))
-            fe_raise(L, "%s: bad character in name '%s' (use letters, digits and . _ - : /)", what, s);
+        if (!isalnum((unsigned char)*c) && !strchr("._-:/", *c)) {
+            char bad[8];
+            snprintf(bad, sizeof bad, isprint((unsigned char)*c) ? "'%c'" : "\\x%02X", (unsigned char)*c);
+            fe_raise(L, "%s: bad character %s in a name (use letters, digits and . _ - : /)", what, bad);
+        }
     return s;
+}
+
+/* A param's or input's name is not reserved and unique among both:
+ * REG_PARAMS maps each to "file:line" of its definition. */
+static void fe_new_name(lua_State *L, const char *what, const char *name)
+{
+    fe_check_reserved(L, what, name);
+    lua_getfield(L, LUA_REGISTRYINDEX, REG_PARAMS);
+    if (lua_getfield(L, -1, name) != LUA_TNIL)
+        fe_raise(L, "%s: duplicate %s name %s (first defined at %s)", what,
+                 strcmp(what, "param") ? "input or parameter" : "parameter", name, lua_tostring(L, -1));
+    Loc l = fe_loc(L);
+    lua_pushfstring(L, "%s:%d", l.file, l.line);
+    lua_setfield(L, -3, name);
+    lua_pop(L, 2);
 }
 
 /* output(name, x): expose x as program output `name` (e.g. "logits", which
@@ -882,6 +1099,7 @@ static int l_output(lua_State *L)
     int x = fe_tensor(L, 2, "output");
     if (!strcmp(name, "loss") || !strcmp(name, "lr") || !strcmp(name, "grad_norm") || !strncmp(name, "grad:", 5))
         fe_raise(L, "output: the name %s is reserved (loss, lr, grad_norm, grad:*)", name);
+    fe_check_reserved(L, "output", name);
     for (int i = 0; i < fe->g->nnodes; i++)
         if (fe->g->nodes[i].op == OP_output && !strcmp(ir_attr_s(&fe->g->nodes[i], "name", ""), name))
             fe_raise(L, "output: duplicate output name %s", name);
@@ -899,11 +1117,7 @@ static int l_input(lua_State *L)
     Type t;
     fe_shape(L, 2, "input", &t, NULL);
     t.dt = fe_dtype(L, 3, "input");
-    lua_getfield(L, LUA_REGISTRYINDEX, REG_INPUTS);
-    if (lua_getfield(L, -1, name) != LUA_TNIL)
-        fe_raise(L, "input: duplicate input name %s", name);
-    lua_pushboolean(L, 1);
-    lua_setfield(L, -3, name);
+    fe_new_name(L, "input", name);
     Attr a = ir_attr_str(fe->m, "name", name);
     fe_push(L, ir_out(fe->g, fe_node(L, OP_input, 0, NULL, 1, &a, &t)));
     return 1;
@@ -934,6 +1148,8 @@ static int l_filled(lua_State *L)
 /* param(name, shape, init): f32; inside layer(i, fn) named "h.<i>.<name>"
  * (or "<prefix><i>.<name>" with layer's {prefix=...}; as given with
  * {prefix=false}) */
+static const char *const param_init_keys[] = {"init", "std", NULL}; /* what normal() etc. make */
+
 static int l_param(lua_State *L)
 {
     Fe *fe = fe_of(L);
@@ -941,6 +1157,8 @@ static int l_param(lua_State *L)
     Type t;
     fe_shape(L, 2, "param", &t, NULL);
     t.dt = DT_F32;
+    if (lua_istable(L, 3))
+        fe_options(L, 3, "param", param_init_keys);
     const char *init = NULL;
     double std = 0;
     if (lua_istable(L, 3)) {
@@ -953,12 +1171,7 @@ static int l_param(lua_State *L)
         fe_raise(L, "param: %s needs an init: normal(std), zeros() or ones()", base);
     const char *name = fe->layer >= 0 && !fe->layer_prefix_off
                            ? lua_pushfstring(L, "%s%d.%s", fe->layer_prefix, fe->layer, base) : base;
-    lua_getfield(L, LUA_REGISTRYINDEX, REG_PARAMS);
-    if (lua_getfield(L, -1, name) != LUA_TNIL)
-        fe_raise(L, "param: duplicate parameter name %s (first defined at %s)", name, lua_tostring(L, -1));
-    Loc l = fe_loc(L);
-    lua_pushfstring(L, "%s:%d", l.file, l.line);
-    lua_setfield(L, -3, name);
+    fe_new_name(L, "param", name);
     Attr a[3] = {ir_attr_str(fe->m, "name", name), ir_attr_str(fe->m, "init", init),
                  ir_attr_float(fe->m, "std", std)};
     int n = fe_node(L, OP_param, 0, NULL, strcmp(init, "normal") ? 2 : 3, a, &t);
@@ -989,6 +1202,8 @@ static int l_positions(lua_State *L)
     return 1;
 }
 
+static const char *const layer_options[] = {"prefix", NULL};
+
 /* layer's {prefix=...}: a string (params "<prefix><i>.<name>", e.g.
  * "model.layers." for Hugging Face Llama names) or false (names as
  * given); absent: "h." (GPT-2's names). */
@@ -998,12 +1213,7 @@ static void layer_prefix(lua_State *L, Fe *fe)
     fe->layer_prefix_off = 0;
     if (lua_isnoneornil(L, 3))
         return;
-    if (!lua_istable(L, 3))
-        fe_raise(L, "layer: the third argument must be an options table {prefix=...}, got %s", luaL_typename(L, 3));
-    for (lua_pushnil(L); lua_next(L, 3); lua_pop(L, 1))
-        if (lua_type(L, -2) != LUA_TSTRING || strcmp(lua_tostring(L, -2), "prefix"))
-            fe_raise(L, "layer: unknown option %s (layer takes {prefix=...})",
-                     lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : luaL_typename(L, -2));
+    fe_options(L, 3, "layer", layer_options);
     int t = lua_getfield(L, 3, "prefix");
     if (t == LUA_TBOOLEAN && !lua_toboolean(L, -1))
         fe->layer_prefix_off = 1;
@@ -1032,12 +1242,14 @@ static int l_layer(lua_State *L)
         fe_raise(L, "layer: layer(%lld) inside layer(%d); layers do not nest", (long long)i, fe->layer);
     layer_prefix(L, fe);
     lua_settop(L, 2);
+    lua_pushcfunction(L, fe_msgh); /* the traceback is taken before the stack unwinds */
+    lua_insert(L, 2);
     fe->layer = (int)i;
-    int status = lua_pcall(L, 0, LUA_MULTRET, 0);
+    int status = lua_pcall(L, 0, LUA_MULTRET, 2);
     fe->layer = -1;
     if (status != LUA_OK)
         lua_error(L);
-    return lua_gettop(L) - 1;
+    return lua_gettop(L) - 2;
 }
 
 /* ----------------------------------------------------------------- config */
@@ -1230,8 +1442,8 @@ static void fe_open_dsl(lua_State *L)
         lua_setfield(L, -2, fills[i]);
     }
     lua_pop(L, 1);
-    static const char *const regs[] = {REG_PARAMS, REG_INPUTS, REG_LOADED};
-    for (int i = 0; i < 3; i++) {
+    static const char *const regs[] = {REG_PARAMS, REG_LOADED};
+    for (int i = 0; i < 2; i++) {
         lua_newtable(L);
         lua_setfield(L, LUA_REGISTRYINDEX, regs[i]);
     }
@@ -1448,9 +1660,33 @@ static Module *fe_new_module(const char *path)
     return m;
 }
 
+/* Arm the wall-clock limit for state L (one front end at a time). */
+static void fe_alarm_start(Fe *fe, lua_State *L, struct sigaction *old)
+{
+    struct sigaction sa = {.sa_handler = fe_on_alarm};
+    sigemptyset(&sa.sa_mask);
+    fe_alarm_fired = 0;
+    fe_alarm_L = L;
+    sigaction(SIGALRM, &sa, old);
+    double s = fe->timeout;
+    struct itimerval t = {.it_value = {(time_t)s, (suseconds_t)((s - (double)(time_t)s) * 1e6)}};
+    if (t.it_value.tv_sec == 0 && t.it_value.tv_usec == 0)
+        t.it_value.tv_usec = 1;
+    setitimer(ITIMER_REAL, &t, NULL);
+}
+
+static void fe_alarm_stop(const struct sigaction *old)
+{
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    fe_alarm_L = NULL;
+    sigaction(SIGALRM, old, NULL);
+}
+
 Module *fe_load(const char *path, Options *o, char *err, size_t errlen)
 {
-    Fe fe = {.path = path, .o = o, .layer = -1, .dropout_step = -1};
+    Fe fe = {.path = path, .o = o, .layer = -1, .dropout_step = -1,
+             .timeout = o && o->frontend_timeout > 0 ? o->frontend_timeout : 10};
     if ((fe.nlines = fe_count_lines(path, err, errlen)) < 0)
         return NULL;
     fe.m = fe_new_module(path);
@@ -1466,7 +1702,10 @@ Module *fe_load(const char *path, Options *o, char *err, size_t errlen)
     *(Fe **)lua_getextraspace(L) = &fe;
     lua_pushcfunction(L, fe_msgh);
     lua_pushcfunction(L, fe_run);
+    struct sigaction old;
+    fe_alarm_start(&fe, L, &old);
     int status = lua_pcall(L, 0, 0, 1);
+    fe_alarm_stop(&old);
     if (status != LUA_OK) {
         fe_report(&fe, status, lua_tostring(L, -1), err, errlen);
         ir_free(fe.m);

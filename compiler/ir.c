@@ -89,10 +89,16 @@ void error_at(Loc loc, const char *fmt, ...) {
     exit(1);
 }
 
+static Loc ice_loc; /* the node being processed, for ir_ice */
+
+void ir_ice_at(Loc loc) { ice_loc = loc; }
+
 void ir_ice(const char *file, int line, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "internal compiler error at %s:%d: ", file, line);
+    fprintf(stderr, "internal compiler error at %s:%d", file, line);
+    if (ice_loc.file) fprintf(stderr, " (model line %s:%d)", ice_loc.file, ice_loc.line);
+    fputs(": ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -221,6 +227,10 @@ NodeSpec ir_spec(Op op, Loc loc) {
 int ir_add_node(Graph *g, const NodeSpec *s, char *err, size_t errlen) {
     Module *m = g->m;
     const OpInfo *info = &ir_ops[s->op];
+    if (s->nin > IR_MAXIN) {
+        snprintf(err, errlen, "%s: %d inputs, at most %d", info->name, s->nin, IR_MAXIN);
+        return -1;
+    }
     if (info->nin >= 0 ? s->nin != info->nin : s->nin < 1) {
         snprintf(err, errlen, "%s: expects %d inputs, got %d", info->name, info->nin, s->nin);
         return -1;
@@ -283,6 +293,7 @@ int ir_build(Builder *b, Op op, int nin, const int *in, int nattr, const Attr *a
     s.phase = b->phase;
     s.src_type = src;
     char err[256];
+    ir_ice_at(b->loc);
     int n = ir_add_node(b->g, &s, err, sizeof err);
     if (n < 0) ICE("%s: %s: %s", b->pass, ir_ops[op].name, err);
     return n;

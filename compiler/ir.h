@@ -27,6 +27,7 @@
 
 #define IR_MAXRANK 5
 #define IR_MAXNUMEL ((int64_t)1 << 48) /* the largest tensor the IR accepts */
+#define IR_MAXIN 256 /* inputs of one node (concat's list): the passes size arrays by it */
 #define IR_NAXES 4 /* mesh axes pp, dp, cp, tp (tp fastest-varying) */
 
 typedef enum {
@@ -241,12 +242,23 @@ const char *ir_attr_s(const Node *n, const char *key, const char *dflt);
 /* 0 if g is well formed; else -1 with "file:line: message" (node's Loc) in err. */
 int ir_verify(const Graph *g, char *err, size_t errlen);
 int ir_verify_module(const Module *m, char *err, size_t errlen);
+/* The same for a module read from text: errors start "src:LINE: " with the
+ * text line of the node (lines[stage][node]). */
+int ir_verify_module_src(const Module *m, const char *src, int *const *lines, char *err, size_t errlen);
 
 /* Text form (docs/ir.md): one node per line, read back by ir_parse. */
 void ir_dump(const Module *m, FILE *f);
 void ir_dump_dot(const Module *m, FILE *f);
 /* Parse a dump; NULL with "name:line: message" in err on bad input. */
 Module *ir_parse(const char *text, const char *name, char *err, size_t errlen);
+/* A .ir file's len bytes as a command reads it: no NUL byte, parsed, verified
+ * (errors name the .ir line), and, when need is a pass name, carrying the
+ * marks of the passes up to need (ir_last_pass); else NULL and one line in err. */
+Module *ir_parse_file(const char *text, size_t len, const char *name, const char *need, char *err, size_t errlen);
+/* The last pass of the training pipeline whose marks m carries: "memplan"
+ * (placed values), "schedule" (node positions), "optimizer" (opt-phase
+ * nodes), "autodiff" (backward nodes), else "front". */
+const char *ir_last_pass(const Module *m);
 /* 1 if structurally identical (ops, types, attrs, metadata, locs, shardings, placements). */
 int ir_module_equal(const Module *a, const Module *b);
 
@@ -275,8 +287,10 @@ void *xcalloc(size_t n, size_t sz);
 /* ---- errors ---- */
 /* User error at a model location: prints "file:line: msg" and exits 1. */
 void error_at(Loc loc, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
-/* Internal compiler error: prints the C file:line and aborts. */
+/* Internal compiler error: prints the C file:line (and the model line of the
+ * node being processed, the last one ir_ice_at or ir_build was given) and aborts. */
 #define ICE(...) ir_ice(__FILE__, __LINE__, __VA_ARGS__)
 void ir_ice(const char *file, int line, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
+void ir_ice_at(Loc loc);
 
 #endif

@@ -45,6 +45,7 @@ static const char *const axis_names[IR_NAXES] = {"pp", "dp", "cp", "tp"};
 #define MAX_MESH (1 << 16)            /* largest size of one mesh axis */
 #define MAX_WORLD (1 << 20)           /* largest mesh (product of the four axes) */
 #define MAX_ATTRS 256                 /* per node (keeps the duplicate check cheap) */
+#define MAX_NODES (1 << 22)           /* per module: 8x the front end's graph limit, room for the passes */
 
 /* ======================================================================
  * Writing
@@ -294,6 +295,16 @@ typedef struct {
     int capints;
     char *sbuf;
     size_t capsbuf;
+    /* the text line of every node, all stages in order; stage s starts at first[s] */
+    int *nodeline, capnodeline, nnodes;
+    int *first, capfirst;
+    /* names of the current stage's params, inputs and states (one name space)
+     * and outputs (another): open addressing, s NULL = empty */
+    struct NameEnt {
+        const char *s;
+        int cls, line;
+    } *names;
+    int capnames, nnames;
 } Parser;
 
 static void *xrealloc(void *p, size_t n) {
@@ -678,6 +689,49 @@ static void metadata(Parser *P, NodeSpec *s, int meta[5]) {
 #define MAXOUT 8
 
 /* [outs =] op [inputs] [{attrs}] # metadata */
+/* ---- names: a param, input or state name (one name space) or an output
+ * name is defined once per stage ---- */
+
+static unsigned name_hash(const char *s, int cls) {
+    unsigned h = 2166136261u ^ (unsigned)cls;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static void names_grow(Parser *P) {
+    struct NameEnt *old = P->names;
+    int oldcap = P->capnames;
+    P->capnames = oldcap ? 2 * oldcap : 64;
+    P->names = calloc((size_t)P->capnames, sizeof *P->names);
+    if (!P->names) ICE("out of memory");
+    for (int i = 0; i < oldcap; i++) {
+        if (!old[i].s) continue;
+        unsigned k = name_hash(old[i].s, old[i].cls) & (unsigned)(P->capnames - 1);
+        while (P->names[k].s) k = (k + 1) & (unsigned)(P->capnames - 1);
+        P->names[k] = old[i];
+    }
+    free(old);
+}
+
+static void unique_name(Parser *P, const Node *n) {
+    int cls = n->op == OP_output ? 1 : n->op == OP_param || n->op == OP_input || n->op == OP_state ? 0 : -1;
+    const char *s = cls < 0 ? NULL : ir_attr_s(n, "name", NULL);
+    if (!s) return;
+    if (2 * (P->nnames + 1) > P->capnames) names_grow(P);
+    unsigned k = name_hash(s, cls) & (unsigned)(P->capnames - 1);
+    for (; P->names[k].s; k = (k + 1) & (unsigned)(P->capnames - 1))
+        if (P->names[k].cls == cls && strcmp(P->names[k].s, s) == 0)
+            fail(P, "%s name \"%s\" defined twice (first at line %d)", cls ? "output" : "param/input/state", s,
+                 P->names[k].line);
+    P->names[k] = (struct NameEnt){s, cls, P->line};
+    P->nnames++;
+}
+
+static void names_clear(Parser *P) {
+    if (P->names) memset(P->names, 0, sizeof *P->names * (size_t)P->capnames);
+    P->nnames = 0;
+}
+
 static void node_line(Parser *P) {
     Type decl[MAXOUT];
     AxisShard sh[MAXOUT][IR_NAXES];
@@ -735,9 +789,13 @@ static void node_line(Parser *P) {
     s.src_type = info->flags & F_SOURCE ? &decl[0] : NULL;
 
     char msg[200];
+    if (P->nnodes >= MAX_NODES) fail(P, "more than %d nodes", MAX_NODES);
     int ni = ir_add_node(g, &s, msg, sizeof msg);
     if (ni < 0) fail(P, "%s", msg);
+    RESERVE(P, nodeline, capnodeline, P->nnodes);
+    P->nodeline[P->nnodes++] = P->line;
     Node *n = &g->nodes[ni];
+    unique_name(P, n);
     n->stage = meta[0], n->vstage = meta[1], n->mb = meta[2], n->stream = meta[3], n->pos = meta[4];
     for (int k = 0; k < nout; k++) {
         Value *v = &g->vals[n->out[k]];
@@ -828,11 +886,14 @@ static void stage_line(Parser *P) {
         P->capstages *= 2;
     }
     finish_stage(P);
+    RESERVE(P, first, capfirst, P->nstages);
+    P->first[P->nstages] = P->nnodes;
     P->stages[P->nstages++] = g;
     P->m->stages = P->stages;
     P->m->nstages = P->nstages;
     P->g = g;
     map_clear(P);
+    names_clear(P);
 }
 
 /* A trailing "# comment" is allowed on module and stage lines. */
@@ -893,7 +954,8 @@ static int parse_protected(Parser *P, const char *text) {
     return 0;
 }
 
-Module *ir_parse(const char *text, const char *name, char *err, size_t errlen) {
+/* Parse text; with verify, also verify the module naming each node's line. */
+static Module *parse(const char *text, const char *name, int verify, char *err, size_t errlen) {
     Parser *P = calloc(1, sizeof *P);
     if (!P) ICE("out of memory");
     P->name = name ? name : "<ir>";
@@ -904,6 +966,18 @@ Module *ir_parse(const char *text, const char *name, char *err, size_t errlen) {
     Module *m = NULL;
     if (parse_protected(P, text ? text : "") == 0) m = P->m;
     else ir_free(P->m);
+    if (m && verify) {
+        int **lines = xrealloc(NULL, sizeof(int *) * (size_t)m->nstages);
+        for (int s = 0; s < m->nstages; s++) lines[s] = P->nodeline + P->first[s];
+        if (ir_verify_module_src(m, P->name, lines, err, errlen)) {
+            ir_free(m);
+            m = NULL;
+        }
+        free(lines);
+    }
+    free(P->nodeline);
+    free(P->first);
+    free(P->names);
     free(P->keys);
     free(P->ids);
     free(P->in);
@@ -911,6 +985,56 @@ Module *ir_parse(const char *text, const char *name, char *err, size_t errlen) {
     free(P->ints);
     free(P->sbuf);
     free(P);
+    return m;
+}
+
+Module *ir_parse(const char *text, const char *name, char *err, size_t errlen) {
+    return parse(text, name, 0, err, errlen);
+}
+
+/* The passes whose marks a module can carry, in pipeline order. */
+static const char *const marked_passes[] = {"front", "autodiff", "optimizer", "schedule", "memplan"};
+enum { NMARKED = sizeof marked_passes / sizeof marked_passes[0] };
+
+static int last_pass_index(const Module *m) {
+    int last = 0;
+    for (int s = 0; s < m->nstages; s++) {
+        const Graph *g = m->stages[s];
+        for (int i = 0; i < g->nnodes; i++) {
+            const Node *n = &g->nodes[i];
+            int k = n->phase == PH_BWD || n->phase == PH_RECOMPUTE ? 1 : n->phase == PH_OPT ? 2 : 0;
+            if (n->pos >= 0) k = 3;
+            for (int o = 0; o < n->nout; o++)
+                if (g->vals[n->out[o]].space >= 0) k = 4;
+            if (k > last) last = k;
+        }
+    }
+    return last;
+}
+
+const char *ir_last_pass(const Module *m) { return marked_passes[last_pass_index(m)]; }
+
+Module *ir_parse_file(const char *text, size_t len, const char *name, const char *need, char *err, size_t errlen) {
+    const char *nul = memchr(text, 0, len);
+    if (nul) {
+        int line = 1;
+        for (const char *c = text; c < nul; c++) line += *c == '\n';
+        snprintf(err, errlen, "%s:%d: a NUL byte (a .ir file is text)", name, line);
+        return NULL;
+    }
+    Module *m = parse(text, name, 1, err, errlen);
+    if (!m || !need) return m;
+    int want = -1, have = last_pass_index(m);
+    for (int k = 0; k < NMARKED; k++)
+        if (strcmp(need, marked_passes[k]) == 0) want = k;
+    if (want < 0) ICE("ir_parse_file: %s is not a pass with marks", need);
+    if (have < want) {
+        snprintf(err, errlen,
+                 "%s: the dump stops after %s, and this command needs the passes up to %s (dump the model with --after %s, "
+                 "or without --after)", name, marked_passes[have], need, need);
+        ir_free(m);
+        return NULL;
+    }
     return m;
 }
 

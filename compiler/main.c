@@ -74,7 +74,7 @@ static void usage(FILE *f) {
           "                    [--temperature T] [--top-k K] [--seed S] [--threads N]\n"
           "PASS: front autodiff parallelize recompute optimizer precision fuse schedule memplan\n"
           "common (dump, check, plan, compile, run):\n"
-          "        --set key=value  --seed N  --print-every N  --lr X --min-lr X --warmup N --steps N --weight-decay X --grad-clip X\n"
+          "        --set key=value  --frontend-timeout S (the model's run, default 10)  --seed N  --print-every N  --lr X --min-lr X --warmup N --steps N --weight-decay X --grad-clip X\n"
           "        --dp N --micro-batches M --zero 0|1 --bucket-mb X --no-overlap\n"
           "        --cp N --cp-layout dual|contiguous --cp-comm allgather|p2p\n"
           "        --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES\n"
@@ -229,6 +229,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         else if (strcmp(f, "--micro-batches") == 0) a->o.micro_batches = parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--zero") == 0) a->o.zero = parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--bucket-mb") == 0) a->o.bucket_mb = parse_double_flag(f, argv[++i]);
+        else if (strcmp(f, "--frontend-timeout") == 0) a->o.frontend_timeout = parse_double_flag(f, argv[++i]);
         else if (strcmp(f, "--cp") == 0) a->o.cp = parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--cp-layout") == 0) {
             const char *v = argv[++i];

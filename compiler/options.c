@@ -26,6 +26,7 @@ void opt_defaults(Options *o) {
     o->zero = 1;
     o->bucket_mb = 25;
     o->recompute = RC_GEMM_LAST;
+    o->frontend_timeout = 10;
 }
 
 /* Where key's value came from: a --set of it or its shorthand flag

@@ -40,6 +40,8 @@ typedef struct {
     int precision_bf16;
     /* kiln sample's forward program: dropout is the identity (issue 17) */
     int no_dropout;
+    /* --frontend-timeout S: the Lua front end's wall-clock limit (front_lua.c) */
+    double frontend_timeout;
 } Options;
 void opt_defaults(Options *o);
 /* The optimizer settings a trainer must not be compiled with, as its flags

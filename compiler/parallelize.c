@@ -71,7 +71,6 @@
 enum { AX_BATCH, AX_SEQ, NAX };        /* the axes this pass cuts */
 static const int mesh_axis[NAX] = {1, 2}; /* their Module.mesh / Value.sh index: dp, cp */
 static const char *const axis_group[NAX] = {"dp", "cp"};
-enum { MAXIN = 64 };                   /* inputs per node this pass handles */
 
 /* A sharding along one axis.  SPLIT: dim `dim`'s index decomposes as
  * hi*(size*stride) + mid*stride + lo, and the pieces cut `mid` (of `size`). */
@@ -107,6 +106,8 @@ typedef struct {
     char *to_acc;
     int *input;      /* per global input value: the rank's input */
     char *conv;      /* [axis][node][input]: a replicated input the rule uses split */
+    size_t *convoff; /* per node: its first input's index in conv's [node][input] */
+    size_t nconv;    /* inputs of all nodes */
     CpRank cpr;      /* the sequence axis's attention rewrite (cp.c) */
 } Par;
 
@@ -181,7 +182,7 @@ static int uniform(const Par *P, int ax, int v, int d) {
 }
 
 /* The inputs of node i that the rule along ax uses split (replicated, uniform). */
-static char *conv_of(const Par *P, int ax, int i) { return P->conv + ((size_t)ax * (size_t)P->g->nnodes + (size_t)i) * MAXIN; }
+static char *conv_of(const Par *P, int ax, int i) { return P->conv + (size_t)ax * P->nconv + P->convoff[i]; }
 
 /* The split every split input among n's first nk shares; replicated inputs
  * must be uniform along its dim (they are used split: conv_of's flag set).
@@ -478,12 +479,12 @@ static RuleFn rule_of(Op op) {
 /* Output shardings along axis ax of node n from its inputs'; NULL, or why not. */
 static const char *rule(Par *P, int ax, const Node *n, Sp out[]) {
     int all_rep = 1;
+    ir_ice_at(n->loc);
     for (int k = 0; k < n->nin; k++) all_rep &= is_rep(in_sh(P, ax, n, k));
     for (int k = 0; k < n->nout; k++) out[k] = REP;
     RuleFn f = rule_of(n->op);
     if (ir_ops[n->op].flags & F_SOURCE) return f ? f(P, ax, n, out) : NULL;
     if (all_rep) return NULL;
-    if (n->nin > MAXIN) ICE("parallelize: node with %d inputs", n->nin);
     if (!f) ICE("parallelize: %s after autodiff and before the optimizer", ir_ops[n->op].name);
     return f(P, ax, n, out);
 }
@@ -509,20 +510,21 @@ static const char *rules_of(Par *P, int i, Sp out[NAX][8], int *bad) {
     for (int ax = 0; ax < NAX && !why; ax++) why = rule(P, ax, n, out[*bad = ax]);
     if (!why) return NULL;
     int nt = 0;
-    Sp saved[NAX][MAXIN];
-    for (int k = 0; k < n->nin && k < MAXIN; k++) {
+    Sp saved[NAX][IR_MAXIN];
+    char *tot = P->tot + P->convoff[i];
+    for (int k = 0; k < n->nin; k++) {
         if (!totalable(P, n, k)) continue;
-        P->tot[(size_t)i * MAXIN + (size_t)k] = 1, nt++;
+        tot[k] = 1, nt++;
         for (int ax = 0; ax < NAX; ax++) saved[ax][k] = P->sh[ax][n->in[k]];
     }
     if (!nt) return why;
-    for (int k = 0; k < n->nin && k < MAXIN; k++)
-        if (P->tot[(size_t)i * MAXIN + (size_t)k])
+    for (int k = 0; k < n->nin; k++)
+        if (tot[k])
             for (int ax = 0; ax < NAX; ax++) P->sh[ax][n->in[k]] = REP;
     why = NULL;
     for (int ax = 0; ax < NAX && !why; ax++) why = rule(P, ax, n, out[*bad = ax]);
-    for (int k = 0; k < n->nin && k < MAXIN; k++)
-        if (P->tot[(size_t)i * MAXIN + (size_t)k])
+    for (int k = 0; k < n->nin; k++)
+        if (tot[k])
             for (int ax = 0; ax < NAX; ax++) P->sh[ax][n->in[k]] = saved[ax][k];
     return why;
 }
@@ -617,8 +619,7 @@ static int get(Par *P, int v, int mb, const Sp *want) {
     for (Memo *q = P->memo[v]; q; q = q->next)
         if (q->mb == mb && sp_eq(q->want[0], want[0]) && sp_eq(q->want[1], want[1])) return q->nv;
     const Node *n = def_of(P, v);
-    int in[MAXIN];
-    if (n->nin > MAXIN) ICE("parallelize: node with %d inputs", n->nin);
+    int small[8], *in = n->nin <= 8 ? small : ir_alloc(P->m, sizeof(int) * (size_t)n->nin); /* get recurses */
     for (int k = 0; k < n->nin; k++) {
         const Type *t = vtype(P, v), *x = vtype(P, n->in[k]);
         Sp w[NAX];
@@ -736,9 +737,10 @@ static void build_node(Par *P, int i, int mb) {
         map[n->out[0]] = input_of(P, n, mb);
         return;
     }
-    int in[MAXIN], out[8];
+    ir_ice_at(n->loc);
+    int in[IR_MAXIN], out[8];
     for (int k = 0; k < n->nin; k++) {
-        if (P->tot[(size_t)i * MAXIN + (size_t)k]) {
+        if (P->tot[P->convoff[i] + (size_t)k]) {
             in[k] = total(P, n->in[k]);
             continue;
         }
@@ -850,10 +852,13 @@ void pass_parallelize(Module *m, const Options *o) {
     P.b = (Builder){.g = P.ng, .pass = "parallelize", .layer = -1};
     P.cpr = (CpRank){.m = m, .b = &P.b, .cp = o->cp, .dual = !o->cp_contiguous, .ring = o->cp_comm != 0};
     for (int ax = 0; ax < NAX; ax++) P.sh[ax] = xcalloc((size_t)nv, sizeof(Sp));
-    P.conv = xcalloc((size_t)NAX * (size_t)g->nnodes * MAXIN, 1);
+    P.convoff = xcalloc((size_t)g->nnodes + 1, sizeof(size_t));
+    for (int i = 0; i < g->nnodes; i++) P.convoff[i + 1] = P.convoff[i] + (size_t)g->nodes[i].nin;
+    P.nconv = P.convoff[g->nnodes];
+    P.conv = xcalloc((size_t)NAX * P.nconv + 1, 1);
     P.dep = xcalloc((size_t)nv, 1);
     P.pdep = xcalloc((size_t)nv, 1);
-    P.tot = xcalloc((size_t)g->nnodes * MAXIN, 1);
+    P.tot = xcalloc(P.nconv + 1, 1);
     P.total = xcalloc((size_t)nv, sizeof(int));
     P.map = xcalloc((size_t)nv * (size_t)M, sizeof(int));
     P.memo = xcalloc((size_t)nv, sizeof(Memo *));
@@ -884,5 +889,6 @@ void pass_parallelize(Module *m, const Options *o) {
 
     m->stages[0] = P.ng;
     for (int ax = 0; ax < NAX; ax++) free(P.sh[ax]);
-    free(P.conv), free(P.dep), free(P.pdep), free(P.tot), free(P.total), free(P.map), free(P.memo), free(P.acc), free(P.input), free(P.to_acc);
+    free(P.conv), free(P.convoff), free(P.dep), free(P.pdep), free(P.tot), free(P.total), free(P.map), free(P.memo), free(P.acc),
+        free(P.input), free(P.to_acc);
 }

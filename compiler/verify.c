@@ -59,6 +59,8 @@ typedef struct {
     const Graph *g;
     char *err;
     size_t errlen;
+    const char *src;  /* a module read from text: its file, and ... */
+    const int *lines; /* ... the line of each node of g (NULL: none) */
 } Checker;
 
 /* Report a problem at node i (i < 0: no node); always returns -1. */
@@ -71,13 +73,16 @@ static int bad(Checker *c, int i, const char *fmt, ...) {
     va_end(ap);
     if (!c->err || !c->errlen) return -1;
     if (i < 0) {
-        snprintf(c->err, c->errlen, "?:0: %s", msg);
+        if (c->src) snprintf(c->err, c->errlen, "%s: %s", c->src, msg);
+        else snprintf(c->err, c->errlen, "?:0: %s", msg);
         return -1;
     }
     const Node *n = &c->g->nodes[i];
     const char *op = n->op >= 0 && n->op < OP_COUNT ? ir_ops[n->op].name : "?";
-    snprintf(c->err, c->errlen, "%s:%d: node %d (%s): %s", n->loc.file ? n->loc.file : "?", n->loc.file ? n->loc.line : 0, i,
-             op, msg);
+    char src[300] = "";
+    if (c->lines) snprintf(src, sizeof src, "%s:%d: ", c->src, c->lines[i]);
+    snprintf(c->err, c->errlen, "%s%s:%d: node %d (%s): %s", src, n->loc.file ? n->loc.file : "?",
+             n->loc.file ? n->loc.line : 0, i, op, msg);
     return -1;
 }
 
@@ -554,8 +559,8 @@ static int check_plan(Checker *c) {
     return rc;
 }
 
-int ir_verify(const Graph *g, char *err, size_t errlen) {
-    Checker c = {g, err, errlen};
+static int verify_graph(const Graph *g, const char *src, const int *lines, char *err, size_t errlen) {
+    Checker c = {g, err, errlen, src, lines};
     if (err && errlen) err[0] = 0;
     if (g->nnodes < 0 || g->nvals < 0) return bad(&c, -1, "negative node or value count");
     for (int i = 0; i < g->nnodes; i++)
@@ -564,9 +569,11 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
     return check_groups(&c) || check_schedule(&c) || check_plan(&c) ? -1 : 0;
 }
 
-int ir_verify_module(const Module *m, char *err, size_t errlen) {
+int ir_verify(const Graph *g, char *err, size_t errlen) { return verify_graph(g, NULL, NULL, err, errlen); }
+
+static int verify_module(const Module *m, const char *src, int *const *lines, char *err, size_t errlen) {
     static const char *const axes[IR_NAXES] = {"pp", "dp", "cp", "tp"};
-    Checker c = {NULL, err, errlen};
+    Checker c = {NULL, err, errlen, src, NULL};
     if (err && errlen) err[0] = 0;
     for (int a = 0; a < IR_NAXES; a++)
         if (m->mesh[a] < 1) return bad(&c, -1, "module %s: mesh %s=%d must be >= 1", m->name ? m->name : "?", axes[a], m->mesh[a]);
@@ -575,11 +582,18 @@ int ir_verify_module(const Module *m, char *err, size_t errlen) {
         const Graph *g = m->stages[s];
         if (!g) return bad(&c, -1, "stage %d is missing", s);
         if (g->m != m) return bad(&c, -1, "stage %d belongs to another module", s);
-        if (ir_verify(g, err, errlen)) return -1;
+        if (verify_graph(g, src, lines ? lines[s] : NULL, err, errlen)) return -1;
         c.g = g;
+        c.lines = lines ? lines[s] : NULL;
         for (int i = 0; m->recompute == RC_GEMM_LAST && i < g->nnodes; i++) /* gemm-last's promise */
             if (g->nodes[i].phase == PH_RECOMPUTE && (ir_ops[g->nodes[i].op].flags & (F_GEMM | F_EXPENSIVE)))
                 return bad(&c, i, "recompute=gemm-last, yet this expensive op (a GEMM or attention) is in phase recompute");
     }
     return 0;
+}
+
+int ir_verify_module(const Module *m, char *err, size_t errlen) { return verify_module(m, NULL, NULL, err, errlen); }
+
+int ir_verify_module_src(const Module *m, const char *src, int *const *lines, char *err, size_t errlen) {
+    return verify_module(m, src, lines, err, errlen);
 }

@@ -4,7 +4,9 @@
  * never crash, hang or leak.  Whatever parses must also verify without
  * crashing (the verdict does not matter: `?:0` locations parse but do not
  * verify) and survive the round trip: dump, parse again, and the two modules
- * are ir_module_equal and the two dumps byte-identical.  Seeds: tests/fuzz-seeds.
+ * are ir_module_equal and the two dumps byte-identical.  The commands' reader,
+ * ir_parse_file (NUL bytes, the verifier with .ir lines, the passes a command
+ * needs), holds to the same one-line rule.  Seeds: tests/fuzz-seeds.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +29,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!text) return 0;
     memcpy(text, data, size);
     text[size] = 0;
+    Module *mf = ir_parse_file(text, size, "fuzz.ir", "memplan", err, sizeof err);
+    if (!mf && (strncmp(err, "fuzz.ir", 7) != 0 || strchr(err, '\n'))) {
+        fprintf(stderr, "bad error message from ir_parse_file: %s\n", err);
+        abort();
+    }
+    ir_free(mf);
     Module *m = ir_parse(text, "fuzz.ir", err, sizeof err);
     free(text);
     if (!m) {

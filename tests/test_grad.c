@@ -51,7 +51,7 @@ typedef struct {
     Module *m;
     Graph *g;
     int line;
-    Fill fills[32];
+    Fill fills[260]; /* test_concat256's 256 params */
     int nfills;
 } T;
 
@@ -103,6 +103,7 @@ static Attr as(T *t, const char *k, const char *v) { return ir_attr_str(t->m, k,
 static int t_source(T *t, Op op, const char *name, Type ty_, double lo, double hi, int is_int) {
     Attr at[2] = {as(t, "name", name), as(t, "init", "zeros")};
     int v = ir_out(t->g, t_node(t, op, 0, NULL, op == OP_param ? 2 : 1, at, &ty_));
+    assert_true(t->nfills < (int)(sizeof t->fills / sizeof t->fills[0]));
     t->fills[t->nfills++] = (Fill){ir_intern(t->m, name), lo, hi, is_int, NULL};
     return v;
 }
@@ -399,6 +400,21 @@ static void test_concat(void **s) {
     int y = t_op(t, OP_concat, 3, in, 1, &at);
     t_loss(t, 1, &y);
     check_t(t, "concat");
+}
+
+/* the documented maximum of 256 inputs (autodiff once stopped at 64) */
+static void test_concat256(void **s) {
+    T *t = t_new();
+    int in[256];
+    for (int k = 0; k < 256; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "p%d", k);
+        in[k] = t_param1(t, name, F32(2, 1 + k % 3));
+    }
+    Attr at = ai(t, "dim", 1);
+    int y = t_op(t, OP_concat, 256, in, 1, &at);
+    t_loss(t, 1, &y);
+    check_t(t, "concat of 256");
 }
 
 static void test_broadcast_sumto(void **s) {
@@ -834,6 +850,7 @@ int main(void) {
         cmocka_unit_test(test_sumsq),          cmocka_unit_test(test_reshape_transpose),
         cmocka_unit_test(test_slice),          cmocka_unit_test(test_slices_of_one_value),
         cmocka_unit_test(test_concat),
+        cmocka_unit_test(test_concat256),
         cmocka_unit_test(test_broadcast_sumto), cmocka_unit_test(test_cast),
         cmocka_unit_test(test_matmul),         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_rmsnorm),        cmocka_unit_test(test_softmax),

@@ -460,6 +460,41 @@ static void test_too_many_attrs(void **state) {
     free(t);
 }
 
+/* ir_parse_file, as the commands read a .ir (issue 17): a NUL byte is an
+ * error at its line (ir_parse would stop reading there); names are defined
+ * once per stage; the verifier's error names the .ir line; a dump that stops
+ * before the passes the command needs is refused in one line. */
+static void test_parse_file(void **state) {
+    char err[512];
+    static const char nul[] = H "%0:f32[4] = param {name=\"w\"}" M "\0%1:f32[4] = neg %0" M;
+    assert_null(ir_parse_file(nul, sizeof nul - 1, "n.ir", NULL, err, sizeof err));
+    assert_string_equal(err, "n.ir:4: a NUL byte (a .ir file is text)");
+
+    static const char dup[] = H "%0:f32[4] = param {name=\"w\"}" M "%1:f32[4] = input {name=\"w\"}" M;
+    assert_null(ir_parse_file(dup, strlen(dup), "d.ir", NULL, err, sizeof err));
+    assert_string_equal(err, "d.ir:4: param/input/state name \"w\" defined twice (first at line 3)");
+    static const char dupout[] = H "%0:f32[4] = param {name=\"w\"}" M "output %0 {name=\"y\"}" M "output %0 {name=\"y\"}" M;
+    assert_null(ir_parse(dupout, "o.ir", err, sizeof err));
+    assert_string_equal(err, "o.ir:5: output name \"y\" defined twice (first at line 4)");
+
+    /* parses (the parser checks shapes), but the verifier wants stream and pos together */
+    static const char unver[] = H "%0:f32[4] = param {name=\"w\"}" M "\n%1:f32[4] = neg %0   # a.lua:7 L-1 fwd pos1\n";
+    Module *m = ir_parse(unver, "v.ir", err, sizeof err);
+    assert_non_null(m);
+    ir_free(m);
+    assert_null(ir_parse_file(unver, strlen(unver), "v.ir", NULL, err, sizeof err));
+    if (strncmp(err, "v.ir:5: a.lua:7: node 1 (neg): ", 31) != 0) fail_msg("got \"%s\"", err);
+
+    static const char front[] = H "%0:f32[4] = param {name=\"w\"}" M;
+    assert_null(ir_parse_file(front, strlen(front), "f.ir", "memplan", err, sizeof err));
+    assert_non_null(strstr(err, "f.ir: the dump stops after front, and this command needs the passes up to memplan"));
+    assert_null(strchr(err, '\n'));
+    m = ir_parse_file(front, strlen(front), "f.ir", NULL, err, sizeof err);
+    assert_non_null(m);
+    assert_string_equal(ir_last_pass(m), "front");
+    ir_free(m);
+}
+
 static void test_malformed(void **state) {
     for (size_t i = 0; i < sizeof bad_texts / sizeof *bad_texts; i++) {
         char err[512], prefix[32];
@@ -624,6 +659,7 @@ int main(void) {
         cmocka_unit_test(test_dot),
         cmocka_unit_test(test_models),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_parse_file),
         cmocka_unit_test(test_too_many_attrs),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_verify_good),

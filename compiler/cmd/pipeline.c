@@ -14,7 +14,9 @@
  *             kiln sample's program
  *
  * A .ir file given as the model is a dump read back as it is: parsed,
- * verified, and used without running a pass.
+ * verified, and used without running a pass; a command that needs passes the
+ * dump stops before (compile and run: memplan; run --interp: the optimizer)
+ * refuses it (ir_parse_file).
  *
  * The lists live here, not in main.c, because kiln sample (sample.c, in the
  * compiler library with the other commands) needs the forward one and the
@@ -105,7 +107,7 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-static Module *load_ir(const char *path) {
+static Module *load_ir(const char *path, const char *need) {
     FILE *f = fopen(path, "rb");
     if (!f) die("%s: cannot open", path);
     size_t n = 0, cap = 1 << 16;
@@ -116,7 +118,7 @@ static Module *load_ir(const char *path) {
     fclose(f);
     text[n] = 0;
     char err[1024];
-    Module *m = ir_parse(text, path, err, sizeof err);
+    Module *m = ir_parse_file(text, n, path, need, err, sizeof err);
     free(text);
     if (!m) {
         fprintf(stderr, "%s\n", err);
@@ -127,7 +129,10 @@ static Module *load_ir(const char *path) {
 }
 
 Module *compile(Args *a) {
-    if (ends_with(a->model, ".ir")) return load_ir(a->model);
+    if (ends_with(a->model, ".ir")) {
+        int runs = strcmp(a->cmd, "compile") == 0 || strcmp(a->cmd, "run") == 0;
+        return load_ir(a->model, !runs ? NULL : a->interp && strcmp(a->cmd, "run") == 0 ? "optimizer" : "memplan");
+    }
     Module *m = pipeline_front(a->model, &a->o);
     if (a->after && strcmp(a->after, "front") == 0) return m;
     pipeline_run(m, PIPE_TRAIN, &a->o, a->after);

@@ -10,6 +10,25 @@
 -- model line that called the helper.
 local nn = {}
 
+-- o, the options table of helper fn (for parameter name), with only the keys
+-- in keys (the list next to each helper): a misspelled option is an error at
+-- the line that passed it, not a silent default.  Returns o or {}.
+local function options(o, fn, name, keys)
+  if o == nil then return {} end
+  if type(o) ~= "table" then
+    error(string.format("%s(%s): options must be a table, got %s", fn, name, type(o)), 3)
+  end
+  for k in pairs(o) do
+    local known = false
+    for _, key in ipairs(keys) do known = known or k == key end
+    if not known then
+      error(string.format("%s(%s): unknown option %s (options: %s)", fn, name, tostring(k),
+                          table.concat(keys, ", ")), 3)
+    end
+  end
+  return o
+end
+
 -- n rounded up to a multiple of m (GPT-2 pads its 50257-token vocab to 50304).
 function nn.round_up(n, m) return (n + m - 1) // m * m end
 
@@ -19,8 +38,9 @@ function nn.proj_std(c) return 0.02 / math.sqrt(2 * c.layers) end
 
 -- y = x @ W + b, W [din, dout] ~ normal(o.std or 0.02), b [dout] zeros;
 -- o.bias = false: no bias.
+local linear_options = {"std", "bias"}
 function nn.linear(x, name, din, dout, o)
-  o = o or {}
+  o = options(o, "nn.linear", name, linear_options)
   local y = matmul(x, param(name .. ".weight", {din, dout}, normal(o.std or 0.02)))
   if o.bias == false then return y end
   return y + param(name .. ".bias", {dout}, zeros())

@@ -1,0 +1,5 @@
+-- expect: 4: param: duplicate parameter name tokens (first defined at tests/bad/dup_input_param.lua:3)
+-- params and inputs share one name space (the compiled program binds both by name)
+local t = input("tokens", {4})
+local w = param("tokens", {4}, zeros())
+loss(sum(t * w))

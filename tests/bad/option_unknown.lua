@@ -1,0 +1,6 @@
+-- expect: 5: attention: unknown option casual (options: causal, scale)
+local q = input("q", {2, 4, 16, 8})
+local k = input("k", {2, 4, 16, 8})
+local v = input("v", {2, 4, 16, 8})
+local o = attention(q, k, v, {casual = true})
+loss(mean(o))
