@@ -1,4 +1,4 @@
--- expect: 5: attention: unknown option casual (options: causal, scale)
+-- expect: 5: attention: unknown option casual (options: causal, scale, window)
 local q = input("q", {2, 4, 16, 8})
 local k = input("k", {2, 4, 16, 8})
 local v = input("v", {2, 4, 16, 8})
