@@ -13,14 +13,14 @@ need_corpus
 S="--set vocab=255 --set dim=64 --set layers=2 --set heads=2 --set seq=32 --set batch=2"
 D="--data $B/corpus.txt"
 "$K" compile models/gpt2.lua $S -o "$tmp/g" > /dev/null || { notok "compile gpt2 (vocab 255)"; exit 0; }
-"$tmp/g" $D --steps 1 --lr 1e-30 --ckpt "$tmp/w0" > /dev/null
+"$tmp/g" $D --steps 1 --lr 1e-30 --min-lr 0 --ckpt "$tmp/w0" > /dev/null
 W0=$tmp/w0/step_00000001.safetensors
 # The "Hugging Face" file: params only, bare names, wte 255 rows (doubled,
 # so that loaded rows differ from the initial ones), plus GPT-2's buffers.
 python3 tests/st.py hf-gpt2 "$W0" "$tmp/hf.safetensors" 255
 python3 tests/st.py hf-gpt2 "$W0" "$tmp/hf192.safetensors" 192
 
-out=$("$tmp/g" $D --steps 1 --lr 1e-30 --init "$tmp/hf.safetensors" --ckpt "$tmp/w1" 2>&1 >/dev/null); rc=$?
+out=$("$tmp/g" $D --steps 1 --lr 1e-30 --min-lr 0 --init "$tmp/hf.safetensors" --ckpt "$tmp/w1" 2>&1 >/dev/null); rc=$?
 say $rc "--init of a GPT-2 file with 255 vocabulary rows into the padded 256"
 check "it says which rows keep their initial values" \
     "echo \"\$out\" | grep -q 'tensor \"wte.weight\": shape \[255,64\] in the file, \[256,64\] in the model: rows 255..255 keep their initial values'"
@@ -35,7 +35,7 @@ check "192 rows (a multiple of 64, not a padding) is a shape error" \
 # The distributed optimizer: the params live in shards of a flat bucket.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 "$K" compile models/gpt2.lua $S --dp 2 -o "$tmp/g2" > /dev/null
-mpirun -np 2 --oversubscribe "$tmp/g2" $D --steps 1 --lr 1e-30 --init "$tmp/hf.safetensors" --ckpt "$tmp/w2" > /dev/null 2>"$tmp/err2"
+mpirun -np 2 --oversubscribe "$tmp/g2" $D --steps 1 --lr 1e-30 --min-lr 0 --init "$tmp/hf.safetensors" --ckpt "$tmp/w2" > /dev/null 2>"$tmp/err2"
 check "--dp 2 (ZeRO-1 param shards): the same params, said once" \
     "python3 tests/st.py expect-padded $tmp/w2/step_00000001.safetensors $W0 255 && [ \$(grep -c 'keep their initial values' $tmp/err2) = 1 ]"
 
@@ -48,9 +48,9 @@ names=$("$K" dump $M --set hf=0 --after front | sed -n 's/.*= param {name="\([^"
 check "layer {prefix=false}: names as given (the model writes them in full)" \
     "[ \"$names\" = 'model.embed_tokens.weight layers.0.up layers.1.up model.norm.weight lm_head.weight ' ]"
 "$K" compile $M -o "$tmp/l" > /dev/null
-"$tmp/l" $D --steps 1 --lr 1e-30 --ckpt "$tmp/l0" > /dev/null
+"$tmp/l" $D --steps 1 --lr 1e-30 --min-lr 0 --ckpt "$tmp/l0" > /dev/null
 python3 tests/st.py params-only "$tmp/l0/step_00000001.safetensors" "$tmp/llama.safetensors" 2
-"$tmp/l" $D --steps 1 --lr 1e-30 --init "$tmp/llama.safetensors" --ckpt "$tmp/l1" > /dev/null
+"$tmp/l" $D --steps 1 --lr 1e-30 --min-lr 0 --init "$tmp/llama.safetensors" --ckpt "$tmp/l1" > /dev/null
 check "a file with Hugging Face Llama names loads with --init (params doubled, read back)" \
     "python3 tests/st.py expect-scaled $tmp/l1/step_00000001.safetensors $tmp/l0/step_00000001.safetensors 2"
 for bad in '{prefix=3}:prefix must be a string or false' '{prefx="a."}:unknown option prefx'; do

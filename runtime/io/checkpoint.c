@@ -627,7 +627,15 @@ static void copy_shard(rt_ctx *ctx, const StFile *f, const rt_program *p, const 
     const rt_bucket *k = &p->buckets[t->bucket];
     int64_t len = k->n / rt_group_size(ctx, k->group), lo = rt_group_rank(ctx, k->group) * len, es = (int64_t)elem_bytes(t);
     char *dst = rt_tensor_ptr(ctx, t);
-    if (!init) memset(dst, 0, (size_t)(len * es)); /* init: padded rows keep rt_init_params' values */
+    if (!init) memset(dst, 0, (size_t)(len * es));
+    else { /* only the bucket's padding: a member's rows beyond the file's (a padded vocabulary) keep their init */
+        int64_t cur = lo;
+        for (int j = 0; j <= k->nmembers; j++) { /* members in offset order, then the tail */
+            int64_t o = j < k->nmembers ? k->offset[j] : k->n, a = cur, e = o < lo + len ? o : lo + len;
+            if (a < e) memset(dst + (a - lo) * es, 0, (size_t)((e - a) * es));
+            if (j < k->nmembers && o + tensor_numel(&p->params[k->param[j]]) > cur) cur = o + tensor_numel(&p->params[k->param[j]]);
+        }
+    }
     for (int j = 0; j < k->nmembers; j++) {
         int64_t o = k->offset[j], n = entry_numel(src[j]);
         int64_t a = lo > o ? lo : o, e = lo + len < o + n ? lo + len : o + n;
