@@ -89,15 +89,22 @@ void error_at(Loc loc, const char *fmt, ...) {
     exit(1);
 }
 
-static Loc ice_loc; /* the node being processed, for ir_ice */
+/* The node being processed, for ir_ice: a copy, since the module that owns
+ * loc.file may be freed before the next ICE (tests build many). */
+static char ice_file[256];
+static int ice_line;
 
-void ir_ice_at(Loc loc) { ice_loc = loc; }
+void ir_ice_at(Loc loc) {
+    ice_line = loc.line;
+    if (!loc.file) ice_file[0] = 0;
+    else if (strncmp(ice_file, loc.file, sizeof ice_file)) snprintf(ice_file, sizeof ice_file, "%s", loc.file);
+}
 
 void ir_ice(const char *file, int line, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "internal compiler error at %s:%d", file, line);
-    if (ice_loc.file) fprintf(stderr, " (model line %s:%d)", ice_loc.file, ice_loc.line);
+    if (ice_file[0]) fprintf(stderr, " (model line %s:%d)", ice_file, ice_line);
     fputs(": ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
