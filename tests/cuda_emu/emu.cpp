@@ -133,12 +133,22 @@ void on_fault(int sig, siginfo_t *info, void *) {
     signal(sig, SIG_DFL);  // returning repeats the access, which now kills the process
 }
 
+// Each thread that runs kernels (the fake CUDA stack runs a stream per
+// thread) gets its own alternate signal stack, mmap'ed: two threads must not
+// share one, and AddressSanitizer unmaps a thread's alternate stack when the
+// thread ends, which fails on heap memory.
 void install_fault_handler() {
-    static std::vector<char> alt_stack(1 << 16);
-    stack_t ss = {};
-    ss.ss_sp = alt_stack.data();
-    ss.ss_size = alt_stack.size();
-    if (sigaltstack(&ss, nullptr) != 0) system_failure("sigaltstack");
+    static thread_local bool has_alt_stack = false;
+    if (!has_alt_stack) {
+        const size_t n = 1 << 16;
+        void *p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) system_failure("mmap");
+        stack_t ss = {};
+        ss.ss_sp = p;
+        ss.ss_size = n;
+        if (sigaltstack(&ss, nullptr) != 0) system_failure("sigaltstack");
+        has_alt_stack = true;
+    }
     struct sigaction sa = {};
     sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
@@ -412,6 +422,7 @@ void emu_launch_erased(dim3 grid, dim3 block, size_t dynamic_smem_bytes, void (*
     if (emu.in_kernel) throw EmuError("emu: emu_launch called from a kernel thread");
     check_geometry(grid, block, dynamic_smem_bytes);
     init_once();
+    install_fault_handler(); // this thread's alternate stack (once per thread)
     emu.kernel_thread = kernel_thread;
     emu.context = context;
     emu.nthreads = block.x * block.y * block.z;
