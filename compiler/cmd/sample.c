@@ -264,12 +264,11 @@ static void put_token(Bpe *b, uint32_t id) {
 
 /* ---- drawing one token ---- */
 
-static const float *by_logit; /* qsort's comparison reads it */
-
-/* Largest logit first; ties keep the lower id first. */
-static int cmp_logit(const void *a, const void *b) {
+/* Largest logit first; ties keep the lower id first (qsort_r: ctx is the logits). */
+static int cmp_logit(const void *a, const void *b, void *ctx) {
+    const float *l = ctx;
     int i = *(const int *)a, j = *(const int *)b;
-    if (by_logit[i] != by_logit[j]) return by_logit[i] > by_logit[j] ? -1 : 1;
+    if (l[i] != l[j]) return l[i] > l[j] ? -1 : 1;
     return (i > j) - (i < j);
 }
 
@@ -287,8 +286,7 @@ int sample_token(const float *logits, int n, double temperature, int top_k, uint
     double *p = malloc(sizeof(double) * (size_t)n);
     if (!order || !p) die("out of memory");
     for (int i = 0; i < n; i++) order[i] = i;
-    by_logit = logits;
-    qsort(order, (size_t)n, sizeof *order, cmp_logit);
+    qsort_r(order, (size_t)n, sizeof *order, cmp_logit, (void *)logits);
     int k = top_k > 0 && top_k < n ? top_k : n, id = order[k - 1];
     double sum = 0, top = logits[order[0]];
     for (int r = 0; r < k; r++) sum += p[r] = exp(((double)logits[order[r]] - top) / temperature);

@@ -1108,9 +1108,10 @@ static void emit_table(Em *e) {
     int64_t space[RT_NSPACES] = {0}; /* the runtime's spaces */
     for (int i = 0; i < g->nvals; i++) {
         const Value *v = &g->vals[i];
-        if (v->space < 0 || v->space >= SPACE_COUNT) continue;
+        int rs = rt_space_of(v->space);
+        if (rs < 0) continue;
         int64_t end = v->offset + ir_value_bytes(v);
-        if (end > space[rt_space_of(v->space)]) space[rt_space_of(v->space)] = end;
+        if (end > space[rs]) space[rs] = end;
     }
     LLVMValueRef sb[RT_NSPACES];
     for (int s = 0; s < RT_NSPACES; s++) sb[s] = I64(e, (space[s] + 63) / 64 * 64);
