@@ -180,7 +180,10 @@ static void anchor(Pp *P, const int *of_layer) {
 static int zero_bubble(const Pp *P) { return P->pl.kind == PS_ZBH1 || P->pl.kind == PS_ZBV; }
 
 /* Zero-bubble split: B keeps what a backward value read by another chunk
- * depends on inside its own chunk's backward; the rest becomes W. */
+ * depends on inside its own chunk's backward, and the chunk's communication
+ * (context parallel's ring sends dK, dV on while its receives are in B: the
+ * two must stay in one action, or the ring's ranks wait for each other);
+ * the rest becomes W. */
 static void split_backward(Pp *P) {
     const Graph *g = P->g;
     char *needed = xcalloc((size_t)g->nnodes, 1);
@@ -192,11 +195,11 @@ static void split_backward(Pp *P) {
             if (!d) continue;
             int j = (int)(d - g->nodes);
             if (P->chunk[j] == FLOAT || P->kind[j] == ACT_F) continue;
-            if (P->chunk[j] != P->chunk[i] || needed[i]) needed[j] = 1; /* sent to another chunk, or B needs it */
+            if (P->chunk[j] != P->chunk[i] || needed[i] || (ir_ops[n->op].flags & F_COMM)) needed[j] = 1; /* sent on, or B needs it */
         }
     }
     for (int i = 0; i < g->nnodes; i++)
-        if (P->chunk[i] != FLOAT && P->kind[i] == ACT_B && !needed[i]) P->kind[i] = ACT_W;
+        if (P->chunk[i] != FLOAT && P->kind[i] == ACT_B && !needed[i] && !(ir_ops[g->nodes[i].op].flags & F_COMM)) P->kind[i] = ACT_W;
     free(needed);
 }
 

@@ -142,7 +142,7 @@ static void test_placement(void **state) {
 
 /* The predicate the errors are tested against, written from the issue. */
 static const char *refusal(PpSchedule s, int p, int v, int m) {
-    int vv = v ? v : s == PS_ZBV ? 2 : 1;
+    int vv = v ? v : s == PS_ZBV || s == PS_INTERLEAVED ? 2 : 1;
     if (p < 1) return "--pp";
     if (m < 1) return "--micro-batches";
     if (vv < 1) return "--vpp";
@@ -172,7 +172,7 @@ static void test_all_shapes(void **state) {
                     if (rc) fail_msg("%s p=%d v=%d m=%d: %s", pp_schedule_names[s], p, v, m, err);
                     built[s]++;
                     if (v == 0) { /* the default: the same plan as its v, proven there */
-                        assert_int_equal(pl.v, s == PS_ZBV ? 2 : 1);
+                        assert_int_equal(pl.v, s == PS_ZBV || s == PS_INTERLEAVED ? 2 : 1);
                         ppsched_free(&pl);
                         continue;
                     }
@@ -190,7 +190,7 @@ static void test_all_shapes(void **state) {
     for (int p = 1; p <= 16; p++) lin += 65 - p, mult += 64 / p;
     assert_int_equal(built[PS_1F1B], 2 * lin);
     assert_int_equal(built[PS_ZBH1], 2 * lin);
-    assert_int_equal(built[PS_INTERLEAVED], 3 * mult);
+    assert_int_equal(built[PS_INTERLEAVED], 4 * mult); /* v = 0 (2), 2, 3, 4 */
     assert_int_equal(built[PS_ZBV], 2 * lin);
 }
 
