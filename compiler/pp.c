@@ -27,7 +27,8 @@
  *    sent to the previous chunk needs (every node it depends on inside the
  *    chunk's backward: the dX GEMMs, norms' and attention's backward), W the
  *    rest (the dW GEMMs, bias sums and their accumulation) — autodiff built
- *    them as separate nodes, so the split is exact and free.
+ *    them as separate nodes, so the split is exact and free.  W's nodes
+ *    get phase wgrad (the dump, the trace and kiln plan tell them apart).
  * 4. Unrolling.  Each rank's program is its actions in ppsched's order
  *    (ppsched.h), each action's nodes in their original order; a value
  *    that an action on another rank reads is sent right after the action
@@ -249,7 +250,8 @@ static int copy_node(Pp *P, const Node *n, int r, int chunk) {
                 ir_ops[n->op].name, ir_where(n, w, sizeof w), n->in[k]);
         }
     }
-    P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
+    int i = (int)(n - g->nodes), w = P->chunk[i] != FLOAT && P->kind[i] == ACT_W && n->phase == PH_BWD;
+    P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = w ? PH_WGRAD : n->phase; /* a W action's own nodes: phase wgrad */
     const Type *src = ir_ops[n->op].flags & F_SOURCE ? &g->vals[n->out[0]].t : NULL;
     int j = ir_build(&P->b, n->op, n->nin, in, n->nattr, n->attr, src);
     free(in);
