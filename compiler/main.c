@@ -26,6 +26,7 @@
  *   kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl]
  *                [--export FILE.safetensors] [--f64]   the interpreter (run.c)
  *   kiln plot    RUN.jsonl [RUN2.jsonl ...] -o OUT.svg [--title T] [--log-y]   (plot.c)
+ *   kiln plot    --trace TRACE.json [TRACE2.json ...] -o OUT.svg [--step N]    (plot.c)
  *   kiln data    TEXT... -o PREFIX [--val-fraction F] [--shard-tokens N]
  *                [--bpe DIR | --encoder encoder.json --vocab-bpe vocab.bpe]    (data_cmd.c)
  *   kiln sample  CHECKPOINT --prompt TEXT [--model FILE.lua] [--set key=value]
@@ -69,6 +70,7 @@ static void usage(FILE *f) {
           "       kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
           "                    (both: [--ignore-index ID], targets equal to ID weigh 0 through the input loss_mask)\n"
           "       kiln plot    RUN.jsonl [RUN2.jsonl ...] -o OUT.svg [--title T] [--log-y]\n"
+          "       kiln plot    --trace TRACE.json [TRACE2.json ...] -o OUT.svg [--step N] [--title T]   ranks' timelines\n"
           "       kiln data    TEXT... -o PREFIX [--val-fraction F] [--shard-tokens N]\n"
           "                    [--bpe DIR | --encoder encoder.json --vocab-bpe vocab.bpe]   llm.c token shards\n"
           "       kiln sample  CHECKPOINT --prompt TEXT [--model FILE.lua] [--set key=value] [--tokens N]\n"
