@@ -191,14 +191,14 @@ static void anchor(Pp *P, const int *of_layer) {
  * joins the ranks' partial sums after the last contribution: one transfer
  * per step, the one Megatron's embedding all-reduce makes. */
 
-/* The leaves of the add chain ending at value v (values, in node order). */
-static void sum_leaves(const Pp *P, int v, const int *uses, int *leaves, int *n, char *interior) {
+/* The leaves of the add chain ending at value v (values) and its adds (nodes). */
+static void sum_leaves(const Pp *P, int v, const int *uses, int *leaves, int *n, int *adds, int *nadds) {
     const Node *d = def_of(P->g, v);
     int i = d ? (int)(d - P->g->nodes) : -1;
     if (d && d->op == OP_add && d->phase == PH_BWD && P->chunk[i] != FLOAT && uses[v] == 1) {
-        interior[i] = 1;
-        sum_leaves(P, d->in[0], uses, leaves, n, interior);
-        sum_leaves(P, d->in[1], uses, leaves, n, interior);
+        adds[(*nadds)++] = i;
+        sum_leaves(P, d->in[0], uses, leaves, n, adds, nadds);
+        sum_leaves(P, d->in[1], uses, leaves, n, adds, nadds);
     } else {
         leaves[(*n)++] = v;
     }
@@ -218,16 +218,15 @@ static Regroup find_sums(const Pp *P) {
     Regroup R = {xcalloc((size_t)g->nvals + 1, sizeof(int)), xcalloc((size_t)g->nnodes + 1, sizeof(int)), xcalloc((size_t)g->nnodes + 1, 1),
                  xcalloc((size_t)g->nnodes + 1, sizeof(int)), 0};
     int *uses = xcalloc((size_t)g->nvals + 1, sizeof(int)), *leaves = xcalloc((size_t)g->nnodes + 1, sizeof(int));
-    char *inner = xcalloc((size_t)g->nnodes + 1, 1);
+    int *adds = xcalloc((size_t)g->nnodes + 1, sizeof(int));
     for (int v = 0; v < g->nvals; v++) R.leaf_of[v] = -1;
     for (int i = 0; i < g->nnodes; i++)
         for (int k = 0; k < g->nodes[i].nin; k++) uses[g->nodes[i].in[k]]++;
     for (int o = 0; o < g->nnodes; o++) {
         const Node *n = &g->nodes[o];
         if (n->op != OP_output || strncmp(ir_attr_s(n, "name", ""), "grad:", 5) != 0) continue;
-        int nl = 0, r0 = -1, many = 0;
-        memset(inner, 0, (size_t)g->nnodes);
-        sum_leaves(P, n->in[0], uses, leaves, &nl, inner);
+        int nl = 0, na = 0, r0 = -1, many = 0;
+        sum_leaves(P, n->in[0], uses, leaves, &nl, adds, &na);
         for (int k = 0; k < nl; k++) {
             const Node *d = def_of(g, leaves[k]);
             int c = d ? P->chunk[d - g->nodes] : FLOAT;
@@ -242,9 +241,9 @@ static Regroup find_sums(const Pp *P) {
             R.leaf_of[leaves[k]] = o;
             if (g->vals[leaves[k]].def > R.last[o]) R.last[o] = g->vals[leaves[k]].def;
         }
-        for (int i = 0; i < g->nnodes; i++) R.interior[i] |= inner[i];
+        for (int k = 0; k < na; k++) R.interior[adds[k]] = 1;
     }
-    free(uses), free(leaves), free(inner);
+    free(uses), free(leaves), free(adds);
     return R;
 }
 
@@ -323,7 +322,6 @@ static void split_backward(Pp *P) {
 }
 
 /* ---- 4. transfers ---- */
-
 
 static void plan_transfers(Pp *P) {
     const Graph *g = P->g;
