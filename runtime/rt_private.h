@@ -74,6 +74,14 @@ const char *rt_mpi_text(int rc, char *buf, int len);
  * place (this rank's chunk already sits in y).  MPI's code. */
 int rt_mpi_allgather(MPI_Comm comm, const void *x, void *y, int64_t count, MPI_Datatype t, int64_t ext);
 
+/* Pipeline stages (kiln_rt.h, rt_program.stages): their count and stage s's
+ * table.  A table of another ABI, or one built by hand without stages
+ * (nstages 0, stages NULL: the tests'), is one stage, itself. */
+static inline int rt_nstages(const rt_program *p) {
+    return p->abi_version == RT_ABI_VERSION && p->nstages > 1 && p->stages ? p->nstages : 1;
+}
+static inline const rt_program *rt_stage(const rt_program *p, int s) { return rt_nstages(p) > 1 ? p->stages[s] : p; }
+
 /* The distributed optimizer's sharded states (kiln_rt.h, rt_tensor.bucket):
  * a shard of a flat bucket (prefix set), and among those the shards that
  * hold the params themselves (prefix "", state "param.b<k>"), whose

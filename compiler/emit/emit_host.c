@@ -1143,10 +1143,15 @@ static void emit_table(Em *e) {
                         e->schedule ? e->schedule : LLVMConstNull(LLVMPointerType(e->tschedule, 0)), I32(e, cp_contiguous(e)),
                         I32(e, e->cuda ? RT_DEV_CUDA : RT_DEV_CPU), cstr(e, e->cuda ? e->tgt->arch : NULL),
                         I32(e, e->cuda ? e->tgt->ncubins : 0), cubin_table(e), I32(e, e->nkernels), kernel_names(e),
-                        I64(e, e->scratch), cstr(e, e->m->sets)};
-    LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, "kiln_program");
-    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 30));
+                        I64(e, e->scratch), cstr(e, e->m->sets), I32(e, e->stage), I32(e, e->m->nstages),
+                        LLVMConstBitCast(e->stages_gv, LLVMPointerType(LLVMPointerType(e->tprogram, 0), 0))};
+    char sym[32];
+    snprintf(sym, sizeof sym, e->stage ? "kiln_program_s%d" : "kiln_program", e->stage);
+    LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, sym);
+    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 33));
     LLVMSetGlobalConstant(gv, 1);
+    if (e->stage) LLVMSetLinkage(gv, LLVMPrivateLinkage);
+    e->table = gv;
     for (int k = 0; k < nb; k++) free(B[k].param);
     free(B);
     for (int k = 0; k < 4; k++) free(idx[k]);
