@@ -60,6 +60,16 @@
  * once by rank 0; a failed step prints on the rank that failed, which
  * exits, and mpirun then ends the others.
  *
+ * Pipeline stages (kiln_rt.h, rt_program.stages; docs/parallel.md).  The
+ * trainer is handed kiln_program and runs the table of its rank's pp
+ * coordinate (stage_program).  It feeds only the inputs that table
+ * declares (the first stage tokens, the last targets and loss_mask), yet
+ * every rank draws the batch (the ranks of one dp/cp coordinate the same
+ * slice), so the generators stay in step; shapes come from whichever
+ * stage has tokens or targets.  Every stage outputs the same loss, lr and
+ * grad_norm, so rank 0 (stage 0) logs them as before; the FLOPs are the
+ * stages' summed.  Checkpoints gather the stages (checkpoint.h).
+ *
  * Devices (kiln_rt.h, "Host views").  The trainer only ever touches host
  * views of the program's memory: the CPU's memory itself, a GPU's host
  * mirror.  So every read of a view is preceded by a pull and every write

@@ -44,6 +44,8 @@ $MPI -np 2 "$tmp/two" $D --log "$tmp/l2" --trace "$tmp/tr.json" > /dev/null 2>"$
 check "mpirun -np 2, two stages == 1 stage over 30 steps (worst $(worst "$tmp/l2" "$tmp/l1"))" "same $tmp/l2 $tmp/l1 30"
 check "rank 0 ran stage 0's table, rank 1 stage 1's (their traces' launch names)" \
     "! grep -q 'tiny.lua.stage1' $tmp/tr.json && grep -q 'tiny.lua.stage1' $tmp/tr.json.rank1"
+$MPI -np 2 "$K" run "$tmp/two.ir" $D --log "$tmp/lj" > /dev/null 2>&1
+check "mpirun -np 2 kiln run (JIT), two stages == 1 stage over 30 steps (worst $(worst "$tmp/lj" "$tmp/l1"))" "same $tmp/lj $tmp/l1 30"
 # the comparison can fail: another learning rate gives another curve
 "$tmp/one" $D --lr 0.01 --log "$tmp/lx" > /dev/null
 check "the comparison tells curves apart (another --lr: worst $(worst "$tmp/lx" "$tmp/l1"))" "! same $tmp/lx $tmp/l1 30"

@@ -32,12 +32,15 @@
  * and cuts its own shard out of the logical tensors (padding zero), so a
  * checkpoint resumes under any dp and either zero mode.
  *
+ * Pipeline stages: see "pipeline stages" below (gather_stages) and
+ * ignorable (loading skips the other stages' names).
+ *
  * Params without storage (space -1; kiln_rt.h).  A program that all-gathers
  * the params at the start of its step keeps them only as "param shards",
  * states with prefix "" (param.b<k>).  Saving gathers such a shard like
- * opt.m and hands its members to add_params, which writes every param in
+ * opt.m and hands its members to list_params, which writes every param in
  * the params' order under the param's own file name (file_name: the
- * "transformer." naming of a GPT-2-style program), and add_states skips the
+ * "transformer." naming of a GPT-2-style program), and list_states skips the
  * shard itself; the file is therefore byte for byte the one a program with
  * stored params writes for the same weights and states in the same order.
  * Loading binds every param by name whether it has storage or not; a param
