@@ -32,7 +32,11 @@ two_stages() { # out.ir [sed expression for stage 1]
 }
 two_stages "$tmp/two.ir"
 two_stages "$tmp/var.ir" rename
-for p in one two var; do "$K" compile "$tmp/$p.ir" -o "$tmp/$p" > /dev/null || echo "# compile $p failed"; done
+# pp 2 x dp 2: the same from a --dp 2 dump (the distributed optimizer's buckets in each stage)
+"$K" dump models/tiny.lua --set layers=1 --steps 30 --weight-decay 0.1 --dp 2 --bucket-mb 0.05 -o "$tmp/dp.ir"
+awk 'NR == 1 { sub(/mesh=1x2x/, "mesh=2x2x"); print; next } NR == 2 { print; next }
+     { body[++nb] = $0; print } END { print ""; print "stage 1"; for (i = 1; i <= nb; i++) print body[i] }' "$tmp/dp.ir" > "$tmp/twodp.ir"
+for p in one two var twodp; do "$K" compile "$tmp/$p.ir" -o "$tmp/$p" > /dev/null || echo "# compile $p failed"; done
 losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
 worst() { paste <(losses "$1") <(losses "$2") | awk 'function abs(x){return x<0?-x:x} {d=abs($1-$2)/abs($2); if(d>w)w=d} END{printf "%.3g", w+0}'; }
 same() { # log a, log b, lines
@@ -61,6 +65,15 @@ check "the pp 2 checkpoint is the pp 1 one byte for byte (every tied tensor once
 check "pp 2 checkpoint resumed at pp 1 == continuing (worst $(worst "$tmp/l21" "$tmp/s1tail"))" "same $tmp/l21 $tmp/s1tail 10"
 $MPI -np 2 "$tmp/two" $D --steps 20 --resume "$tmp/ck1" --ckpt "$tmp/r2" --log "$tmp/l12" > /dev/null 2>&1
 check "pp 1 checkpoint resumed at pp 2 == continuing (worst $(worst "$tmp/l12" "$tmp/s1tail"))" "same $tmp/l12 $tmp/s1tail 10"
+
+# pp 2 x dp 2 on 4 ranks; its checkpoint resumed at pp 1 x dp 1
+$MPI -np 4 "$tmp/twodp" $D --log "$tmp/l4" > /dev/null 2>&1
+check "mpirun -np 4, two stages x dp 2 (zero 1) == 1 rank over 30 steps (worst $(worst "$tmp/l4" "$tmp/l1"))" "same $tmp/l4 $tmp/l1 30"
+$MPI -np 4 "$tmp/twodp" $D --steps 10 --schedule-steps 20 --ckpt "$tmp/ck4" > /dev/null 2>&1
+"$tmp/one" $D --steps 20 --resume "$tmp/ck4" --ckpt "$tmp/r41" --log "$tmp/l41" > /dev/null 2>&1
+check "pp 2 x dp 2 checkpoint resumed at pp 1 == continuing (worst $(worst "$tmp/l41" "$tmp/s1tail"))" "same $tmp/l41 $tmp/s1tail 10"
+$MPI -np 4 "$tmp/twodp" $D --steps 20 --resume "$tmp/ck1" --ckpt "$tmp/r14" --log "$tmp/l14" > /dev/null 2>&1
+check "pp 1 checkpoint resumed at pp 2 x dp 2 == continuing (worst $(worst "$tmp/l14" "$tmp/s1tail"))" "same $tmp/l14 $tmp/s1tail 10"
 
 # a tensor only stage 1 holds: gathered from rank 1 into rank 0's file
 $MPI -np 2 "$tmp/var" $D --steps 10 --schedule-steps 20 --ckpt "$tmp/ckv" > /dev/null 2>&1
