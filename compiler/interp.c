@@ -1130,7 +1130,11 @@ static void deadlock(Interp *it) {
     size_t k = (size_t)snprintf(buf, sizeof it->msg, "deadlock:");
     for (int r = 0; r < it->world && k < sizeof it->msg; r++) {
         const Node *n = node_at(&it->ranks[r]);
-        if (n)
+        if (n && n->op == OP_recv)
+            k += (size_t)snprintf(buf + k, sizeof it->msg - k, "%s rank %d waits at recv from rank %d, tag %lld, mb %d (%s)",
+                                  k > 9 ? "," : "", r, peer_of(it, &it->ranks[r], n), (long long)ir_attr_i(n, "tag", 0), n->mb,
+                                  ir_where(n, where, sizeof where));
+        else if (n)
             k += (size_t)snprintf(buf + k, sizeof it->msg - k, "%s rank %d waits at %s (%s)", k > 9 ? "," : "", r,
                                   ir_ops[n->op].name, ir_where(n, where, sizeof where));
     }

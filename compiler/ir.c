@@ -21,7 +21,7 @@ const OpInfo ir_ops[OP_COUNT] = {
 };
 
 const char *const ir_dtype_names[DT_COUNT] = {"f32", "bf16", "f16", "i32", "i64"};
-const char *const ir_phase_names[PH_COUNT] = {"fwd", "bwd", "recompute", "opt"};
+const char *const ir_phase_names[PH_COUNT] = {"fwd", "bwd", "recompute", "opt", "wgrad"};
 const char *const ir_recompute_names[RC_COUNT] = {"", "none", "full", "selective", "gemm-last"};
 
 int ir_recompute_lookup(const char *name) {

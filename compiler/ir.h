@@ -108,7 +108,9 @@ typedef struct {
     int line;
 } Loc;
 
-typedef enum { PH_FWD, PH_BWD, PH_RECOMPUTE, PH_OPT, PH_COUNT } Phase;
+/* PH_WGRAD: the weight-gradient part of the backward that the zero-bubble
+ * pipeline schedules defer (pp.c, the W actions); bwd is then the rest. */
+typedef enum { PH_FWD, PH_BWD, PH_RECOMPUTE, PH_OPT, PH_WGRAD, PH_COUNT } Phase;
 extern const char *const ir_phase_names[PH_COUNT];
 
 /* The recompute policy a module was built under (recompute.c; RC_UNSET

@@ -205,7 +205,7 @@ static void dot_escaped(FILE *f, const char *s) {
 }
 
 static void dot_node(const Graph *g, int s, int i, FILE *f, const char *indent) {
-    static const char *const fill[PH_COUNT] = {"white", "#dbe8ff", "#fff2cc", "#e2f0d9"};
+    static const char *const fill[PH_COUNT] = {"white", "#dbe8ff", "#fff2cc", "#e2f0d9", "#c9dcff"};
     const Node *n = &g->nodes[i];
     fprintf(f, "%ss%d_n%d [label=\"%s", indent, s, i, n->op >= 0 && n->op < OP_COUNT ? ir_ops[n->op].name : "?");
     const char *name = ir_attr_s(n, "name", NULL);
@@ -1002,7 +1002,7 @@ static int last_pass_index(const Module *m) {
         const Graph *g = m->stages[s];
         for (int i = 0; i < g->nnodes; i++) {
             const Node *n = &g->nodes[i];
-            int k = n->phase == PH_BWD || n->phase == PH_RECOMPUTE ? 1 : n->phase == PH_OPT ? 2 : 0;
+            int k = n->phase == PH_BWD || n->phase == PH_RECOMPUTE || n->phase == PH_WGRAD ? 1 : n->phase == PH_OPT ? 2 : 0;
             if (n->pos >= 0) k = 3;
             for (int o = 0; o < n->nout; o++)
                 if (g->vals[n->out[o]].space >= 0) k = 4;

@@ -26,6 +26,7 @@
  *   kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl]
  *                [--export FILE.safetensors] [--f64]   the interpreter (run.c)
  *   kiln plot    RUN.jsonl [RUN2.jsonl ...] -o OUT.svg [--title T] [--log-y]   (plot.c)
+ *   kiln plot    --trace TRACE.json [TRACE2.json ...] -o OUT.svg [--step N]    (plot.c)
  *   kiln data    TEXT... -o PREFIX [--val-fraction F] [--shard-tokens N]
  *                [--bpe DIR | --encoder encoder.json --vocab-bpe vocab.bpe]    (data_cmd.c)
  *   kiln sample  CHECKPOINT --prompt TEXT [--model FILE.lua] [--set key=value]
@@ -56,6 +57,7 @@
 #include "cmd.h"
 #include "data_cmd.h"
 #include "plot.h"
+#include "ppsched.h"
 #include "sample.h"
 
 static void usage(FILE *f) {
@@ -68,6 +70,7 @@ static void usage(FILE *f) {
           "       kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
           "                    (both: [--ignore-index ID], targets equal to ID weigh 0 through the input loss_mask)\n"
           "       kiln plot    RUN.jsonl [RUN2.jsonl ...] -o OUT.svg [--title T] [--log-y]\n"
+          "       kiln plot    --trace TRACE.json [TRACE2.json ...] -o OUT.svg [--step N] [--title T]   ranks' timelines\n"
           "       kiln data    TEXT... -o PREFIX [--val-fraction F] [--shard-tokens N]\n"
           "                    [--bpe DIR | --encoder encoder.json --vocab-bpe vocab.bpe]   llm.c token shards\n"
           "       kiln sample  CHECKPOINT --prompt TEXT [--model FILE.lua] [--set key=value] [--tokens N]\n"
@@ -80,7 +83,8 @@ static void usage(FILE *f) {
           "        --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES\n"
           "        --precision f32|bf16 (bf16: the GPU's mixed precision, on with --target cuda; for dump/check/plan/run --interp too;\n"
           "        the CPU runs f32)\n"
-          "        --tp 1 --pp 1 (other values: not available yet)  --test-drop-event (tests only)\n",
+          "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v --pp-layers A,B,... (layers per chunk)\n"
+          "        --tp 1 (other values: not available yet)  --test-drop-event --test-pp-bug drop-tied|swap-recv (tests only)\n",
           f);
 }
 
@@ -155,6 +159,24 @@ static double parse_double_flag(const char *flag, const char *v) {
 }
 
 /* bytes: an integer with an optional K, M, G or T suffix (powers of 1024, "GiB" too) */
+/* --pp-layers A,B,...: positive layer counts, one per chunk. */
+static void parse_pp_layers(Options *o, const char *v) {
+    int n = 1;
+    for (const char *c = v; *c; c++) n += *c == ',';
+    free(o->pp_layers);
+    o->pp_layers = calloc((size_t)n, sizeof(int));
+    if (!o->pp_layers) die("out of memory");
+    const char *p = v;
+    for (int k = 0; k < n; k++) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p || x < 1 || x > 1000000 || (*end && *end != ',')) die("--pp-layers: expected positive layer counts like 3,3,2, got \"%s\"", v);
+        o->pp_layers[k] = (int)x;
+        p = end + 1;
+    }
+    o->npp_layers = n;
+}
+
 static double parse_bytes_flag(const char *flag, const char *v) {
     char *end;
     double x = strtod(v, &end);
@@ -251,8 +273,22 @@ static void parse_args(Args *a, int argc, char **argv) {
             const char *v = argv[++i];
             if (strcmp(v, "f32") && strcmp(v, "bf16")) die("--precision: expected f32 or bf16, got \"%s\"", v);
             a->o.precision_bf16 = strcmp(v, "bf16") == 0;
-        } else if (strcmp(f, "--tp") == 0 || strcmp(f, "--pp") == 0) {
-            if (parse_int_flag(f, argv[++i]) != 1) die("%s: this parallel axis is not available yet (only 1; --dp and --cp are)", f);
+        } else if (strcmp(f, "--pp") == 0) {
+            a->o.pp = parse_int_flag(f, argv[++i]);
+        } else if (strcmp(f, "--vpp") == 0) {
+            a->o.vpp = parse_int_flag(f, argv[++i]);
+        } else if (strcmp(f, "--pp-schedule") == 0) {
+            const char *v = argv[++i];
+            if ((a->o.pp_schedule = pp_schedule_lookup(v)) < 0)
+                die("--pp-schedule: expected 1f1b, interleaved, zb-h1 or zb-v, got \"%s\"", v);
+        } else if (strcmp(f, "--pp-layers") == 0) {
+            parse_pp_layers(&a->o, argv[++i]);
+        } else if (strcmp(f, "--test-pp-bug") == 0) {
+            const char *v = argv[++i];
+            if (strcmp(v, "drop-tied") && strcmp(v, "swap-recv")) die("--test-pp-bug: expected drop-tied or swap-recv, got \"%s\"", v);
+            a->o.pp_bug = strcmp(v, "drop-tied") == 0 ? 1 : 2;
+        } else if (strcmp(f, "--tp") == 0) {
+            if (parse_int_flag(f, argv[++i]) != 1) die("%s: this parallel axis is not available yet (only 1; --dp, --cp and --pp are)", f);
         } else die("%s: unknown flag", f);
     }
 }
@@ -278,6 +314,16 @@ static void check_args(Args *a) {
     if (a->o.dp < 1) die("--dp: expected at least 1");
     if (a->o.cp < 1) die("--cp: expected at least 1");
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
+    if (a->o.pp < 1) die("--pp: expected at least 1");
+    if (a->o.vpp < 0) die("--vpp: expected at least 1");
+    if (a->o.pp > 1) { /* the schedule's own rules (m >= p, m % p for interleaved, --vpp per schedule) */
+        PpPlan pl;
+        char err[256];
+        if (ppsched_build(&pl, (PpSchedule)a->o.pp_schedule, a->o.pp, a->o.vpp, a->o.micro_batches, err, sizeof err) != 0) die("%s", err);
+        ppsched_free(&pl);
+    } else if (a->o.vpp > 1 || a->o.npp_layers) {
+        die("%s: only with --pp 2 or more", a->o.vpp > 1 ? "--vpp" : "--pp-layers");
+    }
     if (a->o.zero != 0 && a->o.zero != 1) die("--zero: expected 0 (all-reduce) or 1 (distributed optimizer), got %d", a->o.zero);
     if (a->format && strcmp(a->format, "text") && strcmp(a->format, "dot"))
         die("--format: expected text or dot, got \"%s\"", a->format);

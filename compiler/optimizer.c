@@ -45,6 +45,7 @@
 typedef struct {
     Module *m;
     Builder bld; /* the graph; the Loc and layer of the param being updated */
+    int stage;   /* the pipeline stage being updated */
 } Opt;
 
 /* Gradients are partial sums over the data-parallel group: dp, and cp
@@ -53,6 +54,16 @@ static int red_size(const Module *m) { return m->mesh[1] * m->mesh[2]; }
 static const char *red_group(const Module *m) {
     return m->mesh[1] > 1 && m->mesh[2] > 1 ? "dp+cp" : m->mesh[2] > 1 ? "cp" : "dp";
 }
+/* Pipeline parallel (mesh pp > 1): each stage updates its own params; the
+ * global gradient norm sums every stage's squares (all-reduced over pp), a
+ * param shared by two stages (pp.c marks the copy that does not sum its
+ * gradient {replica=1}) counted once. */
+static int is_replica(const Graph *g, int i) { return ir_attr_i(&g->nodes[i], "replica", 0) != 0; }
+static const char *norm_group(const Module *m) {
+    if (m->mesh[0] == 1) return red_group(m);
+    return red_size(m) == 1 ? "pp" : m->mesh[1] > 1 && m->mesh[2] > 1 ? "pp+dp+cp" : m->mesh[2] > 1 ? "pp+cp" : "pp+dp";
+}
+
 /* A value split on dim 0 over the reduction group. */
 static void split_over_group(Graph *g, int v) {
     for (int a = 1; a <= 2; a++)
@@ -111,7 +122,7 @@ static int grad_norm(Opt *b, int nfwd, const int *gradv) {
     int acc = -1;
     Loc loc = b->bld.loc;
     for (int i = 0; i < nfwd; i++) {
-        if (b->bld.g->nodes[i].op != OP_param) continue;
+        if (b->bld.g->nodes[i].op != OP_param || is_replica(b->bld.g, i)) continue;
         b->bld.loc = b->bld.g->nodes[i].loc, b->bld.layer = b->bld.g->nodes[i].layer; /* the param's piece */
         int s = ir_build1(&b->bld, OP_sumsq, gradv[i], 0, NULL);
         b->bld.loc = loc, b->bld.layer = -1;
@@ -121,6 +132,10 @@ static int grad_norm(Opt *b, int nfwd, const int *gradv) {
         Attr z = ir_attr_float(b->m, "v", 0.0);
         Type t = {.dt = DT_F32, .rank = 0};
         acc = ir_out(b->bld.g, ir_build(&b->bld, OP_const, 0, NULL, 1, &z, &t));
+    }
+    if (b->m->mesh[0] > 1) {
+        Attr at = ir_attr_str(b->m, "group", "pp");
+        acc = ir_build1(&b->bld, OP_allreduce, acc, 1, &at);
     }
     return ir_build1(&b->bld, OP_sqrt, acc, 0, NULL);
 }
@@ -163,6 +178,7 @@ typedef struct {
     int nmembers;
     int64_t n;
     double wd;
+    int replica; /* its members are replicas (pp.c): out of the norm */
 } Flat;
 
 static int64_t numel_of(const Graph *g, int v) { return ir_numel(&g->vals[v].t); }
@@ -187,21 +203,22 @@ static int *backward_order(const Graph *g, const int *gradv, int *np) {
  * decayed and not-decayed flats (empty flats are skipped). */
 static Flat *plan_flats(Module *m, const Graph *g, const Options *o, const int *gradv, int *nflats) {
     int np, *ord = backward_order(g, gradv, &np), nf = 0;
-    Flat *f = ir_alloc(m, sizeof(Flat) * (size_t)(2 * np + 2));
+    Flat *f = ir_alloc(m, sizeof(Flat) * (size_t)(4 * np + 4));
     int64_t limit = (int64_t)(o->bucket_mb * 1048576.0), dp = red_size(m);
     for (int start = 0; start < np;) {
         int end = start;
         int64_t bytes = 0;
         while (end < np && (end == start || bytes < limit)) bytes += 4 * numel_of(g, g->nodes[ord[end++]].out[0]);
-        for (int cls = 1; cls >= 0; cls--) {
+        for (int cls = 3; cls >= 0; cls--) { /* decayed or not (bit 0), replica or not (bit 1) */
             Flat *fl = &f[nf];
             fl->param = ir_alloc(m, sizeof(int) * (size_t)(end - start));
             fl->offset = ir_alloc(m, sizeof(int64_t) * (size_t)(end - start));
-            fl->wd = cls ? o->weight_decay : 0.0;
+            fl->wd = cls & 1 ? o->weight_decay : 0.0;
+            fl->replica = cls >> 1;
             for (int k = start; k < end; k++) {
                 int v = g->nodes[ord[k]].out[0];
                 int decays = g->vals[v].t.rank >= 2 && o->weight_decay != 0.0;
-                if (decays != cls) continue;
+                if (decays != (cls & 1) || is_replica(g, ord[k]) != (cls >> 1)) continue;
                 fl->param[fl->nmembers] = ord[k];
                 fl->offset[fl->nmembers++] = fl->n;
                 fl->n += numel_of(g, v);
@@ -293,7 +310,8 @@ static int shard_state(Opt *b, const Flat *f, int fi, const char *state_prefix, 
         if (k) strcat(params, ",");
         strcat(params, pn);
     }
-    snprintf(name, sizeof name, "%sb%d", state_prefix, fi);
+    if (b->m->mesh[0] > 1) snprintf(name, sizeof name, "%ss%db%d", state_prefix, b->stage, fi); /* unique over the stages */
+    else snprintf(name, sizeof name, "%sb%d", state_prefix, fi);
     Attr at[7] = {ir_attr_str(b->m, "name", name), ir_attr_int(b->m, "bucket", fi), ir_attr_str(b->m, "group", red_group(b->m)),
                   ir_attr_str(b->m, "prefix", prefix), ir_attr_str(b->m, "params", params),
                   ir_attr_ints(b->m, "offsets", f->offset, f->nmembers), ir_attr_int(b->m, "n", f->n)};
@@ -392,13 +410,15 @@ static void update_sharded(Opt *b, const Options *o, Flat *f, int nf, int *gradv
     for (int i = 0; i < nf; i++) {
         at_flat(b, &f[i]);
         gs[i] = comm(b, OP_reducescatter, gather_flat(b, &f[i], gradv), 1);
+        if (f[i].replica) continue;
         int s = ir_build1(&b->bld, OP_sumsq, gs[i], 0, NULL);
         b->bld.loc = gloc, b->bld.layer = -1;
         acc = acc < 0 ? s : ir_build2(&b->bld, OP_add, acc, s);
     }
     b->bld.loc = gloc, b->bld.layer = -1;
     if (acc < 0) error_at(gloc, "--dp: the model has no params to train");
-    int norm = ir_build1(&b->bld, OP_sqrt, comm(b, OP_allreduce, acc, 0), 0, NULL);
+    Attr ng = ir_attr_str(b->m, "group", norm_group(b->m));
+    int norm = ir_build1(&b->bld, OP_sqrt, ir_build1(&b->bld, OP_allreduce, acc, 1, &ng), 0, NULL);
     sink(b, OP_output, norm, "grad_norm");
     Attr mx = ir_attr_float(b->m, "max", o->grad_clip);
     int scale = ir_build1(&b->bld, OP_clipscale, norm, 1, &mx);
@@ -432,9 +452,8 @@ static void reduce_all(Opt *b, Flat *f, int nf, int *gradv) {
     }
 }
 
-void pass_optimizer(Module *m, const Options *o) {
-    if (m->nstages != 1) ICE("optimizer: expects one stage, got %d", m->nstages);
-    Graph *g = m->stages[0];
+static void optimize_stage(Module *m, int stage, const Options *o) {
+    Graph *g = m->stages[stage];
     int *gradv = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof(int));
     if (!gradv) ICE("out of memory");
     for (int i = 0; i < g->nnodes; i++)
@@ -448,7 +467,7 @@ void pass_optimizer(Module *m, const Options *o) {
         flats = plan_flats(m, g, o, gradv, &nf);
     }
     int nfwd = g->nnodes;
-    Opt b = {.m = m, .bld = {.g = g, .pass = "optimizer", .loc = loss_loc(g), .layer = -1, .phase = PH_OPT}};
+    Opt b = {.m = m, .bld = {.g = g, .pass = "optimizer", .loc = loss_loc(g), .layer = -1, .phase = PH_OPT}, .stage = stage};
     Loc gloc = b.bld.loc;
     Type scalar = {.dt = DT_F32, .rank = 0};
 
@@ -489,4 +508,9 @@ void pass_optimizer(Module *m, const Options *o) {
     for (int i = 0; i < nfwd; i++)
         if (g->nodes[i].op == OP_param) update_param(&b, o, i, gradv[i], lr, scale, t);
     free(gradv);
+}
+
+void pass_optimizer(Module *m, const Options *o) {
+    if (m->nstages != m->mesh[0] && m->nstages != 1) ICE("optimizer: %d stages for a pipeline axis of %d", m->nstages, m->mesh[0]);
+    for (int s = 0; s < m->nstages; s++) optimize_stage(m, s, o);
 }

@@ -42,6 +42,14 @@ typedef struct {
     int no_dropout;
     /* --frontend-timeout S: the Lua front end's wall-clock limit (front_lua.c) */
     double frontend_timeout;
+    /* pipeline parallel (pp.c, ppsched.h): chunks per rank (--vpp; 0: the
+     * schedule's default), the schedule (PpSchedule), layers per chunk
+     * (--pp-layers a,b,...: npp_layers counts; 0: balanced by FLOPs) and a
+     * planted bug for the tests (--test-pp-bug: 1 drop-tied, the tied
+     * gradient's replica never gets the sum; 2 swap-recv, two micro-batches'
+     * activations received in each other's place) */
+    int vpp, pp_schedule, npp_layers, pp_bug;
+    int *pp_layers;
 } Options;
 void opt_defaults(Options *o);
 /* The optimizer settings a trainer must not be compiled with, as its flags

@@ -52,7 +52,7 @@ typedef struct {
  * "--micro-batches 3 is below --pp 4 ...", "--vpp 2 needs --pp-schedule
  * interleaved or zb-v", "interleaved needs --micro-batches a multiple of
  * --pp", ...), then build the per-rank action lists.  v = 0 means the
- * schedule's default (1, zb-v 2).  0, or -1 with err. */
+ * schedule's default (1; interleaved and zb-v 2).  0, or -1 with err. */
 int ppsched_build(PpPlan *out, PpSchedule s, int p, int v, int m, char *err, size_t errlen);
 void ppsched_free(PpPlan *pl);
 

@@ -69,7 +69,7 @@ typedef struct {
 
 static const Node *def_of(const Graph *g, int v) { return g->vals[v].def >= 0 ? &g->nodes[g->vals[v].def] : NULL; }
 static int is_float(const Graph *g, int v) { return ir_dtype_is_float(g->vals[v].t.dt); }
-static int working(const Node *n) { return n->phase == PH_FWD || n->phase == PH_BWD || n->phase == PH_RECOMPUTE; }
+static int working(const Node *n) { return n->phase != PH_OPT; }
 
 /* An input slot whose dtype the op's rule (ir.c) fixes at f32. */
 static int f32_slot(const Node *n, int k) {

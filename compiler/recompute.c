@@ -95,7 +95,7 @@ static int cheap(const Node *d) {
     return d->phase == PH_FWD && !(fl & (F_EXPENSIVE | F_COMM | F_SOURCE | F_SINK));
 }
 
-static int reads_back(const Node *n) { return n->phase == PH_BWD || n->phase == PH_RECOMPUTE; }
+static int reads_back(const Node *n) { return n->phase == PH_BWD || n->phase == PH_RECOMPUTE || n->phase == PH_WGRAD; }
 
 /* ---- what rc saves: the simulation of rewrite ---- */
 

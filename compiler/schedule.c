@@ -28,8 +28,16 @@
  * concat), so a bucket's reduce-scatter starts as soon as backward has
  * produced its last gradient while the compute stream goes on.  A node that
  * reads a collective's result directly is never hoisted (on the compute
- * stream it would wait for the collective at once), and fused groups stay
- * where fuse put them. */
+ * stream it would wait for the collective at once), nor is a collective over
+ * pp (over_pipeline), and fused groups stay where fuse put them. */
+/* A collective over the pipeline axis joins ranks that run different
+ * programs, where it is a meeting point the pipeline pass placed after the
+ * sends that others wait for: it stays there. */
+static int over_pipeline(const Node *n) {
+    int mask = ir_group_mask(ir_attr_s(n, "group", ""));
+    return mask > 0 && (mask & 1);
+}
+
 static char *hoistable(const Graph *g) {
     int n = g->nnodes;
     char *h = calloc((size_t)(n ? n : 1), 1);
@@ -46,7 +54,7 @@ static char *hoistable(const Graph *g) {
         }
         int users = 1;
         for (int k = 0; k < nd->nout; k++) users &= users_ok[nd->out[k]];
-        h[i] = ok && ((f & F_COMM) || (nd->phase == PH_OPT && users));
+        h[i] = ok && (((f & F_COMM) && !over_pipeline(nd)) || (nd->phase == PH_OPT && users));
         for (int k = 0; k < nd->nin; k++) users_ok[nd->in[k]] &= h[i];
     }
     free(users_ok);

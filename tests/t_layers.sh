@@ -8,7 +8,7 @@
 
 IR_LAYER="compiler/ir.h compiler/ir.c compiler/live.h compiler/live.c compiler/verify.c compiler/irtext.c"
 # the passes by object; parallelize and cp are one pass
-PASSES="autodiff parallelize+cp recompute optimizer precision fuse schedule memplan forward"
+PASSES="autodiff parallelize+cp recompute pp optimizer precision fuse schedule memplan forward"
 
 # ir_includes FILES: the quoted includes of FILES that are not the IR layer's own
 ir_includes() {

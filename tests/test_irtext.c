@@ -256,7 +256,7 @@ static void test_stages_and_metadata(void **state) {
                           "# \"?\":-3 L1 bwd v1 mb6 stream0 pos10\n",
                           "%3:f16[2,3,4]<cp=s2> = exp %2   # a:b.lua:102 L2 recompute v2 mb5 stream1 pos20\n",
                           "%4:f16[2,3,4]<tp=p> = exp %3   # \"\":103 L3 opt v3 mb4 stream2 pos30\n",
-                          "# models/t.lua:104 L4 fwd st1 v4 mb3 stream3 pos40\n",
+                          "# models/t.lua:104 L4 wgrad st1 v4 mb3 stream3 pos40\n",
                           "%1:f16[2,3,4]<pp=s0> = exp %0   # \"my dir/#x \\\"q\\\".lua\":100 L0 fwd st1 mb7\n"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         if (!strstr(d, want[i])) fail_msg("dump lacks %s:\n%s", want[i], d);

@@ -348,6 +348,253 @@ static void test_bad_inputs(void **state) {
     assert_non_null(strstr(slurp(out), "<svg"));
 }
 
+/* ---- pipeline timelines: planned (plot_pp_timeline) ---- */
+
+/* A plan built by hand: each rank's list as "F0.1@2-3 ..." (kind, chunk.mb,
+ * start-end). */
+typedef struct {
+    PpPlan pl;
+    PpTimes t;
+    Action acts[4][32], *rows[4];
+    int nact[4], off[5];
+    double start[128], end[128];
+} HandPlan;
+
+static void hand_plan(HandPlan *h, int p, int v, int m, const char *const *ranks) {
+    memset(h, 0, sizeof *h);
+    int k = 0;
+    for (int r = 0; r < p; r++) {
+        const char *s = ranks[r];
+        char kind;
+        int c, mb, used;
+        double t0, t1;
+        h->rows[r] = h->acts[r];
+        while (sscanf(s, " %c%d.%d@%lf-%lf%n", &kind, &c, &mb, &t0, &t1, &used) == 5) {
+            h->acts[r][h->nact[r]++] = (Action){kind == 'F' ? ACT_F : kind == 'B' ? ACT_B : ACT_W, c, mb};
+            h->start[k] = t0, h->end[k++] = t1;
+            s += used;
+        }
+        h->off[r + 1] = k;
+    }
+    h->pl = (PpPlan){PS_1F1B, p, v, m, h->nact, h->rows};
+    h->t = (PpTimes){h->start, h->end, h->off, 0, 0};
+}
+
+/* 1F1B on 2 ranks, 4 micro-batches, F 1 and B 2 per chunk, no latency:
+ * worked out by hand; the step is 15 and the bubble (p-1)/(m+p-1) = 20%. */
+static const char *const plan_1f1b[2] = {
+    "F0.0@0-1 F0.1@1-2 B0.0@4-6 F0.2@6-7 B0.1@7-9 F0.3@9-10 B0.2@10-12 B0.3@13-15",
+    "F1.0@1-2 B1.0@2-4 F1.1@4-5 B1.1@5-7 F1.2@7-8 B1.2@8-10 F1.3@10-11 B1.3@11-13",
+};
+
+/* Draws h into NAME; returns plot_pp_timeline's result, the error in err. */
+static int pp_svg(const HandPlan *h, const char *title, const char *name, long *written) {
+    FILE *f = fopen(at(name), "w");
+    assert_non_null(f);
+    err[0] = 0;
+    int rc = plot_pp_timeline(f, &h->pl, &h->t, title, err, sizeof err);
+    *written = ftell(f);
+    assert_int_equal(fclose(f), 0);
+    return rc;
+}
+
+/* Each <rect class="act K" ...>'s fill and its hover title's kind and mb. */
+typedef struct {
+    char kind;
+    int mb;
+    unsigned fill;
+} Block;
+
+static int blocks(const char *svg, Block *b, int max) {
+    int n = 0;
+    for (const char *p = svg; (p = strstr(p, "<rect class=\"act ")) && n < max; p++) {
+        int r, c;
+        const char *fill = strstr(p, "fill=\"#"), *tip = strstr(p, "<title>rank ");
+        assert_true(fill && tip);
+        assert_int_equal(sscanf(fill, "fill=\"#%x\"", &b[n].fill), 1);
+        assert_int_equal(sscanf(tip, "<title>rank %d: %c chunk %d mb %d", &r, &b[n].kind, &c, &b[n].mb), 4);
+        assert_int_equal(b[n].kind, p[strlen("<rect class=\"act ")]);
+        n++;
+    }
+    return n;
+}
+
+static void test_pp_planned(void **state) {
+    HandPlan h;
+    long written;
+    hand_plan(&h, 2, 1, 4, plan_1f1b);
+    assert_int_equal(pp_svg(&h, "1f1b, p 2, m 4", "pp.svg", &written), 0);
+    assert_true(xml_ok(at("pp.svg")));
+    const char *svg = slurp(at("pp.svg"));
+    assert_non_null(strstr(svg, ">1f1b, p 2, m 4: bubble 20.0%</text>"));
+    assert_int_equal(count(svg, "<rect class=\"row\""), 2);
+    assert_int_equal(count(svg, "<rect class=\"act F\""), 8);
+    assert_int_equal(count(svg, "<rect class=\"act B\""), 8);
+    assert_int_equal(count(svg, "<rect class=\"act W\""), 0);
+    assert_int_equal(count(svg, "class=\"label\""), 16); /* every block is wide enough for "cC mM" */
+    assert_non_null(strstr(svg, ">c1 m3</text>"));
+    assert_non_null(strstr(svg, ">chunk 1</text>"));
+    /* a send per micro-batch each way: F down from rank 0, B up from rank 1, forward in time */
+    int down = 0, up = 0;
+    for (const char *p = svg; (p = strstr(p, "<line class=\"send\"")); p++) {
+        double x1, y1, x2, y2;
+        assert_int_equal(sscanf(p, "<line class=\"send\" x1=\"%lf\" y1=\"%lf\" x2=\"%lf\" y2=\"%lf\"", &x1, &y1, &x2, &y2), 4);
+        assert_true(x2 >= x1);
+        down += y2 > y1, up += y2 < y1;
+    }
+    assert_int_equal(down, 4);
+    assert_int_equal(up, 4);
+    /* one colour per (kind, micro-batch): equal within, different across */
+    Block b[16];
+    assert_int_equal(blocks(svg, b, 16), 16);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            bool same = b[i].kind == b[j].kind && b[i].mb == b[j].mb;
+            if (same != (b[i].fill == b[j].fill))
+                fail_msg("%c mb %d is #%06x, %c mb %d is #%06x", b[i].kind, b[i].mb, b[i].fill, b[j].kind, b[j].mb, b[j].fill);
+        }
+    /* no title: the plan's shape */
+    assert_int_equal(pp_svg(&h, NULL, "pp2.svg", &written), 0);
+    assert_non_null(strstr(slurp(at("pp2.svg")), ">Pipeline schedule, p 2, v 1, m 4: bubble 20.0%</text>"));
+}
+
+/* zb-h1 on 2 ranks, 2 micro-batches, F = B = W = 1: W fills rank 0's wait;
+ * the step is 7, busy 12 of 14: bubble 14.3%. */
+static void test_pp_planned_w(void **state) {
+    static const char *const zb[2] = {
+        "F0.0@0-1 F0.1@1-2 B0.0@3-4 W0.0@4-5 B0.1@5-6 W0.1@6-7",
+        "F1.0@1-2 B1.0@2-3 F1.1@3-4 B1.1@4-5 W1.0@5-6 W1.1@6-7",
+    };
+    HandPlan h;
+    long written;
+    hand_plan(&h, 2, 1, 2, zb);
+    h.pl.kind = PS_ZBH1;
+    assert_int_equal(pp_svg(&h, "zb-h1", "zb.svg", &written), 0);
+    assert_true(xml_ok(at("zb.svg")));
+    const char *svg = slurp(at("zb.svg"));
+    assert_non_null(strstr(svg, ">zb-h1: bubble 14.3%</text>"));
+    assert_int_equal(count(svg, "<rect class=\"act W\""), 4);
+    assert_int_equal(count(svg, "fill=\"url(#hatch)\""), 4 + 1); /* + the legend's W */
+    assert_int_equal(count(svg, "<line class=\"send\""), 4);
+}
+
+/* A broken plan or broken times: -1, one line naming the rank and action,
+ * nothing written. */
+static void test_pp_planned_bad(void **state) {
+    static const struct {
+        int rank;
+        const char *list, *msg;
+    } bad[] = {
+        {0, "F0.0@0-1 F0.1@2-1 B0.0@4-6 F0.2@6-7 B0.1@7-9 F0.3@9-10 B0.2@10-12 B0.3@13-15", "rank 0 action 1 (F chunk 0 mb 1): end 1 < start 2"},
+        {1, "F1.0@1-2 B2.0@2-4 F1.1@4-5 B1.1@5-7 F1.2@7-8 B1.2@8-10 F1.3@10-11 B1.3@11-13", "rank 1 action 1 (B chunk 2 mb 0): chunk 2 out of range [0, 2)"},
+        {1, "F1.0@1-2 B1.0@2-4 F1.1@4-5 B1.1@5-7 F1.2@7-8 B1.2@8-10 F1.3@10-11 B1.4@11-13", "rank 1 action 7 (B chunk 1 mb 4): micro-batch out of range [0, 4)"},
+        {1, "F1.0@0.5-2 B1.0@2-4 F1.1@4-5 B1.1@5-7 F1.2@7-8 B1.2@8-10 F1.3@10-11 B1.3@11-13", "rank 1 action 0 (F chunk 1 mb 0): starts at 0.5, before its input F chunk 0 mb 0 (rank 0) ends at 1"},
+        {1, "F1.0@1-2 B1.0@2-4 F1.1@3-5 B1.1@5-7 F1.2@7-8 B1.2@8-10 F1.3@10-11 B1.3@11-13", "rank 1 action 2 (F chunk 1 mb 1): starts at 3, before the rank's previous action ends at 4"},
+        {1, "F1.0@1-2 B1.0@2-4 F1.0@4-5 B1.1@5-7 F1.2@7-8 B1.2@8-10 F1.3@10-11 B1.3@11-13", "rank 1 action 2 (F chunk 1 mb 0): appears twice (also rank 1 action 0)"},
+        {1, "F1.0@1-2 B1.0@2-4 F1.1@4-5 B1.1@5-7 F1.2@7-8 B1.2@8-10 B1.3@11-13", "F chunk 1 mb 3 is in no rank's list"},
+        {1, "F1.0@1-2 B1.0@2-4 F1.1@4-5 B1.1@5-7 F1.2@7-8 B1.2@8-10 F1.3@10-11 B1.3@11-13 W1.3@13-14", "W chunk 0 mb 0 is in no rank's list"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *lists[2] = {plan_1f1b[0], plan_1f1b[1]};
+        lists[bad[i].rank] = bad[i].list;
+        HandPlan h;
+        long written;
+        hand_plan(&h, 2, 1, 4, lists);
+        assert_int_equal(pp_svg(&h, "t", "bad.svg", &written), -1);
+        if (!strstr(err, bad[i].msg)) fail_msg("case %zu: '%s' lacks '%s'", i, err, bad[i].msg);
+        assert_null(strchr(err, '\n'));
+        assert_int_equal(written, 0);
+    }
+    HandPlan h;
+    long written;
+    hand_plan(&h, 2, 1, 4, plan_1f1b);
+    h.off[1]--;
+    assert_int_equal(pp_svg(&h, "t", "bad.svg", &written), -1);
+    assert_string_equal(err, "times: rank 0 has 8 actions in the plan but 7 times");
+    hand_plan(&h, 2, 1, 4, plan_1f1b);
+    h.pl.m = 0;
+    assert_int_equal(pp_svg(&h, "t", "bad.svg", &written), -1);
+    assert_string_equal(err, "plan has p 2, v 1, m 0: each must be >= 1");
+    static const char *const zero[2] = {"F0.0@0-0 F0.1@0-0 B0.0@0-0 B0.1@0-0", "F1.0@0-0 B1.0@0-0 F1.1@0-0 B1.1@0-0"};
+    hand_plan(&h, 2, 1, 2, zero);
+    assert_int_equal(pp_svg(&h, "t", "bad.svg", &written), -1);
+    assert_string_equal(err, "the plan's makespan is 0: nothing to draw");
+}
+
+/* ---- pipeline timelines: measured (kiln plot --trace) ---- */
+
+/* Two ranks, two steps (each ends with an opt kernel), times in us.  Step 2:
+ * rank 0 runs 100..135 with 30 us of kernels (fwd 10, bwd 15, opt 5);
+ * rank 1 posts a receive on the comm stream at 100, computes from 105 to
+ * 145, 35 us of kernels.  The step lasts 45 (rank 1): idle 1 - 30/45 =
+ * 33.3% on rank 0, 1 - 35/45 = 22.2% on rank 1, 1 - 65/90 = 27.8% in all. */
+static const char trace_r0[] =
+    "{\"traceEvents\":[\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"0 compute\"}},\n"
+    "{\"name\":\"embedding\",\"ph\":\"X\",\"ts\":0,\"dur\":10,\"pid\":0,\"tid\":0,\"args\":{\"at\":\"fwd L-1 m.lua:3\"}},\n"
+    "{\"name\":\"matmul\",\"ph\":\"X\",\"ts\":10,\"dur\":20,\"pid\":0,\"tid\":0,\"args\":{\"at\":\"bwd L0 m.lua:4\"}},\n"
+    "{\"name\":\"adamw\",\"ph\":\"X\",\"ts\":30,\"dur\":5,\"pid\":0,\"tid\":0,\"args\":{\"at\":\"opt L-1 m.lua:1\"}},\n"
+    "{\"name\":\"embedding\",\"ph\":\"X\",\"ts\":100,\"dur\":10,\"pid\":0,\"tid\":0,\"args\":{\"at\":\"fwd L-1 m.lua:3\"}},\n"
+    "{\"name\":\"matmul\",\"ph\":\"X\",\"ts\":110,\"dur\":15,\"pid\":0,\"tid\":0,\"args\":{\"at\":\"bwd L0 m.lua:4\"}},\n"
+    "{\"name\":\"adamw\",\"ph\":\"X\",\"ts\":130,\"dur\":5,\"pid\":0,\"tid\":0,\"args\":{\"at\":\"opt L-1 m.lua:1\"}}\n]}\n";
+static const char trace_r1[] =
+    "{\"traceEvents\":[\n"
+    "{\"name\":\"embedding\",\"ph\":\"X\",\"ts\":0,\"dur\":10,\"pid\":1,\"tid\":0,\"args\":{\"at\":\"fwd L-1 m.lua:3\"}},\n"
+    "{\"name\":\"adamw\",\"ph\":\"X\",\"ts\":30,\"dur\":5,\"pid\":1,\"tid\":0,\"args\":{\"at\":\"opt L-1 m.lua:1\"}},\n"
+    "{\"name\":\"recv\",\"ph\":\"X\",\"ts\":100,\"dur\":5,\"pid\":1,\"tid\":1,\"args\":{\"at\":\"fwd L0 m.lua:4\",\"bytes\":64}},\n"
+    "{\"name\":\"matmul\",\"ph\":\"X\",\"ts\":105,\"dur\":10,\"pid\":1,\"tid\":0,\"args\":{\"at\":\"fwd L0 m.lua:4\"}},\n"
+    "{\"name\":\"kernel\",\"ph\":\"X\",\"ts\":120,\"dur\":20,\"pid\":1,\"tid\":0},\n"
+    "{\"name\":\"adamw\",\"ph\":\"X\",\"ts\":140,\"dur\":5,\"pid\":1,\"tid\":0,\"args\":{\"at\":\"opt L-1 m.lua:1\"}}\n]}\n";
+
+static void test_trace(void **state) {
+    put(at("t.json"), trace_r0);
+    put(at("t.json.rank1"), trace_r1);
+    assert_int_equal(PLOT("--trace", at("t.json"), at("t.json.rank1"), "-o", at("tr.svg")), 0);
+    assert_true(xml_ok(at("tr.svg")));
+    const char *svg = slurp(at("tr.svg"));
+    assert_non_null(strstr(svg, ">Measured timeline: step 2 of 2, compute idle 27.8%</text>"));
+    assert_int_equal(count(svg, "<rect class=\"row\""), 2);
+    assert_non_null(strstr(svg, ">rank 0, idle 33.3%</text>"));
+    assert_non_null(strstr(svg, ">rank 1, idle 22.2%</text>"));
+    assert_int_equal(count(svg, "<rect class=\"kernel"), 6); /* step 2's compute kernels */
+    assert_int_equal(count(svg, "<rect class=\"kernel fwd\""), 2);
+    assert_int_equal(count(svg, "<rect class=\"kernel bwd\""), 1);
+    assert_int_equal(count(svg, "<rect class=\"kernel opt\""), 2);
+    assert_int_equal(count(svg, "<rect class=\"kernel\""), 1); /* no args.at: no phase */
+    assert_int_equal(count(svg, "<rect class=\"comm\""), 1);
+    /* step 1: rank 0 busy 35 of 35, rank 1 busy 15 of 35 */
+    assert_int_equal(PLOT("--trace", at("t.json"), at("t.json.rank1"), "-o", at("tr.svg"), "--step", "1", "--title", "pp"), 0);
+    svg = slurp(at("tr.svg"));
+    assert_non_null(strstr(svg, ">pp: step 1 of 2, compute idle 28.6%</text>"));
+    assert_int_equal(count(svg, "<rect class=\"kernel"), 5);
+    assert_int_equal(count(svg, "<rect class=\"comm\""), 0);
+}
+
+static void test_trace_bad(void **state) {
+    char out[512];
+    snprintf(out, sizeof out, "%s", at("keep.svg"));
+    put(out, "old\n");
+    put(at("t.json"), trace_r0);
+    check_bad(PLOT("--trace", at("t.json"), at("missing.json"), "-o", out), "missing.json", out);
+    assert_non_null(strstr(err, "cannot open"));
+    char cut[sizeof trace_r0] = {0};
+    memcpy(cut, trace_r0, sizeof trace_r0 / 2);
+    put(at("cut.json"), cut);
+    check_bad(PLOT("--trace", at("t.json"), at("cut.json"), "-o", out), "cut.json: not a trace: ", out);
+    put(at("log.json"), "{\"step\":1,\"loss\":2}\n");
+    check_bad(PLOT("--trace", at("log.json"), "-o", out), "log.json: not a Chrome trace: no \"traceEvents\" array", out);
+    put(at("ts.json"), "{\"traceEvents\":[{\"name\":\"a\",\"ph\":\"X\",\"ts\":\"0\",\"dur\":1,\"pid\":0,\"tid\":0}]}");
+    check_bad(PLOT("--trace", at("ts.json"), "-o", out), "ts.json: traceEvents[0]: \"ts\" is not a number", out);
+    put(at("nocomp.json"), "{\"traceEvents\":[{\"name\":\"a\",\"ph\":\"X\",\"ts\":0,\"dur\":1,\"pid\":0,\"tid\":1}]}");
+    check_bad(PLOT("--trace", at("nocomp.json"), "-o", out), "nocomp.json: no kernel on the compute stream", out);
+    check_bad(PLOT("--trace", at("t.json"), "-o", out, "--step", "3"), "--step 3: ", out);
+    assert_non_null(strstr(err, "t.json has 2 steps"));
+    check_bad(PLOT("--trace", at("t.json"), "-o", out, "--step", "0"), "--step: expected a step number", out);
+    check_bad(PLOT(at("t.json"), "-o", out, "--step", "1"), "needs --trace", out);
+    check_bad(PLOT("--trace", at("t.json"), "-o", out, "--log-y"), "not --trace", out);
+    check_bad(PLOT("--trace", "-o", out), "no trace file", out);
+    check_bad(PLOT("--trace", out, "-o", out), "not writing over it", out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_basic, setup, teardown),
@@ -357,6 +604,11 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_log_y, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tolerant_reader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_inputs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pp_planned, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pp_planned_w, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pp_planned_bad, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trace, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trace_bad, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

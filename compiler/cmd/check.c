@@ -51,6 +51,7 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "ppsched.h"
 #include "rng.h"
 
 /* ---- random inputs ---- */
@@ -163,11 +164,24 @@ static int note(Worst *w, const char *name, double err, double tol) {
 /* ---- kiln check --dp N [--micro-batches M] [--zero 0|1]: the rank programs
  * against the single-device one, in f64, on one random global batch ---- */
 
+/* The program rank r runs: its pipeline stage's graph. */
+static Graph *rank_graph(const Module *m, int r) {
+    int c[IR_NAXES];
+    ir_rank_coords(m, r, c);
+    return m->stages[m->nstages > 1 ? c[0] : 0];
+}
+
+static int has_input(const Graph *g, const char *name) {
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_input && strcmp(ir_attr_s(&g->nodes[i], "name", ""), name) == 0) return 1;
+    return 0;
+}
+
 /* Param `name` as rank r's group holds it: from the shards of the state with
  * prefix "" that has it as a member (the distributed optimizer's master
  * weights), else the param's own value.  Into out (numel values). */
 static void logical_param(Interp *it, Module *m, int r, const char *name, double *out, int64_t numel) {
-    Graph *g = m->stages[0];
+    Graph *g = rank_graph(m, r);
     char member[512];
     int64_t off;
     for (int i = 0; i < g->nnodes; i++) {
@@ -221,6 +235,7 @@ static void feed_step(Interp *it1, Interp *itp, Module *mp, Graph *g1, const Arg
         const Type *t = &g1->vals[g1->nodes[i].out[0]].t;
         interp_set_input(it1, 0, name, in[i], ir_numel(t));
         for (int r = 0; r < ir_world(mp); r++) {
+            if (!has_input(rank_graph(mp, r), name)) continue; /* a pipeline stage reads only its own inputs */
             int64_t per;
             double *mine = rank_input(mp, r, t, in[i], a->o.cp_contiguous, &per);
             if (interp_set_input(itp, r, name, mine, per) != 0)
@@ -235,7 +250,7 @@ static void feed_step(Interp *it1, Interp *itp, Module *mp, Graph *g1, const Arg
 /* Rank r's outputs (scalars, and gradients where the program has them) and
  * updated params (assigns commit after the step) against the single device's. */
 static void compare_rank(Interp *it1, Interp *itp, Module *mp, int r, int step, const Scales *sc, double tol, Worst *w) {
-    Graph *gp = mp->stages[0];
+    Graph *gp = rank_graph(mp, r);
     for (int i = 0; i < gp->nnodes; i++) {
         if (gp->nodes[i].op != OP_output) continue;
         const char *name = ir_attr_s(&gp->nodes[i], "name", "");
@@ -260,7 +275,7 @@ static void compare_rank(Interp *it1, Interp *itp, Module *mp, int r, int step, 
 
 static int check_parallel(Args *a) {
     Args ref = *a;
-    ref.o.dp = 1, ref.o.micro_batches = 1, ref.o.cp = 1;
+    ref.o.dp = 1, ref.o.micro_batches = 1, ref.o.cp = 1, ref.o.pp = 1, ref.o.vpp = 0, ref.o.npp_layers = 0, ref.o.pp_bug = 0;
     ref.o.recompute = RC_NONE, ref.o.memory_budget = 0; /* the reference saves everything */
     Module *m1 = compile(&ref), *mp = compile(a);
     Graph *g1 = m1->stages[0];
@@ -281,9 +296,11 @@ static int check_parallel(Args *a) {
         Scales sc = ref_scales(it1, g1);
         for (int r = 0; r < world; r++) compare_rank(it1, itp, mp, r, step, &sc, tol, &w);
     }
-    printf("check %s --dp %d --cp %d%s%s --micro-batches %d --zero %d --recompute %s: %s; %d ranks, 2 steps; loss %.12f, %.12f; "
+    char pp[96] = "";
+    if (mp->mesh[0] > 1) snprintf(pp, sizeof pp, " --pp %d --vpp %d --pp-schedule %s", mp->mesh[0], a->o.vpp ? a->o.vpp : a->o.pp_schedule == PS_ZBV || a->o.pp_schedule == PS_INTERLEAVED ? 2 : 1, pp_schedule_names[a->o.pp_schedule]);
+    printf("check %s%s --dp %d --cp %d%s%s --micro-batches %d --zero %d --recompute %s: %s; %d ranks, 2 steps; loss %.12f, %.12f; "
            "%d tensors compared with the single-device program, worst err %.2g (%s; tolerance %.0e of the group's largest value), %d mismatched\n",
-           a->model, mp->mesh[1], mp->mesh[2], a->o.cp_contiguous ? " --cp-layout contiguous" : "",
+           a->model, pp, mp->mesh[1], mp->mesh[2], a->o.cp_contiguous ? " --cp-layout contiguous" : "",
            mp->mesh[2] > 1 ? (a->o.cp_comm ? " --cp-comm p2p" : " --cp-comm allgather") : "", a->o.micro_batches, a->o.zero,
            ir_recompute_names[mp->recompute],
            a->o.precision_bf16 ? "precision bf16 program, both in f64 (casts exact: the sharding is checked, not the roundings)"
@@ -299,7 +316,7 @@ static int check_parallel(Args *a) {
 /* ---- kiln check: the same step in f32 and f64 on the same random inputs ---- */
 
 int cmd_check(Args *a) {
-    if (a->o.dp > 1 || a->o.micro_batches > 1 || a->o.cp > 1) return check_parallel(a);
+    if (a->o.dp > 1 || a->o.micro_batches > 1 || a->o.cp > 1 || a->o.pp > 1) return check_parallel(a);
     Module *m = compile(a);
     Graph *g = m->stages[0];
     Interp *it[2];

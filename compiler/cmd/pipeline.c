@@ -6,7 +6,7 @@
  * pass, so a pass that breaks an invariant is named at once ("verifier
  * failed after fuse: ...").
  *
- *   train:    autodiff, parallelize, recompute, optimizer, precision, fuse,
+ *   train:    autodiff, parallelize, recompute, pipeline, optimizer, precision, fuse,
  *             schedule, memplan — the step every command but sample compiles
  *             (`--after PASS` stops there, for kiln dump)
  *   forward:  forward (keep what output "logits" needs: no loss, no autodiff,
@@ -39,6 +39,7 @@ static const Pass train_passes[] = {
     {"autodiff", pass_autodiff},
     {"parallelize", pass_parallelize},
     {"recompute", pass_recompute},
+    {"pipeline", pass_pipeline},
     {"optimizer", pass_optimizer},
     {"precision", pass_precision},
     {"fuse", pass_fuse},

@@ -1,0 +1,475 @@
+/* pp.c — the pipeline pass: one rank program becomes one program per
+ * pipeline rank, each the unrolled schedule of its chunks.
+ *
+ * Input: the step of one rank after parallelize and recompute — every
+ * micro-batch's forward and backward unrolled (Node.mb), each node tagged
+ * with its layer and phase.  Output: Module.stages[r] for every pipeline rank
+ * r (mesh[0] = p), the program that every world rank with pp coordinate r
+ * runs; send/recv over group "pp" carry activations forward and their
+ * gradients backward.
+ *
+ * 1. Chunks.  The layers are cut into p·v contiguous chunks (virtual
+ *    stages): --pp-layers, or balanced by the forward FLOPs of each layer
+ *    with the embedding (the layer −1 work before the first layer) counted
+ *    in chunk 0 and the head and loss (the layer −1 work after) in the last.
+ * 2. Anchoring.  A node of layer L belongs to L's chunk.  A node outside
+ *    the layers follows its inputs: forward and recompute nodes go to the
+ *    latest chunk among their inputs' (the head follows the last layer),
+ *    backward nodes to the earliest (the embedding's gradient follows layer
+ *    0's).  A node none of whose inputs belongs to a chunk — params, inputs,
+ *    constants, positions and what only they compute — is *floating*: every
+ *    rank that reads it builds its own copy where it first needs it (a
+ *    param read on two ranks, GPT-2's tied embedding, is the one case that
+ *    carries state; see 5).
+ * 3. Actions.  Each anchored node is part of an action (kind, chunk,
+ *    micro-batch): forward nodes F; backward and recompute nodes B; for the
+ *    zero-bubble schedules the backward is split: B is what the gradient
+ *    sent to the previous chunk needs (every node it depends on inside the
+ *    chunk's backward: the dX GEMMs, norms' and attention's backward), W the
+ *    rest (the dW GEMMs, bias sums and their accumulation) — autodiff built
+ *    them as separate nodes, so the split is exact and free.  W's nodes
+ *    get phase wgrad (the dump, the trace and kiln plan tell them apart).
+ * 4. Unrolling.  Each rank's program is its actions in ppsched's order
+ *    (ppsched.h), each action's nodes in their original order; a value
+ *    that an action on another rank reads is sent right after the action
+ *    that computes it and received right before the first action that reads
+ *    it (one transfer per value and reading rank, tags numbered once per
+ *    step).  ppsched_prove has checked that this blocking order cannot
+ *    deadlock; the interpreter simulates it again on the real programs.
+ * 5. The step's ends.  The loss is computed on the last chunk's rank; every
+ *    rank reports it through an all-reduce over pp (the other ranks add 0),
+ *    so the trainer and kiln check read "loss" anywhere.  A param read on
+ *    several ranks has its gradient summed on one (where the anchoring puts
+ *    the sum: the earliest chunk), which then sends the sum to the others;
+ *    their copy of the param is marked {replica=1} and the optimizer updates
+ *    it from the same gradient, so the copies stay equal, and leaves it out
+ *    of the global gradient norm, which it all-reduces over pp.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+#include "ppsched.h"
+
+enum { FLOAT = -1 };
+
+typedef struct {
+    Module *m;
+    const Options *o;
+    const Graph *g; /* the rank program of parallelize and recompute */
+    PpPlan pl;
+    int nchunks;
+    int *chunk;  /* per node: its chunk, or FLOAT */
+    char *kind;  /* per node: ACT_F, ACT_B or ACT_W (anchored nodes) */
+    int *mb;     /* per node: its micro-batch, or the latest of its inputs' (a step's sum over micro-batches) */
+    char *xfer;  /* [value][rank]: 1 when that rank reads the value from another rank */
+    int *tag;    /* [value][rank]: the transfer's tag */
+    int *rtag;   /* [value][rank]: the tag the receiver posts (tag, but for --test-pp-bug swap-recv) */
+    int ntags;
+    /* building rank r */
+    Builder b;
+    int *map;    /* old value -> value in rank r's graph, -1 */
+} Pp;
+
+static const Node *def_of(const Graph *g, int v) { return g->vals[v].def >= 0 ? &g->nodes[g->vals[v].def] : NULL; }
+static int rank_of(const Pp *P, int chunk) { return pp_chunk_rank(&P->pl, chunk); }
+static int is_output(const Node *n, const char *name) { return n->op == OP_output && strcmp(ir_attr_s(n, "name", ""), name) == 0; }
+
+/* ---- 1. chunks ---- */
+
+static int max_layer(const Graph *g) {
+    int L = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].layer > L) L = g->nodes[i].layer;
+    return L;
+}
+
+/* Forward FLOPs per layer; pre and post: layer -1 forward work before the
+ * first layer (nothing of a layer feeds it) and after. */
+static void layer_costs(const Graph *g, int L, double *cost, double *pre, double *post) {
+    char *after = xcalloc((size_t)g->nvals, 1);
+    *pre = *post = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int dep = n->layer >= 0;
+        for (int k = 0; k < n->nin; k++) dep |= after[n->in[k]];
+        for (int k = 0; k < n->nout; k++) after[n->out[k]] = (char)dep;
+        if (n->phase != PH_FWD) continue;
+        double f = ir_node_flops(g, n) + 1; /* +1: a layer of shape ops still weighs */
+        if (n->layer >= 0 && n->layer < L) cost[n->layer] += f;
+        else if (n->layer < 0) *(dep ? post : pre) += f;
+    }
+    free(after);
+}
+
+/* Contiguous cut of L layers into K chunks minimising the largest chunk's
+ * cost (dynamic programming over the cut points); first[k] = chunk k's
+ * first layer. */
+static void balance(const double *cost, int L, int K, double pre, double post, int *first) {
+    double *sum = xcalloc((size_t)L + 1, sizeof(double)), *best = xcalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(double));
+    int *cut = xcalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(int));
+    for (int i = 0; i < L; i++) sum[i + 1] = sum[i] + cost[i];
+    for (int k = 0; k <= K; k++)
+        for (int i = 0; i <= L; i++) best[k * (L + 1) + i] = 1e300;
+    best[0] = 0;
+    for (int k = 1; k <= K; k++)
+        for (int i = k; i <= L - (K - k); i++)
+            for (int j = k - 1; j < i; j++) {
+                double c = sum[i] - sum[j] + (k == 1 ? pre : 0) + (k == K ? post : 0);
+                double worst = best[(k - 1) * (L + 1) + j] > c ? best[(k - 1) * (L + 1) + j] : c;
+                if (worst < best[k * (L + 1) + i]) best[k * (L + 1) + i] = worst, cut[k * (L + 1) + i] = j;
+            }
+    for (int k = K, i = L; k >= 1; k--) first[k - 1] = i = cut[k * (L + 1) + i];
+    free(sum), free(best), free(cut);
+}
+
+/* The chunk of every layer: --pp-layers or balanced. */
+static int *layer_chunks(Pp *P) {
+    const Graph *g = P->g;
+    int L = max_layer(g) + 1, K = P->nchunks;
+    Loc where = g->nnodes ? g->nodes[g->nnodes - 1].loc : (Loc){0};
+    if (L < K)
+        error_at(where, "--pp %d x --vpp %d: %d chunks, but the model has %d layer%s (at least one layer per chunk)", P->pl.p,
+                 P->pl.v, K, L, L == 1 ? "" : "s");
+    int *first = xcalloc((size_t)K + 1, sizeof(int)), *of = xcalloc((size_t)L, sizeof(int));
+    if (P->o->npp_layers) {
+        if (P->o->npp_layers != K) error_at(where, "--pp-layers: %d numbers for %d chunks (--pp x --vpp)", P->o->npp_layers, K);
+        int s = 0;
+        for (int k = 0; k < K; k++) {
+            if (P->o->pp_layers[k] < 1) error_at(where, "--pp-layers: chunk %d has %d layers (at least 1)", k, P->o->pp_layers[k]);
+            first[k] = s, s += P->o->pp_layers[k];
+        }
+        if (s != L) error_at(where, "--pp-layers: the counts sum to %d, but the model has %d layers", s, L);
+    } else {
+        double *cost = xcalloc((size_t)L, sizeof(double)), pre, post;
+        layer_costs(g, L, cost, &pre, &post);
+        balance(cost, L, K, pre, post, first);
+        free(cost);
+    }
+    first[K] = L;
+    for (int k = 0; k < K; k++)
+        for (int l = first[k]; l < first[k + 1]; l++) of[l] = k;
+    free(first);
+    return of;
+}
+
+/* ---- 2, 3. anchoring and actions ---- */
+
+static void anchor(Pp *P, const int *of_layer) {
+    const Graph *g = P->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int c = n->layer >= 0 ? of_layer[n->layer] : FLOAT;
+        for (int k = 0; n->layer < 0 && k < n->nin; k++) {
+            const Node *d = def_of(g, n->in[k]);
+            int cd = d ? P->chunk[d - g->nodes] : FLOAT;
+            if (cd == FLOAT) continue;
+            if (c == FLOAT || (n->phase == PH_BWD ? cd < c : cd > c)) c = cd;
+        }
+        if (c == FLOAT && (ir_ops[n->op].flags & F_SINK)) c = P->nchunks - 1; /* an output of a constant */
+        P->chunk[i] = c;
+        P->mb[i] = n->mb;
+        for (int k = 0; k < n->nin; k++) {
+            const Node *d = def_of(g, n->in[k]);
+            if (d && P->chunk[d - g->nodes] != FLOAT && P->mb[d - g->nodes] > P->mb[i]) P->mb[i] = P->mb[d - g->nodes];
+        }
+        P->kind[i] = n->phase == PH_FWD ? ACT_F : ACT_B;
+    }
+}
+
+static int zero_bubble(const Pp *P) { return P->pl.kind == PS_ZBH1 || P->pl.kind == PS_ZBV; }
+
+/* Zero-bubble split: B keeps what a backward value read by another chunk
+ * depends on inside its own chunk's backward, and the chunk's communication
+ * (context parallel's ring sends dK, dV on while its receives are in B: the
+ * two must stay in one action, or the ring's ranks wait for each other);
+ * the rest becomes W. */
+static void split_backward(Pp *P) {
+    const Graph *g = P->g;
+    char *needed = xcalloc((size_t)g->nnodes, 1);
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const Node *n = &g->nodes[i];
+        if (P->chunk[i] == FLOAT || P->kind[i] == ACT_F) continue;
+        for (int k = 0; k < n->nin; k++) {
+            const Node *d = def_of(g, n->in[k]);
+            if (!d) continue;
+            int j = (int)(d - g->nodes);
+            if (P->chunk[j] == FLOAT || P->kind[j] == ACT_F) continue;
+            if (P->chunk[j] != P->chunk[i] || needed[i] || (ir_ops[n->op].flags & F_COMM)) needed[j] = 1; /* sent on, or B needs it */
+        }
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        if (P->chunk[i] != FLOAT && P->kind[i] == ACT_B && !needed[i] && !(ir_ops[g->nodes[i].op].flags & F_COMM)) P->kind[i] = ACT_W;
+    free(needed);
+}
+
+/* ---- 4. transfers ---- */
+
+
+static void plan_transfers(Pp *P) {
+    const Graph *g = P->g;
+    int p = P->pl.p;
+    P->xfer = xcalloc((size_t)g->nvals * (size_t)p, 1);
+    P->tag = xcalloc((size_t)g->nvals * (size_t)p, sizeof(int));
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (P->chunk[i] == FLOAT) continue;
+        int b = rank_of(P, P->chunk[i]);
+        for (int k = 0; k < n->nin; k++) {
+            const Node *d = def_of(g, n->in[k]);
+            if (d && P->chunk[d - g->nodes] != FLOAT && rank_of(P, P->chunk[d - g->nodes]) != b) P->xfer[n->in[k] * p + b] = 1;
+        }
+    }
+    P->rtag = xcalloc((size_t)g->nvals * (size_t)p, sizeof(int));
+    int planted[2] = {-1, -1}; /* --test-pp-bug swap-recv: the first forward values of mb 0 and 1 rank 1 receives */
+    for (int v = 0; v < g->nvals; v++)
+        for (int r = 0; r < p; r++) {
+            if (!P->xfer[v * p + r]) continue;
+            P->tag[v * p + r] = P->rtag[v * p + r] = P->ntags++;
+            const Node *d = def_of(g, v);
+            int mb = P->mb[d - g->nodes];
+            if (r == 1 && P->kind[d - g->nodes] == ACT_F && mb < 2 && planted[mb] < 0) planted[mb] = v;
+        }
+    if (P->o->pp_bug == 2 && planted[0] >= 0 && planted[1] >= 0) {
+        P->rtag[planted[0] * p + 1] = P->tag[planted[1] * p + 1];
+        P->rtag[planted[1] * p + 1] = P->tag[planted[0] * p + 1];
+    }
+}
+
+/* ---- building one rank's program ---- */
+
+static int copy_node(Pp *P, const Node *n, int r, int chunk) {
+    const Graph *g = P->g;
+    int *in = xcalloc((size_t)n->nin + 1, sizeof(int));
+    for (int k = 0; k < n->nin; k++) {
+        in[k] = P->map[n->in[k]];
+        if (in[k] < 0) {
+            char w[160];
+            ICE("pipeline: rank %d: %s %s reads %%%d before it is computed (the schedule orders them wrong)", r,
+                ir_ops[n->op].name, ir_where(n, w, sizeof w), n->in[k]);
+        }
+    }
+    int i = (int)(n - g->nodes), w = P->chunk[i] != FLOAT && P->kind[i] == ACT_W && n->phase == PH_BWD;
+    P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = w ? PH_WGRAD : n->phase; /* a W action's own nodes: phase wgrad */
+    const Type *src = ir_ops[n->op].flags & F_SOURCE ? &g->vals[n->out[0]].t : NULL;
+    int j = ir_build(&P->b, n->op, n->nin, in, n->nattr, n->attr, src);
+    free(in);
+    Node *c = &P->b.g->nodes[j];
+    c->stage = r, c->vstage = chunk >= 0 ? pp_chunk_vstage(&P->pl, chunk) : 0, c->mb = n->mb;
+    for (int k = 0; k < n->nout; k++) {
+        memcpy(P->b.g->vals[c->out[k]].sh, g->vals[n->out[k]].sh, sizeof g->vals[0].sh);
+        P->map[n->out[k]] = c->out[k];
+    }
+    return j;
+}
+
+/* Value v on rank r: floating values are built here on first use. */
+static void need(Pp *P, int v, int r, int chunk) {
+    if (P->map[v] >= 0) return;
+    const Node *d = def_of(P->g, v);
+    if (!d || P->chunk[d - P->g->nodes] != FLOAT) return; /* copy_node names the culprit */
+    for (int k = 0; k < d->nin; k++) need(P, d->in[k], r, chunk);
+    copy_node(P, d, r, chunk);
+}
+
+static Attr p2p_attrs(Pp *P, int peer, int tag, Attr *at) {
+    at[0] = ir_attr_str(P->m, "group", "pp");
+    at[1] = ir_attr_int(P->m, "peer", peer);
+    at[2] = ir_attr_int(P->m, "tag", tag);
+    return at[0];
+}
+
+static void recv_value(Pp *P, int v, int from, int r, int tag) {
+    const Value *x = &P->g->vals[v];
+    Attr at[3];
+    p2p_attrs(P, from - r, tag, at);
+    P->b.loc = def_of(P->g, v)->loc;
+    int j = ir_build(&P->b, OP_recv, 0, NULL, 3, at, &x->t);
+    Node *n = &P->b.g->nodes[j];
+    n->stage = r, n->mb = def_of(P->g, v)->mb;
+    memcpy(P->b.g->vals[n->out[0]].sh, x->sh, sizeof x->sh);
+    P->map[v] = n->out[0];
+}
+
+static void send_value(Pp *P, int v, int to, int r, int tag) {
+    Attr at[3];
+    p2p_attrs(P, to - r, tag, at);
+    P->b.loc = def_of(P->g, v)->loc;
+    int x = P->map[v], j = ir_build(&P->b, OP_send, 1, &x, 3, at, NULL);
+    P->b.g->nodes[j].stage = r, P->b.g->nodes[j].mb = def_of(P->g, v)->mb;
+}
+
+/* The nodes of each action, in program order: list k = (kind * chunks +
+ * chunk) * m + mb, nodes first[k] .. first[k+1]-1 of `node`. */
+typedef struct {
+    int *first, *node;
+} Lists;
+
+static int action_key(const Pp *P, int kind, int chunk, int mb) { return (kind * P->nchunks + chunk) * P->pl.m + mb; }
+
+static Lists action_lists(const Pp *P) {
+    const Graph *g = P->g;
+    int nk = 3 * P->nchunks * P->pl.m;
+    Lists l = {xcalloc((size_t)nk + 2, sizeof(int)), xcalloc((size_t)g->nnodes + 1, sizeof(int))};
+    for (int i = 0; i < g->nnodes; i++)
+        if (P->chunk[i] != FLOAT) {
+            int mb = P->mb[i];
+            if (mb < 0 || mb >= P->pl.m) ICE("pipeline: node %d has micro-batch %d of %d", i, mb, P->pl.m);
+            l.first[action_key(P, P->kind[i], P->chunk[i], mb) + 2]++;
+        }
+    for (int k = 0; k < nk; k++) l.first[k + 2] += l.first[k + 1];
+    for (int i = 0; i < g->nnodes; i++)
+        if (P->chunk[i] != FLOAT) l.node[l.first[action_key(P, P->kind[i], P->chunk[i], P->mb[i]) + 1]++] = i;
+    return l;
+}
+
+static void run_action(Pp *P, const Lists *l, const Action *a, int r) {
+    const Graph *g = P->g;
+    int p = P->pl.p, key = action_key(P, a->kind, a->chunk, a->mb), lo = l->first[key], hi = l->first[key + 1];
+    for (int q = lo; q < hi; q++) { /* receives first, so the action's compute follows its inputs' arrival */
+        const Node *n = &g->nodes[l->node[q]];
+        for (int k = 0; k < n->nin; k++) {
+            int v = n->in[k];
+            if (P->map[v] < 0 && P->xfer[v * p + r]) recv_value(P, v, rank_of(P, P->chunk[def_of(g, v) - g->nodes]), r, P->rtag[v * p + r]);
+        }
+    }
+    for (int q = lo; q < hi; q++) {
+        const Node *n = &g->nodes[l->node[q]];
+        if (is_output(n, "loss")) continue;
+        for (int k = 0; k < n->nin; k++) need(P, n->in[k], r, a->chunk);
+        copy_node(P, n, r, a->chunk);
+    }
+    for (int q = lo; q < hi; q++) { /* then every value another rank reads leaves */
+        const Node *n = &g->nodes[l->node[q]];
+        for (int k = 0; k < n->nout; k++)
+            for (int to = 0; to < p; to++)
+                if (P->xfer[n->out[k] * p + to]) send_value(P, n->out[k], to, r, P->tag[n->out[k] * p + to]);
+    }
+}
+
+/* ---- 5. the step's ends ---- */
+
+/* Rank r's copies of params it shares with another rank: their gradient
+ * comes from the rank that sums it (the one holding output grad:<p>). */
+static void share_gradients(Pp *P, Graph **out) {
+    const Graph *g = P->g;
+    int p = P->pl.p;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *o = &g->nodes[i];
+        const char *name = ir_attr_s(o, "name", "");
+        if (o->op != OP_output || strncmp(name, "grad:", 5) != 0) continue;
+        int owner = rank_of(P, P->chunk[i]);
+        for (int r = 0; r < p; r++) {
+            Graph *h = out[r];
+            int pi = -1;
+            for (int j = 0; j < h->nnodes && pi < 0; j++)
+                if (h->nodes[j].op == OP_param && strcmp(ir_attr_s(&h->nodes[j], "name", ""), name + 5) == 0) pi = j;
+            if (r == owner || pi < 0) continue;
+            Attr *at = ir_alloc(P->m, sizeof(Attr) * (size_t)(h->nodes[pi].nattr + 1));
+            memcpy(at, h->nodes[pi].attr, sizeof(Attr) * (size_t)h->nodes[pi].nattr);
+            at[h->nodes[pi].nattr] = ir_attr_int(P->m, "replica", 1);
+            h->nodes[pi].attr = at, h->nodes[pi].nattr++;
+            int tag = P->ntags++;
+            Attr s[3], q[3];
+            p2p_attrs(P, r - owner, tag, s);
+            p2p_attrs(P, owner - r, tag, q);
+            Builder bo = {out[owner], "pipeline", o->loc, -1, PH_BWD}, br = {h, "pipeline", o->loc, -1, PH_BWD};
+            int x = -1;
+            for (int j = 0; j < out[owner]->nnodes; j++)
+                if (is_output(&out[owner]->nodes[j], name)) x = out[owner]->nodes[j].in[0];
+            if (x < 0) ICE("pipeline: rank %d lost output %s", owner, name);
+            ir_build(&bo, OP_send, 1, &x, 3, s, NULL);
+            int y = ir_out(h, ir_build(&br, OP_recv, 0, NULL, 3, q, &out[owner]->vals[x].t));
+            memcpy(h->vals[y].sh, out[owner]->vals[x].sh, sizeof h->vals[0].sh);
+            if (P->o->pp_bug == 1) { /* planted: the replica's gradient is zero */
+                Attr z = ir_attr_float(P->m, "v", 0.0);
+                Type t = h->vals[y].t;
+                y = ir_out(h, ir_build(&br, OP_const, 0, NULL, 1, &z, &t));
+            }
+            Attr nm = ir_attr_str(P->m, "name", name);
+            ir_build(&br, OP_output, 1, &y, 1, &nm, NULL);
+        }
+    }
+}
+
+/* Every rank reports the loss: all-reduce over pp, the others adding 0. */
+static void share_loss(Pp *P, Graph **out, int **maps) {
+    const Graph *g = P->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *o = &g->nodes[i];
+        if (!is_output(o, "loss")) continue;
+        int owner = rank_of(P, P->chunk[i]);
+        for (int r = 0; r < P->pl.p; r++) {
+            Builder b = {out[r], "pipeline", o->loc, -1, PH_FWD};
+            int x;
+            if (r == owner) {
+                x = maps[owner][o->in[0]];
+            } else {
+                Attr z = ir_attr_float(P->m, "v", 0.0);
+                x = ir_out(out[r], ir_build(&b, OP_const, 0, NULL, 1, &z, &g->vals[o->in[0]].t));
+            }
+            Attr at[2] = {ir_attr_str(P->m, "group", "pp"), ir_attr_str(P->m, "name", "loss")};
+            int y = ir_build1(&b, OP_allreduce, x, 1, at);
+            memcpy(out[r]->vals[y].sh, g->vals[o->in[0]].sh, sizeof g->vals[0].sh);
+            ir_build(&b, OP_output, 1, &y, 1, &at[1], NULL);
+        }
+    }
+}
+
+/* ---- the pass ---- */
+
+static void build_rank(Pp *P, const Lists *l, int r, Graph **out, int **maps) {
+    P->b = (Builder){out[r], "pipeline", {0}, -1, PH_FWD};
+    P->map = maps[r];
+    for (int k = 0; k < P->pl.nact[r]; k++) run_action(P, l, &P->pl.act[r][k], r);
+}
+
+/* Every anchored node went to its rank exactly once. */
+static void check_emitted(Pp *P, int **maps) {
+    const Graph *g = P->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (P->chunk[i] == FLOAT || n->nout == 0) continue;
+        if (maps[rank_of(P, P->chunk[i])][n->out[0]] < 0) {
+            char w[160];
+            ICE("pipeline: %s %s (chunk %d, %s, mb %d) is in no action of the schedule", ir_ops[n->op].name,
+                ir_where(n, w, sizeof w), P->chunk[i], pp_act_names[(int)P->kind[i]], P->mb[i]);
+        }
+    }
+}
+
+void pass_pipeline(Module *m, const Options *o) {
+    if (o->pp <= 1) return;
+    if (m->nstages != 1) ICE("pipeline: expects one stage, got %d", m->nstages);
+    Pp P = {.m = m, .o = o, .g = m->stages[0]};
+    char err[256];
+    if (ppsched_build(&P.pl, (PpSchedule)o->pp_schedule, o->pp, o->vpp, o->micro_batches, err, sizeof err) != 0 ||
+        ppsched_prove(&P.pl, err, sizeof err) != 0)
+        error_at(P.g->nnodes ? P.g->nodes[0].loc : (Loc){0}, "%s", err);
+    const Graph *g = P.g;
+    P.nchunks = P.pl.p * P.pl.v;
+    P.chunk = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+    P.kind = xcalloc((size_t)g->nnodes + 1, 1);
+    P.mb = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+    int *of_layer = layer_chunks(&P);
+    anchor(&P, of_layer);
+    if (zero_bubble(&P)) split_backward(&P);
+    plan_transfers(&P);
+    Lists l = action_lists(&P);
+    Graph **out = ir_alloc(m, sizeof(Graph *) * (size_t)P.pl.p);
+    int **maps = xcalloc((size_t)P.pl.p, sizeof(int *));
+    for (int r = 0; r < P.pl.p; r++) {
+        out[r] = ir_graph_new(m);
+        maps[r] = xcalloc((size_t)g->nvals, sizeof(int));
+        for (int v = 0; v < g->nvals; v++) maps[r][v] = -1;
+        build_rank(&P, &l, r, out, maps);
+    }
+    check_emitted(&P, maps);
+    share_loss(&P, out, maps);
+    share_gradients(&P, out);
+    m->stages = out, m->nstages = P.pl.p;
+    for (int r = 0; r < P.pl.p; r++) free(maps[r]);
+    free(maps), free(of_layer), free(P.chunk), free(P.kind), free(P.mb), free(P.xfer), free(P.tag), free(P.rtag), free(l.first), free(l.node);
+    ppsched_free(&P.pl);
+}
