@@ -9,7 +9,9 @@
 # through `kiln run` (the JIT); a checkpoint saved at pp 2 holds the same
 # tensors as the pp 1 one (every param and state once, the stages' parts
 # gathered) and resumes at pp 1, at pp 4 and the reverse with the losses of
-# continuing; a wrong process count is one line.
+# continuing; --init loads a pp 1 file into the stages; a loss mask (an input
+# of the last stage only) with --ignore-index and --val gives the 1-rank
+# losses; a wrong process count is one line.
 . "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 MPI="timeout 300 mpirun --oversubscribe"
@@ -85,6 +87,35 @@ $MPI -np 4 "$tmp/pp4zb-h1" $D --steps 20 --resume "$tmp/c2" --ckpt "$tmp/r24" --
 check "pp 2 checkpoint resumed at pp 4 (zb-h1) == continuing (worst $(worst "$tmp/r24.log" "$tmp/s20t"))" "same $tmp/r24.log $tmp/s20t 10"
 $MPI -np 2 "$tmp/pp2" $D --steps 20 --resume "$tmp/c22" --ckpt "$tmp/r222" --log "$tmp/r222.log" > /dev/null 2>&1
 check "pp 2 x dp 2 checkpoint resumed at pp 2 x dp 1 == continuing (worst $(worst "$tmp/r222.log" "$tmp/s20t"))" "same $tmp/r222.log $tmp/s20t 10"
+
+$MPI -np 2 "$tmp/pp2" $D --steps 10 --init "$tmp/c1/$F" --log "$tmp/i2.log" > /dev/null 2>&1
+"$tmp/g4" $D --steps 10 --init "$tmp/c1/$F" --log "$tmp/i1.log" > /dev/null 2>&1
+check "--init from a pp 1 checkpoint: pp 2 == pp 1 (worst $(worst "$tmp/i2.log" "$tmp/i1.log"))" "same $tmp/i2.log $tmp/i1.log 10"
+
+# a loss mask (an input of the last stage only), --ignore-index and --val
+cat > "$tmp/mask.lua" <<'LUA'
+local nn = require "nn"
+local c = config{vocab = 256, dim = 16, layers = 2, heads = 2, seq = 16, batch = 4, lr = 1e-2, warmup = 0}
+local tokens = input("tokens", {c.batch, c.seq}, "i32")
+local targets = input("targets", {c.batch, c.seq}, "i32")
+local m = input("loss_mask", {c.batch, c.seq}, "f32")
+local wte = param("wte.weight", {c.vocab, c.dim}, normal(0.02))
+local wpe = param("wpe.weight", {c.seq, c.dim}, normal(0.02))
+local x = embedding(wte, tokens) + embedding(wpe, positions(c.seq))
+for i = 0, c.layers - 1 do x = layer(i, function() return nn.gpt_block(x, c) end) end
+local logits = matmul(nn.layernorm(x, "ln_f"), wte, {tb = true})
+local ce = cross_entropy(logits, targets)
+loss(sum(ce * m) / (sum(m) + 1e-30))
+LUA
+comp m1 "$tmp/mask.lua"
+comp m2 "$tmp/mask.lua" --pp 2 --micro-batches 2
+R="--steps 8 --ignore-index 32 --val $B/corpus.txt --val-every 4"
+"$tmp/m1" $D $R --log "$tmp/m1.log" > /dev/null
+$MPI -np 2 "$tmp/m2" $D $R --log "$tmp/m2.log" > /dev/null 2>&1
+vals() { grep -o '"val_loss":[^,]*' "$1" | cut -d: -f2; }
+valsame() { [ "$(vals "$1" | wc -l)" = 2 ] && paste <(vals "$1") <(vals "$2") | awk '{d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > 1e-5) bad = 1} END {exit bad}'; }
+check "loss_mask on the last stage, --ignore-index 32, --val: --pp 2 == 1 rank (worst $(worst "$tmp/m2.log" "$tmp/m1.log"); val losses $(vals "$tmp/m2.log" | tr '\n' ' ')vs $(vals "$tmp/m1.log" | tr '\n' ' '))" \
+    "same $tmp/m2.log $tmp/m1.log 8 && valsame $tmp/m2.log $tmp/m1.log"
 
 err=$($MPI -np 3 "$tmp/pp2" $D --steps 2 2>&1 >/dev/null); rc=$?
 check "a --pp 2 trainer on 3 processes is refused (rc=$rc): $(printf '%s' "$err" | grep -m1 'compiled for')" \
