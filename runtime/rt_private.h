@@ -34,6 +34,11 @@ int rt_mesh_group_size(const rt_program *p, int mask);
  * every rank with the first failing rank's message in err ("rank N: ..."
  * for N > 0), so that rank 0 can print it once.  One rank: returns rc. */
 int rt_host_agree(rt_ctx *ctx, int rc, char *err, int errlen);
+/* Between steps, on the main thread, every rank of group `mask`: group
+ * index 0 receives every member's `bytes` bytes of x into y (size*bytes,
+ * group-rank order; its own x copied to y); the others send and leave y
+ * alone (it may be NULL there).  0, or -1 with a message in err. */
+int rt_host_gather(rt_ctx *ctx, int mask, const void *x, void *y, int64_t bytes, char *err, int errlen);
 /* "dp+cp" for RT_AXIS_DP|RT_AXIS_CP. */
 const char *rt_group_name(int mask, char *buf, int len);
 

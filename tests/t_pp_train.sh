@@ -77,6 +77,9 @@ F=step_00000010.safetensors
 tensors "$tmp/c1/$F" > "$tmp/t1"
 tensors "$tmp/c2/$F" > "$tmp/t2"
 tensors "$tmp/c22/$F" > "$tmp/t22"
+$MPI -np 2 -x KILN_RT_COMM_CHUNK=1000 "$tmp/pp2" $D --steps 10 --schedule-steps 20 --ckpt "$tmp/c2k" > /dev/null 2>&1
+check "the stages' tensors sent to rank 0 in pieces of 1000 bytes (KILN_RT_COMM_CHUNK): the same file byte for byte" \
+    "cmp -s $tmp/c2k/step_00000010.safetensors $tmp/c2/step_00000010.safetensors"
 check "the pp 2 and pp 2 x dp 2 checkpoints hold the pp 1 one's $(wc -l < "$tmp/t1") tensors, each once (names, dtypes, shapes)" \
     "[ -s $tmp/t1 ] && cmp -s $tmp/t1 $tmp/t2 && cmp -s $tmp/t1 $tmp/t22"
 "$tmp/g4" $D --steps 20 --resume "$tmp/c2" --ckpt "$tmp/r21" --log "$tmp/r21.log" > /dev/null 2>&1

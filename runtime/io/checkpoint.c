@@ -305,7 +305,9 @@ static int list_states(Ents *l, rt_ctx *ctx, const rt_program *p, int gpt2, cons
  * coordinates 0) once gather_all has run, so those ranks, one per stage,
  * form rank 0's pp group: each packs its params and states (packed: per
  * entry its name, dtype, rank, dims, byte count and bytes, params before
- * states) and the group all-gathers the packs, padded to the largest.
+ * states), the group all-gathers the packs' lengths and sends the packs,
+ * padded to the largest, to rank 0 (rt_host_gather: no other rank holds
+ * more than its own stage).
  * Rank 0 lists every stage's params, then every stage's states, each name
  * once (a tied param, or opt.step, is in several stages with the same
  * values), so the file is the logical one a single-stage program writes. */
@@ -364,8 +366,9 @@ static int unpack_ents(const char *b, int64_t len, Ents *params, Ents *states) {
 }
 
 /* On the first rank of every stage (the pp group of world rank 0): gather
- * the packs; *all (malloc'd, rank 0 keeps it) holds pp packs of *each
- * bytes, the first 8 of each its length.  Other ranks: nothing. */
+ * the packs to rank 0 (rt_host_gather); *all (malloc'd, on rank 0 only)
+ * holds pp packs of *each bytes, the first 8 of each its length.  Other
+ * ranks: nothing. */
 static int gather_stages(rt_ctx *ctx, const Ents *params, const Ents *states, char **all, int64_t *each, char *err, int errlen) {
     *all = NULL;
     if (rt_group_size(ctx, RT_AXIS_PP) == 1 || rt_group_rank(ctx, RT_AXIS_DP | RT_AXIS_CP | RT_AXIS_TP) != 0) return 0;
@@ -384,7 +387,7 @@ static int gather_stages(rt_ctx *ctx, const Ents *params, const Ents *states, ch
         goto done;
     }
     for (int s = 0; s < pp; s++) max = lens[s] > max ? lens[s] : max;
-    if (!(*all = malloc((size_t)(max * pp) + 1))) {
+    if (rt_world_rank(ctx) == 0 && !(*all = malloc((size_t)(max * pp) + 1))) {
         rt_errf(err, errlen, "checkpoint: out of memory gathering the stages");
         goto done;
     }
@@ -393,7 +396,7 @@ static int gather_stages(rt_ctx *ctx, const Ents *params, const Ents *states, ch
         int64_t n = max - k.len < 256 ? max - k.len : 256;
         if (pack_put(&k, pad, n)) { rt_errf(err, errlen, "checkpoint: out of memory padding"); goto done; }
     }
-    if (rt_host_allgather(ctx, RT_AXIS_PP, k.buf, *all, max, e, sizeof e) != 0) {
+    if (rt_host_gather(ctx, RT_AXIS_PP, k.buf, *all, max, e, sizeof e) != 0) {
         rt_errf(err, errlen, "checkpoint: gathering the stages: %s", e);
         goto done;
     }
