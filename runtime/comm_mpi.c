@@ -395,6 +395,44 @@ int rt_host_allgather(rt_ctx *ctx, int mask, const void *x, void *y, int64_t byt
     return -1;
 }
 
+/* Point to point in pieces of chunk_limit bytes, group index 0 receiving
+ * every other member's x in index order (MPI orders the messages of one
+ * source, so a fixed tag serves). */
+static int gather_to_first(const RtComm *cm, int mask, const char *x, char *y, int64_t bytes) {
+    const int tag = 4242;
+    int size = cm->gsize[mask], index = cm->gindex[mask];
+    for (int j = 1; j < size; j++) {
+        if (index != 0 && index != j) continue;
+        for (int64_t o = 0; o < bytes; o += chunk_limit) {
+            int len = (int)(bytes - o < chunk_limit ? bytes - o : chunk_limit);
+            int rc = index == 0 ? MPI_Recv(y + j * bytes + o, len, MPI_BYTE, j, tag, cm->comm[mask], MPI_STATUS_IGNORE)
+                                : MPI_Send(x + o, len, MPI_BYTE, 0, tag, cm->comm[mask]);
+            if (rc != MPI_SUCCESS) return rc;
+        }
+    }
+    return MPI_SUCCESS;
+}
+
+int rt_host_gather(rt_ctx *ctx, int mask, const void *x, void *y, int64_t bytes, char *err, int errlen) {
+    RtComm *cm = rt_comm_of(ctx);
+    char name[32], t[512];
+    if (mask <= 0 || mask >= NMASKS || bytes < 0)
+        return snprintf(err, (size_t)errlen, "rt_host_gather: bad group mask %d or size %lld", mask, (long long)bytes), -1;
+    int size = cm->gsize[mask], index = cm->gindex[mask];
+    if (index == 0 && x != y && bytes) memmove(y, x, (size_t)bytes);
+    if (size == 1 || bytes == 0) return 0;
+    if (atomic_load(&cm->broken))
+        return snprintf(err, (size_t)errlen, "gather over %s: not run: an earlier MPI call of this rank failed",
+                        rt_group_name(mask, name, sizeof name)), -1;
+    rt_mpi_lock();
+    int rc = gather_to_first(cm, mask, x, y, bytes);
+    rt_mpi_unlock();
+    if (rc == MPI_SUCCESS) return 0;
+    atomic_store(&cm->broken, 1);
+    snprintf(err, (size_t)errlen, "gather over %s (%d ranks): MPI: %s", rt_group_name(mask, name, sizeof name), size, rt_mpi_text(rc, t, sizeof t));
+    return -1;
+}
+
 int rt_host_barrier(rt_ctx *ctx, char *err, int errlen) {
     RtComm *cm = rt_comm_of(ctx);
     char t[512];

@@ -48,7 +48,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RT_ABI_VERSION 10
+/* 11: rt_program gained stage, nstages and stages (pipeline parallelism:
+ * one table per pipeline stage, all reachable from kiln_program). */
+#define RT_ABI_VERSION 11
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -164,6 +166,16 @@ typedef struct rt_program {
                                   * every stream its own buffer of this size */
     const char *sets;            /* kiln compile's --set overrides, "k=v" lines, or NULL:
                                   * checkpoint metadata "sets" (kiln sample) */
+    /* Pipeline stages (mesh[0] = pp).  A program with pp > 1 is one table
+     * per stage: stages[s] is the step program of every world rank whose
+     * pp coordinate is s, each with its own spaces, tensors, streams,
+     * events, buckets and schedule (it holds only the params and inputs it
+     * reads).  Every stage's table has the same nstages and stages; the
+     * object's one external symbol kiln_program is stages[0], so a trainer
+     * picks stages[pp coordinate] (trainer.c).  Without pipeline stages:
+     * stage 0, nstages 1, stages[0] = the program itself. */
+    int stage, nstages;
+    const struct rt_program *const *stages;
 } rt_program;
 
 /* ---- the runtime (runtime/dev_cpu.c) ---- */

@@ -34,6 +34,11 @@ int rt_mesh_group_size(const rt_program *p, int mask);
  * every rank with the first failing rank's message in err ("rank N: ..."
  * for N > 0), so that rank 0 can print it once.  One rank: returns rc. */
 int rt_host_agree(rt_ctx *ctx, int rc, char *err, int errlen);
+/* Between steps, on the main thread, every rank of group `mask`: group
+ * index 0 receives every member's `bytes` bytes of x into y (size*bytes,
+ * group-rank order; its own x copied to y); the others send and leave y
+ * alone (it may be NULL there).  0, or -1 with a message in err. */
+int rt_host_gather(rt_ctx *ctx, int mask, const void *x, void *y, int64_t bytes, char *err, int errlen);
 /* "dp+cp" for RT_AXIS_DP|RT_AXIS_CP. */
 const char *rt_group_name(int mask, char *buf, int len);
 
@@ -73,6 +78,14 @@ const char *rt_mpi_text(int rc, char *buf, int len);
  * of type t (extent ext bytes), in pieces of rt_comm_piece(); x NULL: in
  * place (this rank's chunk already sits in y).  MPI's code. */
 int rt_mpi_allgather(MPI_Comm comm, const void *x, void *y, int64_t count, MPI_Datatype t, int64_t ext);
+
+/* Pipeline stages (kiln_rt.h, rt_program.stages): their count and stage s's
+ * table.  A table of another ABI, or one built by hand without stages
+ * (nstages 0, stages NULL: the tests'), is one stage, itself. */
+static inline int rt_nstages(const rt_program *p) {
+    return p->abi_version == RT_ABI_VERSION && p->nstages > 1 && p->stages ? p->nstages : 1;
+}
+static inline const rt_program *rt_stage(const rt_program *p, int s) { return rt_nstages(p) > 1 ? p->stages[s] : p; }
 
 /* The distributed optimizer's sharded states (kiln_rt.h, rt_tensor.bucket):
  * a shard of a flat bucket (prefix set), and among those the shards that

@@ -60,6 +60,16 @@
  * once by rank 0; a failed step prints on the rank that failed, which
  * exits, and mpirun then ends the others.
  *
+ * Pipeline stages (kiln_rt.h, rt_program.stages; docs/parallel.md).  The
+ * trainer is handed kiln_program and runs the table of its rank's pp
+ * coordinate (stage_program).  It feeds only the inputs that table
+ * declares (the first stage tokens, the last targets and loss_mask), yet
+ * every rank draws the batch (the ranks of one dp/cp coordinate the same
+ * slice), so the generators stay in step; shapes come from whichever
+ * stage has tokens or targets.  Every stage outputs the same loss, lr and
+ * grad_norm, so rank 0 (stage 0) logs them as before; the FLOPs are the
+ * stages' summed.  Checkpoints gather the stages (checkpoint.h).
+ *
  * Devices (kiln_rt.h, "Host views").  The trainer only ever touches host
  * views of the program's memory: the CPU's memory itself, a GPU's host
  * mirror.  So every read of a view is preceded by a pull and every write
@@ -182,12 +192,29 @@ static int schedule_flag(const char *f) {
     return strcmp(f, "--lr") == 0 || strcmp(f, "--min-lr") == 0 || strcmp(f, "--warmup") == 0 || strcmp(f, "--schedule-steps") == 0;
 }
 
+static const rt_tensor *find(const rt_tensor *t, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0) return &t[i];
+    return NULL;
+}
+
+/* Input `name` of the first pipeline stage that has one (kiln_rt.h,
+ * rt_program.stages: the first stage reads tokens, the last targets), so
+ * every rank knows the batch's shape whatever its stage reads; NULL if no
+ * stage has it. */
+static const rt_tensor *stage_input(const rt_program *p, const char *name) {
+    for (int s = 0; s < rt_nstages(p); s++) {
+        const rt_program *q = rt_stage(p, s);
+        const rt_tensor *t = find(q->inputs, q->ninputs, name);
+        if (t) return t;
+    }
+    return NULL;
+}
+
 /* The global batch the program was compiled for: its tokens' rows times dp. */
 static long global_batch(const rt_program *p) {
-    for (int i = 0; i < p->ninputs; i++)
-        if (strcmp(p->inputs[i].name, "tokens") == 0 && p->inputs[i].rank >= 1)
-            return (long)p->inputs[i].dim[0] * (p->mesh[1] > 0 ? p->mesh[1] : 1);
-    return 0;
+    const rt_tensor *t = stage_input(p, "tokens");
+    return t && t->rank >= 1 ? (long)t->dim[0] * (p->mesh[1] > 0 ? p->mesh[1] : 1) : 0;
 }
 
 static void parse(TrainArgs *a, const rt_program *p, int argc, char **argv) {
@@ -280,12 +307,6 @@ static void check_schedule(const rt_program *p, const TrainArgs *a) {
     if (!(s->total >= 1 && s->total <= 1e9)) die("the schedule's length %g: expected a number of steps >= 1", s->total);
 }
 
-static const rt_tensor *find(const rt_tensor *t, int n, const char *name) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(t[i].name, name) == 0) return &t[i];
-    return NULL;
-}
-
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -336,9 +357,10 @@ static int open_weights(Dataset *w, const char *pattern, const Dataset *data, ch
     return -1;
 }
 
-/* This rank's place among the data-parallel and context-parallel ranks. */
+/* This rank's place among the pipeline, data-parallel and context-parallel ranks. */
 typedef struct {
     int rank, world, dp, d; /* world rank and size; DP and this rank's dp coordinate */
+    int pp, stage;          /* PP and this rank's pipeline stage */
     int cp, c;              /* CP and this rank's cp coordinate */
     int cp_contiguous;      /* rt_program.cp_contiguous */
     int say;                /* world rank 0: prints and writes the log */
@@ -355,13 +377,14 @@ static int64_t cp_column(const Ranks *R, int64_t T, int64_t k) {
 }
 
 /* Buffers of the global sequence [B, T] that this rank's rows are drawn
- * into before it keeps its cp columns (unused without cp); and the loss
+ * into before it keeps its cp columns and the inputs its stage reads; and the loss
  * mask's feed (issue 17): the program's input loss_mask (NULL if none),
  * the target id it zeroes (--ignore-index, -1: none), the weights stream
  * (--loss-mask, NULL: none; weight i goes with token i of the data, so a
  * window at offset o weighs target t by weight o+t+1) and the offsets of
  * this rank's B windows.  Without either the mask is all ones. */
 typedef struct {
+    int64_t B, T; /* this rank's windows and the global sequence's length */
     int32_t *tok, *tgt;
     const rt_tensor *mask;
     long ignore;
@@ -372,43 +395,40 @@ typedef struct {
 /* The program's inputs for this rank: the dp slice of the global batch of
  * DP x B windows of T = cp x T/cp tokens (shards.h), then, with cp, this
  * rank's columns of it, so the union over ranks is the one-rank batch;
- * written into their host views and pushed.  0, or -1 with err. */
+ * written into their host views and pushed.  A pipeline stage feeds only
+ * the inputs it has (tok, tgt, sb->mask may be NULL) but draws the batch
+ * all the same, so every rank's generator stays in step.  0, or -1 with
+ * err. */
 static int sample_inputs(rt_ctx *ctx, const Dataset *d, const Ranks *R, const rt_tensor *tok, const rt_tensor *tgt,
                          const SeqBuf *sb, uint64_t *rng, char *err, int errlen) {
-    int64_t B = tok->dim[0], Tl = tok->dim[1], T = Tl * R->cp;
-    int32_t *mt = rt_tensor_ptr(ctx, tok), *mg = rt_tensor_ptr(ctx, tgt);
+    int64_t B = sb->B, Tl = sb->T / R->cp, T = sb->T;
+    int32_t *mt = tok ? rt_tensor_ptr(ctx, tok) : NULL, *mg = tgt ? rt_tensor_ptr(ctx, tgt) : NULL;
+    float *mm = sb->mask ? rt_tensor_ptr(ctx, sb->mask) : NULL;
     size_t *off = sb->weights ? sb->off : NULL;
-    if (R->cp == 1) dataset_sample(d, B, T, R->d, R->dp, rng, mt, mg, off);
-    else {
-        dataset_sample(d, B, T, R->d, R->dp, rng, sb->tok, sb->tgt, off);
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t k = 0; k < Tl; k++) {
-                int64_t col = cp_column(R, T, k);
-                mt[b * Tl + k] = sb->tok[b * T + col];
-                mg[b * Tl + k] = sb->tgt[b * T + col];
-            }
-    }
-    if (rt_push_tensor(ctx, tok, err, errlen) != 0 || rt_push_tensor(ctx, tgt, err, errlen) != 0) return -1;
-    if (!sb->mask) return 0;
-    float *mm = rt_tensor_ptr(ctx, sb->mask); /* this rank's targets and columns: it follows their layout */
+    dataset_sample(d, B, T, R->d, R->dp, rng, sb->tok, sb->tgt, off);
     for (int64_t b = 0; b < B; b++)
         for (int64_t k = 0; k < Tl; k++) {
-            int64_t col = R->cp == 1 ? k : cp_column(R, T, k);
+            int64_t col = R->cp == 1 ? k : cp_column(R, T, k), at = b * T + col;
+            if (mt) mt[b * Tl + k] = sb->tok[at];
+            if (mg) mg[b * Tl + k] = sb->tgt[at];
             float w = off ? (float)dataset_token(sb->weights, off[b] + (size_t)col + 1) : 1.0f;
-            mm[b * Tl + k] = sb->ignore >= 0 && mg[b * Tl + k] == sb->ignore ? 0.0f : w;
+            if (mm) mm[b * Tl + k] = sb->ignore >= 0 && sb->tgt[at] == sb->ignore ? 0.0f : w;
         }
-    return rt_push_tensor(ctx, sb->mask, err, errlen);
+    if ((tok && rt_push_tensor(ctx, tok, err, errlen) != 0) || (tgt && rt_push_tensor(ctx, tgt, err, errlen) != 0)) return -1;
+    return mm ? rt_push_tensor(ctx, sb->mask, err, errlen) : 0;
 }
 
 /* The inputs the loop feeds (tokens, targets, loss_mask; kiln compile
  * refuses a model with others): dies on a program with another, a
  * loss_mask not shaped like targets in f32, or --ignore-index without one. */
-static void check_fed(const rt_program *p, const TrainArgs *a, const rt_tensor *tgt, const rt_tensor *mask) {
-    for (int i = 0; i < p->ninputs; i++) {
-        const char *n = p->inputs[i].name;
-        if (strcmp(n, "tokens") && strcmp(n, "targets") && strcmp(n, "loss_mask"))
-            die("%s: input %s: the trainer feeds only tokens, targets and loss_mask", p->model, n);
-    }
+static void check_fed(const rt_program *p, const TrainArgs *a) {
+    for (int s = 0; s < rt_nstages(p); s++)
+        for (int i = 0; i < rt_stage(p, s)->ninputs; i++) {
+            const char *n = rt_stage(p, s)->inputs[i].name;
+            if (strcmp(n, "tokens") && strcmp(n, "targets") && strcmp(n, "loss_mask"))
+                die("%s: input %s: the trainer feeds only tokens, targets and loss_mask", p->model, n);
+        }
+    const rt_tensor *tgt = stage_input(p, "targets"), *mask = stage_input(p, "loss_mask");
     if (mask && (mask->dtype != RT_F32 || mask->rank != 2 || mask->dim[0] != tgt->dim[0] || mask->dim[1] != tgt->dim[1]))
         die("%s: input loss_mask: the trainer feeds it as f32 shaped like targets", p->model);
     if ((a->ignore_index >= 0 || a->loss_mask) && !mask)
@@ -573,15 +593,41 @@ static const char *device_name(const rt_program *p, char *buf, size_t n) {
     return buf;
 }
 
-int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps) {
+/* The table this rank runs: its pipeline stage's (kiln_rt.h,
+ * rt_program.stages), the stage being the pp coordinate of the launcher's
+ * rank.  A rank past the mesh gets stage 0, whose rt_new then says how
+ * many processes to launch; so does a table of another ABI (not read
+ * further). */
+static const rt_program *stage_program(const rt_program *p) {
+    if (rt_nstages(p) == 1) return p;
+    int per = 1;
+    for (int a = 1; a < 4; a++) per *= p->mesh[a] > 0 ? p->mesh[a] : 1;
+    int s = launch_rank() / per;
+    return s < p->nstages ? p->stages[s] : p;
+}
+
+/* Model FLOPs (or hardware FLOPs) of one step of the whole job: every
+ * stage's, times the ranks that run it. */
+static double job_flops(const rt_program *p, int world, int hw) {
+    double f = 0;
+    for (int s = 0; s < rt_nstages(p); s++) f += hw ? rt_stage(p, s)->hw_flops : rt_stage(p, s)->flops;
+    return f * world / rt_nstages(p);
+}
+
+int rt_train_main(const rt_program *all, int argc, char **argv, int default_steps) {
     TrainArgs a = {0};
+    const rt_program *p = stage_program(all);
     parse(&a, p, argc, argv);
+    /* the batch's shape from whichever stage reads tokens or targets */
     const rt_tensor *tok = find(p->inputs, p->ninputs, "tokens"), *tgt = find(p->inputs, p->ninputs, "targets");
-    if (!tok || !tgt || tok->rank != 2 || tok->dtype != RT_I32) die("%s: the program needs i32 inputs tokens and targets [batch, seq]", p->model);
+    const rt_tensor *tok0 = stage_input(p, "tokens"), *tgt0 = stage_input(p, "targets");
+    if (!tok0 || !tgt0 || tok0->rank != 2 || tok0->dtype != RT_I32 || tgt0->rank != 2 || tgt0->dim[0] != tok0->dim[0] ||
+        tgt0->dim[1] != tok0->dim[1])
+        die("%s: the program needs i32 inputs tokens and targets [batch, seq]", p->model);
     const rt_tensor *loss_t = find(p->outputs, p->noutputs, "loss");
     const rt_tensor *lr_t = find(p->outputs, p->noutputs, "lr"), *gn_t = find(p->outputs, p->noutputs, "grad_norm");
     if (!loss_t) die("%s: the program has no loss output", p->model);
-    int64_t B = tok->dim[0], T = tok->dim[1];
+    int64_t B = tok0->dim[0], T = tok0->dim[1];
 
     check_files(&a);
     rt_options o = {.threads = a.threads, .serial = a.serial, .trace_path = a.trace};
@@ -590,14 +636,14 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
     if (!ctx) return 1;
     Ranks R = {.rank = rt_world_rank(ctx), .world = rt_world_size(ctx), .dp = rt_group_size(ctx, RT_AXIS_DP),
                .d = rt_group_rank(ctx, RT_AXIS_DP), .cp = rt_group_size(ctx, RT_AXIS_CP), .c = rt_group_rank(ctx, RT_AXIS_CP),
-               .cp_contiguous = p->cp_contiguous != 0};
+               .cp_contiguous = p->cp_contiguous != 0, .pp = rt_group_size(ctx, RT_AXIS_PP), .stage = p->stage};
     R.say = R.rank == 0;
     if (R.cp > 1 && !R.cp_contiguous && T % 2)
         die("%s: the dual cp layout needs an even number of tokens per rank, the program has %lld", p->model, (long long)T);
     T *= R.cp; /* the global sequence */
-    SeqBuf sb = {.mask = find(p->inputs, p->ninputs, "loss_mask"), .ignore = a.ignore_index};
-    check_fed(p, &a, tgt, sb.mask);
-    if (R.cp > 1 && (!(sb.tok = malloc((size_t)(B * T) * 4)) || !(sb.tgt = malloc((size_t)(B * T) * 4)))) die("out of memory");
+    SeqBuf sb = {.B = B, .T = T, .mask = find(p->inputs, p->ninputs, "loss_mask"), .ignore = a.ignore_index};
+    check_fed(p, &a);
+    if (!(sb.tok = malloc((size_t)(B * T) * 4)) || !(sb.tgt = malloc((size_t)(B * T) * 4))) die("out of memory");
     char err[1024] = "";
     Dataset train = {0}, val = {0}, weights = {0};
     int rc = open_data(&train, a.data, "--data", T, err, sizeof err);
@@ -633,6 +679,7 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
                (long long)T, device_name(p, dev, sizeof dev));
         if (p->device == RT_DEV_CPU) printf(", %s", a.serial ? "serial" : "threaded"); /* a GPU's streams are its own */
         if (R.world > 1) printf(", %d ranks, dp %d", R.world, R.dp);
+        if (R.pp > 1) printf(", pp %d", R.pp);
         if (R.cp > 1) printf(", cp %d (%s)", R.cp, R.cp_contiguous ? "contiguous" : "dual");
         printf(")\n");
         const rt_schedule *s = p->schedule;
@@ -659,9 +706,9 @@ int rt_train_main(const rt_program *p, int argc, char **argv, int default_steps)
         int64_t comm = rt_comm_bytes(ctx) - comm0;
         comm0 += comm;
         /* p->flops (model) and p->hw_flops (recompute included) are one
-         * rank's step: the job does world times that */
-        double tps = (double)(gB * T) / dt, gflops = p->flops * R.world / dt * 1e-9;
-        double hw_gflops = p->hw_flops * R.world / dt * 1e-9;
+         * rank's step: the job does every stage's times its ranks */
+        double tps = (double)(gB * T) / dt, gflops = job_flops(p, R.world, 0) / dt * 1e-9;
+        double hw_gflops = job_flops(p, R.world, 1) / dt * 1e-9;
         if (!isfinite(loss)) { /* the loss is all-reduced: every rank stops here */
             if (R.say) fprintf(stderr, "step %d: loss is %g; stopping\n", step, loss);
             rc = 1;

@@ -10,6 +10,11 @@
  * (an rt_program), its step function and one kernel per fused group.  LLVM's
  * types stay inside emit_llvm.c and emit_host.c.
  *
+ * Pipeline stages (nstages = mesh[0] > 1): one program per stage in the same
+ * object, each with its own step, kernels and table; kiln_program is stage
+ * 0's and every table's `stages` points to all of them (kiln_rt.h; the
+ * trainer picks its rank's).  The CUDA target emits one stage only.
+ *
  * Multi-rank programs: the table carries the module's mesh and the buckets
  * of the distributed optimizer (from the bucket attributes of state nodes);
  * collectives and shard become calls of the runtime's comm kernels.  A param

@@ -1,8 +1,8 @@
 /* emit_host.c — the host program: the step function and the program table,
  * in LLVM IR, for every device (emit_priv.h says who does what).
  *
- * What comes in.  A module that has been through fuse, schedule and memplan
- * (stage 0): every node has its stream and its position in the linear
+ * What comes in.  One pipeline stage (Em.g = m->stages[Em.stage]) of a
+ * module that has been through fuse, schedule and memplan: every node has its stream and its position in the linear
  * program (Node.stream/pos), every materialised value its memory space and
  * byte offset (Value.space/offset), and each fused group is the run of nodes
  * carrying the int attribute `kernel=K`.
@@ -18,6 +18,11 @@
  *                  the cp layout (cp_contiguous, from the rank iotas).
  *                  It is the one external symbol; everything else is local,
  *                  so an object file links into any trainer without clashes.
+ *                  With pipeline stages this file runs once per stage
+ *                  (em_stages, emit_llvm.c): stage 0's table is
+ *                  kiln_program, stage s's the private kiln_program_s<s>,
+ *                  and each table's stage/nstages/stages point into the
+ *                  array kiln_stages of all of them.
  *                  Its LLVM struct types are checked field by field against
  *                  kiln_rt.h's C layout on the target (check_layout,
  *                  emit_llvm.c).
@@ -1143,10 +1148,15 @@ static void emit_table(Em *e) {
                         e->schedule ? e->schedule : LLVMConstNull(LLVMPointerType(e->tschedule, 0)), I32(e, cp_contiguous(e)),
                         I32(e, e->cuda ? RT_DEV_CUDA : RT_DEV_CPU), cstr(e, e->cuda ? e->tgt->arch : NULL),
                         I32(e, e->cuda ? e->tgt->ncubins : 0), cubin_table(e), I32(e, e->nkernels), kernel_names(e),
-                        I64(e, e->scratch), cstr(e, e->m->sets)};
-    LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, "kiln_program");
-    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 30));
+                        I64(e, e->scratch), cstr(e, e->m->sets), I32(e, e->stage), I32(e, e->m->nstages),
+                        LLVMConstBitCast(e->stages_gv, LLVMPointerType(LLVMPointerType(e->tprogram, 0), 0))};
+    char sym[32];
+    snprintf(sym, sizeof sym, e->stage ? "kiln_program_s%d" : "kiln_program", e->stage);
+    LLVMValueRef gv = LLVMAddGlobal(e->mod, e->tprogram, sym);
+    LLVMSetInitializer(gv, LLVMConstNamedStruct(e->tprogram, f, 33));
     LLVMSetGlobalConstant(gv, 1);
+    if (e->stage) LLVMSetLinkage(gv, LLVMPrivateLinkage);
+    e->table = gv;
     for (int k = 0; k < nb; k++) free(B[k].param);
     free(B);
     for (int k = 0; k < 4; k++) free(idx[k]);

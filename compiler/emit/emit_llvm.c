@@ -138,8 +138,10 @@ static void init_types(Em *e) {
                         LLVMArrayType(e->ti32, 4) /* mesh */, e->ti32 /* nbuckets */, LLVMPointerType(e->tbucket, 0),
                         LLVMPointerType(e->tschedule, 0) /* schedule */, e->ti32 /* cp_contiguous */,
                         e->ti32 /* device */, e->tp8 /* arch */, e->ti32 /* ncubins */, LLVMPointerType(e->tcubin, 0),
-                        e->ti32 /* nkernels */, e->tpp8 /* kernels */, e->ti64 /* scratch_bytes */, e->tp8 /* sets */};
-    LLVMStructSetBody(e->tprogram, pf, 30, 0);
+                        e->ti32 /* nkernels */, e->tpp8 /* kernels */, e->ti64 /* scratch_bytes */, e->tp8 /* sets */,
+                        e->ti32 /* stage */, e->ti32 /* nstages */,
+                        LLVMPointerType(LLVMPointerType(e->tprogram, 0), 0) /* stages */};
+    LLVMStructSetBody(e->tprogram, pf, 33, 0);
 }
 
 /* The table's LLVM types must lay out exactly as kiln_rt.h's C structs (the
@@ -172,7 +174,8 @@ static void check_layout(Em *e, LLVMTargetDataRef dl) {
                                      O(rt_program, schedule), O(rt_program, cp_contiguous), O(rt_program, device),
                                      O(rt_program, arch), O(rt_program, ncubins), O(rt_program, cubins),
                                      O(rt_program, nkernels), O(rt_program, kernels), O(rt_program, scratch_bytes),
-                                     O(rt_program, sets)};
+                                     O(rt_program, sets), O(rt_program, stage), O(rt_program, nstages),
+                                     O(rt_program, stages)};
     static const size_t cubin[] = {O(rt_cubin, name), O(rt_cubin, data), O(rt_cubin, size)};
     static const size_t schedule[] = {O(rt_schedule, lr), O(rt_schedule, min_lr), O(rt_schedule, warmup), O(rt_schedule, total)};
 #undef O
@@ -638,24 +641,52 @@ void em_cpu_kernels(Em *e) {
 
 /* ---- building, checking and optimizing a module ---- */
 
-static void em_free(Em *e) {
+/* What one stage's program allocated (the module-wide state stays). */
+static void em_free_stage(Em *e) {
     kg_free(&e->kg);
     free(e->kindex);
     free(e->group_fn);
     free(e->order);
     free(e->reg);
-    if (e->b) LLVMDisposeBuilder(e->b);
+}
+
+/* The pipeline stages' tables, one program each (emit_priv.h): every stage
+ * starts from the module-wide state in base (types, runtime declarations,
+ * math helpers) and builds its own step, kernels and table; kiln_stages,
+ * the array of the tables' addresses, gets its initializer once all exist. */
+static void em_stages(Em *base) {
+    const Module *m = base->m;
+    LLVMTypeRef tpp = LLVMPointerType(base->tprogram, 0), tarr = LLVMArrayType(tpp, (unsigned)m->nstages);
+    base->stages_gv = LLVMAddGlobal(base->mod, tarr, "kiln_stages");
+    LLVMSetGlobalConstant(base->stages_gv, 1);
+    LLVMSetLinkage(base->stages_gv, LLVMPrivateLinkage);
+    LLVMValueRef *tab = xcalloc((size_t)m->nstages, sizeof(LLVMValueRef));
+    for (int s = 0; s < m->nstages; s++) {
+        Em e = *base;
+        e.stage = s;
+        e.g = m->stages[s];
+        e.reg = xcalloc((size_t)e.g->nvals + 1, sizeof(LLVMValueRef));
+        em_host_program(&e);
+        tab[s] = e.table;
+        em_free_stage(&e);
+    }
+    LLVMSetInitializer(base->stages_gv, LLVMConstArray(tpp, tab, (unsigned)m->nstages));
+    free(tab);
 }
 
 /* The LLVM module for m in context c, laid out for tm.  Verified. */
 static LLVMModuleRef build_module(const Module *m, const EmitTarget *t, LLVMContextRef c, LLVMTargetMachineRef tm, char *err,
                                   size_t errlen) {
-    if (m->nstages != 1) ICE("emit: %d pipeline stages (the back ends emit stage 0 only)", m->nstages);
+    if (m->nstages < 1 || (m->nstages > 1 && m->mesh[0] != m->nstages))
+        ICE("emit: %d pipeline stages on a mesh of pp %d", m->nstages, m->mesh[0]);
+    if (m->nstages > 1 && t && t->device == RT_DEV_CUDA) {
+        snprintf(err, errlen, "emit: %d pipeline stages: the CUDA back end emits one stage (the CPU emits any number)", m->nstages);
+        return NULL;
+    }
     Em e = {0};
     e.m = m;
     e.tgt = t;
     e.cuda = t && t->device == RT_DEV_CUDA;
-    e.g = m->stages[0];
     e.c = c;
     e.mod = LLVMModuleCreateWithNameInContext(m->name, c);
     char *triple = LLVMGetTargetMachineTriple(tm);
@@ -664,15 +695,14 @@ static LLVMModuleRef build_module(const Module *m, const EmitTarget *t, LLVMCont
     LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
     LLVMSetModuleDataLayout(e.mod, dl);
     e.b = LLVMCreateBuilderInContext(c);
-    e.reg = xcalloc((size_t)e.g->nvals, sizeof(LLVMValueRef));
     init_types(&e);
     check_layout(&e, dl);
     LLVMDisposeTargetData(dl);
     declare_runtime(&e);
     e.expf_ = build_expf(&e);
     e.tanhf_ = build_tanhf(&e);
-    em_host_program(&e);
-    em_free(&e);
+    em_stages(&e);
+    LLVMDisposeBuilder(e.b);
     char *msg = NULL;
     if (LLVMVerifyModule(e.mod, LLVMReturnStatusAction, &msg)) {
         snprintf(err, errlen, "emit: invalid LLVM module: %s", msg ? msg : "?");

@@ -43,7 +43,10 @@
 
 typedef struct {
     const Module *m;
-    const Graph *g;
+    const Graph *g;        /* the stage being emitted: m->stages[stage] */
+    int stage;
+    LLVMValueRef stages_gv; /* kiln_stages: every stage's table (rt_program.stages) */
+    LLVMValueRef table;     /* this stage's table, once emit_table has made it */
     const EmitTarget *tgt; /* NULL: the CPU */
     int cuda;              /* the target is RT_DEV_CUDA */
     int *kindex;           /* CUDA: [group]: its generated kernel's index in the table */

@@ -32,12 +32,15 @@
  * and cuts its own shard out of the logical tensors (padding zero), so a
  * checkpoint resumes under any dp and either zero mode.
  *
+ * Pipeline stages: see "pipeline stages" below (gather_stages) and
+ * ignorable (loading skips the other stages' names).
+ *
  * Params without storage (space -1; kiln_rt.h).  A program that all-gathers
  * the params at the start of its step keeps them only as "param shards",
  * states with prefix "" (param.b<k>).  Saving gathers such a shard like
- * opt.m and hands its members to add_params, which writes every param in
+ * opt.m and hands its members to list_params, which writes every param in
  * the params' order under the param's own file name (file_name: the
- * "transformer." naming of a GPT-2-style program), and add_states skips the
+ * "transformer." naming of a GPT-2-style program), and list_states skips the
  * shard itself; the file is therefore byte for byte the one a program with
  * stored params writes for the same weights and states in the same order.
  * Loading binds every param by name whether it has storage or not; a param
@@ -90,13 +93,17 @@ static double *sched_field(rt_schedule *s, int i) {
     return f[i];
 }
 
-/* GPT-2 style: wte.weight present and every param is wte/wpe/h.<i>./ln_f. */
+/* GPT-2 style: wte.weight present and every param is wte/wpe/h.<i>./ln_f,
+ * over every pipeline stage's params (so all stages name alike). */
 static int is_gpt2(const rt_program *p) {
     int wte = 0;
-    for (int i = 0; i < p->nparams; i++) {
-        const char *n = p->params[i].name;
-        wte |= strcmp(n, "wte.weight") == 0;
-        if (strcmp(n, "wte.weight") && strcmp(n, "wpe.weight") && !starts(n, "h.") && !starts(n, "ln_f.")) return 0;
+    for (int s = 0; s < rt_nstages(p); s++) {
+        const rt_program *q = rt_stage(p, s);
+        for (int i = 0; i < q->nparams; i++) {
+            const char *n = q->params[i].name;
+            wte |= strcmp(n, "wte.weight") == 0;
+            if (strcmp(n, "wte.weight") && strcmp(n, "wpe.weight") && !starts(n, "h.") && !starts(n, "ln_f.")) return 0;
+        }
     }
     return wte;
 }
@@ -224,27 +231,62 @@ void ckpt_path(char *buf, int len, const char *dir, int64_t step) {
     snprintf(buf, (size_t)len, "%s/step_%08lld.safetensors", dir, (long long)step);
 }
 
+/* The tensors a save writes, as a list (file name, dtype, shape, data):
+ * rank 0 adds its own and those the other pipeline stages send it. */
+typedef struct {
+    char name[512];
+    int dtype, rank; /* ST_* */
+    int64_t dim[5];
+    const void *data;
+} Ent;
+
+typedef struct {
+    Ent *e;
+    int n, cap;
+} Ents;
+
+static int ents_add(Ents *l, const char *name, int dtype, const int64_t *dim, int rank, const void *data) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        Ent *e = realloc(l->e, (size_t)cap * sizeof *e);
+        if (!e) return -1;
+        l->e = e, l->cap = cap;
+    }
+    Ent *t = &l->e[l->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->dtype = dtype, t->rank = rank, t->data = data;
+    for (int d = 0; d < 5; d++) t->dim[d] = d < rank ? dim[d] : 0;
+    return 0;
+}
+
+static int64_t ent_bytes(const Ent *t) {
+    int64_t n = st_dtype_size(t->dtype);
+    for (int d = 0; d < t->rank; d++) n *= t->dim[d];
+    return n;
+}
+
 /* Every param, stored or not, in the params' order, so that the file is
  * the same whether the params live in the params space or in param shards. */
-static void add_params(StWriter *w, const rt_program *p, int gpt2, const Gathered *g) {
+static int list_params(Ents *l, const rt_program *p, int gpt2, const Gathered *g) {
     char name[512];
     for (int i = 0; i < p->nparams; i++) {
         const rt_tensor *t = &p->params[i];
         file_name(p, gpt2, t->name, name, sizeof name);
-        st_add_view(w, name, st_dtype_of(t->dtype), t->dim, t->rank, g->param[i]);
+        if (ents_add(l, name, st_dtype_of(t->dtype), t->dim, t->rank, g->param[i])) return -1;
     }
+    return 0;
 }
 
 /* Unsharded states as they are; a sharded one as its logical tensors; a
- * param shard not at all (add_params wrote its members). */
-static void add_states(StWriter *w, rt_ctx *ctx, const rt_program *p, int gpt2, const Gathered *g) {
+ * param shard not at all (list_params listed its members). */
+static int list_states(Ents *l, rt_ctx *ctx, const rt_program *p, int gpt2, const Gathered *g) {
     char logical[512], name[512];
     for (int i = 0; i < p->nstates; i++) {
         const rt_tensor *t = &p->states[i];
         if (rt_is_param_shard(t)) continue;
         if (!is_shard(t)) {
             file_name(p, gpt2, t->name, name, sizeof name);
-            st_add_view(w, name, st_dtype_of(t->dtype), t->dim, t->rank, rt_tensor_ptr(ctx, t));
+            if (ents_add(l, name, st_dtype_of(t->dtype), t->dim, t->rank, rt_tensor_ptr(ctx, t))) return -1;
             continue;
         }
         const rt_bucket *k = &p->buckets[t->bucket];
@@ -252,9 +294,130 @@ static void add_states(StWriter *w, rt_ctx *ctx, const rt_program *p, int gpt2, 
             const rt_tensor *m = &p->params[k->param[j]];
             member_name(p, t, j, logical, sizeof logical);
             file_name(p, gpt2, logical, name, sizeof name);
-            st_add_view(w, name, st_dtype_of(t->dtype), m->dim, m->rank, g->state[i] + k->offset[j] * (int64_t)elem_bytes(t));
+            if (ents_add(l, name, st_dtype_of(t->dtype), m->dim, m->rank, g->state[i] + k->offset[j] * (int64_t)elem_bytes(t))) return -1;
         }
     }
+    return 0;
+}
+
+/* ---- pipeline stages: what the other stages hold, sent to rank 0 ----
+ * Each stage's tensors are complete on its first rank (dp, cp, tp
+ * coordinates 0) once gather_all has run, so those ranks, one per stage,
+ * form rank 0's pp group: each packs its params and states (packed: per
+ * entry its name, dtype, rank, dims, byte count and bytes, params before
+ * states), the group all-gathers the packs' lengths and sends the packs,
+ * padded to the largest, to rank 0 (rt_host_gather: no other rank holds
+ * more than its own stage).
+ * Rank 0 lists every stage's params, then every stage's states, each name
+ * once (a tied param, or opt.step, is in several stages with the same
+ * values), so the file is the logical one a single-stage program writes. */
+typedef struct {
+    char *buf;
+    int64_t len, cap;
+} Pack;
+
+static int pack_put(Pack *k, const void *x, int64_t n) {
+    if (k->len + n > k->cap) {
+        int64_t cap = k->cap ? 2 * k->cap : 1 << 16;
+        while (cap < k->len + n) cap *= 2;
+        char *b = realloc(k->buf, (size_t)cap);
+        if (!b) return -1;
+        k->buf = b, k->cap = cap;
+    }
+    memcpy(k->buf + k->len, x, (size_t)n);
+    k->len += n;
+    return 0;
+}
+
+/* l's entries (state: 0 params, 1 states) into k. */
+static int pack_ents(Pack *k, const Ents *l, int32_t state) {
+    for (int i = 0; i < l->n; i++) {
+        const Ent *t = &l->e[i];
+        int32_t hdr[3] = {state, t->dtype, t->rank};
+        int64_t bytes = ent_bytes(t), nlen = (int64_t)strlen(t->name);
+        if (pack_put(k, hdr, sizeof hdr) || pack_put(k, t->dim, sizeof t->dim) || pack_put(k, &nlen, 8) || pack_put(k, t->name, nlen) ||
+            pack_put(k, &bytes, 8) || pack_put(k, t->data, bytes))
+            return -1;
+    }
+    return 0;
+}
+
+/* A pack of len bytes back into lists (views into the pack).  0, or -1
+ * when it is malformed or memory runs out. */
+static int unpack_ents(const char *b, int64_t len, Ents *params, Ents *states) {
+    int64_t at = 0;
+    while (at < len) {
+        int32_t hdr[3];
+        int64_t dim[5], nlen, bytes;
+        char name[512];
+        if (len - at < (int64_t)(sizeof hdr + sizeof dim + 8)) return -1;
+        memcpy(hdr, b + at, sizeof hdr), at += sizeof hdr;
+        memcpy(dim, b + at, sizeof dim), at += sizeof dim;
+        memcpy(&nlen, b + at, 8), at += 8;
+        if (nlen < 0 || nlen >= (int64_t)sizeof name || len - at < nlen + 8 || hdr[2] < 0 || hdr[2] > 5) return -1;
+        memcpy(name, b + at, (size_t)nlen), at += nlen;
+        name[nlen] = 0;
+        memcpy(&bytes, b + at, 8), at += 8;
+        if (bytes < 0 || len - at < bytes) return -1;
+        if (ents_add(hdr[0] ? states : params, name, hdr[1], dim, hdr[2], b + at)) return -1;
+        at += bytes;
+    }
+    return 0;
+}
+
+/* On the first rank of every stage (the pp group of world rank 0): gather
+ * the packs to rank 0 (rt_host_gather); *all (malloc'd, on rank 0 only)
+ * holds pp packs of *each bytes, the first 8 of each its length.  Other
+ * ranks: nothing. */
+static int gather_stages(rt_ctx *ctx, const Ents *params, const Ents *states, char **all, int64_t *each, char *err, int errlen) {
+    *all = NULL;
+    if (rt_group_size(ctx, RT_AXIS_PP) == 1 || rt_group_rank(ctx, RT_AXIS_DP | RT_AXIS_CP | RT_AXIS_TP) != 0) return 0;
+    Pack k = {0};
+    int64_t zero = 0, mine, *lens = NULL, max = 0;
+    int pp = rt_group_size(ctx, RT_AXIS_PP), rc = -1;
+    char e[512];
+    if (pack_put(&k, &zero, 8) || pack_ents(&k, params, 0) || pack_ents(&k, states, 1) || !(lens = malloc(sizeof *lens * (size_t)pp))) {
+        rt_errf(err, errlen, "checkpoint: out of memory packing this stage's tensors");
+        goto done;
+    }
+    mine = k.len - 8;
+    memcpy(k.buf, &mine, 8);
+    if (rt_host_allgather(ctx, RT_AXIS_PP, &k.len, lens, 8, e, sizeof e) != 0) {
+        rt_errf(err, errlen, "checkpoint: gathering the stages: %s", e);
+        goto done;
+    }
+    for (int s = 0; s < pp; s++) max = lens[s] > max ? lens[s] : max;
+    if (rt_world_rank(ctx) == 0 && !(*all = malloc((size_t)(max * pp) + 1))) {
+        rt_errf(err, errlen, "checkpoint: out of memory gathering the stages");
+        goto done;
+    }
+    while (k.len < max) { /* pad to the largest pack */
+        char pad[256] = {0};
+        int64_t n = max - k.len < 256 ? max - k.len : 256;
+        if (pack_put(&k, pad, n)) { rt_errf(err, errlen, "checkpoint: out of memory padding"); goto done; }
+    }
+    if (rt_host_gather(ctx, RT_AXIS_PP, k.buf, *all, max, e, sizeof e) != 0) {
+        rt_errf(err, errlen, "checkpoint: gathering the stages: %s", e);
+        goto done;
+    }
+    *each = max;
+    rc = 0;
+done:
+    if (rc) free(*all), *all = NULL;
+    free(lens);
+    free(k.buf);
+    return rc;
+}
+
+/* The entries of src whose names dst lacks, appended to dst. */
+static int merge_new(Ents *dst, const Ents *src) {
+    for (int i = 0; i < src->n; i++) {
+        int dup = 0;
+        for (int j = 0; j < dst->n && !dup; j++) dup = strcmp(dst->e[j].name, src->e[i].name) == 0;
+        const Ent *t = &src->e[i];
+        if (!dup && ents_add(dst, t->name, t->dtype, t->dim, t->rank, t->data)) return -1;
+    }
+    return 0;
 }
 
 /* The crash hook's byte count, -1 when unset. */
@@ -365,12 +528,11 @@ int ckpt_check_dir(const char *dir, const RtPath *inputs, int n, char *err, int 
     return rc;
 }
 
-/* Rank 0: write the file from g, then prune. */
-static int write_ckpt(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra *x, int keep, const Gathered *g, char *err,
-                      int errlen) {
+/* Rank 0: write the file from the lists, then prune. */
+static int write_ckpt(const rt_program *p, const char *dir, const CkptExtra *x, int keep, const Ents *params, const Ents *states,
+                      char *err, int errlen) {
     int64_t crash;
     if (crash_hook(&crash, err, errlen) || ensure_dir(dir, err, errlen)) return -1;
-    int gpt2 = is_gpt2(p);
     StWriter *w = st_new();
     char stepstr[32];
     snprintf(stepstr, sizeof stepstr, "%lld", (long long)x->step);
@@ -378,8 +540,8 @@ static int write_ckpt(rt_ctx *ctx, const rt_program *p, const char *dir, const C
     st_add_meta(w, "model", p->model ? p->model : "");
     if (p->sets && *p->sets) st_add_meta(w, "sets", p->sets);
     st_add_meta(w, "step", stepstr);
-    add_params(w, p, gpt2, g);
-    add_states(w, ctx, p, gpt2, g);
+    for (int i = 0; i < params->n; i++) st_add_view(w, params->e[i].name, params->e[i].dtype, params->e[i].dim, params->e[i].rank, params->e[i].data);
+    for (int i = 0; i < states->n; i++) st_add_view(w, states->e[i].name, states->e[i].dtype, states->e[i].dim, states->e[i].rank, states->e[i].data);
     st_add_raw(w, "trainer.step", ST_I64, NULL, 0, &x->step);
     st_add_raw(w, "trainer.rng", ST_U64, NULL, 0, &x->rng);
     st_add_raw(w, "trainer.data_pos", ST_I64, NULL, 0, &x->data_pos);
@@ -411,8 +573,36 @@ int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra
     /* every rank, before any gathers: all pulled, or all fail here */
     if (rt_host_agree(ctx, pull_all(ctx, p, dir, err, errlen), err, errlen) != 0) return -1;
     Gathered g = {0};
-    int rc = gather_all(ctx, p, &g, err, errlen);
-    if (rc == 0 && rt_world_rank(ctx) == 0) rc = write_ckpt(ctx, p, dir, x, keep, &g, err, errlen);
+    Ents params = {0}, states = {0}, all_params = {0}, all_states = {0};
+    char *packs = NULL;
+    int64_t each = 0;
+    int gpt2 = is_gpt2(p), rc = gather_all(ctx, p, &g, err, errlen);
+    if (rc == 0 && (list_params(&params, p, gpt2, &g) || list_states(&states, ctx, p, gpt2, &g)))
+        rc = rt_errf(err, errlen, "checkpoint: out of memory");
+    if (rc == 0) rc = gather_stages(ctx, &params, &states, &packs, &each, err, errlen);
+    if (rc == 0 && rt_world_rank(ctx) == 0) {
+        Ents *sp = calloc((size_t)rt_nstages(p) * 2, sizeof *sp); /* per stage: params, states */
+        if (!sp) rc = rt_errf(err, errlen, "checkpoint: out of memory");
+        for (int s = 0; rc == 0 && s < rt_nstages(p); s++) {
+            int64_t len;
+            if (s == 0) {
+                sp[0] = params, sp[1] = states;
+                continue;
+            }
+            memcpy(&len, packs + s * each, 8);
+            if (len < 0 || len > each - 8 || unpack_ents(packs + s * each + 8, len, &sp[2 * s], &sp[2 * s + 1]))
+                rc = rt_errf(err, errlen, "checkpoint: stage %d sent a malformed list of tensors", s);
+        }
+        for (int s = 0; rc == 0 && s < rt_nstages(p); s++)
+            if (merge_new(&all_params, &sp[2 * s])) rc = rt_errf(err, errlen, "checkpoint: out of memory");
+        for (int s = 0; rc == 0 && s < rt_nstages(p); s++)
+            if (merge_new(&all_states, &sp[2 * s + 1])) rc = rt_errf(err, errlen, "checkpoint: out of memory");
+        if (rc == 0) rc = write_ckpt(p, dir, x, keep, &all_params, &all_states, err, errlen);
+        for (int s = 1; sp && s < rt_nstages(p); s++) free(sp[2 * s].e), free(sp[2 * s + 1].e);
+        free(sp);
+    }
+    free(packs);
+    free(params.e), free(states.e), free(all_params.e), free(all_states.e);
     free_gathered(p, &g);
     return rt_host_agree(ctx, rc, err, errlen); /* also holds every rank until rank 0 has committed */
 }
@@ -592,8 +782,32 @@ static int bind_extra(Binding *b, char *err, int errlen) {
     return bind_schedule(b, err, errlen) || check_extra(b, err, errlen) ? -1 : 0;
 }
 
-/* Entries the load did not bind that it may ignore. */
+/* 1 when program q (a pipeline stage) has a tensor the file names fname
+ * (prefixed or bare): a param, a state, or a member of a sharded one. */
+static int stage_holds(const rt_program *q, int gpt2, const char *fname) {
+    char fn[512], logical[512];
+    for (int i = 0; i < q->nparams; i++) {
+        file_name(q, gpt2, q->params[i].name, fn, sizeof fn);
+        if (!strcmp(fn, fname) || !strcmp(q->params[i].name, fname)) return 1;
+    }
+    for (int i = 0; i < q->nstates; i++) {
+        const rt_tensor *t = &q->states[i];
+        int nm = is_shard(t) ? q->buckets[t->bucket].nmembers : 1;
+        for (int j = 0; j < nm; j++) {
+            if (is_shard(t)) member_name(q, t, j, logical, sizeof logical);
+            else snprintf(logical, sizeof logical, "%s", t->name);
+            file_name(q, gpt2, logical, fn, sizeof fn);
+            if (!strcmp(fn, fname) || !strcmp(logical, fname)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Entries the load did not bind that it may ignore: another pipeline
+ * stage's tensors (each stage loads the names it holds), and ... */
 static int ignorable(const Binding *b, const char *name, int init, int with_extra) {
+    for (int s = 0; s < rt_nstages(b->p); s++)
+        if (s != b->p->stage && stage_holds(rt_stage(b->p, s), b->gpt2, name)) return 1;
     if (init) {
         if (starts(name, "opt.") || starts(name, "trainer.")) return 1;
         if (!b->gpt2) return 0;

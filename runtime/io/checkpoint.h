@@ -50,6 +50,13 @@
  * not say where the program keeps its params, so it moves between dp
  * values, zero modes and layouts both ways; --init fills the param shards.
  *
+ * Pipeline stages (rt_program.stages): each stage holds only its params
+ * and their state; the file holds every tensor once (a tied param, or
+ * opt.step, in several stages is written once).  ckpt_save gathers each
+ * stage's tensors from its first rank to rank 0 (over the pp group);
+ * loading binds the names this rank's stage holds and ignores entries that
+ * another stage holds, so a checkpoint resumes at any pp.
+ *
  * Test hook: with the environment variable KILN_CKPT_CRASH_AFTER_BYTES=N,
  * ckpt_save kills its own process (SIGKILL) after writing N bytes of the
  * temp file — the kill -9 test of tests/test_checkpoint.c.

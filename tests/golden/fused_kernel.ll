@@ -1,12 +1,13 @@
 ; ModuleID = 'fused'
 source_filename = "fused"
 
+%rt_program = type { i32, i8*, [4 x i64], i32, i32, i32, i32, %rt_tensor*, %rt_tensor*, %rt_tensor*, %rt_tensor*, i32, i32, i32, double, double, void (i8*, i8**)*, [4 x i32], i32, %rt_bucket*, %rt_schedule*, i32, i32, i8*, i32, %rt_cubin*, i32, i8**, i64, i8*, i32, i32, %rt_program** }
 %rt_tensor = type { i8*, i32, i64, i32, i32, [5 x i64], i8*, double, i32, i8* }
-%rt_program = type { i32, i8*, [4 x i64], i32, i32, i32, i32, %rt_tensor*, %rt_tensor*, %rt_tensor*, %rt_tensor*, i32, i32, i32, double, double, void (i8*, i8**)*, [4 x i32], i32, %rt_bucket*, %rt_schedule*, i32, i32, i8*, i32, %rt_cubin*, i32, i8**, i64, i8* }
 %rt_bucket = type { i32, i64, i32, i32*, i64* }
 %rt_schedule = type { double, double, double, double }
 %rt_cubin = type { i8*, i8*, i64 }
 
+@kiln_stages = private constant [1 x %rt_program*] [%rt_program* @kiln_program]
 @.str = private unnamed_addr constant [24 x i8] c"fused_0@fwd L-1 t.lua:4\00"
 @.str.1 = private unnamed_addr constant [2 x i8] c"b\00"
 @.str.3 = private unnamed_addr constant [2 x i8] c"c\00"
@@ -18,7 +19,7 @@ source_filename = "fused"
 @.str.7 = private unnamed_addr constant [3 x i8] c"ab\00"
 @kiln_outputs = private constant [2 x %rt_tensor] [%rt_tensor { i8* getelementptr inbounds ([2 x i8], [2 x i8]* @.str.6, i32 0, i32 0), i32 3, i64 768, i32 0, i32 3, [5 x i64] [i64 2, i64 3, i64 16, i64 0, i64 0], i8* null, double 0.000000e+00, i32 -1, i8* null }, %rt_tensor { i8* getelementptr inbounds ([3 x i8], [3 x i8]* @.str.7, i32 0, i32 0), i32 3, i64 384, i32 0, i32 3, [5 x i64] [i64 2, i64 3, i64 16, i64 0, i64 0], i8* null, double 0.000000e+00, i32 -1, i8* null }]
 @.str.8 = private unnamed_addr constant [6 x i8] c"fused\00"
-@kiln_program = local_unnamed_addr constant %rt_program { i32 10, i8* getelementptr inbounds ([6 x i8], [6 x i8]* @.str.8, i32 0, i32 0), [4 x i64] [i64 448, i64 0, i64 0, i64 1152], i32 2, i32 0, i32 1, i32 2, %rt_tensor* getelementptr inbounds ([2 x %rt_tensor], [2 x %rt_tensor]* @kiln_params, i32 0, i32 0), %rt_tensor* null, %rt_tensor* getelementptr inbounds ([1 x %rt_tensor], [1 x %rt_tensor]* @kiln_inputs, i32 0, i32 0), %rt_tensor* getelementptr inbounds ([2 x %rt_tensor], [2 x %rt_tensor]* @kiln_outputs, i32 0, i32 0), i32 1, i32 0, i32 0, double 0.000000e+00, double 0.000000e+00, void (i8*, i8**)* @kiln_step, [4 x i32] [i32 1, i32 1, i32 1, i32 1], i32 0, %rt_bucket* null, %rt_schedule* null, i32 0, i32 0, i8* null, i32 0, %rt_cubin* null, i32 0, i8** null, i64 0, i8* null }
+@kiln_program = constant %rt_program { i32 11, i8* getelementptr inbounds ([6 x i8], [6 x i8]* @.str.8, i32 0, i32 0), [4 x i64] [i64 448, i64 0, i64 0, i64 1152], i32 2, i32 0, i32 1, i32 2, %rt_tensor* getelementptr inbounds ([2 x %rt_tensor], [2 x %rt_tensor]* @kiln_params, i32 0, i32 0), %rt_tensor* null, %rt_tensor* getelementptr inbounds ([1 x %rt_tensor], [1 x %rt_tensor]* @kiln_inputs, i32 0, i32 0), %rt_tensor* getelementptr inbounds ([2 x %rt_tensor], [2 x %rt_tensor]* @kiln_outputs, i32 0, i32 0), i32 1, i32 0, i32 0, double 0.000000e+00, double 0.000000e+00, void (i8*, i8**)* @kiln_step, [4 x i32] [i32 1, i32 1, i32 1, i32 1], i32 0, %rt_bucket* null, %rt_schedule* null, i32 0, i32 0, i8* null, i32 0, %rt_cubin* null, i32 0, i8** null, i64 0, i8* null, i32 0, i32 1, %rt_program** getelementptr inbounds ([1 x %rt_program*], [1 x %rt_program*]* @kiln_stages, i32 0, i32 0) }
 
 ; Function Attrs: nounwind
 declare void @rt_launch(i8*, i32, void (i8*, i64*)*, i64*, i32, i8*) local_unnamed_addr #0
