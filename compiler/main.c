@@ -48,6 +48,7 @@
  *   --precision f32|bf16 (bf16 with --target cuda:sm_XX, and for dump, check,
  *     plan and run --interp; the CPU trainer is f32);
  *   --tp 1, --pp 1 (other values: not available yet);
+ *   --device-profile FILE|NAME (profile.h; kiln plan prints it on its first line);
  *   --test-drop-event (tests only: the schedule forgets its first wait).
  *
  * User errors are one line on stderr and exit status 1.
@@ -60,6 +61,7 @@
 #include "data_cmd.h"
 #include "plot.h"
 #include "ppsched.h"
+#include "profile.h"
 #include "sample.h"
 
 static void usage(FILE *f) {
@@ -84,6 +86,7 @@ static void usage(FILE *f) {
           "        --dp N --micro-batches M --zero 0|1 --bucket-mb X --no-overlap\n"
           "        --cp N --cp-layout dual|contiguous --cp-comm allgather|p2p\n"
           "        --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES\n"
+          "        --device-profile FILE|NAME (cpu, h100, h200, a100, or a .profile file: docs/profiles.md)\n"
           "        --precision f32|bf16 (bf16: the GPU's mixed precision, on with --target cuda; for dump/check/plan/run --interp too;\n"
           "        the CPU runs f32)\n"
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
@@ -247,6 +250,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         else if (strcmp(f, "--attention") == 0) a->attention = argv[++i];
         else if (strcmp(f, "--trace") == 0) a->trace = argv[++i];
         else if (strcmp(f, "--timeline") == 0) a->timeline = argv[++i];
+        else if (strcmp(f, "--device-profile") == 0) a->o.device_profile = argv[++i];
         else if (strcmp(f, "--threads") == 0) a->threads = argv[++i];
         else if (strcmp(f, "--seed") == 0) a->o.seed = (uint64_t)parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--print-every") == 0) a->print_every = parse_int_flag(f, argv[++i]);
@@ -297,6 +301,9 @@ static void parse_args(Args *a, int argc, char **argv) {
     }
 }
 
+/* The --device-profile's contents, loaded by check_args. */
+static Profile device_profile;
+
 /* What the flags say together, and the values no one flag can judge. */
 static void check_args(Args *a) {
     if (!a->model) die("%s: no model file given", a->cmd);
@@ -341,6 +348,8 @@ static void check_args(Args *a) {
     if (a->print_every < 1) a->print_every = 1;
     if (a->emit && strcmp(a->emit, "llvm") && strcmp(a->emit, "cuda") && strcmp(a->emit, "schedule"))
         die("--emit: expected llvm, cuda or schedule, got \"%s\"", a->emit);
+    char err[1200];
+    if (a->o.device_profile && profile_load(&device_profile, a->o.device_profile, err, sizeof err) != 0) die("--device-profile: %s", err);
 }
 
 int main(int argc, char **argv) {
@@ -349,6 +358,7 @@ int main(int argc, char **argv) {
     Args a = {0};
     parse_args(&a, argc, argv);
     check_args(&a);
+    if (a.o.device_profile && strcmp(a.cmd, "plan") == 0) profile_describe(stdout, &device_profile);
     int rc = find_command(a.cmd)->run(&a);
     free(a.o.sets);
     return rc;

@@ -50,6 +50,9 @@ typedef struct {
      * activations received in each other's place) */
     int vpp, pp_schedule, npp_layers, pp_bug;
     int *pp_layers;
+    /* --device-profile FILE|NAME (profile.h): the device the costs are
+     * taken from (offload's auto policy, the cost model); NULL: none given */
+    const char *device_profile;
 } Options;
 void opt_defaults(Options *o);
 /* The optimizer settings a trainer must not be compiled with, as its flags

@@ -38,7 +38,7 @@ compiler_includes() {
 mkdir -p "$tmp/ir" "$tmp/obj" "$tmp/rt"
 printf '#include "ir.h"\n#include "memplan.h"\n' > "$tmp/ir/bad.c"
 check "planted: an IR-layer file that includes memplan.h is caught" "ir_includes '$tmp/ir/bad.c' | grep -q memplan.h"
-for p in autodiff parallelize cp recompute optimizer precision fuse schedule memplan forward; do
+for p in autodiff parallelize cp recompute pp optimizer precision fuse schedule memplan forward; do
     printf 'void pass_%s_fn(void) {}\n' "$p" > "$tmp/obj/$p.c"
 done
 printf 'void pass_fuse_fn(void);\nvoid pass_schedule_fn(void) { pass_fuse_fn(); }\n' > "$tmp/obj/schedule.c"

@@ -1,0 +1,99 @@
+/* profile.h — device profiles: what one device and its links can do, read
+ * from a text file, and the few formulas that turn them into seconds.
+ *
+ * A profile is the cost model's (issue 21) and the offload pass's (issue 19)
+ * only knowledge of the hardware.  It is a library like options.c, not a
+ * pass: any pass or command may call it.  The file format, the fields and
+ * where each shipped number comes from: docs/profiles.md and the files in
+ * profiles/.
+ */
+#ifndef KILN_PROFILE_H
+#define KILN_PROFILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "ir.h"
+
+#define PROFILE_MAX_EFF 16 /* points of the GEMM efficiency table */
+
+typedef struct {
+    char name[64];
+    char path[1024];        /* the file it was read from */
+    double memory_bytes;    /* device memory */
+    double peak_flops_f32;  /* dense FLOP/s */
+    double peak_flops_bf16; /* dense FLOP/s (tensor cores on a GPU) */
+    /* achieved fraction of peak by GEMM size M·N·K: neff points, sizes
+     * strictly increasing, efficiencies in (0, 1] */
+    int neff;
+    double eff_size[PROFILE_MAX_EFF], eff[PROFILE_MAX_EFF];
+    double mem_bw;          /* device memory bandwidth, bytes/s */
+    double launch_s;        /* per-kernel launch overhead, s */
+    double h2d_bw, d2h_bw;  /* host <-> device copy bandwidth, bytes/s */
+    double intra_alpha, intra_beta; /* link inside a node: latency s, bytes/s */
+    double inter_alpha, inter_beta; /* link between nodes */
+    int node_size;          /* devices per node */
+} Profile;
+
+/* Load a profile.  path_or_name is a path when it holds a '/' or ends in
+ * ".profile"; otherwise a shipped profile's name (cpu, h100-sxm, h200-sxm,
+ * a100-80g, and the short names h100, h200, a100), looked up as
+ * NAME.profile in, in order: $KILN_PROFILES, <kiln binary's dir>/../profiles
+ * (build/kiln of any clone), <binary's dir>/../../profiles (build/tests/),
+ * ./profiles.  Every field is required, once.  0, or -1 with one line in
+ * err: "FILE:LINE: ..." for an unknown, duplicate, negative or non-numeric
+ * field, "FILE: missing field X" for a missing one. */
+int profile_load(Profile *p, const char *path_or_name, char *err, size_t errlen);
+
+/* One line: name, memory, peaks, memory and copy bandwidth, links. */
+void profile_describe(FILE *f, const Profile *p);
+
+/* The GEMM efficiency at size M·N·K: linear in log(size) between the
+ * table's points, the end points' values outside them. */
+double profile_gemm_eff(const Profile *p, double mnk);
+
+/* Seconds of an [M,K]x[K,N] GEMM in dtype (bf16, else f32's peak):
+ * 2·M·N·K / (peak · eff(M·N·K)) + launch overhead. */
+double profile_gemm_seconds(const Profile *p, DType dt, double m, double n, double k);
+
+/* Seconds to copy bytes to the host (d2h != 0) or back: bytes / bandwidth. */
+double profile_copy_seconds(const Profile *p, double bytes, int d2h);
+
+typedef enum { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_P2P } CollKind;
+
+/* Seconds of a collective over ranks ranks on the intra-node (intra != 0)
+ * or inter-node link (α latency, β bytes/s), bytes the full buffer (the
+ * gathered output, the scattered input, the message), ring algorithms:
+ *   all-reduce          2(n−1)·α + 2(n−1)/n · bytes/β
+ *   all-gather, r-scat   (n−1)·α +  (n−1)/n · bytes/β
+ *   p2p                        α +           bytes/β
+ * 0 for one rank (nothing moves; p2p too). */
+double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int ranks, int intra);
+
+/* ---- the offload pass's `auto` policy (issue 19) ---- */
+
+/* Tensors below this size are never offloaded (Kuaishou's rule: the copy's
+ * fixed costs outweigh the memory). */
+#define OFFLOAD_MIN_BYTES (1024.0 * 1024.0)
+
+/* The largest α in [0, 1] with
+ *     (α·saved/d2h_bw + α·saved/h2d_bw) / 2 <= hide_seconds,
+ * PipeOffload's (arXiv 2503.01328) condition for a free offload: the mean of
+ * the two copies fits in the compute between the forward and the backward
+ * it hides behind.  1 when saved_bytes <= 0 (nothing to copy); 0 when
+ * hide_seconds <= 0 or an argument is not a number. */
+double offload_auto_fraction(const Profile *p, double saved_bytes, double hide_seconds);
+
+/* Whether a tensor of bytes may be offloaded: bytes >= OFFLOAD_MIN_BYTES. */
+int offload_tensor_eligible(double bytes);
+
+/* Whether virtual stage vstage of nvstages (the model's order, 0 first) may
+ * be offloaded: every one but the last, whose backward follows its forward
+ * at once and leaves no time to hide a copy (Kuaishou: "never the last
+ * rank's last chunk" — in 1F1B and interleaved layouts stage nvstages−1 is
+ * the last rank's last chunk; in ZB-V's it is rank 0's second chunk).  A
+ * single stage (no pipeline, nvstages 1) is eligible: the pass then
+ * offloads across its layers. */
+int offload_stage_eligible(int vstage, int nvstages);
+
+#endif
