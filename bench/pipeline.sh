@@ -51,8 +51,8 @@ echo "pipeline ($(date -u +%F), $(nproc) cores, pp $P x 1 thread, $M micro-batch
 printf '%-12s %10s %16s %14s %12s\n' schedule "step ms" "measured idle %" "plan (ops) %" "closed form %"
 for s in $SCHEDULES; do
     m=$(for round in $(seq 1 "$ROUNDS"); do idle "$tmp/$s.$round.json"; done | awk '{s += $1; n++} END {printf "%.1f", s / n}')
-    ops=$(sed -n 's/.*bubble.*ops.* \([0-9.]*\)%.*/\1/p' "$tmp/$s.plan" | head -1)
-    closed=$(sed -n 's/.*bubble.*closed form.* \([0-9.]*\)%.*/\1/p' "$tmp/$s.plan" | head -1)
+    ops=$(sed -n 's/.*bubble \([0-9.]*\) from the ops.*/\1/p' "$tmp/$s.plan" | awk '{printf "%.1f", 100 * $1}')
+    closed=$(sed -n 's/.*closed form \([0-9.]*\) at.*/\1/p' "$tmp/$s.plan" | awk '{printf "%.1f", 100 * $1}')
     # shellcheck disable=SC2046
     printf '%-12s %10s %16s %14s %12s\n' "$s" "$(step_ms $(for r in $(seq 1 "$ROUNDS"); do echo "$tmp/$s.$r.jsonl"; done))" "$m" "${ops:-?}" "${closed:-?}"
 done

@@ -42,7 +42,13 @@
  *     (the same ir_inplace_conflict); such values are checked against the
  *     other buffers over their own lifetimes;
  *   - a module marked recompute=gemm-last has no GEMM and no attention
- *     (no EXPENSIVE op) in phase recompute.
+ *     (no EXPENSIVE op) in phase recompute;
+ *   - a module with several pipeline stages (one graph per pp rank): the
+ *     stage count is mesh pp; every send over group "pp" has exactly one
+ *     recv of the same tag and type on the stage it names (peer), and back;
+ *     and walking the stages' programs in their blocking order (a send never
+ *     blocks, a recv waits for its send, a collective over pp for every
+ *     stage) reaches every stage's end: no deadlock (check_pipeline).
  *
  * Checks run in an order that makes the later ones safe (ids are checked
  * before anything indexes with them, types before ir_infer reads them).
@@ -571,6 +577,119 @@ static int verify_graph(const Graph *g, const char *src, const int *lines, char 
 
 int ir_verify(const Graph *g, char *err, size_t errlen) { return verify_graph(g, NULL, NULL, err, errlen); }
 
+/* ---- pipeline stages: matched transfers, no deadlock ---- */
+
+static int over_pp(const Node *n) {
+    return (ir_ops[n->op].flags & F_COMM) && strcmp(ir_attr_s(n, "group", ""), "pp") == 0;
+}
+
+/* The node of stage s that is the other end of transfer node i of stage t
+ * (its peer's recv for a send, send for a recv), -1 if none; *count: how many. */
+static int transfer_peer(const Module *m, int t, int i, int *count) {
+    const Node *n = &m->stages[t]->nodes[i];
+    int p = m->nstages, s = (int)(((t + ir_attr_i(n, "peer", 0)) % p + p) % p), found = -1;
+    Op want = n->op == OP_send ? OP_recv : OP_send;
+    *count = 0;
+    const Graph *h = m->stages[s];
+    for (int j = 0; j < h->nnodes; j++) {
+        const Node *q = &h->nodes[j];
+        if (q->op != want || !over_pp(q) || ir_attr_i(q, "tag", -1) != ir_attr_i(n, "tag", -2)) continue;
+        if ((((s + ir_attr_i(q, "peer", 0)) % p + p) % p) != t) continue;
+        if (found < 0) found = j;
+        (*count)++;
+    }
+    return found;
+}
+
+static int check_transfers(Checker *c, const Module *m, int t) {
+    const Graph *g = m->stages[t];
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if ((n->op != OP_send && n->op != OP_recv) || !over_pp(n)) continue;
+        int count, j = transfer_peer(m, t, i, &count), s = (int)(((t + ir_attr_i(n, "peer", 0)) % m->nstages + m->nstages) % m->nstages);
+        long long tag = (long long)ir_attr_i(n, "tag", 0);
+        if (tag < 0 || tag > 1 << 30) return bad(c, i, "stage %d's %s has tag %lld (0..2^30)", t, ir_ops[n->op].name, tag);
+        if (count != 1)
+            return bad(c, i, "stage %d's %s with tag %lld has %d matching %s on stage %d (needs exactly 1)", t, ir_ops[n->op].name, tag,
+                       count, n->op == OP_send ? "recv" : "send", s);
+        const Node *q = &m->stages[s]->nodes[j];
+        const Type *a = &g->vals[n->op == OP_send ? n->in[0] : n->out[0]].t;
+        const Type *b = &m->stages[s]->vals[q->op == OP_send ? q->in[0] : q->out[0]].t;
+        if (!ir_type_eq(a, b)) {
+            char ta[64], tb[64];
+            return bad(c, i, "stage %d's %s with tag %lld is %s, stage %d's is %s", t, ir_ops[n->op].name, tag, ir_type_str(a, ta, sizeof ta), s,
+                       ir_type_str(b, tb, sizeof tb));
+        }
+    }
+    return 0;
+}
+
+/* Walk every stage in program order: sends mark their tag sent, a recv
+ * waits until its tag is, a collective over pp waits until every stage is
+ * at one.  A stage that cannot move while another is not done: deadlock,
+ * reported at the first waiting stage with what each stage waits for. */
+static int check_deadlock(Checker *c, const Module *m) {
+    int p = m->nstages, *pc = calloc((size_t)m->nstages, sizeof(int)), maxtag = 0;
+    for (int s = 0; s < p; s++)
+        for (int i = 0; i < m->stages[s]->nnodes; i++)
+            if (over_pp(&m->stages[s]->nodes[i]) && ir_attr_i(&m->stages[s]->nodes[i], "tag", 0) > maxtag)
+                maxtag = (int)ir_attr_i(&m->stages[s]->nodes[i], "tag", 0);
+    char *sent = calloc((size_t)maxtag + 1, 1);
+    if (!pc || !sent) ICE("out of memory");
+    for (int moved = 1; moved;) {
+        moved = 0;
+        int at_coll = 0, done = 0;
+        for (int s = 0; s < p; s++) {
+            const Graph *g = m->stages[s];
+            for (; pc[s] < g->nnodes; pc[s]++, moved = 1) {
+                const Node *n = &g->nodes[pc[s]];
+                if (!over_pp(n)) continue;
+                int64_t tag = ir_attr_i(n, "tag", 0);
+                if (n->op == OP_send) sent[tag] = 1;
+                else if (n->op == OP_recv && !sent[tag]) break;
+                else if (n->op != OP_recv) break; /* a collective: all stages meet */
+            }
+            done += pc[s] == g->nnodes;
+            at_coll += pc[s] < g->nnodes && g->nodes[pc[s]].op != OP_recv;
+        }
+        if (at_coll == p) {
+            for (int s = 0; s < p; s++) pc[s]++;
+            moved = 1;
+        }
+        if (done == p) {
+            free(pc), free(sent);
+            return 0;
+        }
+    }
+    char msg[400];
+    size_t k = 0;
+    int first = -1;
+    for (int s = 0; s < p && k < sizeof msg; s++) {
+        const Graph *g = m->stages[s];
+        if (pc[s] >= g->nnodes) continue;
+        const Node *n = &g->nodes[pc[s]];
+        if (first < 0) first = s;
+        k += (size_t)snprintf(msg + k, sizeof msg - k, "%sstage %d waits at %s", k ? ", " : "", s, ir_ops[n->op].name);
+        if (k < sizeof msg && n->op == OP_recv)
+            k += (size_t)snprintf(msg + k, sizeof msg - k, " tag %lld mb %d (node %d)", (long long)ir_attr_i(n, "tag", 0), n->mb, pc[s]);
+    }
+    c->g = m->stages[first];
+    int at = pc[first];
+    free(pc), free(sent);
+    return bad(c, at, "pipeline deadlock: %s", msg);
+}
+
+static int check_pipeline(Checker *c, const Module *m, int *const *lines) {
+    if (m->nstages == 1) return 0;
+    if (m->nstages != m->mesh[0]) return bad(c, -1, "module %s: %d stages for mesh pp=%d", m->name ? m->name : "?", m->nstages, m->mesh[0]);
+    for (int s = 0; s < m->nstages; s++) {
+        c->g = m->stages[s], c->lines = lines ? lines[s] : NULL;
+        if (check_transfers(c, m, s)) return -1;
+    }
+    c->lines = NULL;
+    return check_deadlock(c, m);
+}
+
 static int verify_module(const Module *m, const char *src, int *const *lines, char *err, size_t errlen) {
     static const char *const axes[IR_NAXES] = {"pp", "dp", "cp", "tp"};
     Checker c = {NULL, err, errlen, src, NULL};
@@ -589,7 +708,7 @@ static int verify_module(const Module *m, const char *src, int *const *lines, ch
             if (g->nodes[i].phase == PH_RECOMPUTE && (ir_ops[g->nodes[i].op].flags & (F_GEMM | F_EXPENSIVE)))
                 return bad(&c, i, "recompute=gemm-last, yet this expensive op (a GEMM or attention) is in phase recompute");
     }
-    return 0;
+    return check_pipeline(&c, m, lines);
 }
 
 int ir_verify_module(const Module *m, char *err, size_t errlen) { return verify_module(m, NULL, NULL, err, errlen); }
