@@ -73,6 +73,10 @@ all2=$(plan models/tiny.lua --pp 2 --micro-batches 4 --pp-schedule all)
 check "on 2 layers: interleaved and zb-v refused with the reason, 2 rows" \
     "[ \$(grep -c 'refused: 4 chunks (--pp 2 x 2), but the model has 2 layers' <<< \"\$all2\") = 2 ] && [ \$(grep -cE '^  (1f1b|zb-h1) +1 +[0-9.]+' <<< \"\$all2\") = 2 ]"
 
+all3=$(plan models/tiny.lua --set layers=6 --pp 2 --micro-batches 4 --pp-schedule all --vpp 3)
+check "--pp-schedule all --vpp 3: interleaved at v 3, zb-v at 2" \
+    "grep -qE '^  interleaved +3 +[0-9.]+' <<< \"\$all3\" && grep -qE '^  zb-v +2 +[0-9.]+' <<< \"\$all3\""
+
 # ---- --timeline ----
 plan $GPT4 --pp 4 --micro-batches 8 --pp-schedule zb-h1 --timeline "$tmp/tl.svg" > /dev/null
 say $? "--timeline FILE.svg ($(head -c 200 "$tmp/err"))"
