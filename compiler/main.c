@@ -334,11 +334,13 @@ static void check_args(Args *a) {
     if (a->timeline && a->o.pp_schedule == PS_COUNT) die("--timeline draws one schedule: not with --pp-schedule all");
     if (a->o.recompute == RC_UNSET && (a->o.pp_schedule == PS_COUNT || a->timeline))
         die("--recompute all: one table at a time (not with %s)", a->timeline ? "--timeline" : "--pp-schedule all");
-    if (a->o.pp > 1 && a->o.pp_schedule != PS_COUNT) { /* the schedule's own rules (m >= p, m % p for interleaved, --vpp per schedule) */
+    if (a->o.pp > 1) { /* the schedule's own rules (m >= p, m % p for interleaved, --vpp per schedule); all: per row */
         PpPlan pl;
         char err[256];
-        if (ppsched_build(&pl, (PpSchedule)a->o.pp_schedule, a->o.pp, a->o.vpp, a->o.micro_batches, err, sizeof err) != 0) die("%s", err);
-        ppsched_free(&pl);
+        if (a->o.pp_schedule != PS_COUNT &&
+            ppsched_build(&pl, (PpSchedule)a->o.pp_schedule, a->o.pp, a->o.vpp, a->o.micro_batches, err, sizeof err) != 0)
+            die("%s", err);
+        if (a->o.pp_schedule != PS_COUNT) ppsched_free(&pl);
     } else if (a->o.vpp > 1 || a->o.npp_layers) {
         die("%s: only with --pp 2 or more", a->o.vpp > 1 ? "--vpp" : "--pp-layers");
     }

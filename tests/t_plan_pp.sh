@@ -9,7 +9,9 @@
 # its dtype's bytes), exactly.  --pp-schedule all: a row per schedule (4 on
 # a 4-layer GPT at pp 2, m 4; 2 rows and 2 refusals on the 2-layer one),
 # its 1f1b row equal to the section's.  --timeline: an SVG that parses,
-# one row per rank.  Bad input: one line, exit 1.
+# one row per rank.  A .ir dump read with its flags gives the .lua's
+# numbers; flags that cannot be the dump's are refused.  Bad input: one
+# line, exit 1.
 . "$(dirname "$0")/lib.sh"
 GPT4="models/tiny.lua --set layers=4"
 
@@ -56,6 +58,11 @@ bubble() { plan $GPT4 --pp 2 --micro-batches 4 --pp-schedule "$1" | num '^  bubb
 b1=$(bubble 1f1b); bz=$(bubble zb-h1)
 check "zb-h1's bubble from the ops' costs ($bz) is below 1f1b's ($b1)" "awk -v a='$bz' -v b='$b1' 'BEGIN{exit !(a != \"\" && b != \"\" && a < b)}'"
 
+# a .ir dump (no schedule recorded) read with the flags it was built with
+"$K" dump $GPT4 --pp 2 --micro-batches 4 --pp-schedule zb-h1 -o "$tmp/zb.ir"
+bir=$(plan "$tmp/zb.ir" --pp 2 --micro-batches 4 --pp-schedule zb-h1 | num '^  bubble \([0-9.]*\) from.*')
+check "a .ir dump planned with its flags gives the .lua's bubble ($bir, $bz)" "[ -n '$bir' ] && [ '$bir' = '$bz' ]"
+
 # ---- --pp-schedule all ----
 all=$(plan $GPT4 --pp 2 --micro-batches 4 --pp-schedule all); rc=$?
 nrow=$(grep -cE '^  (1f1b|interleaved|zb-h1|zb-v) +[0-9]+ +[0-9.]+ +[0-9.]+ ' <<< "$all")
@@ -65,6 +72,10 @@ check "its 1f1b row's bubble is the section's ($row, $b1)" "[ '$row' = '$b1' ]"
 all2=$(plan models/tiny.lua --pp 2 --micro-batches 4 --pp-schedule all)
 check "on 2 layers: interleaved and zb-v refused with the reason, 2 rows" \
     "[ \$(grep -c 'refused: 4 chunks (--pp 2 x 2), but the model has 2 layers' <<< \"\$all2\") = 2 ] && [ \$(grep -cE '^  (1f1b|zb-h1) +1 +[0-9.]+' <<< \"\$all2\") = 2 ]"
+
+all3=$(plan models/tiny.lua --set layers=6 --pp 2 --micro-batches 4 --pp-schedule all --vpp 3)
+check "--pp-schedule all --vpp 3: interleaved at v 3, zb-v at 2" \
+    "grep -qE '^  interleaved +3 +[0-9.]+' <<< \"\$all3\" && grep -qE '^  zb-v +2 +[0-9.]+' <<< \"\$all3\""
 
 # ---- --timeline ----
 plan $GPT4 --pp 4 --micro-batches 8 --pp-schedule zb-h1 --timeline "$tmp/tl.svg" > /dev/null
@@ -86,4 +97,7 @@ bad "--pp-schedule all with kiln dump" dump models/tiny.lua --pp 2 --micro-batch
 bad "--timeline with kiln check" check models/tiny.lua --pp 2 --micro-batches 4 --timeline "$tmp/x.svg"
 bad "--timeline without --pp" plan models/tiny.lua --timeline "$tmp/x.svg"
 bad "--timeline with --pp-schedule all" plan models/tiny.lua --pp 2 --micro-batches 4 --pp-schedule all --timeline "$tmp/x.svg"
+bad "a zb-h1 dump read as 1f1b" plan "$tmp/zb.ir" --pp 2 --micro-batches 4
+bad "a dump of 4 micro-batches read with 2" plan "$tmp/zb.ir" --pp 2 --micro-batches 2 --pp-schedule zb-h1
+bad "--pp-schedule all on a .ir dump" plan "$tmp/zb.ir" --pp 2 --micro-batches 4 --pp-schedule all
 check "no timeline written by the refused commands" "[ ! -e $tmp/x.svg ]"

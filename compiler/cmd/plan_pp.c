@@ -35,6 +35,10 @@
  * the same simulated times; the SVG is built in memory first, so a plan the
  * plotter refuses leaves FILE as it was.
  *
+ * A .ir dump does not record its schedule: kiln plan reads it with the
+ * flags given, and refuses flags that cannot be the dump's (micro-batches,
+ * W work, a chunk without forward work; pp_matches).
+ *
  * The costs go to the simulator in a unit picked from their size (FLOP,
  * kFLOP, ... TFLOP per chunk and micro-batch): the bubble does not depend
  * on it, the timeline's axis reads in it.
@@ -76,9 +80,27 @@ static void pp_stats_free(PpStats *st) {
 
 static int phase_kind(Phase ph) { return ph == PH_FWD ? ACT_F : ph == PH_BWD || ph == PH_RECOMPUTE ? ACT_B : ph == PH_WGRAD ? ACT_W : -1; }
 
+/* A .ir dump does not record its schedule: the flags must say it.  The
+ * nodes' micro-batches must span m, W work (phase wgrad) must be there
+ * exactly for the zero-bubble schedules, and every chunk must have forward
+ * work, or the flags describe another plan than the module's. */
+static int pp_matches(const PpStats *st, int last_mb, int has_w, char *err, size_t errlen) {
+    const char *name = pp_schedule_names[st->pl.kind];
+    int zb = st->pl.kind == PS_ZBH1 || st->pl.kind == PS_ZBV;
+    if (last_mb + 1 != st->pl.m)
+        return snprintf(err, errlen, "the module has %d micro-batches, but --micro-batches is %d", last_mb + 1, st->pl.m), -1;
+    if (has_w != zb)
+        return snprintf(err, errlen, "the module %s W work (phase wgrad), but --pp-schedule %s %s", has_w ? "has" : "has no", name,
+                        zb ? "splits the backward" : "does not"), -1;
+    for (int c = 0; c < st->nch; c++)
+        if (!(st->cost[ACT_F][c] > 0))
+            return snprintf(err, errlen, "chunk %d of --pp-schedule %s (v %d) has no forward work in the module", c, name, st->pl.v), -1;
+    return 0;
+}
+
 /* Sums the ops' FLOPs per (kind, chunk) and the sends per rank pair. */
 static int pp_walk(const Module *m, PpStats *st, char *err, size_t errlen) {
-    int p = st->pl.p;
+    int p = st->pl.p, last_mb = 0, has_w = 0;
     for (int r = 0; r < p; r++) {
         const Graph *g = m->stages[r];
         for (int i = 0; i < g->nnodes; i++) {
@@ -93,11 +115,13 @@ static int pp_walk(const Module *m, PpStats *st, char *err, size_t errlen) {
             if (n->vstage < 0 || n->vstage >= st->pl.v)
                 return snprintf(err, errlen, "stage %d: a node of virtual stage %d, but the schedule has %d per rank", r, n->vstage, st->pl.v), -1;
             st->cost[k][pp_chunk(&st->pl, r, n->vstage)] += ir_node_flops(g, n);
+            last_mb = n->mb > last_mb ? n->mb : last_mb;
+            has_w |= k == ACT_W;
         }
         st->mem[r][0] = memplan_stage_peak(g, SPACE_PARAMS), st->mem[r][1] = memplan_stage_peak(g, SPACE_GRADS);
         st->mem[r][2] = memplan_stage_peak(g, SPACE_OPT), st->mem[r][3] = memplan_stage_peak(g, SPACE_ACT);
     }
-    return 0;
+    return pp_matches(st, last_mb, has_w, err, errlen);
 }
 
 /* Costs per micro-batch in a unit where the largest is at least 1. */
@@ -210,6 +234,11 @@ static void pp_timeline(const Args *a, const Module *m, const PpStats *st) {
 void plan_pp_report(const Args *a, const Module *m) {
     PpStats st;
     char err[512];
+    if (a->o.pp == 1) { /* a .ir dump of a pipeline, no flags given */
+        printf("pipeline: the module has %d stages; give --pp %d and the --vpp, --pp-schedule and --micro-batches it was built with "
+               "for the pipeline section\n", m->mesh[0], m->mesh[0]);
+        return;
+    }
     if (pp_stats(m, &a->o, &st, err, sizeof err) != 0) die("plan --pp: %s", err);
     printf("pipeline: %s, p %d, v %d, m %d (%d chunks)\n", pp_schedule_names[st.pl.kind], st.pl.p, st.pl.v, st.pl.m, st.nch);
     pp_print_memory(&st, stdout);
@@ -248,6 +277,8 @@ static void pp_refusal(const Args *a, PpSchedule s, int v, int layers, char *why
 }
 
 void plan_pp_schedules(Args *a) {
+    size_t n = strlen(a->model);
+    if (n >= 3 && strcmp(a->model + n - 3, ".ir") == 0) die("--pp-schedule all: needs a .lua model (a .ir dump holds one schedule)");
     int layers = model_layers(a);
     printf("pipeline schedules, p %d, m %d: bubble simulated from the ops' costs (latency 0) and the closed form at equal costs;\n"
            "activation peaks per rank; bytes sent over pp per step by all stages\n", a->o.pp, a->o.micro_batches);
