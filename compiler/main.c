@@ -18,7 +18,9 @@
  *   kiln check   MODEL            f32 against f64 on random inputs; with
  *                --dp/--cp/--micro-batches, the ranks against one device (check.c)
  *   kiln plan    MODEL [--peak]   memory per rank; --peak: what is live where the
- *                                activations peak; --recompute all: every policy (plan.c)
+ *                                activations peak; --recompute all: every policy (plan.c);
+ *                                --pp N: per stage, bubble, bytes over pp; --pp-schedule all:
+ *                                every schedule; --timeline FILE.svg (plan_pp.c)
  *   kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule]
  *                [--attention kiln|cudnn]      a standalone trainer (compile.c)
  *   kiln run     MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json]
@@ -65,6 +67,7 @@ static void usage(FILE *f) {
           "       kiln check   MODEL                      f32 against f64; with --dp/--cp/--micro-batches, ranks against one device\n"
           "       kiln plan    MODEL [--peak]             memory per rank: params, grads, optimizer, activations;\n"
           "                                               --peak: what is live where the activations peak\n"
+          "                    [--pp N --pp-schedule S|all] [--timeline FILE.svg]   per pipeline stage; every schedule; the plan drawn\n"
           "       kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn]\n"
           "       kiln run     MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
@@ -83,7 +86,7 @@ static void usage(FILE *f) {
           "        --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES\n"
           "        --precision f32|bf16 (bf16: the GPU's mixed precision, on with --target cuda; for dump/check/plan/run --interp too;\n"
           "        the CPU runs f32)\n"
-          "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v --pp-layers A,B,... (layers per chunk)\n"
+          "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
           "        --tp 1 (other values: not available yet)  --test-drop-event --test-pp-bug drop-tied|swap-recv (tests only)\n",
           f);
 }
@@ -243,6 +246,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         else if (strcmp(f, "--emit") == 0) a->emit = argv[++i];
         else if (strcmp(f, "--attention") == 0) a->attention = argv[++i];
         else if (strcmp(f, "--trace") == 0) a->trace = argv[++i];
+        else if (strcmp(f, "--timeline") == 0) a->timeline = argv[++i];
         else if (strcmp(f, "--threads") == 0) a->threads = argv[++i];
         else if (strcmp(f, "--seed") == 0) a->o.seed = (uint64_t)parse_int_flag(f, argv[++i]);
         else if (strcmp(f, "--print-every") == 0) a->print_every = parse_int_flag(f, argv[++i]);
@@ -279,8 +283,8 @@ static void parse_args(Args *a, int argc, char **argv) {
             a->o.vpp = parse_int_flag(f, argv[++i]);
         } else if (strcmp(f, "--pp-schedule") == 0) {
             const char *v = argv[++i];
-            if ((a->o.pp_schedule = pp_schedule_lookup(v)) < 0)
-                die("--pp-schedule: expected 1f1b, interleaved, zb-h1 or zb-v, got \"%s\"", v);
+            a->o.pp_schedule = strcmp(v, "all") == 0 ? PS_COUNT : pp_schedule_lookup(v); /* all: kiln plan's table */
+            if (a->o.pp_schedule < 0) die("--pp-schedule: expected 1f1b, interleaved, zb-h1 or zb-v (plan: all), got \"%s\"", v);
         } else if (strcmp(f, "--pp-layers") == 0) {
             parse_pp_layers(&a->o, argv[++i]);
         } else if (strcmp(f, "--test-pp-bug") == 0) {
@@ -316,7 +320,14 @@ static void check_args(Args *a) {
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
     if (a->o.pp < 1) die("--pp: expected at least 1");
     if (a->o.vpp < 0) die("--vpp: expected at least 1");
-    if (a->o.pp > 1) { /* the schedule's own rules (m >= p, m % p for interleaved, --vpp per schedule) */
+    if (a->o.pp_schedule == PS_COUNT && strcmp(a->cmd, "plan") != 0) die("--pp-schedule all: only for kiln plan (one schedule per program)");
+    if (a->timeline && strcmp(a->cmd, "plan") != 0) die("--timeline: only for kiln plan");
+    if ((a->o.pp_schedule == PS_COUNT || a->timeline) && a->o.pp < 2)
+        die("%s: only with --pp 2 or more", a->timeline ? "--timeline" : "--pp-schedule all");
+    if (a->timeline && a->o.pp_schedule == PS_COUNT) die("--timeline draws one schedule: not with --pp-schedule all");
+    if (a->o.recompute == RC_UNSET && (a->o.pp_schedule == PS_COUNT || a->timeline))
+        die("--recompute all: one table at a time (not with %s)", a->timeline ? "--timeline" : "--pp-schedule all");
+    if (a->o.pp > 1 && a->o.pp_schedule != PS_COUNT) { /* the schedule's own rules (m >= p, m % p for interleaved, --vpp per schedule) */
         PpPlan pl;
         char err[256];
         if (ppsched_build(&pl, (PpSchedule)a->o.pp_schedule, a->o.pp, a->o.vpp, a->o.micro_batches, err, sizeof err) != 0) die("%s", err);

@@ -367,6 +367,8 @@ int64_t memplan_fwd_bwd_peak(const Module *m) {
     return peak;
 }
 
+int64_t memplan_stage_peak(const Graph *g, int space) { return stage_peak(g, space); }
+
 int64_t memplan_peak(const Module *m, int space) {
     int64_t peak = 0;
     for (int s = 0; s < m->nstages; s++) {

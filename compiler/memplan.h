@@ -16,6 +16,8 @@
 /* Bytes of a space per rank (max over stages): the end of its last buffer,
  * rounded up to IR_MEM_ALIGN. */
 int64_t memplan_peak(const Module *m, int space);
+/* The same for one stage's program (kiln plan --pp: per pipeline stage). */
+int64_t memplan_stage_peak(const Graph *g, int space);
 /* The best any placement could do for ACT: the largest sum of live ACT
  * buffer bytes at one position (max over stages). */
 int64_t memplan_lower_bound(const Module *m);

@@ -63,6 +63,7 @@ typedef struct {
     int *chunk;  /* per node: its chunk, or FLOAT */
     char *kind;  /* per node: ACT_F, ACT_B or ACT_W (anchored nodes) */
     int *mb;     /* per node: its micro-batch, or the latest of its inputs' (a step's sum over micro-batches) */
+    char *joins; /* per node: an add that joins ranks' partial gradient sums (regroup) */
     char *xfer;  /* [value][rank]: 1 when that rank reads the value from another rank */
     int *tag;    /* [value][rank]: the transfer's tag */
     int *rtag;   /* [value][rank]: the tag the receiver posts (tag, but for --test-pp-bug swap-recv) */
@@ -178,6 +179,121 @@ static void anchor(Pp *P, const int *of_layer) {
     }
 }
 
+/* ---- a gradient summed on several ranks (tied params) ----
+ *
+ * Autodiff and parallelize sum a param's gradient as one chain of adds,
+ * contribution after contribution, micro-batch after micro-batch: for GPT-2's
+ * tied wte (head_0 + emb_0) + (head_1 + emb_1) + ...  Anchored as it stands,
+ * every add would pull a head contribution from the last rank to the
+ * first: a [V, C] transfer per micro-batch.  So the chain is rebuilt: each
+ * rank adds up its own contributions as they come (in its own chunk and
+ * micro-batch, where the old chain's adds were), and one add per other rank
+ * joins the ranks' partial sums after the last contribution: one transfer
+ * per step, the one Megatron's embedding all-reduce makes. */
+
+/* The leaves of the add chain ending at value v (values) and its adds (nodes). */
+static void sum_leaves(const Pp *P, int v, const int *uses, int *leaves, int *n, int *adds, int *nadds) {
+    const Node *d = def_of(P->g, v);
+    int i = d ? (int)(d - P->g->nodes) : -1;
+    if (d && d->op == OP_add && d->phase == PH_BWD && P->chunk[i] != FLOAT && uses[v] == 1) {
+        adds[(*nadds)++] = i;
+        sum_leaves(P, d->in[0], uses, leaves, n, adds, nadds);
+        sum_leaves(P, d->in[1], uses, leaves, n, adds, nadds);
+    } else {
+        leaves[(*n)++] = v;
+    }
+}
+
+typedef struct {
+    int *leaf_of;  /* per old value: the gradient (output node index) it is a leaf of, -1 */
+    int *last;     /* per output node: the node after which all its leaves exist */
+    char *interior; /* per old node: an add of a chain being rebuilt */
+    int *outs, any; /* the outputs whose chains are rebuilt */
+} Regroup;
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+static Regroup find_sums(const Pp *P) {
+    const Graph *g = P->g;
+    Regroup R = {xcalloc((size_t)g->nvals + 1, sizeof(int)), xcalloc((size_t)g->nnodes + 1, sizeof(int)), xcalloc((size_t)g->nnodes + 1, 1),
+                 xcalloc((size_t)g->nnodes + 1, sizeof(int)), 0};
+    int *uses = xcalloc((size_t)g->nvals + 1, sizeof(int)), *leaves = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+    int *adds = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+    for (int v = 0; v < g->nvals; v++) R.leaf_of[v] = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) uses[g->nodes[i].in[k]]++;
+    for (int o = 0; o < g->nnodes; o++) {
+        const Node *n = &g->nodes[o];
+        if (n->op != OP_output || strncmp(ir_attr_s(n, "name", ""), "grad:", 5) != 0) continue;
+        int nl = 0, na = 0, r0 = -1, many = 0;
+        sum_leaves(P, n->in[0], uses, leaves, &nl, adds, &na);
+        for (int k = 0; k < nl; k++) {
+            const Node *d = def_of(g, leaves[k]);
+            int c = d ? P->chunk[d - g->nodes] : FLOAT;
+            if (c == FLOAT) continue;
+            if (r0 >= 0 && rank_of(P, c) != r0) many = 1;
+            r0 = rank_of(P, c);
+        }
+        if (!many) continue;
+        R.outs[R.any++] = o;
+        qsort(leaves, (size_t)nl, sizeof(int), cmp_int);
+        for (int k = 0; k < nl; k++) {
+            R.leaf_of[leaves[k]] = o;
+            if (g->vals[leaves[k]].def > R.last[o]) R.last[o] = g->vals[leaves[k]].def;
+        }
+        for (int k = 0; k < na; k++) R.interior[adds[k]] = 1;
+    }
+    free(uses), free(leaves), free(adds);
+    return R;
+}
+
+/* The rebuilt graph; *joins marks (per new node) the adds that join ranks. */
+static Graph *regroup(Pp *P, const Regroup *R, char **joins) {
+    const Graph *g = P->g;
+    int p = P->pl.p;
+    Graph *h = ir_graph_new(P->m);
+    Builder b = {h, "pipeline", {0}, -1, PH_BWD};
+    int *map = xcalloc((size_t)g->nvals + 1, sizeof(int)), *acc = xcalloc((size_t)g->nnodes * (size_t)p + 1, sizeof(int));
+    for (int v = 0; v < g->nvals; v++) map[v] = -1;
+    for (int k = 0; k < g->nnodes * p; k++) acc[k] = -1;
+    *joins = xcalloc((size_t)g->nnodes * 2 + (size_t)p + 1, 1);
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (R->interior[i]) continue;
+        int in[IR_MAXIN];
+        for (int k = 0; k < n->nin; k++) in[k] = map[n->in[k]];
+        b.loc = n->loc, b.layer = n->layer, b.phase = n->phase;
+        const Type *src = ir_ops[n->op].flags & F_SOURCE ? &g->vals[n->out[0]].t : NULL;
+        int j = ir_build(&b, n->op, n->nin, in, n->nattr, n->attr, src);
+        h->nodes[j].stage = n->stage, h->nodes[j].vstage = n->vstage, h->nodes[j].mb = n->mb;
+        for (int k = 0; k < n->nout; k++) {
+            memcpy(h->vals[h->nodes[j].out[k]].sh, g->vals[n->out[k]].sh, sizeof g->vals[0].sh);
+            map[n->out[k]] = h->nodes[j].out[k];
+            int o = R->leaf_of[n->out[k]];
+            if (o < 0) continue;
+            int r = P->chunk[i] == FLOAT ? 0 : rank_of(P, P->chunk[i]), *a = &acc[o * p + r];
+            b.layer = n->layer, b.phase = PH_BWD; /* the rank's running sum, in the contribution's action */
+            *a = *a < 0 ? map[n->out[k]] : ir_build2(&b, OP_add, *a, map[n->out[k]]);
+            h->nodes[h->nnodes - 1].mb = n->mb;
+        }
+        for (int q = 0; q < R->any; q++) { /* after a gradient's last contribution: join the ranks' sums */
+            int o = R->outs[q];
+            if (R->last[o] != i) continue;
+            int total = -1;
+            b.loc = g->nodes[o].loc, b.layer = -1, b.phase = PH_BWD;
+            for (int r = 0; r < p; r++) {
+                int a = acc[o * p + r];
+                if (a < 0) continue;
+                if (total < 0) total = a;
+                else total = ir_build2(&b, OP_add, total, a), h->nodes[h->nnodes - 1].mb = n->mb, (*joins)[h->nnodes - 1] = 1;
+            }
+            map[g->nodes[o].in[0]] = total;
+        }
+    }
+    free(map), free(acc);
+    return h;
+}
+
 static int zero_bubble(const Pp *P) { return P->pl.kind == PS_ZBH1 || P->pl.kind == PS_ZBV; }
 
 /* Zero-bubble split: B keeps what a backward value read by another chunk
@@ -187,7 +303,7 @@ static int zero_bubble(const Pp *P) { return P->pl.kind == PS_ZBH1 || P->pl.kind
  * the rest becomes W. */
 static void split_backward(Pp *P) {
     const Graph *g = P->g;
-    char *needed = xcalloc((size_t)g->nnodes, 1);
+    char *needed = xcalloc((size_t)g->nnodes + 1, 1);
     for (int i = g->nnodes - 1; i >= 0; i--) {
         const Node *n = &g->nodes[i];
         if (P->chunk[i] == FLOAT || P->kind[i] == ACT_F) continue;
@@ -196,7 +312,8 @@ static void split_backward(Pp *P) {
             if (!d) continue;
             int j = (int)(d - g->nodes);
             if (P->chunk[j] == FLOAT || P->kind[j] == ACT_F) continue;
-            if (P->chunk[j] != P->chunk[i] || needed[i] || (ir_ops[n->op].flags & F_COMM)) needed[j] = 1; /* sent on, or B needs it */
+            if ((P->chunk[j] != P->chunk[i] && !P->joins[i]) || needed[i] || (ir_ops[n->op].flags & F_COMM))
+                needed[j] = 1; /* sent on (but to a ranks' gradient sum: W's), or B needs it */
         }
     }
     for (int i = 0; i < g->nnodes; i++)
@@ -205,7 +322,6 @@ static void split_backward(Pp *P) {
 }
 
 /* ---- 4. transfers ---- */
-
 
 static void plan_transfers(Pp *P) {
     const Graph *g = P->g;
@@ -284,7 +400,8 @@ static void recv_value(Pp *P, int v, int from, int r, int tag) {
     const Value *x = &P->g->vals[v];
     Attr at[3];
     p2p_attrs(P, from - r, tag, at);
-    P->b.loc = def_of(P->g, v)->loc;
+    const Node *d = def_of(P->g, v);
+    P->b.loc = d->loc, P->b.layer = d->layer, P->b.phase = d->phase; /* the transfer's metadata: its value's */
     int j = ir_build(&P->b, OP_recv, 0, NULL, 3, at, &x->t);
     Node *n = &P->b.g->nodes[j];
     n->stage = r, n->mb = def_of(P->g, v)->mb;
@@ -295,7 +412,8 @@ static void recv_value(Pp *P, int v, int from, int r, int tag) {
 static void send_value(Pp *P, int v, int to, int r, int tag) {
     Attr at[3];
     p2p_attrs(P, to - r, tag, at);
-    P->b.loc = def_of(P->g, v)->loc;
+    const Node *d = def_of(P->g, v);
+    P->b.loc = d->loc, P->b.layer = d->layer, P->b.phase = d->phase;
     int x = P->map[v], j = ir_build(&P->b, OP_send, 1, &x, 3, at, NULL);
     P->b.g->nodes[j].stage = r, P->b.g->nodes[j].mb = def_of(P->g, v)->mb;
 }
@@ -454,6 +572,18 @@ void pass_pipeline(Module *m, const Options *o) {
     P.mb = xcalloc((size_t)g->nnodes + 1, sizeof(int));
     int *of_layer = layer_chunks(&P);
     anchor(&P, of_layer);
+    Regroup R = find_sums(&P);
+    if (R.any) { /* rebuild the gradient sums shared by ranks, then anchor the new graph */
+        P.g = g = regroup(&P, &R, &P.joins);
+        free(P.chunk), free(P.kind), free(P.mb);
+        P.chunk = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+        P.kind = xcalloc((size_t)g->nnodes + 1, 1);
+        P.mb = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+        anchor(&P, of_layer);
+    } else {
+        P.joins = xcalloc((size_t)g->nnodes + 1, 1);
+    }
+    free(R.leaf_of), free(R.last), free(R.interior), free(R.outs);
     if (zero_bubble(&P)) split_backward(&P);
     plan_transfers(&P);
     Lists l = action_lists(&P);
@@ -470,6 +600,6 @@ void pass_pipeline(Module *m, const Options *o) {
     share_gradients(&P, out);
     m->stages = out, m->nstages = P.pl.p;
     for (int r = 0; r < P.pl.p; r++) free(maps[r]);
-    free(maps), free(of_layer), free(P.chunk), free(P.kind), free(P.mb), free(P.xfer), free(P.tag), free(P.rtag), free(l.first), free(l.node);
+    free(maps), free(of_layer), free(P.chunk), free(P.kind), free(P.mb), free(P.joins), free(P.xfer), free(P.tag), free(P.rtag), free(l.first), free(l.node);
     ppsched_free(&P.pl);
 }

@@ -8,6 +8,8 @@
  *                            programs against the single-device one
  *   plan.c     kiln plan     memory per rank; --peak: what is live at the
  *                            activations' peak; --recompute all: every policy
+ *   plan_pp.c                --pp N: the pipeline section, --pp-schedule all,
+ *                            --timeline FILE.svg
  *   compile.c  kiln compile  object file + runtime library = a trainer
  *   run.c      kiln run      the JIT-compiled step in the trainer's loop, or
  *                            (--interp) the interpreter on byte-level text
@@ -40,6 +42,7 @@
 typedef struct {
     Options o;
     const char *cmd, *model, *after, *format, *out, *data, *log, *export_path, *target, *emit, *trace;
+    const char *timeline;  /* kiln plan --timeline FILE.svg: the pipeline schedule drawn */
     const char *threads;
     const char *cuda_arch; /* --target cuda:ARCH: "sm_90"; NULL for the CPU */
     const char *attention; /* --attention kiln|cudnn (CUDA) */
@@ -94,6 +97,14 @@ double cmd_now(void); /* seconds, monotonic */
 void cmd_interp_run(Interp *it);
 /* Rank 0's scalar output name, or NaN when the program has none. */
 double cmd_output_scalar(Interp *it, const char *name);
+
+/* ---- kiln plan's pipeline section (plan_pp.c) ---- */
+
+/* Per stage: memory, in-flight bound, the bubble from the ops' costs beside
+ * the closed form, bytes sent over pp; with a->timeline the SVG too. */
+void plan_pp_report(const Args *a, const Module *m);
+/* --pp-schedule all: a row per schedule, or the reason it is refused. */
+void plan_pp_schedules(Args *a);
 
 /* ---- the commands (each returns the exit status) ---- */
 

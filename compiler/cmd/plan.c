@@ -12,6 +12,12 @@
  *       peak and the extra FLOPs, next to Korthikanti et al. 2022's bytes
  *       per layer (docs/recompute.md).  selective never saves more than
  *       none (recompute.c takes an attention only where that saves bytes).
+ *
+ *   kiln plan MODEL --pp N [--vpp V --pp-schedule S --micro-batches M]
+ *       after the memory report, the pipeline section (plan_pp.c): per
+ *       stage memory and in-flight bound, the bubble from the ops' costs
+ *       beside the closed form, bytes sent over pp; --timeline FILE.svg
+ *       draws the schedule; --pp-schedule all: a row per schedule.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -19,6 +25,7 @@
 #include "cmd.h"
 #include "memplan.h"
 #include "passes.h"
+#include "ppsched.h"
 
 /* ---- kiln plan: the recompute table ---- */
 
@@ -103,6 +110,11 @@ int cmd_plan(Args *a) {
         plan_recompute_table(a);
         return 0;
     }
+    if (a->o.pp_schedule == PS_COUNT) {
+        plan_pp_schedules(a);
+        return 0;
+    }
+    cmd_check_output("--timeline", a->timeline, &(RtPath){"MODEL", a->model}, 1);
     Module *m = compile(a);
     memplan_report(m, stdout);
     if (a->peak) memplan_peak_report(m, stdout);
@@ -117,6 +129,7 @@ int cmd_plan(Args *a) {
                m->mesh[2], (double)act1 / (1 << 20), act1 ? (double)act / (double)act1 : 0.0);
         ir_free(m1);
     }
+    if (m->mesh[0] > 1) plan_pp_report(a, m);
     ir_free(m);
     return 0;
 }

@@ -1071,11 +1071,11 @@ static void tr_window(TrRank *r, int s) {
     }
 }
 
-static const unsigned phase_rgb[PH_COUNT + 1] = {0x9ecae1, 0x2b6ca3, 0xfdae6b, 0xa6a6a6, 0xd9d9d9}; /* fwd bwd recompute opt, other */
+static const unsigned phase_rgb[PH_COUNT + 1] = {0x9ecae1, 0x2b6ca3, 0xfdae6b, 0xa6a6a6, 0x6a51a3, 0xd9d9d9}; /* fwd bwd recompute opt wgrad, other */
 static const unsigned comm_rgb = 0x8c6bb1;
 
 static int tr_block(Timeline *tl, int row, const TrRank *r, const TrEvent *e, bool comm) {
-    static const char *const cls[PH_COUNT + 1] = {"kernel fwd", "kernel bwd", "kernel recompute", "kernel opt", "kernel"};
+    static const char *const cls[PH_COUNT + 1] = {"kernel fwd", "kernel bwd", "kernel recompute", "kernel opt", "kernel wgrad", "kernel"};
     int ph = e->phase >= 0 ? e->phase : PH_COUNT;
     TlBlock *b = tl_block(tl);
     if (!b) return cmd_error("out of memory"), -1;
