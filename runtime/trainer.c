@@ -360,7 +360,7 @@ static int open_weights(Dataset *w, const char *pattern, const Dataset *data, ch
 /* This rank's place among the pipeline, data-parallel and context-parallel ranks. */
 typedef struct {
     int rank, world, dp, d; /* world rank and size; DP and this rank's dp coordinate */
-    int pp, stage;          /* PP and this rank's pipeline stage */
+    int pp;                 /* PP: pipeline stages */
     int cp, c;              /* CP and this rank's cp coordinate */
     int cp_contiguous;      /* rt_program.cp_contiguous */
     int say;                /* world rank 0: prints and writes the log */
@@ -636,7 +636,7 @@ int rt_train_main(const rt_program *all, int argc, char **argv, int default_step
     if (!ctx) return 1;
     Ranks R = {.rank = rt_world_rank(ctx), .world = rt_world_size(ctx), .dp = rt_group_size(ctx, RT_AXIS_DP),
                .d = rt_group_rank(ctx, RT_AXIS_DP), .cp = rt_group_size(ctx, RT_AXIS_CP), .c = rt_group_rank(ctx, RT_AXIS_CP),
-               .cp_contiguous = p->cp_contiguous != 0, .pp = rt_group_size(ctx, RT_AXIS_PP), .stage = p->stage};
+               .cp_contiguous = p->cp_contiguous != 0, .pp = rt_group_size(ctx, RT_AXIS_PP)};
     R.say = R.rank == 0;
     if (R.cp > 1 && !R.cp_contiguous && T % 2)
         die("%s: the dual cp layout needs an even number of tokens per rank, the program has %lld", p->model, (long long)T);

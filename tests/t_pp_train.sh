@@ -9,9 +9,9 @@
 # through `kiln run` (the JIT); a checkpoint saved at pp 2 holds the same
 # tensors as the pp 1 one (every param and state once, the stages' parts
 # gathered) and resumes at pp 1, at pp 4 and the reverse with the losses of
-# continuing; --init loads a pp 1 file into the stages; a loss mask (an input
-# of the last stage only) with --ignore-index and --val gives the 1-rank
-# losses; a wrong process count is one line.
+# continuing, and kiln sample reads it; --init loads a pp 1 file into the
+# stages; a loss mask (an input of the last stage only) with --ignore-index
+# and --val gives the 1-rank losses; a wrong process count is one line.
 . "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 MPI="timeout 300 mpirun --oversubscribe"
@@ -91,6 +91,11 @@ check "pp 2 checkpoint resumed at pp 4 (zb-h1) == continuing (worst $(worst "$tm
 $MPI -np 2 "$tmp/pp2" $D --steps 20 --resume "$tmp/c22" --ckpt "$tmp/r222" --log "$tmp/r222.log" > /dev/null 2>&1
 check "pp 2 x dp 2 checkpoint resumed at pp 2 x dp 1 == continuing (worst $(worst "$tmp/r222.log" "$tmp/s20t"))" "same $tmp/r222.log $tmp/s20t 10"
 
+sample() { "$K" sample "$1" --model models/tiny.lua --set layers=4 --prompt "The " --tokens 16 2>&1; }
+a=$(sample "$tmp/c2/$F"); rc=$?
+b=$(sample "$tmp/c1/$F")
+check "kiln sample reads the pp 2 checkpoint (rc=$rc) and writes what it writes from the pp 1 one (\"$(printf '%s' "$a" | LC_ALL=C tr -c '[:print:]' '?')\")" \
+    "[ $rc = 0 ] && [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
 $MPI -np 2 "$tmp/pp2" $D --steps 10 --init "$tmp/c1/$F" --log "$tmp/i2.log" > /dev/null 2>&1
 "$tmp/g4" $D --steps 10 --init "$tmp/c1/$F" --log "$tmp/i1.log" > /dev/null 2>&1
 check "--init from a pp 1 checkpoint: pp 2 == pp 1 (worst $(worst "$tmp/i2.log" "$tmp/i1.log"))" "same $tmp/i2.log $tmp/i1.log 10"

@@ -37,6 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cmd.h"
 #include "emit.h"
 #include "kiln_rt.h"
 
@@ -1271,6 +1272,61 @@ static Module *tiny_cp(int contiguous) {
     return m;
 }
 
+/* Pipeline stages (kiln_rt.h, rt_program.stages): tiny GPT through the
+ * training pipeline with --pp 2 gives one table per stage, kiln_program
+ * stage 0's, each with the inputs and params its stage reads (wte, tied, in
+ * both) and its own step; the CUDA target refuses several stages in one
+ * line. */
+static const rt_tensor *table_find(const rt_tensor *t, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0) return &t[i];
+    return NULL;
+}
+
+static void test_stage_tables(void **st) {
+    Options o;
+    opt_defaults(&o);
+    o.pp = 2;
+    o.micro_batches = 2;
+    char err[1024];
+    Module *m = fe_load("models/tiny.lua", &o, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    pipeline_run(m, PIPE_TRAIN, &o, NULL);
+    assert_int_equal(m->nstages, 2);
+    const rt_program *p;
+    Jit *j = emit_jit(m, &p, err, sizeof err);
+    if (!j) fail_msg("%s", err);
+    assert_int_equal(p->nstages, 2);
+    assert_int_equal(p->stage, 0);
+    assert_int_equal(p->mesh[0], 2);
+    assert_ptr_equal(p->stages[0], p);
+    const rt_program *q = p->stages[1];
+    assert_int_equal(q->stage, 1);
+    assert_int_equal(q->nstages, 2);
+    assert_ptr_equal(q->stages, p->stages);
+    assert_int_equal(q->abi_version, RT_ABI_VERSION);
+    assert_true(q->step != p->step);
+    assert_non_null(table_find(p->inputs, p->ninputs, "tokens"));
+    assert_null(table_find(p->inputs, p->ninputs, "targets"));
+    assert_non_null(table_find(q->inputs, q->ninputs, "targets"));
+    assert_null(table_find(q->inputs, q->ninputs, "tokens"));
+    assert_non_null(table_find(p->params, p->nparams, "wte.weight"));
+    assert_non_null(table_find(q->params, q->nparams, "wte.weight"));
+    assert_non_null(table_find(p->params, p->nparams, "wpe.weight"));
+    assert_null(table_find(q->params, q->nparams, "wpe.weight"));
+    assert_null(table_find(p->params, p->nparams, "ln_f.weight"));
+    assert_non_null(table_find(q->params, q->nparams, "ln_f.weight"));
+    for (int s = 0; s < 2; s++) assert_non_null(table_find(p->stages[s]->outputs, p->stages[s]->noutputs, "loss"));
+    emit_jit_free(j);
+    EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = "sm_90"};
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(emit_llvm_text_target(m, &cuda, f, err, sizeof err), -1);
+    fclose(f);
+    assert_non_null(strstr(err, "2 pipeline stages: the CUDA back end emits one stage"));
+    ir_free(m);
+}
+
 static void test_cp_model(void **st) {
     for (int contiguous = 0; contiguous < 2; contiguous++) {
         Module *m = tiny_cp(contiguous);
@@ -1562,6 +1618,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_comm_ice),
         cmocka_unit_test(test_cp_table),
         cmocka_unit_test(test_cp_model),
+        cmocka_unit_test(test_stage_tables),
         cmocka_unit_test(test_cp_p2p_launches),
         cmocka_unit_test(test_bucket_ice),
         cmocka_unit_test(test_master_table),

@@ -433,7 +433,7 @@ static int translation_unit(Cu *c, const Module *m) {
 
 int emit_cuda_text(const Module *m, FILE *f, char *err, size_t errlen) {
     if (m->nstages != 1) {
-        snprintf(err, errlen, "emit cuda: %d pipeline stages (the CUDA back end emits stage 0 only)", m->nstages);
+        snprintf(err, errlen, "emit cuda: %d pipeline stages: the CUDA back end emits one stage (the CPU emits any number)", m->nstages);
         return -1;
     }
     Cu c = {.g = m->stages[0], .err = err, .errlen = errlen};

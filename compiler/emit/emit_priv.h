@@ -24,8 +24,9 @@
  *   emit_cuda.c  the CUDA kernel emitter: the same groups as CUDA C, compiled
  *                to cubins that the host's table embeds; no LLVM.
  *
- * build_module (emit_llvm.c) makes the module and the Em below, then hands it
- * to em_host_program, which calls the CPU's kernel emitter before it builds
+ * build_module (emit_llvm.c) makes the module and the Em below, then
+ * (em_stages) hands a copy of it per pipeline stage (Em.stage, Em.g) to
+ * em_host_program, which calls the CPU's kernel emitter before it builds
  * the step (the step launches the kernels it made).  A third device adds its
  * kernel emitter, called at that one place, and its RT_DEV_* in the table;
  * the step and the table stay as they are.
