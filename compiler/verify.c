@@ -629,7 +629,7 @@ static int check_transfers(Checker *c, const Module *m, int t) {
  * at one.  A stage that cannot move while another is not done: deadlock,
  * reported at the first waiting stage with what each stage waits for. */
 static int check_deadlock(Checker *c, const Module *m) {
-    int p = m->nstages, *pc = calloc((size_t)m->nstages, sizeof(int)), maxtag = 0;
+    int p = m->nstages, *pc = calloc((size_t)(p > 0 ? p : 1), sizeof(int)), maxtag = 0;
     for (int s = 0; s < p; s++)
         for (int i = 0; i < m->stages[s]->nnodes; i++)
             if (over_pp(&m->stages[s]->nodes[i]) && ir_attr_i(&m->stages[s]->nodes[i], "tag", 0) > maxtag)
