@@ -16,6 +16,16 @@
  * passes (comm overlap, offload) will put collectives and copies on their own
  * streams with events and keep this file's shape: choose an order, then
  * ir_reorder, then number.
+ *
+ * Offload's copies (offload.c, docs/offload.md) run on the copy streams:
+ * `offload` on d2h, `reload` on h2d, where the offload pass put them, with
+ * the data edges' events as for any node, and three fences that let memplan
+ * reuse the bytes: {lag} nodes after an offload every other stream waits
+ * for it (the device buffer is free from there), before a reload every
+ * other stream records and h2d waits for them all (its buffer is written
+ * only after the earlier readers of those bytes), and before a comm-stream
+ * node that writes a buffer the comm stream waits for the copies issued so
+ * far (else ir_live_build counts that buffer live from the step's start).
  */
 #include <stdlib.h>
 #include <string.h>
