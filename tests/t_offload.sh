@@ -5,8 +5,8 @@
 # updated parameters with the single-device program without offload (f64,
 # relative 1e-9), alone and with every pipeline schedule, interleaved pp 4
 # and cp; `kiln plan` shows the first stage's device act peak fall; a planted
-# early read of an offloaded value is rejected by the verifier; bad input is
-# one line.  The tiny models' activations are far below the 1 MiB default
+# early read of an offloaded value and a planted missing event on the copy
+# stream are rejected by the verifier; bad input is one line.  The tiny models' activations are far below the 1 MiB default
 # threshold, so the checks lower it (--offload-min-bytes 1) and also require
 # that something was offloaded.
 . "$(dirname "$0")/lib.sh"
@@ -56,6 +56,13 @@ check "planted: an early read of an offloaded value is rejected: $out" \
     '[ $rc = 1 ] && [[ "$out" == *"verifier failed after offload"*"after its offload to the host"* ]]'
 out=$("$K" check $GPT4 --pp 2 --micro-batches 4 --pp-schedule zb-h1 --offload all $MIN --test-offload-bug early-read 2>&1); rc=$?
 check "planted: the same under --pp 2 zb-h1: $out" '[ $rc = 1 ] && [[ "$out" == *"after its offload to the host"* ]]'
+
+# planted missing event on the copy stream: --test-drop-event forgets the
+# schedule's first wait, here the d2h stream's wait for the first offloaded
+# value's producer; the verifier's event rule must reject it
+out=$("$K" check $GPT4 --offload all $MIN --test-drop-event 2>&1); rc=$?
+check "planted: a missing event on the d2h stream is rejected: $out" \
+    '[ $rc = 1 ] && [[ "$out" == *"verifier failed after schedule"*"(offload)"*"stream 2 does not wait for an event"* ]]'
 
 # the back ends refuse it for now: one line
 out=$("$K" compile $GPT4 --offload all $MIN -o "$tmp/x" 2>&1); rc=$?
