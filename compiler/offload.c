@@ -122,9 +122,9 @@ static void choose(const Off *S, Cand *c, int nc, char *take) {
     }
 }
 
-/* Build offload and reload for c, rewire its backward readers; the new
- * nodes' places go into after[] (offloads) and before[] (reloads). */
-static void rewire(Off *S, const Cand *c, int *after, int *before, int bug) {
+/* Build offload and reload for c; their places go into after[] (the
+ * offload's) and before[] (the reload's), the reload's output into repl[]. */
+static void build_copies(Off *S, const Cand *c, int *after, int *before, int *repl) {
     Graph *g = S->g;
     const Node *d = &g->nodes[g->vals[c->v].def];
     int stage = d->stage, vstage = d->vstage, mb = d->mb;
@@ -139,30 +139,43 @@ static void rewire(Off *S, const Cand *c, int *after, int *before, int bug) {
     int from = c->lastf > g->vals[c->v].def ? c->lastf : g->vals[c->v].def, at = c->firstb - OFFLOAD_PREFETCH;
     after[o] = from;
     before[rn] = at > from + 1 ? at : from + 1;
+    repl[c->v] = r;
+}
+
+/* Every backward reader (the old nodes from the value's first backward
+ * reader on) reads the reload; under the planted bug the last reader of
+ * value keep keeps reading the device copy. */
+static void rewire(Off *S, int n0, const int *repl, int keep) {
+    Graph *g = S->g;
     int last = -1;
-    for (int i = c->firstb; i < g->nnodes; i++)
+    for (int i = 0; keep >= 0 && i < n0; i++)
         for (int k = 0; k < g->nodes[i].nin; k++)
-            if (g->nodes[i].in[k] == c->v && i != o && i != rn) last = i;
-    for (int i = c->firstb; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i].nin; k++)
-            if (g->nodes[i].in[k] == c->v && i != o && i != rn && !(bug && i == last)) g->nodes[i].in[k] = r;
+            if (g->nodes[i].in[k] == keep) last = i;
+    for (int i = 0; i < n0; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            int v = g->nodes[i].in[k];
+            if (repl[v] >= 0 && i >= S->firstb[v] && i != last) g->nodes[i].in[k] = repl[v];
+        }
 }
 
 /* The new order: every old node, each offload right after its place, each
  * reload right before its place (new nodes are the ones from n0 on). */
 static void place(Graph *g, int n0, const int *after, const int *before) {
     int n = g->nnodes, k = 0;
-    int *order = xcalloc((size_t)n, sizeof(int));
+    int *order = xcalloc((size_t)n, sizeof(int)), *first = xcalloc((size_t)n0 * 2 + 2, sizeof(int)), *next = xcalloc((size_t)n, sizeof(int));
+    for (int i = 0; i < 2 * n0 + 2; i++) first[i] = -1;
+    for (int j = n - 1; j >= n0; j--) { /* slot 2i: before node i, 2i+1: after it; in creation order */
+        int slot = g->nodes[j].op == OP_reload ? 2 * before[j] : 2 * after[j] + 1;
+        next[j] = first[slot], first[slot] = j;
+    }
     for (int i = 0; i < n0; i++) {
-        for (int j = n0; j < n; j++)
-            if (g->nodes[j].op == OP_reload && before[j] == i) order[k++] = j;
+        for (int j = first[2 * i]; j >= 0; j = next[j]) order[k++] = j;
         order[k++] = i;
-        for (int j = n0; j < n; j++)
-            if (g->nodes[j].op == OP_offload && after[j] == i) order[k++] = j;
+        for (int j = first[2 * i + 1]; j >= 0; j = next[j]) order[k++] = j;
     }
     if (k != n) ICE("offload: placed %d of %d nodes", k, n);
     ir_reorder(g, order);
-    free(order);
+    free(order), free(first), free(next);
 }
 
 static void offload_graph(Module *m, int rank, const Options *o, int last_rank, int last_vstage) {
@@ -183,10 +196,16 @@ static void offload_graph(Module *m, int rank, const Options *o, int last_rank, 
     int nt = 0;
     for (int k = 0; k < nc; k++) nt += take[k];
     int *after = xcalloc((size_t)(n0 + 2 * nt), sizeof(int)), *before = xcalloc((size_t)(n0 + 2 * nt), sizeof(int));
-    for (int k = 0, first = 1; k < nc; k++)
-        if (take[k]) rewire(&S, &c[k], after, before, o->offload_bug && first), first = 0;
+    int *repl = xcalloc((size_t)nv, sizeof(int)), keep = -1;
+    for (int v = 0; v < nv; v++) repl[v] = -1;
+    for (int k = 0; k < nc; k++)
+        if (take[k]) {
+            if (o->offload_bug && keep < 0) keep = c[k].v;
+            build_copies(&S, &c[k], after, before, repl);
+        }
+    rewire(&S, n0, repl, keep);
     if (nt) place(g, n0, after, before);
-    free(S.lastf), free(S.firstb), free(S.data), free(S.bad), free(c), free(take), free(after), free(before);
+    free(S.lastf), free(S.firstb), free(S.data), free(S.bad), free(c), free(take), free(after), free(before), free(repl);
 }
 
 void pass_offload(Module *m, const Options *o) {
