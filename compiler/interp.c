@@ -842,6 +842,7 @@ static void exec_local(Ex *e) {
     case OP_input: case OP_param: case OP_state: case OP_const: case OP_iota: ex_source(e); break;
     case OP_output: case OP_assign: break; /* outputs are kept values; assigns commit at step end */
     case OP_record: case OP_wait: break;    /* the interpreter runs one stream in program order */
+    case OP_offload: case OP_reload: ex_copy(e); break; /* device <-> host copies: the same numbers */
     case OP_add: case OP_sub: case OP_mul: case OP_div:
     case OP_gelu_bwd: case OP_silu_bwd: case OP_relu_bwd: ex_binary(e); break;
     case OP_neg: case OP_exp: case OP_log: case OP_sqrt: case OP_rsqrt:

@@ -50,7 +50,7 @@ size_t ir_dtype_size(DType dt) {
 }
 
 const char *ir_space_name(int space) {
-    static const char *const names[SPACE_COUNT] = {"params", "grads", "opt", "act"};
+    static const char *const names[SPACE_COUNT] = {"params", "grads", "opt", "act", "host"};
     return space >= 0 && space < SPACE_COUNT ? names[space] : "?";
 }
 
@@ -441,6 +441,17 @@ static int infer_named_sink(const Infer *in, Type out[], char *err, size_t errle
 static int infer_sync(const Infer *in, Type out[], char *err, size_t errlen) {
     (void)out;
     if (ir_attr_i(in->n, "event", -1) < 0) FAIL("%s: needs an event attribute >= 0", in->op);
+    return 0;
+}
+
+/* offload (device -> host) and reload (host -> device): the same type; a
+ * reload reads an offload's output and an offload a device value. */
+static int infer_copy(const Infer *in, Type out[], char *err, size_t errlen) {
+    int d = in->g->vals[in->n->in[0]].def;
+    int host = d >= 0 && in->g->nodes[d].op == OP_offload;
+    if (in->n->op == OP_reload && !host) FAIL("reload: its input must be an offload's output (a host copy)");
+    if (in->n->op == OP_offload && host) FAIL("offload: its input is already a host copy (an offload's output)");
+    out[0] = *in->t[0];
     return 0;
 }
 
@@ -849,6 +860,7 @@ static int infer_comm(const Infer *in, Type out[], char *err, size_t errlen) {
 /* The shape rule of each op (sources: infer_source). */
 static const InferFn infer_op[OP_COUNT] = {
     [OP_output] = infer_named_sink, [OP_assign] = infer_named_sink, [OP_record] = infer_sync, [OP_wait] = infer_sync,
+    [OP_offload] = infer_copy, [OP_reload] = infer_copy,
     [OP_add] = infer_binary, [OP_sub] = infer_binary, [OP_mul] = infer_binary, [OP_div] = infer_binary,
     [OP_gelu_bwd] = infer_binary, [OP_silu_bwd] = infer_binary, [OP_relu_bwd] = infer_binary,
     [OP_neg] = infer_unary, [OP_exp] = infer_unary, [OP_log] = infer_unary, [OP_sqrt] = infer_unary,

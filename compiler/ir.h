@@ -98,9 +98,11 @@ typedef struct {
 } Value;
 
 /* The memory spaces memplan places buffers in (Value.space).  The IR's own
- * names: the emitters map them to the runtime ABI's RT_SPACE_*. */
-typedef enum { SPACE_PARAMS, SPACE_GRADS, SPACE_OPT, SPACE_ACT, SPACE_COUNT } Space;
-const char *ir_space_name(int space); /* "params", "grads", "opt", "act"; "?" for any other */
+ * names: the emitters map them to the runtime ABI's RT_SPACE_*.  SPACE_HOST
+ * is host memory (pinned on CUDA): the outputs of `offload` (offload.c);
+ * the runtime has no such space yet, so the emitters refuse it. */
+typedef enum { SPACE_PARAMS, SPACE_GRADS, SPACE_OPT, SPACE_ACT, SPACE_HOST, SPACE_COUNT } Space;
+const char *ir_space_name(int space); /* "params", "grads", "opt", "act", "host"; "?" for any other */
 int64_t ir_value_bytes(const Value *v); /* numel * dtype size */
 
 typedef struct {

@@ -75,22 +75,27 @@ int ir_p2p_peer(const Graph *g, int i) {
 }
 
 /* The first position at which stream sd has waited for an event that stream
- * su recorded after position u; n if there is none. */
+ * su recorded after position u; n if there is none.  One scan forward: the
+ * events su records after u, then the first wait of sd for one of them. */
 static int ordered_end(const Graph *g, int u, int su, int sd) {
-    int n = g->nnodes, best = n;
-    for (int r = u + 1; r < best; r++) {
-        const Node *rec = &g->nodes[r];
-        if (rec->op != OP_record || rec->stream != su) continue;
-        int64_t e = ir_attr_i(rec, "event", -1);
-        for (int w = r + 1; w < best; w++) {
-            const Node *wt = &g->nodes[w];
-            if (wt->op == OP_wait && wt->stream == sd && ir_attr_i(wt, "event", -2) == e) {
-                best = w;
-                break;
-            }
+    int n = g->nnodes, nrec = 0, cap = 16;
+    int64_t *rec = xcalloc((size_t)cap, sizeof(int64_t));
+    for (int w = u + 1; w < n; w++) {
+        const Node *nd = &g->nodes[w];
+        if (nd->op == OP_record && nd->stream == su) {
+            if (nrec == cap && !(rec = realloc(rec, sizeof(int64_t) * (size_t)(cap *= 2)))) ICE("out of memory");
+            rec[nrec++] = ir_attr_i(nd, "event", -1);
+        } else if (nd->op == OP_wait && nd->stream == sd && nrec) {
+            int64_t e = ir_attr_i(nd, "event", -2);
+            for (int k = nrec - 1; k >= 0; k--)
+                if (rec[k] == e) {
+                    free(rec);
+                    return w;
+                }
         }
     }
-    return best;
+    free(rec);
+    return n;
 }
 
 static int max_i(int a, int b) { return a > b ? a : b; }

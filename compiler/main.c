@@ -47,9 +47,14 @@
  *   --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES;
  *   --precision f32|bf16 (bf16 with --target cuda:sm_XX, and for dump, check,
  *     plan and run --interp; the CPU trainer is f32);
- *   --tp 1, --pp 1 (other values: not available yet);
+ *   --pp N --vpp V --pp-schedule S (plan: all) --pp-layers A,B,... (docs/pipeline.md);
+ *   --tp 1 (other values: not available yet);
  *   --device-profile FILE|NAME (profile.h; kiln plan prints it on its first line);
- *   --test-drop-event (tests only: the schedule forgets its first wait).
+ *   --offload none|all|F --offload-stages LIST --offload-min-bytes BYTES
+ *     (docs/offload.md);
+ *   --test-drop-event (tests only: the schedule forgets its first wait),
+ *   --test-offload-bug early-read (tests only: a backward reader keeps the
+ *     device copy of an offloaded value).
  *
  * User errors are one line on stderr and exit status 1.
  */
@@ -90,7 +95,9 @@ static void usage(FILE *f) {
           "        --precision f32|bf16 (bf16: the GPU's mixed precision, on with --target cuda; for dump/check/plan/run --interp too;\n"
           "        the CPU runs f32)\n"
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
-          "        --tp 1 (other values: not available yet)  --test-drop-event --test-pp-bug drop-tied|swap-recv (tests only)\n",
+          "        --offload none|all|F (F in (0,1]) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
+          "        --tp 1 (other values: not available yet)  --test-drop-event --test-pp-bug drop-tied|swap-recv\n"
+          "        --test-offload-bug early-read (tests only)\n",
           f);
 }
 
@@ -181,6 +188,30 @@ static void parse_pp_layers(Options *o, const char *v) {
         p = end + 1;
     }
     o->npp_layers = n;
+}
+
+/* --offload none|all|F: 0, 1, or F in (0,1]. */
+static double parse_offload(const char *v) {
+    if (strcmp(v, "none") == 0) return 0;
+    if (strcmp(v, "all") == 0) return 1;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x > 0 && x <= 1)) die("--offload: expected none, all or a fraction in (0,1], got \"%s\"", v);
+    return x;
+}
+
+/* --offload-stages 0,2: local virtual stage indices, a bit each (checked
+ * against the pipeline's virtual stages in check_args). */
+static uint64_t parse_offload_stages(const char *v) {
+    uint64_t mask = 0;
+    for (const char *p = v;; p++) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p || x < 0 || x > 63 || (*end && *end != ','))
+            die("--offload-stages: expected virtual stage indices like 0,1, got \"%s\"", v);
+        mask |= (uint64_t)1 << x;
+        if (!*(p = end)) return mask;
+    }
 }
 
 static double parse_bytes_flag(const char *flag, const char *v) {
@@ -295,6 +326,15 @@ static void parse_args(Args *a, int argc, char **argv) {
             const char *v = argv[++i];
             if (strcmp(v, "drop-tied") && strcmp(v, "swap-recv")) die("--test-pp-bug: expected drop-tied or swap-recv, got \"%s\"", v);
             a->o.pp_bug = strcmp(v, "drop-tied") == 0 ? 1 : 2;
+        } else if (strcmp(f, "--offload") == 0) {
+            a->o.offload = parse_offload(argv[++i]);
+        } else if (strcmp(f, "--offload-stages") == 0) {
+            a->o.offload_stages = parse_offload_stages(argv[++i]);
+        } else if (strcmp(f, "--offload-min-bytes") == 0) {
+            a->o.offload_min_bytes = parse_bytes_flag(f, argv[++i]);
+        } else if (strcmp(f, "--test-offload-bug") == 0) {
+            if (strcmp(argv[++i], "early-read")) die("--test-offload-bug: expected early-read, got \"%s\"", argv[i]);
+            a->o.offload_bug = 1;
         } else if (strcmp(f, "--tp") == 0) {
             if (parse_int_flag(f, argv[++i]) != 1) die("%s: this parallel axis is not available yet (only 1; --dp, --cp and --pp are)", f);
         } else die("%s: unknown flag", f);
@@ -334,12 +374,14 @@ static void check_args(Args *a) {
     if (a->timeline && a->o.pp_schedule == PS_COUNT) die("--timeline draws one schedule: not with --pp-schedule all");
     if (a->o.recompute == RC_UNSET && (a->o.pp_schedule == PS_COUNT || a->timeline))
         die("--recompute all: one table at a time (not with %s)", a->timeline ? "--timeline" : "--pp-schedule all");
+    int vstages = 1; /* virtual stages per rank (--pp-schedule all: the most any row runs) */
     if (a->o.pp > 1) { /* the schedule's own rules (m >= p, m % p for interleaved, --vpp per schedule); all: per row */
         PpPlan pl;
         char err[256];
         if (a->o.pp_schedule != PS_COUNT &&
             ppsched_build(&pl, (PpSchedule)a->o.pp_schedule, a->o.pp, a->o.vpp, a->o.micro_batches, err, sizeof err) != 0)
             die("%s", err);
+        vstages = a->o.pp_schedule == PS_COUNT ? (a->o.vpp > 2 ? a->o.vpp : 2) : pl.v;
         if (a->o.pp_schedule != PS_COUNT) ppsched_free(&pl);
         if (a->o.precision_bf16)
             die("--pp with --precision bf16%s: not yet (the bf16 step's transfers between stages); the CPU runs --pp in f32",
@@ -347,6 +389,9 @@ static void check_args(Args *a) {
     } else if (a->o.vpp > 1 || a->o.npp_layers) {
         die("%s: only with --pp 2 or more", a->o.vpp > 1 ? "--vpp" : "--pp-layers");
     }
+    for (int s = vstages; s < 64; s++)
+        if (a->o.offload_stages >> s & 1)
+            die("--offload-stages: virtual stage %d is out of range (each rank runs %d: 0..%d)", s, vstages, vstages - 1);
     if (a->o.zero != 0 && a->o.zero != 1) die("--zero: expected 0 (all-reduce) or 1 (distributed optimizer), got %d", a->o.zero);
     if (a->format && strcmp(a->format, "text") && strcmp(a->format, "dot"))
         die("--format: expected text or dot, got \"%s\"", a->format);

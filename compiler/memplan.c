@@ -9,7 +9,9 @@
  *           in the order backward produces them (the order a bucketed
  *           reduce-scatter wants them);
  *   opt     the state values (AdamW moments, the step counter);
- *   act     everything else, packed by liveness.
+ *   act     everything else, packed by liveness;
+ *   host    the outputs of `offload` (offload.c): saved activations waiting
+ *           in host memory between forward and backward, packed the same way.
  *
  * In-place updates.  The optimizer step computes a new value for every param
  * and state (AdamW's p', m', v', the step counter; under --zero 1 the
@@ -63,7 +65,9 @@
  *
  * The reports.  memplan_report is `kiln plan`'s table: each space's size,
  * the arena beside its lower bound and beside the model's activations
- * alone, and the phase where the most act bytes are live.
+ * alone, and the phase where the most act bytes are live; with --offload
+ * the host space and the act bound with and without the offloaded values
+ * on the device (kept_bound).
  * memplan_peak_report (`kiln plan --peak`) says what sets that peak: the
  * position, its op and model line, and every act buffer live there, largest
  * first, with the line that made it and why it is still live (its last
@@ -114,17 +118,19 @@ static int64_t best_fit(const Buf *placed, int np, const Buf *b) {
     return best >= 0 ? best : cur;
 }
 
-/* Pack the act buffers: every root that has no space yet.  A value that
- * takes over the buffer of an input it is written over (over[v] >= 0,
- * place_over) gets that input's place, which lives until both are done. */
-static void place_act(Graph *g, const MemLive *L, const int *over) {
+/* Pack the act buffers: every root that has no space yet, but the
+ * offloads' outputs, which go to the host space (packed the same way).  A
+ * value that takes over the buffer of an input it is written over
+ * (over[v] >= 0, place_over) gets that input's place, which lives until
+ * both are done. */
+static void place_packed(Graph *g, const MemLive *L, const int *over, int space) {
     Buf *bufs = xcalloc((size_t)g->nvals, sizeof(Buf)), *placed = xcalloc((size_t)g->nvals, sizeof(Buf));
     int *end = xcalloc((size_t)g->nvals + 1, sizeof(int)), nb = 0, np = 0;
     for (int v = 0; v < g->nvals; v++) end[v] = L->end[v];
     for (int v = 0; v < g->nvals; v++)
         if (over[v] >= 0 && L->end[v] > end[over[v]]) end[over[v]] = L->end[v]; /* over[] points at the first of a chain */
     for (int v = 0; v < g->nvals; v++)
-        if (L->root[v] == v && g->vals[v].space < 0 && over[v] < 0)
+        if (L->root[v] == v && g->vals[v].space < 0 && over[v] < 0 && (g->nodes[g->vals[v].def].op == OP_offload) == (space == SPACE_HOST))
             bufs[nb++] = (Buf){v, L->start[v], end[v], 0, align_up(ir_value_bytes(&g->vals[v]))};
     qsort(bufs, (size_t)nb, sizeof(Buf), by_size);
     for (int k = 0; k < nb; k++) {
@@ -135,7 +141,7 @@ static void place_act(Graph *g, const MemLive *L, const int *over) {
         memmove(placed + at + 1, placed + at, sizeof(Buf) * (size_t)(np - at));
         placed[at] = b;
         np++;
-        g->vals[b.v].space = SPACE_ACT;
+        g->vals[b.v].space = space;
         g->vals[b.v].offset = b.off;
     }
     for (int v = 0; v < g->nvals; v++)
@@ -252,7 +258,8 @@ static void plan_graph(Graph *g) {
     place_grads(g, &L, top);
     place_accumulate(g, &L);
     int *over = place_over(g, &L);
-    place_act(g, &L, over);
+    place_packed(g, &L, over, SPACE_HOST);
+    place_packed(g, &L, over, SPACE_ACT);
     free(over);
     for (int v = 0; v < g->nvals; v++) {
         int r = L.root[v];
@@ -357,6 +364,39 @@ static int64_t live_peak(const Graph *g, int activations) {
 }
 
 static int64_t stage_lower_bound(const Graph *g) { return live_peak(g, 0); }
+
+/* The ACT liveness bound had nothing been offloaded: each offloaded value
+ * stays on the device until its reload's last reader, and the reloads'
+ * buffers are not there.  *copies: the offloaded values. */
+static int64_t kept_bound(const Graph *g, int *copies) {
+    MemLive L;
+    ir_live_build(g, &L);
+    int *end = buf_ends(g, &L), *lastread = xcalloc((size_t)g->nvals + 1, sizeof(int));
+    char *gone = xcalloc((size_t)g->nvals + 1, 1);
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            if (L.root[g->nodes[i].in[k]] >= 0) lastread[L.root[g->nodes[i].in[k]]] = L.last[i];
+    *copies = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_reload) continue;
+        int y = L.root[n->out[0]], x = L.root[g->nodes[g->vals[n->in[0]].def].in[0]];
+        if (y < 0 || x < 0) continue;
+        end[x] = end[x] > lastread[y] ? end[x] : lastread[y];
+        gone[y] = 1, ++*copies;
+    }
+    int64_t *delta = xcalloc((size_t)g->nnodes + 2, sizeof(int64_t)), live = 0, peak = 0;
+    for (int v = 0; v < g->nvals; v++)
+        if (L.root[v] == v && g->vals[v].space == SPACE_ACT && !gone[v]) {
+            delta[L.start[v]] += ir_value_bytes(&g->vals[v]);
+            delta[end[v] + 1] -= ir_value_bytes(&g->vals[v]);
+        }
+    for (int i = 0; i <= g->nnodes; i++)
+        if ((live += delta[i]) > peak) peak = live;
+    free(end), free(lastread), free(gone), free(delta);
+    ir_live_free(&L);
+    return peak;
+}
 
 int64_t memplan_fwd_bwd_peak(const Module *m) {
     int64_t peak = 0;
@@ -628,6 +668,14 @@ void memplan_report(const Module *m, FILE *f) {
         put_bytes(f, "activations", a, note);
         put_bytes(f, "  of which model", live_peak(g, 1), "(peak of the forward/backward activations alone: what sequence length and cp change)");
         put_peak_phase(g, f);
+        int64_t host = stage_peak(g, SPACE_HOST);
+        if (host) { /* --offload: what went to the host, and the device bound it lowered */
+            int copies;
+            int64_t kept = kept_bound(g, &copies);
+            snprintf(note, sizeof note, "(%d values offloaded; device act bound %.2f MiB with offload, %.2f MiB without)", copies,
+                     (double)lb / (1 << 20), (double)kept / (1 << 20));
+            put_bytes(f, "host (offload)", host, note);
+        }
         put_bytes(f, "workspace", 0, "(scratch of library kernels beyond their outputs: none on the CPU)");
         put_bytes(f, "total", p + gr + o + a, NULL);
         if (ir_world(m) > 1) report_comm(m, g, f);

@@ -27,6 +27,7 @@ void opt_defaults(Options *o) {
     o->bucket_mb = 25;
     o->recompute = RC_GEMM_LAST;
     o->frontend_timeout = 10;
+    o->offload_min_bytes = 1 << 20; /* the seeds' system skips tensors under 1 MiB */
 }
 
 /* Where key's value came from: a --set of it or its shorthand flag

@@ -53,6 +53,17 @@ typedef struct {
     /* --device-profile FILE|NAME (profile.h): the device the costs are
      * taken from (offload's auto policy, the cost model); NULL: none given */
     const char *device_profile;
+    /* activation offload (offload.c, docs/offload.md): the fraction of each
+     * (rank, virtual stage, micro-batch)'s saved bytes sent to host memory
+     * (--offload none|all|F: 0, 1 or F in (0,1]), the virtual stages offloaded
+     * whole whatever the fraction (--offload-stages LIST: bit s = local
+     * virtual stage s), the smallest tensor offloaded (--offload-min-bytes,
+     * default 1 MiB) and a planted bug for the tests (--test-offload-bug
+     * early-read: 1, a backward reader keeps reading the device copy) */
+    double offload;
+    uint64_t offload_stages;
+    double offload_min_bytes;
+    int offload_bug;
 } Options;
 void opt_defaults(Options *o);
 /* The optimizer settings a trainer must not be compiled with, as its flags

@@ -17,6 +17,8 @@ int64_t recompute_saved_bytes(const Graph *g, int layer);
 /* pp.c: one program per pipeline rank, each its chunks' work unrolled in the
  * schedule's order (ppsched.h), send/recv between the ranks */
 void pass_pipeline(Module *m, const Options *o);
+/* offload.c: saved activations to host memory between forward and backward (docs/offload.md) */
+void pass_offload(Module *m, const Options *o);
 void pass_optimizer(Module *m, const Options *o); /* optimizer.c */
 void pass_precision(Module *m, const Options *o); /* precision.c: bf16 mixed precision (o->precision_bf16) */
 void pass_fuse(Module *m, const Options *o);      /* fuse.c: elementwise chains -> generated kernels */

@@ -16,6 +16,16 @@
  * passes (comm overlap, offload) will put collectives and copies on their own
  * streams with events and keep this file's shape: choose an order, then
  * ir_reorder, then number.
+ *
+ * Offload's copies (offload.c, docs/offload.md) run on the copy streams:
+ * `offload` on d2h, `reload` on h2d, where the offload pass put them, with
+ * the data edges' events as for any node, and three fences that let memplan
+ * reuse the bytes: {lag} nodes after an offload every other stream waits
+ * for it (the device buffer is free from there), before a reload every
+ * other stream records and h2d waits for them all (its buffer is written
+ * only after the earlier readers of those bytes), and before a comm-stream
+ * node that writes a buffer the comm stream waits for the copies issued so
+ * far (else ir_live_build counts that buffer live from the step's start).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -102,29 +112,104 @@ static int sync_node(Graph *g, Op op, int stream, int64_t event, const Node *at)
     return i;
 }
 
+/* The stream a node runs on: offload's device-to-host copy on the d2h
+ * stream, reload's host-to-device copy on h2d, collectives on the comm
+ * stream when they overlap, the rest on compute. */
+static int stream_for(const Node *n, int overlap) {
+    if (n->op == OP_offload) return IR_STREAM_D2H;
+    if (n->op == OP_reload) return IR_STREAM_H2D;
+    return overlap && (ir_ops[n->op].flags & F_COMM) ? IR_STREAM_COMM : IR_STREAM_COMPUTE;
+}
+
+/* The events of add_events: out[] (the final order), the next event and
+ * per event the streams that waited for it. */
+typedef struct {
+    Graph *g;
+    int *out, m, nev;
+    unsigned *waited, used; /* used: the streams that have nodes, a bit each */
+} Ev;
+
+static int new_event(Ev *E) {
+    if (!(E->waited = realloc(E->waited, sizeof(unsigned) * (size_t)(E->nev + 1)))) ICE("out of memory");
+    E->waited[E->nev] = 0;
+    return E->nev++;
+}
+
+/* Before a reload (node i): every other stream records where it is and the
+ * h2d stream waits for all of them, so the reload's device buffer is written
+ * only after everything issued before it (memplan reuses the bytes of
+ * buffers whose last readers came earlier on any stream). */
+static void reload_fence(Ev *E, int i) {
+    for (int t = 0; t < IR_NSTREAMS; t++) {
+        if (t == IR_STREAM_H2D || !(E->used >> t & 1)) continue;
+        int e = new_event(E);
+        E->out[E->m++] = sync_node(E->g, OP_record, t, e, &E->g->nodes[i]);
+        E->out[E->m++] = sync_node(E->g, OP_wait, IR_STREAM_H2D, e, &E->g->nodes[i]);
+        E->waited[e] |= 1u << IR_STREAM_H2D;
+    }
+}
+
+/* Before a comm-stream node that writes a buffer (a recv, a collective):
+ * the comm stream waits for the copy streams' work issued so far (dirty:
+ * the copy streams with nodes since the last such fence), so that buffer is
+ * not counted live from before the copies (ir_live_build pulls the start of
+ * a buffer written off the compute stream back to the last position of each
+ * stream its own stream has waited for). */
+static void comm_fence(Ev *E, int i, unsigned *dirty) {
+    for (int t = IR_STREAM_D2H; t <= IR_STREAM_H2D; t++) {
+        if (!(*dirty >> t & 1)) continue;
+        int e = new_event(E);
+        E->out[E->m++] = sync_node(E->g, OP_record, t, e, &E->g->nodes[i]);
+        E->out[E->m++] = sync_node(E->g, OP_wait, IR_STREAM_COMM, e, &E->g->nodes[i]);
+        E->waited[e] |= 1u << IR_STREAM_COMM;
+    }
+    *dirty = 0;
+}
+
+/* {lag} nodes after an offload (node i, its event e): every other stream
+ * waits for the copy, and from there the offloaded value's device buffer is
+ * free (ir_live_build: a read off the compute stream ends when every other
+ * stream has waited for it). */
+static void release_fence(Ev *E, int i, int e) {
+    for (int t = 0; t < IR_NSTREAMS; t++) {
+        if (t == IR_STREAM_D2H || !(E->used >> t & 1) || (E->waited[e] >> t & 1)) continue;
+        E->waited[e] |= 1u << t;
+        E->out[E->m++] = sync_node(E->g, OP_wait, t, e, &E->g->nodes[i]);
+    }
+}
+
 /* Streams, and the events between them: a node whose input comes from
  * another stream waits (once per stream) for an event its producer's
- * stream records right after the producer. */
+ * stream records right after the producer.  Offload's copies add three fences
+ * (reload_fence, release_fence, comm_fence). */
 static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_wait, int **final, int *nfinal) {
     int *stream = malloc(sizeof(int) * (size_t)(n ? n : 1)), *event = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    int *due = malloc(sizeof(int) * (size_t)(n ? n : 1)); /* per order index: an offload released there, or -1 */
     char *cross = calloc((size_t)(n ? n : 1), 1);
-    if (!stream || !event || !cross) ICE("out of memory");
+    if (!stream || !event || !cross || !due) ICE("out of memory");
+    Ev E = {.g = g, .out = malloc(sizeof(int) * (size_t)(16 * n + 16))};
+    if (!E.out) ICE("out of memory");
     for (int i = 0; i < n; i++) {
-        stream[i] = overlap && (ir_ops[g->nodes[i].op].flags & F_COMM) ? IR_STREAM_COMM : IR_STREAM_COMPUTE;
-        event[i] = -1;
+        stream[i] = stream_for(&g->nodes[i], overlap);
+        event[i] = due[i] = -1;
+        cross[i] = g->nodes[i].op == OP_offload; /* its release fence waits for it */
+        E.used |= 1u << stream[i];
     }
     for (int i = 0; i < n; i++)
         for (int k = 0; k < g->nodes[i].nin; k++) {
             int p = g->vals[g->nodes[i].in[k]].def;
             if (p >= 0 && stream[p] != stream[i]) cross[p] = 1;
         }
-    int cap = 3 * n + 1, m = 0, nev = 0, dropped = !drop_first_wait;
-    int *out = malloc(sizeof(int) * (size_t)cap);
-    unsigned *waited = NULL; /* per event: bit s = stream s waited */
-    if (!out) ICE("out of memory");
+    unsigned dirty = 0; /* comm_fence */
+    int dropped = !drop_first_wait, npend = 0, *pend = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (!pend) ICE("out of memory");
     for (int j = 0, end = 0; j < n; j++) {
         int i = order[j];
         g->nodes[i].stream = stream[i];
+        if (due[j] >= 0) release_fence(&E, due[j], event[due[j]]);
+        if (g->nodes[i].op == OP_reload) reload_fence(&E, i);
+        if (stream[i] == IR_STREAM_COMM && g->nodes[i].nout) comm_fence(&E, i, &dirty);
+        if (stream[i] == IR_STREAM_D2H || stream[i] == IR_STREAM_H2D) dirty |= 1u << stream[i];
         if (j >= end) { /* a fused group is one kernel: its members' waits go before its first member */
             int grp = ir_fused_group(&g->nodes[i]);
             for (end = j + 1; grp >= 0 && end < n && ir_fused_group(&g->nodes[order[end]]) == grp;) end++;
@@ -132,23 +217,31 @@ static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_
                 const Node *q = &g->nodes[order[e]];
                 for (int k = 0; k < q->nin; k++) {
                     int p = g->vals[q->in[k]].def, sq = stream[order[e]];
-                    if (p < 0 || stream[p] == sq || (waited[event[p]] >> sq & 1)) continue;
-                    waited[event[p]] |= 1u << sq;
+                    if (p < 0 || stream[p] == sq || (E.waited[event[p]] >> sq & 1)) continue;
+                    E.waited[event[p]] |= 1u << sq;
                     if (!dropped) { dropped = 1; continue; } /* --test-drop-event: forget this wait */
-                    out[m++] = sync_node(g, OP_wait, sq, event[p], q);
+                    E.out[E.m++] = sync_node(g, OP_wait, sq, event[p], q);
                 }
             }
         }
-        out[m++] = i;
-        if (cross[i]) {
-            event[i] = nev++;
-            if (!(waited = realloc(waited, sizeof(unsigned) * (size_t)nev))) ICE("out of memory");
-            waited[event[i]] = 0;
-            out[m++] = sync_node(g, OP_record, stream[i], event[i], &g->nodes[i]);
+        E.out[E.m++] = i;
+        if (cross[i]) pend[npend++] = i;
+        for (int q = 0; j + 1 >= end && q < npend; q++) { /* records after the whole fused group */
+            event[pend[q]] = new_event(&E);
+            E.out[E.m++] = sync_node(g, OP_record, stream[pend[q]], event[pend[q]], &g->nodes[pend[q]]);
+        }
+        if (j + 1 >= end) npend = 0;
+        if (g->nodes[i].op == OP_offload) { /* released {lag} nodes later (at the end at the latest) */
+            int64_t lag = ir_attr_i(&g->nodes[i], "lag", 1), at = lag < n - j ? j + (lag > 1 ? lag : 1) : n - 1;
+            while (at < n && (due[at] >= 0 || (ir_fused_group(&g->nodes[order[at]]) >= 0 &&
+                                               ir_fused_group(&g->nodes[order[at]]) == ir_fused_group(&g->nodes[order[at - 1]]))))
+                at++; /* not inside a fused group */
+            if (at > j && at < n) due[at] = i;
+            else release_fence(&E, i, event[i]); /* no node left: right away */
         }
     }
-    free(stream), free(event), free(cross), free(waited);
-    *final = out, *nfinal = m;
+    free(stream), free(event), free(cross), free(due), free(pend), free(E.waited);
+    *final = E.out, *nfinal = E.m;
 }
 
 static void schedule_graph(Graph *g, const Options *o) {

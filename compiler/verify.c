@@ -41,6 +41,9 @@
  *     when it is a computed value that nothing reads after the op begins
  *     (the same ir_inplace_conflict); such values are checked against the
  *     other buffers over their own lifetimes;
+ *   - offload (offload.c): no node reads a value after its `offload` to the
+ *     host (its device buffer is free from there; readers read the reload),
+ *     and after memplan the host space holds exactly the offloads' outputs;
  *   - a module marked recompute=gemm-last has no GEMM and no attention
  *     (no EXPENSIVE op) in phase recompute;
  *   - a module with several pipeline stages (one graph per pp rank): the
@@ -211,6 +214,28 @@ static int check_values(Checker *c) {
             return bad(c, v->def, "%%%d claims to be output %d of this node but is not", id, v->defout);
     }
     return 0;
+}
+
+/* ---- offload (offload.c) ---- */
+
+/* After `offload` copies x to the host, x's device buffer is free: no node
+ * after the offload may read x (its readers read the reload). */
+static int check_offloaded(Checker *c) {
+    const Graph *g = c->g;
+    int *off = xcalloc((size_t)g->nvals + 1, sizeof(int)), rc = 0;
+    for (int v = 0; v < g->nvals; v++) off[v] = -1;
+    for (int i = 0; i < g->nnodes && !rc; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nin && !rc; k++) {
+            int o = off[n->in[k]];
+            if (o >= 0)
+                rc = bad(c, i, "reads %%%d after its offload to the host (node %d, %s:%d): from there its device buffer is free, read the reload",
+                         n->in[k], o, g->nodes[o].loc.file ? g->nodes[o].loc.file : "?", g->nodes[o].loc.line);
+        }
+        if (n->op == OP_offload) off[n->in[0]] = i;
+    }
+    free(off);
+    return rc;
 }
 
 /* ---- fused groups ---- */
@@ -443,6 +468,8 @@ static int check_places(Checker *c, const MemLive *L) {
                        (long long)x->offset, r, ir_space_name(g->vals[r].space), (long long)g->vals[r].offset);
         if ((n->op == OP_param && x->space != SPACE_PARAMS) || (n->op == OP_state && x->space != SPACE_OPT))
             return bad(c, d, "%%%d is a %s but lives in the %s space", v, ir_ops[n->op].name, ir_space_name(x->space));
+        if ((n->op == OP_offload) != (x->space == SPACE_HOST))
+            return bad(c, d, "%%%d lives in the %s space, but the host space holds exactly the offloads' outputs", v, ir_space_name(x->space));
     }
     return 0;
 }
@@ -572,7 +599,7 @@ static int verify_graph(const Graph *g, const char *src, const int *lines, char 
     for (int i = 0; i < g->nnodes; i++)
         if (check_node(&c, i)) return -1;
     if (check_values(&c)) return -1;
-    return check_groups(&c) || check_schedule(&c) || check_plan(&c) ? -1 : 0;
+    return check_offloaded(&c) || check_groups(&c) || check_schedule(&c) || check_plan(&c) ? -1 : 0;
 }
 
 int ir_verify(const Graph *g, char *err, size_t errlen) { return verify_graph(g, NULL, NULL, err, errlen); }

@@ -277,6 +277,7 @@ static int check_parallel(Args *a) {
     Args ref = *a;
     ref.o.dp = 1, ref.o.micro_batches = 1, ref.o.cp = 1, ref.o.pp = 1, ref.o.vpp = 0, ref.o.npp_layers = 0, ref.o.pp_bug = 0;
     ref.o.recompute = RC_NONE, ref.o.memory_budget = 0; /* the reference saves everything */
+    ref.o.offload = 0, ref.o.offload_stages = 0, ref.o.offload_bug = 0; /* ... on the device */
     Module *m1 = compile(&ref), *mp = compile(a);
     Graph *g1 = m1->stages[0];
     Interp *it1 = interp_new(m1, 1), *itp = interp_new(mp, 1);
@@ -298,11 +299,16 @@ static int check_parallel(Args *a) {
     }
     char pp[96] = "";
     if (mp->mesh[0] > 1) snprintf(pp, sizeof pp, " --pp %d --vpp %d --pp-schedule %s", mp->mesh[0], a->o.vpp ? a->o.vpp : a->o.pp_schedule == PS_ZBV || a->o.pp_schedule == PS_INTERLEAVED ? 2 : 1, pp_schedule_names[a->o.pp_schedule]);
-    printf("check %s%s --dp %d --cp %d%s%s --micro-batches %d --zero %d --recompute %s: %s; %d ranks, 2 steps; loss %.12f, %.12f; "
+    char off[96] = ""; /* --offload: how many values went to the host and back */
+    int ncopies = 0;
+    for (int s = 0; s < mp->nstages; s++)
+        for (int i = 0; i < mp->stages[s]->nnodes; i++) ncopies += mp->stages[s]->nodes[i].op == OP_offload;
+    if (a->o.offload > 0 || a->o.offload_stages) snprintf(off, sizeof off, " --offload %g (%d values offloaded)", a->o.offload, ncopies);
+    printf("check %s%s --dp %d --cp %d%s%s --micro-batches %d --zero %d --recompute %s%s: %s; %d ranks, 2 steps; loss %.12f, %.12f; "
            "%d tensors compared with the single-device program, worst err %.2g (%s; tolerance %.0e of the group's largest value), %d mismatched\n",
            a->model, pp, mp->mesh[1], mp->mesh[2], a->o.cp_contiguous ? " --cp-layout contiguous" : "",
            mp->mesh[2] > 1 ? (a->o.cp_comm ? " --cp-comm p2p" : " --cp-comm allgather") : "", a->o.micro_batches, a->o.zero,
-           ir_recompute_names[mp->recompute],
+           ir_recompute_names[mp->recompute], off,
            a->o.precision_bf16 ? "precision bf16 program, both in f64 (casts exact: the sharding is checked, not the roundings)"
                                : "precision f32 program, both in f64",
            world, loss[0], loss[1], w.checked, w.err, w.name, tol, w.bad);
@@ -316,7 +322,8 @@ static int check_parallel(Args *a) {
 /* ---- kiln check: the same step in f32 and f64 on the same random inputs ---- */
 
 int cmd_check(Args *a) {
-    if (a->o.dp > 1 || a->o.micro_batches > 1 || a->o.cp > 1 || a->o.pp > 1) return check_parallel(a);
+    if (a->o.dp > 1 || a->o.micro_batches > 1 || a->o.cp > 1 || a->o.pp > 1 || a->o.offload > 0 || a->o.offload_stages)
+        return check_parallel(a);
     Module *m = compile(a);
     Graph *g = m->stages[0];
     Interp *it[2];

@@ -6,8 +6,8 @@
  * pass, so a pass that breaks an invariant is named at once ("verifier
  * failed after fuse: ...").
  *
- *   train:    autodiff, parallelize, recompute, pipeline, optimizer, precision, fuse,
- *             schedule, memplan — the step every command but sample compiles
+ *   train:    autodiff, parallelize, recompute, pipeline, offload, optimizer, precision,
+ *             fuse, schedule, memplan — the step every command but sample compiles
  *             (`--after PASS` stops there, for kiln dump)
  *   forward:  forward (keep what output "logits" needs: no loss, no autodiff,
  *             no optimizer), then the same fuse, schedule and memplan —
@@ -40,6 +40,7 @@ static const Pass train_passes[] = {
     {"parallelize", pass_parallelize},
     {"recompute", pass_recompute},
     {"pipeline", pass_pipeline},
+    {"offload", pass_offload},
     {"optimizer", pass_optimizer},
     {"precision", pass_precision},
     {"fuse", pass_fuse},

@@ -94,8 +94,8 @@ static int64_t f64_bits(double d) {
  * IR names its spaces itself, so it need not know the ABI; -1 stays -1. */
 static int rt_space_of(int space) {
     static const int rt[SPACE_COUNT] = {[SPACE_PARAMS] = RT_SPACE_PARAMS, [SPACE_GRADS] = RT_SPACE_GRADS,
-                                        [SPACE_OPT] = RT_SPACE_OPT, [SPACE_ACT] = RT_SPACE_ACT};
-    _Static_assert((int)SPACE_COUNT == (int)RT_NSPACES, "every IR space has a runtime space");
+                                        [SPACE_OPT] = RT_SPACE_OPT, [SPACE_ACT] = RT_SPACE_ACT, [SPACE_HOST] = -1};
+    _Static_assert((int)SPACE_COUNT == (int)RT_NSPACES + 1, "every IR space but host (offload, refused) has a runtime space");
     return space >= 0 && space < SPACE_COUNT ? rt[space] : -1;
 }
 
@@ -769,6 +769,7 @@ static void emit_step(Em *e) {
     e->ctx = LLVMGetParam(e->step, 0);
     LLVMValueRef spaces = LLVMGetParam(e->step, 1);
     for (int s = 0; s < SPACE_COUNT; s++) {
+        if (rt_space_of(s) < 0) continue; /* the host space: refused (refuse_offload) */
         LLVMValueRef idx = I64(e, rt_space_of(s));
         e->base[s] = LLVMBuildLoad2(b, e->tp8, LLVMBuildInBoundsGEP2(b, e->tp8, spaces, &idx, 1, ""), "");
     }
@@ -1168,7 +1169,16 @@ static void emit_table(Em *e) {
 /* emit_priv.h: the order, the groups, the schedule, the device's kernels
  * (the CPU's from emit_llvm.c; CUDA's only numbered here, emit_cuda.c
  * writes them), then the step that launches them and the table. */
+/* Offload's copies (F_COPY) need the runtime's host space and copy streams,
+ * which do not exist yet: one line at the first copy, exit 1. */
+static void refuse_offload(const Em *e) {
+    for (int i = 0; i < e->g->nnodes; i++)
+        if (ir_ops[e->g->nodes[i].op].flags & F_COPY)
+            error_at(e->g->nodes[i].loc, "--offload: not yet supported by the CPU and CUDA back ends; kiln check and kiln plan run it");
+}
+
 void em_host_program(Em *e) {
+    refuse_offload(e);
     program_order(e);
     kg_collect(&e->kg, e->g, e->order, e->norder);
     collect_schedule(e);

@@ -1,0 +1,223 @@
+/* offload.c — activation offload: saved activations wait in host memory
+ * between their forward and their backward (issue 19, docs/offload.md).
+ *
+ * A *saved activation* is a value computed in forward from the step's data
+ * (the inputs, or what a pipeline rank receives) that a backward, recompute
+ * or weight-gradient node reads: it stays on the device from its forward
+ * until its backward, and in a pipeline's first stages that is up to p
+ * micro-batches long.  This pass, after `pipeline` (one graph per rank, each
+ * its actions unrolled) and before the optimizer, chooses some of them and
+ * rewires each chosen x:
+ *
+ *     x ... last forward reader of x   offload(x)      (d2h stream)
+ *     ...                              reload(host)    (h2d stream), OFFLOAD_PREFETCH
+ *     ... first backward reader        reads reload    nodes before its first backward reader
+ *
+ * so x's device buffer is free between the offload's copy and the reload.
+ * The schedule puts the copies on their streams with events (schedule.c:
+ * the other streams wait for the offload OFFLOAD_PREFETCH nodes after it,
+ * its {lag}; the h2d stream waits for the others where the reload is issued),
+ * memplan puts the offload's output in the host space, and the verifier
+ * rejects any read of x after its offload (verify.c).
+ *
+ * What is a candidate: a saved activation that is no param, state, input or
+ * constant (a received value is one), is not read by an output or the
+ * optimizer, whose forward readers all come before its first backward
+ * reader, of at least --offload-min-bytes (1 MiB: the seeds' system skips
+ * smaller tensors; the tests lower it), whose forward-to-backward gap is at
+ * least 2·OFFLOAD_PREFETCH nodes (a shorter one hides no copy), and, with
+ * --pp, not of the model's last chunk (its backward follows its forward at
+ * once; the Kuaishou system never offloads it either).
+ *
+ * The policy (--offload none|all|F, --offload-stages LIST): `all` takes
+ * every candidate; a fraction F takes, in each (rank, virtual stage,
+ * micro-batch), the largest candidates first (ties in program order) until
+ * their bytes reach F of that group's candidate bytes, so every micro-batch
+ * of a virtual stage offloads the same tensors and at least F of its bytes;
+ * a virtual stage named by --offload-stages offloads all its candidates
+ * whatever the policy.  `auto` (a fraction from a device profile) is the
+ * profile's business (issue 19, compiler/profile.c), not this file's.
+ *
+ * --test-offload-bug early-read leaves the last backward reader of the first
+ * offloaded value reading the device copy: the verifier must reject it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "live.h"
+#include "passes.h"
+#include "ppsched.h"
+
+/* Nodes of the rank's program: the reload is issued this many nodes before
+ * the first backward reader, and the device buffer is released (the other
+ * streams wait for the d2h copy) this many nodes after the offload. */
+#define OFFLOAD_PREFETCH 8
+
+typedef struct {
+    int v, lastf, firstb, group;
+    int64_t bytes;
+} Cand;
+
+typedef struct {
+    Graph *g;
+    const Options *o;
+    int *lastf, *firstb; /* per value: last forward reader, first backward reader (-1 / nnodes: none) */
+    char *data, *bad;    /* per value: computed from the data; read where it cannot leave */
+    int last_rank, last_vstage; /* the model's last chunk (pp > 1; -1 otherwise) */
+} Off;
+
+static int bwd_phase(Phase p) { return p == PH_BWD || p == PH_RECOMPUTE || p == PH_WGRAD; }
+
+/* Readers, data and the values that must stay (read by an output or the optimizer). */
+static void scan(Off *S) {
+    const Graph *g = S->g;
+    for (int v = 0; v < g->nvals; v++) S->lastf[v] = -1, S->firstb[v] = g->nnodes;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        unsigned fl = ir_ops[n->op].flags;
+        int d = n->op == OP_input || ((fl & F_SOURCE) && (fl & F_COMM));
+        for (int k = 0; k < n->nin; k++) {
+            int v = n->in[k];
+            d |= S->data[v];
+            if (n->op == OP_output || n->phase == PH_OPT) S->bad[v] = 1;
+            else if (bwd_phase(n->phase)) S->firstb[v] = S->firstb[v] < i ? S->firstb[v] : i;
+            else S->lastf[v] = i;
+        }
+        for (int k = 0; k < n->nout; k++) S->data[n->out[k]] = (char)d;
+    }
+}
+
+static int is_candidate(const Off *S, int rank, int v) {
+    const Graph *g = S->g;
+    const Value *x = &g->vals[v];
+    if (x->def < 0) return 0;
+    const Node *d = &g->nodes[x->def];
+    unsigned fl = ir_ops[d->op].flags;
+    int from = S->lastf[v] > x->def ? S->lastf[v] : x->def;
+    if (d->phase != PH_FWD || !S->data[v] || S->bad[v] || ((fl & F_SOURCE) && !(fl & F_COMM))) return 0;
+    if (S->firstb[v] >= g->nnodes || S->lastf[v] > S->firstb[v] || S->firstb[v] - from < 2 * OFFLOAD_PREFETCH) return 0;
+    if ((double)ir_value_bytes(x) < S->o->offload_min_bytes) return 0;
+    return !(rank == S->last_rank && d->vstage == S->last_vstage);
+}
+
+static int by_group_size(const void *a, const void *b) {
+    const Cand *x = a, *y = b;
+    if (x->group != y->group) return x->group - y->group;
+    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+    return x->v - y->v;
+}
+
+/* The policy: which candidates go (take[k]). */
+static void choose(const Off *S, Cand *c, int nc, char *take) {
+    qsort(c, (size_t)nc, sizeof(Cand), by_group_size);
+    for (int a = 0, b; a < nc; a = b) {
+        int64_t total = 0, sum = 0;
+        for (b = a; b < nc && c[b].group == c[a].group; b++) total += c[b].bytes;
+        int vstage = S->g->nodes[S->g->vals[c[a].v].def].vstage;
+        int forced = vstage < 64 && (S->o->offload_stages >> vstage & 1);
+        for (int k = a; k < b; k++) {
+            take[k] = forced || (S->o->offload > 0 && (double)sum < S->o->offload * (double)total);
+            if (take[k]) sum += c[k].bytes;
+        }
+    }
+}
+
+/* Build offload and reload for c; their places go into after[] (the
+ * offload's) and before[] (the reload's), the reload's output into repl[]. */
+static void build_copies(Off *S, const Cand *c, int *after, int *before, int *repl) {
+    Graph *g = S->g;
+    const Node *d = &g->nodes[g->vals[c->v].def];
+    int stage = d->stage, vstage = d->vstage, mb = d->mb;
+    Builder b = {.g = g, .pass = "offload", .loc = d->loc, .layer = d->layer, .phase = PH_FWD};
+    Attr lag = ir_attr_int(g->m, "lag", OFFLOAD_PREFETCH);
+    int o = ir_build(&b, OP_offload, 1, &c->v, 1, &lag, NULL);
+    b.phase = PH_BWD;
+    int r = ir_build1(&b, OP_reload, ir_out(g, o), 0, NULL), rn = g->vals[r].def;
+    g->nodes[o].stage = g->nodes[rn].stage = stage;
+    g->nodes[o].vstage = g->nodes[rn].vstage = vstage;
+    g->nodes[o].mb = g->nodes[rn].mb = mb;
+    int from = c->lastf > g->vals[c->v].def ? c->lastf : g->vals[c->v].def, at = c->firstb - OFFLOAD_PREFETCH;
+    after[o] = from;
+    before[rn] = at > from + 1 ? at : from + 1;
+    repl[c->v] = r;
+}
+
+/* Every backward reader (the old nodes from the value's first backward
+ * reader on) reads the reload; under the planted bug the last reader of
+ * value keep keeps reading the device copy. */
+static void rewire(Off *S, int n0, const int *repl, int keep) {
+    Graph *g = S->g;
+    int last = -1;
+    for (int i = 0; keep >= 0 && i < n0; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++)
+            if (g->nodes[i].in[k] == keep) last = i;
+    for (int i = 0; i < n0; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            int v = g->nodes[i].in[k];
+            if (repl[v] >= 0 && i >= S->firstb[v] && i != last) g->nodes[i].in[k] = repl[v];
+        }
+}
+
+/* The new order: every old node, each offload right after its place, each
+ * reload right before its place (new nodes are the ones from n0 on). */
+static void place(Graph *g, int n0, const int *after, const int *before) {
+    int n = g->nnodes, k = 0;
+    int *order = xcalloc((size_t)n, sizeof(int)), *first = xcalloc((size_t)n0 * 2 + 2, sizeof(int)), *next = xcalloc((size_t)n, sizeof(int));
+    for (int i = 0; i < 2 * n0 + 2; i++) first[i] = -1;
+    for (int j = n - 1; j >= n0; j--) { /* slot 2i: before node i, 2i+1: after it; in creation order */
+        int slot = g->nodes[j].op == OP_reload ? 2 * before[j] : 2 * after[j] + 1;
+        next[j] = first[slot], first[slot] = j;
+    }
+    for (int i = 0; i < n0; i++) {
+        for (int j = first[2 * i]; j >= 0; j = next[j]) order[k++] = j;
+        order[k++] = i;
+        for (int j = first[2 * i + 1]; j >= 0; j = next[j]) order[k++] = j;
+    }
+    if (k != n) ICE("offload: placed %d of %d nodes", k, n);
+    ir_reorder(g, order);
+    free(order), free(first), free(next);
+}
+
+static void offload_graph(Module *m, int rank, const Options *o, int last_rank, int last_vstage) {
+    Graph *g = m->stages[rank];
+    int nv = g->nvals, n0 = g->nnodes;
+    Off S = {g, o, xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, 1), xcalloc((size_t)nv, 1),
+             last_rank, last_vstage};
+    scan(&S);
+    Cand *c = xcalloc((size_t)nv, sizeof(Cand));
+    int nc = 0;
+    for (int v = 0; v < nv; v++)
+        if (is_candidate(&S, rank, v)) {
+            const Node *d = &g->nodes[g->vals[v].def];
+            c[nc++] = (Cand){v, S.lastf[v], S.firstb[v], d->vstage * 65536 + d->mb, ir_value_bytes(&g->vals[v])};
+        }
+    char *take = xcalloc((size_t)nc + 1, 1);
+    choose(&S, c, nc, take);
+    int nt = 0;
+    for (int k = 0; k < nc; k++) nt += take[k];
+    int *after = xcalloc((size_t)(n0 + 2 * nt), sizeof(int)), *before = xcalloc((size_t)(n0 + 2 * nt), sizeof(int));
+    int *repl = xcalloc((size_t)nv, sizeof(int)), keep = -1;
+    for (int v = 0; v < nv; v++) repl[v] = -1;
+    for (int k = 0; k < nc; k++)
+        if (take[k]) {
+            if (o->offload_bug && keep < 0) keep = c[k].v;
+            build_copies(&S, &c[k], after, before, repl);
+        }
+    rewire(&S, n0, repl, keep);
+    if (nt) place(g, n0, after, before);
+    free(S.lastf), free(S.firstb), free(S.data), free(S.bad), free(c), free(take), free(after), free(before), free(repl);
+}
+
+void pass_offload(Module *m, const Options *o) {
+    if (o->offload <= 0 && !o->offload_stages) return;
+    int last_rank = -1, last_vstage = -1;
+    if (m->nstages > 1) {
+        PpPlan pl;
+        char err[256];
+        if (ppsched_build(&pl, (PpSchedule)o->pp_schedule, o->pp, o->vpp, o->micro_batches, err, sizeof err) != 0) ICE("offload: %s", err);
+        int last = pl.p * pl.v - 1;
+        last_rank = pp_chunk_rank(&pl, last), last_vstage = pp_chunk_vstage(&pl, last);
+        ppsched_free(&pl);
+    }
+    for (int s = 0; s < m->nstages; s++) offload_graph(m, s, o, last_rank, last_vstage);
+}
