@@ -50,7 +50,7 @@
  *   --pp N --vpp V --pp-schedule S (plan: all) --pp-layers A,B,... (docs/pipeline.md);
  *   --tp 1 (other values: not available yet);
  *   --device-profile FILE|NAME (profile.h; kiln plan prints it on its first line);
- *   --offload none|all|F --offload-stages LIST --offload-min-bytes BYTES
+ *   --offload none|all|auto|F --offload-stages LIST --offload-min-bytes BYTES
  *     (docs/offload.md);
  *   --test-drop-event (tests only: the schedule forgets its first wait),
  *   --test-offload-bug early-read (tests only: a backward reader keeps the
@@ -95,7 +95,7 @@ static void usage(FILE *f) {
           "        --precision f32|bf16 (bf16: the GPU's mixed precision, on with --target cuda; for dump/check/plan/run --interp too;\n"
           "        the CPU runs f32)\n"
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
-          "        --offload none|all|F (F in (0,1]) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
+          "        --offload none|all|auto|F (F in (0,1]; auto: from --device-profile, default cpu) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
           "        --tp 1 (other values: not available yet)  --test-drop-event --test-pp-bug drop-tied|swap-recv\n"
           "        --test-offload-bug early-read (tests only)\n",
           f);
@@ -190,13 +190,14 @@ static void parse_pp_layers(Options *o, const char *v) {
     o->npp_layers = n;
 }
 
-/* --offload none|all|F: 0, 1, or F in (0,1]. */
+/* --offload none|all|auto|F: 0, 1, OFFLOAD_AUTO, or F in (0,1]. */
 static double parse_offload(const char *v) {
     if (strcmp(v, "none") == 0) return 0;
     if (strcmp(v, "all") == 0) return 1;
+    if (strcmp(v, "auto") == 0) return OFFLOAD_AUTO;
     char *end;
     double x = strtod(v, &end);
-    if (end == v || *end || !(x > 0 && x <= 1)) die("--offload: expected none, all or a fraction in (0,1], got \"%s\"", v);
+    if (end == v || *end || !(x > 0 && x <= 1)) die("--offload: expected none, all, auto or a fraction in (0,1], got \"%s\"", v);
     return x;
 }
 

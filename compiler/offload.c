@@ -35,8 +35,17 @@
  * their bytes reach F of that group's candidate bytes, so every micro-batch
  * of a virtual stage offloads the same tensors and at least F of its bytes;
  * a virtual stage named by --offload-stages offloads all its candidates
- * whatever the policy.  `auto` (a fraction from a device profile) is the
- * profile's business (issue 19, compiler/profile.c), not this file's.
+ * whatever the policy.  `auto` picks the fraction per group from the device
+ * profile (--device-profile, default cpu): the largest α whose two copies,
+ * (α·bytes/d2h + α·bytes/h2d)/2, fit in the compute the group's tensors
+ * wait through — the profile's seconds of the program's nodes between the
+ * group's last forward reader and its first backward reader, the shortest
+ * over its tensors (PipeOffload's condition, profile.h
+ * offload_auto_fraction) — largest tensors first, each that still fits in
+ * α of the bytes (at most α, where a fraction F takes at least F).  A node's seconds: GEMMs and attention by FLOPs
+ * at the profile's peak and GEMM efficiency, the rest by the bytes they read
+ * and write at its memory bandwidth, each plus a launch; communication
+ * counts 0 (it hides nothing).
  *
  * --test-offload-bug early-read leaves the last backward reader of the first
  * offloaded value reading the device copy: the verifier must reject it.
@@ -47,6 +56,7 @@
 #include "live.h"
 #include "passes.h"
 #include "ppsched.h"
+#include "profile.h"
 
 /* Nodes of the rank's program: the reload is issued this many nodes before
  * the first backward reader, and the device buffer is released (the other
@@ -64,7 +74,22 @@ typedef struct {
     int *lastf, *firstb; /* per value: last forward reader, first backward reader (-1 / nnodes: none) */
     char *data, *bad;    /* per value: computed from the data; read where it cannot leave */
     int last_rank, last_vstage; /* the model's last chunk (pp > 1; -1 otherwise) */
+    const Profile *prof;        /* --offload auto: the device's */
+    double *sec;                /* --offload auto: seconds of nodes 0..i-1 (nnodes+1) */
 } Off;
+
+/* The profile's seconds for node n (see the top of the file). */
+static double node_seconds(const Profile *p, const Graph *g, const Node *n) {
+    unsigned fl = ir_ops[n->op].flags;
+    if (fl & (F_SOURCE | F_SINK | F_COMM | F_SYNC | F_VIEW)) return 0;
+    DType dt = n->nout ? g->vals[n->out[0]].t.dt : DT_F32;
+    double flops = ir_node_flops(g, n), peak = dt == DT_BF16 ? p->peak_flops_bf16 : p->peak_flops_f32;
+    if (fl & (F_GEMM | F_EXPENSIVE)) return flops / (peak * profile_gemm_eff(p, flops / 2)) + p->launch_s;
+    double bytes = 0;
+    for (int k = 0; k < n->nin; k++) bytes += (double)ir_value_bytes(&g->vals[n->in[k]]);
+    for (int k = 0; k < n->nout; k++) bytes += (double)ir_value_bytes(&g->vals[n->out[k]]);
+    return bytes / p->mem_bw + p->launch_s;
+}
 
 static int bwd_phase(Phase p) { return p == PH_BWD || p == PH_RECOMPUTE || p == PH_WGRAD; }
 
@@ -115,8 +140,19 @@ static void choose(const Off *S, Cand *c, int nc, char *take) {
         for (b = a; b < nc && c[b].group == c[a].group; b++) total += c[b].bytes;
         int vstage = S->g->nodes[S->g->vals[c[a].v].def].vstage;
         int forced = vstage < 64 && (S->o->offload_stages >> vstage & 1);
-        for (int k = a; k < b; k++) {
-            take[k] = forced || (S->o->offload > 0 && (double)sum < S->o->offload * (double)total);
+        double frac = S->o->offload;
+        if (S->prof) { /* auto: what the group's shortest wait hides */
+            double hide = 1e300;
+            for (int k = a; k < b; k++) {
+                int from = c[k].lastf > S->g->vals[c[k].v].def ? c[k].lastf : S->g->vals[c[k].v].def;
+                double t = S->sec[c[k].firstb] - S->sec[from + 1];
+                hide = t < hide ? t : hide;
+            }
+            frac = offload_auto_fraction(S->prof, (double)total, hide);
+        }
+        for (int k = a; k < b; k++) { /* a fraction: at least F of the bytes; auto: at most α (the copies must fit) */
+            int fits = S->prof ? (double)(sum + c[k].bytes) <= frac * (double)total : frac > 0 && (double)sum < frac * (double)total;
+            take[k] = forced || fits;
             if (take[k]) sum += c[k].bytes;
         }
     }
@@ -178,11 +214,12 @@ static void place(Graph *g, int n0, const int *after, const int *before) {
     free(order), free(first), free(next);
 }
 
-static void offload_graph(Module *m, int rank, const Options *o, int last_rank, int last_vstage) {
+static void offload_graph(Module *m, int rank, const Options *o, int last_rank, int last_vstage, const Profile *prof) {
     Graph *g = m->stages[rank];
     int nv = g->nvals, n0 = g->nnodes;
     Off S = {g, o, xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, 1), xcalloc((size_t)nv, 1),
-             last_rank, last_vstage};
+             last_rank, last_vstage, prof, xcalloc((size_t)n0 + 1, sizeof(double))};
+    for (int i = 0; prof && i < n0; i++) S.sec[i + 1] = S.sec[i] + node_seconds(prof, g, &g->nodes[i]);
     scan(&S);
     Cand *c = xcalloc((size_t)nv, sizeof(Cand));
     int nc = 0;
@@ -205,11 +242,18 @@ static void offload_graph(Module *m, int rank, const Options *o, int last_rank, 
         }
     rewire(&S, n0, repl, keep);
     if (nt) place(g, n0, after, before);
-    free(S.lastf), free(S.firstb), free(S.data), free(S.bad), free(c), free(take), free(after), free(before), free(repl);
+    free(S.lastf), free(S.firstb), free(S.data), free(S.bad), free(S.sec), free(c), free(take), free(after), free(before), free(repl);
 }
 
 void pass_offload(Module *m, const Options *o) {
-    if (o->offload <= 0 && !o->offload_stages) return;
+    if (o->offload == 0 && !o->offload_stages) return;
+    Profile prof, *pp = NULL;
+    if (o->offload == OFFLOAD_AUTO) {
+        char err[512];
+        if (profile_load(&prof, o->device_profile ? o->device_profile : "cpu", err, sizeof err) != 0)
+            error_at(m->stages[0]->nnodes ? m->stages[0]->nodes[0].loc : (Loc){0}, "--offload auto: %s", err);
+        pp = &prof;
+    }
     int last_rank = -1, last_vstage = -1;
     if (m->nstages > 1) {
         PpPlan pl;
@@ -219,5 +263,5 @@ void pass_offload(Module *m, const Options *o) {
         last_rank = pp_chunk_rank(&pl, last), last_vstage = pp_chunk_vstage(&pl, last);
         ppsched_free(&pl);
     }
-    for (int s = 0; s < m->nstages; s++) offload_graph(m, s, o, last_rank, last_vstage);
+    for (int s = 0; s < m->nstages; s++) offload_graph(m, s, o, last_rank, last_vstage, pp);
 }

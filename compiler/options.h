@@ -60,11 +60,16 @@ typedef struct {
      * virtual stage s), the smallest tensor offloaded (--offload-min-bytes,
      * default 1 MiB) and a planted bug for the tests (--test-offload-bug
      * early-read: 1, a backward reader keeps reading the device copy) */
-    double offload;
+    double offload; /* OFFLOAD_AUTO: --offload auto */
     uint64_t offload_stages;
     double offload_min_bytes;
     int offload_bug;
 } Options;
+/* Options.offload for --offload auto: each (rank, virtual stage,
+ * micro-batch) offloads the fraction of its candidates' bytes whose copies
+ * the compute between their forward and backward hides, by the device
+ * profile (offload.c, profile.h offload_auto_fraction). */
+#define OFFLOAD_AUTO (-1.0)
 void opt_defaults(Options *o);
 /* The optimizer settings a trainer must not be compiled with, as its flags
  * refuse them at run time (and the values that make no sense): lr <= 0,

@@ -273,6 +273,13 @@ static void compare_rank(Interp *it1, Interp *itp, Module *mp, int r, int step, 
     }
 }
 
+/* --offload's value as the flag says it: auto, or the fraction. */
+static const char *offload_name(double f, char *buf) {
+    if (f == OFFLOAD_AUTO) return "auto";
+    snprintf(buf, 32, "%g", f);
+    return buf;
+}
+
 static int check_parallel(Args *a) {
     Args ref = *a;
     ref.o.dp = 1, ref.o.micro_batches = 1, ref.o.cp = 1, ref.o.pp = 1, ref.o.vpp = 0, ref.o.npp_layers = 0, ref.o.pp_bug = 0;
@@ -299,11 +306,11 @@ static int check_parallel(Args *a) {
     }
     char pp[96] = "";
     if (mp->mesh[0] > 1) snprintf(pp, sizeof pp, " --pp %d --vpp %d --pp-schedule %s", mp->mesh[0], a->o.vpp ? a->o.vpp : a->o.pp_schedule == PS_ZBV || a->o.pp_schedule == PS_INTERLEAVED ? 2 : 1, pp_schedule_names[a->o.pp_schedule]);
-    char off[96] = ""; /* --offload: how many values went to the host and back */
+    char off[96] = "", oname[32]; /* --offload: how many values went to the host and back */
     int ncopies = 0;
     for (int s = 0; s < mp->nstages; s++)
         for (int i = 0; i < mp->stages[s]->nnodes; i++) ncopies += mp->stages[s]->nodes[i].op == OP_offload;
-    if (a->o.offload > 0 || a->o.offload_stages) snprintf(off, sizeof off, " --offload %g (%d values offloaded)", a->o.offload, ncopies);
+    if (a->o.offload != 0 || a->o.offload_stages) snprintf(off, sizeof off, " --offload %s (%d values offloaded)", offload_name(a->o.offload, oname), ncopies);
     printf("check %s%s --dp %d --cp %d%s%s --micro-batches %d --zero %d --recompute %s%s: %s; %d ranks, 2 steps; loss %.12f, %.12f; "
            "%d tensors compared with the single-device program, worst err %.2g (%s; tolerance %.0e of the group's largest value), %d mismatched\n",
            a->model, pp, mp->mesh[1], mp->mesh[2], a->o.cp_contiguous ? " --cp-layout contiguous" : "",
@@ -322,7 +329,7 @@ static int check_parallel(Args *a) {
 /* ---- kiln check: the same step in f32 and f64 on the same random inputs ---- */
 
 int cmd_check(Args *a) {
-    if (a->o.dp > 1 || a->o.micro_batches > 1 || a->o.cp > 1 || a->o.pp > 1 || a->o.offload > 0 || a->o.offload_stages)
+    if (a->o.dp > 1 || a->o.micro_batches > 1 || a->o.cp > 1 || a->o.pp > 1 || a->o.offload != 0 || a->o.offload_stages)
         return check_parallel(a);
     Module *m = compile(a);
     Graph *g = m->stages[0];
