@@ -290,11 +290,3 @@ double offload_auto_fraction(const Profile *p, double saved_bytes, double hide_s
     double a = hide_seconds / full;
     return a >= 1 ? 1 : a;
 }
-
-int offload_tensor_eligible(double bytes) {
-    return bytes >= OFFLOAD_MIN_BYTES;
-}
-
-int offload_stage_eligible(int vstage, int nvstages) {
-    return vstage >= 0 && vstage < nvstages && (nvstages == 1 || vstage < nvstages - 1);
-}

@@ -72,10 +72,6 @@ double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int r
 
 /* ---- the offload pass's `auto` policy (issue 19) ---- */
 
-/* Tensors below this size are never offloaded (Kuaishou's rule: the copy's
- * fixed costs outweigh the memory). */
-#define OFFLOAD_MIN_BYTES (1024.0 * 1024.0)
-
 /* The largest α in [0, 1] with
  *     (α·saved/d2h_bw + α·saved/h2d_bw) / 2 <= hide_seconds,
  * PipeOffload's (arXiv 2503.01328) condition for a free offload: the mean of
@@ -83,17 +79,5 @@ double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int r
  * it hides behind.  1 when saved_bytes <= 0 (nothing to copy); 0 when
  * hide_seconds <= 0 or an argument is not a number. */
 double offload_auto_fraction(const Profile *p, double saved_bytes, double hide_seconds);
-
-/* Whether a tensor of bytes may be offloaded: bytes >= OFFLOAD_MIN_BYTES. */
-int offload_tensor_eligible(double bytes);
-
-/* Whether virtual stage vstage of nvstages (the model's order, 0 first) may
- * be offloaded: every one but the last, whose backward follows its forward
- * at once and leaves no time to hide a copy (Kuaishou: "never the last
- * rank's last chunk" — in 1F1B and interleaved layouts stage nvstages−1 is
- * the last rank's last chunk; in ZB-V's it is rank 0's second chunk).  A
- * single stage (no pipeline, nvstages 1) is eligible: the pass then
- * offloads across its layers. */
-int offload_stage_eligible(int vstage, int nvstages);
 
 #endif

@@ -226,18 +226,6 @@ static void test_auto_fraction(void **state) {
     }
 }
 
-static void test_kuaishou_rules(void **state) {
-    (void)state;
-    assert_false(offload_tensor_eligible(1024.0 * 1024 - 1));
-    assert_true(offload_tensor_eligible(1024.0 * 1024));
-    assert_true(offload_stage_eligible(0, 8));
-    assert_true(offload_stage_eligible(6, 8));
-    assert_false(offload_stage_eligible(7, 8));
-    assert_true(offload_stage_eligible(0, 1)); /* no pipeline: offload across layers */
-    assert_false(offload_stage_eligible(1, 1));
-    assert_false(offload_stage_eligible(-1, 8));
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shipped),
@@ -246,7 +234,6 @@ int main(void) {
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_copy_and_collectives),
         cmocka_unit_test(test_auto_fraction),
-        cmocka_unit_test(test_kuaishou_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
