@@ -384,9 +384,6 @@ static void check_args(Args *a) {
             die("%s", err);
         vstages = a->o.pp_schedule == PS_COUNT ? (a->o.vpp > 2 ? a->o.vpp : 2) : pl.v;
         if (a->o.pp_schedule != PS_COUNT) ppsched_free(&pl);
-        if (a->o.precision_bf16)
-            die("--pp with --precision bf16%s: not yet (the bf16 step's transfers between stages); the CPU runs --pp in f32",
-                a->cuda_arch ? " (--target cuda)" : "");
     } else if (a->o.vpp > 1 || a->o.npp_layers) {
         die("%s: only with --pp 2 or more", a->o.vpp > 1 ? "--vpp" : "--pp-layers");
     }

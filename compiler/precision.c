@@ -42,6 +42,15 @@
  *             cast to f32 right before the node, in the node's phase.  The
  *             models in models/ need none of these.
  *
+ *   wires     (--pp) a send/recv over group "pp" carries bf16 (activations
+ *             and their gradients, as on one device) unless it carries a
+ *             param's gradient partial sum (the tied embedding's head
+ *             contributions from the last stage, the total sent back to the
+ *             replica): f32, decided over all stages at once (find_wires) so
+ *             both ends agree; the send's producers then write f32 too.  The
+ *             stages without the loss report a 0 for it, kept f32 (output
+ *             "loss" is an f32 input).
+ *
  * Values whose dtype an op fixes at f32 (cross_entropy's loss, attention's
  * and attn_merge's lse, sumsq) stay f32 by ir_infer.  The optimizer phase
  * reads only masters and f32 gradients, so it is unchanged and f32.
@@ -65,11 +74,15 @@ typedef struct {
     char *want32;    /* old value: in the f32 region (feeds an input fixed at f32) */
     unsigned *grad;  /* old node: bit k set when output k is a param gradient */
     int *sent;       /* old node: a send's new input value (what its recv receives), -1 */
+    const char *wire32; /* per pipeline tag: 1 when the transfer carries f32 (see pass_precision) */
 } Pc;
 
 static const Node *def_of(const Graph *g, int v) { return g->vals[v].def >= 0 ? &g->nodes[g->vals[v].def] : NULL; }
 static int is_float(const Graph *g, int v) { return ir_dtype_is_float(g->vals[v].t.dt); }
 static int working(const Node *n) { return n->phase != PH_OPT; }
+static int over_pp(const Node *n) {
+    return (n->op == OP_send || n->op == OP_recv) && strcmp(ir_attr_s(n, "group", ""), "pp") == 0;
+}
 
 /* An input slot whose dtype the op's rule (ir.c) fixes at f32. */
 static int f32_slot(const Node *n, int k) {
@@ -79,6 +92,7 @@ static int f32_slot(const Node *n, int k) {
     case OP_attention_bwd: return k == 5;
     case OP_attn_merge: return k == 1 || k == 3;
     case OP_dropout: return k == 1; /* the step counter, read as the f32 master (issue 17) */
+    case OP_output: return strcmp(ir_attr_s(n, "name", ""), "loss") == 0; /* --pp: the stages without the loss report 0 */
     default: return 0;
     }
 }
@@ -214,6 +228,9 @@ static Attr grad_attr(Pc *P, const Node *n) {
 /* a node that makes a master from masters (a gathered view) reads the f32 */
 static int makes_master(const Pc *P, const Node *n) { return n->nout > 0 && P->master[n->out[0]]; }
 
+/* the dtype a transfer between pipeline stages carries */
+static DType wire_dt(const Pc *P, const Node *n) { return P->wire32[ir_attr_i(n, "tag", 0)] ? DT_F32 : DT_BF16; }
+
 static void rewrite_node(Pc *P, const Node *n) {
     const Graph *g = P->g;
     int i = (int)(n - g->nodes);
@@ -230,6 +247,7 @@ static void rewrite_node(Pc *P, const Node *n) {
         if (n->op == OP_const && working(n) && src.dt == DT_F32 && !P->want32[n->out[0]] && !P->grad[i]) src.dt = DT_BF16;
         int s = ir_p2p_peer(g, i); /* a recv's send */
         if (s >= 0 && P->sent[s] >= 0) src.dt = new_dt(P, P->sent[s]); /* a recv receives what its send sends */
+        if (over_pp(n) && ir_dtype_is_float(src.dt)) src.dt = wire_dt(P, n);
     }
     if (n->op == OP_send) P->sent[i] = in[0];
     int nattr = n->nattr;
@@ -246,19 +264,59 @@ static Graph *rewrite(Pc *P) {
     return P->b.g;
 }
 
+/* The wire dtypes of the pipeline transfers: a recv over "pp" that
+ * find_gradients reached carries a param-gradient partial sum (the tied
+ * embedding's head contributions, its total sent back to the replica), so
+ * its tag is f32 and its send's producers write f32 too — which can reach
+ * further receives (the total is the sum of a received part), hence the
+ * fixpoint.  Every other pipeline transfer carries bf16 (activations and
+ * their gradients, as on one device). */
+static void find_wires(Pc *P, int nstages, char *wire32, char *walked) {
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int s = 0; s < nstages; s++)
+            for (int i = 0; i < P[s].g->nnodes; i++) {
+                const Node *n = &P[s].g->nodes[i];
+                if (!over_pp(n)) continue;
+                int64_t t = ir_attr_i(n, "tag", 0);
+                if (n->op == OP_recv && P[s].grad[i] && !wire32[t]) wire32[t] = 1, changed = 1;
+                if (n->op == OP_send && wire32[t] && !walked[t]) walked[t] = 1, changed = 1, mark_producers(&P[s], n->in[0], 0);
+            }
+    }
+}
+
+static int max_pp_tag(const Module *m) {
+    int maxtag = 0;
+    for (int s = 0; s < m->nstages; s++)
+        for (int i = 0; i < m->stages[s]->nnodes; i++)
+            if (over_pp(&m->stages[s]->nodes[i]) && ir_attr_i(&m->stages[s]->nodes[i], "tag", 0) > maxtag)
+                maxtag = (int)ir_attr_i(&m->stages[s]->nodes[i], "tag", 0);
+    return maxtag;
+}
+
+/* Every stage is analysed first, then the wires decided over all of them
+ * (the two ends of a transfer live on two stages and must agree: the
+ * verifier's check_transfers), then every stage rewritten. */
 void pass_precision(Module *m, const Options *o) {
     if (!o->precision_bf16) return;
-    for (int s = 0; s < m->nstages; s++) {
+    int ns = m->nstages, ntags = max_pp_tag(m) + 1;
+    Pc *P = xcalloc((size_t)ns, sizeof(Pc));
+    char *wire32 = xcalloc((size_t)ntags, 1), *walked = xcalloc((size_t)ntags, 1);
+    for (int s = 0; s < ns; s++) {
         const Graph *g = m->stages[s];
-        Pc P = {g, {.g = ir_graph_new(m), .pass = "precision"}, xcalloc((size_t)g->nvals, sizeof(int)),
-                xcalloc((size_t)g->nvals, sizeof(int)), xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1),
-                xcalloc((size_t)g->nnodes, sizeof(unsigned)), xcalloc((size_t)g->nnodes, sizeof(int))};
-        for (int v = 0; v < g->nvals; v++) P.map[v] = P.copy[v] = -1;
-        for (int i = 0; i < g->nnodes; i++) P.sent[i] = -1;
-        find_masters(&P);
-        find_f32_region(&P);
-        find_gradients(&P);
-        m->stages[s] = rewrite(&P);
-        free(P.map), free(P.copy), free(P.master), free(P.want32), free(P.grad), free(P.sent);
+        P[s] = (Pc){g, {.g = ir_graph_new(m), .pass = "precision"}, xcalloc((size_t)g->nvals, sizeof(int)),
+                    xcalloc((size_t)g->nvals, sizeof(int)), xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1),
+                    xcalloc((size_t)g->nnodes, sizeof(unsigned)), xcalloc((size_t)g->nnodes, sizeof(int)), wire32};
+        for (int v = 0; v < g->nvals; v++) P[s].map[v] = P[s].copy[v] = -1;
+        for (int i = 0; i < g->nnodes; i++) P[s].sent[i] = -1;
+        find_masters(&P[s]);
+        find_f32_region(&P[s]);
+        find_gradients(&P[s]);
     }
+    find_wires(P, ns, wire32, walked);
+    for (int s = 0; s < ns; s++) {
+        m->stages[s] = rewrite(&P[s]);
+        free(P[s].map), free(P[s].copy), free(P[s].master), free(P[s].want32), free(P[s].grad), free(P[s].sent);
+    }
+    free(P), free(wire32), free(walked);
 }

@@ -47,6 +47,15 @@ done
 check $GPT4 --pp 2 --micro-batches 2 --pp-layers 1,3
 check $GPT4 --pp 2 --micro-batches 2 --pp-layers 3,1 --pp-schedule zb-h1
 
+# the GPU's bf16 step (run in f64: the transfers' dtypes agree, activations
+# bf16 and the tied gradient's partial sums f32, and the sharding is exact)
+check models/tiny.lua --pp 2 --micro-batches 2 --precision bf16
+check models/tiny.lua --pp 2 --micro-batches 2 --precision bf16 --pp-schedule zb-h1
+"$K" dump models/tiny.lua --pp 2 --micro-batches 2 --precision bf16 --after precision -o "$tmp/ppbf.ir"
+wires=$(grep -o '[a-z0-9]*\[[0-9,]*\] = recv {group="pp"' "$tmp/ppbf.ir" | sed 's/ = .*//' | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+[ "$wires" = " 4 bf16[4,64,64]; 2 f32[256,64];" ]
+say $? "bf16 --pp wires: activations and their gradients bf16, the tied wte gradient's partial sum and total f32 ($wires)"
+
 # planted bugs: the tied embedding's replica never gets the summed gradient;
 # rank 1 takes micro-batch 1's activations for micro-batch 0's and back
 caught() { # what args...
@@ -74,7 +83,6 @@ bad "--pp-layers of the wrong length" "3 numbers for 2 chunks" $GPT4 --pp 2 --mi
 bad "--pp-layers not numbers" "--pp-layers: expected positive layer counts" $GPT4 --pp 2 --pp-layers 2,x
 bad "--pp-schedule unknown" "--pp-schedule: expected 1f1b" $GPT4 --pp 2 --pp-schedule gpipe
 bad "--vpp without --pp" "--vpp: only with --pp" $GPT4 --vpp 2
-bad "--pp with bf16 (not yet)" "--pp with --precision bf16: not yet" models/tiny.lua --pp 2 --micro-batches 2 --precision bf16
 
 # the verifier's pipeline proof on hand-broken dumps: a send moved after the
 # receive it waits for (deadlock), a send whose tag no receive has

@@ -100,5 +100,9 @@ void emit_cubins_free(EmitCubin *c, int n);
 /* Bytes of scratch the CUDA library launch of node n needs on its stream
  * (kernels/cuda/README.md's sizes; 0 for most ops), rounded up to 256. */
 int64_t emit_cuda_scratch(const Module *m, const Node *n);
+/* 0 when, between every two pipeline stages, the sends' order (by tag) is
+ * the receives' order, as NCCL pairs them; else -1 with err naming the
+ * first transfer out of order. */
+int emit_cuda_p2p_order(const Module *m, char *err, size_t errlen);
 
 #endif

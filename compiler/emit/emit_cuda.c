@@ -45,6 +45,14 @@
  * no 64-bit divide; by a constant, 32 bits is a multiply and a shift).  A
  * broadcast of a const member is that const.
  *
+ * Pipeline stages.  One unit holds every stage's kernels, each stage's
+ * named kiln_s<stage>_fused_K (K a group of that stage's graph, so the
+ * prefix keeps two stages' kernels apart; emit_host.c's kernel_names names
+ * them alike).  NCCL pairs two ranks' sends and receives in issue order,
+ * not by tag, so a program whose sends between two stages are not in the
+ * order the peer receives them is refused (emit_cuda_p2p_order; see
+ * comm_nccl.c).
+ *
  * The text depends only on the module, so two generations are byte for byte
  * the same (the kernel cache hashes it).  A dtype or an op that the GPU
  * kernels cannot take comes back as an error naming the node.
@@ -66,6 +74,7 @@ enum { H_SIGMOID, H_GELU_TH, H_GELU_BWD, H_SILU_BWD, H_COUNT };
 
 typedef struct {
     const Graph *g;
+    int stage, nstages; /* a pipeline stage's kernels are named kiln_s<stage>_... (emit_host.c's kernel_names) */
     KGroups kg;
     FILE *f; /* the text being built (a memory stream) */
     char *err;
@@ -394,7 +403,8 @@ static int kernel(Cu *c, int k) {
     int rc = liveness(c, gr, &r);
     if (rc == 0) {
         char name[64];
-        snprintf(name, sizeof name, "kiln_%s", gr->name);
+        if (c->nstages > 1) snprintf(name, sizeof name, "kiln_s%d_%s", c->stage, gr->name);
+        else snprintf(name, sizeof name, "kiln_%s", gr->name);
         kernel_comment(c, k);
         signature(c, gr, name);
         fprintf(c->f, "    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < (unsigned long long)n;\n"
@@ -413,10 +423,26 @@ static int kernel(Cu *c, int k) {
 
 /* ---- the translation unit ---- */
 
+/* c's groups for stage s (kg_free'd by the caller) */
+static void stage_groups(Cu *c, const Module *m, int s) {
+    c->g = m->stages[s], c->stage = s;
+    int *order = kg_program_order(c->g);
+    kg_collect(&c->kg, c->g, order, c->g->nnodes);
+    free(order);
+}
+
+/* One unit for every pipeline stage: the helpers any kernel calls, then
+ * each stage's kernels in stage and group order. */
 static int translation_unit(Cu *c, const Module *m) {
     unsigned helpers = 0;
-    for (int k = 0; k < c->kg.ngroups; k++)
-        if (c->kg.groups[k].first == k && helpers_of(c, k, &helpers) != 0) return -1;
+    int rc = 0;
+    for (int s = 0; s < m->nstages && rc == 0; s++) {
+        stage_groups(c, m, s);
+        for (int k = 0; k < c->kg.ngroups && rc == 0; k++)
+            if (c->kg.groups[k].first == k) rc = helpers_of(c, k, &helpers);
+        kg_free(&c->kg);
+    }
+    if (rc != 0) return -1;
     fprintf(c->f,
             "/* %s: the fused elementwise kernels as CUDA C (kiln, emit_cuda.c).\n"
             " * Memory: f32 as float, bf16 as __nv_bfloat16, i32 as int, i64 as long long; arithmetic in f32.\n"
@@ -426,17 +452,18 @@ static int translation_unit(Cu *c, const Module *m) {
     if (helpers) fprintf(c->f, "\n");
     for (int h = 0; h < H_COUNT; h++)
         if (helpers & 1u << h) helper_text(c, h);
-    for (int k = 0; k < c->kg.ngroups; k++)
-        if (c->kg.groups[k].first == k && kernel(c, k) != 0) return -1;
-    return 0;
+    for (int s = 0; s < m->nstages && rc == 0; s++) {
+        stage_groups(c, m, s);
+        for (int k = 0; k < c->kg.ngroups && rc == 0; k++)
+            if (c->kg.groups[k].first == k) rc = kernel(c, k);
+        kg_free(&c->kg);
+    }
+    return rc;
 }
 
 int emit_cuda_text(const Module *m, FILE *f, char *err, size_t errlen) {
-    if (m->nstages != 1) {
-        snprintf(err, errlen, "emit cuda: %d pipeline stages: the CUDA back end emits one stage (the CPU emits any number)", m->nstages);
-        return -1;
-    }
-    Cu c = {.g = m->stages[0], .err = err, .errlen = errlen};
+    if (emit_cuda_p2p_order(m, err, errlen) != 0) return -1;
+    Cu c = {.nstages = m->nstages, .err = err, .errlen = errlen};
     char *text = NULL;
     size_t len = 0;
     c.f = open_memstream(&text, &len);
@@ -444,11 +471,7 @@ int emit_cuda_text(const Module *m, FILE *f, char *err, size_t errlen) {
         snprintf(err, errlen, "emit cuda: open_memstream: %s", strerror(errno));
         return -1;
     }
-    int *order = kg_program_order(c.g);
-    kg_collect(&c.kg, c.g, order, c.g->nnodes);
     int rc = translation_unit(&c, m);
-    kg_free(&c.kg);
-    free(order);
     int bad = ferror(c.f);
     if (fclose(c.f) != 0 || bad) {
         if (rc == 0) snprintf(err, errlen, "emit cuda: writing the text in memory failed");
@@ -460,6 +483,40 @@ int emit_cuda_text(const Module *m, FILE *f, char *err, size_t errlen) {
     }
     free(text);
     return rc;
+}
+
+/* ---- pipeline transfers: NCCL's order ---- */
+
+/* The tags of stage s's pipeline sends to stage r (recv 0) or of its
+ * receives from r (recv 1), in program order; their count in *n. */
+static int *transfer_tags(const Module *m, int s, int r, int recv, int *n) {
+    const Graph *g = m->stages[s];
+    int *tags = xcalloc((size_t)g->nnodes + 1, sizeof(int)), p = m->nstages;
+    *n = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *x = &g->nodes[i];
+        if (x->op != (recv ? OP_recv : OP_send) || strcmp(ir_attr_s(x, "group", ""), "pp") != 0) continue;
+        if ((int)(((s + ir_attr_i(x, "peer", 0)) % p + p) % p) == r) tags[(*n)++] = (int)ir_attr_i(x, "tag", 0);
+    }
+    return tags;
+}
+
+int emit_cuda_p2p_order(const Module *m, char *err, size_t errlen) {
+    for (int s = 0; s < m->nstages; s++)
+        for (int r = 0; r < m->nstages; r++) {
+            int ns, nr, k = 0;
+            int *sent = transfer_tags(m, s, r, 0, &ns), *got = transfer_tags(m, r, s, 1, &nr);
+            while (k < ns && k < nr && sent[k] == got[k]) k++;
+            int bad = k < ns || k < nr;
+            if (bad)
+                snprintf(err, errlen,
+                         "emit cuda: pipeline stage %d's send #%d to stage %d has tag %d, but stage %d's receive #%d from stage %d has tag %d: "
+                         "NCCL pairs two ranks' sends and receives in order, not by tag (docs/pipeline.md)",
+                         s, k + 1, r, k < ns ? sent[k] : -1, r, k + 1, s, k < nr ? got[k] : -1);
+            free(sent), free(got);
+            if (bad) return -1;
+        }
+    return 0;
 }
 
 /* ---- the cubins a CUDA program embeds ---- */
@@ -576,8 +633,15 @@ static int overlap(const Graph *g, int a, int b) {
     return x->offset < y->offset + ir_value_bytes(&g->vals[b]) && y->offset < x->offset + ir_value_bytes(&g->vals[a]);
 }
 
+/* the pipeline stage whose graph holds node n */
+static const Graph *stage_of(const Module *m, const Node *n) {
+    for (int s = 0; s < m->nstages; s++)
+        if (n >= m->stages[s]->nodes && n < m->stages[s]->nodes + m->stages[s]->nnodes) return m->stages[s];
+    ICE("emit cuda: a node of no stage");
+}
+
 int64_t emit_cuda_scratch(const Module *m, const Node *n) {
-    const Graph *g = m->stages[0];
+    const Graph *g = stage_of(m, n);
     const Type *t0 = n->nin ? &g->vals[n->in[0]].t : NULL, *t1 = n->nin > 1 ? &g->vals[n->in[1]].t : NULL;
     int64_t bytes = 0;
     switch (n->op) {

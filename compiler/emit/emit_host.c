@@ -1093,7 +1093,8 @@ static LLVMValueRef kernel_names(Em *e) {
     for (int k = 0; k < e->kg.ngroups; k++) {
         if (!e->cuda || e->kg.groups[k].first != k) continue;
         char name[64];
-        snprintf(name, sizeof name, "kiln_%s", e->kg.groups[k].name);
+        if (e->m->nstages > 1) snprintf(name, sizeof name, "kiln_s%d_%s", e->stage, e->kg.groups[k].name);
+        else snprintf(name, sizeof name, "kiln_%s", e->kg.groups[k].name);
         ent[n++] = cstr(e, name);
     }
     if (n != e->nkernels) ICE("emit: %d generated kernel names for %d kernels", n, e->nkernels);

@@ -679,10 +679,7 @@ static LLVMModuleRef build_module(const Module *m, const EmitTarget *t, LLVMCont
                                   size_t errlen) {
     if (m->nstages < 1 || (m->nstages > 1 && m->mesh[0] != m->nstages))
         ICE("emit: %d pipeline stages on a mesh of pp %d", m->nstages, m->mesh[0]);
-    if (m->nstages > 1 && t && t->device == RT_DEV_CUDA) {
-        snprintf(err, errlen, "emit: %d pipeline stages: the CUDA back end emits one stage (the CPU emits any number)", m->nstages);
-        return NULL;
-    }
+    if (t && t->device == RT_DEV_CUDA && emit_cuda_p2p_order(m, err, errlen) != 0) return NULL;
     Em e = {0};
     e.m = m;
     e.tgt = t;

@@ -61,24 +61,44 @@
  *       this rank itself, overlapping        the bytes copied
  * Disjoint buffers and the in-place forms need none.
  *
- * Point to point (ring attention).  NCCL's send and recv each block on the
- * GPU until the peer's matching call runs, and every rank of a ring sends
- * before it receives: a send enqueued alone would wait for a recv queued
- * behind the peer's own send, around the whole ring.  NCCL's answer is to
- * issue the two in one ncclGroupStart/End, so rtk_send does not enqueue
- * anything: it notes the send (x, bytes, peer, tag, stream) in the
- * context's RtColl, and the rtk_recv of the same group and tag on this
- * rank issues that send and itself in one NCCL group (a recv with no
- * noted send goes alone).  Every rank's ring pass becomes {send to i+1,
- * recv from i-1}, which NCCL progresses together.  The price: unlike the
- * CPU's staged copy, x is read when the recv is enqueued, so x must hold
- * its value until the recv of its tag (the compiler's ring_pass emits the
- * pair back to back, and its memory plan must keep x live until that
- * recv).  A send whose recv never comes fails the step at its end
+ * Point to point (ring attention, pipeline stages).  NCCL's send and recv
+ * each block on the GPU until the peer's matching call runs, and every
+ * rank of a ring sends before it receives: a send enqueued alone would
+ * wait for a recv queued behind the peer's own send, around the whole
+ * ring.  A pipeline is the same: in 1F1B's steady state stage i sends an
+ * activation forward and then receives a gradient from i+1, while i+1
+ * sends that gradient back and then receives the activation (Megatron's
+ * send_forward_recv_backward).  NCCL's answer is to issue them in one
+ * ncclGroupStart/End, whose calls progress together, so rtk_send does not
+ * enqueue anything: it notes the send (x, bytes, peer, tag, stream) in the
+ * context's RtColl, and the next rtk_recv on the same stream issues every
+ * send noted there (any group, any tag) and itself in one NCCL group.  A
+ * send noted to this rank itself waits for the recv of its tag instead.
+ * What is still noted goes out alone, in one group, before any other
+ * launch or event record on its stream (dev_cuda.c: rtc_p2p_flush) and at
+ * the end of the step function, so a send never moves past what orders
+ * the other streams after it.
+ *
+ * Why this cannot deadlock where the compiler's blocking order does not:
+ * the verifier (and pp.c's ppsched_prove) simulate each rank's program
+ * with sends that never block and recvs that wait for their send.  Here a
+ * send is enqueued no later than the next recv or other work on its
+ * stream, and in the same group as that recv, so it progresses while the
+ * recv waits: a recv is the only point where a rank's comm stream blocks,
+ * as in the simulation.  NCCL has no tags: two ranks' sends and recvs
+ * pair in issue order, so the compiler must emit, between every two
+ * ranks, the sends in the order the peer receives them (emit_cuda.c's
+ * emit_cuda_p2p_order refuses a program that does not; the cp ring's
+ * pairs are back to back).  The fake NCCL (tests/cuda_fake) is a
+ * rendezvous that checks each pair's sizes, so a wrong pairing fails.
+ *
+ * The price: unlike the CPU's staged copy, x is read when the group is
+ * enqueued, so x must hold its value until then (the compiler's ring_pass
+ * emits the pair back to back; memplan keeps a comm-stream read live
+ * until the other streams have waited past it).  A noted send to this
+ * rank whose recv never comes fails the step at its end
  * (rt_comm_finish_sends).  A send to this rank itself in a group of one
- * is a device copy at the recv.  Tags must be in 0..32767 as on the CPU
- * (NCCL has no tags: the pairing is by tag on this rank, and NCCL matches
- * the peers' calls in issue order).
+ * is a device copy at the recv.  Tags must be in 0..32767 as on the CPU.
  *
  * Volume.  rt_comm_bytes counts as the CPU does, the ring algorithm's
  * bytes with the dtype's element size: allreduce 2(s-1)*n*eb/s,
@@ -111,12 +131,13 @@ struct RtNccl {
     int broken;              /* an NCCL call failed: abort instead of destroy */
 };
 
-/* A send noted by rtk_send, waiting for this rank's recv of its tag. */
+/* A send noted by rtk_send, waiting for this rank's next recv (of its tag, if to this rank itself). */
 typedef struct Pending {
     struct Pending *next;
     CUdeviceptr x;
     int64_t bytes;
     int mask, tag, dest; /* dest: group rank */
+    int self;            /* to this rank itself: waits for the recv of its tag */
     CUstream stream;
 } Pending;
 
@@ -147,15 +168,15 @@ void rt_coll_free(RtColl *k) {
 }
 
 /* NCCL's sends and recvs complete in their stream, so nothing is in
- * flight after the streams drained; what is left are sends that no recv
- * of this rank paired with. */
+ * flight after the streams drained; what is left are sends to this rank
+ * itself that no recv of their tag took. */
 int rt_comm_finish_sends(RtComm *cm, char *err, int errlen) {
     RtColl *k = rt_comm_coll(cm);
     if (!k || !k->pending) return 0;
     char name[32];
     Pending *p = k->pending;
     snprintf(err, (size_t)errlen,
-             "send over %s with tag %d was never received: on CUDA a send goes out with this rank's recv of the same group and tag",
+             "send over %s with tag %d to this rank itself was never received: on CUDA it goes out with this rank's recv of its tag",
              rt_group_name(p->mask, name, sizeof name), p->tag);
     drop_pending(k);
     return -1;
@@ -555,7 +576,44 @@ static int p2p_args(rt_ctx *ctx, const char *op, const int64_t *a, Group *g) {
     return 0;
 }
 
-/* Note the send; this rank's recv of the same group and tag issues it.
+/* Issue, in one NCCL group, stream st's noted sends to other ranks (every
+ * stream's when st is NULL), then `self` (a noted send to this rank, taken
+ * off the list) and the recv into y when rg is given.  0, or -1 after
+ * rt_fail (a started group ends, even after a failed call in it). */
+static int p2p_group(rt_ctx *ctx, CUstream st, Pending *self, const Group *rg, CUdeviceptr y, int64_t bytes, int src) {
+    RtComm *cm = rt_comm_of(ctx);
+    RtColl *k = cm ? rt_comm_coll(cm) : NULL;
+    Pending *first = NULL;
+    for (Pending *p = k ? k->pending : NULL; p && !first; p = p->next)
+        if (!p->self && (!st || p->stream == st)) first = p;
+    Group g, eg; /* g: a send's group; eg: the group errors are reported for */
+    if (rg) eg = *rg;
+    else if (!first || group_of(ctx, "send", first->mask, 1, &eg) != 0) return first ? -1 : 0;
+    if (!NCCL_OK(&eg, ncclGroupStart())) return -1;
+    int ok = 1;
+    for (Pending **pp = k ? &k->pending : &first; *pp;) {
+        Pending *p = *pp;
+        if (p->self || (st && p->stream != st)) {
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        if (ok) ok = group_of(ctx, "send", p->mask, 1, &g) == 0 &&
+                     NCCL_OK(&g, ncclSend(vptr(p->x), (size_t)p->bytes, ncclUint8, p->dest, g.comm, p->stream));
+        free(p);
+    }
+    if (ok && self) ok = NCCL_OK(&eg, ncclSend(vptr(self->x), (size_t)self->bytes, ncclUint8, self->dest, eg.comm, self->stream));
+    if (ok && rg) ok = NCCL_OK(&eg, ncclRecv(vptr(y), (size_t)bytes, ncclUint8, src, eg.comm, rtc_stream(ctx)));
+    ncclResult_t r = ncclGroupEnd();
+    if (ok) ok = NCCL_OK(&eg, r);
+    return ok ? 0 : -1;
+}
+
+void rtc_p2p_flush(rt_ctx *ctx, CUstream st) { p2p_group(ctx, st, NULL, NULL, 0, 0, 0); }
+
+/* Note the send; this rank's next recv on the stream (of its tag, if to
+ * this rank itself), another launch or record on it, or the step's end
+ * issues it (p2p_group).
  * args: x, bytes, mask, peer, tag */
 void rtk_send(rt_ctx *ctx, const int64_t *a) {
     Group g;
@@ -566,18 +624,18 @@ void rtk_send(rt_ctx *ctx, const int64_t *a) {
         rt_fail(ctx, "%s: send: out of memory", rtc_launch_name(ctx));
         return;
     }
-    *p = (Pending){NULL, dptr(a[0]), a[1], g.mask, (int)a[4], ring_peer(&g, a[3]), rtc_stream(ctx)};
+    *p = (Pending){NULL, dptr(a[0]), a[1], g.mask, (int)a[4], ring_peer(&g, a[3]), ring_peer(&g, a[3]) == g.index, rtc_stream(ctx)};
     Pending **pp = &k->pending;
     while (*pp) pp = &(*pp)->next;
     *pp = p;
     if (p->dest != g.index) sent(&g, p->bytes);
 }
 
-/* The oldest noted send of (mask, tag) to this rank itself (self) or to
- * another, taken off the list; NULL if none. */
-static Pending *take_pending(RtColl *k, int mask, int tag, int index, int self) {
+/* The oldest noted send of (mask, tag) to this rank itself, taken off the
+ * list; NULL if none. */
+static Pending *take_self(RtColl *k, int mask, int tag) {
     for (Pending **pp = &k->pending; *pp; pp = &(*pp)->next)
-        if ((*pp)->mask == mask && (*pp)->tag == tag && ((*pp)->dest == index) == self) {
+        if ((*pp)->mask == mask && (*pp)->tag == tag && (*pp)->self) {
             Pending *p = *pp;
             *pp = p->next;
             return p;
@@ -592,7 +650,7 @@ void rtk_recv(rt_ctx *ctx, const int64_t *a) {
     CUdeviceptr y = dptr(a[0]);
     int64_t bytes = a[1];
     int src = ring_peer(&g, a[3]), tag = (int)a[4];
-    Pending *p = take_pending(rt_comm_coll(g.cm), g.mask, tag, g.index, src == g.index);
+    Pending *p = src == g.index ? take_self(rt_comm_coll(g.cm), g.mask, tag) : NULL;
     if (src == g.index && (!p || p->bytes != bytes)) { /* from this rank itself: its own send must match */
         rt_fail(ctx, "%s: recv from this rank itself, tag %d: %s", rtc_launch_name(ctx), tag,
                 p ? "size differs from the send's" : "no send of that tag to this rank came first");
@@ -600,15 +658,10 @@ void rtk_recv(rt_ctx *ctx, const int64_t *a) {
         return;
     }
     if (g.size == 1) { /* a group of one: the send was to this rank */
-        move(ctx, "recv", y, p->x, bytes);
+        if (p2p_group(ctx, rtc_stream(ctx), NULL, NULL, 0, 0, 0) == 0) move(ctx, "recv", y, p->x, bytes);
         free(p);
         return;
     }
-    if (NCCL_OK(&g, ncclGroupStart())) {
-        int ok = !p || NCCL_OK(&g, ncclSend(vptr(p->x), (size_t)p->bytes, ncclUint8, p->dest, g.comm, p->stream));
-        if (ok) ok = NCCL_OK(&g, ncclRecv(vptr(y), (size_t)bytes, ncclUint8, src, g.comm, rtc_stream(ctx)));
-        ncclResult_t r = ncclGroupEnd(); /* a started group ends, even after a failed call in it */
-        if (ok) NCCL_OK(&g, r);
-    }
+    p2p_group(ctx, rtc_stream(ctx), p, &g, y, bytes, src);
     free(p);
 }

@@ -387,6 +387,7 @@ void rt_launch(rt_ctx *c, int stream, rt_kernel k, const int64_t *args, int narg
     if (!rt_launch_ok(c, stream, c->nstreams, k, nargs, name)) return;
     c->cur = stream;
     c->name = name;
+    if (k != rtk_send && k != rtk_recv) rtc_p2p_flush(c, c->streams[stream]); /* comm_nccl.c: noted sends go first */
     k(c, args);
 }
 
@@ -397,6 +398,7 @@ void rt_record(rt_ctx *c, int stream, int event) {
         return;
     }
     c->issued[event] = c->step;
+    rtc_p2p_flush(c, c->streams[stream]); /* what another stream waits for includes the noted sends' reads */
     CUresult r = cuEventRecord(c->events[event], c->streams[stream]);
     if (r != CUDA_SUCCESS) rt_fail(c, "rt_record: cuEventRecord(event %d, stream %d): %s", event, stream, rtc_error_string(r));
 }
@@ -455,6 +457,7 @@ static void capture_step(rt_ctx *c) {
     if (fork_streams(c)) {
         int64_t sent = rt_comm_bytes(c);
         c->p->step(c, c->base);
+        rtc_p2p_flush(c, NULL);
         c->graph_bytes = rt_comm_bytes(c) - sent;
         c->name = "kiln runtime";
         join_streams(c);
@@ -488,9 +491,14 @@ int rt_step(rt_ctx *c, char *err, int errlen) {
     c->name = "kiln runtime";
     int ok = step_ok(c, cuCtxSetCurrent(c->cu), "cuCtxSetCurrent");
     if (ok && c->p->schedule) ok = step_ok(c, copy_in(c, c->schedule, c->p->schedule, sizeof(rt_schedule)), "copying the lr schedule to the GPU");
-    if (ok && (c->eager || c->step == 1)) c->p->step(c, c->base); /* step 1 warms up outside any capture */
-    else if (ok && !c->graph) capture_step(c);
-    else if (ok && step_ok(c, cuGraphLaunch(c->graph, c->streams[0]), "cuGraphLaunch")) rt_comm_count(c->comm, c->graph_bytes);
+    if (ok && (c->eager || c->step == 1)) { /* step 1 warms up outside any capture */
+        c->p->step(c, c->base);
+        rtc_p2p_flush(c, NULL);
+    } else if (ok && !c->graph) {
+        capture_step(c);
+    } else if (ok && step_ok(c, cuGraphLaunch(c->graph, c->streams[0]), "cuGraphLaunch")) {
+        rt_comm_count(c->comm, c->graph_bytes);
+    }
     finish_streams(c);
     char sends[600];
     if (rt_comm_finish_sends(c->comm, sends, sizeof sends)) rt_fail(c, "%s", sends);

@@ -80,6 +80,10 @@ void rtc_nccl_free(RtNccl *n);
  * destroying them. */
 void rtc_nccl_break(RtNccl *n);
 RtNccl *rtc_nccl_of(rt_ctx *ctx); /* dev_cuda.c owns it */
+/* comm_nccl.c: issue the sends noted on stream st (every stream's: NULL)
+ * that no recv has taken yet, in one NCCL group; dev_cuda.c calls it before
+ * any other launch or event record on the stream and at the step's end. */
+void rtc_p2p_flush(rt_ctx *ctx, CUstream st);
 
 /* Report a failed driver call with its name and the launch's name. */
 const char *rtc_error_string(CUresult r);
