@@ -64,6 +64,8 @@ typedef struct {
     char *kind;  /* per node: ACT_F, ACT_B or ACT_W (anchored nodes) */
     int *mb;     /* per node: its micro-batch, or the latest of its inputs' (a step's sum over micro-batches) */
     char *joins; /* per node: an add that joins ranks' partial gradient sums (regroup) */
+    int **seq, *nseq, *at; /* plan_transfers: per (sender, receiver) the values in send order; a value's place there */
+    int *got;              /* building rank r: per sender, how many of its values r has received */
     char *xfer;  /* [value][rank]: 1 when that rank reads the value from another rank */
     int *tag;    /* [value][rank]: the transfer's tag */
     int *rtag;   /* [value][rank]: the tag the receiver posts (tag, but for --test-pp-bug swap-recv) */
@@ -323,7 +325,36 @@ static void split_backward(Pp *P) {
 
 /* ---- 4. transfers ---- */
 
-static void plan_transfers(Pp *P) {
+/* The nodes of each action, in program order: list k = (kind * chunks +
+ * chunk) * m + mb, nodes first[k] .. first[k+1]-1 of `node`. */
+typedef struct {
+    int *first, *node;
+} Lists;
+
+static int action_key(const Pp *P, int kind, int chunk, int mb) { return (kind * P->nchunks + chunk) * P->pl.m + mb; }
+
+static Lists action_lists(const Pp *P) {
+    const Graph *g = P->g;
+    int nk = 3 * P->nchunks * P->pl.m;
+    Lists l = {xcalloc((size_t)nk + 2, sizeof(int)), xcalloc((size_t)g->nnodes + 1, sizeof(int))};
+    for (int i = 0; i < g->nnodes; i++)
+        if (P->chunk[i] != FLOAT) {
+            int mb = P->mb[i];
+            if (mb < 0 || mb >= P->pl.m) ICE("pipeline: node %d has micro-batch %d of %d", i, mb, P->pl.m);
+            l.first[action_key(P, P->kind[i], P->chunk[i], mb) + 2]++;
+        }
+    for (int k = 0; k < nk; k++) l.first[k + 2] += l.first[k + 1];
+    for (int i = 0; i < g->nnodes; i++)
+        if (P->chunk[i] != FLOAT) l.node[l.first[action_key(P, P->kind[i], P->chunk[i], P->mb[i]) + 1]++] = i;
+    return l;
+}
+
+/* Which values travel to which rank (xfer), then their tags in the order
+ * their senders send them: each rank's actions in its schedule's order,
+ * an action's values in program order (as run_action sends them); per
+ * (sender, receiver) pair the values in that order (seq), and each value's
+ * place in its pair's list (at). */
+static void plan_transfers(Pp *P, const Lists *l) {
     const Graph *g = P->g;
     int p = P->pl.p;
     P->xfer = xcalloc((size_t)g->nvals * (size_t)p, 1);
@@ -338,15 +369,35 @@ static void plan_transfers(Pp *P) {
         }
     }
     P->rtag = xcalloc((size_t)g->nvals * (size_t)p, sizeof(int));
+    P->at = xcalloc((size_t)g->nvals * (size_t)p, sizeof(int));
+    P->nseq = xcalloc((size_t)p * (size_t)p, sizeof(int));
+    P->seq = xcalloc((size_t)p * (size_t)p, sizeof(int *));
+    int *cap = xcalloc((size_t)p * (size_t)p, sizeof(int));
     int planted[2] = {-1, -1}; /* --test-pp-bug swap-recv: the first forward values of mb 0 and 1 rank 1 receives */
-    for (int v = 0; v < g->nvals; v++)
-        for (int r = 0; r < p; r++) {
-            if (!P->xfer[v * p + r]) continue;
-            P->tag[v * p + r] = P->rtag[v * p + r] = P->ntags++;
-            const Node *d = def_of(g, v);
-            int mb = P->mb[d - g->nodes];
-            if (r == 1 && P->kind[d - g->nodes] == ACT_F && mb < 2 && planted[mb] < 0) planted[mb] = v;
+    for (int a = 0; a < p; a++)
+        for (int x = 0; x < P->pl.nact[a]; x++) {
+            const Action *ac = &P->pl.act[a][x];
+            int key = action_key(P, ac->kind, ac->chunk, ac->mb);
+            for (int q = l->first[key]; q < l->first[key + 1]; q++) {
+                const Node *n = &g->nodes[l->node[q]];
+                for (int k = 0; k < n->nout; k++)
+                    for (int r = 0; r < p; r++) {
+                        int v = n->out[k];
+                        if (!P->xfer[v * p + r]) continue;
+                        P->tag[v * p + r] = P->rtag[v * p + r] = P->ntags++;
+                        int pr = a * p + r;
+                        if (P->nseq[pr] == cap[pr]) {
+                            P->seq[pr] = realloc(P->seq[pr], sizeof(int) * (size_t)(cap[pr] = cap[pr] ? 2 * cap[pr] : 16));
+                            if (!P->seq[pr]) ICE("out of memory");
+                        }
+                        P->at[v * p + r] = P->nseq[pr];
+                        P->seq[pr][P->nseq[pr]++] = v;
+                        int mb = P->mb[n - g->nodes];
+                        if (r == 1 && P->kind[n - g->nodes] == ACT_F && mb < 2 && planted[mb] < 0) planted[mb] = v;
+                    }
+            }
         }
+    free(cap);
     if (P->o->pp_bug == 2 && planted[0] >= 0 && planted[1] >= 0) {
         P->rtag[planted[0] * p + 1] = P->tag[planted[1] * p + 1];
         P->rtag[planted[1] * p + 1] = P->tag[planted[0] * p + 1];
@@ -418,40 +469,32 @@ static void send_value(Pp *P, int v, int to, int r, int tag) {
     P->b.g->nodes[j].stage = r, P->b.g->nodes[j].mb = def_of(P->g, v)->mb;
 }
 
-/* The nodes of each action, in program order: list k = (kind * chunks +
- * chunk) * m + mb, nodes first[k] .. first[k+1]-1 of `node`. */
-typedef struct {
-    int *first, *node;
-} Lists;
-
-static int action_key(const Pp *P, int kind, int chunk, int mb) { return (kind * P->nchunks + chunk) * P->pl.m + mb; }
-
-static Lists action_lists(const Pp *P) {
+/* The action's receives, first, so its compute follows its inputs' arrival.
+ * From each sender in the order it sends (NCCL pairs two ranks' sends and
+ * receives by order, not by tag): a value that sender sent before the one
+ * needed is received now too, early — it was sent before, so taking it
+ * never waits longer than the needed one does. */
+static void receive_inputs(Pp *P, const Lists *l, int lo, int hi, int r) {
     const Graph *g = P->g;
-    int nk = 3 * P->nchunks * P->pl.m;
-    Lists l = {xcalloc((size_t)nk + 2, sizeof(int)), xcalloc((size_t)g->nnodes + 1, sizeof(int))};
-    for (int i = 0; i < g->nnodes; i++)
-        if (P->chunk[i] != FLOAT) {
-            int mb = P->mb[i];
-            if (mb < 0 || mb >= P->pl.m) ICE("pipeline: node %d has micro-batch %d of %d", i, mb, P->pl.m);
-            l.first[action_key(P, P->kind[i], P->chunk[i], mb) + 2]++;
+    int p = P->pl.p;
+    for (int q = lo; q < hi; q++) {
+        const Node *nd = &g->nodes[l->node[q]];
+        for (int k = 0; k < nd->nin; k++) {
+            int v = nd->in[k];
+            if (P->map[v] >= 0 || !P->xfer[v * p + r]) continue;
+            int a = rank_of(P, P->chunk[def_of(g, v) - g->nodes]);
+            while (P->got[a] <= P->at[v * p + r]) {
+                int u = P->seq[a * p + r][P->got[a]++];
+                recv_value(P, u, a, r, P->rtag[u * p + r]);
+            }
         }
-    for (int k = 0; k < nk; k++) l.first[k + 2] += l.first[k + 1];
-    for (int i = 0; i < g->nnodes; i++)
-        if (P->chunk[i] != FLOAT) l.node[l.first[action_key(P, P->kind[i], P->chunk[i], P->mb[i]) + 1]++] = i;
-    return l;
+    }
 }
 
 static void run_action(Pp *P, const Lists *l, const Action *a, int r) {
     const Graph *g = P->g;
     int p = P->pl.p, key = action_key(P, a->kind, a->chunk, a->mb), lo = l->first[key], hi = l->first[key + 1];
-    for (int q = lo; q < hi; q++) { /* receives first, so the action's compute follows its inputs' arrival */
-        const Node *n = &g->nodes[l->node[q]];
-        for (int k = 0; k < n->nin; k++) {
-            int v = n->in[k];
-            if (P->map[v] < 0 && P->xfer[v * p + r]) recv_value(P, v, rank_of(P, P->chunk[def_of(g, v) - g->nodes]), r, P->rtag[v * p + r]);
-        }
-    }
+    receive_inputs(P, l, lo, hi, r);
     for (int q = lo; q < hi; q++) {
         const Node *n = &g->nodes[l->node[q]];
         if (is_output(n, "loss")) continue;
@@ -540,6 +583,7 @@ static void share_loss(Pp *P, Graph **out, int **maps) {
 static void build_rank(Pp *P, const Lists *l, int r, Graph **out, int **maps) {
     P->b = (Builder){out[r], "pipeline", {0}, -1, PH_FWD};
     P->map = maps[r];
+    memset(P->got, 0, sizeof(int) * (size_t)P->pl.p);
     for (int k = 0; k < P->pl.nact[r]; k++) run_action(P, l, &P->pl.act[r][k], r);
 }
 
@@ -585,8 +629,9 @@ void pass_pipeline(Module *m, const Options *o) {
     }
     free(R.leaf_of), free(R.last), free(R.interior), free(R.outs);
     if (zero_bubble(&P)) split_backward(&P);
-    plan_transfers(&P);
     Lists l = action_lists(&P);
+    plan_transfers(&P, &l);
+    P.got = xcalloc((size_t)P.pl.p, sizeof(int));
     Graph **out = ir_alloc(m, sizeof(Graph *) * (size_t)P.pl.p);
     int **maps = xcalloc((size_t)P.pl.p, sizeof(int *));
     for (int r = 0; r < P.pl.p; r++) {
@@ -600,6 +645,8 @@ void pass_pipeline(Module *m, const Options *o) {
     share_gradients(&P, out);
     m->stages = out, m->nstages = P.pl.p;
     for (int r = 0; r < P.pl.p; r++) free(maps[r]);
-    free(maps), free(of_layer), free(P.chunk), free(P.kind), free(P.mb), free(P.joins), free(P.xfer), free(P.tag), free(P.rtag), free(l.first), free(l.node);
+    free(maps), free(of_layer), free(P.chunk), free(P.kind), free(P.mb), free(P.joins), free(P.xfer), free(P.tag), free(P.rtag), free(l.first), free(l.node), free(P.at), free(P.nseq), free(P.got);
+    for (int k = 0; k < P.pl.p * P.pl.p; k++) free(P.seq[k]);
+    free(P.seq);
     ppsched_free(&P.pl);
 }
