@@ -56,6 +56,14 @@ wires=$(grep -o '[a-z0-9]*\[[0-9,]*\] = recv {group="pp"' "$tmp/ppbf.ir" | sed '
 [ "$wires" = " 4 bf16[4,64,64]; 2 f32[256,64];" ]
 say $? "bf16 --pp wires: activations and their gradients bf16, the tied wte gradient's partial sum and total f32 ($wires)"
 
+# on CUDA (NCCL pairs by order, not tag) receives out of their sender's
+# order are refused at compile time: the swap-recv plant must be
+out=$("$K" compile models/tiny.lua --pp 2 --micro-batches 4 --test-pp-bug swap-recv --target cuda:sm_90 -o "$tmp/sw" 2>&1); rc=$?
+[ $rc = 1 ] && [ "$(wc -l <<< "$out")" = 1 ] && [[ "$out" == *"NCCL pairs two ranks' sends and receives in order"* ]]
+say $? "cuda: receives out of their sender's order refused in one line ($out)"
+"$K" compile models/tiny.lua --pp 2 --micro-batches 4 --target cuda:sm_90 -o "$tmp/ok" > /dev/null 2>&1
+say $? "cuda: the same program without the plant compiles (the tied wte's transfers in order)"
+
 # planted bugs: the tied embedding's replica never gets the summed gradient;
 # rank 1 takes micro-batch 1's activations for micro-batch 0's and back
 caught() { # what args...

@@ -1321,9 +1321,10 @@ static void test_stage_tables(void **st) {
     EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = "sm_90"};
     FILE *f = tmpfile();
     assert_non_null(f);
-    assert_int_equal(emit_llvm_text_target(m, &cuda, f, err, sizeof err), -1);
+    /* the tied wte's transfers between the two stages go in their receiver's
+     * order (pp.c numbers them as they are sent): CUDA emits both stages */
+    if (emit_llvm_text_target(m, &cuda, f, err, sizeof err) != 0) fail_msg("%s", err);
     fclose(f);
-    assert_non_null(strstr(err, "NCCL pairs two ranks' sends and receives in order")); /* tied wte: docs/pipeline.md */
     ir_free(m);
 }
 
