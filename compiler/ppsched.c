@@ -195,10 +195,12 @@ static int check_shape(PpSchedule s, int p, int v, int m, char *err, size_t errl
     return 0;
 }
 
+int ppsched_default_v(PpSchedule s) { return s == PS_ZBV || s == PS_INTERLEAVED ? 2 : 1; }
+
 int ppsched_build(PpPlan *out, PpSchedule s, int p, int v, int m, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if ((int)s < 0 || s >= PS_COUNT) return snprintf(err, errlen, "--pp-schedule: unknown schedule %d", (int)s), -1;
-    if (v == 0) v = s == PS_ZBV || s == PS_INTERLEAVED ? 2 : 1; /* the default: two chunks per rank */
+    if (v == 0) v = ppsched_default_v(s);
     if (check_shape(s, p, v, m, err, errlen)) return -1;
     *out = (PpPlan){s, p, v, m, calloc(p, sizeof(int)), calloc(p, sizeof(Action *))};
     int per_rank = (zero_bubble(s) ? 3 : 2) * v * m;
@@ -418,7 +420,7 @@ void ppsched_times_free(PpTimes *t) {
 /* ---- closed forms ---- */
 
 double ppsched_bubble_formula(PpSchedule s, int p, int v, int m, double tf, double tb, double tw) {
-    if (v == 0) v = s == PS_ZBV || s == PS_INTERLEAVED ? 2 : 1; /* the default: two chunks per rank */
+    if (v == 0) v = ppsched_default_v(s);
     switch (s) {
     case PS_1F1B: return (p - 1.0) / (m + p - 1.0);
     case PS_INTERLEAVED: return (p - 1.0) / ((double)v * m + p - 1.0);

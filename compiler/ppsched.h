@@ -54,6 +54,9 @@ typedef struct {
  * --pp", ...), then build the per-rank action lists.  v = 0 means the
  * schedule's default (1; interleaved and zb-v 2).  0, or -1 with err. */
 int ppsched_build(PpPlan *out, PpSchedule s, int p, int v, int m, char *err, size_t errlen);
+/* The chunks per rank schedule s runs when --vpp is not given: 2 for
+ * interleaved and zb-v, else 1. */
+int ppsched_default_v(PpSchedule s);
 void ppsched_free(PpPlan *pl);
 
 int pp_chunk_rank(const PpPlan *pl, int chunk);        /* the rank that runs chunk */

@@ -305,7 +305,7 @@ static int check_parallel(Args *a) {
         for (int r = 0; r < world; r++) compare_rank(it1, itp, mp, r, step, &sc, tol, &w);
     }
     char pp[96] = "";
-    if (mp->mesh[0] > 1) snprintf(pp, sizeof pp, " --pp %d --vpp %d --pp-schedule %s", mp->mesh[0], a->o.vpp ? a->o.vpp : a->o.pp_schedule == PS_ZBV || a->o.pp_schedule == PS_INTERLEAVED ? 2 : 1, pp_schedule_names[a->o.pp_schedule]);
+    if (mp->mesh[0] > 1) snprintf(pp, sizeof pp, " --pp %d --vpp %d --pp-schedule %s", mp->mesh[0], a->o.vpp ? a->o.vpp : ppsched_default_v((PpSchedule)a->o.pp_schedule), pp_schedule_names[a->o.pp_schedule]);
     char off[96] = "", oname[32]; /* --offload: how many values went to the host and back */
     int ncopies = 0;
     for (int s = 0; s < mp->nstages; s++)
