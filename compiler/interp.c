@@ -910,8 +910,11 @@ static void round_outputs(Interp *it, Ex *e) {
 
 static int is_collective(const Node *n) {
     unsigned f = ir_ops[n->op].flags;
-    return (f & F_COMM) && !(f & (F_SINK | F_SOURCE));
+    return (f & F_COMM) && !(f & (F_SINK | F_SOURCE)) && n->op != OP_recv_done;
 }
+
+/* A blocking receive: recv, or the wait of a posted one (recv_done). */
+static int is_recv(const Node *n) { return n->op == OP_recv || n->op == OP_recv_done; }
 
 /* The node's group: mask, members (into it->members), this rank's index. */
 static int group_of(Interp *it, const Rank *R, const Node *n, int *mask, int *index) {
@@ -961,6 +964,14 @@ static int try_recv(Interp *it, Rank *R, const Node *n) {
         return 1;
     }
     return 0;
+}
+
+/* recv_start: the receive is posted; its buffer holds NaN until its
+ * recv_done fills the done's value (nothing else may read it: a reader
+ * would see NaN and kiln check would say so). */
+static void do_post(Interp *it, Rank *R, const Node *n) {
+    Ex ex = ex_of(it, R, n), *e = &ex;
+    for (int64_t j = 0; j < NOUT(0); j++) OUT(0)[j] = NAN;
 }
 
 /* shard: this rank's chunk (its index in the group) of dim, no communication. */
@@ -1108,8 +1119,10 @@ static int advance(Interp *it, Rank *R) {
     int moved = 0;
     for (const Node *n; (n = node_at(R)); R->pc++, moved = 1) {
         if (is_collective(n)) return moved;
-        if (n->op == OP_recv) {
+        if (is_recv(n)) {
             if (!try_recv(it, R, n)) return moved;
+        } else if (n->op == OP_recv_start) {
+            do_post(it, R, n);
         } else if (n->op == OP_send) {
             do_send(it, R, n);
         } else if (n->op == OP_shard) {
@@ -1131,9 +1144,9 @@ static void deadlock(Interp *it) {
     size_t k = (size_t)snprintf(buf, sizeof it->msg, "deadlock:");
     for (int r = 0; r < it->world && k < sizeof it->msg; r++) {
         const Node *n = node_at(&it->ranks[r]);
-        if (n && n->op == OP_recv)
-            k += (size_t)snprintf(buf + k, sizeof it->msg - k, "%s rank %d waits at recv from rank %d, tag %lld, mb %d (%s)",
-                                  k > 9 ? "," : "", r, peer_of(it, &it->ranks[r], n), (long long)ir_attr_i(n, "tag", 0), n->mb,
+        if (n && is_recv(n))
+            k += (size_t)snprintf(buf + k, sizeof it->msg - k, "%s rank %d waits at %s from rank %d, tag %lld, mb %d (%s)",
+                                  k > 9 ? "," : "", r, ir_ops[n->op].name, peer_of(it, &it->ranks[r], n), (long long)ir_attr_i(n, "tag", 0), n->mb,
                                   ir_where(n, where, sizeof where));
         else if (n)
             k += (size_t)snprintf(buf + k, sizeof it->msg - k, "%s rank %d waits at %s (%s)", k > 9 ? "," : "", r,

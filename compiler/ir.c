@@ -883,7 +883,7 @@ static const InferFn infer_op[OP_COUNT] = {
     [OP_cross_entropy] = infer_cross_entropy, [OP_cross_entropy_bwd] = infer_cross_entropy, [OP_loss] = infer_loss,
     [OP_lr_cosine] = infer_scalar_fn, [OP_clipscale] = infer_scalar_fn, [OP_adamw] = infer_adamw,
     [OP_allreduce] = infer_comm, [OP_reducescatter] = infer_comm, [OP_allgather] = infer_comm,
-    [OP_shard] = infer_comm, [OP_send] = infer_comm,
+    [OP_shard] = infer_comm, [OP_send] = infer_comm, [OP_recv_done] = infer_comm,
 };
 
 /* The checks every op shares (defined inputs, arity), then the op's rule. */

@@ -66,8 +66,8 @@ int ir_p2p_peer(const Graph *g, int i) {
     const Node *n = &g->nodes[i];
     if (n->op == OP_send) {
         for (int j = i + 1; j < g->nnodes; j++)
-            if (g->nodes[j].op == OP_recv && p2p_pair(&g->nodes[j], n)) return j;
-    } else if (n->op == OP_recv) {
+            if ((g->nodes[j].op == OP_recv || g->nodes[j].op == OP_recv_done) && p2p_pair(&g->nodes[j], n)) return j;
+    } else if (n->op == OP_recv || n->op == OP_recv_done) {
         for (int j = i - 1; j >= 0; j--)
             if (g->nodes[j].op == OP_send && p2p_pair(&g->nodes[j], n)) return j;
     }
@@ -141,7 +141,7 @@ static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
  * reads nothing); a read off the compute stream counts as done only when
  * every other stream is past it too. */
 static int read_end(const Graph *g, const MemLive *L, int i, int sd) {
-    int peer = ir_p2p_peer(g, i), u = peer >= 0 ? peer : i; /* where the read happens */
+    int peer = g->nodes[i].op == OP_send ? ir_p2p_peer(g, i) : -1, u = peer >= 0 ? peer : i; /* where the read happens */
     int su = g->nodes[i].stream, e = L->last[u];
     if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, ordered_end(g, u, su, sd));
     for (int t = 0; su > IR_STREAM_COMPUTE && t < 32; t++)

@@ -96,7 +96,7 @@ static void usage(FILE *f) {
           "        the CPU runs f32)\n"
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
           "        --offload none|all|auto|F (F in (0,1]; auto: from --device-profile, default cpu) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
-          "        --tp 1 (other values: not available yet)  --test-drop-event --test-pp-bug drop-tied|swap-recv\n"
+          "        --tp 1 (other values: not available yet)  --test-drop-event --test-pp-bug drop-tied|swap-recv|late-post\n"
           "        --test-offload-bug early-read (tests only)\n",
           f);
 }
@@ -325,8 +325,9 @@ static void parse_args(Args *a, int argc, char **argv) {
             parse_pp_layers(&a->o, argv[++i]);
         } else if (strcmp(f, "--test-pp-bug") == 0) {
             const char *v = argv[++i];
-            if (strcmp(v, "drop-tied") && strcmp(v, "swap-recv")) die("--test-pp-bug: expected drop-tied or swap-recv, got \"%s\"", v);
-            a->o.pp_bug = strcmp(v, "drop-tied") == 0 ? 1 : 2;
+            if (strcmp(v, "drop-tied") && strcmp(v, "swap-recv") && strcmp(v, "late-post"))
+                die("--test-pp-bug: expected drop-tied, swap-recv or late-post, got \"%s\"", v);
+            a->o.pp_bug = strcmp(v, "drop-tied") == 0 ? 1 : strcmp(v, "swap-recv") == 0 ? 2 : 3;
         } else if (strcmp(f, "--offload") == 0) {
             a->o.offload = parse_offload(argv[++i]);
         } else if (strcmp(f, "--offload-stages") == 0) {

@@ -34,8 +34,12 @@
  *    that an action on another rank reads is sent right after the action
  *    that computes it and received right before the first action that reads
  *    it (one transfer per value and reading rank, tags numbered once per
- *    step).  ppsched_prove has checked that this blocking order cannot
- *    deadlock; the interpreter simulates it again on the real programs.
+ *    step).  A receive is a pair: recv_start, posted before the previous
+ *    action of the rank (so the bytes can land while it computes), and
+ *    recv_done where the value is needed (docs/ir.md).  ppsched_prove
+ *    has checked that this blocking order cannot deadlock (a post does not
+ *    block, its done does); the verifier and the interpreter check it again
+ *    on the real programs.
  * 5. The step's ends.  The loss is computed on the last chunk's rank; every
  *    rank reports it through an all-reduce over pp (the other ranks add 0),
  *    so the trainer and kiln check read "loss" anywhere.  A param read on
@@ -65,7 +69,9 @@ typedef struct {
     int *mb;     /* per node: its micro-batch, or the latest of its inputs' (a step's sum over micro-batches) */
     char *joins; /* per node: an add that joins ranks' partial gradient sums (regroup) */
     int **seq, *nseq, *at; /* plan_transfers: per (sender, receiver) the values in send order; a value's place there */
-    int *got;              /* building rank r: per sender, how many of its values r has received */
+    int *got;              /* building rank r: per sender, how many of its values r has received (recv_done) */
+    int *pgot;             /* building rank r: per sender, how many of its values r has posted (recv_start) */
+    int *posted;           /* building rank r: old value -> its recv_start's output, -1 */
     char *xfer;  /* [value][rank]: 1 when that rank reads the value from another rank */
     int *tag;    /* [value][rank]: the transfer's tag */
     int *rtag;   /* [value][rank]: the tag the receiver posts (tag, but for --test-pp-bug swap-recv) */
@@ -447,17 +453,44 @@ static Attr p2p_attrs(Pp *P, int peer, int tag, Attr *at) {
     return at[0];
 }
 
-static void recv_value(Pp *P, int v, int from, int r, int tag) {
+/* A receive is two nodes: recv_start posts it (the buffer may fill from
+ * there on) and recv_done waits for it, where the value is needed; between
+ * them the rank computes.  start_value posts the receive of v, done_value
+ * completes it (P->map[v] is then the received value). */
+static void start_value(Pp *P, int v, int from, int r, int tag) {
     const Value *x = &P->g->vals[v];
     Attr at[3];
     p2p_attrs(P, from - r, tag, at);
     const Node *d = def_of(P->g, v);
     P->b.loc = d->loc, P->b.layer = d->layer, P->b.phase = d->phase; /* the transfer's metadata: its value's */
-    int j = ir_build(&P->b, OP_recv, 0, NULL, 3, at, &x->t);
+    int j = ir_build(&P->b, OP_recv_start, 0, NULL, 3, at, &x->t);
     Node *n = &P->b.g->nodes[j];
-    n->stage = r, n->mb = def_of(P->g, v)->mb;
+    n->stage = r, n->mb = d->mb;
     memcpy(P->b.g->vals[n->out[0]].sh, x->sh, sizeof x->sh);
+    P->posted[v] = n->out[0];
+}
+
+static void done_value(Pp *P, int v, int from, int r, int tag) {
+    Attr at[3];
+    p2p_attrs(P, from - r, tag, at);
+    const Node *d = def_of(P->g, v);
+    P->b.loc = d->loc, P->b.layer = d->layer, P->b.phase = d->phase;
+    int x = P->posted[v];
+    if (x < 0) ICE("pipeline: rank %d completes a receive it never posted (tag %d)", r, tag);
+    int j = ir_build(&P->b, OP_recv_done, 1, &x, 3, at, NULL);
+    Node *n = &P->b.g->nodes[j];
+    n->stage = r, n->mb = d->mb;
+    memcpy(P->b.g->vals[n->out[0]].sh, P->g->vals[v].sh, sizeof P->g->vals[v].sh);
     P->map[v] = n->out[0];
+}
+
+/* Post sender a's values to rank r up to its place `at` in their order. */
+static void post_upto(Pp *P, int a, int r, int at) {
+    int p = P->pl.p;
+    while (P->pgot[a] <= at) {
+        int u = P->seq[a * p + r][P->pgot[a]++];
+        start_value(P, u, a, r, P->rtag[u * p + r]);
+    }
 }
 
 static void send_value(Pp *P, int v, int to, int r, int tag) {
@@ -474,7 +507,7 @@ static void send_value(Pp *P, int v, int to, int r, int tag) {
  * receives by order, not by tag): a value that sender sent before the one
  * needed is received now too, early — it was sent before, so taking it
  * never waits longer than the needed one does. */
-static void receive_inputs(Pp *P, const Lists *l, int lo, int hi, int r) {
+static void receive_inputs(Pp *P, const Lists *l, int lo, int hi, int r, int post_only) {
     const Graph *g = P->g;
     int p = P->pl.p;
     for (int q = lo; q < hi; q++) {
@@ -483,18 +516,37 @@ static void receive_inputs(Pp *P, const Lists *l, int lo, int hi, int r) {
             int v = nd->in[k];
             if (P->map[v] >= 0 || !P->xfer[v * p + r]) continue;
             int a = rank_of(P, P->chunk[def_of(g, v) - g->nodes]);
-            while (P->got[a] <= P->at[v * p + r]) {
+            post_upto(P, a, r, P->at[v * p + r]);
+            while (!post_only && P->got[a] <= P->at[v * p + r]) {
                 int u = P->seq[a * p + r][P->got[a]++];
-                recv_value(P, u, a, r, P->rtag[u * p + r]);
+                done_value(P, u, a, r, P->rtag[u * p + r]);
             }
         }
     }
 }
 
-static void run_action(Pp *P, const Lists *l, const Action *a, int r) {
+/* The receives of rank r's next action are posted before this action's
+ * (and its own receives' waits): they fill while this one computes.  When
+ * the next action has no nodes (the first chunk's B under zb-h1 and zb-v:
+ * it sends no input gradient, so its backward is all W) the one after it
+ * is posted too, and so on to the next action with work.
+ * --test-pp-bug late-post skips it (each receive posted where it waits). */
+static void post_next(Pp *P, const Lists *l, int k, int r) {
+    if (P->o->pp_bug == 3) return;
+    for (int x = k + 1; x < P->pl.nact[r]; x++) {
+        const Action *a = &P->pl.act[r][x];
+        int key = action_key(P, a->kind, a->chunk, a->mb);
+        receive_inputs(P, l, l->first[key], l->first[key + 1], r, 1);
+        if (l->first[key + 1] > l->first[key]) break;
+    }
+}
+
+static void run_action(Pp *P, const Lists *l, int x, int r) {
     const Graph *g = P->g;
+    const Action *a = &P->pl.act[r][x];
     int p = P->pl.p, key = action_key(P, a->kind, a->chunk, a->mb), lo = l->first[key], hi = l->first[key + 1];
-    receive_inputs(P, l, lo, hi, r);
+    post_next(P, l, x, r);
+    receive_inputs(P, l, lo, hi, r, 0);
     for (int q = lo; q < hi; q++) {
         const Node *n = &g->nodes[l->node[q]];
         if (is_output(n, "loss")) continue;
@@ -541,7 +593,9 @@ static void share_gradients(Pp *P, Graph **out) {
                 if (is_output(&out[owner]->nodes[j], name)) x = out[owner]->nodes[j].in[0];
             if (x < 0) ICE("pipeline: rank %d lost output %s", owner, name);
             ir_build(&bo, OP_send, 1, &x, 3, s, NULL);
-            int y = ir_out(h, ir_build(&br, OP_recv, 0, NULL, 3, q, &out[owner]->vals[x].t));
+            int y = ir_out(h, ir_build(&br, OP_recv_start, 0, NULL, 3, q, &out[owner]->vals[x].t)); /* nothing left to overlap */
+            memcpy(h->vals[y].sh, out[owner]->vals[x].sh, sizeof h->vals[0].sh);
+            y = ir_out(h, ir_build(&br, OP_recv_done, 1, &y, 3, q, NULL));
             memcpy(h->vals[y].sh, out[owner]->vals[x].sh, sizeof h->vals[0].sh);
             if (P->o->pp_bug == 1) { /* planted: the replica's gradient is zero */
                 Attr z = ir_attr_float(P->m, "v", 0.0);
@@ -584,7 +638,9 @@ static void build_rank(Pp *P, const Lists *l, int r, Graph **out, int **maps) {
     P->b = (Builder){out[r], "pipeline", {0}, -1, PH_FWD};
     P->map = maps[r];
     memset(P->got, 0, sizeof(int) * (size_t)P->pl.p);
-    for (int k = 0; k < P->pl.nact[r]; k++) run_action(P, l, &P->pl.act[r][k], r);
+    memset(P->pgot, 0, sizeof(int) * (size_t)P->pl.p);
+    for (int v = 0; v < P->g->nvals; v++) P->posted[v] = -1;
+    for (int k = 0; k < P->pl.nact[r]; k++) run_action(P, l, k, r);
 }
 
 /* Every anchored node went to its rank exactly once. */
@@ -632,6 +688,8 @@ void pass_pipeline(Module *m, const Options *o) {
     Lists l = action_lists(&P);
     plan_transfers(&P, &l);
     P.got = xcalloc((size_t)P.pl.p, sizeof(int));
+    P.pgot = xcalloc((size_t)P.pl.p, sizeof(int));
+    P.posted = xcalloc((size_t)g->nvals + 1, sizeof(int));
     Graph **out = ir_alloc(m, sizeof(Graph *) * (size_t)P.pl.p);
     int **maps = xcalloc((size_t)P.pl.p, sizeof(int *));
     for (int r = 0; r < P.pl.p; r++) {
@@ -645,7 +703,7 @@ void pass_pipeline(Module *m, const Options *o) {
     share_gradients(&P, out);
     m->stages = out, m->nstages = P.pl.p;
     for (int r = 0; r < P.pl.p; r++) free(maps[r]);
-    free(maps), free(of_layer), free(P.chunk), free(P.kind), free(P.mb), free(P.joins), free(P.xfer), free(P.tag), free(P.rtag), free(l.first), free(l.node), free(P.at), free(P.nseq), free(P.got);
+    free(maps), free(of_layer), free(P.chunk), free(P.kind), free(P.mb), free(P.joins), free(P.xfer), free(P.tag), free(P.rtag), free(l.first), free(l.node), free(P.at), free(P.nseq), free(P.got), free(P.pgot), free(P.posted);
     for (int k = 0; k < P.pl.p * P.pl.p; k++) free(P.seq[k]);
     free(P.seq);
     ppsched_free(&P.pl);

@@ -81,7 +81,7 @@ static const Node *def_of(const Graph *g, int v) { return g->vals[v].def >= 0 ? 
 static int is_float(const Graph *g, int v) { return ir_dtype_is_float(g->vals[v].t.dt); }
 static int working(const Node *n) { return n->phase != PH_OPT; }
 static int over_pp(const Node *n) {
-    return (n->op == OP_send || n->op == OP_recv) && strcmp(ir_attr_s(n, "group", ""), "pp") == 0;
+    return (n->op == OP_send || n->op == OP_recv || n->op == OP_recv_start) && strcmp(ir_attr_s(n, "group", ""), "pp") == 0;
 }
 
 /* An input slot whose dtype the op's rule (ir.c) fixes at f32. */
@@ -264,7 +264,8 @@ static Graph *rewrite(Pc *P) {
     return P->b.g;
 }
 
-/* The wire dtypes of the pipeline transfers: a recv over "pp" that
+/* The wire dtypes of the pipeline transfers: a recv over "pp" (a posted
+ * one's recv_start: its recv_done has the start's dtype) that
  * find_gradients reached carries a param-gradient partial sum (the tied
  * embedding's head contributions, its total sent back to the replica), so
  * its tag is f32 and its send's producers write f32 too — which can reach
@@ -279,7 +280,7 @@ static void find_wires(Pc *P, int nstages, char *wire32, char *walked) {
                 const Node *n = &P[s].g->nodes[i];
                 if (!over_pp(n)) continue;
                 int64_t t = ir_attr_i(n, "tag", 0);
-                if (n->op == OP_recv && P[s].grad[i] && !wire32[t]) wire32[t] = 1, changed = 1;
+                if (n->op != OP_send && P[s].grad[i] && !wire32[t]) wire32[t] = 1, changed = 1;
                 if (n->op == OP_send && wire32[t] && !walked[t]) walked[t] = 1, changed = 1, mark_producers(&P[s], n->in[0], 0);
             }
     }

@@ -592,6 +592,37 @@ static int check_plan(Checker *c) {
     return rc;
 }
 
+/* A posted receive (recv_start) and its wait (recv_done) are one transfer:
+ * the done reads a start of the same group, peer and tag, and the start's
+ * buffer, which the bytes may reach at any time until the done, is read by
+ * that done alone (docs/ir.md). */
+static int check_recv_pairs(Checker *c) {
+    const Graph *g = c->g;
+    int *reader = xcalloc((size_t)g->nvals + 1, sizeof(int)), rc = 0;
+    for (int i = 0; i < g->nnodes && !rc; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = 0; k < n->nin && !rc; k++) {
+            int v = n->in[k], d = g->vals[v].def;
+            if (d < 0 || g->nodes[d].op != OP_recv_start) continue;
+            const Node *s = &g->nodes[d];
+            if (n->op != OP_recv_done)
+                rc = bad(c, i, "%s reads %%%d, the buffer of a posted receive (node %d): only its recv_done may", ir_ops[n->op].name, v, d);
+            else if (reader[v]++)
+                rc = bad(c, i, "recv_done waits for the receive of node %d that another recv_done completed", d);
+            else if (ir_attr_i(n, "tag", -1) != ir_attr_i(s, "tag", -2) || ir_attr_i(n, "peer", 0) != ir_attr_i(s, "peer", 0) ||
+                     strcmp(ir_attr_s(n, "group", ""), ir_attr_s(s, "group", "")) != 0)
+                rc = bad(c, i, "recv_done {group, peer, tag} differ from its recv_start's (node %d)", d);
+        }
+        if (!rc && n->op == OP_recv_done && (g->vals[n->in[0]].def < 0 || g->nodes[g->vals[n->in[0]].def].op != OP_recv_start))
+            rc = bad(c, i, "recv_done waits for %%%d, which no recv_start posted", n->in[0]);
+    }
+    for (int i = 0; i < g->nnodes && !rc; i++)
+        if (g->nodes[i].op == OP_recv_start && !reader[g->nodes[i].out[0]])
+            rc = bad(c, i, "a posted receive (tag %lld) that no recv_done completes", (long long)ir_attr_i(&g->nodes[i], "tag", 0));
+    free(reader);
+    return rc;
+}
+
 static int verify_graph(const Graph *g, const char *src, const int *lines, char *err, size_t errlen) {
     Checker c = {g, err, errlen, src, lines};
     if (err && errlen) err[0] = 0;
@@ -599,7 +630,7 @@ static int verify_graph(const Graph *g, const char *src, const int *lines, char 
     for (int i = 0; i < g->nnodes; i++)
         if (check_node(&c, i)) return -1;
     if (check_values(&c)) return -1;
-    return check_offloaded(&c) || check_groups(&c) || check_schedule(&c) || check_plan(&c) ? -1 : 0;
+    return check_recv_pairs(&c) || check_offloaded(&c) || check_groups(&c) || check_schedule(&c) || check_plan(&c) ? -1 : 0;
 }
 
 int ir_verify(const Graph *g, char *err, size_t errlen) { return verify_graph(g, NULL, NULL, err, errlen); }
@@ -610,17 +641,20 @@ static int over_pp(const Node *n) {
     return (ir_ops[n->op].flags & F_COMM) && strcmp(ir_attr_s(n, "group", ""), "pp") == 0;
 }
 
+/* The receiving end of a transfer: where it blocks until the bytes are
+ * there (a recv, or the done of a posted one; a recv_start never blocks). */
+static int blocking_recv(const Node *n) { return n->op == OP_recv || n->op == OP_recv_done; }
+
 /* The node of stage s that is the other end of transfer node i of stage t
  * (its peer's recv for a send, send for a recv), -1 if none; *count: how many. */
 static int transfer_peer(const Module *m, int t, int i, int *count) {
     const Node *n = &m->stages[t]->nodes[i];
     int p = m->nstages, s = (int)(((t + ir_attr_i(n, "peer", 0)) % p + p) % p), found = -1;
-    Op want = n->op == OP_send ? OP_recv : OP_send;
     *count = 0;
     const Graph *h = m->stages[s];
     for (int j = 0; j < h->nnodes; j++) {
         const Node *q = &h->nodes[j];
-        if (q->op != want || !over_pp(q) || ir_attr_i(q, "tag", -1) != ir_attr_i(n, "tag", -2)) continue;
+        if ((n->op == OP_send ? !blocking_recv(q) : q->op != OP_send) || !over_pp(q) || ir_attr_i(q, "tag", -1) != ir_attr_i(n, "tag", -2)) continue;
         if ((((s + ir_attr_i(q, "peer", 0)) % p + p) % p) != t) continue;
         if (found < 0) found = j;
         (*count)++;
@@ -632,7 +666,7 @@ static int check_transfers(Checker *c, const Module *m, int t) {
     const Graph *g = m->stages[t];
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        if ((n->op != OP_send && n->op != OP_recv) || !over_pp(n)) continue;
+        if ((n->op != OP_send && !blocking_recv(n)) || !over_pp(n)) continue;
         int count, j = transfer_peer(m, t, i, &count), s = (int)(((t + ir_attr_i(n, "peer", 0)) % m->nstages + m->nstages) % m->nstages);
         long long tag = (long long)ir_attr_i(n, "tag", 0);
         if (tag < 0 || tag > 1 << 30) return bad(c, i, "stage %d's %s has tag %lld (0..2^30)", t, ir_ops[n->op].name, tag);
@@ -652,8 +686,9 @@ static int check_transfers(Checker *c, const Module *m, int t) {
 }
 
 /* Walk every stage in program order: sends mark their tag sent, a recv
- * waits until its tag is, a collective over pp waits until every stage is
- * at one.  A stage that cannot move while another is not done: deadlock,
+ * (or a posted receive's recv_done) waits until its tag is, a recv_start
+ * goes on (posting does not block), a collective over pp waits until every
+ * stage is at one.  A stage that cannot move while another is not done: deadlock,
  * reported at the first waiting stage with what each stage waits for. */
 static int check_deadlock(Checker *c, const Module *m) {
     int p = m->nstages, *pc = calloc((size_t)(p > 0 ? p : 1), sizeof(int)), maxtag = 0;
@@ -673,11 +708,11 @@ static int check_deadlock(Checker *c, const Module *m) {
                 if (!over_pp(n)) continue;
                 int64_t tag = ir_attr_i(n, "tag", 0);
                 if (n->op == OP_send) sent[tag] = 1;
-                else if (n->op == OP_recv && !sent[tag]) break;
-                else if (n->op != OP_recv) break; /* a collective: all stages meet */
+                else if (blocking_recv(n) && !sent[tag]) break;
+                else if (!blocking_recv(n) && n->op != OP_recv_start) break; /* a collective: all stages meet */
             }
             done += pc[s] == g->nnodes;
-            at_coll += pc[s] < g->nnodes && g->nodes[pc[s]].op != OP_recv;
+            at_coll += pc[s] < g->nnodes && !blocking_recv(&g->nodes[pc[s]]);
         }
         if (at_coll == p) {
             for (int s = 0; s < p; s++) pc[s]++;
@@ -697,7 +732,7 @@ static int check_deadlock(Checker *c, const Module *m) {
         const Node *n = &g->nodes[pc[s]];
         if (first < 0) first = s;
         k += (size_t)snprintf(msg + k, sizeof msg - k, "%sstage %d waits at %s", k ? ", " : "", s, ir_ops[n->op].name);
-        if (k < sizeof msg && n->op == OP_recv)
+        if (k < sizeof msg && blocking_recv(n))
             k += (size_t)snprintf(msg + k, sizeof msg - k, " tag %lld mb %d (node %d)", (long long)ir_attr_i(n, "tag", 0), n->mb, pc[s]);
     }
     c->g = m->stages[first];

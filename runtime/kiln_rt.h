@@ -49,8 +49,9 @@
 #include <string.h>
 
 /* 11: rt_program gained stage, nstages and stages (pipeline parallelism:
- * one table per pipeline stage, all reachable from kiln_program). */
-#define RT_ABI_VERSION 11
+ * one table per pipeline stage, all reachable from kiln_program).
+ * 12: rtk_recv_start and rtk_recv_done (a receive posted early). */
+#define RT_ABI_VERSION 12
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -290,6 +291,14 @@ void rtk_shard(rt_ctx *ctx, const int64_t *a);
  * (tag in 0..32767). */
 void rtk_send(rt_ctx *ctx, const int64_t *a);
 void rtk_recv(rt_ctx *ctx, const int64_t *a);
+/* A receive in two halves (IR recv_start / recv_done, the pipeline's
+ * transfers; the CPU device only: CUDA programs issue the pair as one
+ * rtk_recv at the done, compiler/emit/emit_host.c says why).  recv_start
+ * posts the receive into y and returns at once: y's bytes may change until
+ * the matching recv_done (same y, bytes, mask, peer, tag; later on the same
+ * stream), which blocks until they have all arrived.  args as rtk_recv. */
+void rtk_recv_start(rt_ctx *ctx, const int64_t *a);
+void rtk_recv_done(rt_ctx *ctx, const int64_t *a);
 
 /* ---- library kernels (kernels/cpu/) and their args ----
  * Shapes are row-major; "rows" is the product of all leading dims. */

@@ -52,7 +52,7 @@ check $GPT4 --pp 2 --micro-batches 2 --pp-layers 3,1 --pp-schedule zb-h1
 check models/tiny.lua --pp 2 --micro-batches 2 --precision bf16
 check models/tiny.lua --pp 2 --micro-batches 2 --precision bf16 --pp-schedule zb-h1
 "$K" dump models/tiny.lua --pp 2 --micro-batches 2 --precision bf16 --after precision -o "$tmp/ppbf.ir"
-wires=$(grep -o '[a-z0-9]*\[[0-9,]*\] = recv {group="pp"' "$tmp/ppbf.ir" | sed 's/ = .*//' | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+wires=$(grep -o '[a-z0-9]*\[[0-9,]*\] = recv_start {group="pp"' "$tmp/ppbf.ir" | sed 's/ = .*//' | sort | uniq -c | tr -s ' ' | tr '\n' ';')
 [ "$wires" = " 4 bf16[4,64,64]; 2 f32[256,64];" ]
 say $? "bf16 --pp wires: activations and their gradients bf16, the tied wte gradient's partial sum and total f32 ($wires)"
 
@@ -100,7 +100,7 @@ import sys
 d = sys.argv[1]
 L = open(d + "/pp.ir").read().split("\n")
 i = [k for k, l in enumerate(L) if l.startswith("send ")][0]
-j = [k for k, l in enumerate(L) if " = recv " in l and k > i][0]
+j = [k for k, l in enumerate(L) if " = recv_done " in l and k > i][0]
 L.insert(j, L.pop(i))
 open(d + "/dead.ir", "w").write("\n".join(L))
 s = open(d + "/pp.ir").read()
@@ -109,7 +109,7 @@ open(d + "/unmatched.ir", "w").write(s[:k] + "tag=99}" + s[k + 6:])
 PY
 out=$("$K" dump "$tmp/pp.ir" 2>&1 > /dev/null); say $? "the unbroken dump passes the pipeline proof $out"
 out=$("$K" dump "$tmp/dead.ir" 2>&1); rc=$?
-[ $rc = 1 ] && [[ "$out" == *'pipeline deadlock: stage 0 waits at recv tag'*'stage 1 waits at recv tag 0 mb 0'* ]]
+[ $rc = 1 ] && [[ "$out" == *'pipeline deadlock: stage 0 waits at recv_done tag'*'stage 1 waits at recv_done tag 0 mb 0'* ]]
 say $? "a send moved after the receive it waits for: the verifier names the deadlock ($out)"
 out=$("$K" dump "$tmp/unmatched.ir" 2>&1); rc=$?
 [ $rc = 1 ] && [ "$(wc -l <<< "$out")" = 1 ] && [[ "$out" == *'tag 99 has 0 matching recv on stage 1'* ]]

@@ -495,7 +495,7 @@ static int *transfer_tags(const Module *m, int s, int r, int recv, int *n) {
     *n = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *x = &g->nodes[i];
-        if (x->op != (recv ? OP_recv : OP_send) || strcmp(ir_attr_s(x, "group", ""), "pp") != 0) continue;
+        if (x->op != (recv ? OP_recv_done : OP_send) || strcmp(ir_attr_s(x, "group", ""), "pp") != 0) continue;
         if ((int)(((s + ir_attr_i(x, "peer", 0)) % p + p) % p) == r) tags[(*n)++] = (int)ir_attr_i(x, "tag", 0);
     }
     return tags;

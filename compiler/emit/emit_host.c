@@ -519,18 +519,26 @@ static void emit_comm(Em *e, const Node *n) {
  * rtk_recv(y, bytes, mask, peer, tag), any dtype (K, V and the i32 key
  * positions travel).  The runtime handles every group size, a group of one
  * included (the send waits in its staging list for the recv), so the
- * launch does not depend on the mesh. */
+ * launch does not depend on the mesh.  A posted receive (the pipeline's
+ * recv_start ... recv_done) is rtk_recv_start then rtk_recv_done with the
+ * same args on the CPU (MPI_Irecv, then MPI_Wait).  On CUDA the start
+ * issues nothing and the done is today's rtk_recv: NCCL pairs by order and
+ * a receive on the comm stream is a kernel that holds every later launch on
+ * that stream until its bytes arrive, so a receive issued at the start
+ * would hold the sends of the action in between, which the peer may be
+ * waiting for (comm_nccl.c groups a send with the next receive instead). */
 static void emit_p2p(Em *e, const Node *n) {
+    if (e->cuda && n->op == OP_recv_start) return;
     char w[160];
     const char *group = ir_attr_s(n, "group", "");
     int mask = ir_group_mask(group);
     if (mask <= 0) ICE("emit: %s: %s: bad group \"%s\"", ir_where(n, w, sizeof w), ir_ops[n->op].name, group);
-    int vid = n->op == OP_send ? n->in[0] : n->out[0];
+    int vid = n->op == OP_send ? n->in[0] : n->out[0]; /* recv_done: a view of its start's buffer */
     const Type *t = TY(e, vid);
     int64_t tag = ir_attr_i(n, "tag", -1);
     if (tag < 0 || tag > 32767) ICE("emit: %s: %s: tag %lld outside 0..32767", ir_where(n, w, sizeof w), ir_ops[n->op].name, (long long)tag);
     LLVMValueRef a[] = {P(e, vid, 0), I64(e, ir_numel(t) * esize(t)), I64(e, mask), I64(e, ir_attr_i(n, "peer", 0)), I64(e, tag)};
-    launch_lib(e, n, ir_ops[n->op].name, a, 5);
+    launch_lib(e, n, e->cuda && n->op == OP_recv_done ? "recv" : ir_ops[n->op].name, a, 5);
 }
 
 /* iota: 0..n-1 (rtk_iota), or with a group, a rank's global token
@@ -676,7 +684,7 @@ static void emit_node(Em *e, int idx) {
         return;
     }
     case OP_allreduce: case OP_reducescatter: case OP_allgather: case OP_shard: emit_comm(e, n); return;
-    case OP_send: case OP_recv: emit_p2p(e, n); return;
+    case OP_send: case OP_recv: case OP_recv_start: case OP_recv_done: emit_p2p(e, n); return;
     case OP_attn_merge: { /* o_a [.., D], lse_a [rows], o_b, lse_b -> o, lse */
         const Type *o = TY(e, n->in[0]);
         int64_t rows = ir_numel(TY(e, n->in[1]));
@@ -734,7 +742,7 @@ static void recv_fences(Em *e) {
             e->nevents_base = (int)ir_attr_i(&g->nodes[i], "event", -1) + 1;
     for (int p = 0; p < n; p++) {
         const Node *r = &g->nodes[e->order[p]];
-        if (r->op != OP_recv) continue;
+        if (r->op != OP_recv && r->op != OP_recv_start) continue; /* a posted receive writes from its start on */
         const Value *v = &g->vals[r->out[0]];
         if (v->space < 0 || v->offset < 0) continue;
         int64_t lo = v->offset, hi = lo + ir_value_bytes(v);

@@ -79,9 +79,22 @@ typedef struct Staged {
     MPI_Request *req;
 } Staged;
 
-/* The context's collective state: rtk_send's buffers still in use. */
+/* One rtk_recv_start's receive, posted and waiting for its rtk_recv_done:
+ * nreq MPI_Irecv pieces into y, or (local) a receive from this rank itself,
+ * done by recv_local at the done. */
+typedef struct Posted {
+    struct Posted *next;
+    char *y;
+    int64_t bytes;
+    int mask, tag, src, local, nreq;
+    MPI_Request *req;
+} Posted;
+
+/* The context's collective state: rtk_send's buffers still in use and the
+ * receives posted by rtk_recv_start. */
 struct RtColl {
     Staged *staged; /* oldest first */
+    Posted *posted; /* oldest first */
     pthread_mutex_t mu;
 };
 
@@ -113,6 +126,10 @@ void rt_coll_free(RtColl *k) {
     for (Staged *s = k->staged, *nx; s; s = nx) {
         nx = s->next;
         if (s->local) staged_free(s);
+    }
+    for (Posted *q = k->posted, *nx; q; q = nx) { /* after a failed step; MPI may still write y: only the local ones go */
+        nx = q->next;
+        if (q->local) free(q->req), free(q);
     }
     if (pthread_mutex_destroy(&k->mu)) fprintf(stderr, "kiln runtime: pthread_mutex_destroy failed\n");
     free(k);
@@ -460,7 +477,22 @@ int rt_comm_finish_sends(RtComm *cm, char *err, int errlen) {
         if (s->local) staged_free(s);
     }
     k->staged = NULL;
+    int unfinished = -1;
+    for (Posted *q = k->posted, *nx; q; q = nx) { /* a start without its done: only after a failed step */
+        nx = q->next;
+        unfinished = q->tag;
+        if (!q->local && !rt_comm_broken(cm)) {
+            rt_mpi_lock();
+            for (int j = 0; j < q->nreq; j++) MPI_Cancel(&q->req[j]);
+            MPI_Waitall(q->nreq, q->req, MPI_STATUSES_IGNORE);
+            rt_mpi_unlock();
+        }
+        free(q->req), free(q);
+    }
+    k->posted = NULL;
     unlock(k);
+    if (unfinished >= 0 && rc == MPI_SUCCESS && lost < 0)
+        return snprintf(err, (size_t)errlen, "recv_start with tag %d was never completed by its recv_done", unfinished), -1;
     if (rc != MPI_SUCCESS) {
         rt_comm_break(cm);
         return snprintf(err, (size_t)errlen, "send: completing at the end of the step: MPI: %s", rt_mpi_text(rc, t, sizeof t)), -1;
@@ -539,6 +571,98 @@ static void recv_local(rt_ctx *c, const Group *g, char *y, int64_t bytes, int ta
     }
     memcpy(y, s->buf, (size_t)bytes);
     staged_free(s);
+}
+
+/* rtk_recv_start and rtk_recv_done: the receive in two halves.  The start
+ * posts MPI_Irecv of every piece (the same pieces as rtk_send's MPI_Isend,
+ * so they match in order) and returns; the bytes may land in y from then
+ * on, which the memory plan allows (the buffer is live from the start).
+ * The done, on the same stream later, finds the start of (mask, tag, y),
+ * waits for its pieces and checks their sizes.  Posting early lets the
+ * transfer move while the streams compute (a large message needs its
+ * receive posted before MPI moves it).  A receive from this rank itself is
+ * only noted at the start and copied from the staged send at the done. */
+
+/* args: y, bytes, mask, peer, tag */
+void rtk_recv_start(rt_ctx *c, const int64_t *a) {
+    Group g;
+    if (p2p_args(c, "recv_start", a, &g)) return;
+    int src = ring_peer(&g, a[3]), local = src == g.index, n = local ? 0 : npieces(a[1]), rc = MPI_SUCCESS, posted = 0;
+    Posted *q = calloc(1, sizeof *q);
+    if (q && n) q->req = malloc(sizeof(MPI_Request) * (size_t)n);
+    if (!q || (n && !q->req)) {
+        if (q) free(q->req), free(q);
+        rt_fail(c, "recv_start: out of memory");
+        return;
+    }
+    *q = (Posted){NULL, rt_arg_ptr(a[0]), a[1], g.mask, (int)a[4], src, local, 0, q->req};
+    rt_mpi_lock();
+    for (int k = 0; k < n && rc == MPI_SUCCESS; k++) {
+        int64_t o = k * piece_bytes(), len = a[1] - o < piece_bytes() ? a[1] - o : piece_bytes();
+        rc = MPI_Irecv(q->y + o, (int)len, MPI_BYTE, src, q->tag, g.comm, &q->req[k]);
+        if (rc == MPI_SUCCESS) posted++;
+    }
+    rt_mpi_unlock();
+    q->nreq = posted;
+    lock(g.coll);
+    Posted **pp = &g.coll->posted;
+    while (*pp) pp = &(*pp)->next;
+    *pp = q; /* even after a failed post: the posted pieces may still write y */
+    unlock(g.coll);
+    finish(c, &g, rc, 0);
+}
+
+/* args: y, bytes, mask, peer, tag (those of its rtk_recv_start) */
+void rtk_recv_done(rt_ctx *c, const int64_t *a) {
+    Group g;
+    if (p2p_args(c, "recv_done", a, &g)) return;
+    char *y = rt_arg_ptr(a[0]);
+    int tag = (int)a[4], rc = MPI_SUCCESS;
+    Posted *q = NULL;
+    lock(g.coll);
+    for (Posted **pp = &g.coll->posted; *pp; pp = &(*pp)->next)
+        if ((*pp)->mask == g.mask && (*pp)->tag == tag && (*pp)->y == y) {
+            q = *pp;
+            *pp = q->next;
+            break;
+        }
+    unlock(g.coll);
+    if (!q || q->bytes != a[1]) {
+        rt_fail(c, "recv_done, tag %d: %s", tag, q ? "size differs from its recv_start's" : "no recv_start of that tag and buffer came first");
+        if (q) free(q->req), free(q);
+        return;
+    }
+    if (q->local) {
+        recv_local(c, &g, y, q->bytes, tag);
+        free(q->req), free(q);
+        return;
+    }
+    MPI_Status *st = calloc((size_t)(q->nreq ? q->nreq : 1), sizeof *st);
+    if (!st) {
+        rt_fail(c, "recv_done: out of memory");
+        return; /* q stays lost: MPI may still write y */
+    }
+    rt_mpi_lock();
+    rc = MPI_Waitall(q->nreq, q->req, st);
+    for (int k = 0; k < q->nreq && rc == MPI_SUCCESS; k++) {
+        int64_t o = k * piece_bytes(), len = q->bytes - o < piece_bytes() ? q->bytes - o : piece_bytes();
+        int got = -1;
+        rc = MPI_Get_count(&st[k], MPI_BYTE, &got);
+        if (rc == MPI_SUCCESS && got != len) {
+            rt_mpi_unlock();
+            rt_fail(c, "recv_done from group-rank %d, tag %d: %d bytes arrived, %lld expected", q->src, tag, got, (long long)len);
+            free(st), free(q->req), free(q);
+            return;
+        }
+    }
+    rt_mpi_unlock();
+    free(st), free(q->req), free(q);
+    if (rc == MPI_SUCCESS) {
+        lock(g.coll);
+        rc = reap_sends(g.coll, 0);
+        unlock(g.coll);
+    }
+    finish(c, &g, rc, 0);
 }
 
 /* args: y, bytes, mask, peer, tag */
