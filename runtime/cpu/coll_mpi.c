@@ -64,6 +64,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rt_private.h"
 
@@ -612,6 +613,26 @@ void rtk_recv_start(rt_ctx *c, const int64_t *a) {
     finish(c, &g, rc, 0);
 }
 
+/* MPI_Waitall without spinning: MPI's blocking wait polls at full speed,
+ * and on a machine whose cores the ranks' compute threads already use
+ * (the CPU trainer: one rank per core) that poll takes the core from a
+ * compute thread for as long as the receive waits.  Test, then sleep,
+ * 10 us doubling up to 200 us between tests (the most it adds to a
+ * transfer), with the lock free in between. */
+static int wait_posted(int n, MPI_Request *req, MPI_Status *st) {
+    long ns = 10000;
+    for (;;) {
+        int done = 0;
+        rt_mpi_lock();
+        int rc = MPI_Testall(n, req, &done, st);
+        rt_mpi_unlock();
+        if (rc != MPI_SUCCESS || done) return rc;
+        struct timespec t = {0, ns};
+        nanosleep(&t, NULL);
+        if (ns < 200000) ns *= 2;
+    }
+}
+
 /* args: y, bytes, mask, peer, tag (those of its rtk_recv_start) */
 void rtk_recv_done(rt_ctx *c, const int64_t *a) {
     Group g;
@@ -642,8 +663,8 @@ void rtk_recv_done(rt_ctx *c, const int64_t *a) {
         rt_fail(c, "recv_done: out of memory");
         return; /* q stays lost: MPI may still write y */
     }
+    rc = wait_posted(q->nreq, q->req, st);
     rt_mpi_lock();
-    rc = MPI_Waitall(q->nreq, q->req, st);
     for (int k = 0; k < q->nreq && rc == MPI_SUCCESS; k++) {
         int64_t o = k * piece_bytes(), len = q->bytes - o < piece_bytes() ? q->bytes - o : piece_bytes();
         int got = -1;
