@@ -56,6 +56,7 @@
 #include "live.h"
 #include "passes.h"
 #include "ppsched.h"
+#include "offload.h"
 #include "profile.h"
 
 /* Nodes of the rank's program: the reload is issued this many nodes before
@@ -91,6 +92,8 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n) {
     return bytes / p->mem_bw + p->launch_s;
 }
 
+double offload_node_seconds(const Profile *p, const Graph *g, const Node *n) { return node_seconds(p, g, n); }
+
 static int bwd_phase(Phase p) { return p == PH_BWD || p == PH_RECOMPUTE || p == PH_WGRAD; }
 
 /* Readers, data and the values that must stay (read by an output or the optimizer). */
@@ -123,6 +126,20 @@ static int is_candidate(const Off *S, int rank, int v) {
     if (S->firstb[v] >= g->nnodes || S->lastf[v] > S->firstb[v] || S->firstb[v] - from < 2 * OFFLOAD_PREFETCH) return 0;
     if ((double)ir_value_bytes(x) < S->o->offload_min_bytes) return 0;
     return !(rank == S->last_rank && d->vstage == S->last_vstage);
+}
+
+void offload_saved_values(const Graph *g, char *saved) {
+    int nv = g->nvals;
+    Off S = {(Graph *)g, NULL, xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, 1),
+             xcalloc((size_t)nv, 1), -1, -1, NULL, NULL};
+    scan(&S);
+    for (int v = 0; v < nv; v++) {
+        const Value *x = &g->vals[v];
+        const Node *d = x->def >= 0 ? &g->nodes[x->def] : NULL;
+        unsigned fl = d ? ir_ops[d->op].flags : 0;
+        saved[v] = d && d->phase == PH_FWD && S.data[v] && !((fl & F_SOURCE) && !(fl & F_COMM)) && S.firstb[v] < g->nnodes;
+    }
+    free(S.lastf), free(S.firstb), free(S.data), free(S.bad);
 }
 
 static int by_group_size(const void *a, const void *b) {
