@@ -87,7 +87,7 @@ static Sim simulate(const Profile *p, const Graph *g, int copies_cost) {
         int s = n->stream < 0 || n->stream >= NS ? 0 : n->stream, e = (int)ir_attr_i(n, "event", -1);
         if (n->op == OP_record && e >= 0) {
             ev[e] = t[s];
-            ev_vs[e] = last_vs[s];
+            ev_vs[e] = s == 2 || s == 3 ? last_vs[s] : -1;
         } else if (n->op == OP_wait && e >= 0) {
             if (ev[e] > t[s] && s == 0 && ev_vs[e] >= 0 && ev_vs[e] < MAX_VS) r.stall[ev_vs[e]] += ev[e] - t[s];
             if (ev[e] > t[s]) t[s] = ev[e];
@@ -114,7 +114,9 @@ static double exposed(const Profile *p, const Graph *g, double *step) {
 
 typedef struct {
     int64_t saved, offloaded;
-    double copy_s, hide_s; /* one micro-batch: the mean over micro-batches of d2h+h2d; the shortest interval */
+    double copy_s;         /* one micro-batch's d2h + h2d seconds, the mean over micro-batches */
+    double hide_lo, hide_hi; /* the interval they hide in (per micro-batch: its offloads' shortest), over micro-batches */
+    double ratio;          /* the largest over micro-batches of (d2h + h2d) / 2 / interval */
     int mbs;
 } VsRow;
 
@@ -168,15 +170,21 @@ static int vs_rows(const Profile *p, const Graph *g, const Graph *g0, VsRow *row
         if (*h < 0 || hide < *h) *h = hide;
     }
     for (int vs = 0; vs < nvs; vs++) {
-        double sum = 0, shortest = -1;
+        VsRow *r = &row[vs];
+        double sum = 0;
+        r->hide_lo = -1;
         for (int mb = 0; mb < MAXMB; mb++) {
-            if (mb_hide[vs * MAXMB + mb] < 0) continue;
-            row[vs].mbs++;
-            sum += mb_copy[vs * MAXMB + mb];
-            if (shortest < 0 || mb_hide[vs * MAXMB + mb] < shortest) shortest = mb_hide[vs * MAXMB + mb];
+            double h = mb_hide[vs * MAXMB + mb], c = mb_copy[vs * MAXMB + mb];
+            if (h < 0) continue;
+            r->mbs++;
+            sum += c;
+            if (r->hide_lo < 0 || h < r->hide_lo) r->hide_lo = h;
+            if (h > r->hide_hi) r->hide_hi = h;
+            double q = h > 0 ? c / 2 / h : INFINITY;
+            if (q > r->ratio) r->ratio = q;
         }
-        row[vs].copy_s = row[vs].mbs ? sum / row[vs].mbs : 0;
-        row[vs].hide_s = shortest < 0 ? 0 : shortest;
+        r->copy_s = r->mbs ? sum / r->mbs : 0;
+        if (r->hide_lo < 0) r->hide_lo = 0;
     }
     free(sec), free(first), free(mb_copy), free(mb_hide);
     return nvs;
@@ -204,10 +212,11 @@ static void rank_report(const Profile *p, const Graph *g, const Graph *g0, int r
     double step, exp_s = exposed(p, g, &step);
     for (int vs = 0; vs < nvs; vs++) {
         const VsRow *r = &row[vs];
-        char ratio[32] = "-";
-        if (r->mbs && r->hide_s > 0) snprintf(ratio, sizeof ratio, "%.2f", r->copy_s / 2 / r->hide_s);
-        printf("  %4d %3d %12.2f %12.2f %4d %11.3f %11.3f %8s %10.3f\n", rank, vs, mib(r->saved), mib(r->offloaded), r->mbs,
-               r->copy_s * 1e3, r->hide_s * 1e3, ratio, sim.stall[vs] * 1e3);
+        char ratio[32] = "-", hide[48] = "-";
+        if (r->mbs) snprintf(ratio, sizeof ratio, "%.2f", r->ratio);
+        if (r->mbs) snprintf(hide, sizeof hide, "%.3f-%.3f", r->hide_lo * 1e3, r->hide_hi * 1e3);
+        printf("  %4d %3d %12.2f %12.2f %4d %11.3f %17s %8s %10.3f\n", rank, vs, mib(r->saved), mib(r->offloaded), r->mbs,
+               r->copy_s * 1e3, hide, ratio, sim.stall[vs] * 1e3);
     }
     int64_t with = device_peak(g), without = device_peak(g0), host = memplan_stage_peak(g, SPACE_HOST);
     printf("  rank %d: device peak %.2f MiB with offload, %.2f MiB without (%+.1f%%); host %.2f MiB; step %.3f ms, exposed copy "
@@ -223,10 +232,11 @@ void plan_offload_report(Args *a, const Module *m) {
     Module *m0 = compile(&none);
     char pol[32];
     printf("offload %s per rank and virtual stage (profile %s: d2h %.1f GB/s, h2d %.1f GB/s; one micro-batch's copies "
-           "d2h + h2d against the compute they hide in; ratio = (d2h + h2d) / 2 / interval, free while <= 1):\n",
+           "d2h + h2d against the compute they hide in; ratio = the largest over micro-batches of (d2h + h2d) / 2 / interval, free while <= 1 if the copy streams had nothing else to do; "
+           "stall: the compute stream's waits for the copy streams' events):\n",
            policy_name(a->o.offload, pol, sizeof pol), p.name, p.d2h_bw * 1e-9, p.h2d_bw * 1e-9);
     printf("  (rank: the pp rank, whose dp and cp ranks run the same program; vs: its virtual stage)\n");
-    printf("  %4s %3s %12s %12s %4s %11s %11s %8s %10s\n", "rank", "vs", "saved MiB", "offload MiB", "mbs", "copy ms", "interval ms",
+    printf("  %4s %3s %12s %12s %4s %11s %17s %8s %10s\n", "rank", "vs", "saved MiB", "offload MiB", "mbs", "copy ms", "interval ms",
            "ratio", "stall ms");
     for (int s = 0; s < m->nstages && s < m0->nstages; s++) rank_report(&p, m->stages[s], m0->stages[s], s);
     ir_free(m0);
