@@ -81,20 +81,33 @@ typedef struct {
     double *sec;                /* with a profile: seconds of nodes 0..i-1 (nnodes+1) */
 } Off;
 
-/* The profile's seconds for node n (see the top of the file). */
-static double node_seconds(const Profile *p, const Graph *g, const Node *n) {
+/* Bytes of value v as the device will hold it: with bf16 (the precision
+ * pass runs after this one, so the program is still f32 here) an f32 value
+ * becomes bf16 (activations; the few f32 ones left, losses and
+ * statistics, are small). */
+static double dev_bytes(const Graph *g, int v, int bf16) {
+    const Value *x = &g->vals[v];
+    double b = (double)ir_value_bytes(x);
+    return bf16 && x->t.dt == DT_F32 ? b / 2 : b;
+}
+
+/* The profile's seconds for node n (see the top of the file).  A GEMM or
+ * attention runs at the peak of its first input's dtype (bf16 inputs use
+ * the tensor cores whatever the output: an f32 weight gradient too); bf16:
+ * the program will be bf16 (dev_bytes). */
+static double node_seconds(const Profile *p, const Graph *g, const Node *n, int bf16) {
     unsigned fl = ir_ops[n->op].flags;
     if (fl & (F_SOURCE | F_SINK | F_COMM | F_SYNC | F_VIEW)) return 0;
-    DType dt = n->nout ? g->vals[n->out[0]].t.dt : DT_F32;
-    double flops = ir_node_flops(g, n), peak = dt == DT_BF16 ? p->peak_flops_bf16 : p->peak_flops_f32;
+    DType dt = n->nin ? g->vals[n->in[0]].t.dt : n->nout ? g->vals[n->out[0]].t.dt : DT_F32;
+    double flops = ir_node_flops(g, n), peak = dt == DT_BF16 || bf16 ? p->peak_flops_bf16 : p->peak_flops_f32;
     if (fl & (F_GEMM | F_EXPENSIVE)) return flops / (peak * profile_gemm_eff(p, flops / 2)) + p->launch_s;
     double bytes = 0;
-    for (int k = 0; k < n->nin; k++) bytes += (double)ir_value_bytes(&g->vals[n->in[k]]);
-    for (int k = 0; k < n->nout; k++) bytes += (double)ir_value_bytes(&g->vals[n->out[k]]);
+    for (int k = 0; k < n->nin; k++) bytes += dev_bytes(g, n->in[k], bf16);
+    for (int k = 0; k < n->nout; k++) bytes += dev_bytes(g, n->out[k], bf16);
     return bytes / p->mem_bw + p->launch_s;
 }
 
-double offload_node_seconds(const Profile *p, const Graph *g, const Node *n) { return node_seconds(p, g, n); }
+double offload_node_seconds(const Profile *p, const Graph *g, const Node *n) { return node_seconds(p, g, n, 0); }
 
 static int bwd_phase(Phase p) { return p == PH_BWD || p == PH_RECOMPUTE || p == PH_WGRAD; }
 
@@ -126,7 +139,7 @@ static int is_candidate(const Off *S, int rank, int v) {
     int from = S->lastf[v] > x->def ? S->lastf[v] : x->def;
     if (d->phase != PH_FWD || !S->data[v] || S->bad[v] || ((fl & F_SOURCE) && !(fl & F_COMM))) return 0;
     if (S->firstb[v] >= g->nnodes || S->lastf[v] > S->firstb[v] || S->firstb[v] - from < 2 * OFFLOAD_PREFETCH) return 0;
-    if ((double)ir_value_bytes(x) < S->o->offload_min_bytes) return 0;
+    if (dev_bytes(g, v, S->o->precision_bf16) < S->o->offload_min_bytes) return 0;
     return !(rank == S->last_rank && d->vstage == S->last_vstage);
 }
 
@@ -152,29 +165,50 @@ static int by_group_size(const void *a, const void *b) {
 }
 
 /* The policy: which candidates go (take[k]). */
+/* auto: each group's α (fr[k] for its first candidate a, by_group_size
+ * order), then all scaled down alike until the copies of the whole step,
+ * both directions, fit in the rank's compute seconds: every group's copies
+ * share the two copy streams, and a group's forward-to-backward wait spans
+ * other groups' compute, which their copies need too (without this, a
+ * first pipeline stage's groups each "fit" and together need twice the
+ * step). */
+static void auto_fractions(const Off *S, const Cand *c, int nc, double *fr) {
+    double demand = 0;
+    for (int a = 0, b; a < nc; a = b) {
+        double total = 0, hide = 1e300;
+        for (b = a; b < nc && c[b].group == c[a].group; b++) {
+            int from = c[b].lastf > S->g->vals[c[b].v].def ? c[b].lastf : S->g->vals[c[b].v].def;
+            double t = S->sec[c[b].firstb] - S->sec[from + 1];
+            hide = t < hide ? t : hide;
+            total += (double)c[b].bytes;
+        }
+        fr[a] = offload_auto_fraction(S->prof, total, hide);
+        demand += fr[a] * (profile_copy_seconds(S->prof, total, 1) + profile_copy_seconds(S->prof, total, 0));
+    }
+    double step = S->sec[S->g->nnodes], scale = demand > step ? step / demand : 1;
+    for (int a = 0, b; a < nc; a = b) {
+        for (b = a; b < nc && c[b].group == c[a].group; b++) {}
+        fr[a] *= scale;
+    }
+}
+
 static void choose(const Off *S, Cand *c, int nc, char *take) {
     qsort(c, (size_t)nc, sizeof(Cand), by_group_size);
+    double *fr = xcalloc((size_t)nc + 1, sizeof(double));
+    if (S->autop) auto_fractions(S, c, nc, fr);
     for (int a = 0, b; a < nc; a = b) {
         int64_t total = 0, sum = 0;
         for (b = a; b < nc && c[b].group == c[a].group; b++) total += c[b].bytes;
         int vstage = S->g->nodes[S->g->vals[c[a].v].def].vstage;
         int forced = vstage < 64 && (S->o->offload_stages >> vstage & 1);
-        double frac = S->o->offload;
-        if (S->autop) { /* auto: what the group's shortest wait hides */
-            double hide = 1e300;
-            for (int k = a; k < b; k++) {
-                int from = c[k].lastf > S->g->vals[c[k].v].def ? c[k].lastf : S->g->vals[c[k].v].def;
-                double t = S->sec[c[k].firstb] - S->sec[from + 1];
-                hide = t < hide ? t : hide;
-            }
-            frac = offload_auto_fraction(S->prof, (double)total, hide);
-        }
+        double frac = S->autop ? fr[a] : S->o->offload; /* auto: what the group's shortest wait hides, scaled */
         for (int k = a; k < b; k++) { /* a fraction: at least F of the bytes; auto: at most α (the copies must fit) */
             int fits = S->autop ? (double)(sum + c[k].bytes) <= frac * (double)total : frac > 0 && (double)sum < frac * (double)total;
             take[k] = forced || fits;
             if (take[k]) sum += c[k].bytes;
         }
     }
+    free(fr);
 }
 
 /* With a profile: where each chosen copy's fences go, from the costs (the
@@ -235,6 +269,7 @@ static void timed_places(const Off *S, Cand *c, int nc, const char *take) {
         next = start;
         int at = first_at(S->sec, t[k]->lastf + 1, t[k]->firstb, start); /* sec[at] >= start: the one before starts by it */
         if (at > t[k]->lastf + 1 && S->sec[at] > start) at--;
+        if (at < t[k]->release) at = t[k]->release; /* never both buffers on the device (the copy streams are behind) */
         t[k]->issue = at < t[k]->firstb ? at : t[k]->firstb - 1;
     }
     free(t);
@@ -318,14 +353,14 @@ static void offload_graph(Module *m, int rank, const Options *o, int last_rank, 
     int nv = g->nvals, n0 = g->nnodes;
     Off S = {g, o, xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, 1), xcalloc((size_t)nv, 1),
              last_rank, last_vstage, prof, o->offload == OFFLOAD_AUTO, xcalloc((size_t)n0 + 1, sizeof(double))};
-    for (int i = 0; prof && i < n0; i++) S.sec[i + 1] = S.sec[i] + node_seconds(prof, g, &g->nodes[i]);
+    for (int i = 0; prof && i < n0; i++) S.sec[i + 1] = S.sec[i] + node_seconds(prof, g, &g->nodes[i], o->precision_bf16);
     scan(&S);
     Cand *c = xcalloc((size_t)nv, sizeof(Cand));
     int nc = 0;
     for (int v = 0; v < nv; v++)
         if (is_candidate(&S, rank, v)) {
             const Node *d = &g->nodes[g->vals[v].def];
-            c[nc++] = (Cand){v, S.lastf[v], S.firstb[v], d->vstage * 65536 + d->mb, ir_value_bytes(&g->vals[v]), -1, -1};
+            c[nc++] = (Cand){v, S.lastf[v], S.firstb[v], d->vstage * 65536 + d->mb, (int64_t)dev_bytes(g, v, o->precision_bf16), -1, -1};
         }
     char *take = xcalloc((size_t)nc + 1, 1);
     choose(&S, c, nc, take);
