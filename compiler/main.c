@@ -55,6 +55,8 @@
  *   --test-drop-event (tests only: the schedule forgets its first wait),
  *   --test-offload-bug early-read (tests only: a backward reader keeps the
  *     device copy of an offloaded value).
+ *   kiln plan --max-seq --memory GiB: the longest sequence that fits per
+ *     recompute/offload policy (cmd/plan_offload.c).
  *
  * User errors are one line on stderr and exit status 1.
  */
@@ -97,7 +99,8 @@ static void usage(FILE *f) {
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
           "        --offload none|all|auto|F (F in (0,1]; auto: from --device-profile, default cpu) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
           "        --tp 1 (other values: not available yet)  --test-drop-event --test-pp-bug drop-tied|swap-recv|late-post\n"
-          "        --test-offload-bug early-read (tests only)\n",
+          "        --test-offload-bug early-read (tests only)\n"
+          "        kiln plan --offload X: copies per rank and virtual stage; kiln plan --max-seq --memory GiB: the longest sequence per policy\n",
           f);
 }
 
@@ -261,6 +264,7 @@ static void parse_args(Args *a, int argc, char **argv) {
         } else if (strcmp(f, "--interp") == 0) a->interp = 1;
         else if (strcmp(f, "--f64") == 0) a->f64 = 1;
         else if (strcmp(f, "--peak") == 0) a->peak = 1;
+        else if (strcmp(f, "--max-seq") == 0) a->max_seq = 1;
         else if (strcmp(f, "--serial") == 0) a->serial = 1;
         else if (strcmp(f, "--no-overlap") == 0) a->o.no_overlap = 1;
         else if (strcmp(f, "--test-drop-event") == 0) a->o.drop_event = 1;
@@ -332,6 +336,9 @@ static void parse_args(Args *a, int argc, char **argv) {
             a->o.offload = parse_offload(argv[++i]);
         } else if (strcmp(f, "--offload-stages") == 0) {
             a->o.offload_stages = parse_offload_stages(argv[++i]);
+        } else if (strcmp(f, "--memory") == 0) {
+            a->memory_gib = parse_double_flag(f, argv[++i]);
+            if (!(a->memory_gib > 0)) die("--memory: expected GiB of device memory per rank > 0, got \"%s\"", argv[i]);
         } else if (strcmp(f, "--offload-min-bytes") == 0) {
             a->o.offload_min_bytes = parse_bytes_flag(f, argv[++i]);
         } else if (strcmp(f, "--test-offload-bug") == 0) {

@@ -42,7 +42,7 @@
 #include "rng.h"
 #include "rt_common.h"
 
-const char *const rt_space_name[RT_NSPACES] = {"params", "grads", "opt", "act"};
+const char *const rt_space_name[RT_NSPACES] = {"params", "grads", "opt", "act", "host"};
 
 const char *rt_device_name(int device, const char *arch, char *buf, int len) {
     if (device == RT_DEV_CPU) snprintf(buf, (size_t)len, "the CPU device");

@@ -18,6 +18,10 @@
  *       stage memory and in-flight bound, the bubble from the ops' costs
  *       beside the closed form, bytes sent over pp; --timeline FILE.svg
  *       draws the schedule; --pp-schedule all: a row per schedule.
+ *
+ *   kiln plan MODEL --offload ... / --max-seq --memory GiB
+ *       plan_offload.c: the offload table per rank and virtual stage; the
+ *       longest sequence that fits per policy.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -106,6 +110,10 @@ static void plan_recompute_table(Args *a) {
 /* ---- kiln plan ---- */
 
 int cmd_plan(Args *a) {
+    if (a->max_seq) { /* plan_offload.c */
+        plan_max_seq(a);
+        return 0;
+    }
     if (a->o.recompute == RC_UNSET) {
         plan_recompute_table(a);
         return 0;
@@ -130,6 +138,7 @@ int cmd_plan(Args *a) {
         ir_free(m1);
     }
     if (m->mesh[0] > 1) plan_pp_report(a, m);
+    if (a->o.offload != 0 || a->o.offload_stages) plan_offload_report(a, m); /* plan_offload.c */
     ir_free(m);
     return 0;
 }
