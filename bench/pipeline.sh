@@ -22,6 +22,7 @@ SHAPE="--set layers=8 --set dim=128 --set heads=4 --set seq=128 --set batch=16"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+KEEP=${KEEP:-} # a folder: the traces, logs and plans are copied there at the end
 SCHEDULES="1f1b interleaved zb-h1 zb-v"
 flags() { [ "$1" = interleaved ] && echo "--vpp 2"; true; }
 for s in $SCHEDULES; do
@@ -56,3 +57,5 @@ for s in $SCHEDULES; do
     # shellcheck disable=SC2046
     printf '%-12s %10s %16s %14s %12s\n' "$s" "$(step_ms $(for r in $(seq 1 "$ROUNDS"); do echo "$tmp/$s.$r.jsonl"; done))" "$m" "${ops:-?}" "${closed:-?}"
 done
+if [ -n "$KEEP" ]; then mkdir -p "$KEEP" && cp "$tmp"/*.json* "$tmp"/*.plan "$KEEP"/; fi
+echo "load average (uptime): $(uptime | sed 's/.*load average: //')"
