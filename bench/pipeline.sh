@@ -22,6 +22,7 @@ SHAPE="--set layers=8 --set dim=128 --set heads=4 --set seq=128 --set batch=16"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+KEEP=${KEEP:-} # a folder: the traces, logs and plans are copied there at the end
 SCHEDULES="1f1b interleaved zb-h1 zb-v"
 flags() { [ "$1" = interleaved ] && echo "--vpp 2"; true; }
 for s in $SCHEDULES; do
@@ -38,6 +39,9 @@ idle() { # stem -> the compute idle % of the last step
     "$B/kiln" plot --trace $(traces "$1") -o "$1.svg" > /dev/null
     sed -n 's/.*compute idle \([0-9.]*\)%.*/\1/p' "$1.svg" | head -1
 }
+ranks_idle() { # stem -> each rank's idle % of the last step, "r0/r1/..."
+    grep -o 'rank [0-9]*, idle [0-9.]*%' "$1.svg" | sed 's/.*idle \([0-9.]*\)%/\1/' | paste -sd/ -
+}
 for round in $(seq 1 "$ROUNDS"); do
     for s in $SCHEDULES; do
         mpirun --oversubscribe -np "$P" "$tmp/$s" --data "$B/corpus.txt" --steps "$STEPS" --threads 1 \
@@ -48,11 +52,13 @@ done
 step_ms() { for f in "$@"; do tail -n +2 "$f"; done | sed 's/.*"tokens_per_s":\([^,]*\),.*/\1/' |
     awk -v tok=$((16 * 128)) '{s += tok / $1; n++} END {printf "%.1f", 1000 * s / n}'; }
 echo "pipeline ($(date -u +%F), $(nproc) cores, pp $P x 1 thread, $M micro-batches, $STEPS steps x $ROUNDS rounds)"
-printf '%-12s %10s %16s %14s %12s\n' schedule "step ms" "measured idle %" "plan (ops) %" "closed form %"
+printf '%-12s %10s %16s %14s %12s   %s\n' schedule "step ms" "measured idle %" "plan (ops) %" "closed form %" "per rank, last round"
 for s in $SCHEDULES; do
     m=$(for round in $(seq 1 "$ROUNDS"); do idle "$tmp/$s.$round.json"; done | awk '{s += $1; n++} END {printf "%.1f", s / n}')
     ops=$(sed -n 's/.*bubble \([0-9.]*\) from the ops.*/\1/p' "$tmp/$s.plan" | awk '{printf "%.1f", 100 * $1}')
     closed=$(sed -n 's/.*closed form \([0-9.]*\) at.*/\1/p' "$tmp/$s.plan" | awk '{printf "%.1f", 100 * $1}')
     # shellcheck disable=SC2046
-    printf '%-12s %10s %16s %14s %12s\n' "$s" "$(step_ms $(for r in $(seq 1 "$ROUNDS"); do echo "$tmp/$s.$r.jsonl"; done))" "$m" "${ops:-?}" "${closed:-?}"
+    printf '%-12s %10s %16s %14s %12s   %s\n' "$s" "$(step_ms $(for r in $(seq 1 "$ROUNDS"); do echo "$tmp/$s.$r.jsonl"; done))" "$m" "${ops:-?}" "${closed:-?}" "$(ranks_idle "$tmp/$s.$ROUNDS.json")"
 done
+if [ -n "$KEEP" ]; then mkdir -p "$KEEP" && cp "$tmp"/*.json* "$tmp"/*.plan "$KEEP"/; fi
+echo "load average (uptime): $(uptime | sed 's/.*load average: //')"

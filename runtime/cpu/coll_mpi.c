@@ -617,10 +617,11 @@ void rtk_recv_start(rt_ctx *c, const int64_t *a) {
  * and on a machine whose cores the ranks' compute threads already use
  * (the CPU trainer: one rank per core) that poll takes the core from a
  * compute thread for as long as the receive waits.  Test, then sleep,
- * 10 us doubling up to 200 us between tests (the most it adds to a
- * transfer), with the lock free in between. */
+ * 5 us doubling up to 50 us between tests (the most it adds to a
+ * transfer; a test costs about a microsecond, so a waiting receive takes
+ * a few percent of a core), with the lock free in between. */
 static int wait_posted(int n, MPI_Request *req, MPI_Status *st) {
-    long ns = 10000;
+    long ns = 5000;
     for (;;) {
         int done = 0;
         rt_mpi_lock();
@@ -629,7 +630,7 @@ static int wait_posted(int n, MPI_Request *req, MPI_Status *st) {
         if (rc != MPI_SUCCESS || done) return rc;
         struct timespec t = {0, ns};
         nanosleep(&t, NULL);
-        if (ns < 200000) ns *= 2;
+        if (ns < 50000) ns *= 2;
     }
 }
 
