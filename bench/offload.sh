@@ -50,7 +50,7 @@ base=$(median_step none)
 printf '%-6s %12s %10s   %s\n' policy "step (s)" "vs none" "act high-water per rank, measured (plan) bytes; host bytes"
 for p in $POLICIES; do
     s=$(median_step "$p")
-    m=$(marks "$p" | awk '{printf "%s%s", NR > 1 ? " " : "", $2} END {print ""}')
+    m=$(marks "$p" | awk '{printf "%s%s", (NR > 1 ? " " : ""), $2} END {print ""}')
     h=$(sed -n 's/.*host space \([0-9]*\)).*/\1/p' "$tmp/$p.peak" | awk '{t += $1} END {print t + 0}')
     printf '%-6s %12.4f %9.1f%%   %s (%s); %s\n' "$p" "$s" "$(awk -v a="$s" -v b="$base" 'BEGIN{print 100 * (a / b - 1)}')" "$m" "$(plan_act "$p")" "$h"
 done
