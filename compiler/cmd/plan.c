@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "cmd.h"
+#include "cost.h"
 #include "memplan.h"
 #include "passes.h"
 #include "ppsched.h"
@@ -105,6 +106,17 @@ static void plan_recompute_table(Args *a) {
 
 /* ---- kiln plan ---- */
 
+/* The cost model's prediction (cost.h) on --device-profile, default cpu. */
+static void plan_cost_report(const Args *a, const Module *m) {
+    Profile p;
+    CostSim s;
+    char err[1200];
+    if (profile_load(&p, a->o.device_profile ? a->o.device_profile : "cpu", err, sizeof err) != 0) die("--device-profile: %s", err);
+    if (cost_simulate(m, &p, NULL, &s, err, sizeof err) != 0) die("plan: cost model: %s", err);
+    cost_report(m, &p, &s, stdout);
+    cost_sim_free(&s);
+}
+
 int cmd_plan(Args *a) {
     if (a->o.recompute == RC_UNSET) {
         plan_recompute_table(a);
@@ -130,6 +142,7 @@ int cmd_plan(Args *a) {
         ir_free(m1);
     }
     if (m->mesh[0] > 1) plan_pp_report(a, m);
+    plan_cost_report(a, m);
     ir_free(m);
     return 0;
 }
