@@ -8,7 +8,8 @@
  * Node times (cost_node_seconds).  A roofline from the device profile
  * (profile.h): GEMMs and attention by their FLOPs (ir_node_flops) at the
  * peak of their dtype times an efficiency — the profile's GEMM table at the
- * GEMM's M·N·K, its attn_eff for attention — and everything else by the
+ * GEMM's M·N·K, its attn_eff for attention; the inputs' dtype picks the
+ * peak — and everything else by the
  * bytes it reads and writes at the memory bandwidth; every kernel pays the
  * launch overhead once (a fused group once for all its members).
  * Collectives are the ring algorithms' α + β·bytes (profile_coll_seconds),
@@ -114,11 +115,10 @@ double cost_node_seconds(const Profile *p, const Graph *g, const Node *n) {
     if (fl & F_COPY) return profile_copy_seconds(p, value_bytes(g, n->in[0]), n->op == OP_offload);
     if (fl & (F_SYNC | F_VIEW)) return 0;
     if (n->op == OP_output || ((fl & F_SOURCE) && n->op != OP_const && n->op != OP_iota)) return 0;
-    DType dt = n->nout ? g->vals[n->out[0]].t.dt : DT_F32;
     double launch = fused_tail(g, n) ? 0 : p->launch_s;
-    if (fl & F_GEMM) {
+    if (fl & F_GEMM) { /* the inputs' dtype picks the units (bf16 in, f32 out: tensor cores) */
         double f = ir_node_flops(g, n);
-        return f / (peak_of(p, dt) * profile_gemm_eff(p, f / 2)) + launch;
+        return f / (peak_of(p, g->vals[n->in[0]].t.dt) * profile_gemm_eff(p, f / 2)) + launch;
     }
     if (n->op == OP_attention || n->op == OP_attention_bwd) {
         DType qt = g->vals[n->in[n->op == OP_attention_bwd]].t.dt;
@@ -378,7 +378,7 @@ static void split_rank(Sim *S, int st) {
 static DType gemm_dtype(const Module *m) {
     for (int st = 0; st < m->nstages; st++)
         for (int i = 0; i < m->stages[st]->nnodes; i++)
-            if (ir_ops[m->stages[st]->nodes[i].op].flags & F_GEMM) return m->stages[st]->vals[m->stages[st]->nodes[i].out[0]].t.dt;
+            if (ir_ops[m->stages[st]->nodes[i].op].flags & F_GEMM) return m->stages[st]->vals[m->stages[st]->nodes[i].in[0]].t.dt;
     return DT_F32;
 }
 
@@ -447,5 +447,22 @@ void cost_report(const Module *m, const Profile *p, const CostSim *s, FILE *f) {
         fprintf(f, "  %5d %11.3f %11.3f %11.3f %11.3f %11.3f %12.2f\n", st, ms(r->compute), ms(r->comm), ms(r->bubble), ms(r->copy),
                 ms(r->compute + r->comm + r->bubble + r->copy), (double)r->peak / (1 << 20));
     }
-    (void)m;
+    /* stage 0's compute stream by op: where the predicted time goes */
+    double by[OP_COUNT] = {0}, tot = 0;
+    const Graph *g = m->stages[0];
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].stream <= IR_STREAM_COMPUTE && g->nodes[i].op != OP_wait) {
+            by[g->nodes[i].op] += s->end[0][i] - s->start[0][i];
+            tot += s->end[0][i] - s->start[0][i];
+        }
+    fprintf(f, "  stage 0 compute stream by op:");
+    for (int k = 0; k < 6; k++) {
+        int best = -1;
+        for (int o = 0; o < OP_COUNT; o++)
+            if (by[o] > 0 && (best < 0 || by[o] > by[best])) best = o;
+        if (best < 0) break;
+        fprintf(f, " %s %.1f%%", ir_ops[best].name, 100 * by[best] / (tot > 0 ? tot : 1));
+        by[best] = 0;
+    }
+    fputc('\n', f);
 }
