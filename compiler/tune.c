@@ -37,9 +37,10 @@
  *   memory       params and gradients scale with the stage's parameters,
  *                the optimizer state with them over dp·cp; activations are
  *                the probe's per-layer saved bytes times the layers of a
- *                chunk times the schedule's in-flight bound
- *                (ppsched_inflight_bound), the saved bytes outside the
- *                layers on the last chunk, plus the probe's transient peak
+ *                chunk (the saved bytes outside the layers on the last
+ *                chunk), held from each F to the action that frees them (B;
+ *                W for the zero-bubble schedules) in the rank's action
+ *                order, at their most, plus the probe's transient peak
  *                (its activation peak less what it saves).  --offload all
  *                keeps two (chunk, micro-batch) pairs' saved bytes on the
  *                device and adds the copies' time they cannot hide.
@@ -326,6 +327,21 @@ static double offload_exposed(const Tune *T, const Comp *C, int ch, int inflight
     return t > hide ? t - hide : 0;
 }
 
+/* The most saved bytes rank r holds at once: its actions in order, an F
+ * adding its chunk's saved bytes, the action that ends the pair (B; W for
+ * the zero-bubble schedules, whose dW still reads them) freeing them. */
+static double saved_peak(const Comp *C, int r) {
+    int zb = C->pl.kind == PS_ZBH1 || C->pl.kind == PS_ZBV;
+    double cur = 0, peak = 0;
+    for (int i = 0; i < C->pl.nact[r]; i++) {
+        Action a = C->pl.act[r][i];
+        if (a.kind == ACT_F) cur += C->saved[a.chunk];
+        else if (a.kind == (zb ? ACT_W : ACT_B)) cur -= C->saved[a.chunk];
+        peak = fmax(peak, cur);
+    }
+    return peak;
+}
+
 int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     int b = T->batch / (c->dp * c->m), L = T->layers;
@@ -367,14 +383,13 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
             int ch = pp_chunk(&C.pl, r, v);
             nr += C.nl[ch], first |= ch == 0, last |= ch == C.nch - 1;
             f1 += C.cost[KF][ch], bl += C.cost[KB][ch] + C.cost[KW][ch];
-            act = fmax(act, C.saved[ch]);
+            act += C.saved[ch] / C.pl.v; /* the in-flight pairs spread over the rank's chunks */
         }
         double extra = (P->pcount - P->nl * P->pcount_layer) / 2; /* embedding and head: half a stage each */
         pc = nr * P->pcount_layer + (first ? extra : 0) + (last ? extra : 0);
         if (p == 1) pc = nr * P->pcount_layer + 2 * extra;
         double ratio = pc / P->pcount;
-        fl = c->m * (nr * P->fl_layer + ((first || last) ? P->fl_extra / (p == 1 ? 1 : 2) : 0));
-        if (p == 1) fl = c->m * (nr * P->fl_layer + P->fl_extra);
+        fl = c->m * (nr * P->fl_layer + (first ? P->fl_extra / 2 : 0) + (last ? P->fl_extra / 2 : 0));
         flops += fl;
         /* data parallel over dp·cp: gradients out, parameters in */
         double gbytes = P->sg * ratio, pbytes = P->sp * ratio, ag = 0, rs = 0;
@@ -387,11 +402,10 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
         double optc = P->adamw * ratio * P->dp * P->cp / g + P->once * ratio;
         double total = head + end[r] + tail_x + optc;
         worst = fmax(worst, total);
-        int inflight = ppsched_inflight_bound(&C.pl, r);
-        if (p == 1) inflight = 1;
-        double keep = c->offload && p > 1 && r < p - 1 ? fmin(inflight, 2) : inflight;
+        double keep = p == 1 ? C.saved[0] : saved_peak(&C, r);
+        if (c->offload && p > 1 && r < p - 1) keep = fmin(keep, 2 * act); /* the pair computing and the one reloading */
         double tr = c->m == 1 ? transient_one(T, P, c) : P->transient;
-        double m_r = (P->sp + P->sg + P->pg_act) * ratio + P->so * P->dp * P->cp * ratio / g + tr + keep * act;
+        double m_r = (P->sp + P->sg + P->pg_act) * ratio + P->so * P->dp * P->cp * ratio / g + tr + keep;
         mem = fmax(mem, m_r);
         if (r == 0) h0 = head, t0 = tail_x, oc0 = optc;
     }

@@ -209,16 +209,17 @@ int kiln_tune_main(int argc, char **argv) {
     double t0 = cmd_now();
     Tune T;
     tune_init(&T, model, sets, nsets, &p, gpus, memory, batch, seq, bf16);
-    printf("kiln tune %s: %d layers, %d heads (%d kv), batch %d, seq %d, %s, on %d x %s (%.1f GiB each, %d a node)\n", model, T.layers, T.heads,
+    printf("kiln tune %s: %d layers, %d heads (%d kv), batch %d, seq %d, %s, on %d x %s (%.4g GiB each, %d a node)\n", model, T.layers, T.heads,
            T.kv_heads, T.batch, T.seq, bf16 ? "bf16" : "f32", gpus, p.name, memory / (1 << 30), p.node_size);
     search(&T, &S);
     qsort(S.rows, (size_t)S.n, sizeof(Row), cmp_row);
-    printf("searched %d configurations in %.1f s (%d probes compiled, %.1f s): %d fit, %d do not fit %.1f GiB, %d refused by the rules\n", S.tried,
+    printf("searched %d configurations in %.1f s (%d probes compiled, %.1f s): %d fit, %d do not fit %.4g GiB, %d refused by the rules\n", S.tried,
            cmd_now() - t0, T.nprobes, T.probe_seconds, S.n, S.nofit, memory / (1 << 30), S.refused);
     if (S.first_refusal[0]) printf("note: %s\n", S.first_refusal);
     if (S.n == 0) {
         tune_free(&T);
-        return cmd_error("tune: no configuration fits %.1f GiB per device (raise --memory, or more --gpus)", memory / (1 << 30));
+        fflush(stdout);
+        return cmd_error("tune: no configuration fits %.4g GiB per device (raise --memory, or more --gpus)", memory / (1 << 30));
     }
     header();
     for (int i = 0; i < S.n && i < top; i++) print_row(i + 1, &T, &S.rows[i].c, &S.rows[i].p);
