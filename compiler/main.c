@@ -87,6 +87,9 @@ static void usage(FILE *f) {
           "                    [--bpe DIR | --encoder encoder.json --vocab-bpe vocab.bpe]   llm.c token shards\n"
           "       kiln sample  CHECKPOINT --prompt TEXT [--model FILE.lua] [--set key=value] [--tokens N]\n"
           "                    [--temperature T] [--top-k K] [--seed S] [--threads N]\n"
+          "       kiln calibrate --device cpu -o FILE.profile [--quick] [--threads N] [--name NAME]   measure a device profile (docs/profiles.md)\n"
+          "       kiln tune    MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B] [--seq S] [--top K] [--check K]\n"
+          "                    the best dp x cp x pp x schedule x micro-batches x recompute x offload by the cost model (docs/tune.md)\n"
           "PASS: front autodiff parallelize recompute optimizer precision fuse schedule memplan\n"
           "common (dump, check, plan, compile, run):\n"
           "        --set key=value  --frontend-timeout S (the model's run, default 10)  --seed N  --print-every N  --lr X --min-lr X --warmup N --steps N --weight-decay X --grad-clip X\n"
@@ -131,7 +134,8 @@ static const Command commands[] = {
 static const struct {
     const char *name;
     int (*main)(int argc, char **argv);
-} own_flags[] = {{"plot", kiln_plot_main}, {"data", kiln_data_main}, {"sample", kiln_sample_main}};
+} own_flags[] = {{"plot", kiln_plot_main}, {"data", kiln_data_main}, {"sample", kiln_sample_main},
+                 {"calibrate", kiln_calibrate_main}, {"tune", kiln_tune_main}};
 
 static const Command *find_command(const char *name) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

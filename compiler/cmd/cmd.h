@@ -118,5 +118,8 @@ int cmd_check(Args *a);
 int cmd_plan(Args *a);
 int cmd_compile(Args *a);
 int cmd_run(Args *a);
+/* kiln calibrate and kiln tune parse their own flags (calibrate.c, tune.c; issue 21) */
+int kiln_calibrate_main(int argc, char **argv);
+int kiln_tune_main(int argc, char **argv);
 
 #endif

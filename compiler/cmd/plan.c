@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "cmd.h"
+#include "cost.h"
 #include "memplan.h"
 #include "passes.h"
 #include "ppsched.h"
@@ -109,6 +110,17 @@ static void plan_recompute_table(Args *a) {
 
 /* ---- kiln plan ---- */
 
+/* The cost model's prediction (cost.h) on --device-profile, default cpu. */
+static void plan_cost_report(const Args *a, const Module *m) {
+    Profile p;
+    CostSim s;
+    char err[1200];
+    if (profile_load(&p, a->o.device_profile ? a->o.device_profile : "cpu", err, sizeof err) != 0) die("--device-profile: %s", err);
+    if (cost_simulate(m, &p, NULL, &s, err, sizeof err) != 0) die("plan: cost model: %s", err);
+    cost_report(m, &p, &s, stdout);
+    cost_sim_free(&s);
+}
+
 int cmd_plan(Args *a) {
     if (a->max_seq) { /* plan_offload.c */
         plan_max_seq(a);
@@ -139,6 +151,7 @@ int cmd_plan(Args *a) {
     }
     if (m->mesh[0] > 1) plan_pp_report(a, m);
     if (a->o.offload != 0 || a->o.offload_stages) plan_offload_report(a, m); /* plan_offload.c */
+    plan_cost_report(a, m);
     ir_free(m);
     return 0;
 }
