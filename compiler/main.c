@@ -48,7 +48,7 @@
  *   --precision f32|bf16 (bf16 with --target cuda:sm_XX, and for dump, check,
  *     plan and run --interp; the CPU trainer is f32);
  *   --pp N --vpp V --pp-schedule S (plan: all) --pp-layers A,B,... (docs/pipeline.md);
- *   --tp 1 (other values: not available yet);
+ *   --tp N (tensor parallel, docs/parallel.md);
  *   --device-profile FILE|NAME (profile.h; kiln plan prints it on its first line);
  *   --offload none|all|auto|F --offload-stages LIST --offload-min-bytes BYTES
  *     (docs/offload.md);
@@ -96,8 +96,8 @@ static void usage(FILE *f) {
           "        the CPU runs f32)\n"
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
           "        --offload none|all|auto|F (F in (0,1]; auto: from --device-profile, default cpu) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
-          "        --tp 1 (other values: not available yet)  --test-drop-event --test-pp-bug drop-tied|swap-recv\n"
-          "        --test-offload-bug early-read (tests only)\n",
+          "        --tp N (tensor parallel: Megatron's layout)  --test-drop-event --test-pp-bug drop-tied|swap-recv\n"
+          "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce (tests only)\n",
           f);
 }
 
@@ -337,7 +337,11 @@ static void parse_args(Args *a, int argc, char **argv) {
             if (strcmp(argv[++i], "early-read")) die("--test-offload-bug: expected early-read, got \"%s\"", argv[i]);
             a->o.offload_bug = 1;
         } else if (strcmp(f, "--tp") == 0) {
-            if (parse_int_flag(f, argv[++i]) != 1) die("%s: this parallel axis is not available yet (only 1; --dp, --cp and --pp are)", f);
+            a->o.tp = parse_int_flag(f, argv[++i]); /* tensor parallel (docs/parallel.md, issue 20) */
+        } else if (strcmp(f, "--test-tp-bug") == 0) {
+            const char *v = argv[++i];
+            if (strcmp(v, "drop-bwd-reduce")) die("--test-tp-bug: expected drop-bwd-reduce, got \"%s\"", v);
+            a->o.tp_bug = 1;
         } else die("%s: unknown flag", f);
     }
 }
@@ -365,6 +369,7 @@ static void check_args(Args *a) {
         die("--precision bf16: the CPU target is f32 (use --target cuda:sm_XX, or bf16 with dump, check, plan or run --interp)");
     if (a->o.dp < 1) die("--dp: expected at least 1");
     if (a->o.cp < 1) die("--cp: expected at least 1");
+    if (a->o.tp < 1) die("--tp: expected at least 1");
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
     if (a->o.pp < 1) die("--pp: expected at least 1");
     if (a->o.vpp < 0) die("--vpp: expected at least 1");

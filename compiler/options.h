@@ -64,6 +64,10 @@ typedef struct {
     uint64_t offload_stages;
     double offload_min_bytes;
     int offload_bug;
+    /* tensor parallel (issue 20): a planted bug for the tests
+     * (--test-tp-bug drop-bwd-reduce: 1, backward forgets the all-reduce of
+     * a column-parallel GEMM's input gradient) */
+    int tp_bug;
 } Options;
 /* Options.offload for --offload auto: each (rank, virtual stage,
  * micro-batch) offloads the fraction of its candidates' bytes whose copies

@@ -67,10 +67,12 @@
 
 #include "cp.h"
 #include "passes.h"
+#include "tp.h"
 
-enum { AX_BATCH, AX_SEQ, NAX };        /* the axes this pass cuts */
-static const int mesh_axis[NAX] = {1, 2}; /* their Module.mesh / Value.sh index: dp, cp */
-static const char *const axis_group[NAX] = {"dp", "cp"};
+enum { AX_BATCH, AX_SEQ, AX_TP, NAX };       /* the axes this pass cuts */
+static const int mesh_axis[NAX] = {1, 2, 3}; /* their Module.mesh / Value.sh index: dp, cp, tp */
+static const char *const axis_group[NAX] = {"dp", "cp", "tp"};
+static const char *const axis_what[NAX] = {"dp x micro-batches", "cp", "tp"};
 
 /* A sharding along one axis.  SPLIT: dim `dim`'s index decomposes as
  * hi*(size*stride) + mid*stride + lo, and the pieces cut `mid` (of `size`). */
@@ -93,8 +95,8 @@ typedef struct {
     const Graph *g; /* the global graph */
     Graph *ng;      /* the rank's graph being built */
     Builder b;
-    int dp, M, cp;
-    int pieces[NAX]; /* dp*M, cp */
+    int dp, M, cp, tp, tp_bug;
+    int pieces[NAX]; /* dp*M, cp, tp */
     Sp *sh[NAX];     /* per global value */
     char *dep;       /* per global value: depends on the inputs (cloned per micro-batch) */
     char *pdep;      /* per global value: depends on a param or state */
@@ -109,6 +111,8 @@ typedef struct {
     size_t *convoff; /* per node: its first input's index in conv's [node][input] */
     size_t nconv;    /* inputs of all nodes */
     CpRank cpr;      /* the sequence axis's attention rewrite (cp.c) */
+    char *tpred;     /* [node][input]: a partial sum over tp the node reads all-reduced (tp.c) */
+    int *tpar;       /* [M+1][nvals]: the all-reduced local value, or -1 (row M: micro-batch -1) */
 } Par;
 
 static const Sp REP = {SH_REP, 0, 0, 0}, PART = {SH_PARTIAL, 0, 0, 0};
@@ -144,7 +148,22 @@ static Sp reshape_split(Sp s, const Type *in, const Type *out) {
         if (e % inner == 0 && e / inner < out->dim[k] && out->dim[k] % (e / inner * s.size) == 0)
             return (Sp){SH_SPLIT, k, e / inner, s.size};
     }
+    /* the cut sub-dim spans output dims k.. whole, k its top (tp's [B,T,H*D]
+     * -> [B,T,H,D]): contiguous pieces of it are pieces of dim k, so long as
+     * dim k divides by the pieces (local_type checks) */
+    for (int k = 0; k < out->rank; k++) {
+        int64_t inner = prod(out, k + 1, out->rank);
+        if (inner % e == 0 && inner * out->dim[k] == e * s.size && s.stride * s.size == in->dim[s.dim])
+            return (Sp){SH_SPLIT, k, 1, out->dim[k]};
+    }
     return REP;
+}
+
+/* a and b (of types ta, tb) cut their dims into the same contiguous pieces:
+ * equal, or each the whole dim (coarse: stride x size = the dim) of equal size. */
+static int same_cut(Sp a, const Type *ta, Sp b, const Type *tb) {
+    if (a.stride == b.stride && a.size == b.size) return 1;
+    return a.stride * a.size == ta->dim[a.dim] && b.stride * b.size == tb->dim[b.dim] && ta->dim[a.dim] == tb->dim[b.dim];
 }
 
 /* The input dim a reshape's output dim d comes from unchanged (the same
@@ -226,6 +245,7 @@ static int npartial(const Par *P, int ax, const Node *n) {
 /* Data inputs are split: the batch on dim 0, the sequence on dim 1. */
 static const char *rule_input(Par *P, int ax, const Node *n, Sp *out) {
     const Type *t = vtype(P, n->out[0]);
+    if (ax == AX_TP) return NULL; /* every tp rank reads the same tokens */
     int d = ax == AX_BATCH ? 0 : 1;
     if (P->pieces[ax] == 1) return NULL;
     if (t->rank <= d) return ax == AX_SEQ ? "an input without a sequence dim (dim 2) under --cp" : "an input without a batch dim";
@@ -240,6 +260,14 @@ static int is_batch_iota(const Node *n) { return n->op == OP_iota && strcmp(ir_a
  * tokens; sample indices: along the split batch, the rank's samples'. */
 static const char *rule_iota(Par *P, int ax, const Node *n, Sp *out) {
     if (ax == (is_batch_iota(n) ? AX_BATCH : AX_SEQ) && P->pieces[ax] > 1) out[0] = (Sp){SH_SPLIT, 0, 1, vtype(P, n->out[0])->dim[0]};
+    return NULL;
+}
+
+/* Params are replicated, but along tp split as their {tp} attr says (tp.c). */
+static const char *rule_param(Par *P, int ax, const Node *n, Sp *out) {
+    const Type *t = vtype(P, n->out[0]);
+    int d = ax == AX_TP ? tp_param_dim(n, t, P->tp) : -1;
+    if (d >= 0) out[0] = (Sp){SH_SPLIT, d, 1, t->dim[d]};
     return NULL;
 }
 
@@ -356,7 +384,7 @@ static const char *rule_matmul(Par *P, int ax, const Node *n, Sp *out) {
     int a_m = TA ? ra - 1 : ra - 2, a_k = TA ? ra - 2 : ra - 1;
     int b_k = TB ? rb - 1 : rb - 2, b_n = TB ? rb - 2 : rb - 1;
     if ((is_part(a) && is_rep(b)) || (is_rep(a) && is_part(b))) return out[0] = PART, NULL;
-    if (is_split(a) && is_split(b) && a.dim == a_k && b.dim == b_k && a.stride == b.stride && a.size == b.size)
+    if (is_split(a) && is_split(b) && a.dim == a_k && b.dim == b_k && same_cut(a, ta, b, tb))
         return out[0] = PART, NULL;
     if (is_split(a) && a.dim < ra - 2 && (rb == 2 ? is_rep(b) : is_split(b) && b.dim == a.dim + rb - ra))
         return out[0] = split_at(a, a.dim + ro - ra), NULL;
@@ -394,10 +422,25 @@ static const char *rule_rope(Par *P, int ax, const Node *n, Sp *out) {
     return "rope: the positions are not split like the tokens";
 }
 
+/* attention, attention_bwd along tp: the heads split (dim 1 of q, k, v and
+ * of do, o, lse), every tensor input alike; positions replicated. */
+static const char *tp_attention(Par *P, const Node *n, int nt, Sp *out) {
+    for (int k = 0; k < n->nin; k++) {
+        Sp s = in_sh(P, AX_TP, n, k);
+        if (k < nt ? !is_split(s) || s.dim != 1 : !is_rep(s))
+            return is_part(s) ? "an input is a partial sum" : "q, k and v are not all split on their heads (annotate wq, wk and wv alike)";
+    }
+    int q = n->op == OP_attention ? 0 : 1;
+    tp_check_heads(n, vtype(P, n->in[q]), vtype(P, n->in[q + 1]), P->tp);
+    for (int k = 0; k < n->nout; k++) out[k] = (Sp){SH_SPLIT, 1, 1, vtype(P, n->out[k])->dim[1]};
+    return NULL;
+}
+
 /* attention, attention_bwd: split on the batch, or on the sequence (cp.c
  * rewrites it); positions (optional, last two) follow the tokens */
 static const char *rule_attention(Par *P, int ax, const Node *n, Sp *out) {
     int nt = n->op == OP_attention ? 3 : 6;
+    if (ax == AX_TP) return tp_attention(P, n, nt, out);
     const char *why = "";
     Sp d = unify(P, ax, n, nt, &why);
     for (int k = nt; k < n->nin && !*why; k++) {
@@ -436,6 +479,7 @@ static const char *rule_cross_entropy(Par *P, int ax, const Node *n, Sp *out) {
  * (along the batch) and pos (along the sequence) must be split as x is, so
  * the rank draws the global elements' bits: the single device's mask. */
 static const char *rule_dropout(Par *P, int ax, const Node *n, Sp *out) {
+    if (ax == AX_TP) return "dropout of a tensor-parallel activation (not supported yet)";
     Sp x = in_sh(P, ax, n, 0), idx = in_sh(P, ax, n, ax == AX_BATCH ? 2 : 3);
     int d = ax == AX_BATCH ? 0 : 1;
     if (!is_rep(in_sh(P, ax, n, 1))) return "the step is not replicated";
@@ -457,7 +501,7 @@ static const char *rule_loss(Par *P, int ax, const Node *n, Sp *out) {
  * attention), the program's inputs and outputs, and the ops that a
  * replicated value is rebuilt through at a local shape (uniform, get). */
 static const RuleFn rules[OP_COUNT] = {
-    [OP_input] = rule_input, [OP_iota] = rule_iota, [OP_output] = rule_output,
+    [OP_input] = rule_input, [OP_param] = rule_param, [OP_iota] = rule_iota, [OP_output] = rule_output,
     [OP_add] = rule_add, [OP_sub] = rule_add, [OP_mul] = rule_mul, [OP_div] = rule_div,
     [OP_neg] = rule_linear, [OP_cast] = rule_linear,
     [OP_sum] = rule_sum, [OP_mean] = rule_sum, [OP_max] = rule_max, [OP_sumsq] = rule_sumsq,
@@ -501,6 +545,17 @@ static int totalable(const Par *P, const Node *n, int k) {
     return part && P->dep[v] && !P->pdep[v];
 }
 
+/* Node i's rule along tp failed: mark its inputs that are partial sums over
+ * tp to be read all-reduced (Megatron's all-reduce after a row-parallel
+ * GEMM, and after a column-parallel GEMM's input gradient).  0 if none. */
+static int tp_reduce_inputs(Par *P, int i) {
+    const Node *n = &P->g->nodes[i];
+    int nr = 0;
+    for (int k = 0; k < n->nin; k++)
+        if (is_part(P->sh[AX_TP][n->in[k]])) P->tpred[P->convoff[i] + (size_t)k] = 1, nr++;
+    return nr;
+}
+
 /* The rules of node i along every axis; where one fails, again with its
  * totalable inputs read as their totals (replicated).  NULL or why not;
  * *bad: the axis that failed. */
@@ -509,6 +564,16 @@ static const char *rules_of(Par *P, int i, Sp out[NAX][8], int *bad) {
     const char *why = NULL;
     for (int ax = 0; ax < NAX && !why; ax++) why = rule(P, ax, n, out[*bad = ax]);
     if (!why) return NULL;
+    if (*bad == AX_TP && tp_reduce_inputs(P, i)) { /* the partial sums over tp all-reduced (tp.c) */
+        char *red = P->tpred + P->convoff[i];
+        for (int k = 0; k < n->nin; k++)
+            if (red[k]) P->sh[AX_TP][n->in[k]] = REP;
+        why = NULL;
+        for (int ax = 0; ax < NAX && !why; ax++) why = rule(P, ax, n, out[*bad = ax]);
+        for (int k = 0; k < n->nin; k++)
+            if (red[k]) P->sh[AX_TP][n->in[k]] = PART;
+        if (!why) return NULL;
+    }
     int nt = 0;
     Sp saved[NAX][IR_MAXIN];
     char *tot = P->tot + P->convoff[i];
@@ -538,8 +603,7 @@ static void propagate(Par *P) {
         const char *why = rules_of(P, i, out, &ax);
         if (why)
             error_at(n->loc, "%s cannot be split over the %s (%s): %s", ir_ops[n->op].name,
-                     ax == AX_BATCH ? "batch" : "sequence",
-                     ax == AX_BATCH ? "dp x micro-batches" : "cp", why);
+                     ax == AX_BATCH ? "batch" : ax == AX_SEQ ? "sequence" : "tensor-parallel ranks", axis_what[ax], why);
         for (ax = 0; ax < NAX; ax++)
             for (int k = 0; k < n->nout; k++) P->sh[ax][n->out[k]] = out[ax][k];
     }
@@ -555,8 +619,8 @@ static Type local_type(const Par *P, const Type *t, const Sp *want, Loc loc) {
         if (!is_split(want[ax])) continue;
         int d = want[ax].dim;
         if (l.dim[d] % P->pieces[ax])
-            error_at(loc, "dim %d of size %lld is not divisible by %s %d", d + 1, (long long)l.dim[d],
-                     ax == AX_BATCH ? "dp x micro-batches" : "cp", P->pieces[ax]);
+            error_at(loc, "dim %d of size %lld is not divisible by %s %d", d + 1, (long long)l.dim[d], axis_what[ax],
+                     P->pieces[ax]);
         l.dim[d] /= P->pieces[ax];
     }
     return l;
@@ -578,7 +642,13 @@ static void set_sh(Par *P, int nv, const Sp *s) {
             P->ng->vals[nv].sh[mesh_axis[ax]] = (AxisShard){s[ax].kind, s[ax].dim};
 }
 static void set_sh1(Par *P, int nv, Sp batch, Sp seq) {
-    Sp s[NAX] = {batch, seq};
+    Sp s[NAX] = {batch, seq, REP};
+    set_sh(P, nv, s);
+}
+/* nv sharded like global value v along every axis */
+static void set_sh_of(Par *P, int nv, int v) {
+    Sp s[NAX];
+    for (int ax = 0; ax < NAX; ax++) s[ax] = P->sh[ax][v];
     set_sh(P, nv, s);
 }
 
@@ -606,6 +676,8 @@ static int native(const Par *P, int v, const Sp *want) {
     return 1;
 }
 
+static int tp_reduced(Par *P, int v, int mb, const Sp *w);
+
 /* The local value of global value v in micro-batch mb under the per-axis
  * shardings want[]: its native sharding, or, along an axis where v is
  * replicated and uniform, split as want says (built at the local shape). */
@@ -616,8 +688,11 @@ static int get(Par *P, int v, int mb, const Sp *want) {
         if (x < 0) ICE("parallelize: %%%d used before it is built", v);
         return x;
     }
-    for (Memo *q = P->memo[v]; q; q = q->next)
-        if (q->mb == mb && sp_eq(q->want[0], want[0]) && sp_eq(q->want[1], want[1])) return q->nv;
+    for (Memo *q = P->memo[v]; q; q = q->next) {
+        int same = q->mb == mb;
+        for (int ax = 0; ax < NAX; ax++) same &= sp_eq(q->want[ax], want[ax]);
+        if (same) return q->nv;
+    }
     const Node *n = def_of(P, v);
     int small[8], *in = n->nin <= 8 ? small : ir_alloc(P->m, sizeof(int) * (size_t)n->nin); /* get recurses */
     for (int k = 0; k < n->nin; k++) {
@@ -630,16 +705,35 @@ static int get(Par *P, int v, int mb, const Sp *want) {
             int di = n->op == OP_broadcast ? d - (t->rank - x->rank) : n->op == OP_reshape ? reshape_map(t, d, x) : d;
             if (!(n->op == OP_broadcast && (di < 0 || x->dim[di] == 1))) w[ax] = split_at(want[ax], di);
         }
-        in[k] = get(P, n->in[k], mb, w);
+        in[k] = P->tpred[P->convoff[n - P->g->nodes] + (size_t)k] ? tp_reduced(P, n->in[k], mb, w) : get(P, n->in[k], mb, w);
     }
     Sp wants[8][NAX];
     for (int k = 0; k < n->nout; k++)
         for (int ax = 0; ax < NAX; ax++) wants[k][ax] = k == 0 ? want[ax] : P->sh[ax][n->out[k]];
     int j = clone(P, n, in, mb, wants);
     Memo *q = ir_alloc(P->m, sizeof(Memo));
-    *q = (Memo){mb, P->ng->nodes[j].out[(int)(P->g->vals[v].defout)], {want[0], want[1]}, P->memo[v]};
+    *q = (Memo){mb, P->ng->nodes[j].out[(int)(P->g->vals[v].defout)], {want[0], want[1], want[2]}, P->memo[v]};
     P->memo[v] = q;
     return q->nv;
+}
+
+/* The local value of v (a partial sum over tp) all-reduced over tp, once per
+ * value and micro-batch; w: v's shardings (tp partial). */
+static int tp_reduced(Par *P, int v, int mb, const Sp *w) {
+    if (!P->dep[v]) mb = -1;
+    int *slot = &P->tpar[(size_t)(mb < 0 ? P->M : mb) * (size_t)P->g->nvals + (size_t)v];
+    if (*slot >= 0) return *slot;
+    int x = get(P, v, mb, w);
+    const Node *n = def_of(P, v);
+    Builder keep = P->b;
+    P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
+    if (P->tp_bug == 1 && n->phase == PH_BWD) return *slot = x; /* --test-tp-bug drop-bwd-reduce */
+    int y = tp_allreduce(P->m, &P->b, x);
+    Sp s[NAX] = {w[0], w[1], REP};
+    set_sh(P, y, s);
+    set_mb(P, y, mb);
+    P->b = keep;
+    return *slot = y;
 }
 
 static int const_like(Par *P, const Type *t, double v) {
@@ -654,7 +748,7 @@ static Sp sh_of(const Par *P, int ax, int v) { return P->sh[ax][v]; }
  * rows of the global 0..B-1 (an iota over dp's contiguous pieces), sliced. */
 static int input_of(Par *P, const Node *n, int mb) {
     int v = n->out[0];
-    Sp nat[NAX] = {sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v)};
+    Sp nat[NAX] = {sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v), REP};
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
     if (P->input[v] < 0) {
         Type t = *vtype(P, v);
@@ -683,7 +777,7 @@ static void build_cp_attention(Par *P, const Node *n, const int *in, int mb, int
     int first = P->ng->nnodes;
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
     cp_attention(&P->cpr, n, in, out);
-    for (int o = 0; o < n->nout; o++) set_sh1(P, out[o], sh_of(P, AX_BATCH, n->out[o]), sh_of(P, AX_SEQ, n->out[o]));
+    for (int o = 0; o < n->nout; o++) set_sh_of(P, out[o], n->out[o]);
     for (int i = first; i < P->ng->nnodes; i++) P->ng->nodes[i].mb = mb;
 }
 
@@ -753,7 +847,7 @@ static void build_node(Par *P, int i, int mb) {
                     if (is_split(P->sh[ax][n->in[j]])) { w[ax] = P->sh[ax][n->in[j]]; break; }
             }
         }
-        in[k] = get(P, n->in[k], mb, w);
+        in[k] = P->tpred[P->convoff[i] + (size_t)k] ? tp_reduced(P, n->in[k], mb, w) : get(P, n->in[k], mb, w);
     }
     if ((n->op == OP_attention || n->op == OP_attention_bwd) && is_split(P->sh[AX_SEQ][n->in[0]])) {
         build_cp_attention(P, n, in, mb, out);
@@ -780,7 +874,7 @@ static void build_node(Par *P, int i, int mb) {
         if (!P->to_acc[v]) continue;
         P->acc[v] = P->acc[v] < 0 ? out[k] : ir_build2(&P->b, OP_add, P->acc[v], out[k]);
         set_mb(P, P->acc[v], mb);
-        set_sh1(P, P->acc[v], sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v));
+        set_sh_of(P, P->acc[v], v);
     }
 }
 
@@ -792,23 +886,36 @@ static void build_output(Par *P, const Node *n) {
     int v = n->in[0], x;
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
     char group[16] = "";
-    for (int ax = 0; ax < NAX; ax++) {
+    for (int ax = 0; ax < AX_TP; ax++) {
         Sp s = P->sh[ax][v];
         if (is_split(s))
             error_at(n->loc, "output %s is split over the %s; only sums and replicated values can be outputs",
                      ir_attr_s(n, "name", "?"), ax == AX_BATCH ? "batch" : "sequence");
         if (is_part(s) && (ax == AX_SEQ || P->dp > 1)) snprintf(group + strlen(group), sizeof group - strlen(group), "%s%s", *group ? "+" : "", axis_group[ax]);
     }
+    Sp t = P->sh[AX_TP][v]; /* a gradient split over tp is its param's shard; any other output is gathered */
+    if (is_split(t) && !is_grad_output(n) && t.stride * t.size != vtype(P, v)->dim[t.dim])
+        error_at(n->loc, "output %s is split over tp in pieces that an all-gather cannot join", ir_attr_s(n, "name", "?"));
     if (P->dep[v]) {
         x = P->to_acc[v] ? P->acc[v] : P->map[(size_t)(P->M - 1) * (size_t)P->g->nvals + (size_t)v];
     } else {
-        Sp nat[NAX] = {sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v)};
+        Sp nat[NAX] = {sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v), sh_of(P, AX_TP, v)};
         x = get(P, v, -1, nat);
     }
     if (*group && !is_grad_output(n)) {
         Attr g = ir_attr_str(P->m, "group", group);
         x = ir_build1(&P->b, OP_allreduce, x, 1, &g);
         set_sh1(P, x, REP, REP);
+    }
+    if (is_part(t)) x = tp_allreduce(P->m, &P->b, x); /* the optimizer reduces over dp x cp only */
+    if (is_split(t) && !is_grad_output(n)) {
+        Attr g[2] = {ir_attr_str(P->m, "group", "tp"), ir_attr_int(P->m, "dim", t.dim)};
+        x = ir_build1(&P->b, OP_allgather, x, 2, g);
+    }
+    if (is_part(t) || (is_split(t) && !is_grad_output(n))) {
+        Sp o[NAX] = {P->sh[AX_BATCH][v], P->sh[AX_SEQ][v], REP};
+        if (*group && !is_grad_output(n)) o[AX_BATCH] = o[AX_SEQ] = REP;
+        set_sh(P, x, o);
     }
     int j = ir_build(&P->b, OP_output, 1, &x, n->nattr, n->attr, NULL);
     P->ng->nodes[j].mb = P->M - 1;
@@ -843,11 +950,11 @@ void pass_parallelize(Module *m, const Options *o) {
     if (m->nstages != 1) ICE("parallelize: expects one stage, got %d", m->nstages);
     m->mesh[0] = o->pp, m->mesh[1] = o->dp, m->mesh[2] = o->cp, m->mesh[3] = o->tp;
     int M = o->micro_batches > 0 ? o->micro_batches : 1;
-    if (o->dp * M * o->cp == 1) return;
+    if (o->dp * M * o->cp * o->tp == 1) return;
     const Graph *g = m->stages[0];
     int nv = g->nvals;
-    Par P = {.m = m, .g = g, .dp = o->dp, .M = M, .cp = o->cp};
-    P.pieces[AX_BATCH] = o->dp * M, P.pieces[AX_SEQ] = o->cp;
+    Par P = {.m = m, .g = g, .dp = o->dp, .M = M, .cp = o->cp, .tp = o->tp, .tp_bug = o->tp_bug};
+    P.pieces[AX_BATCH] = o->dp * M, P.pieces[AX_SEQ] = o->cp, P.pieces[AX_TP] = o->tp;
     P.ng = ir_graph_new(m);
     P.b = (Builder){.g = P.ng, .pass = "parallelize", .layer = -1};
     P.cpr = (CpRank){.m = m, .b = &P.b, .cp = o->cp, .dual = !o->cp_contiguous, .ring = o->cp_comm != 0};
@@ -859,6 +966,9 @@ void pass_parallelize(Module *m, const Options *o) {
     P.dep = xcalloc((size_t)nv, 1);
     P.pdep = xcalloc((size_t)nv, 1);
     P.tot = xcalloc(P.nconv + 1, 1);
+    P.tpred = xcalloc(P.nconv + 1, 1);
+    P.tpar = xcalloc((size_t)nv * (size_t)(M + 1), sizeof(int));
+    for (size_t k = 0; k < (size_t)nv * (size_t)(M + 1); k++) P.tpar[k] = -1;
     P.total = xcalloc((size_t)nv, sizeof(int));
     P.map = xcalloc((size_t)nv * (size_t)M, sizeof(int));
     P.memo = xcalloc((size_t)nv, sizeof(Memo *));
@@ -873,13 +983,16 @@ void pass_parallelize(Module *m, const Options *o) {
     propagate(&P);
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        if (n->op == OP_output && P.dep[n->in[0]] && (is_part(P.sh[AX_BATCH][n->in[0]]) || is_part(P.sh[AX_SEQ][n->in[0]])))
+        if (n->op == OP_output && P.dep[n->in[0]] && (is_part(P.sh[AX_BATCH][n->in[0]]) || is_part(P.sh[AX_SEQ][n->in[0]]) || is_part(P.sh[AX_TP][n->in[0]])))
             P.to_acc[n->in[0]] = 1;
     }
 
     /* params and states first, in their order (the params space keeps it) */
     for (int i = 0; i < g->nnodes; i++)
-        if (ir_ops[g->nodes[i].op].flags & F_STATE) get(&P, g->nodes[i].out[0], -1, (Sp[NAX]){REP, REP});
+        if (ir_ops[g->nodes[i].op].flags & F_STATE) {
+            int v = g->nodes[i].out[0];
+            get(&P, v, -1, (Sp[NAX]){REP, REP, P.sh[AX_TP][v]});
+        }
     for (int mb = 0; mb < M; mb++)
         for (int i = 0; i < g->nnodes; i++)
             if (g->nodes[i].op != OP_output && P.dep[g->nodes[i].out[0]] && P.map[(size_t)mb * (size_t)nv + (size_t)g->nodes[i].out[0]] < 0)
@@ -890,5 +1003,5 @@ void pass_parallelize(Module *m, const Options *o) {
     m->stages[0] = P.ng;
     for (int ax = 0; ax < NAX; ax++) free(P.sh[ax]);
     free(P.conv), free(P.convoff), free(P.dep), free(P.pdep), free(P.tot), free(P.total), free(P.map), free(P.memo), free(P.acc),
-        free(P.input), free(P.to_acc);
+        free(P.input), free(P.to_acc), free(P.tpred), free(P.tpar);
 }
