@@ -97,7 +97,7 @@ static void usage(FILE *f) {
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
           "        --offload none|all|auto|F (F in (0,1]; auto: from --device-profile, default cpu) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
           "        --tp N (tensor parallel: Megatron's layout)  --test-drop-event --test-pp-bug drop-tied|swap-recv\n"
-          "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce (tests only)\n",
+          "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce|xent-max (tests only)\n",
           f);
 }
 
@@ -340,8 +340,8 @@ static void parse_args(Args *a, int argc, char **argv) {
             a->o.tp = parse_int_flag(f, argv[++i]); /* tensor parallel (docs/parallel.md, issue 20) */
         } else if (strcmp(f, "--test-tp-bug") == 0) {
             const char *v = argv[++i];
-            if (strcmp(v, "drop-bwd-reduce")) die("--test-tp-bug: expected drop-bwd-reduce, got \"%s\"", v);
-            a->o.tp_bug = 1;
+            if (strcmp(v, "drop-bwd-reduce") && strcmp(v, "xent-max")) die("--test-tp-bug: expected drop-bwd-reduce or xent-max, got \"%s\"", v);
+            a->o.tp_bug = strcmp(v, "xent-max") ? 1 : 2;
         } else die("%s: unknown flag", f);
     }
 }

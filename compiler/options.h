@@ -66,7 +66,8 @@ typedef struct {
     int offload_bug;
     /* tensor parallel (issue 20): a planted bug for the tests
      * (--test-tp-bug drop-bwd-reduce: 1, backward forgets the all-reduce of
-     * a column-parallel GEMM's input gradient) */
+     * a column-parallel GEMM's input gradient; xent-max: 2, the
+     * vocab-parallel loss shifts by each rank's own max, not the row's) */
     int tp_bug;
 } Options;
 /* Options.offload for --offload auto: each (rank, virtual stage,

@@ -113,6 +113,9 @@ typedef struct {
     CpRank cpr;      /* the sequence axis's attention rewrite (cp.c) */
     char *tpred;     /* [node][input]: a partial sum over tp the node reads all-reduced (tp.c) */
     int *tpar;       /* [M+1][nvals]: the all-reduced local value, or -1 (row M: micro-batch -1) */
+    char *tpvocab;   /* per global value: ids looked up in a table split over tp */
+    int *tplse;      /* [M][nvals]: per logits value split over tp, its rows' log-sum-exp, or -1 */
+    TpRank tpr;      /* the vocab-parallel rewrites (tp.c) */
 } Par;
 
 static const Sp REP = {SH_REP, 0, 0, 0}, PART = {SH_PARTIAL, 0, 0, 0};
@@ -455,12 +458,23 @@ static const char *rule_attention(Par *P, int ax, const Node *n, Sp *out) {
 
 /* (table, ids): the rows looked up are split like the ids */
 static const char *rule_embedding(Par *P, int ax, const Node *n, Sp *out) {
+    if (ax == AX_TP) { /* vocab parallel (tp.c): the table split on its rows, each rank's lookups a summand */
+        Sp t = in_sh(P, ax, n, 0);
+        if (!is_rep(in_sh(P, ax, n, 1)) || !is_split(t) || t.dim != 0) return "embedding: the table split other than on its rows";
+        P->tpvocab[n->in[1]] = 1;
+        return out[0] = PART, NULL;
+    }
     if (!is_rep(in_sh(P, ax, n, 0))) return "a split embedding table";
     if (!is_split(in_sh(P, ax, n, 1))) return "embedding ids";
     return out[0] = in_sh(P, ax, n, 1), NULL;
 }
 /* (dy, ids): each piece scatters a summand of the table's gradient */
 static const char *rule_embedding_bwd(Par *P, int ax, const Node *n, Sp *out) {
+    if (ax == AX_TP) { /* the table's gradient split like the table, where forward looked the ids up in a split table */
+        if (!is_rep(in_sh(P, ax, n, 0)) || !is_rep(in_sh(P, ax, n, 1))) return "embedding_bwd: dy or ids split over tp";
+        if (P->tpvocab[n->in[1]]) out[0] = (Sp){SH_SPLIT, 0, 1, vtype(P, n->out[0])->dim[0]};
+        return NULL;
+    }
     if (is_part(in_sh(P, ax, n, 0)) && is_rep(in_sh(P, ax, n, 1))) return out[0] = PART, NULL;
     const char *why = "";
     unify(P, ax, n, 2, &why);
@@ -468,6 +482,15 @@ static const char *rule_embedding_bwd(Par *P, int ax, const Node *n, Sp *out) {
 }
 /* per token: split anywhere but the vocabulary */
 static const char *rule_cross_entropy(Par *P, int ax, const Node *n, Sp *out) {
+    if (ax == AX_TP) { /* vocab parallel (tp.c): logits split on the vocabulary; the loss replicated, dlogits like the logits */
+        int l = n->nin - 2;
+        Sp x = in_sh(P, ax, n, l);
+        for (int k = 0; k < n->nin; k++)
+            if (k != l && !is_rep(in_sh(P, ax, n, k))) return "cross entropy: an input other than the logits split over tp";
+        if (!is_split(x) || x.dim != vtype(P, n->in[l])->rank - 1) return "cross entropy: logits split other than on the vocabulary";
+        if (n->op == OP_cross_entropy_bwd) out[0] = x;
+        return NULL;
+    }
     const char *why = "";
     Sp d = unify(P, ax, n, n->nin, &why);
     if (*why) return why;
@@ -528,7 +551,7 @@ static const char *rule(Par *P, int ax, const Node *n, Sp out[]) {
     for (int k = 0; k < n->nout; k++) out[k] = REP;
     RuleFn f = rule_of(n->op);
     if (ir_ops[n->op].flags & F_SOURCE) return f ? f(P, ax, n, out) : NULL;
-    if (all_rep) return NULL;
+    if (all_rep && !(ax == AX_TP && n->op == OP_embedding_bwd)) return NULL;
     if (!f) ICE("parallelize: %s after autodiff and before the optimizer", ir_ops[n->op].name);
     return f(P, ax, n, out);
 }
@@ -783,6 +806,33 @@ static void build_cp_attention(Par *P, const Node *n, const int *in, int mb, int
 
 static void build_node(Par *P, int i, int mb);
 
+/* An embedding, its backward or a cross entropy over a vocabulary split on tp. */
+static int tp_vocab_node(const Par *P, const Node *n) {
+    switch (n->op) {
+    case OP_embedding: return is_split(P->sh[AX_TP][n->in[0]]);
+    case OP_embedding_bwd: return is_split(P->sh[AX_TP][n->out[0]]);
+    case OP_cross_entropy: case OP_cross_entropy_bwd: return is_split(P->sh[AX_TP][n->in[n->nin - 2]]);
+    default: return 0;
+    }
+}
+
+/* tp.c's vocab-parallel rewrite of n, its nodes in micro-batch mb. */
+static void build_tp_vocab(Par *P, const Node *n, const int *in, int mb, int *out) {
+    int first = P->ng->nnodes, lv = n->in[n->nin - 2];
+    int *lse = n->op == OP_cross_entropy || n->op == OP_cross_entropy_bwd ? &P->tplse[(size_t)mb * (size_t)P->g->nvals + (size_t)lv] : NULL;
+    P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
+    switch (n->op) {
+    case OP_embedding: out[0] = tp_embedding(&P->tpr, in[0], in[1]); break;
+    case OP_embedding_bwd: out[0] = tp_embedding_bwd(&P->tpr, in[0], in[1], vtype(P, n->out[0])->dim[0] / P->tp); break;
+    case OP_cross_entropy: out[0] = tp_cross_entropy(&P->tpr, in[0], in[1], lse); break;
+    default: /* cross_entropy_bwd (dl, logits, targets): the forward's lse, or built again */
+        if (*lse < 0) tp_cross_entropy(&P->tpr, in[1], in[2], lse);
+        out[0] = tp_cross_entropy_bwd(&P->tpr, in[0], in[1], in[2], *lse);
+    }
+    set_sh_of(P, out[0], n->out[0]);
+    for (int i = first; i < P->ng->nnodes; i++) P->ng->nodes[i].mb = mb;
+}
+
 /* The local value of dependent value v in micro-batch mb, building its
  * chain now if the main loop has not reached it yet. */
 static int ensure(Par *P, int v, int mb) {
@@ -851,6 +901,8 @@ static void build_node(Par *P, int i, int mb) {
     }
     if ((n->op == OP_attention || n->op == OP_attention_bwd) && is_split(P->sh[AX_SEQ][n->in[0]])) {
         build_cp_attention(P, n, in, mb, out);
+    } else if (tp_vocab_node(P, n)) {
+        build_tp_vocab(P, n, in, mb, out);
     } else {
         Sp wants[8][NAX];
         for (int k = 0; k < n->nout; k++)
@@ -968,6 +1020,10 @@ void pass_parallelize(Module *m, const Options *o) {
     P.tot = xcalloc(P.nconv + 1, 1);
     P.tpred = xcalloc(P.nconv + 1, 1);
     P.tpar = xcalloc((size_t)nv * (size_t)(M + 1), sizeof(int));
+    P.tpvocab = xcalloc((size_t)nv, 1);
+    P.tplse = xcalloc((size_t)nv * (size_t)M, sizeof(int));
+    for (size_t k = 0; k < (size_t)nv * (size_t)M; k++) P.tplse[k] = -1;
+    P.tpr = (TpRank){.m = m, .b = &P.b, .tp = o->tp, .bug = o->tp_bug};
     for (size_t k = 0; k < (size_t)nv * (size_t)(M + 1); k++) P.tpar[k] = -1;
     P.total = xcalloc((size_t)nv, sizeof(int));
     P.map = xcalloc((size_t)nv * (size_t)M, sizeof(int));
@@ -1003,5 +1059,5 @@ void pass_parallelize(Module *m, const Options *o) {
     m->stages[0] = P.ng;
     for (int ax = 0; ax < NAX; ax++) free(P.sh[ax]);
     free(P.conv), free(P.convoff), free(P.dep), free(P.pdep), free(P.tot), free(P.total), free(P.map), free(P.memo), free(P.acc),
-        free(P.input), free(P.to_acc), free(P.tpred), free(P.tpar);
+        free(P.input), free(P.to_acc), free(P.tpred), free(P.tpar), free(P.tpvocab), free(P.tplse);
 }

@@ -41,6 +41,22 @@ wq=$(printf '%s\n' "$ir" | grep -c 'f32\[64,32\]<tp=s1> = param {name="h.0.atten
 wo=$(printf '%s\n' "$ir" | grep -c 'f32\[32,64\]<tp=s0> = param {name="h.0.attention.wo.weight"')
 if [ "$wq" = 1 ] && [ "$wo" = 1 ]; then ok "wq column-parallel [64,32] per rank, wo row-parallel [32,64]"; else notok "wq $wq wo $wo"; fi
 
+# vocab-parallel embedding and loss: the logits [B,T,V/tp] are never gathered;
+# only the rows' maxima (tp values per row) are, the sums of exponentials and
+# the target logits are all-reduced ([B,T]), and the embedding's lookups too
+ir=$("$K" dump $(llama 8 4) --set layers=1 --tp 2 --after parallelize 2>&1)
+ag=$(printf '%s\n' "$ir" | grep 'allgather ' | grep -c 'f32\[4,16,2\] = allgather .*group="tp", dim=2')
+agall=$(printf '%s\n' "$ir" | grep -c 'allgather ')
+rows=$(printf '%s\n' "$ir" | grep -c 'f32\[4,16\] = allreduce .*group="tp".* L-1 fwd')
+logits=$(printf '%s\n' "$ir" | grep -c 'f32\[4,16,64\]<tp=s2> = matmul .* L-1 fwd')
+if [ "$ag" = 1 ] && [ "$agall" = 1 ] && [ "$rows" = 2 ] && [ "$logits" = 1 ]; then ok "vocab parallel: logits [4,16,64] of 128 per rank, one all-gather of the row maxima, 2 row all-reduces"
+else notok "vocab parallel: maxima gathers $ag of $agall, row all-reduces $rows, local logits $logits"; fi
+
+# planted bugs: backward without the all-reduce of the input gradient; the
+# vocab-parallel loss shifted by each rank's own max (not the row's)
+out=$("$K" check models/tiny.lua --tp 2 --test-tp-bug xent-max 2>&1)
+if [[ "$out" == *" mismatched"* ]] && [[ "$out" != *", 0 mismatched"* ]]; then ok "planted xent-max fails the check: ${out##*, }"
+else notok "planted xent-max not caught: $out"; fi
 # planted bug: backward without the all-reduce of the input gradient
 out=$("$K" check $(llama 8 4) --tp 2 --test-tp-bug drop-bwd-reduce 2>&1)
 if [[ "$out" == *" mismatched"* ]] && [[ "$out" != *", 0 mismatched"* ]]; then ok "planted drop-bwd-reduce fails the check: ${out##*, }"
@@ -55,6 +71,7 @@ bad() { # want args...
 }
 bad "heads are not divisible by --tp 4" models/llama.lua --set dim=48 --set heads=6 --set kv_heads=6 --set layers=1 --set ffn=64 --set vocab=64 --set seq=16 --set batch=2 --tp 4
 bad "kv heads are not divisible by --tp 4" $(llama 8 2) --tp 4
+bad "param wte.weight: dim 1 of size 255 is not divisible by --tp 2" models/tiny.lua --set vocab=255 --tp 2
 bad "is not divisible by --tp 3" models/tiny.lua --tp 3
 bad "--tp: expected at least 1" models/tiny.lua --tp 0
 cat > "$tmp/badtp.lua" <<'LUA'
