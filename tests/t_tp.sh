@@ -25,6 +25,16 @@ check $(llama 8 4) --tp 2 --zero 0   # kv_heads > tp
 check $(llama 8 4) --tp 4            # kv_heads = tp
 check $(llama 8 8) --tp 4 --zero 0   # MHA, kv_heads > tp
 check $(llama 4 2) --tp 2 --weight-decay 0.1
+# tp with the other axes: dp, cp (ring and all-gather attention over the
+# rank's heads), pp (each stage's tp group)
+check models/tiny.lua --tp 2 --dp 2
+check $(llama 8 4) --tp 2 --dp 2 --zero 0 --micro-batches 2
+check models/tiny.lua --tp 2 --cp 2 --cp-comm p2p
+check $(llama 8 4) --tp 2 --cp 2 --cp-comm p2p
+check $(llama 8 2) --tp 2 --cp 2 --cp-comm allgather --zero 0
+check models/tiny.lua --tp 2 --pp 2 --micro-batches 2
+check $(llama 8 4) --tp 2 --pp 2 --micro-batches 4 --pp-schedule interleaved --vpp 2 --set layers=4
+check $(llama 8 4) --tp 2 --dp 2 --cp 2 --cp-comm p2p
 # an unannotated model (no {tp} on any param) runs replicated on the tp ranks
 check tests/models/keybias.lua --tp 2
 
