@@ -269,8 +269,8 @@ static const char *rule_iota(Par *P, int ax, const Node *n, Sp *out) {
 /* Params are replicated, but along tp split as their {tp} attr says (tp.c). */
 static const char *rule_param(Par *P, int ax, const Node *n, Sp *out) {
     const Type *t = vtype(P, n->out[0]);
-    int d = ax == AX_TP ? tp_param_dim(n, t, P->tp) : -1;
-    if (d >= 0) out[0] = (Sp){SH_SPLIT, d, 1, t->dim[d]};
+    int blocks, d = ax == AX_TP ? tp_param_dim(n, t, P->tp, &blocks) : -1;
+    if (d >= 0) out[0] = (Sp){SH_SPLIT, d, 1, t->dim[d] / blocks};
     return NULL;
 }
 
@@ -353,12 +353,30 @@ static const char *rule_transpose(Par *P, int ax, const Node *n, Sp *out) {
     int a = (int)ir_attr_i(n, "a", 0), b = (int)ir_attr_i(n, "b", 0);
     return out[0] = split_at(x, x.dim == a ? b : x.dim == b ? a : x.dim), NULL;
 }
+/* The extent (stride x size) of the blocks of a split dim, when a slice
+ * [start, end) of that dim is one whole block (along tp: a fused QKV's q,
+ * k or v, tp.c), else 0. */
+static int64_t tp_block_slice(Sp x, const Node *n) {
+    int64_t blk = x.stride * x.size, s = ir_attr_i(n, "start", 0), e = ir_attr_i(n, "end", 0);
+    return s % blk == 0 && e - s == blk ? blk : 0;
+}
 static const char *rule_slice(Par *P, int ax, const Node *n, Sp *out) {
     Sp x = in_sh(P, ax, n, 0);
     if (is_part(x)) return out[0] = PART, NULL;
+    if (ax == AX_TP && x.dim == ir_attr_i(n, "dim", 0) && tp_block_slice(x, n)) return out[0] = x, NULL;
     return x.dim == ir_attr_i(n, "dim", 0) ? "a slice of a split dim" : (out[0] = x, NULL);
 }
 static const char *rule_concat(Par *P, int ax, const Node *n, Sp *out) {
+    int cd = (int)ir_attr_i(n, "dim", 0);
+    if (ax == AX_TP && is_split(in_sh(P, ax, n, 0)) && in_sh(P, ax, n, 0).dim == cd) { /* blocks, each split whole (tp.c) */
+        int64_t len = vtype(P, n->in[0])->dim[cd];
+        for (int k = 0; k < n->nin; k++) {
+            Sp s = in_sh(P, ax, n, k);
+            if (!is_split(s) || s.dim != cd || vtype(P, n->in[k])->dim[cd] != len || s.stride * s.size != len)
+                return "a concat of pieces split unlike each other over tp";
+        }
+        return out[0] = (Sp){SH_SPLIT, cd, 1, len}, NULL;
+    }
     const char *why = "";
     Sp d = unify(P, ax, n, n->nin, &why);
     return *why ? why : d.dim == ir_attr_i(n, "dim", 0) ? "a concat along a split dim" : (out[0] = d, NULL);
@@ -650,10 +668,15 @@ static Type local_type(const Par *P, const Type *t, const Sp *want, Loc loc) {
 }
 
 /* The node's attrs with {shape} replaced by the local output shape, plus extra. */
-static const Attr *local_attrs(Par *P, const Node *n, const Type *lt, const Attr *extra, int nextra, int *nattr) {
+/* A slice of one block of a dim split over tp (a fused QKV's q, k or v)
+ * takes the local block: its start and end divided by sdiv = tp. */
+static const Attr *local_attrs(Par *P, const Node *n, const Type *lt, const Attr *extra, int nextra, int *nattr, int sdiv) {
     Attr *a = ir_alloc(P->m, sizeof(Attr) * (size_t)(n->nattr + nextra + 1));
-    for (int k = 0; k < n->nattr; k++)
-        a[k] = strcmp(n->attr[k].key, "shape") ? n->attr[k] : ir_attr_ints(P->m, "shape", lt->dim, lt->rank);
+    for (int k = 0; k < n->nattr; k++) {
+        const char *key = n->attr[k].key;
+        a[k] = strcmp(key, "shape") ? n->attr[k] : ir_attr_ints(P->m, "shape", lt->dim, lt->rank);
+        if (sdiv > 1 && (!strcmp(key, "start") || !strcmp(key, "end"))) a[k] = ir_attr_int(P->m, key, ir_attr_i(n, key, 0) / sdiv);
+    }
     for (int k = 0; k < nextra; k++) a[n->nattr + k] = extra[k];
     *nattr = n->nattr + nextra;
     return a;
@@ -686,7 +709,9 @@ static int clone(Par *P, const Node *n, const int *in, int mb, Sp want[][NAX]) {
     int nextra = 0, nattr;
     if (n->op == OP_iota && is_split(want[0][AX_SEQ])) nextra = cp_position_attrs(&P->cpr, extra); /* this rank's global positions */
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
-    const Attr *at = local_attrs(P, n, &lt, extra, nextra, &nattr);
+    Sp tsl = want[0][AX_TP];
+    int sdiv = n->op == OP_slice && is_split(tsl) && tsl.dim == ir_attr_i(n, "dim", 0) ? P->tp : 1;
+    const Attr *at = local_attrs(P, n, &lt, extra, nextra, &nattr, sdiv);
     int j = ir_build(&P->b, n->op, n->nin, in, nattr, at, ir_ops[n->op].flags & F_SOURCE ? &lt : NULL);
     P->ng->nodes[j].mb = mb < 0 ? 0 : mb;
     for (int k = 0; k < n->nout; k++) set_sh(P, P->ng->nodes[j].out[k], want[k]);

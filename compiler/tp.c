@@ -42,14 +42,16 @@
 
 #include <string.h>
 
-int tp_param_dim(const Node *n, const Type *t, int tp) {
+int tp_param_dim(const Node *n, const Type *t, int tp, int *blocks) {
     const Attr *a = ir_attr(n, "tp");
+    *blocks = (int)ir_attr_i(n, "tp_blocks", 1);
     if (!a || tp == 1) return -1;
     int d = (int)ir_attr_i(n, "tp", -1);
-    if (d < 0 || d >= t->rank) error_at(n->loc, "param %s: {tp} dim %d out of range", ir_attr_s(n, "name", "?"), d);
-    if (t->dim[d] % tp)
-        error_at(n->loc, "param %s: dim %d of size %lld is not divisible by --tp %d", ir_attr_s(n, "name", "?"), d + 1,
-                 (long long)t->dim[d], tp);
+    if (d < 0 || d >= t->rank || *blocks < 1 || t->dim[d] % *blocks)
+        error_at(n->loc, "param %s: bad {tp} dim %d or {tp_blocks} %d", ir_attr_s(n, "name", "?"), d, *blocks);
+    if (t->dim[d] % ((int64_t)tp * *blocks))
+        error_at(n->loc, "param %s: dim %d of size %lld is not divisible by --tp %d%s", ir_attr_s(n, "name", "?"), d + 1,
+                 (long long)t->dim[d], tp, *blocks > 1 ? " in each of its blocks" : "");
     return d;
 }
 

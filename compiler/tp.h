@@ -8,9 +8,11 @@
 #include "ir.h"
 
 /* The dim of param node n (global type t) that tp splits, -1 if the param is
- * replicated over tp (no {tp} attr, or tp == 1).  A dim not divisible by tp
- * stops with a one-line error at the param's model line. */
-int tp_param_dim(const Node *n, const Type *t, int tp);
+ * replicated over tp (no {tp} attr, or tp == 1); *blocks: the count of
+ * blocks the dim is made of ({tp_blocks}, a fused QKV: each rank holds its
+ * slice of every block).  A dim not divisible stops with a one-line error
+ * at the param's model line. */
+int tp_param_dim(const Node *n, const Type *t, int tp, int *blocks);
 /* Stop with a one-line error if attention node n (q [B,H,T,D], k [B,KH,S,D],
  * types q and k) cannot split its heads over tp: H or KH not divisible. */
 void tp_check_heads(const Node *n, const Type *q, const Type *k, int tp);

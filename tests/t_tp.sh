@@ -51,6 +51,14 @@ wq=$(printf '%s\n' "$ir" | grep -c 'f32\[64,32\]<tp=s1> = param {name="h.0.atten
 wo=$(printf '%s\n' "$ir" | grep -c 'f32\[32,64\]<tp=s0> = param {name="h.0.attention.wo.weight"')
 if [ "$wq" = 1 ] && [ "$wo" = 1 ]; then ok "wq column-parallel [64,32] per rank, wo row-parallel [32,64]"; else notok "wq $wq wo $wo"; fi
 
+# GPT-2's fused c_attn [C,3C]: q, k and v blocks, each split over tp (tp_blocks=3)
+ir=$("$K" dump models/tiny.lua --set layers=1 --tp 2 --after parallelize 2>&1)
+qkv=$(printf '%s\n' "$ir" | grep -c 'f32\[64,96\]<tp=s1> = param {name="h.0.attn.c_attn.weight".*tp_blocks=3')
+sl=$(printf '%s\n' "$ir" | grep -c 'f32\[8,64,32\]<tp=s2> = slice %[0-9]* {dim=2, start=\(0, end=32\|32, end=64\|64, end=96\)}')
+att=$(printf '%s\n' "$ir" | grep -c 'f32\[8,2,64,16\]<tp=s1>, %[0-9]*:f32\[8,2,64\]<tp=s1> = attention ')
+if [ "$qkv" = 1 ] && [ "$sl" = 3 ] && [ "$att" = 1 ]; then ok "gpt tp 2: c_attn [64,96] per rank (its third of q, k, v), 3 local slices, 2 of 4 heads"
+else notok "gpt tp 2: c_attn $qkv, slices $sl, attention $att"; fi
+
 # vocab-parallel embedding and loss: the logits [B,T,V/tp] are never gathered;
 # only the rows' maxima (tp values per row) are, the sums of exponentials and
 # the target logits are all-reduced ([B,T]), and the embedding's lookups too
@@ -80,6 +88,7 @@ bad() { # want args...
     else notok "bad $*: rc=$rc want '$want': $out"; fi
 }
 bad "heads are not divisible by --tp 4" models/llama.lua --set dim=48 --set heads=6 --set kv_heads=6 --set layers=1 --set ffn=64 --set vocab=64 --set seq=16 --set batch=2 --tp 4
+bad "attention: 3 heads are not divisible by --tp 2" models/tiny.lua --set heads=3 --set dim=96 --tp 2
 bad "kv heads are not divisible by --tp 4" $(llama 8 2) --tp 4
 bad "param wte.weight: dim 1 of size 255 is not divisible by --tp 2" models/tiny.lua --set vocab=255 --tp 2
 bad "is not divisible by --tp 3" models/tiny.lua --tp 3

@@ -182,27 +182,33 @@ static int has_input(const Graph *g, const char *name) {
  * weights), else the param's own value.  Into out (numel values). */
 static void local_param(Interp *it, Module *m, int r, const char *name, double *out, int64_t numel);
 
-/* Block j of tp (the local type t, split on dim d) into its place in out. */
-static void tp_place(const Type *t, int d, int tp, int j, const double *x, double *out) {
-    int64_t outer = 1, inner = 1, len = t->dim[d];
+/* Block j of tp (the local type t, split on dim d; in `blocks` blocks, a
+ * fused QKV's: its slice of each) into its place in out. */
+static void tp_place(const Type *t, int d, int tp, int j, int64_t blocks, const double *x, double *out) {
+    int64_t outer = 1, inner = 1, len = t->dim[d] / blocks;
     for (int k = 0; k < d; k++) outer *= t->dim[k];
     for (int k = d + 1; k < t->rank; k++) inner *= t->dim[k];
+    outer *= blocks;
     for (int64_t o = 0; o < outer; o++)
         memcpy(out + (o * tp + j) * len * inner, x + o * len * inner, sizeof(double) * (size_t)(len * inner));
 }
 
-/* The param node of name in rank r's graph, or NULL. */
-static const Value *param_value(Module *m, int r, const char *name) {
+/* The param node of name in rank r's graph, or NULL; *blocks: its {tp_blocks}. */
+static const Value *param_value(Module *m, int r, const char *name, int64_t *blocks) {
     Graph *g = rank_graph(m, r);
     for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].op == OP_param && strcmp(ir_attr_s(&g->nodes[i], "name", ""), name) == 0) return &g->vals[g->nodes[i].out[0]];
+        if (g->nodes[i].op == OP_param && strcmp(ir_attr_s(&g->nodes[i], "name", ""), name) == 0) {
+            *blocks = ir_attr_i(&g->nodes[i], "tp_blocks", 1);
+            return &g->vals[g->nodes[i].out[0]];
+        }
     return NULL;
 }
 
 /* Param `name` as rank r's tp group holds it: a param split over tp
  * (issue 20) joined from every tp rank's block of dim d, else r's own. */
 static void logical_param(Interp *it, Module *m, int r, const char *name, double *out, int64_t numel) {
-    const Value *v = param_value(m, r, name);
+    int64_t blocks;
+    const Value *v = param_value(m, r, name, &blocks);
     int tp = m->mesh[3];
     if (!v || tp == 1 || v->sh[3].kind != SH_SPLIT) {
         local_param(it, m, r, name, out, numel);
@@ -215,7 +221,7 @@ static void logical_param(Interp *it, Module *m, int r, const char *name, double
     if (!x) die("out of memory");
     for (int j = 0; j < tp; j++) {
         local_param(it, m, mem[j], name, x, ln);
-        tp_place(&v->t, v->sh[3].dim, tp, j, x, out);
+        tp_place(&v->t, v->sh[3].dim, tp, j, blocks, x, out);
     }
     free(x);
 }
@@ -224,7 +230,8 @@ static void logical_param(Interp *it, Module *m, int r, const char *name, double
  * its tp group's blocks (into a tensor the caller frees), else as it is. */
 static const Tensor *logical_output(Interp *it, Module *m, int r, const char *name, Tensor *buf) {
     const Tensor *y = interp_output(it, r, name);
-    const Value *v = strncmp(name, "grad:", 5) == 0 ? param_value(m, r, name + 5) : NULL;
+    int64_t blocks = 1;
+    const Value *v = strncmp(name, "grad:", 5) == 0 ? param_value(m, r, name + 5, &blocks) : NULL;
     if (!y || !v || m->mesh[3] == 1 || v->sh[3].kind != SH_SPLIT) return y;
     int mem[64], idx, tp = m->mesh[3];
     ir_group_members(m, r, ir_group_mask("tp"), mem, &idx);
@@ -234,7 +241,7 @@ static const Tensor *logical_output(Interp *it, Module *m, int r, const char *na
     for (int j = 0; j < tp; j++) {
         const Tensor *x = interp_output(it, mem[j], name);
         if (!x || x->n != y->n) die("check: %s: bad tp shards", name);
-        tp_place(&v->t, v->sh[3].dim, tp, j, x->d, buf->d);
+        tp_place(&v->t, v->sh[3].dim, tp, j, blocks, x->d, buf->d);
     }
     return buf;
 }

@@ -41,17 +41,19 @@ function nn.proj_std(c) return 0.02 / math.sqrt(2 * c.layers) end
 -- (docs/parallel.md): "col" splits W's columns and b over the tp ranks (each
 -- rank computes its slice of y), "row" splits W's rows (each rank holds a
 -- slice of x's features and a partial sum of y; b is replicated, added once
--- the sum is reduced).  Without o.tp the layer is replicated under --tp.
-local linear_options = {"std", "bias", "tp"}
+-- the sum is reduced).  o.tp_blocks = k with "col": W's columns are k
+-- blocks (a fused QKV) and each rank holds its slice of every block.
+-- Without o.tp the layer is replicated under --tp.
+local linear_options = {"std", "bias", "tp", "tp_blocks"}
 function nn.linear(x, name, din, dout, o)
   o = options(o, "nn.linear", name, linear_options)
   if o.tp ~= nil and o.tp ~= "col" and o.tp ~= "row" then
     error(string.format("nn.linear(%s): tp must be \"col\" or \"row\", got %s", name, tostring(o.tp)), 2)
   end
-  local wtp = o.tp == "col" and {tp = 2} or o.tp == "row" and {tp = 1} or nil
+  local wtp = o.tp == "col" and {tp = 2, tp_blocks = o.tp_blocks} or o.tp == "row" and {tp = 1} or nil
   local y = matmul(x, param(name .. ".weight", {din, dout}, normal(o.std or 0.02), wtp))
   if o.bias == false then return y end
-  return y + param(name .. ".bias", {dout}, zeros(), o.tp == "col" and {tp = 1} or nil)
+  return y + param(name .. ".bias", {dout}, zeros(), o.tp == "col" and {tp = 1, tp_blocks = o.tp_blocks} or nil)
 end
 
 -- LayerNorm over the last dim with weight (ones) and bias (zeros);
@@ -84,10 +86,10 @@ end
 -- GPT-2 causal self-attention: one fused projection c_attn [C,3C] gives q, k, v.
 function nn.gpt_attention(x, name, c)
   local C = c.dim
-  local qkv = nn.linear(x, name .. ".c_attn", C, 3 * C)
+  local qkv = nn.linear(x, name .. ".c_attn", C, 3 * C, {tp = "col", tp_blocks = 3})
   local function part(i) return transpose(nn.heads(slice(qkv, -1, i * C + 1, (i + 1) * C), c.heads), 2, 3) end
   local o = attention(part(0), part(1), part(2), {causal = true, window = c.window ~= 0 and c.window or nil})
-  return nn.linear(nn.merge_heads(o), name .. ".c_proj", C, C, {std = nn.proj_std(c)})
+  return nn.linear(nn.merge_heads(o), name .. ".c_proj", C, C, {std = nn.proj_std(c), tp = "row"})
 end
 
 -- GPT-2 MLP: C -> 4C -> GELU (tanh) -> C.
