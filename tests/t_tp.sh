@@ -93,6 +93,9 @@ bad "kv heads are not divisible by --tp 4" $(llama 8 2) --tp 4
 bad "param wte.weight: dim 1 of size 255 is not divisible by --tp 2" models/tiny.lua --set vocab=255 --tp 2
 bad "is not divisible by --tp 3" models/tiny.lua --tp 3
 bad "--tp: expected at least 1" models/tiny.lua --tp 0
+out=$("$K" compile models/tiny.lua --tp 2 -o "$tmp/tp2" 2>&1); rc=$?
+if [ $rc != 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [[ "$out" == *"the trainers do not run tensor parallel yet"* ]]; then ok "compile --tp 2 refused in one line: $out"
+else notok "compile --tp 2: rc=$rc $out"; fi
 cat > "$tmp/badtp.lua" <<'LUA'
 local x = input("x", {2, 4}, "f32")
 local w = param("w", {4, 4}, normal(0.02), {tp = 3})
