@@ -96,8 +96,8 @@ static void usage(FILE *f) {
           "        the CPU runs f32)\n"
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
           "        --offload none|all|auto|F (F in (0,1]; auto: from --device-profile, default cpu) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
-          "        --tp N (tensor parallel: Megatron's layout)  --test-drop-event --test-pp-bug drop-tied|swap-recv\n"
-          "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce|xent-max (tests only)\n",
+          "        --tp N (tensor parallel: Megatron's layout) --sp|--no-sp (sequence parallel, default on with tp > 1)  --test-drop-event --test-pp-bug drop-tied|swap-recv\n"
+          "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce|xent-max|norm-grad (tests only)\n",
           f);
 }
 
@@ -263,6 +263,8 @@ static void parse_args(Args *a, int argc, char **argv) {
         else if (strcmp(f, "--peak") == 0) a->peak = 1;
         else if (strcmp(f, "--serial") == 0) a->serial = 1;
         else if (strcmp(f, "--no-overlap") == 0) a->o.no_overlap = 1;
+        else if (strcmp(f, "--sp") == 0) a->o.sp = 1;    /* sequence parallel (the default with --tp > 1) */
+        else if (strcmp(f, "--no-sp") == 0) a->o.sp = 2;
         else if (strcmp(f, "--test-drop-event") == 0) a->o.drop_event = 1;
         else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { usage(stdout); exit(0); }
         else if (!has) die("%s: unknown flag or missing value", f);
@@ -340,8 +342,10 @@ static void parse_args(Args *a, int argc, char **argv) {
             a->o.tp = parse_int_flag(f, argv[++i]); /* tensor parallel (docs/parallel.md, issue 20) */
         } else if (strcmp(f, "--test-tp-bug") == 0) {
             const char *v = argv[++i];
-            if (strcmp(v, "drop-bwd-reduce") && strcmp(v, "xent-max")) die("--test-tp-bug: expected drop-bwd-reduce or xent-max, got \"%s\"", v);
-            a->o.tp_bug = strcmp(v, "xent-max") ? 1 : 2;
+            if (strcmp(v, "drop-bwd-reduce") && strcmp(v, "xent-max") && strcmp(v, "norm-grad"))
+                die("--test-tp-bug: expected drop-bwd-reduce, xent-max or norm-grad, got \"%s\"", v);
+            a->o.tp_bug = !strcmp(v, "drop-bwd-reduce") ? 1 : !strcmp(v, "xent-max") ? 2 : 3;
+
         } else die("%s: unknown flag", f);
     }
 }
@@ -370,6 +374,7 @@ static void check_args(Args *a) {
     if (a->o.dp < 1) die("--dp: expected at least 1");
     if (a->o.cp < 1) die("--cp: expected at least 1");
     if (a->o.tp < 1) die("--tp: expected at least 1");
+    if (a->o.sp == 1 && a->o.tp == 1) die("--sp: sequence parallelism splits over the tensor-parallel ranks; it needs --tp > 1");
     if (a->o.tp > 1 && (strcmp(a->cmd, "compile") == 0 || (strcmp(a->cmd, "run") == 0 && !a->interp)))
         die("--tp %d: the trainers do not run tensor parallel yet (their param init and checkpoints know no tp shards); kiln check and dump do", a->o.tp);
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");

@@ -69,6 +69,8 @@ typedef struct {
      * a column-parallel GEMM's input gradient; xent-max: 2, the
      * vocab-parallel loss shifts by each rank's own max, not the row's) */
     int tp_bug;
+    /* sequence parallel (issue 20): 0 default (on with tp > 1), 1 --sp, 2 --no-sp */
+    int sp;
 } Options;
 /* Options.offload for --offload auto: each (rank, virtual stage,
  * micro-batch) offloads the fraction of its candidates' bytes whose copies

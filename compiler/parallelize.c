@@ -111,8 +111,11 @@ typedef struct {
     size_t *convoff; /* per node: its first input's index in conv's [node][input] */
     size_t nconv;    /* inputs of all nodes */
     CpRank cpr;      /* the sequence axis's attention rewrite (cp.c) */
-    char *tpred;     /* [node][input]: a partial sum over tp the node reads all-reduced (tp.c) */
-    int *tpar;       /* [M+1][nvals]: the all-reduced local value, or -1 (row M: micro-batch -1) */
+    char *tpred;     /* [node][input]: how the node reads the input over tp: TP_* (tp.c) */
+    int *tpar;       /* [3][M+1][nvals]: the input converted (TP_* - 1), or -1 (row M: micro-batch -1) */
+    int sp;          /* sequence parallel: outside the column/row pairs activations split on the sequence over tp */
+    int64_t seqlen;  /* the inputs' sequence length (dim 1) */
+    char *seqtp;     /* per global value: split over tp on the sequence (sp), not on features or heads */
     char *tpvocab;   /* per global value: ids looked up in a table split over tp */
     int *tplse;      /* [M][nvals]: per logits value split over tp, its rows' log-sum-exp, or -1 */
     TpRank tpr;      /* the vocab-parallel rewrites (tp.c) */
@@ -224,8 +227,10 @@ static Sp unify(Par *P, int ax, const Node *n, int nk, const char **why) {
     for (int k = 0; k < nk; k++) {
         int v = n->in[k];
         if (!is_rep(P->sh[ax][v])) continue;
-        if (d.dim >= vtype(P, v)->rank || !uniform(P, ax, v, d.dim)) return *why = "a replicated input meets split inputs", REP;
-        conv[k] = 1;
+        if (d.dim >= vtype(P, v)->rank) return *why = "a replicated input meets split inputs", REP;
+        if (uniform(P, ax, v, d.dim)) conv[k] = 1;
+        else if (ax == AX_TP && P->sp && d.stride * d.size == vtype(P, v)->dim[d.dim]) conv[k] = 2; /* sliced locally (tp.c) */
+        else return *why = "a replicated input meets split inputs", REP;
     }
     return d;
 }
@@ -341,9 +346,11 @@ static const char *rule_max_bwd(Par *P, int ax, const Node *n, Sp *out) {
 }
 
 /* Shape ops move a split dim (or refuse) and pass a partial sum through. */
+static int seq_split(const Par *P, int v);
 static const char *rule_reshape(Par *P, int ax, const Node *n, Sp *out) {
     Sp x = in_sh(P, ax, n, 0);
     if (is_part(x)) return out[0] = PART, NULL;
+    if (ax == AX_TP && seq_split(P, n->in[0])) return "a reshape of a sequence-parallel activation"; /* gathered first (tp.c) */
     Sp s = reshape_split(x, vtype(P, n->in[0]), vtype(P, n->out[0]));
     return is_split(s) ? (out[0] = s, NULL) : "a reshape that breaks the split";
 }
@@ -586,15 +593,67 @@ static int totalable(const Par *P, const Node *n, int k) {
     return part && P->dep[v] && !P->pdep[v];
 }
 
-/* Node i's rule along tp failed: mark its inputs that are partial sums over
- * tp to be read all-reduced (Megatron's all-reduce after a row-parallel
- * GEMM, and after a column-parallel GEMM's input gradient).  0 if none. */
-static int tp_reduce_inputs(Par *P, int i) {
+/* How a node reads an input over tp when its rule refuses the input's own
+ * layout: a partial sum all-reduced (Megatron's all-reduce after a
+ * row-parallel GEMM, and after a column-parallel GEMM's input gradient),
+ * or, with sequence parallelism, reduce-scattered on the sequence (dim 1);
+ * a value split on the sequence all-gathered (before a column-parallel
+ * GEMM, and in backward before a row-parallel one's input gradient). */
+enum { TP_NATIVE, TP_ALLREDUCE, TP_SCATTER, TP_GATHER };
+
+/* v split over tp on the sequence (sequence parallelism): reduce-scattered,
+ * or computed from such values (seqtp), in pieces an all-gather joins */
+static int seq_split(const Par *P, int v) {
+    Sp s = P->sh[AX_TP][v];
+    return P->sp && P->seqtp[v] && is_split(s) && s.stride * s.size == vtype(P, v)->dim[s.dim];
+}
+/* v [B,T,..] may be reduce-scattered on the sequence */
+static int seq_ok(const Par *P, int v) {
+    const Type *t = vtype(P, v);
+    return P->sp && t->rank == 3 && t->dim[1] == P->seqlen;
+}
+
+/* The rules of node i again with its inputs read as codes[] says; NULL or
+ * why not.  The inputs' shardings are restored. */
+static const char *tp_try(Par *P, int i, const char *codes, Sp out[NAX][8], int *bad) {
     const Node *n = &P->g->nodes[i];
-    int nr = 0;
-    for (int k = 0; k < n->nin; k++)
-        if (is_part(P->sh[AX_TP][n->in[k]])) P->tpred[P->convoff[i] + (size_t)k] = 1, nr++;
-    return nr;
+    Sp saved[IR_MAXIN];
+    memset(conv_of(P, AX_TP, i), 0, (size_t)n->nin);
+    for (int k = 0; k < n->nin; k++) {
+        int v = n->in[k];
+        saved[k] = P->sh[AX_TP][v];
+        if (codes[k] == TP_ALLREDUCE || codes[k] == TP_GATHER) P->sh[AX_TP][v] = REP;
+        if (codes[k] == TP_SCATTER) P->sh[AX_TP][v] = (Sp){SH_SPLIT, 1, 1, vtype(P, v)->dim[1]};
+    }
+    const char *why = NULL;
+    for (int ax = 0; ax < NAX && !why; ax++) why = rule(P, ax, n, out[*bad = ax]);
+    for (int k = 0; k < n->nin; k++) P->sh[AX_TP][n->in[k]] = saved[k];
+    return why;
+}
+
+/* Node i's rule along tp failed: read its partial sums reduced (scattered
+ * on the sequence with --sp, else all-reduced), and failing that (--sp)
+ * all-reduced with its sequence-split inputs all-gathered.  NULL when a
+ * way works (kept in tpred), else why not. */
+static const char *tp_resolve(Par *P, int i, Sp out[NAX][8], int *bad) {
+    const Node *n = &P->g->nodes[i];
+    char a[IR_MAXIN] = {0}, b[IR_MAXIN] = {0};
+    int na = 0, nb = 0;
+    for (int k = 0; k < n->nin; k++) {
+        int v = n->in[k];
+        if (is_part(P->sh[AX_TP][v])) a[k] = seq_ok(P, v) ? TP_SCATTER : TP_ALLREDUCE, b[k] = TP_ALLREDUCE, na++, nb++;
+        else if (seq_split(P, v)) b[k] = TP_GATHER, nb++;
+    }
+    const char *why = "no input to convert";
+    const char *ways[2] = {a, b};
+    for (int w = 0; w < 2; w++) {
+        if (!(w ? nb : na) || (w && !P->sp)) continue;
+        if (!(why = tp_try(P, i, ways[w], out, bad))) {
+            memcpy(P->tpred + P->convoff[i], ways[w], (size_t)n->nin);
+            return NULL;
+        }
+    }
+    return why;
 }
 
 /* The rules of node i along every axis; where one fails, again with its
@@ -605,16 +664,7 @@ static const char *rules_of(Par *P, int i, Sp out[NAX][8], int *bad) {
     const char *why = NULL;
     for (int ax = 0; ax < NAX && !why; ax++) why = rule(P, ax, n, out[*bad = ax]);
     if (!why) return NULL;
-    if (*bad == AX_TP && tp_reduce_inputs(P, i)) { /* the partial sums over tp all-reduced (tp.c) */
-        char *red = P->tpred + P->convoff[i];
-        for (int k = 0; k < n->nin; k++)
-            if (red[k]) P->sh[AX_TP][n->in[k]] = REP;
-        why = NULL;
-        for (int ax = 0; ax < NAX && !why; ax++) why = rule(P, ax, n, out[*bad = ax]);
-        for (int k = 0; k < n->nin; k++)
-            if (red[k]) P->sh[AX_TP][n->in[k]] = PART;
-        if (!why) return NULL;
-    }
+    if (*bad == AX_TP && !tp_resolve(P, i, out, bad)) return NULL; /* inputs reduced or gathered over tp (tp.c) */
     int nt = 0;
     Sp saved[NAX][IR_MAXIN];
     char *tot = P->tot + P->convoff[i];
@@ -647,6 +697,12 @@ static void propagate(Par *P) {
                      ax == AX_BATCH ? "batch" : ax == AX_SEQ ? "sequence" : "tensor-parallel ranks", axis_what[ax], why);
         for (ax = 0; ax < NAX; ax++)
             for (int k = 0; k < n->nout; k++) P->sh[ax][n->out[k]] = out[ax][k];
+        int seq = 0; /* an output split over tp is on the sequence if an input read split is */
+        for (int k = 0; k < n->nin; k++) {
+            int code = P->tpred[P->convoff[i] + (size_t)k];
+            seq |= code == TP_SCATTER || (P->seqtp[n->in[k]] && code != TP_GATHER && is_split(P->sh[AX_TP][n->in[k]]));
+        }
+        for (int k = 0; k < n->nout; k++) P->seqtp[n->out[k]] = (char)(seq && is_split(out[AX_TP][k]));
     }
 }
 
@@ -724,7 +780,7 @@ static int native(const Par *P, int v, const Sp *want) {
     return 1;
 }
 
-static int tp_reduced(Par *P, int v, int mb, const Sp *w);
+static int tp_convert(Par *P, int v, int mb, const Sp *w, int code);
 
 /* The local value of global value v in micro-batch mb under the per-axis
  * shardings want[]: its native sharding, or, along an axis where v is
@@ -753,7 +809,8 @@ static int get(Par *P, int v, int mb, const Sp *want) {
             int di = n->op == OP_broadcast ? d - (t->rank - x->rank) : n->op == OP_reshape ? reshape_map(t, d, x) : d;
             if (!(n->op == OP_broadcast && (di < 0 || x->dim[di] == 1))) w[ax] = split_at(want[ax], di);
         }
-        in[k] = P->tpred[P->convoff[n - P->g->nodes] + (size_t)k] ? tp_reduced(P, n->in[k], mb, w) : get(P, n->in[k], mb, w);
+        int code = P->tpred[P->convoff[n - P->g->nodes] + (size_t)k];
+        in[k] = code ? tp_convert(P, n->in[k], mb, w, code) : get(P, n->in[k], mb, w);
     }
     Sp wants[8][NAX];
     for (int k = 0; k < n->nout; k++)
@@ -765,23 +822,45 @@ static int get(Par *P, int v, int mb, const Sp *want) {
     return q->nv;
 }
 
-/* The local value of v (a partial sum over tp) all-reduced over tp, once per
- * value and micro-batch; w: v's shardings (tp partial). */
-static int tp_reduced(Par *P, int v, int mb, const Sp *w) {
+/* The local value of v read as code says (TP_*: all-reduced, scattered or
+ * gathered over tp), once per value, code and micro-batch; w: v's
+ * shardings. */
+static int tp_convert(Par *P, int v, int mb, const Sp *w, int code) {
     if (!P->dep[v]) mb = -1;
-    int *slot = &P->tpar[(size_t)(mb < 0 ? P->M : mb) * (size_t)P->g->nvals + (size_t)v];
+    size_t row = (size_t)(code - 1) * (size_t)(P->M + 1) + (size_t)(mb < 0 ? P->M : mb);
+    int *slot = &P->tpar[row * (size_t)P->g->nvals + (size_t)v];
     if (*slot >= 0) return *slot;
     int x = get(P, v, mb, w);
     const Node *n = def_of(P, v);
     Builder keep = P->b;
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
-    if (P->tp_bug == 1 && n->phase == PH_BWD) return *slot = x; /* --test-tp-bug drop-bwd-reduce */
-    int y = tp_allreduce(P->m, &P->b, x);
+    if (P->tp_bug == 1 && n->phase == PH_BWD && code == TP_ALLREDUCE) return *slot = x; /* --test-tp-bug drop-bwd-reduce */
     Sp s[NAX] = {w[0], w[1], REP};
+    int y;
+    if (code == TP_ALLREDUCE) {
+        y = tp_allreduce(P->m, &P->b, x);
+    } else {
+        Attr g[2] = {ir_attr_str(P->m, "group", "tp"), ir_attr_int(P->m, "dim", code == TP_SCATTER ? 1 : P->sh[AX_TP][v].dim)};
+        y = ir_build1(&P->b, code == TP_SCATTER ? OP_reducescatter : OP_allgather, x, 2, g);
+        if (code == TP_SCATTER) s[AX_TP] = (Sp){SH_SPLIT, 1, 1, vtype(P, v)->dim[1]};
+    }
     set_sh(P, y, s);
     set_mb(P, y, mb);
     P->b = keep;
     return *slot = y;
+}
+
+/* x, the local value of a value replicated over tp, as this rank's piece of
+ * dim d: a shard (no communication). */
+static int tp_shard(Par *P, int x, int d, int mb) {
+    Attr g[2] = {ir_attr_str(P->m, "group", "tp"), ir_attr_int(P->m, "dim", d)};
+    int y = ir_build1(&P->b, OP_shard, x, 2, g);
+    Sp s[NAX] = {REP, REP, REP};
+    for (int ax = 0; ax < AX_TP; ax++) s[ax] = (Sp){(ShardKind)P->ng->vals[x].sh[mesh_axis[ax]].kind, P->ng->vals[x].sh[mesh_axis[ax]].dim, 1, 1};
+    set_sh(P, y, s);
+    P->ng->vals[y].sh[mesh_axis[AX_TP]] = (AxisShard){SH_SPLIT, d};
+    set_mb(P, y, mb);
+    return y;
 }
 
 static int const_like(Par *P, const Type *t, double v) {
@@ -831,12 +910,16 @@ static void build_cp_attention(Par *P, const Node *n, const int *in, int mb, int
 
 static void build_node(Par *P, int i, int mb);
 
-/* An embedding, its backward or a cross entropy over a vocabulary split on tp. */
+/* An embedding, its backward or a cross entropy over a vocabulary split on
+ * tp (read as it is, not gathered: then split on its last dim). */
 static int tp_vocab_node(const Par *P, const Node *n) {
+    const char *codes = P->tpred + P->convoff[n - P->g->nodes];
+    int l = n->nin - 2;
     switch (n->op) {
-    case OP_embedding: return is_split(P->sh[AX_TP][n->in[0]]);
+    case OP_embedding: return is_split(P->sh[AX_TP][n->in[0]]) && !codes[0];
     case OP_embedding_bwd: return is_split(P->sh[AX_TP][n->out[0]]);
-    case OP_cross_entropy: case OP_cross_entropy_bwd: return is_split(P->sh[AX_TP][n->in[n->nin - 2]]);
+    case OP_cross_entropy: case OP_cross_entropy_bwd:
+        return is_split(P->sh[AX_TP][n->in[l]]) && !codes[l] && P->sh[AX_TP][n->in[l]].dim == vtype(P, n->in[l])->rank - 1;
     default: return 0;
     }
 }
@@ -914,15 +997,23 @@ static void build_node(Par *P, int i, int mb) {
             continue;
         }
         Sp w[NAX];
+        int shard_dim = -1;
         for (int ax = 0; ax < NAX; ax++) {
             Sp s = P->sh[ax][n->in[k]];
             w[ax] = s;
             if (conv_of(P, ax, i)[k]) { /* a replicated input used split like the node's split inputs */
-                for (int j = 0; j < n->nin; j++)
-                    if (is_split(P->sh[ax][n->in[j]])) { w[ax] = P->sh[ax][n->in[j]]; break; }
+                Sp d = REP;
+                for (int j = 0; j < n->nin && !is_split(d); j++)
+                    if (is_split(P->sh[ax][n->in[j]]) && !(ax == AX_TP && P->tpred[P->convoff[i] + (size_t)j])) d = P->sh[ax][n->in[j]];
+                for (int j = 0; j < n->nin && !is_split(d); j++)
+                    if (ax == AX_TP && P->tpred[P->convoff[i] + (size_t)j] == TP_SCATTER) d = (Sp){SH_SPLIT, 1, 1, vtype(P, n->in[j])->dim[1]};
+                if (conv_of(P, ax, i)[k] == 2) shard_dim = d.dim; /* not uniform: sliced from the whole (tp) */
+                else w[ax] = d;
             }
         }
-        in[k] = P->tpred[P->convoff[i] + (size_t)k] ? tp_reduced(P, n->in[k], mb, w) : get(P, n->in[k], mb, w);
+        int code = P->tpred[P->convoff[i] + (size_t)k];
+        in[k] = code ? tp_convert(P, n->in[k], mb, w, code) : get(P, n->in[k], mb, w);
+        if (shard_dim >= 0) in[k] = tp_shard(P, in[k], shard_dim, mb);
     }
     if ((n->op == OP_attention || n->op == OP_attention_bwd) && is_split(P->sh[AX_SEQ][n->in[0]])) {
         build_cp_attention(P, n, in, mb, out);
@@ -984,7 +1075,7 @@ static void build_output(Par *P, const Node *n) {
         x = ir_build1(&P->b, OP_allreduce, x, 1, &g);
         set_sh1(P, x, REP, REP);
     }
-    if (is_part(t)) x = tp_allreduce(P->m, &P->b, x); /* the optimizer reduces over dp x cp only */
+    if (is_part(t) && !(P->tp_bug == 3 && is_grad_output(n))) x = tp_allreduce(P->m, &P->b, x); /* the optimizer reduces over dp x cp only; --test-tp-bug norm-grad forgets it */
     if (is_split(t) && !is_grad_output(n)) {
         Attr g[2] = {ir_attr_str(P->m, "group", "tp"), ir_attr_int(P->m, "dim", t.dim)};
         x = ir_build1(&P->b, OP_allgather, x, 2, g);
@@ -1044,12 +1135,16 @@ void pass_parallelize(Module *m, const Options *o) {
     P.pdep = xcalloc((size_t)nv, 1);
     P.tot = xcalloc(P.nconv + 1, 1);
     P.tpred = xcalloc(P.nconv + 1, 1);
-    P.tpar = xcalloc((size_t)nv * (size_t)(M + 1), sizeof(int));
+    P.tpar = xcalloc((size_t)nv * (size_t)(M + 1) * 3, sizeof(int));
+    P.sp = o->tp > 1 && o->sp != 2;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_input && g->vals[g->nodes[i].out[0]].t.rank >= 2 && !P.seqlen) P.seqlen = g->vals[g->nodes[i].out[0]].t.dim[1];
     P.tpvocab = xcalloc((size_t)nv, 1);
+    P.seqtp = xcalloc((size_t)nv, 1);
     P.tplse = xcalloc((size_t)nv * (size_t)M, sizeof(int));
     for (size_t k = 0; k < (size_t)nv * (size_t)M; k++) P.tplse[k] = -1;
     P.tpr = (TpRank){.m = m, .b = &P.b, .tp = o->tp, .bug = o->tp_bug};
-    for (size_t k = 0; k < (size_t)nv * (size_t)(M + 1); k++) P.tpar[k] = -1;
+    for (size_t k = 0; k < (size_t)nv * (size_t)(M + 1) * 3; k++) P.tpar[k] = -1;
     P.total = xcalloc((size_t)nv, sizeof(int));
     P.map = xcalloc((size_t)nv * (size_t)M, sizeof(int));
     P.memo = xcalloc((size_t)nv, sizeof(Memo *));
@@ -1084,5 +1179,5 @@ void pass_parallelize(Module *m, const Options *o) {
     m->stages[0] = P.ng;
     for (int ax = 0; ax < NAX; ax++) free(P.sh[ax]);
     free(P.conv), free(P.convoff), free(P.dep), free(P.pdep), free(P.tot), free(P.total), free(P.map), free(P.memo), free(P.acc),
-        free(P.input), free(P.to_acc), free(P.tpred), free(P.tpar), free(P.tpvocab), free(P.tplse);
+        free(P.input), free(P.to_acc), free(P.tpred), free(P.tpar), free(P.tpvocab), free(P.tplse), free(P.seqtp);
 }

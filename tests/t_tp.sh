@@ -19,6 +19,11 @@ check() { # args...
 }
 check models/tiny.lua --tp 2 --zero 0
 check models/tiny.lua --tp 4
+check models/tiny.lua --tp 2 --no-sp --zero 0
+check models/tiny.lua --tp 4 --no-sp
+check $(llama 8 2) --tp 2 --no-sp
+check $(llama 8 4) --tp 4 --no-sp --zero 0
+check $(llama 8 4) --tp 2 --no-sp --dp 2 --cp 2 --cp-comm p2p
 check models/tiny.lua --tp 2 --micro-batches 2 --zero 0
 check $(llama 8 2) --tp 2            # kv_heads = tp
 check $(llama 8 4) --tp 2 --zero 0   # kv_heads > tp
@@ -41,7 +46,7 @@ check tests/models/keybias.lua --tp 2
 # Megatron's collectives, per layer: forward all-reduces after attention-out
 # and MLP-down, backward after the two norms' input gradients (Llama: wq, wk
 # and wv add their partial input gradients first: one all-reduce for three)
-ir=$("$K" dump $(llama 8 4) --set layers=1 --tp 2 --after parallelize 2>&1)
+ir=$("$K" dump $(llama 8 4) --set layers=1 --tp 2 --no-sp --after parallelize 2>&1)
 fwd=$(printf '%s\n' "$ir" | grep -c 'allreduce .*group="tp".* L0 fwd')
 bwd=$(printf '%s\n' "$ir" | grep -c 'allreduce .*group="tp".* L0 bwd')
 heads=$(printf '%s\n' "$ir" | grep -c 'f32\[4,4,16,8\]<tp=s1>, %[0-9]*:f32\[4,4,16\]<tp=s1> = attention ')
@@ -62,7 +67,7 @@ else notok "gpt tp 2: c_attn $qkv, slices $sl, attention $att"; fi
 # vocab-parallel embedding and loss: the logits [B,T,V/tp] are never gathered;
 # only the rows' maxima (tp values per row) are, the sums of exponentials and
 # the target logits are all-reduced ([B,T]), and the embedding's lookups too
-ir=$("$K" dump $(llama 8 4) --set layers=1 --tp 2 --after parallelize 2>&1)
+ir=$("$K" dump $(llama 8 4) --set layers=1 --tp 2 --no-sp --after parallelize 2>&1)
 ag=$(printf '%s\n' "$ir" | grep 'allgather ' | grep -c 'f32\[4,16,2\] = allgather .*group="tp", dim=2')
 agall=$(printf '%s\n' "$ir" | grep -c 'allgather ')
 rows=$(printf '%s\n' "$ir" | grep -c 'f32\[4,16\] = allreduce .*group="tp".* L-1 fwd')
@@ -70,13 +75,31 @@ logits=$(printf '%s\n' "$ir" | grep -c 'f32\[4,16,64\]<tp=s2> = matmul .* L-1 fw
 if [ "$ag" = 1 ] && [ "$agall" = 1 ] && [ "$rows" = 2 ] && [ "$logits" = 1 ]; then ok "vocab parallel: logits [4,16,64] of 128 per rank, one all-gather of the row maxima, 2 row all-reduces"
 else notok "vocab parallel: maxima gathers $ag of $agall, row all-reduces $rows, local logits $logits"; fi
 
+# sequence parallelism (the default): per layer, forward reduce-scatters after
+# attention-out and MLP-down and all-gathers before QKV and the MLP (no
+# all-reduce), backward the mirror; the norms run on T/tp tokens; their
+# gains' gradients are partial sums, all-reduced over tp
+ir=$("$K" dump $(llama 8 4) --set layers=1 --tp 2 --after parallelize 2>&1)
+rs=$(printf '%s\n' "$ir" | grep -c 'f32\[4,8,64\]<tp=s1> = reducescatter .*group="tp", dim=1}.* L0 fwd')
+ag=$(printf '%s\n' "$ir" | grep -c 'f32\[4,16,64\] = allgather .*group="tp", dim=1}.* L0 fwd')
+ar=$(printf '%s\n' "$ir" | grep -c 'allreduce .*group="tp".* L0 fwd')
+nrm=$(printf '%s\n' "$ir" | grep -c 'f32\[4,8,64\]<tp=s1> = rmsnorm .* L0 fwd')
+brs=$(printf '%s\n' "$ir" | grep -c 'reducescatter .*group="tp", dim=1}.* L0 bwd')
+gains=$(printf '%s\n' "$ir" | grep -c 'f32\[64\] = allreduce .*group="tp"')
+if [ "$rs" = 2 ] && [ "$ag" = 2 ] && [ "$ar" = 0 ] && [ "$nrm" = 2 ] && [ "$brs" = 2 ] && [ "$gains" = 3 ]; then
+    ok "sp: per layer 2 reduce-scatters and 2 all-gathers forward, 0 all-reduces, norms on 8 of 16 tokens, 2 reduce-scatters backward, 3 norm gains' gradients all-reduced"
+else notok "sp: fwd reduce-scatters $rs, all-gathers $ag, all-reduces $ar, local norms $nrm, bwd reduce-scatters $brs, gain all-reduces $gains"; fi
+out=$("$K" check $(llama 8 4) --tp 2 --test-tp-bug norm-grad 2>&1)
+if [[ "$out" == *" mismatched"* ]] && [[ "$out" != *", 0 mismatched"* ]]; then ok "planted norm-grad (a norm gain's gradient not reduced over tp under sp) fails the check: ${out##*, }"
+else notok "planted norm-grad not caught: $out"; fi
+
 # planted bugs: backward without the all-reduce of the input gradient; the
 # vocab-parallel loss shifted by each rank's own max (not the row's)
 out=$("$K" check models/tiny.lua --tp 2 --test-tp-bug xent-max 2>&1)
 if [[ "$out" == *" mismatched"* ]] && [[ "$out" != *", 0 mismatched"* ]]; then ok "planted xent-max fails the check: ${out##*, }"
 else notok "planted xent-max not caught: $out"; fi
 # planted bug: backward without the all-reduce of the input gradient
-out=$("$K" check $(llama 8 4) --tp 2 --test-tp-bug drop-bwd-reduce 2>&1)
+out=$("$K" check $(llama 8 4) --tp 2 --no-sp --test-tp-bug drop-bwd-reduce 2>&1)
 if [[ "$out" == *" mismatched"* ]] && [[ "$out" != *", 0 mismatched"* ]]; then ok "planted drop-bwd-reduce fails the check: ${out##*, }"
 else notok "planted drop-bwd-reduce not caught: $out"; fi
 
@@ -93,6 +116,7 @@ bad "kv heads are not divisible by --tp 4" $(llama 8 2) --tp 4
 bad "param wte.weight: dim 1 of size 255 is not divisible by --tp 2" models/tiny.lua --set vocab=255 --tp 2
 bad "is not divisible by --tp 3" models/tiny.lua --tp 3
 bad "--tp: expected at least 1" models/tiny.lua --tp 0
+bad "--sp: sequence parallelism splits over the tensor-parallel ranks; it needs --tp > 1" models/tiny.lua --sp
 out=$("$K" compile models/tiny.lua --tp 2 -o "$tmp/tp2" 2>&1); rc=$?
 if [ $rc != 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [[ "$out" == *"the trainers do not run tensor parallel yet"* ]]; then ok "compile --tp 2 refused in one line: $out"
 else notok "compile --tp 2: rc=$rc $out"; fi

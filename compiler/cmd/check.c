@@ -374,7 +374,7 @@ static int check_parallel(Args *a) {
     }
     char pp[96] = "";
     if (mp->mesh[0] > 1) snprintf(pp, sizeof pp, " --pp %d --vpp %d --pp-schedule %s", mp->mesh[0], a->o.vpp ? a->o.vpp : ppsched_default_v((PpSchedule)a->o.pp_schedule), pp_schedule_names[a->o.pp_schedule]);
-    if (mp->mesh[3] > 1) snprintf(pp + strlen(pp), sizeof pp - strlen(pp), " --tp %d", mp->mesh[3]);
+    if (mp->mesh[3] > 1) snprintf(pp + strlen(pp), sizeof pp - strlen(pp), " --tp %d%s", mp->mesh[3], a->o.sp == 2 ? " --no-sp" : " --sp");
     char off[96] = "", oname[32]; /* --offload: how many values went to the host and back */
     int ncopies = 0;
     for (int s = 0; s < mp->nstages; s++)
