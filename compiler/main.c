@@ -48,7 +48,7 @@
  *   --precision f32|bf16 (bf16 with --target cuda:sm_XX, and for dump, check,
  *     plan and run --interp; the CPU trainer is f32);
  *   --pp N --vpp V --pp-schedule S (plan: all) --pp-layers A,B,... (docs/pipeline.md);
- *   --tp 1 (other values: not available yet);
+ *   --tp N (tensor parallel, docs/parallel.md);
  *   --device-profile FILE|NAME (profile.h; kiln plan prints it on its first line);
  *   --offload none|all|auto|F --offload-stages LIST --offload-min-bytes BYTES
  *     (docs/offload.md);
@@ -101,8 +101,8 @@ static void usage(FILE *f) {
           "        the CPU runs f32)\n"
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
           "        --offload none|all|auto|F (F in (0,1]; auto: from --device-profile, default cpu) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
-          "        --tp 1 (other values: not available yet)  --test-drop-event --test-pp-bug drop-tied|swap-recv|late-post\n"
-          "        --test-offload-bug early-read (tests only)\n"
+          "        --tp N (tensor parallel: Megatron's layout) --sp|--no-sp (sequence parallel, default on with tp > 1)  --test-drop-event --test-pp-bug drop-tied|swap-recv|late-post\n"
+          "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce|xent-max|norm-grad (tests only)\n"
           "        kiln plan --offload X: copies per rank and virtual stage; kiln plan --max-seq --memory GiB: the longest sequence per policy\n",
           f);
 }
@@ -271,6 +271,8 @@ static void parse_args(Args *a, int argc, char **argv) {
         else if (strcmp(f, "--max-seq") == 0) a->max_seq = 1;
         else if (strcmp(f, "--serial") == 0) a->serial = 1;
         else if (strcmp(f, "--no-overlap") == 0) a->o.no_overlap = 1;
+        else if (strcmp(f, "--sp") == 0) a->o.sp = 1;    /* sequence parallel (the default with --tp > 1) */
+        else if (strcmp(f, "--no-sp") == 0) a->o.sp = 2;
         else if (strcmp(f, "--test-drop-event") == 0) a->o.drop_event = 1;
         else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { usage(stdout); exit(0); }
         else if (!has) die("%s: unknown flag or missing value", f);
@@ -349,7 +351,13 @@ static void parse_args(Args *a, int argc, char **argv) {
             if (strcmp(argv[++i], "early-read")) die("--test-offload-bug: expected early-read, got \"%s\"", argv[i]);
             a->o.offload_bug = 1;
         } else if (strcmp(f, "--tp") == 0) {
-            if (parse_int_flag(f, argv[++i]) != 1) die("%s: this parallel axis is not available yet (only 1; --dp, --cp and --pp are)", f);
+            a->o.tp = parse_int_flag(f, argv[++i]); /* tensor parallel (docs/parallel.md, issue 20) */
+        } else if (strcmp(f, "--test-tp-bug") == 0) {
+            const char *v = argv[++i];
+            if (strcmp(v, "drop-bwd-reduce") && strcmp(v, "xent-max") && strcmp(v, "norm-grad"))
+                die("--test-tp-bug: expected drop-bwd-reduce, xent-max or norm-grad, got \"%s\"", v);
+            a->o.tp_bug = !strcmp(v, "drop-bwd-reduce") ? 1 : !strcmp(v, "xent-max") ? 2 : 3;
+
         } else die("%s: unknown flag", f);
     }
 }
@@ -377,6 +385,10 @@ static void check_args(Args *a) {
         die("--precision bf16: the CPU target is f32 (use --target cuda:sm_XX, or bf16 with dump, check, plan or run --interp)");
     if (a->o.dp < 1) die("--dp: expected at least 1");
     if (a->o.cp < 1) die("--cp: expected at least 1");
+    if (a->o.tp < 1) die("--tp: expected at least 1");
+    if (a->o.sp == 1 && a->o.tp == 1) die("--sp: sequence parallelism splits over the tensor-parallel ranks; it needs --tp > 1");
+    if (a->o.tp > 1 && (strcmp(a->cmd, "compile") == 0 || (strcmp(a->cmd, "run") == 0 && !a->interp)))
+        die("--tp %d: the trainers do not run tensor parallel yet (their param init and checkpoints know no tp shards); kiln check and dump do", a->o.tp);
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
     if (a->o.pp < 1) die("--pp: expected at least 1");
     if (a->o.vpp < 0) die("--vpp: expected at least 1");
