@@ -29,10 +29,12 @@
 #     context parallel's equality).
 #  7. tensor cores (issue 23): tests/cuda_emu/check_mma.cpp (the emulator's
 #     mma.sync and ldmatrix against plain matrix products and the PTX
-#     layouts), check_attention_tc.cpp (kernels/cuda/attention_tc.cu against
-#     the double reference), and three planted bugs: mma's A fragment index
-#     in a copy of emu.h, P's A fragment index in a copy of the kernel, and
-#     the kernel without its barrier before staging a key tile.
+#     layouts), check_attention_tc.cpp (kernels/cuda/attention_tc.cu, forward
+#     and backward, against the double reference), and five planted bugs:
+#     mma's A fragment index in a copy of emu.h; in copies of the kernel,
+#     P's A fragment index, the forward without its barrier before staging a
+#     key tile, dkdv's accumulator row index, and dkdv without its barrier
+#     before staging a query tile.
 # About 25 s on this 2-core machine (four g++ builds of ~3 s, the checks ~6 s).
 # To rerun one family after a build: $B/cuda_emu/check rope, or
 # $B/cuda_emu/check_misc sumto (see check.cpp, check_misc.cpp).
@@ -182,9 +184,14 @@ else
     [ "$rc" -ne 0 ] && [ "$caught" -gt 0 ] && say 0 "planted bug (emu.h: mma reads A[g][2t+8] from a[1], not a[2]) caught by $caught 'not ok'" ||
         say 1 "planted bug (emu.h: mma's A fragment index) NOT caught (rc $rc, $caught 'not ok')"
 fi
-plant attention_tc.cu '{kiln_pack_bf16(sc[2 * s][0], sc[2 * s][1]), kiln_pack_bf16(sc[2 * s][2], sc[2 * s][3]),' \
-    '{kiln_pack_bf16(sc[2 * s][0], sc[2 * s][1]), kiln_pack_bf16(sc[2 * s + 1][0], sc[2 * s + 1][1]),' \
+plant attention_tc.cu '{kiln_pack_bf16(x[2 * s][0], x[2 * s][1]), kiln_pack_bf16(x[2 * s][2], x[2 * s][3]),' \
+    '{kiln_pack_bf16(x[2 * s][0], x[2 * s][1]), kiln_pack_bf16(x[2 * s + 1][0], x[2 * s + 1][1]),' \
     "attention_tc: P's A fragment a[1] from n-tile 2s+1 instead of rows g+8 of 2s" build_atc basic
 plant attention_tc.cu "        __syncthreads(); /* every warp is done with the last tile's k and v */" '' \
-    "attention_tc without the barrier before staging a key tile" build_atc basic
+    "attention_tc forward without the barrier before staging a key tile" build_atc basic
+plant attention_tc.cu 'const int key = k0 + g + 8 * (i >> 1), qi = j * 8 + 2 * t + (i & 1);' \
+    'const int key = k0 + g + 8 * (i & 1), qi = j * 8 + 2 * t + (i & 1);' \
+    "attention_tc dkdv: the accumulator's row (key) read from the column bit" build_atc bwd
+plant attention_tc.cu "            __syncthreads(); /* every warp is done with the last query tile */" '' \
+    "attention_tc dkdv without the barrier before staging a query tile" build_atc bwd
 echo "1..$n"

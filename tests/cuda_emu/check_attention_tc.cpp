@@ -21,6 +21,15 @@
 // (emu.h: even blocks forward, odd reverse), which is what exposes a
 // missing barrier.
 //
+// The backward (kiln_attention_tc_bwd_dkdv, then _dq; Dt = do . o is
+// computed here in f32, as attention.cu's kiln_attention_bwd_prep does) is
+// checked from the reference's o (bf16) and lse (f32) against the double
+// reference backward: each of dq, dk, dv within
+//   ulp_bf16(want) + 2^-7 sum|terms| + 1e-4 max|want|
+// (P and dS are rounded to bf16 for the products, 2^-9 each; the last term
+// covers the f32 cancellation in dP - Dt), and a smaller grid must give the
+// same bits (no atomics: the sums run in a fixed order).
+//
 // Cases: causal and not, MHA and GQA, T != S, lengths that are not
 // multiples of 16 or 64, D 16, 32, 64, 128, positions as context parallel
 // gives them (a dual-chunk rank against the all-gathered keys; a ring
@@ -103,6 +112,40 @@ static void ref_fwd(const Problem &p, const BV &q, const BV &k, const BV &v, DV 
             }
 }
 
+// the backward from the o (bf16) and lse (f32) it is given, as interp.c:
+// P = e^(scale q.k - lse), Dt = do . o; mag_* = the sums of |terms| of each
+// output element (the scale of the rounding of P and dS to bf16)
+struct Grads {
+    DV dq, dk, dv, mag_dq, mag_dk, mag_dv;
+};
+
+static void ref_bwd(const Problem &p, const BV &dO, const BV &q, const BV &k, const BV &v, const BV &o,
+                    const std::vector<float> &lse, Grads &r) {
+    long long D = p.D, rep = p.H / p.KH, nq = p.B * p.H * p.T * D, nk = p.B * p.KH * p.S * D;
+    r.dq.assign(nq, 0), r.mag_dq.assign(nq, 0);
+    r.dk.assign(nk, 0), r.mag_dk.assign(nk, 0);
+    r.dv.assign(nk, 0), r.mag_dv.assign(nk, 0);
+    for (long long b = 0; b < p.B; b++)
+        for (long long h = 0; h < p.H; h++)
+            for (long long t = 0; t < p.T; t++) {
+                long long row = (b * p.H + h) * p.T + t, qo = row * D, ko = (b * p.KH + h / rep) * p.S * D;
+                double L = lse[row], Dt = 0;
+                if (L == -INFINITY) continue;
+                for (long long d = 0; d < D; d++) Dt += f(dO[qo + d]) * f(o[qo + d]);
+                for (long long s = 0; s < p.S; s++) {
+                    if (!p.visible(t, s)) continue;
+                    double x = 0, dp = 0;
+                    for (long long d = 0; d < D; d++) x += f(q[qo + d]) * f(k[ko + s * D + d]), dp += f(dO[qo + d]) * f(v[ko + s * D + d]);
+                    double P = exp(p.scale * x - L), dS = P * (dp - Dt) * p.scale;
+                    for (long long d = 0; d < D; d++) {
+                        r.dv[ko + s * D + d] += P * f(dO[qo + d]), r.mag_dv[ko + s * D + d] += fabs(P * f(dO[qo + d]));
+                        r.dq[qo + d] += dS * f(k[ko + s * D + d]), r.mag_dq[qo + d] += fabs(dS * f(k[ko + s * D + d]));
+                        r.dk[ko + s * D + d] += dS * f(q[qo + d]), r.mag_dk[ko + s * D + d] += fabs(dS * f(q[qo + d]));
+                    }
+                }
+            }
+}
+
 // an output poisoned with NaN between guard zones of 0xa5 bytes
 template <class T>
 struct Guarded {
@@ -146,6 +189,89 @@ static void run_tc(const Problem &p, const BV &q, const BV &k, const BV &v, Run 
     } catch (const EmuError &e) {
         r.launched = false;
         r.error = e.what();
+    }
+}
+
+static std::string describe(const char *name, const Problem &p);
+static long long grid_dkdv(long long B, long long KH, long long S) { return B * KH * cdiv(S, 64); }
+static long long smem_bwd(long long D) { return 512 * (D + 8) + 1024; }
+
+struct BwdRun {
+    Guarded<__nv_bfloat16> dq, dk, dv;
+    bool launched = true;
+    std::string error;
+};
+
+// dt = do . o per row in f32 (what attention.cu's kiln_attention_bwd_prep
+// writes; checked by check_attention.cpp), then dkdv and dq
+static void run_tc_bwd(const Problem &p, const BV &dO, const BV &q, const BV &k, const BV &v, const BV &o,
+                       const std::vector<float> &lse, BwdRun &r, long long grid = -1) {
+    long long nl = p.B * p.H * p.T;
+    std::vector<float> dt(nl);
+    for (long long i = 0; i < nl; i++) {
+        float a = 0;
+        for (long long d = 0; d < p.D; d++) a += f(dO[i * p.D + d]) * f(o[i * p.D + d]);
+        dt[i] = a;
+    }
+    r.dq.poison(nl * p.D);
+    r.dk.poison(p.B * p.KH * p.S * p.D);
+    r.dv.poison(p.B * p.KH * p.S * p.D);
+    auto g = [&](long long rule) { return grid < 0 ? rule : std::min(grid, rule); };
+    try {
+        if (g(grid_dkdv(p.B, p.KH, p.S)) > 0)
+            emu_launch(dim3((unsigned)g(grid_dkdv(p.B, p.KH, p.S))), dim3(128), (size_t)smem_bwd(p.D), [&] {
+                kiln_attention_tc_bwd_dkdv(dO.data(), q.data(), k.data(), v.data(), lse.data(), dt.data(), p.qp(), p.kp(),
+                                           r.dk.data(), r.dv.data(), p.B, p.H, p.KH, p.T, p.S, p.D, p.causal, p.window, p.scale);
+            });
+        if (g(grid_tc(p.B, p.H, p.T)) > 0)
+            emu_launch(dim3((unsigned)g(grid_tc(p.B, p.H, p.T))), dim3(128), (size_t)smem_bwd(p.D), [&] {
+                kiln_attention_tc_bwd_dq(dO.data(), q.data(), k.data(), v.data(), lse.data(), dt.data(), p.qp(), p.kp(),
+                                         r.dq.data(), p.B, p.H, p.KH, p.T, p.S, p.D, p.causal, p.window, p.scale);
+            });
+    } catch (const EmuError &e) {
+        r.launched = false;
+        r.error = e.what();
+    }
+}
+
+// worst |got - want| / (ulp(want) + 2^-7 mag + 1e-4 max|want|) over n elements
+static double worst_grad(const Guarded<__nv_bfloat16> &got, const DV &want, const DV &mag) {
+    double mx = 0, w = 0;
+    for (double x : want) mx = std::max(mx, fabs(x));
+    for (size_t i = 0; i < want.size(); i++) {
+        double e = fabs(f(got[i]) - want[i]) / (bf16_ulp(want[i]) + 0x1p-7 * mag[i] + 1e-4 * mx + 1e-30);
+        if (!(e <= w)) w = e;
+    }
+    return w;
+}
+
+// the backward of one problem against the reference's, from the
+// reference's o (bf16) and lse (f32); optionally a smaller grid's bits
+static void run_bwd_case(const char *name, const Problem &p, long long small_grid = 0) {
+    size_t nq = p.B * p.H * p.T * p.D, nk = p.B * p.KH * p.S * p.D, nl = p.B * p.H * p.T;
+    BV q = rbf(nq, -2, 2), k = rbf(nk, -2, 2), v = rbf(nk, -1, 1), dO = rbf(nq, -1, 1), o(nq);
+    DV o_ref, lse_ref;
+    ref_fwd(p, q, k, v, o_ref, lse_ref);
+    std::vector<float> lse(nl);
+    for (size_t i = 0; i < nq; i++) o[i] = __float2bfloat16_rn((float)o_ref[i]);
+    for (size_t i = 0; i < nl; i++) lse[i] = (float)lse_ref[i];
+    Grads want;
+    ref_bwd(p, dO, q, k, v, o, lse, want);
+    BwdRun r;
+    run_tc_bwd(p, dO, q, k, v, o, lse, r);
+    double wq = worst_grad(r.dq, want.dq, want.mag_dq), wk = worst_grad(r.dk, want.dk, want.mag_dk),
+           wv = worst_grad(r.dv, want.dv, want.mag_dv);
+    bool intact = r.dq.intact() && r.dk.intact() && r.dv.intact();
+    char b[200];
+    snprintf(b, sizeof b, ": dq %.3f, dk %.3f, dv %.3f of tolerance%s", wq, wk, wv, intact ? "" : " (guard zone written)");
+    tap(r.launched && intact && wq <= 1 && wk <= 1 && wv <= 1,
+        "backward " + describe(name, p) + b + (r.launched ? "" : " EMULATION ERROR " + r.error));
+    if (small_grid > 0) {
+        BwdRun r2;
+        run_tc_bwd(p, dO, q, k, v, o, lse, r2, small_grid);
+        bool same = r2.launched && memcmp(r.dq.data(), r2.dq.data(), nq * 2) == 0 &&
+                    memcmp(r.dk.data(), r2.dk.data(), nk * 2) == 0 && memcmp(r.dv.data(), r2.dv.data(), nk * 2) == 0;
+        tap(same, std::string("backward ") + name + ": grid " + std::to_string(small_grid) + " gives the same bits (deterministic)");
     }
 }
 
@@ -262,6 +388,32 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 128; i++) wp.kpos.push_back(i);
         wp.window = 21;
         run_case("sliding window by position", wp);
+    }
+    if (want("bwd")) {
+        run_bwd_case("non-causal MHA", prob(1, 2, 2, 64, 64, 64, 0));
+        run_bwd_case("causal, odd length", prob(1, 2, 2, 100, 100, 64, 1), 2);
+        run_bwd_case("causal GQA 4/2", prob(2, 4, 2, 77, 77, 32, 1), 3);
+        run_bwd_case("non-causal, T != S", prob(1, 1, 1, 40, 130, 128, 0));
+        run_bwd_case("causal, T < S (index mask)", prob(1, 2, 1, 50, 90, 16, 1));
+        run_bwd_case("empty S", prob(1, 2, 2, 20, 0, 32, 1));
+        run_bwd_case("empty T", prob(1, 2, 2, 0, 20, 32, 0));
+        Problem p = prob(1, 4, 2, 64, 128, 64, 1);
+        p.qpos = dual(1, 2, 128);
+        IV k0 = dual(0, 2, 128), k1 = dual(1, 2, 128);
+        p.kpos = k0;
+        p.kpos.insert(p.kpos.end(), k1.begin(), k1.end());
+        run_bwd_case("context parallel: dual-chunk rank 1 of 2, all-gathered keys", p);
+        Problem z = prob(1, 2, 1, 48, 32, 32, 1);
+        for (int i = 0; i < 48; i++) z.qpos.push_back(i);
+        for (int i = 0; i < 32; i++) z.kpos.push_back(100 + i);
+        run_bwd_case("ring block after every query: nothing flows back", z);
+        Problem g = prob(1, 2, 2, 70, 90, 32, 1);
+        for (int i = 0; i < 70; i++) g.qpos.push_back(3 * ((i * 37) % 70));
+        for (int i = 0; i < 90; i++) g.kpos.push_back(2 * ((i * 53) % 90) + 1);
+        run_bwd_case("positions in any order with gaps", g);
+        Problem w = prob(1, 2, 2, 150, 150, 64, 1);
+        w.window = 37;
+        run_bwd_case("sliding window by index", w);
     }
     if (want("nan")) {
         Problem p = prob(1, 1, 1, 10, 10, 48, 1);
