@@ -1,6 +1,6 @@
 /* compile.c — `kiln compile`: a model to a standalone trainer.
  *
- *   kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn]
+ *   kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn|tc]
  *
  * The compiled step becomes an object file (emit/: LLVM for the host
  * program and the CPU's kernels; with a CUDA target, the kernels compiled
@@ -146,7 +146,8 @@ int cmd_compile(Args *a) {
     }
     Module *m = cmd_compile_checked(a);
     cmd_check_fed_inputs(m, a->model);
-    EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = a->cuda_arch, .attention_cudnn = a->attention && !strcmp(a->attention, "cudnn")};
+    EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = a->cuda_arch, .attention_cudnn = a->attention && !strcmp(a->attention, "cudnn"),
+                         .attention_tc = a->attention && !strcmp(a->attention, "tc")};
     EmitTarget *t = a->cuda_arch ? &cuda : NULL;
     EmitCubin *cubins = NULL;
     snprintf(path, sizeof path, "%s.cu", a->out);
