@@ -22,7 +22,7 @@
  *                                --pp N: per stage, bubble, bytes over pp; --pp-schedule all:
  *                                every schedule; --timeline FILE.svg (plan_pp.c)
  *   kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule]
- *                [--attention kiln|cudnn]      a standalone trainer (compile.c)
+ *                [--attention kiln|cudnn|tc]      a standalone trainer (compile.c)
  *   kiln run     MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json]
  *                [--serial] [--threads N]      the JIT-compiled step (run.c)
  *   kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl]
@@ -77,7 +77,7 @@ static void usage(FILE *f) {
           "       kiln plan    MODEL [--peak]             memory per rank: params, grads, optimizer, activations;\n"
           "                                               --peak: what is live where the activations peak\n"
           "                    [--pp N --pp-schedule S|all] [--timeline FILE.svg]   per pipeline stage; every schedule; the plan drawn\n"
-          "       kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn]\n"
+          "       kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn|tc]\n"
           "       kiln run     MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
           "                    (both: [--ignore-index ID], targets equal to ID weigh 0 through the input loss_mask)\n"
@@ -378,8 +378,9 @@ static void check_args(Args *a) {
         a->cuda_arch = a->target + 5;
         a->o.precision_bf16 = 1; /* DESIGN §6: bf16 activations, f32 master weights */
     }
-    if (a->attention && strcmp(a->attention, "kiln") && strcmp(a->attention, "cudnn"))
-        die("--attention: expected kiln or cudnn, got \"%s\"", a->attention);
+    if (a->attention && strcmp(a->attention, "kiln") && strcmp(a->attention, "cudnn") && strcmp(a->attention, "tc"))
+        die("--attention: expected kiln, cudnn or tc, got \"%s\"", a->attention);
+    if (a->attention && strcmp(a->attention, "tc") == 0 && !a->cuda_arch) die("--attention tc: only with --target cuda:sm_XX");
     if (a->attention && strcmp(a->attention, "cudnn") == 0 && !a->cuda_arch) die("--attention cudnn: only with --target cuda:sm_XX");
     if (a->o.precision_bf16 && !a->cuda_arch && (strcmp(a->cmd, "compile") == 0 || (strcmp(a->cmd, "run") == 0 && !a->interp)))
         die("--precision bf16: the CPU target is f32 (use --target cuda:sm_XX, or bf16 with dump, check, plan or run --interp)");

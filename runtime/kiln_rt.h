@@ -413,6 +413,11 @@ void rtk_memcpy(rt_ctx *ctx, const int64_t *a);
  * compiler uses them only for attention that qualifies (docs/cudnn.md). */
 void rtk_attention_cudnn(rt_ctx *ctx, const int64_t *a);
 void rtk_attention_bwd_cudnn(rt_ctx *ctx, const int64_t *a);
+/* CUDA only (kernels_cuda.c, `kiln compile --attention tc`): rtk_attention
+ * and rtk_attention_bwd on the tensor cores (kernels/cuda/attention_tc.cu),
+ * with their args; the compiler uses them only for D 16, 32, 64 or 128. */
+void rtk_attention_tc(rt_ctx *ctx, const int64_t *a);
+void rtk_attention_bwd_tc(rt_ctx *ctx, const int64_t *a);
 
 /* CUDA only (kernels_cuda.c): launch the generated kernel
  * program->kernels[a[0]] over a[2] elements; its parameters are the a[1]

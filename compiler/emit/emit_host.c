@@ -417,6 +417,8 @@ static void emit_attention(Em *e, const Node *n) {
     a[na++] = I64(e, window);
     const char *kname = bwd ? "attention_bwd" : "attention";
     if (e->cuda && e->tgt->attention_cudnn && cudnn_qualifies(e, n, pos)) kname = bwd ? "attention_bwd_cudnn" : "attention_cudnn";
+    else if (e->cuda && e->tgt->attention_tc && (D == 16 || D == 32 || D == 64 || D == 128)) /* attention_tc.cu's head dims */
+        kname = bwd ? "attention_bwd_tc" : "attention_tc";
     launch_lib(e, n, kname, a, na);
 }
 
