@@ -15,7 +15,10 @@
 #  - planted: dev_cuda.c's KILN_TEST_DROP_COPY_WAIT=1 drops the compute
 #    stream's first wait for a reload's event: the fake reports a kernel
 #    touching memory "while a copy into it may still be in flight" and the
-#    strict run exits 1; with the graph too (the replay's check).
+#    strict run exits 1; with the graph too (the replay's check);
+#  - 2 ranks (mpirun, the fake NCCL): tiny GPT --pp 2 (1f1b) with --offload
+#    all on the fakes, graph and eager, equals --offload none bit for bit
+#    and the CPU trainer's pipeline within the bf16 tolerances.
 . "$(dirname "$0")/lib.sh"
 F=$B/cuda_fake
 STEPS=${STEPS:-4}
@@ -71,4 +74,42 @@ for mode in eager graph; do
     check "planted ($mode): the compute stream's wait for a reload dropped: rc $rc; $(grep -m1 'in flight' "$tmp/bug_$mode.out" | cut -c1-220)" \
         "[ $rc != 0 ] && grep -q 'while a copy (cuMemcpyHtoDAsync) into it on stream [0-9]*.*may still be in flight' $tmp/bug_$mode.out"
 done
+
+# ---- 2 ranks: --pp 2 ----
+if command -v mpirun > /dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+    PP=(models/tiny.lua "${SHAPE[@]}" --set layers=4 --pp 2 --micro-batches 2 --offload-min-bytes 1)
+    for pol in none all; do
+        "$K" compile "${PP[@]}" --offload $pol --target cuda:sm_90 --emit cuda -o "$tmp/pp_$pol" > "$tmp/log" 2>&1 &&
+            tests/cuda_fake/build_kernels.sh "$tmp/pp_$pol.cu" -o "$F/liboffload_pp_$pol.so" >> "$tmp/log" 2>&1 ||
+            notok "--pp 2 --offload $pol for cuda:sm_90: $(tr '\n' ' ' < "$tmp/log" | head -c 600)"
+    done
+    "$K" compile "${PP[@]}" -o "$tmp/pp_cpu" > /dev/null 2>&1 &&
+        timeout 120 mpirun -np 2 --oversubscribe "$tmp/pp_cpu" --data "$DATA" --steps "$STEPS" --log "$tmp/pp_cpu.log" > /dev/null 2>&1
+    losses "$tmp/pp_cpu.log" > "$tmp/pp_cpu.loss"
+    runpp() { # name policy env...
+        local name=$1 pol=$2; shift 2
+        timeout 300 mpirun -np 2 --oversubscribe env LD_BIND_NOW=1 LD_LIBRARY_PATH="$F" \
+            KILN_FAKE_CUDA_KERNELS="$F/libkernels.so:$F/liboffload_pp_$pol.so" KILN_FAKE_CUDA_STRICT=1 KILN_FAKE_NCCL_TIMEOUT=30 "$@" \
+            "$tmp/pp_$pol" --data "$DATA" --steps "$STEPS" --log "$tmp/$name.log" > "$tmp/$name.out" 2>&1
+        rc=$?
+        losses "$tmp/$name.log" > "$tmp/$name.loss"
+    }
+    runpp ppnone none KILN_FAKE_CUDA_PROFILE=1
+    runpp ppgraph all KILN_FAKE_CUDA_PROFILE=1
+    g=$(grep -o 'fake cuda: graph: [0-9]* ops on [0-9]* streams' "$tmp/ppgraph.out" | sed 's/^fake cuda: graph: //' | paste -sd',')
+    check "--pp 2 --offload all on 2 ranks, CUDA graph, strict: rc $rc; the ranks' graphs: $g (stage 0's has the copy streams: 4)" \
+        "[ $rc = 0 ] && grep -q 'fake cuda: graph: [0-9]* ops on 4 streams' $tmp/ppgraph.out"
+    runpp ppeager all KILN_NO_GRAPH=1
+    say $rc "--pp 2 --offload all on 2 ranks, KILN_NO_GRAPH=1, strict: rc $rc"
+    check "--pp 2: --offload all == none on CUDA, graph and eager, bit for bit ($(cut -d' ' -f1 "$tmp/ppgraph.loss" | tr '\n' ' '))" \
+        "[ -s $tmp/ppnone.loss ] && cmp -s $tmp/ppgraph.loss $tmp/ppnone.loss && cmp -s $tmp/ppeager.loss $tmp/ppnone.loss"
+    w=$(paste -d' ' "$tmp/ppgraph.loss" "$tmp/pp_cpu.loss" | awk -v n="$STEPS" 'function a(x){return x<0?-x:x}
+        NF == 4 { l = a($1-$3)/a($3); g = a($2-$4)/a($4); if (l > wl) wl = l; if (g > wg) wg = g; k++ }
+        END { if (k != n) print "missing"; else printf "%.2e %.2e", wl, wg }')
+    check "--pp 2 --offload all: CUDA (fakes) vs the CPU trainer on 2 ranks: worst relative loss, gradient norm: $w" \
+        "[ \"$w\" != missing ] && awk -v l=${w% *} -v g=${w#* } -v tl=$LOSS_RTOL -v tg=$NORM_RTOL 'BEGIN{exit !(l <= tl && g <= tg)}'"
+else
+    notok "--pp 2: mpirun is not installed"
+fi
 echo "1..$n"

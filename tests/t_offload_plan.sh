@@ -10,6 +10,8 @@
 #   checked against kiln plan itself (independently of the search): at the
 #   answer the memory report's largest per-stage total fits, one step
 #   (128 tokens) more does not;
+# - the copies' places chosen from a profile's times (fast and crawling
+#   copies, bf16 auto) pass kiln check (every rank == one device);
 # - bad input: --max-seq without --memory, --memory 0: one line, exit 1.
 . "$(dirname "$0")/lib.sh"
 GPT4="models/tiny.lua --set layers=4"
@@ -42,6 +44,20 @@ share() { "$K" plan $P4 --offload all --device-profile "$1" 2>&1 | sed -n 's/^  
 fast=$(share "$tmp/fast.profile") slow=$(share "$tmp/slow.profile")
 check "rank 0's exposed copy time: free copies ${fast:-?}% of the step, 1 kB/s copies ${slow:-?}%" \
     "[ \"$fast\" = 0.00 ] && awk -v s=\"${slow:-0}\" 'BEGIN{exit !(s > 90)}'"
+
+# ---- the copies' places from a profile pass kiln check ----
+# (fast copies: release 1 node later, reload right before its reader; 1 kB/s
+# copies: releases at the first backward reader, reloads at their release)
+G8="models/tiny.lua --set layers=8 --set dim=32 --set heads=2 --pp 4 --micro-batches 4 --offload-min-bytes 1"
+kc() { # what flags...
+    local what=$1; shift
+    out=$(timeout 300 "$K" check $G8 "$@" 2>&1); rc=$?
+    [ $rc = 0 ] && [[ "$out" == *", 0 mismatched"* ]] && [[ "$out" != *"(0 values offloaded)"* ]]
+    say $? "kiln check, $what: $(grep -o '[0-9]* values offloaded' <<< "$out"); ${out##*; }"
+}
+kc "zb-v, all, h200's times" --pp-schedule zb-v --offload all --device-profile h200
+kc "1f1b, all, copies at 1 kB/s" --pp-schedule 1f1b --offload all --device-profile "$tmp/slow.profile"
+kc "interleaved, auto, bf16, h200" --vpp 2 --pp-schedule interleaved --offload auto --device-profile h200 --precision bf16
 
 # ---- --max-seq ----
 MEM=0.004

@@ -37,9 +37,10 @@
  * stage of the copy before that record (the "stall" column; indirect
  * stalls, through another stream, only count in the rank's total).  The
  * rank's line also gives the exposed time without the comm stream's waits
- * for the copies (schedule.c's comm fence: a recv or collective waits for
- * every copy issued since the last one, so in a pipeline each micro-batch's
- * recv waits for the copies before it): how much of it that fence costs.  Other
+ * for the copies (schedule.c's release fence, which every stream waits at,
+ * and its comm fence, a recv or collective waiting for every copy issued
+ * since the last one): in a pipeline the next recv then waits behind a d2h
+ * copy, and the compute behind the recv; how much of it those waits cost.  Other
  * ranks are not simulated: a pipeline rank's waits for its neighbours are
  * outside this model, so its step is a lower bound.
  */
@@ -76,7 +77,7 @@ typedef struct {
 } Sim;
 
 /* skip_comm_fence: the comm stream's waits for the copy streams' events
- * are left out (what the comm fence of schedule.c costs). */
+ * are left out (what the comm stream's release and comm fences cost). */
 static Sim simulate(const Profile *p, const Graph *g, int copies_cost, int skip_comm_fence) {
     enum { NS = 8 };
     Sim r = {0};
@@ -117,7 +118,7 @@ static double exposed(const Profile *p, const Graph *g, double *step) {
     return with.step - without.step;
 }
 
-/* The same without the comm fence's waits. */
+/* The same without the comm stream's waits for the copies. */
 static double exposed_no_comm_fence(const Profile *p, const Graph *g) {
     return simulate(p, g, 1, 1).step - simulate(p, g, 0, 1).step;
 }
@@ -232,7 +233,7 @@ static void rank_report(const Profile *p, const Graph *g, const Graph *g0, int r
     }
     int64_t with = device_peak(g), without = device_peak(g0), host = memplan_stage_peak(g, SPACE_HOST);
     printf("  rank %d: device peak %.2f MiB with offload, %.2f MiB without (%+.1f%%); host %.2f MiB; step %.3f ms, exposed copy "
-           "time %.3f ms (%.2f%% of the step; %.3f ms without the comm fence's waits)\n",
+           "time %.3f ms (%.2f%% of the step; %.3f ms without the comm stream's waits for copies)\n",
            rank, mib(with), mib(without), without ? 100.0 * ((double)with / (double)without - 1) : 0.0, mib(host), step * 1e3,
            exp_s * 1e3, step > 0 ? 100.0 * exp_s / step : 0.0, exposed_no_comm_fence(p, g) * 1e3);
 }
