@@ -48,6 +48,15 @@ check "a budget between prunes some and keeps some ($fits)" "set -- $fits; [ \"\
 mem_ok=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 15 && $NF > 0.3 {bad=1} END{print bad+0}')
 check "every kept row fits the budget" "[ $mem_ok = 0 ]"
 
+# kiln plan --device-profile: the predicted step, and per stage a split that adds up to it
+"$K" plan $G --set batch=8 --set seq=256 --pp 2 --micro-batches 4 --dp 2 --device-profile cpu > "$tmp/pplan.txt" 2>&1
+say $? "kiln plan --pp 2 --dp 2 --device-profile cpu runs"
+step=$(sed -n 's/^predicted step \([0-9.]*\) ms on cpu, MFU [0-9.]*%.*/\1/p' "$tmp/pplan.txt")
+rows=$(awk -v s="$step" '/^  stage  compute ms/{on=1; next} on && $1 ~ /^[0-9]+$/ {n++; d = $2 + $3 + $4 + $5 - s; if (d < 0) d = -d; if (d > 0.002 || $6 != s) bad = 1} END{print (bad ? "bad" : n + 0)}' "$tmp/pplan.txt")
+check "its 2 stages' compute + comm + bubble + copy = the step $step ms" "[ -n '$step' ] && [ '$rows' = 2 ]"
+"$K" plan $G --set batch=8 --set seq=256 > "$tmp/noprof.txt" 2>&1
+check "without --device-profile kiln plan predicts nothing" "! grep -q '^predicted step' '$tmp/noprof.txt'"
+
 bad() { # DESCRIPTION WANT ARGS...
     local d=$1 want=$2
     shift 2
