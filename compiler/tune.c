@@ -44,6 +44,10 @@
  *                (its activation peak less what it saves).  --offload all
  *                keeps two (chunk, micro-batch) pairs' saved bytes on the
  *                device and adds the copies' time they cannot hide.
+ *                Without a pipeline the probe is compiled again at two and
+ *                three layers and its memory extended along that line
+ *                (exact where memory grows linearly with layers, whatever
+ *                sets the peak), the optimizer state over dp·cp.
  *
  * tests/t_tune.sh checks the fast path against the full one on small
  * configurations (kiln tune --check), and docs/tune.md reports both.
@@ -78,6 +82,10 @@ struct TuneProbe {
     double pg_act;                       /* params and grads in the activation arena (zero 1, dp > 1) */
     double transient1;                   /* the transient of the same probe at one micro-batch (no gradient
                                           * accumulation buffers); < 0 until a candidate with m 1 asks */
+    /* without a pipeline: memory measured at 2 and 3 layers, [m > 1], the
+     * optimizer state apart (it shards over dp·cp); filled when asked */
+    int lin_done[2];
+    double lin_rest[2][2], lin_opt[2][2];
 };
 
 /* ---- building programs ---- */
@@ -235,6 +243,36 @@ static TuneProbe *probe(Tune *T, const TuneCand *c, int b, char *err, size_t err
     T->probe_seconds += cmd_now() - t0;
     T->nprobes++;
     return P;
+}
+
+/* The probe's memory at nl layers (m micro-batches, pp 1): all but the
+ * optimizer state into *rest, that into *opt. */
+static void probe_memory(Tune *T, const TuneProbe *P, const TuneCand *c, int nl, int m, double *rest, double *opt) {
+    double t0 = cmd_now();
+    TuneCand one = *c;
+    one.dp = P->dp, one.pp = 1, one.offload = 0;
+    Module *mod = build(T, &one, nl, m * P->b * P->dp, m, 1);
+    const Graph *g = mod->stages[0];
+    *opt = (double)memplan_stage_peak(g, SPACE_OPT);
+    *rest = (double)(memplan_stage_peak(g, SPACE_PARAMS) + memplan_stage_peak(g, SPACE_GRADS) + memplan_stage_peak(g, SPACE_ACT));
+    ir_free(mod);
+    T->probe_seconds += cmd_now() - t0;
+}
+
+/* Without a pipeline the rank's memory is the probe's, extended from 2 to
+ * L layers along the line through the probe's memory at 2 and 3 layers
+ * (whatever sets its peak: the forward's gathered parameters, the
+ * backward's gradients), the optimizer state over the candidate's dp·cp. */
+static double memory_no_pp(Tune *T, TuneProbe *P, const TuneCand *c) {
+    int k = c->m > 1, L = T->layers;
+    if (P->nl < 2) return -1;
+    if (!P->lin_done[k]) {
+        for (int i = 0; i < 2; i++) probe_memory(T, P, c, 2 + i, k ? 2 : 1, &P->lin_rest[k][i], &P->lin_opt[k][i]);
+        P->lin_done[k] = 1;
+    }
+    double rest = P->lin_rest[k][0] + (L - 2) * (P->lin_rest[k][1] - P->lin_rest[k][0]);
+    double opt = P->lin_opt[k][0] + (L - 2) * (P->lin_opt[k][1] - P->lin_opt[k][0]);
+    return rest + opt * P->dp * P->cp / (c->dp * c->cp);
 }
 
 /* The transient activation bytes at one micro-batch (candidates with m 1):
@@ -404,8 +442,13 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
         worst = fmax(worst, total);
         double keep = p == 1 ? C.saved[0] : saved_peak(&C, r);
         if (c->offload && p > 1 && r < p - 1) keep = fmin(keep, 2 * act); /* the pair computing and the one reloading */
-        double tr = c->m == 1 ? transient_one(T, P, c) : P->transient;
-        double m_r = (P->sp + P->sg + P->pg_act) * ratio + P->so * P->dp * P->cp * ratio / g + tr + keep;
+        double m_r;
+        if (p == 1 && !c->offload && (m_r = memory_no_pp(T, P, c)) >= 0) {
+            /* measured at 2 and 3 layers, extended (exact where memory is linear in layers) */
+        } else {
+            double tr = c->m == 1 ? transient_one(T, P, c) : P->transient;
+            m_r = (P->sp + P->sg + P->pg_act) * ratio + P->so * P->dp * P->cp * ratio / g + tr + keep;
+        }
         mem = fmax(mem, m_r);
         if (r == 0) h0 = head, t0 = tail_x, oc0 = optc;
     }
