@@ -96,8 +96,9 @@ static int fused_tail(const Graph *g, const Node *n) {
 }
 
 /* Bytes a (possibly fused) elementwise node moves: inputs from outside its
- * group, and its outputs. */
-static double node_bytes(const Graph *g, const Node *n) {
+ * group, and its outputs, but (root given: ir_live_build's) not the outputs
+ * internal to its group, which never reach memory. */
+static double node_bytes(const Graph *g, const Node *n, const int *root) {
     int64_t grp = ir_fused_group(n);
     double b = 0;
     for (int k = 0; k < n->nin; k++) {
@@ -105,11 +106,16 @@ static double node_bytes(const Graph *g, const Node *n) {
         if (grp >= 0 && d >= 0 && ir_fused_group(&g->nodes[d]) == grp) continue;
         b += value_bytes(g, n->in[k]);
     }
-    for (int k = 0; k < n->nout; k++) b += value_bytes(g, n->out[k]);
+    for (int k = 0; k < n->nout; k++)
+        if (!(root && grp >= 0 && root[n->out[k]] < 0)) b += value_bytes(g, n->out[k]);
     return b;
 }
 
-double cost_node_seconds(const Profile *p, const Graph *g, const Node *n) {
+static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root);
+
+double cost_node_seconds(const Profile *p, const Graph *g, const Node *n) { return node_seconds(p, g, n, NULL); }
+
+static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root) {
     unsigned fl = ir_ops[n->op].flags;
     if (fl & F_COMM) return comm_seconds(p, g, n);
     if (fl & F_COPY) return profile_copy_seconds(p, value_bytes(g, n->in[0]), n->op == OP_offload);
@@ -124,7 +130,7 @@ double cost_node_seconds(const Profile *p, const Graph *g, const Node *n) {
         DType qt = g->vals[n->in[n->op == OP_attention_bwd]].t.dt;
         return ir_node_flops(g, n) / (peak_of(p, qt) * p->attn_eff) + launch;
     }
-    return node_bytes(g, n) / p->mem_bw + launch;
+    return node_bytes(g, n, root) / p->mem_bw + launch;
 }
 
 /* ---- the replay ---- */
@@ -410,8 +416,11 @@ int cost_simulate(const Module *m, const Profile *p, double *const *dur, CostSim
         own = xcalloc((size_t)P, sizeof(double *));
         for (int st = 0; st < P; st++) {
             const Graph *g = m->stages[st];
+            MemLive L;
+            ir_live_build(g, &L);
             own[st] = xcalloc((size_t)g->nnodes + 1, sizeof(double));
-            for (int i = 0; i < g->nnodes; i++) own[st][i] = cost_node_seconds(p, g, &g->nodes[i]);
+            for (int i = 0; i < g->nnodes; i++) own[st][i] = node_seconds(p, g, &g->nodes[i], L.root);
+            ir_live_free(&L);
         }
         dur = own;
     }
