@@ -34,7 +34,9 @@
  *                bucket each (schedule.c hoists them so), the optimizer's
  *                compute scales with the stage's share of the parameters
  *                over dp·cp (zero 1).
- *   memory       params and gradients scale with the stage's parameters,
+ *   memory       params and gradients scale with the stage's parameters
+ *                (the layers', plus the embedding's on the first stage and
+ *                the head's on the last: a tied one on both),
  *                the optimizer state with them over dp·cp; activations are
  *                the probe's per-layer saved bytes times the layers of a
  *                chunk (the saved bytes outside the layers on the last
@@ -423,9 +425,9 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
             f1 += C.cost[KF][ch], bl += C.cost[KB][ch] + C.cost[KW][ch];
             act += C.saved[ch] / C.pl.v; /* the in-flight pairs spread over the rank's chunks */
         }
-        double extra = (P->pcount - P->nl * P->pcount_layer) / 2; /* embedding and head: half a stage each */
-        pc = nr * P->pcount_layer + (first ? extra : 0) + (last ? extra : 0);
-        if (p == 1) pc = nr * P->pcount_layer + 2 * extra;
+        /* the embedding's parameters on the first stage, the head's on the last (a tied one on both) */
+        pc = nr * P->pcount_layer + (first ? T->p_pre : 0) + (last ? T->p_post : 0);
+        if (p == 1) pc = P->pcount - P->nl * P->pcount_layer + nr * P->pcount_layer;
         double ratio = pc / P->pcount;
         fl = c->m * (nr * P->fl_layer + (first ? P->fl_extra / 2 : 0) + (last ? P->fl_extra / 2 : 0));
         flops += fl;
@@ -511,6 +513,21 @@ void tune_init(Tune *T, const char *model, KeyVal *sets, int nsets, const Profil
             T->seq = (int)g->vals[nd->out[0]].t.dim[1];
         }
         if (nd->op == OP_attention && !T->heads) T->heads = (int)g->vals[nd->in[0]].t.dim[1], T->kv_heads = (int)g->vals[nd->in[1]].t.dim[1];
+    }
+    /* the parameters outside the layers: read before the first layer's node, after the last's, or both */
+    int lo = g->nnodes, hi = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].layer >= 0) lo = i < lo ? i : lo, hi = i;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *nd = &g->nodes[i];
+        if (nd->op != OP_param || nd->layer >= 0) continue;
+        int pre = 0, post = 0;
+        for (int j = 0; j < g->nnodes; j++)
+            for (int k = 0; k < g->nodes[j].nin; k++)
+                if (g->nodes[j].in[k] == nd->out[0]) pre |= j < lo, post |= j > hi;
+        double e = (double)ir_numel(&g->vals[nd->out[0]].t);
+        if (pre || !post) T->p_pre += e;
+        if (post) T->p_post += e;
     }
     ir_free(m);
     free(s);

@@ -4,7 +4,7 @@
 # tune --check) on small configurations: step within 7%, memory within 11%
 # (what the composition leaves today: the data-parallel collectives' and
 # the buffers' overlap taken from formulas, not from the program; measured
-# worst 6.4% and 10.8%); the table is ranked by the
+# worst 5.8% and 8.8%); the table is ranked by the
 # predicted step; the best's `kiln compile` command compiles; memory
 # pruning, tp's note and bad flags.
 . "$(dirname "$0")/lib.sh"
