@@ -11,7 +11,11 @@
 #   small:  tiny GPT, 4 layers, dim 64, seq 64, batch 8 (byte level)
 #   medium: 4 layers, dim 256, 8 heads, seq 256, batch 8
 # Prints one row per configuration and the median and largest |error| of
-# the step time.  The machine is shared: `uptime` is printed first and last.
+# the step time.  Then the tune check: `kiln tune` on 2 ranks (small model,
+# the np 2 profile), its first TOP rows compiled and run, and the first
+# choice's measured step against the best measured of them (the issue's
+# goal: within 5%).  TUNE_ONLY=1 runs that part alone.  The machine is
+# shared: `uptime` is printed first and last.
 set -u
 B=${BUILD:-build}
 STEPS=${STEPS:-8}
@@ -19,7 +23,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null || exit 1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 echo "uptime before: $(uptime)"
-for np in 1 2 4; do # a profile per rank count
+nps="1 2 4"; [ -n "${TUNE_ONLY:-}" ] && nps=2
+for np in $nps; do # a profile per rank count
     if [ $np = 1 ]; then "$B/kiln" calibrate --device cpu -o "$tmp/cpu$np.profile" --name cpu-np$np > /dev/null || exit 1
     else mpirun --oversubscribe -np $np "$B/kiln" calibrate --device cpu -o "$tmp/cpu$np.profile" --name cpu-np$np > /dev/null || exit 1; fi
 done
@@ -41,6 +46,39 @@ CONFIGS=(
     "4|--pp 2 --dp 2 --micro-batches 4"
     "4|--pp 4 --micro-batches 4"
 )
+measure() { # NP, trainer: the mean step after the first, ms
+    rm -f "$tmp/log.jsonl"
+    if [ "$1" = 1 ]; then "$2" --data "$B/corpus.txt" --steps "$STEPS" --log "$tmp/log.jsonl" > /dev/null 2>&1
+    else mpirun --oversubscribe -np "$1" "$2" --data "$B/corpus.txt" --steps "$STEPS" --log "$tmp/log.jsonl" < /dev/null > /dev/null 2>&1; fi
+    grep -o '"elapsed":[0-9.e+]*' "$tmp/log.jsonl" | cut -d: -f2 | awk '{e[NR] = $1} END {if (NR > 1) printf "%.3f", 1000 * (e[NR] - e[1]) / (NR - 1)}'
+}
+tune_check() {
+    local top=${TOP:-4} i=0 first="" best=""
+    "$B/kiln" tune models/tiny.lua --set layers=4 --gpus 2 --device "$tmp/cpu2.profile" --top "$top" > "$tmp/tune.txt" 2>&1 || { cat "$tmp/tune.txt"; return; }
+    echo "tune check: kiln tune models/tiny.lua --set layers=4 --gpus 2 (np 2 profile), its first $top rows run"
+    printf '  %3s %10s %10s  %s\n' "#" "pred ms" "meas ms" flags
+    awk '$1 ~ /^[0-9]+$/ && NF > 15' "$tmp/tune.txt" | head -"$top" > "$tmp/rows"
+    while read -r row; do
+        i=$((i + 1))
+        set -- $row
+        local dp=$4 cp=$3 pp=$5 sched=$6 m=$7 rc=$9 cpc=${11} pred=${14} f=""
+        [ "$dp" -gt 1 ] && f="$f --dp $dp"
+        [ "$cp" -gt 1 ] && f="$f --cp $cp --cp-comm $([ "$cpc" = ag ] && echo allgather || echo p2p)"
+        if [ "$pp" -gt 1 ]; then
+            case $sched in interleaved/*) f="$f --pp $pp --pp-schedule interleaved --vpp ${sched#*/}";; *) f="$f --pp $pp --pp-schedule $sched";; esac
+        fi
+        [ "$m" -gt 1 ] && f="$f --micro-batches $m"
+        f="$f --recompute $rc"
+        # shellcheck disable=SC2086
+        "$B/kiln" compile models/tiny.lua --set layers=4 $f -o "$tmp/tt" > /dev/null 2>&1 || { echo "  $i: compile failed ($f)"; continue; }
+        local meas; meas=$(measure 2 "$tmp/tt")
+        printf '  %3s %10s %10s  %s\n' "$i" "$pred" "$meas" "$f"
+        [ -z "$first" ] && first=$meas
+        best=$(awk -v a="${best:-1e30}" -v b="$meas" 'BEGIN{print (b < a ? b : a)}')
+    done < "$tmp/rows"
+    awk -v f="$first" -v b="$best" 'BEGIN{printf "  first choice %.3f ms, best measured %.3f ms: %+.1f%% (goal: within 5%%)\n", f, b, 100 * (f / b - 1)}'
+}
+if [ -n "${TUNE_ONLY:-}" ]; then tune_check; echo "uptime after: $(uptime)"; exit 0; fi
 printf '%-7s %3s %-46s %10s %10s %8s %10s %10s\n' model np flags "pred ms" "meas ms" "error" "pred MiB" "RSS MiB"
 errs=$tmp/errs
 for size in small medium; do
@@ -65,4 +103,5 @@ for size in small medium; do
     done
 done
 awk '{print ($1 < 0 ? -$1 : $1)}' "$errs" | sort -g | awk '{v[NR] = $1} END {n = NR; printf "time |error|: median %.1f%%, max %.1f%% over %d configurations\n", (n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2), v[n], n}'
+tune_check
 echo "uptime after: $(uptime)"

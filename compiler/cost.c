@@ -31,7 +31,7 @@
  *     the straggler sets the time;
  *   - a send occupies its stream for the transfer (ppsched's model: a send
  *     does not wait for its receiver); a recv ends when its matching send
- *     has ended (pp: the sending stage's send of the same tag; cp's ring:
+ *     has ended (pp: the send of the same tag from that stage to this one; cp's ring:
  *     the send ir_p2p_peer pairs it with).
  * The replay sweeps stages and streams, running each stream as far as its
  * next blocked node, until every node has run; a sweep that moves nothing
@@ -96,8 +96,9 @@ static int fused_tail(const Graph *g, const Node *n) {
 }
 
 /* Bytes a (possibly fused) elementwise node moves: inputs from outside its
- * group, and its outputs. */
-static double node_bytes(const Graph *g, const Node *n) {
+ * group, and its outputs, but (root given: ir_live_build's) not the outputs
+ * internal to its group, which never reach memory. */
+static double node_bytes(const Graph *g, const Node *n, const int *root) {
     int64_t grp = ir_fused_group(n);
     double b = 0;
     for (int k = 0; k < n->nin; k++) {
@@ -105,11 +106,16 @@ static double node_bytes(const Graph *g, const Node *n) {
         if (grp >= 0 && d >= 0 && ir_fused_group(&g->nodes[d]) == grp) continue;
         b += value_bytes(g, n->in[k]);
     }
-    for (int k = 0; k < n->nout; k++) b += value_bytes(g, n->out[k]);
+    for (int k = 0; k < n->nout; k++)
+        if (!(root && grp >= 0 && root[n->out[k]] < 0)) b += value_bytes(g, n->out[k]);
     return b;
 }
 
-double cost_node_seconds(const Profile *p, const Graph *g, const Node *n) {
+static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root);
+
+double cost_node_seconds(const Profile *p, const Graph *g, const Node *n) { return node_seconds(p, g, n, NULL); }
+
+static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root) {
     unsigned fl = ir_ops[n->op].flags;
     if (fl & F_COMM) return comm_seconds(p, g, n);
     if (fl & F_COPY) return profile_copy_seconds(p, value_bytes(g, n->in[0]), n->op == OP_offload);
@@ -124,7 +130,7 @@ double cost_node_seconds(const Profile *p, const Graph *g, const Node *n) {
         DType qt = g->vals[n->in[n->op == OP_attention_bwd]].t.dt;
         return ir_node_flops(g, n) / (peak_of(p, qt) * p->attn_eff) + launch;
     }
-    return node_bytes(g, n) / p->mem_bw + launch;
+    return node_bytes(g, n, root) / p->mem_bw + launch;
 }
 
 /* ---- the replay ---- */
@@ -140,9 +146,10 @@ typedef struct {
     int **rec_node;     /* [stage][event]: the record node */
     int *nev;
     double **blocked;   /* [stage][node]: time spent waiting for another stage */
-    /* pp sends: [tag] -> end, -1 before; sized by the largest tag */
-    double *pp_send;
-    int npp_tag;
+    /* pp sends: (from, to, tag) -> end, an open-addressing table */
+    int64_t *pp_key;    /* -1: empty */
+    double *pp_end;
+    size_t pp_cap;
     /* collectives over pp: per (group name, k) the arrivals */
     const char **cgroup;
     int ncgroup;
@@ -153,6 +160,15 @@ typedef struct {
 } Sim;
 
 enum { NS = IR_NSTREAMS };
+
+/* The pp transfer (from, to, tag) as one key; the slot it has or gets. */
+static size_t pp_slot(const Sim *S, int from, int to, int64_t tag) {
+    int64_t key = (tag * 4096 + from) * 4096 + to;
+    size_t h = (size_t)((uint64_t)key * 0x9E3779B97F4A7C15ull) & (S->pp_cap - 1);
+    while (S->pp_key[h] != -1 && S->pp_key[h] != key) h = (h + 1) & (S->pp_cap - 1);
+    S->pp_key[h] = key;
+    return h;
+}
 
 static int over_pp(const Module *m, const Node *n) {
     int mask = ir_group_mask(ir_attr_s(n, "group", ""));
@@ -180,7 +196,7 @@ static void sim_init(Sim *S, const Module *m, double *const *dur, CostSim *s) {
     S->ccount = xcalloc((size_t)P, sizeof(int *));
     S->cnode_k = xcalloc((size_t)P, sizeof(int *));
     S->cgroup = xcalloc(16, sizeof(char *));
-    int maxtag = -1;
+    size_t npp = 0;
     for (int st = 0; st < P; st++) {
         const Graph *g = m->stages[st];
         for (int i = 0; i < g->nnodes; i++) {
@@ -191,7 +207,7 @@ static void sim_init(Sim *S, const Module *m, double *const *dur, CostSim *s) {
                 int e = (int)ir_attr_i(n, "event", 0);
                 if (e + 1 > S->nev[st]) S->nev[st] = e + 1;
             }
-            if ((n->op == OP_send || n->op == OP_recv) && over_pp(m, n) && ir_attr_i(n, "tag", 0) > maxtag) maxtag = (int)ir_attr_i(n, "tag", 0);
+            if (n->op == OP_send && over_pp(m, n)) npp++;
             if ((ir_ops[n->op].flags & F_COMM) && n->op != OP_send && n->op != OP_recv && over_pp(m, n) && S->ncgroup < 16 &&
                 cgroup_id(S, ir_attr_s(n, "group", "")) < 0)
                 S->cgroup[S->ncgroup++] = ir_attr_s(n, "group", "");
@@ -210,9 +226,10 @@ static void sim_init(Sim *S, const Module *m, double *const *dur, CostSim *s) {
         for (int i = 0; i < g->nnodes; i++) S->cnode_k[st][i] = -1;
     }
     for (int st = 0; st < P; st++) S->ccount[st] = xcalloc(16, sizeof(int));
-    S->npp_tag = maxtag + 1;
-    S->pp_send = xcalloc((size_t)S->npp_tag + 1, sizeof(double));
-    for (int t = 0; t < S->npp_tag; t++) S->pp_send[t] = -1;
+    for (S->pp_cap = 16; S->pp_cap < 2 * npp + 2; S->pp_cap *= 2) {}
+    S->pp_key = xcalloc(S->pp_cap, sizeof(int64_t));
+    S->pp_end = xcalloc(S->pp_cap, sizeof(double));
+    for (size_t i = 0; i < S->pp_cap; i++) S->pp_key[i] = -1, S->pp_end[i] = -1;
     S->carr = xcalloc(16, sizeof(double *));
     S->cap_k = xcalloc(16, sizeof(int));
 }
@@ -223,7 +240,7 @@ static void sim_free(Sim *S) {
     for (int st = 0; st < P; st++) free(S->rec[st]), free(S->rec_node[st]), free(S->blocked[st]), free(S->ccount[st]), free(S->cnode_k[st]);
     for (int gI = 0; gI < 16; gI++) free(S->carr[gI]);
     free(S->list), free(S->nlist), free(S->ptr), free(S->clock), free(S->rec), free(S->rec_node), free(S->nev), free(S->blocked);
-    free(S->ccount), free(S->cnode_k), free(S->cgroup), free(S->pp_send), free(S->carr), free(S->cap_k);
+    free(S->ccount), free(S->cnode_k), free(S->cgroup), free(S->pp_key), free(S->pp_end), free(S->carr), free(S->cap_k);
 }
 
 /* The arrival slot of collective k of group gi (grown as needed). */
@@ -276,8 +293,9 @@ static double try_node(Sim *S, int st, int i, double t) {
     }
     if (n->op == OP_recv) {
         double sent;
-        if (over_pp(m, n)) {
-            sent = S->pp_send[ir_attr_i(n, "tag", 0)];
+        if (over_pp(m, n)) { /* from the stage (i + peer) mod p */
+            int P = m->nstages, from = (int)(((st + ir_attr_i(n, "peer", 0)) % P + P) % P);
+            sent = S->pp_end[pp_slot(S, from, st, ir_attr_i(n, "tag", 0))];
         } else {
             int q = ir_p2p_peer(g, i);
             sent = q < 0 ? t : S->s->end[st][q];
@@ -287,7 +305,10 @@ static double try_node(Sim *S, int st, int i, double t) {
         return (sent > t ? sent : t) + d;
     }
     if (n->op == OP_send) {
-        if (over_pp(m, n)) S->pp_send[ir_attr_i(n, "tag", 0)] = t + d;
+        if (over_pp(m, n)) {
+            int P = m->nstages, to = (int)(((st + ir_attr_i(n, "peer", 0)) % P + P) % P);
+            S->pp_end[pp_slot(S, st, to, ir_attr_i(n, "tag", 0))] = t + d;
+        }
         return t + d;
     }
     if ((ir_ops[n->op].flags & F_COMM) && over_pp(m, n)) return pp_collective(S, st, i, t, d);
@@ -395,8 +416,11 @@ int cost_simulate(const Module *m, const Profile *p, double *const *dur, CostSim
         own = xcalloc((size_t)P, sizeof(double *));
         for (int st = 0; st < P; st++) {
             const Graph *g = m->stages[st];
+            MemLive L;
+            ir_live_build(g, &L);
             own[st] = xcalloc((size_t)g->nnodes + 1, sizeof(double));
-            for (int i = 0; i < g->nnodes; i++) own[st][i] = cost_node_seconds(p, g, &g->nodes[i]);
+            for (int i = 0; i < g->nnodes; i++) own[st][i] = node_seconds(p, g, &g->nodes[i], L.root);
+            ir_live_free(&L);
         }
         dur = own;
     }

@@ -24,7 +24,9 @@
  *   offload/reload  bytes / d2h_bw or h2d_bw
  *   record, wait, sources but const/iota, output, views: 0
  *   the rest      bytes read and written / mem_bw + launch (a fused group
- *                 pays one launch: its first member)  */
+ *                 pays one launch: its first member; cost_simulate also
+ *                 leaves out the values internal to a group, which never
+ *                 reach memory)  */
 double cost_node_seconds(const Profile *p, const Graph *g, const Node *n);
 
 /* One pipeline rank's (stage's) step, split (they sum to CostSim.step):

@@ -34,7 +34,9 @@
  *                bucket each (schedule.c hoists them so), the optimizer's
  *                compute scales with the stage's share of the parameters
  *                over dp·cp (zero 1).
- *   memory       params and gradients scale with the stage's parameters,
+ *   memory       params and gradients scale with the stage's parameters
+ *                (the layers', plus the embedding's on the first stage and
+ *                the head's on the last: a tied one on both),
  *                the optimizer state with them over dp·cp; activations are
  *                the probe's per-layer saved bytes times the layers of a
  *                chunk (the saved bytes outside the layers on the last
@@ -44,6 +46,10 @@
  *                (its activation peak less what it saves).  --offload all
  *                keeps two (chunk, micro-batch) pairs' saved bytes on the
  *                device and adds the copies' time they cannot hide.
+ *                Without a pipeline the probe is compiled again at two and
+ *                three layers and its memory extended along that line
+ *                (exact where memory grows linearly with layers, whatever
+ *                sets the peak), the optimizer state over dp·cp.
  *
  * tests/t_tune.sh checks the fast path against the full one on small
  * configurations (kiln tune --check), and docs/tune.md reports both.
@@ -78,6 +84,10 @@ struct TuneProbe {
     double pg_act;                       /* params and grads in the activation arena (zero 1, dp > 1) */
     double transient1;                   /* the transient of the same probe at one micro-batch (no gradient
                                           * accumulation buffers); < 0 until a candidate with m 1 asks */
+    /* without a pipeline: memory measured at 2 and 3 layers, [m > 1], the
+     * optimizer state apart (it shards over dp·cp); filled when asked */
+    int lin_done[2];
+    double lin_rest[2][2], lin_opt[2][2];
 };
 
 /* ---- building programs ---- */
@@ -237,6 +247,36 @@ static TuneProbe *probe(Tune *T, const TuneCand *c, int b, char *err, size_t err
     return P;
 }
 
+/* The probe's memory at nl layers (m micro-batches, pp 1): all but the
+ * optimizer state into *rest, that into *opt. */
+static void probe_memory(Tune *T, const TuneProbe *P, const TuneCand *c, int nl, int m, double *rest, double *opt) {
+    double t0 = cmd_now();
+    TuneCand one = *c;
+    one.dp = P->dp, one.pp = 1, one.offload = 0;
+    Module *mod = build(T, &one, nl, m * P->b * P->dp, m, 1);
+    const Graph *g = mod->stages[0];
+    *opt = (double)memplan_stage_peak(g, SPACE_OPT);
+    *rest = (double)(memplan_stage_peak(g, SPACE_PARAMS) + memplan_stage_peak(g, SPACE_GRADS) + memplan_stage_peak(g, SPACE_ACT));
+    ir_free(mod);
+    T->probe_seconds += cmd_now() - t0;
+}
+
+/* Without a pipeline the rank's memory is the probe's, extended from 2 to
+ * L layers along the line through the probe's memory at 2 and 3 layers
+ * (whatever sets its peak: the forward's gathered parameters, the
+ * backward's gradients), the optimizer state over the candidate's dp·cp. */
+static double memory_no_pp(Tune *T, TuneProbe *P, const TuneCand *c) {
+    int k = c->m > 1, L = T->layers;
+    if (P->nl < 2) return -1;
+    if (!P->lin_done[k]) {
+        for (int i = 0; i < 2; i++) probe_memory(T, P, c, 2 + i, k ? 2 : 1, &P->lin_rest[k][i], &P->lin_opt[k][i]);
+        P->lin_done[k] = 1;
+    }
+    double rest = P->lin_rest[k][0] + (L - 2) * (P->lin_rest[k][1] - P->lin_rest[k][0]);
+    double opt = P->lin_opt[k][0] + (L - 2) * (P->lin_opt[k][1] - P->lin_opt[k][0]);
+    return rest + opt * P->dp * P->cp / (c->dp * c->cp);
+}
+
 /* The transient activation bytes at one micro-batch (candidates with m 1):
  * the probe compiled again with one micro-batch, for its memory only. */
 static double transient_one(Tune *T, TuneProbe *P, const TuneCand *c) {
@@ -385,9 +425,9 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
             f1 += C.cost[KF][ch], bl += C.cost[KB][ch] + C.cost[KW][ch];
             act += C.saved[ch] / C.pl.v; /* the in-flight pairs spread over the rank's chunks */
         }
-        double extra = (P->pcount - P->nl * P->pcount_layer) / 2; /* embedding and head: half a stage each */
-        pc = nr * P->pcount_layer + (first ? extra : 0) + (last ? extra : 0);
-        if (p == 1) pc = nr * P->pcount_layer + 2 * extra;
+        /* the embedding's parameters on the first stage, the head's on the last (a tied one on both) */
+        pc = nr * P->pcount_layer + (first ? T->p_pre : 0) + (last ? T->p_post : 0);
+        if (p == 1) pc = P->pcount - P->nl * P->pcount_layer + nr * P->pcount_layer;
         double ratio = pc / P->pcount;
         fl = c->m * (nr * P->fl_layer + (first ? P->fl_extra / 2 : 0) + (last ? P->fl_extra / 2 : 0));
         flops += fl;
@@ -404,8 +444,13 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
         worst = fmax(worst, total);
         double keep = p == 1 ? C.saved[0] : saved_peak(&C, r);
         if (c->offload && p > 1 && r < p - 1) keep = fmin(keep, 2 * act); /* the pair computing and the one reloading */
-        double tr = c->m == 1 ? transient_one(T, P, c) : P->transient;
-        double m_r = (P->sp + P->sg + P->pg_act) * ratio + P->so * P->dp * P->cp * ratio / g + tr + keep;
+        double m_r;
+        if (p == 1 && !c->offload && (m_r = memory_no_pp(T, P, c)) >= 0) {
+            /* measured at 2 and 3 layers, extended (exact where memory is linear in layers) */
+        } else {
+            double tr = c->m == 1 ? transient_one(T, P, c) : P->transient;
+            m_r = (P->sp + P->sg + P->pg_act) * ratio + P->so * P->dp * P->cp * ratio / g + tr + keep;
+        }
         mem = fmax(mem, m_r);
         if (r == 0) h0 = head, t0 = tail_x, oc0 = optc;
     }
@@ -468,6 +513,21 @@ void tune_init(Tune *T, const char *model, KeyVal *sets, int nsets, const Profil
             T->seq = (int)g->vals[nd->out[0]].t.dim[1];
         }
         if (nd->op == OP_attention && !T->heads) T->heads = (int)g->vals[nd->in[0]].t.dim[1], T->kv_heads = (int)g->vals[nd->in[1]].t.dim[1];
+    }
+    /* the parameters outside the layers: read before the first layer's node, after the last's, or both */
+    int lo = g->nnodes, hi = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].layer >= 0) lo = i < lo ? i : lo, hi = i;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *nd = &g->nodes[i];
+        if (nd->op != OP_param || nd->layer >= 0) continue;
+        int pre = 0, post = 0;
+        for (int j = 0; j < g->nnodes; j++)
+            for (int k = 0; k < g->nodes[j].nin; k++)
+                if (g->nodes[j].in[k] == nd->out[0]) pre |= j < lo, post |= j > hi;
+        double e = (double)ir_numel(&g->vals[nd->out[0]].t);
+        if (pre || !post) T->p_pre += e;
+        if (post) T->p_post += e;
     }
     ir_free(m);
     free(s);

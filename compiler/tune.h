@@ -37,6 +37,10 @@ typedef struct {
     int gpus, bf16;
     double memory;  /* bytes per device */
     int batch, seq, layers, heads, kv_heads;
+    /* parameters (elements) outside the layers read before them (the
+     * embedding: the first stage's) and after them (the head: the last
+     * stage's); a tied one counts in both */
+    double p_pre, p_post;
     /* the probes, cached by key */
     TuneProbe *probes;
     int nprobes, capprobes;

@@ -4,9 +4,7 @@
 # tune --check) on small configurations: step within 7%, memory within 11%
 # (what the composition leaves today: the data-parallel collectives' and
 # the buffers' overlap taken from formulas, not from the program; measured
-# worst 6.4% and 10.8%), and for Llama, whose memory peak sits in the
-# forward before the gradients exist (the composition adds them: +36%
-# today, docs/tune.md), the step only; the table is ranked by the
+# worst 5.8% and 8.8%); the table is ranked by the
 # predicted step; the best's `kiln compile` command compiles; memory
 # pruning, tp's note and bad flags.
 . "$(dirname "$0")/lib.sh"
@@ -27,7 +25,7 @@ G="models/gpt2.lua --set layers=4 --set dim=128 --set heads=4"
 run_check "dp, cp, recompute, 4 ranks" 1 $G --gpus 4 --global-batch 8 --seq 256 --pp 1
 run_check "pp 2: every schedule" 1 $G --gpus 2 --global-batch 8 --seq 256 --pp 2
 run_check "pp 2 x dp 2, 1f1b" 1 $G --gpus 4 --global-batch 8 --seq 256 --pp 2 --pp-schedule 1f1b
-run_check "llama, cp 2" 0 models/llama.lua --set layers=4 --gpus 4 --global-batch 4 --seq 256 --cp 2
+run_check "llama, cp 2" 1 models/llama.lua --set layers=4 --gpus 4 --global-batch 4 --seq 256 --cp 2
 
 out=$("$K" tune $G --gpus 4 --global-batch 8 --seq 256 --device cpu --top 50 2>&1)
 printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 15 {print $14}' > "$tmp/steps"
@@ -47,6 +45,15 @@ fits=$(printf '%s\n' "$out" | sed -n 's/.*: \([0-9]*\) fit, \([0-9]*\) do not fi
 check "a budget between prunes some and keeps some ($fits)" "set -- $fits; [ \"\$1\" -gt 0 ] && [ \"\$2\" -gt 0 ]"
 mem_ok=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 15 && $NF > 0.3 {bad=1} END{print bad+0}')
 check "every kept row fits the budget" "[ $mem_ok = 0 ]"
+
+# kiln plan --device-profile: the predicted step, and per stage a split that adds up to it
+"$K" plan $G --set batch=8 --set seq=256 --pp 2 --micro-batches 4 --dp 2 --device-profile cpu > "$tmp/pplan.txt" 2>&1
+say $? "kiln plan --pp 2 --dp 2 --device-profile cpu runs"
+step=$(sed -n 's/^predicted step \([0-9.]*\) ms on cpu, MFU [0-9.]*%.*/\1/p' "$tmp/pplan.txt")
+rows=$(awk -v s="$step" '/^  stage  compute ms/{on=1; next} on && $1 ~ /^[0-9]+$/ {n++; d = $2 + $3 + $4 + $5 - s; if (d < 0) d = -d; if (d > 0.002 || $6 != s) bad = 1} END{print (bad ? "bad" : n + 0)}' "$tmp/pplan.txt")
+check "its 2 stages' compute + comm + bubble + copy = the step $step ms" "[ -n '$step' ] && [ '$rows' = 2 ]"
+"$K" plan $G --set batch=8 --set seq=256 > "$tmp/noprof.txt" 2>&1
+check "without --device-profile kiln plan predicts nothing" "! grep -q '^predicted step' '$tmp/noprof.txt'"
 
 bad() { # DESCRIPTION WANT ARGS...
     local d=$1 want=$2

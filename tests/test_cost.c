@@ -26,7 +26,9 @@
  *                              latency 0 still equal, else never less.
  *   a deadlock                 a wait with no record is one line naming it.
  *   node times                 a GEMM, attention, an elementwise node and an
- *                              all-reduce against the profile's formulas.
+ *                              all-reduce against the profile's formulas;
+ *                              a fused group of two: its input and last
+ *                              output once, one launch.
  * Each rank's split (compute + comm + bubble + copy) must add up to the
  * step.
  */
@@ -314,10 +316,40 @@ static void test_node_seconds(void **state) {
     prog_free(&P);
 }
 
+/* A fused group of two elementwise nodes moves its input and its last
+ * output once, pays one launch: the value between them never reaches memory. */
+static void test_fused_group(void **state) {
+    (void)state;
+    Profile p;
+    char err[512];
+    if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
+    Prog P = prog_new(1);
+    Graph *g = P.m->stages[0];
+    Type t = {.dt = DT_F32, .rank = 1, .dim = {1024}};
+    Attr nm = ir_attr_str(P.m, "name", "x");
+    NodeSpec sx = ir_spec(OP_input, (Loc){ir_intern(P.m, "t.lua"), 1});
+    sx.nattr = 1, sx.attr = &nm, sx.src_type = &t;
+    int x = ir_out(g, ir_add_node(g, &sx, err, sizeof err));
+    Attr k = ir_attr_int(P.m, "kernel", 1);
+    int a = add(&P, 0, OP_neg, 0, 0, 1, &x, 1, &k);
+    int av = ir_out(g, a);
+    int b = add(&P, 0, OP_exp, 0, 0, 1, &av, 1, &k);
+    int bv = ir_out(g, b);
+    Attr on = ir_attr_str(P.m, "name", "y");
+    add(&P, 0, OP_output, 0, 0, 1, &bv, 1, &on);
+    for (int i = 0; i < g->nnodes; i++) g->nodes[i].pos = i;
+    CostSim s;
+    if (cost_simulate(P.m, &p, NULL, &s, err, sizeof err)) fail_msg("%s", err);
+    NEAR(s.end[0][b], 2 * 4096.0 / p.mem_bw + p.launch_s);
+    NEAR(s.step, 2 * 4096.0 / p.mem_bw + p.launch_s);
+    cost_sim_free(&s);
+    prog_free(&P);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_streams), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
-        cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds),
+        cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds), cmocka_unit_test(test_fused_group),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,8 +14,10 @@
  * and what measures them:
  *
  *   peak_flops_f32, gemm_eff  rtk_gemm (OpenBLAS sgemm) on square sizes
- *                             128..1024 (--quick: 64..256): the best rate is
- *                             the peak, each size's rate over it the table;
+ *                             128..1024 (--quick: 64..256), round by round
+ *                             (9 rounds, each size once a round), each
+ *                             size's median: the best size's rate is the
+ *                             peak, each size's over it the table;
  *   peak_flops_bf16           = f32 (the CPU target computes in f32);
  *   launch_overhead_s         the runtime's cost of one more kernel in a step:
  *                             a step of 256 4×4×4 rtk_gemms less a step of
@@ -119,10 +121,14 @@ static double gemm_seconds(rt_ctx *ctx, int n, int reps) {
     return t;
 }
 
+/* The GEMM sizes are measured round by round, one timing of each size a
+ * round (a step of `launches` GEMMs, long enough to time), so that the
+ * machine's load changes hit every size alike, then each size's median. */
 static void measure_gemm(Cal *C, rt_ctx *ctx) {
     static const int full[] = {128, 256, 512, 1024}, quick[] = {64, 128, 256};
-    const int *sz = C->quick ? quick : full;
-    int n = C->quick ? 3 : 4;
+    static const int lfull[] = {64, 16, 4, 1}, lquick[] = {4, 2, 1};
+    const int *sz = C->quick ? quick : full, *ln = C->quick ? lquick : lfull;
+    int n = C->quick ? 3 : 4, rounds = C->quick ? 3 : 9;
     /* the cost of one more kernel in a step: a step of 256 tiny GEMMs less a
      * step of one, over 255 (the step's own start and end cancel) */
     double one = gemm_seconds(ctx, 4, C->quick ? 20 : 100);
@@ -130,10 +136,18 @@ static void measure_gemm(Cal *C, rt_ctx *ctx) {
     double many = gemm_seconds(ctx, 4, C->quick ? 5 : 20);
     cur_launches = 1;
     C->launch = fmax(1e-9, (many - one) / 255);
+    double t[4][16];
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < n; i++) {
+            cur_launches = ln[i];
+            t[i][r] = gemm_seconds(ctx, sz[i], 1) / ln[i];
+            cur_launches = 1;
+        }
     C->peak = 0;
     for (int i = 0; i < n; i++) {
-        double mnk = (double)sz[i] * sz[i] * sz[i], t = gemm_seconds(ctx, sz[i], C->quick ? 3 : (sz[i] >= 1024 ? 5 : 20));
-        double rate = 2 * mnk / (t - C->launch > t / 2 ? t - C->launch : t); /* the fixed cost is the launch field's */
+        qsort(t[i], (size_t)rounds, sizeof(double), cmp_d);
+        double mnk = (double)sz[i] * sz[i] * sz[i], ti = t[i][rounds / 2];
+        double rate = 2 * mnk / (ti - C->launch > ti / 2 ? ti - C->launch : ti); /* the fixed cost is the launch field's */
         C->gemm_mnk[i] = mnk, C->gemm_rate[i] = rate;
         if (rate > C->peak) C->peak = rate;
     }

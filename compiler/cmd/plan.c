@@ -13,6 +13,11 @@
  *       per layer (docs/recompute.md).  selective never saves more than
  *       none (recompute.c takes an attention only where that saves bytes).
  *
+ *   kiln plan MODEL --device-profile P
+ *       after the report, the cost model's prediction (cost.c, docs/tune.md):
+ *       the step, MFU, per stage compute / exposed comm / bubble / exposed
+ *       copies and memory, and stage 0's compute time by op.
+ *
  *   kiln plan MODEL --pp N [--vpp V --pp-schedule S --micro-batches M]
  *       after the memory report, the pipeline section (plan_pp.c): per
  *       stage memory and in-flight bound, the bubble from the ops' costs
@@ -110,12 +115,14 @@ static void plan_recompute_table(Args *a) {
 
 /* ---- kiln plan ---- */
 
-/* The cost model's prediction (cost.h) on --device-profile, default cpu. */
+/* The cost model's prediction (cost.h) on --device-profile (none given:
+ * no prediction; the report stays the memory plan's). */
 static void plan_cost_report(const Args *a, const Module *m) {
     Profile p;
     CostSim s;
     char err[1200];
-    if (profile_load(&p, a->o.device_profile ? a->o.device_profile : "cpu", err, sizeof err) != 0) die("--device-profile: %s", err);
+    if (!a->o.device_profile) return;
+    if (profile_load(&p, a->o.device_profile, err, sizeof err) != 0) die("--device-profile: %s", err);
     if (cost_simulate(m, &p, NULL, &s, err, sizeof err) != 0) die("plan: cost model: %s", err);
     cost_report(m, &p, &s, stdout);
     cost_sim_free(&s);
