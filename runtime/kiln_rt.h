@@ -50,7 +50,7 @@
 
 /* 11: rt_program gained stage, nstages and stages (pipeline parallelism:
  * one table per pipeline stage, all reachable from kiln_program). */
-#define RT_ABI_VERSION 11
+#define RT_ABI_VERSION 12
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -97,6 +97,12 @@ typedef struct {
      * the param's own (checkpoint) name, exactly as a stored param. */
     int bucket;
     const char *prefix;
+    /* Params split over tensor parallelism (issue 20): tp_split = d + 1 when
+     * this rank holds group-rank i's piece of dim d (0: not split); the dim
+     * is tp_blocks blocks (0 or 1: one), each cut into the tp pieces, so a
+     * rank holds its piece of every block (a fused QKV).  rt_init_params
+     * draws the logical tensor's values for exactly those elements. */
+    int tp_split, tp_blocks;
 } rt_tensor;
 
 /* Mesh axes as group masks (the IR's ir_group_mask: "dp" = RT_AXIS_DP,

@@ -117,9 +117,6 @@ bad "param wte.weight: dim 1 of size 255 is not divisible by --tp 2" models/tiny
 bad "is not divisible by --tp 3" models/tiny.lua --tp 3
 bad "--tp: expected at least 1" models/tiny.lua --tp 0
 bad "--sp: sequence parallelism splits over the tensor-parallel ranks; it needs --tp > 1" models/tiny.lua --sp
-out=$("$K" compile models/tiny.lua --tp 2 -o "$tmp/tp2" 2>&1); rc=$?
-if [ $rc != 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [[ "$out" == *"the trainers do not run tensor parallel yet"* ]]; then ok "compile --tp 2 refused in one line: $out"
-else notok "compile --tp 2: rc=$rc $out"; fi
 cat > "$tmp/badtp.lua" <<'LUA'
 local x = input("x", {2, 4}, "f32")
 local w = param("w", {4, 4}, normal(0.02), {tp = 3})
