@@ -30,6 +30,11 @@ check $(llama 8 4) --tp 2 --zero 0   # kv_heads > tp
 check $(llama 8 4) --tp 4            # kv_heads = tp
 check $(llama 8 8) --tp 4 --zero 0   # MHA, kv_heads > tp
 check $(llama 4 2) --tp 2 --weight-decay 0.1
+# the GPU's bf16 step (run in f64, casts exact): the vocab-parallel masks
+# and one-hots are built in f32 from i32 constants and cast to the
+# activations' dtype ({working=1} casts the precision pass makes bf16)
+check models/tiny.lua --tp 2 --precision bf16
+check $(llama 8 4) --tp 2 --no-sp --precision bf16
 # tp with the other axes: dp, cp (ring and all-gather attention over the
 # rank's heads), pp (each stage's tp group)
 check models/tiny.lua --tp 2 --dp 2
