@@ -37,6 +37,17 @@
  * op an impossible layout (a norm over a split dim) is an error at the
  * model's line.  The annotation is checked by the DSL (dim in range) and by
  * this file (divisible by tp; heads and kv heads divisible by tp).
+ *
+ * Sequence parallelism (--sp, Korthikanti et al. 2022; the default with
+ * tp > 1) changes only how parallelize.c resolves a refused layout: a
+ * partial sum over tp is reduce-scattered on the sequence (dim 1 of
+ * [B,T,C]) instead of all-reduced, so the norms and residual adds between
+ * the pairs run on T/tp tokens, and a sequence-split value that an op
+ * cannot take (a column-parallel GEMM, a reshape, an embedding's backward)
+ * is all-gathered.  Which splits are on the sequence is tracked per value
+ * (`seqtp`: made by a reduce-scatter, or computed from such values), never
+ * guessed from a shape.  Norm gains then see T/tp tokens: their gradients
+ * are partial sums over tp, all-reduced with the outputs.
  */
 #include "tp.h"
 
