@@ -98,6 +98,14 @@ out=$("$K" check $(llama 8 4) --tp 2 --test-tp-bug norm-grad 2>&1)
 if [[ "$out" == *" mismatched"* ]] && [[ "$out" != *", 0 mismatched"* ]]; then ok "planted norm-grad (a norm gain's gradient not reduced over tp under sp) fails the check: ${out##*, }"
 else notok "planted norm-grad not caught: $out"; fi
 
+# kiln plan --tp: the elements each rank sends per layer in forward = the formula
+for args in "models/tiny.lua --tp 2" "models/tiny.lua --tp 2 --no-sp" "models/tiny.lua --tp 2 --dp 2 --micro-batches 2" "$(llama 8 4) --tp 4"; do
+    line=$("$K" plan $args 2>&1 | grep 'activations sent per rank per layer')
+    read -r sent formula < <(printf '%s\n' "$line" | sed -n 's/.*forward \([0-9]*\) elements (formula .* = \([0-9]*\)).*/\1 \2/p')
+    if [ -n "$sent" ] && [ "$sent" = "$formula" ]; then ok "plan ${args##*lua }: tp activations sent per layer, forward = formula ($sent)"
+    else notok "plan $args: '$line'"; fi
+done
+
 # planted bugs: backward without the all-reduce of the input gradient; the
 # vocab-parallel loss shifted by each rank's own max (not the row's)
 out=$("$K" check models/tiny.lua --tp 2 --test-tp-bug xent-max 2>&1)
