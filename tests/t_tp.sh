@@ -45,7 +45,7 @@ check $(llama 8 2) --tp 2 --cp 2 --cp-comm allgather --zero 0
 check models/tiny.lua --tp 2 --pp 2 --micro-batches 2
 check $(llama 8 4) --tp 2 --pp 2 --micro-batches 4 --pp-schedule interleaved --vpp 2 --set layers=4
 check $(llama 8 4) --tp 2 --dp 2 --cp 2 --cp-comm p2p
-# an unannotated model (no {tp} on any param) runs replicated on the tp ranks
+# unannotated layers (keybias.lua's attention: plain nn.linear) run replicated on the tp ranks
 check tests/models/keybias.lua --tp 2
 
 # Megatron's collectives, per layer: forward all-reduces after attention-out
