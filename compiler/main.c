@@ -388,8 +388,6 @@ static void check_args(Args *a) {
     if (a->o.cp < 1) die("--cp: expected at least 1");
     if (a->o.tp < 1) die("--tp: expected at least 1");
     if (a->o.sp == 1 && a->o.tp == 1) die("--sp: sequence parallelism splits over the tensor-parallel ranks; it needs --tp > 1");
-    if (a->o.tp > 1 && (strcmp(a->cmd, "compile") == 0 || (strcmp(a->cmd, "run") == 0 && !a->interp)))
-        die("--tp %d: the trainers do not run tensor parallel yet (their param init and checkpoints know no tp shards); kiln check and dump do", a->o.tp);
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
     if (a->o.pp < 1) die("--pp: expected at least 1");
     if (a->o.vpp < 0) die("--vpp: expected at least 1");

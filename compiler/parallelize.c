@@ -1,5 +1,5 @@
-/* parallelize.c — the step of one rank: data parallel, micro-batches and
- * context parallel.
+/* parallelize.c — the step of one rank: data parallel, micro-batches,
+ * context parallel and tensor parallel.
  *
  * Autodiff leaves the training step of the whole global batch on one
  * device: inputs [B, T, ...], the loss a mean over every token, gradients of
@@ -13,6 +13,12 @@
  *     sequence cut into 2cp chunks, rank r holding chunks r and 2cp-1-r,
  *     so every rank has the same share of causal attention work), or in
  *     contiguous pieces with --cp-layout contiguous.
+ * A third axis cuts the weights: tensor parallelism (tp.c, issue 20), whose
+ * propagation starts from params annotated {tp = dim} rather than from the
+ * inputs (Megatron's column/row pairs, heads, the vocabulary), and whose
+ * partial sums are reduced where an op refuses them (all-reduced, or with
+ * sequence parallelism reduce-scattered on the sequence; a sequence split
+ * all-gathered before a GEMM that needs the whole input: `tp_resolve`).
  *
  * It works by sharding propagation, the way GSPMD and Megatron reason about
  * tensor layouts, once per axis.  Every value of the global graph gets a

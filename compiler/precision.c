@@ -253,6 +253,9 @@ static void rewrite_node(Pc *P, const Node *n) {
     int nattr = n->nattr;
     Attr *attr = xcalloc((size_t)nattr + 1, sizeof(Attr));
     for (int a = 0; a < n->nattr; a++) attr[a] = n->attr[a];
+    if (n->op == OP_cast && ir_attr_i(n, "working", 0) && working(n)) /* tp.c's cast to the activations' dtype (issue 20) */
+        for (int a = 0; a < n->nattr; a++)
+            if (strcmp(attr[a].key, "dtype") == 0) attr[a] = ir_attr_str(P->b.g->m, "dtype", "bf16");
     if (P->grad[i] && !srcp) attr[nattr++] = grad_attr(P, n);
     int j = copy_node(P, n, in, nattr, attr, srcp);
     for (int k = 0; k < n->nout; k++) P->map[n->out[k]] = P->b.g->nodes[j].out[k];

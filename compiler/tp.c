@@ -37,6 +37,17 @@
  * op an impossible layout (a norm over a split dim) is an error at the
  * model's line.  The annotation is checked by the DSL (dim in range) and by
  * this file (divisible by tp; heads and kv heads divisible by tp).
+ *
+ * Sequence parallelism (--sp, Korthikanti et al. 2022; the default with
+ * tp > 1) changes only how parallelize.c resolves a refused layout: a
+ * partial sum over tp is reduce-scattered on the sequence (dim 1 of
+ * [B,T,C]) instead of all-reduced, so the norms and residual adds between
+ * the pairs run on T/tp tokens, and a sequence-split value that an op
+ * cannot take (a column-parallel GEMM, a reshape, an embedding's backward)
+ * is all-gathered.  Which splits are on the sequence is tracked per value
+ * (`seqtp`: made by a reduce-scatter, or computed from such values), never
+ * guessed from a shape.  Norm gains then see T/tp tokens: their gradients
+ * are partial sums over tp, all-reduced with the outputs.
  */
 #include "tp.h"
 
@@ -86,16 +97,24 @@ int tp_allreduce(Module *m, Builder *b, int x) {
 
 static const Type *ty(TpRank *t, int v) { return &t->b->g->vals[v].t; }
 
-static int cst(TpRank *t, const Type *like, DType dt, double v) {
-    Type c = *like;
-    c.dt = dt;
-    Attr a = ir_attr_float(t->m, "v", v);
-    return ir_out(t->b->g, ir_build(t->b, OP_const, 0, NULL, 1, &a, &c));
-}
 static int cast_to(TpRank *t, int x, DType dt) {
     if (ty(t, x)->dt == dt) return x;
     Attr a = ir_attr_str(t->m, "dtype", ir_dtype_names[dt]);
     return ir_build1(t->b, OP_cast, x, 1, &a);
+}
+/* A constant of integer value v as f32: an i32 const cast, so that the
+ * precision pass (which makes float consts bf16) leaves it exact. */
+static int cst(TpRank *t, const Type *like, DType dt, double v) {
+    Type c = *like;
+    c.dt = DT_I32;
+    Attr a = ir_attr_float(t->m, "v", v);
+    return cast_to(t, ir_out(t->b->g, ir_build(t->b, OP_const, 0, NULL, 1, &a, &c)), dt);
+}
+/* x (an exact 0/1 mask, or dlogits) in the activations' dtype: a cast
+ * {working=1}, f32 here, which the precision pass makes bf16. */
+static int working(TpRank *t, int x) {
+    Attr a[2] = {ir_attr_str(t->m, "dtype", "f32"), ir_attr_int(t->m, "working", 1)};
+    return ir_build1(t->b, OP_cast, x, 2, a);
 }
 static int reshape_to(TpRank *t, int x, const int64_t *dim, int rank) {
     Attr a = ir_attr_ints(t->m, "shape", dim, rank);
@@ -151,12 +170,12 @@ static int local_ids(TpRank *t, int ids, int64_t vl, int *mask) {
 int tp_embedding(TpRank *t, int table, int ids) {
     int mask, loc = local_ids(t, ids, ty(t, table)->dim[0], &mask);
     int y = ir_build2(t->b, OP_embedding, table, loc);
-    return ir_build2(t->b, OP_mul, y, cast_to(t, rows_to(t, mask, ty(t, y)), ty(t, y)->dt));
+    return ir_build2(t->b, OP_mul, y, working(t, rows_to(t, mask, ty(t, y))));
 }
 
 int tp_embedding_bwd(TpRank *t, int dy, int ids, int64_t vlocal) {
     int mask, loc = local_ids(t, ids, vlocal, &mask);
-    int g = ir_build2(t->b, OP_mul, dy, cast_to(t, rows_to(t, mask, ty(t, dy)), ty(t, dy)->dt));
+    int g = ir_build2(t->b, OP_mul, dy, working(t, rows_to(t, mask, ty(t, dy))));
     Attr v = ir_attr_int(t->m, "v", vlocal);
     int in[2] = {g, loc};
     return ir_out(t->b->g, ir_build(t->b, OP_embedding_bwd, 2, in, 1, &v, NULL));
@@ -184,5 +203,5 @@ int tp_cross_entropy_bwd(TpRank *t, int dl, int logits, int targets, int lse) {
     Type xt = *ty(t, x);
     int p = ir_build1(t->b, OP_exp, ir_build2(t->b, OP_sub, x, rows_to(t, lse, &xt)), 0, NULL);
     int d = ir_build2(t->b, OP_mul, rows_to(t, cast_to(t, dl, DT_F32), &xt), ir_build2(t->b, OP_sub, p, onehot(t, targets, &xt)));
-    return cast_to(t, d, ty(t, logits)->dt);
+    return working(t, d);
 }

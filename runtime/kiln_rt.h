@@ -52,8 +52,9 @@
  * one table per pipeline stage, all reachable from kiln_program).
  * 12: the host space RT_SPACE_HOST (activation offload, issue 19):
  * space_bytes has RT_NSPACES = 5 entries.
- * 13: rtk_recv_start and rtk_recv_done (a receive posted early). */
-#define RT_ABI_VERSION 13
+ * 13: rtk_recv_start and rtk_recv_done (a receive posted early).
+ * 14: rt_tensor gained tp_split and tp_blocks (tensor parallelism). */
+#define RT_ABI_VERSION 14
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -103,6 +104,12 @@ typedef struct {
      * the param's own (checkpoint) name, exactly as a stored param. */
     int bucket;
     const char *prefix;
+    /* Params split over tensor parallelism (issue 20): tp_split = d + 1 when
+     * this rank holds group-rank i's piece of dim d (0: not split); the dim
+     * is tp_blocks blocks (0 or 1: one), each cut into the tp pieces, so a
+     * rank holds its piece of every block (a fused QKV).  rt_init_params
+     * draws the logical tensor's values for exactly those elements. */
+    int tp_split, tp_blocks;
 } rt_tensor;
 
 /* Mesh axes as group masks (the IR's ir_group_mask: "dp" = RT_AXIS_DP,

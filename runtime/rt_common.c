@@ -245,6 +245,25 @@ static void normal_blocks(void *data, int64_t b0, int64_t b1) {
     rng_normal_f32(j->dst + i0, j->first + i0, i1 - i0, j->stream, j->std);
 }
 
+/* Elements first .. first+n of this rank's piece of a param split over tp
+ * (tp_split, tp_blocks): each run of elements contiguous in the logical
+ * tensor drawn at its logical position, so the piece holds exactly its
+ * part of the unsplit param's init. */
+static void init_tp_piece(rt_ctx *c, const rt_tensor *t, void *dst, int64_t first, int64_t n, uint64_t seed) {
+    int d = t->tp_split - 1, tp = rt_group_size(c, RT_AXIS_TP), r = rt_group_rank(c, RT_AXIS_TP);
+    int64_t blocks = t->tp_blocks > 1 ? t->tp_blocks : 1, inner = 1, bl = t->dim[d] / blocks; /* local block length */
+    for (int k = d + 1; k < t->rank; k++) inner *= t->dim[k];
+    int64_t run = bl * inner; /* elements of one local block row: contiguous in both */
+    uint64_t stream = rng_stream(t->name, seed);
+    for (int64_t i = first; i < first + n;) {
+        int64_t row = i / run, off = i % run, len = run - off < first + n - i ? run - off : first + n - i;
+        int64_t outer = row / blocks, b = row % blocks; /* row = outer index x blocks + block */
+        int64_t g = ((outer * blocks + b) * tp + r) * run + off; /* the logical element */
+        rng_normal_f32((float *)dst + (i - first), g, len, stream, t->std);
+        i += len;
+    }
+}
+
 /* Elements first .. first+n of param t's init (row-major) into dst: the
  * same values wherever they land, so a shard holds exactly its chunk of
  * the stored param's init. */
@@ -260,6 +279,8 @@ static void init_range(rt_ctx *c, const rt_tensor *t, void *dst, int64_t first, 
     }
     if (strcmp(init, "ones") == 0) {
         for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = 1.0f;
+    } else if (strcmp(init, "normal") == 0 && t->tp_split > 0) {
+        init_tp_piece(c, t, dst, first, n, seed);
     } else if (strcmp(init, "normal") == 0) {
         NormalJob j = {dst, first, n, rng_stream(t->name, seed), t->std};
         rt_parallel_for(c, (n + NORMAL_BLOCK - 1) / NORMAL_BLOCK, normal_blocks, &j);

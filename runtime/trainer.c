@@ -638,6 +638,8 @@ int rt_train_main(const rt_program *all, int argc, char **argv, int default_step
                .d = rt_group_rank(ctx, RT_AXIS_DP), .cp = rt_group_size(ctx, RT_AXIS_CP), .c = rt_group_rank(ctx, RT_AXIS_CP),
                .cp_contiguous = p->cp_contiguous != 0, .pp = rt_group_size(ctx, RT_AXIS_PP)};
     R.say = R.rank == 0;
+    if (rt_group_size(ctx, RT_AXIS_TP) > 1 && a.init) /* issue 20: --init's padded vocabularies know no tp pieces yet */
+        die("%s: --init: not yet with a tensor-parallel program (--tp %d)", p->model, rt_group_size(ctx, RT_AXIS_TP));
     if (R.cp > 1 && !R.cp_contiguous && T % 2)
         die("%s: the dual cp layout needs an even number of tokens per rank, the program has %lld", p->model, (long long)T);
     T *= R.cp; /* the global sequence */

@@ -30,6 +30,7 @@
  */
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cmd.h"
 #include "cost.h"
@@ -128,6 +129,37 @@ static void plan_cost_report(const Args *a, const Module *m) {
     cost_sim_free(&s);
 }
 
+/* Tensor parallel (issue 20): the activation elements each rank sends over
+ * tp per layer and micro-batch (ring algorithms: an all-reduce sends
+ * 2(tp-1)/tp of its tensor, an all-gather or reduce-scatter (tp-1)/tp of
+ * the whole), forward and backward, next to Megatron's formula for the
+ * forward: 4 b s h (tp-1)/tp, two all-reduces of [b,s,h] without sequence
+ * parallelism, two all-gathers and two reduce-scatters with it (the same
+ * elements).  The backward's count adds the norm gains' gradient
+ * all-reduces under sp. */
+static void report_tp(const Module *m, int micro_batches, int sp) {
+    const Graph *g = m->stages[0];
+    int tp = m->mesh[3], lo = INT_MAX, hi = INT_MIN;
+    double sent[2] = {0, 0}, b = 0, s = 0, h = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op == OP_input && !b && g->vals[n->out[0]].t.rank >= 2) /* the rank's rows: micro_batches of b */
+            b = (double)g->vals[n->out[0]].t.dim[0] / micro_batches, s = (double)g->vals[n->out[0]].t.dim[1];
+        if ((n->op == OP_layernorm || n->op == OP_rmsnorm) && n->layer >= 0 && !h) h = (double)ir_numel(&g->vals[n->in[1]].t);
+        if (!(ir_ops[n->op].flags & F_COMM) || strcmp(ir_attr_s(n, "group", ""), "tp") || n->layer < 0 || n->nin < 1) continue;
+        if (n->phase != PH_FWD && n->phase != PH_BWD) continue;
+        double in = (double)ir_numel(&g->vals[n->in[0]].t), f = (double)(tp - 1) / tp;
+        double e = n->op == OP_allreduce ? 2 * f * in : n->op == OP_allgather ? f * in * tp : n->op == OP_reducescatter ? f * in : 0;
+        sent[n->phase == PH_BWD] += e;
+        lo = n->layer < lo ? n->layer : lo, hi = n->layer > hi ? n->layer : hi;
+    }
+    printf("tensor parallel: tp %d, %s\n", tp, sp ? "sequence parallel (all-gather / reduce-scatter)" : "no sequence parallel (all-reduce)");
+    if (hi < lo) return;
+    double per = (double)(hi - lo + 1) * micro_batches;
+    printf("  activations sent per rank per layer and micro-batch: forward %.0f elements (formula 4 b s h (tp-1)/tp = %.0f), backward %.0f\n",
+           sent[0] / per, 4 * b * s * h * (tp - 1) / tp, sent[1] / per);
+}
+
 int cmd_plan(Args *a) {
     if (a->max_seq) { /* plan_offload.c */
         plan_max_seq(a);
@@ -156,6 +188,7 @@ int cmd_plan(Args *a) {
                m->mesh[2], (double)act1 / (1 << 20), act1 ? (double)act / (double)act1 : 0.0);
         ir_free(m1);
     }
+    if (m->mesh[3] > 1) report_tp(m, a->o.micro_batches > 0 ? a->o.micro_batches : 1, a->o.sp != 2);
     if (m->mesh[0] > 1) plan_pp_report(a, m);
     if (a->o.offload != 0 || a->o.offload_stages) plan_offload_report(a, m); /* plan_offload.c */
     plan_cost_report(a, m);

@@ -858,8 +858,10 @@ static LLVMValueRef tensor_entry(Em *e, const Node *nd) {
                         I32(e, v->t.rank), LLVMConstArray(e->ti64, dims, 5),
                         cstr(e, param ? ir_attr_s(nd, "init", "normal") : NULL),
                         LLVMConstReal(e->tf64, param ? ir_attr_f(nd, "std", 0.02) : 0), I32(e, bucket),
-                        cstr(e, bucket >= 0 ? ir_attr_s(nd, "prefix", NULL) : NULL)};
-    return LLVMConstNamedStruct(e->ttensor, f, 10);
+                        cstr(e, bucket >= 0 ? ir_attr_s(nd, "prefix", NULL) : NULL),
+                        I32(e, param && v->sh[3].kind == SH_SPLIT && e->g->m->mesh[3] > 1 ? v->sh[3].dim + 1 : 0),
+                        I32(e, param ? (int)ir_attr_i(nd, "tp_blocks", 1) : 1)};
+    return LLVMConstNamedStruct(e->ttensor, f, 12);
 }
 
 /* The rt_tensor array of the nodes idx[0..n); a pointer to it. */

@@ -116,8 +116,8 @@ static void init_types(Em *e) {
      * check_layout makes sure) */
     e->ttensor = LLVMStructCreateNamed(c, "rt_tensor");
     LLVMTypeRef tf[] = {e->tp8, e->ti32, e->ti64, e->ti32, e->ti32, LLVMArrayType(e->ti64, 5), e->tp8, e->tf64,
-                        e->ti32 /* bucket */, e->tp8 /* prefix */};
-    LLVMStructSetBody(e->ttensor, tf, 10, 0);
+                        e->ti32 /* bucket */, e->tp8 /* prefix */, e->ti32 /* tp_split */, e->ti32 /* tp_blocks */};
+    LLVMStructSetBody(e->ttensor, tf, 12, 0);
     LLVMTypeRef tpt = LLVMPointerType(e->ttensor, 0);
     /* rt_bucket: group, n, nmembers, param, offset */
     e->tbucket = LLVMStructCreateNamed(c, "rt_bucket");
@@ -161,7 +161,7 @@ static void check_layout(Em *e, LLVMTargetDataRef dl) {
 #define O(T, f) offsetof(T, f)
     static const size_t tensor[] = {O(rt_tensor, name), O(rt_tensor, space), O(rt_tensor, offset), O(rt_tensor, dtype),
                                     O(rt_tensor, rank), O(rt_tensor, dim), O(rt_tensor, init), O(rt_tensor, std),
-                                    O(rt_tensor, bucket), O(rt_tensor, prefix)};
+                                    O(rt_tensor, bucket), O(rt_tensor, prefix), O(rt_tensor, tp_split), O(rt_tensor, tp_blocks)};
     static const size_t bucket[] = {O(rt_bucket, group), O(rt_bucket, n), O(rt_bucket, nmembers), O(rt_bucket, param),
                                     O(rt_bucket, offset)};
     static const size_t program[] = {O(rt_program, abi_version), O(rt_program, model), O(rt_program, space_bytes),

@@ -114,6 +114,49 @@ static int is_param(const rt_program *p, const char *name) {
     return 0;
 }
 
+/* ---- tensor parallel (issue 20): a param split over tp, and its AdamW
+ * moments, are logical tensors in the file.  A rank's piece of dim d is
+ * its slice of each of tp_blocks blocks (rt_tensor.tp_split); the local
+ * tensor's rows of `run` elements (one block's slice times the dims after
+ * d) sit at logical row (row * tp + tp rank). ---- */
+
+/* The param whose piece t (param, "opt.m.<p>"/"opt.v.<p>" of the same
+ * shape, or a sharded member pm) holds, when it is split over tp; NULL. */
+static const rt_tensor *tp_param_of(const rt_program *p, const rt_tensor *t) {
+    if (t->tp_split > 0) return t;
+    const char *n = t->name;
+    if (!starts(n, "opt.m.") && !starts(n, "opt.v.")) return NULL;
+    for (int i = 0; i < p->nparams; i++) {
+        const rt_tensor *q = &p->params[i];
+        if (q->tp_split > 0 && strcmp(q->name, n + 6) == 0 && q->rank == t->rank && !memcmp(q->dim, t->dim, sizeof q->dim)) return q;
+    }
+    return NULL;
+}
+
+static int64_t tp_run(const rt_tensor *q) {
+    int d = q->tp_split - 1;
+    int64_t run = q->dim[d] / (q->tp_blocks > 1 ? q->tp_blocks : 1);
+    for (int k = d + 1; k < q->rank; k++) run *= q->dim[k];
+    return run;
+}
+
+/* The logical shape of q's tensors: dim d times tp. */
+static void tp_logical_dims(const rt_tensor *q, int tp, int64_t *dim) {
+    for (int k = 0; k < 5; k++) dim[k] = q->dim[k];
+    dim[q->tp_split - 1] *= tp;
+}
+
+/* Rank r's piece (local layout, numel n) <-> the logical tensor: to_logical
+ * places it, else cuts it out. */
+static void tp_move(const rt_tensor *q, int tp, int r, char *local, char *logical, int64_t n, size_t es, int to_logical) {
+    int64_t run = tp_run(q), bytes = run * (int64_t)es;
+    for (int64_t row = 0; row < n / run; row++) {
+        char *l = local + row * bytes, *g = logical + (row * tp + r) * bytes;
+        if (to_logical) memcpy(g, l, (size_t)bytes);
+        else memcpy(l, g, (size_t)bytes);
+    }
+}
+
 /* The name a program tensor has in a checkpoint file. */
 static void file_name(const rt_program *p, int gpt2, const char *name, char *buf, size_t len) {
     if (gpt2 && is_param(p, name)) { snprintf(buf, len, HF_PREFIX "%s", name); return; }
@@ -160,9 +203,13 @@ typedef struct {
     const void **param;  /* per param: its data */
     char **state;        /* per state: the gathered bucket (sharded states), else NULL */
     char **bucket_param; /* per bucket: the gathered params, or NULL */
+    char **joined;       /* tensors joined over tp (tp_join), freed with the rest */
+    int njoined;
 } Gathered;
 
 static void free_gathered(const rt_program *p, Gathered *g) {
+    for (int i = 0; i < g->njoined; i++) free(g->joined[i]);
+    free(g->joined);
     for (int i = 0; g->state && i < p->nstates; i++) free(g->state[i]);
     for (int b = 0; g->bucket_param && b < p->nbuckets; b++) free(g->bucket_param[b]);
     free(g->param);
@@ -265,36 +312,71 @@ static int64_t ent_bytes(const Ent *t) {
     return n;
 }
 
+static int tp_join(rt_ctx *ctx, const rt_tensor *q, const void *data, int64_t n, size_t es, Gathered *g, const void **out,
+                   int64_t *dim, char *err, int errlen);
+
 /* Every param, stored or not, in the params' order, so that the file is
  * the same whether the params live in the params space or in param shards. */
-static int list_params(Ents *l, const rt_program *p, int gpt2, const Gathered *g) {
+static int list_params(Ents *l, rt_ctx *ctx, const rt_program *p, int gpt2, Gathered *g, char *err, int errlen) {
     char name[512];
     for (int i = 0; i < p->nparams; i++) {
         const rt_tensor *t = &p->params[i];
+        const void *data = g->param[i];
+        int64_t dim[5];
+        memcpy(dim, t->dim, sizeof dim);
+        if (t->tp_split > 0 && tp_join(ctx, t, data, tensor_numel(t), elem_bytes(t), g, &data, dim, err, errlen)) return -1;
         file_name(p, gpt2, t->name, name, sizeof name);
-        if (ents_add(l, name, st_dtype_of(t->dtype), t->dim, t->rank, g->param[i])) return -1;
+        if (ents_add(l, name, st_dtype_of(t->dtype), dim, t->rank, data)) return rt_errf(err, errlen, "checkpoint: out of memory");
     }
+    return 0;
+}
+
+/* Every rank of the tp group, collectively: the logical tensor of piece
+ * `data` of q (numel n, es bytes each) into *out (owned by g), dims into
+ * dim.  0, or -1 with err. */
+static int tp_join(rt_ctx *ctx, const rt_tensor *q, const void *data, int64_t n, size_t es, Gathered *g, const void **out,
+                   int64_t *dim, char *err, int errlen) {
+    int tp = rt_group_size(ctx, RT_AXIS_TP);
+    char e[512], *all = malloc((size_t)n * es * (size_t)tp + 1), *lg = malloc((size_t)n * es * (size_t)tp + 1);
+    char **j = realloc(g->joined, sizeof *j * (size_t)(g->njoined + 1));
+    if (j) g->joined = j;
+    if (!all || !lg || !j) return free(all), free(lg), rt_errf(err, errlen, "checkpoint: out of memory");
+    g->joined[g->njoined++] = lg;
+    if (rt_host_allgather(ctx, RT_AXIS_TP, data, all, n * (int64_t)es, e, sizeof e) != 0)
+        return free(all), rt_errf(err, errlen, "checkpoint: gathering %s over tp: %s", q->name, e);
+    for (int r = 0; r < tp; r++) tp_move(q, tp, r, all + (size_t)r * (size_t)n * es, lg, n, es, 1);
+    free(all);
+    tp_logical_dims(q, tp, dim);
+    *out = lg;
     return 0;
 }
 
 /* Unsharded states as they are; a sharded one as its logical tensors; a
  * param shard not at all (list_params listed its members). */
-static int list_states(Ents *l, rt_ctx *ctx, const rt_program *p, int gpt2, const Gathered *g) {
+static int list_states(Ents *l, rt_ctx *ctx, const rt_program *p, int gpt2, Gathered *g, char *err, int errlen) {
     char logical[512], name[512];
     for (int i = 0; i < p->nstates; i++) {
-        const rt_tensor *t = &p->states[i];
+        const rt_tensor *t = &p->states[i], *q;
+        const void *data;
+        int64_t dim[5];
         if (rt_is_param_shard(t)) continue;
         if (!is_shard(t)) {
+            data = rt_tensor_ptr(ctx, t);
+            memcpy(dim, t->dim, sizeof dim);
+            if ((q = tp_param_of(p, t)) && tp_join(ctx, q, data, tensor_numel(t), elem_bytes(t), g, &data, dim, err, errlen)) return -1;
             file_name(p, gpt2, t->name, name, sizeof name);
-            if (ents_add(l, name, st_dtype_of(t->dtype), t->dim, t->rank, rt_tensor_ptr(ctx, t))) return -1;
+            if (ents_add(l, name, st_dtype_of(t->dtype), dim, t->rank, data)) return rt_errf(err, errlen, "checkpoint: out of memory");
             continue;
         }
         const rt_bucket *k = &p->buckets[t->bucket];
         for (int j = 0; j < k->nmembers; j++) {
             const rt_tensor *m = &p->params[k->param[j]];
+            data = g->state[i] + k->offset[j] * (int64_t)elem_bytes(t);
+            memcpy(dim, m->dim, sizeof dim);
+            if (m->tp_split > 0 && tp_join(ctx, m, data, tensor_numel(m), elem_bytes(t), g, &data, dim, err, errlen)) return -1;
             member_name(p, t, j, logical, sizeof logical);
             file_name(p, gpt2, logical, name, sizeof name);
-            if (ents_add(l, name, st_dtype_of(t->dtype), m->dim, m->rank, g->state[i] + k->offset[j] * (int64_t)elem_bytes(t))) return -1;
+            if (ents_add(l, name, st_dtype_of(t->dtype), dim, m->rank, data)) return rt_errf(err, errlen, "checkpoint: out of memory");
         }
     }
     return 0;
@@ -577,8 +659,8 @@ int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra
     char *packs = NULL;
     int64_t each = 0;
     int gpt2 = is_gpt2(p), rc = gather_all(ctx, p, &g, err, errlen);
-    if (rc == 0 && (list_params(&params, p, gpt2, &g) || list_states(&states, ctx, p, gpt2, &g)))
-        rc = rt_errf(err, errlen, "checkpoint: out of memory");
+    if (rc == 0 && (list_params(&params, ctx, p, gpt2, &g, err, errlen) || list_states(&states, ctx, p, gpt2, &g, err, errlen)))
+        rc = -1;
     if (rc == 0) rc = gather_stages(ctx, &params, &states, &packs, &each, err, errlen);
     if (rc == 0 && rt_world_rank(ctx) == 0) {
         Ents *sp = calloc((size_t)rt_nstages(p) * 2, sizeof *sp); /* per stage: params, states */
@@ -612,6 +694,7 @@ int ckpt_save(rt_ctx *ctx, const rt_program *p, const char *dir, const CkptExtra
 typedef struct {
     const StFile *f;
     const rt_program *p;
+    rt_ctx *ctx;
     int gpt2;
     int init;             /* --init: a padded vocabulary may take fewer rows */
     int note;             /* ... and rank 0 says so */
@@ -691,7 +774,10 @@ static int bind_params(Binding *b, char *err, int errlen) {
     const rt_program *p = b->p;
     for (int i = 0; i < p->nparams; i++) {
         const rt_tensor *t = &p->params[i];
-        if (bind_one(b, t->name, st_dtype_of(t->dtype), t->dim, t->rank, &b->src[i], err, errlen)) return -1;
+        int64_t dim[5];
+        memcpy(dim, t->dim, sizeof dim);
+        if (t->tp_split > 0) tp_logical_dims(t, rt_group_size(b->ctx, RT_AXIS_TP), dim); /* the file holds the logical tensor */
+        if (bind_one(b, t->name, st_dtype_of(t->dtype), dim, t->rank, &b->src[i], err, errlen)) return -1;
     }
     for (int i = 0; i < p->nstates; i++) {
         const rt_bucket *k = rt_is_param_shard(&p->states[i]) ? &p->buckets[p->states[i].bucket] : NULL;
@@ -707,15 +793,21 @@ static int bind_states(Binding *b, char *err, int errlen) {
     for (int i = 0; i < p->nstates; i++) {
         const rt_tensor *t = &p->states[i];
         if (rt_is_param_shard(t)) continue; /* bound with the params */
+        int64_t dim[5];
+        const rt_tensor *q;
         if (!is_shard(t)) {
-            if (bind_one(b, t->name, st_dtype_of(t->dtype), t->dim, t->rank, &b->src[p->nparams + i], err, errlen)) return -1;
+            memcpy(dim, t->dim, sizeof dim);
+            if ((q = tp_param_of(p, t))) tp_logical_dims(q, rt_group_size(b->ctx, RT_AXIS_TP), dim);
+            if (bind_one(b, t->name, st_dtype_of(t->dtype), dim, t->rank, &b->src[p->nparams + i], err, errlen)) return -1;
             continue;
         }
         const rt_bucket *k = &p->buckets[t->bucket];
         for (int j = 0; j < k->nmembers; j++) {
             const rt_tensor *m = &p->params[k->param[j]];
+            memcpy(dim, m->dim, sizeof dim);
+            if (m->tp_split > 0) tp_logical_dims(m, rt_group_size(b->ctx, RT_AXIS_TP), dim);
             member_name(p, t, j, logical, sizeof logical);
-            if (bind_one(b, logical, st_dtype_of(t->dtype), m->dim, m->rank, &b->msrc[b->moff[i] + j], err, errlen)) return -1;
+            if (bind_one(b, logical, st_dtype_of(t->dtype), dim, m->rank, &b->msrc[b->moff[i] + j], err, errlen)) return -1;
         }
     }
     return 0;
@@ -830,9 +922,15 @@ static int check_complete(const Binding *b, int init, int with_extra, char *err,
 }
 
 /* Tensors with storage (a param without storage is filled by its shard). */
-static void copy_in(rt_ctx *ctx, const StFile *f, const rt_tensor *t, int n, const StEntry **src) {
-    for (int i = 0; i < n; i++)
-        if (rt_is_stored(&t[i])) memcpy(rt_tensor_ptr(ctx, &t[i]), st_data(f, src[i]), (size_t)entry_numel(src[i]) * elem_bytes(&t[i]));
+static void copy_in(rt_ctx *ctx, const StFile *f, const rt_program *p, const rt_tensor *t, int n, const StEntry **src) {
+    for (int i = 0; i < n; i++) {
+        if (!rt_is_stored(&t[i])) continue;
+        const rt_tensor *q = tp_param_of(p, &t[i]);
+        if (q) /* this rank's piece of the logical tensor */
+            tp_move(q, rt_group_size(ctx, RT_AXIS_TP), rt_group_rank(ctx, RT_AXIS_TP), rt_tensor_ptr(ctx, &t[i]), (char *)st_data(f, src[i]),
+                    tensor_numel(&t[i]), elem_bytes(&t[i]), 0);
+        else memcpy(rt_tensor_ptr(ctx, &t[i]), st_data(f, src[i]), (size_t)entry_numel(src[i]) * elem_bytes(&t[i]));
+    }
 }
 
 /* This rank's shard of t: elements [lo, lo+len) of the flat bucket, cut out
@@ -851,9 +949,16 @@ static void copy_shard(rt_ctx *ctx, const StFile *f, const rt_program *p, const 
         }
     }
     for (int j = 0; j < k->nmembers; j++) {
-        int64_t o = k->offset[j], n = entry_numel(src[j]);
+        const rt_tensor *m = &p->params[k->param[j]];
+        int64_t o = k->offset[j], n = m->tp_split > 0 ? tensor_numel(m) : entry_numel(src[j]);
         int64_t a = lo > o ? lo : o, e = lo + len < o + n ? lo + len : o + n;
-        if (a < e) memcpy(dst + (a - lo) * es, (const char *)st_data(f, src[j]) + (a - o) * es, (size_t)((e - a) * es));
+        if (a >= e) continue;
+        char *piece = NULL; /* a member split over tp: this rank's piece of the logical tensor */
+        if (m->tp_split > 0 && (piece = malloc((size_t)(n * es)))) 
+            tp_move(m, rt_group_size(ctx, RT_AXIS_TP), rt_group_rank(ctx, RT_AXIS_TP), piece, (char *)st_data(f, src[j]), n, (size_t)es, 0);
+        else if (m->tp_split > 0) { fprintf(stderr, "kiln runtime: checkpoint: out of memory\n"); exit(1); }
+        memcpy(dst + (a - lo) * es, (piece ? piece : (const char *)st_data(f, src[j])) + (a - o) * es, (size_t)((e - a) * es));
+        free(piece);
     }
 }
 
@@ -866,7 +971,7 @@ static void copy_states(rt_ctx *ctx, const Binding *b, int init) {
         const rt_tensor *t = &b->p->states[i];
         if (!loads_state(t, init)) continue;
         if (is_shard(t)) copy_shard(ctx, b->f, b->p, t, b->msrc + b->moff[i], init);
-        else copy_in(ctx, b->f, t, 1, b->src + b->p->nparams + i);
+        else copy_in(ctx, b->f, b->p, t, 1, b->src + b->p->nparams + i);
     }
 }
 
@@ -901,7 +1006,7 @@ static int member_slots(Binding *b) {
 static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, CkptExtra *x, char *err, int errlen) {
     StFile f;
     if (st_open(&f, path, err, errlen) != 0) return -1;
-    Binding b = {.f = &f, .p = p, .gpt2 = is_gpt2(p), .init = init, .note = init && rt_world_rank(ctx) == 0, .used = calloc((size_t)f.n + 1, 1),
+    Binding b = {.f = &f, .p = p, .ctx = ctx, .gpt2 = is_gpt2(p), .init = init, .note = init && rt_world_rank(ctx) == 0, .used = calloc((size_t)f.n + 1, 1),
                  .src = calloc((size_t)p->nparams + (size_t)p->nstates + 1, sizeof(StEntry *))};
     int rc = -1;
     if (!b.used || !b.src || member_slots(&b)) { rt_errf(err, errlen, "%s: out of memory", path); goto done; }
@@ -910,7 +1015,7 @@ static int load(rt_ctx *ctx, const rt_program *p, const char *path, int init, Ck
     if (x && bind_extra(&b, err, errlen)) goto done;
     if (check_complete(&b, init, x != NULL, err, errlen)) goto done;
     /* everything checked: now write the program's memory */
-    copy_in(ctx, &f, p->params, p->nparams, b.src);
+    copy_in(ctx, &f, p, p->params, p->nparams, b.src);
     copy_states(ctx, &b, init);
     if (push_loaded(ctx, p, path, init, err, errlen) != 0) {
         rc = -2;
