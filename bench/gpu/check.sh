@@ -16,7 +16,9 @@
 #      kiln's trainer (median tokens/s of its log after the warm-up), PyTorch
 #      eager and torch.compile (gpt2_torch.py: bf16 autocast, fused AdamW,
 #      flash SDPA); MFU by one formula for all three (report.py);
-#   6. compute-sanitizer, where it is installed: memcheck and racecheck on 2
+#   6. the tensor-core attention (--attention tc, issue 23): tiny.lua's 10
+#      steps against the CPU as in 3, and GPT-2's speed run as in 5;
+#   7. compute-sanitizer, where it is installed: memcheck and racecheck on 2
 #      tiny steps (eager: KILN_NO_GRAPH=1), memcheck on kcheck --small.
 # It ends with ONE table (report.py table) and leaves under $OUT (the device
 # tool's folder; else bench/gpu/out/run-DATE): check.log (everything
@@ -70,9 +72,13 @@ main() {
     leg_train tiny "$G/bin/tiny_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
     leg_nograph
     leg_train gpt2 "$G/bin/gpt2_check_cuda" "$G/$GPT2_DATA" "$GPT2_FLAGS"
-    leg_speed_kiln
+    leg_speed_kiln kiln "$G/bin/gpt2_cuda"
     leg_speed_torch eager 60 150
     leg_speed_torch compile 150 240
+    if [ -x "$G/bin/tiny_tc_cuda" ]; then
+        leg_train tiny_tc "$G/bin/tiny_tc_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
+        leg_speed_kiln kiln_tc "$G/bin/gpt2_tc_cuda"
+    fi
     leg_sanitizer
     echo
     echo "== the table (bench/RESULTS.md)"
@@ -233,19 +239,22 @@ leg_nograph() {
     record "$leg" "${verdict%% *}" "${verdict#* }"
 }
 
+# leg_speed_kiln NAME BINARY: WARM + TIMED steps of GPT-2 at batch BATCH;
+# speed_NAME.json for the table (kiln: the default attention, kiln_tc: --attention tc)
 leg_speed_kiln() {
-    local leg="kiln speed run"
+    local leg="$1 speed run"
+    [ "$1" = kiln ] && leg="kiln speed run"
     fits "$leg" 40 || return
     local rc
-    k "$(cap 120)" "$G/bin/gpt2_cuda" --data "$G/$GPT2_DATA" --steps $((WARM + TIMED)) --seed 1337 --print-every 5 \
-        --log "$L/gpt2_speed.jsonl" > "$L/gpt2_speed.out" 2>&1
+    k "$(cap 120)" "$2" --data "$G/$GPT2_DATA" --steps $((WARM + TIMED)) --seed 1337 --print-every 5 \
+        --log "$L/$1_speed.jsonl" > "$L/$1_speed.out" 2>&1
     rc=$?
     if [ $rc != 0 ]; then
-        record "$leg" FAIL "$(why $rc "$L/gpt2_speed.out")"
+        record "$leg" FAIL "$(why $rc "$L/$1_speed.out")"
         return
     fi
-    "$PY" bench/gpu/report.py speed "$L/gpt2_speed.jsonl" --warm "$WARM" > "$L/speed_kiln.json"
-    record "$leg" PASS "$((WARM + TIMED)) steps, losses $("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(f"{j[\"first_loss\"]:.3f} -> {j[\"last_loss\"]:.3f}")' "$L/speed_kiln.json" 2> /dev/null)"
+    "$PY" bench/gpu/report.py speed "$L/$1_speed.jsonl" --warm "$WARM" > "$L/speed_$1.json"
+    record "$leg" PASS "$((WARM + TIMED)) steps, losses $("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(f"{j[\"first_loss\"]:.3f} -> {j[\"last_loss\"]:.3f}")' "$L/speed_$1.json" 2> /dev/null)"
 }
 
 # leg_speed_torch MODE NEED CAP

@@ -185,6 +185,11 @@ typedef struct {
 } Tol;
 static const Tol TOL_BF16 = {1.0 / 128, 1.0 / 128, 1e-2}, TOL_F32 = {1e-3, 1e-3, 1e-3}, TOL_TIGHT = {1e-5, 1e-6, 1e-5},
                  TOL_EXACT = {0, 0, 0};
+/* the tensor-core attention's backward (attention_tc.cu, issue 23) rounds P
+ * and dS to bf16 (2^-9 each) before the products that sum them over up to
+ * T terms, as FlashAttention does: elementwise 4x the bf16 tolerance,
+ * normwise the same */
+static const Tol TOL_BF16_MMA = {1.0 / 32, 1.0 / 32, 1e-2};
 
 typedef struct {
     const char *name;
@@ -498,6 +503,10 @@ static void prep_attention_bwd(Case *c) {
  * args of rtk_attention(_bwd); weak, as the CPU runtime (--cpu) has none */
 #pragma weak rtk_attention_cudnn
 #pragma weak rtk_attention_bwd_cudnn
+/* the tensor-core attention (attention_tc.cu, --attention tc; issue 23):
+ * weak for the same reason */
+#pragma weak rtk_attention_tc
+#pragma weak rtk_attention_bwd_tc
 
 /* fwd, bwd: the launchers under test; what: "" or " (cudnn)" */
 static void add_attention_with(rt_kernel fwd, rt_kernel bwd, const char *what, int64_t B, int64_t H, int64_t KH, int64_t T,
@@ -535,6 +544,9 @@ static void add_attention_with(rt_kernel fwd, rt_kernel bwd, const char *what, i
     memcpy(c->p, q, sizeof q);
     c->d[0] = 1 / sqrt((double)D);
     c->prep = prep_attention_bwd;
+    if (strstr(what, "(tc)"))
+        for (int k = 0; k < c->nt; k++)
+            if (c->t[k].role == OUT) c->t[k].tol = TOL_BF16_MMA;
 }
 
 static void add_attention(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, int64_t D, int causal, int pos,
@@ -836,6 +848,22 @@ static void build_cases(int small) {
             add_attention_with(rtk_attention_cudnn, rtk_attention_bwd_cudnn, " (cudnn)", 2, 4, 4, 256, 256, 64, 1, 0, 0);
             add_attention_with(rtk_attention_cudnn, rtk_attention_bwd_cudnn, " (cudnn)", 1, 8, 2, 200, 200, 64, 1, 0, 0);
             add_attention_with(rtk_attention_cudnn, rtk_attention_bwd_cudnn, " (cudnn)", 2, 2, 2, 100, 100, 128, 0, 0, 0);
+        }
+    }
+    /* the tensor-core kernels (D 16, 32, 64, 128): the same cases as above
+     * where they qualify, against the same CPU twin and tolerances */
+    if (rtk_attention_tc && rtk_attention_bwd_tc) {
+        if (small) {
+            add_attention_with(rtk_attention_tc, rtk_attention_bwd_tc, " (tc)", 1, 2, 2, 40, 40, 32, 1, 0, 0);
+            add_attention_with(rtk_attention_tc, rtk_attention_bwd_tc, " (tc)", 1, 2, 2, 32, 64, 16, 1, 1, 9);
+        } else {
+            add_attention_with(rtk_attention_tc, rtk_attention_bwd_tc, " (tc)", 2, 4, 4, 256, 256, 64, 1, 0, 0);
+            add_attention_with(rtk_attention_tc, rtk_attention_bwd_tc, " (tc)", 1, 8, 2, 200, 200, 64, 1, 0, 0);
+            add_attention_with(rtk_attention_tc, rtk_attention_bwd_tc, " (tc)", 2, 2, 2, 100, 130, 128, 0, 0, 0);
+            add_attention_with(rtk_attention_tc, rtk_attention_bwd_tc, " (tc)", 1, 4, 4, 128, 256, 64, 1, 1, 0);
+            add_attention_with(rtk_attention_tc, rtk_attention_bwd_tc, " (tc)", 1, 2, 2, 64, 0, 64, 1, 0, 0);
+            add_attention_with(rtk_attention_tc, rtk_attention_bwd_tc, " (tc)", 1, 4, 2, 200, 200, 64, 1, 0, 37);
+            add_attention_with(rtk_attention_tc, rtk_attention_bwd_tc, " (tc)", 1, 12, 12, 1024, 1024, 64, 1, 0, 0); /* GPT-2's */
         }
     }
     add_attn_merge(small ? 30 : 300, 64);

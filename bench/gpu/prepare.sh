@@ -10,6 +10,8 @@
 #   bin/tiny_cuda        models/tiny.lua (defaults: batch 8, seq 64)
 #   bin/gpt2_check_cuda  models/gpt2.lua, batch CHECK_BATCH (1), seq 1024: the loss check
 #   bin/gpt2_cuda        models/gpt2.lua, batch BATCH (32), seq 1024: the speed run
+#   bin/tiny_tc_cuda, bin/gpt2_tc_cuda   the same with --attention tc (the
+#                        tensor-core attention, kernels/cuda/attention_tc.cu)
 #   bin/kcheck           the kernel checker (kcheck.c), linked like a CUDA trainer
 #   cubins/*.cubin       the library kernels, compiled as kiln compile embeds them (cubins.c)
 #   ref/*_cpu.jsonl      the CPU trainers' logs on the same programs, weights,
@@ -90,6 +92,8 @@ mv "$G/bin/tiny_cuda.cu" "$W/tiny_cuda.cu"
 "$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --set batch="$CHECK_BATCH" -o "$G/bin/gpt2_check_cuda"
 "$B/kiln" compile models/gpt2.lua --target cpu --set batch="$CHECK_BATCH" -o "$W/gpt2_check_cpu"
 "$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --set batch="$BATCH" -o "$G/bin/gpt2_cuda"
+"$B/kiln" compile models/tiny.lua --target "cuda:$ARCH" --attention tc -o "$G/bin/tiny_tc_cuda"
+"$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --attention tc --set batch="$BATCH" -o "$G/bin/gpt2_tc_cuda"
 
 say "CPU reference losses (10 steps each; GPT-2 takes minutes unless cached)"
 # reference NAME BINARY DATA FLAGS: ref/NAME_cpu.jsonl, from the cache when the binary, data and flags are the same
@@ -109,6 +113,7 @@ reference() {
     cp "$cached" "$G/ref/$1_cpu.jsonl"
 }
 reference tiny "$W/tiny_cpu" "$G/data/corpus.txt" "$TINY_FLAGS"
+cp "$G/ref/tiny_cpu.jsonl" "$G/ref/tiny_tc_cpu.jsonl" # the same CPU program: --attention is CUDA's choice
 reference gpt2 "$W/gpt2_check_cpu" "$G/$GPT2_DATA" "$GPT2_FLAGS"
 
 say "kcheck: cubins, CPU twins, link"
@@ -129,7 +134,7 @@ done
 gcc "${CFLAGS[@]}" -c bench/gpu/kcheck.c -o "$W/kcheck.o"
 # shellcheck disable=SC2086
 # (-u: kcheck refers to cuDNN's attention weakly, which alone pulls nothing out of an archive)
-gcc -o "$G/bin/kcheck" -Wl,-u,rtk_attention_cudnn -Wl,-u,rtk_attention_bwd_cudnn "$W/kcheck.o" "$W"/twins/*.o \
+gcc -o "$G/bin/kcheck" -Wl,-u,rtk_attention_cudnn -Wl,-u,rtk_attention_bwd_cudnn -Wl,-u,rtk_attention_tc -Wl,-u,rtk_attention_bwd_tc "$W/kcheck.o" "$W"/twins/*.o \
     "$B/runtime/comm_single.o" "$B/libkilnrt_cuda.a" $RT_CUDA1_LIBS
 # the harness's self-test: the same cases with the CPU runtime as the "GPU"
 # shellcheck disable=SC2086

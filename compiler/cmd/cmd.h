@@ -45,7 +45,7 @@ typedef struct {
     const char *timeline;  /* kiln plan --timeline FILE.svg: the pipeline schedule drawn */
     const char *threads;
     const char *cuda_arch; /* --target cuda:ARCH: "sm_90"; NULL for the CPU */
-    const char *attention; /* --attention kiln|cudnn (CUDA) */
+    const char *attention; /* --attention kiln|cudnn|tc (CUDA) */
     int interp, f64, print_every, serial, peak; /* peak: kiln plan --peak */
     int ignore_index;                           /* kiln run --ignore-index ID (issue 17); -1: none */
     int max_seq;                                /* kiln plan --max-seq (plan_offload.c) */

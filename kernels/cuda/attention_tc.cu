@@ -57,8 +57,9 @@
  * the same bits), dynamic shared memory 384 (D + 8) + 512 bytes
  * (kernels/cuda/README.md).  The backward (below, with its own essay):
  * blocks of 128 too, 512 (D + 8) + 1024 bytes of dynamic shared memory.
- * Not here yet: 16-byte vector loads and cp.async double buffering of the
- * tiles (the loads are scalar bf16), and a dkdv tiling that fits 255
+ * Tiles are staged with 16-byte loads when the source is 16-byte aligned
+ * (element by element otherwise).  Not here yet: cp.async double buffering
+ * of the tiles, and a dkdv tiling that fits 255
  * registers at D = 128 without the few bytes ptxas spills today.
  */
 #include "mma.cuh"
@@ -90,9 +91,31 @@ static __device__ int atc_pos_min(const int *pos, long long p0, long long n) {
     return m;
 }
 
-/* dst[r*ld + d] = src[r*D + d] for r < n, 0 for n <= r < R (all d < D) */
+/* 16 bytes, both sides 16-byte aligned */
+#ifdef KILN_HOST_EMU
+static inline void atc_copy16(void *dst, const void *src) { memcpy(dst, src, 16); }
+#else
+static __device__ __forceinline__ void atc_copy16(void *dst, const void *src) { *(uint4 *)dst = *(const uint4 *)src; }
+#endif
+
+/* dst[r*ld + d] = src[r*D + d] for r < n, 0 for n <= r < R (all d < D):
+ * 16 bytes a thread when src is 16-byte aligned (D is a multiple of 8 and
+ * dst's rows are 16-byte aligned), else element by element */
 static __device__ void atc_load(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int n, int R, int D, int ld) {
     const __nv_bfloat16 zero = __float2bfloat16_rn(0.0f);
+    if (((unsigned long long)src & 15) == 0) {
+        const int chunks = D / 8; /* per row */
+        for (int e = threadIdx.x; e < R * chunks; e += blockDim.x) {
+            const int r = e / chunks, d = (e - r * chunks) * 8;
+            if (r < n) {
+                atc_copy16(dst + r * ld + d, src + (long long)r * D + d);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) dst[r * ld + d + i] = zero;
+            }
+        }
+        return;
+    }
     for (int e = threadIdx.x; e < R * D; e += blockDim.x) {
         int r = e / D, d = e - r * D;
         dst[r * ld + d] = r < n ? src[e] : zero;

@@ -176,14 +176,20 @@ struct Run {
     std::string error;
 };
 
+static void run_tc_at(const Problem &p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, Run &r,
+                      long long grid = -1);
 static void run_tc(const Problem &p, const BV &q, const BV &k, const BV &v, Run &r, long long grid = -1) {
+    run_tc_at(p, q.data(), k.data(), v.data(), r, grid);
+}
+static void run_tc_at(const Problem &p, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, Run &r,
+                      long long grid) {
     r.o.poison(p.B * p.H * p.T * p.D);
     r.lse.poison(p.B * p.H * p.T);
     long long g = grid < 0 ? grid_tc(p.B, p.H, p.T) : std::min(grid, grid_tc(p.B, p.H, p.T));
     if (g == 0) return;
     try {
         emu_launch(dim3((unsigned)g), dim3(128), (size_t)smem_tc(p.D), [&] {
-            kiln_attention_tc_fwd(q.data(), k.data(), v.data(), p.qp(), p.kp(), r.o.data(), r.lse.data(), p.B, p.H,
+            kiln_attention_tc_fwd(q, k, v, p.qp(), p.kp(), r.o.data(), r.lse.data(), p.B, p.H,
                                   p.KH, p.T, p.S, p.D, p.causal, p.window, p.scale);
         });
     } catch (const EmuError &e) {
@@ -283,13 +289,23 @@ static std::string describe(const char *name, const Problem &p) {
     return b;
 }
 
-static void run_case(const char *name, const Problem &p, long long small_grid = 0) {
+// (misaligned: q, k, v start 2 bytes into their buffers, so the kernel
+// stages its tiles element by element instead of 16 bytes at a time)
+static void run_case(const char *name, const Problem &p, long long small_grid = 0, bool misaligned = false) {
     size_t nq = p.B * p.H * p.T * p.D, nk = p.B * p.KH * p.S * p.D, nl = p.B * p.H * p.T;
-    BV q = rbf(nq, -2, 2), k = rbf(nk, -2, 2), v = rbf(nk, -1, 1);
+    BV qb = rbf(nq + 1, -2, 2), kb = rbf(nk + 1, -2, 2), vb = rbf(nk + 1, -1, 1);
+    BV q(qb.begin() + misaligned, qb.begin() + misaligned + nq), k(kb.begin() + misaligned, kb.begin() + misaligned + nk),
+        v(vb.begin() + misaligned, vb.begin() + misaligned + nk);
     DV o_ref, lse_ref;
     ref_fwd(p, q, k, v, o_ref, lse_ref);
     Run r;
-    run_tc(p, q, k, v, r);
+    if (misaligned) { // the kernel reads the shifted copies in qb, kb, vb
+        std::copy(q.begin(), q.end(), qb.begin() + 1), std::copy(k.begin(), k.end(), kb.begin() + 1);
+        std::copy(v.begin(), v.end(), vb.begin() + 1);
+        run_tc_at(p, qb.data() + 1, kb.data() + 1, vb.data() + 1, r);
+    } else {
+        run_tc(p, q, k, v, r);
+    }
     double vmax = 0;
     for (auto &x : v) vmax = std::max(vmax, fabs(f(x)));
     double worst_o = 0, worst_l = 0;
@@ -356,6 +372,7 @@ int main(int argc, char **argv) {
         run_case("causal, D 128, two query tiles", prob(1, 1, 1, 129, 129, 128, 1));
         run_case("empty S", prob(1, 2, 2, 20, 0, 64, 1));
         run_case("empty T", prob(1, 2, 2, 0, 20, 64, 0));
+        run_case("q, k, v not 16-byte aligned (element loads), causal GQA", prob(1, 4, 2, 70, 70, 32, 1), 0, true);
     }
     if (want("cp")) {
         // rank 1 of cp 2 over 128 tokens: chunks 1, 2 against the all-gathered keys (rank 0's then rank 1's)
