@@ -40,13 +40,19 @@ LIB_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c compiler/emit/*.
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 RT_CUDA_ONLY := $(wildcard runtime/cuda/*.c)
 RT_CPU_ONLY  := $(wildcard runtime/cpu/*.c kernels/cpu/*.c)
-RT_HOST_SRC  := $(filter-out runtime/trainer_main.c,$(wildcard runtime/*.c runtime/io/*.c))
+RT_HOST_SRC  := $(filter-out runtime/trainer_main.c runtime/comm_single.c,$(wildcard runtime/*.c runtime/io/*.c))
 RT_SRC  := $(RT_HOST_SRC) $(RT_CPU_ONLY)
 RT_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(RT_SRC))
-RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(RT_HOST_SRC) $(RT_CUDA_ONLY))
+# the CUDA archive holds no comm layer: kiln compile links one beside it,
+# runtime/comm_mpi.o (+ MPI) for several ranks or runtime/comm_single.o
+# (no MPI) for one (runtime/comm_single.c)
+RT_CUDA_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out runtime/comm_mpi.c,$(RT_HOST_SRC)) $(RT_CUDA_ONLY))
+RT_COMM_OBJ := $(BUILD)/runtime/comm_mpi.o $(BUILD)/runtime/comm_single.o
 # what a CUDA trainer links after libkilnrt_cuda.a (libcuda from the stubs at
-# link time; the driver's own libcuda.so.1 where it runs)
-RT_CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcuda -Wl,--as-needed -lcudnn -Wl,--no-as-needed $(JANSSON) -lpthread -lm $(MPI_LIBS)
+# link time; the driver's own libcuda.so.1 where it runs): RT_CUDA1_LIBS for
+# one rank, RT_CUDA_LIBS (+ MPI) for several
+RT_CUDA1_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64/stubs -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcuda -Wl,--as-needed -lcudnn -Wl,--no-as-needed $(JANSSON) -lpthread -lm
+RT_CUDA_LIBS := $(RT_CUDA1_LIBS) $(MPI_LIBS)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 # helper programs that tests/t_*.sh run (not test_*: run.sh would run them bare)
@@ -54,7 +60,7 @@ TEST_AUX := $(BUILD)/tests/mpi_comm
 HDRS    := $(wildcard compiler/*.h compiler/*/*.h runtime/*.h runtime/*/*.h kernels/cpu/*.h) compiler/ops.def
 LIBS    := $(BUILD)/libkilnc.a $(BUILD)/libkilnrt.a
 
-all: $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(BUILD)/libkilnrt_cuda.a $(TEST_BIN) $(TEST_AUX)
+all: $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(BUILD)/libkilnrt_cuda.a $(RT_COMM_OBJ) $(TEST_BIN) $(TEST_AUX)
 
 $(BUILD)/compiler/emit/emit_%.o: compiler/emit/emit_%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -65,7 +71,7 @@ $(BUILD)/compiler/emit/emit_%.o: compiler/emit/emit_%.c $(HDRS)
 # libkilnrt.a: OpenBLAS, pthreads, libm, MPI)
 $(BUILD)/compiler/cmd/compile.o: compiler/cmd/compile.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DKILN_LINK_FLAGS='"$(SANFLAGS)"' -DKILN_RT_LIBS='"$(RT_LIBS)"' -DKILN_RT_CUDA_LIBS='"$(RT_CUDA_LIBS)"' -c $< -o $@
+	$(CC) $(CFLAGS) -DKILN_LINK_FLAGS='"$(SANFLAGS)"' -DKILN_RT_LIBS='"$(RT_LIBS)"' -DKILN_RT_CUDA_LIBS='"$(RT_CUDA_LIBS)"' -DKILN_RT_CUDA1_LIBS='"$(RT_CUDA1_LIBS)"' -c $< -o $@
 
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)

@@ -1153,6 +1153,7 @@ static const char *const param_init_keys[] = {"init", "std", NULL}; /* what norm
 static int l_param(lua_State *L)
 {
     Fe *fe = fe_of(L);
+    int nargs = lua_gettop(L);
     const char *base = fe_name(L, 1, "param");
     Type t;
     fe_shape(L, 2, "param", &t, NULL);
@@ -1169,12 +1170,38 @@ static int l_param(lua_State *L)
     }
     if (!init || (strcmp(init, "normal") && strcmp(init, "zeros") && strcmp(init, "ones")))
         fe_raise(L, "param: %s needs an init: normal(std), zeros() or ones()", base);
+    /* param(name, shape, init, {tp = dim}): the dim tensor parallelism splits
+     * (issue 20, docs/parallel.md); 1-based, negative from the end */
+    int tpd = -1, tpblocks = 1;
+    if (nargs >= 4 && !lua_isnil(L, 4)) {
+        static const char *const param_keys[] = {"tp", "tp_blocks", NULL};
+        fe_options(L, 4, "param", param_keys);
+        lua_getfield(L, 4, "tp");
+        if (!lua_isinteger(L, -1))
+            fe_raise(L, "param: %s: {tp = dim} needs an integer dim, got %s", base, luaL_typename(L, -1));
+        int64_t d = (int64_t)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        tpd = (int)(d < 0 ? d + t.rank : d - 1);
+        if (tpd < 0 || tpd >= t.rank)
+            fe_raise(L, "param: %s: {tp = %lld} out of range for a rank-%d parameter", base, (long long)d, t.rank);
+        lua_getfield(L, 4, "tp_blocks"); /* the dim is that many blocks, each split over tp (a fused QKV) */
+        if (!lua_isnil(L, -1)) {
+            if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || t.dim[tpd] % lua_tointeger(L, -1))
+                fe_raise(L, "param: %s: {tp_blocks} must be a count of equal blocks of dim %d (size %lld)", base, tpd + 1,
+                         (long long)t.dim[tpd]);
+            tpblocks = (int)lua_tointeger(L, -1);
+        }
+        lua_pop(L, 1);
+    }
     const char *name = fe->layer >= 0 && !fe->layer_prefix_off
                            ? lua_pushfstring(L, "%s%d.%s", fe->layer_prefix, fe->layer, base) : base;
     fe_new_name(L, "param", name);
-    Attr a[3] = {ir_attr_str(fe->m, "name", name), ir_attr_str(fe->m, "init", init),
+    Attr a[5] = {ir_attr_str(fe->m, "name", name), ir_attr_str(fe->m, "init", init),
                  ir_attr_float(fe->m, "std", std)};
-    int n = fe_node(L, OP_param, 0, NULL, strcmp(init, "normal") ? 2 : 3, a, &t);
+    int na = strcmp(init, "normal") ? 2 : 3;
+    if (tpd >= 0) a[na++] = ir_attr_int(fe->m, "tp", tpd);
+    if (tpblocks > 1) a[na++] = ir_attr_int(fe->m, "tp_blocks", tpblocks);
+    int n = fe_node(L, OP_param, 0, NULL, na, a, &t);
     fe_push(L, ir_out(fe->g, n));
     return 1;
 }

@@ -1300,11 +1300,16 @@ static void global_block(const Interp *it, int r, const Value *v, Type *glob, in
     for (int d = 0; d < v->t.rank; d++) off[d] *= v->t.dim[d];
 }
 
-/* Fill a normal param: draw the global tensor, keep this rank's block. */
-static void init_normal(Interp *it, int r, const Value *v, Tensor *t, uint64_t seed, double std) {
+/* Fill a normal param: draw the global tensor, keep this rank's block.  A
+ * param split over tp in {tp_blocks} blocks (a fused QKV, tp.c) keeps its
+ * slice of every block. */
+static void init_normal(Interp *it, int r, const Node *n, const Value *v, Tensor *t, uint64_t seed, double std) {
     Type glob;
     int64_t off[IR_MAXRANK], idx[IR_MAXRANK] = {0};
     global_block(it, r, v, &glob, off);
+    int bd = v->sh[3].kind == SH_SPLIT && it->m->mesh[3] > 1 ? v->sh[3].dim : -1, c[IR_NAXES];
+    int64_t blocks = ir_attr_i(n, "tp_blocks", 1), bl = bd >= 0 ? v->t.dim[bd] / blocks : 0;
+    ir_rank_coords(it->m, r, c);
     int64_t gn = ir_numel(&glob);
     if (gn == t->n) {
         rng_normal_f64(t->d, 0, t->n, seed, std);
@@ -1314,7 +1319,8 @@ static void init_normal(Interp *it, int r, const Value *v, Tensor *t, uint64_t s
     rng_normal_f64(all, 0, gn, seed, std);
     for (int64_t i = 0; i < t->n; i++) { /* local multi-index idx -> global offset */
         int64_t g = 0;
-        for (int d = 0; d < glob.rank; d++) g = g * glob.dim[d] + off[d] + idx[d];
+        for (int d = 0; d < glob.rank; d++)
+            g = g * glob.dim[d] + (d == bd && blocks > 1 ? idx[d] / bl * bl * it->m->mesh[3] + c[3] * bl + idx[d] % bl : off[d] + idx[d]);
         t->d[i] = all[g];
         for (int d = t->t.rank - 1; d >= 0 && ++idx[d] == t->t.dim[d]; d--) idx[d] = 0;
     }
@@ -1354,7 +1360,7 @@ void interp_init_state(Interp *it, uint64_t seed) {
             } else if (strcmp(init, "ones") == 0) {
                 for (int64_t k = 0; k < s->t.n; k++) s->t.d[k] = 1;
             } else if (strcmp(init, "normal") == 0) {
-                init_normal(it, r, &R->g->vals[n->out[0]], &s->t, rng_stream(s->name, seed), ir_attr_f(n, "std", 0.02));
+                init_normal(it, r, n, &R->g->vals[n->out[0]], &s->t, rng_stream(s->name, seed), ir_attr_f(n, "std", 0.02));
             } else {
                 error_at(n->loc, "param %s: unknown init \"%s\"", s->name, init);
             }

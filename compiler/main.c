@@ -22,7 +22,7 @@
  *                                --pp N: per stage, bubble, bytes over pp; --pp-schedule all:
  *                                every schedule; --timeline FILE.svg (plan_pp.c)
  *   kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule]
- *                [--attention kiln|cudnn]      a standalone trainer (compile.c)
+ *                [--attention kiln|cudnn|tc]      a standalone trainer (compile.c)
  *   kiln run     MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json]
  *                [--serial] [--threads N]      the JIT-compiled step (run.c)
  *   kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl]
@@ -48,13 +48,15 @@
  *   --precision f32|bf16 (bf16 with --target cuda:sm_XX, and for dump, check,
  *     plan and run --interp; the CPU trainer is f32);
  *   --pp N --vpp V --pp-schedule S (plan: all) --pp-layers A,B,... (docs/pipeline.md);
- *   --tp 1 (other values: not available yet);
+ *   --tp N (tensor parallel, docs/parallel.md);
  *   --device-profile FILE|NAME (profile.h; kiln plan prints it on its first line);
  *   --offload none|all|auto|F --offload-stages LIST --offload-min-bytes BYTES
  *     (docs/offload.md);
  *   --test-drop-event (tests only: the schedule forgets its first wait),
  *   --test-offload-bug early-read (tests only: a backward reader keeps the
  *     device copy of an offloaded value).
+ *   kiln plan --max-seq --memory GiB: the longest sequence that fits per
+ *     recompute/offload policy (cmd/plan_offload.c).
  *
  * User errors are one line on stderr and exit status 1.
  */
@@ -75,7 +77,7 @@ static void usage(FILE *f) {
           "       kiln plan    MODEL [--peak]             memory per rank: params, grads, optimizer, activations;\n"
           "                                               --peak: what is live where the activations peak\n"
           "                    [--pp N --pp-schedule S|all] [--timeline FILE.svg]   per pipeline stage; every schedule; the plan drawn\n"
-          "       kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn]\n"
+          "       kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn|tc]\n"
           "       kiln run     MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
           "                    (both: [--ignore-index ID], targets equal to ID weigh 0 through the input loss_mask)\n"
@@ -85,6 +87,9 @@ static void usage(FILE *f) {
           "                    [--bpe DIR | --encoder encoder.json --vocab-bpe vocab.bpe]   llm.c token shards\n"
           "       kiln sample  CHECKPOINT --prompt TEXT [--model FILE.lua] [--set key=value] [--tokens N]\n"
           "                    [--temperature T] [--top-k K] [--seed S] [--threads N]\n"
+          "       kiln calibrate --device cpu -o FILE.profile [--quick] [--threads N] [--name NAME]   measure a device profile (docs/profiles.md)\n"
+          "       kiln tune    MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B] [--seq S] [--top K] [--check K]\n"
+          "                    the best dp x cp x pp x schedule x micro-batches x recompute x offload by the cost model (docs/tune.md)\n"
           "PASS: front autodiff parallelize recompute optimizer precision fuse schedule memplan\n"
           "common (dump, check, plan, compile, run):\n"
           "        --set key=value  --frontend-timeout S (the model's run, default 10)  --seed N  --print-every N  --lr X --min-lr X --warmup N --steps N --weight-decay X --grad-clip X\n"
@@ -96,8 +101,9 @@ static void usage(FILE *f) {
           "        the CPU runs f32)\n"
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
           "        --offload none|all|auto|F (F in (0,1]; auto: from --device-profile, default cpu) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
-          "        --tp 1 (other values: not available yet)  --test-drop-event --test-pp-bug drop-tied|swap-recv|late-post\n"
-          "        --test-offload-bug early-read (tests only)\n",
+          "        --tp N (tensor parallel: Megatron's layout) --sp|--no-sp (sequence parallel, default on with tp > 1)  --test-drop-event --test-pp-bug drop-tied|swap-recv|late-post\n"
+          "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce|xent-max|norm-grad (tests only)\n"
+          "        kiln plan --offload X: copies per rank and virtual stage; kiln plan --max-seq --memory GiB: the longest sequence per policy\n",
           f);
 }
 
@@ -128,7 +134,8 @@ static const Command commands[] = {
 static const struct {
     const char *name;
     int (*main)(int argc, char **argv);
-} own_flags[] = {{"plot", kiln_plot_main}, {"data", kiln_data_main}, {"sample", kiln_sample_main}};
+} own_flags[] = {{"plot", kiln_plot_main}, {"data", kiln_data_main}, {"sample", kiln_sample_main},
+                 {"calibrate", kiln_calibrate_main}, {"tune", kiln_tune_main}};
 
 static const Command *find_command(const char *name) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
@@ -261,8 +268,11 @@ static void parse_args(Args *a, int argc, char **argv) {
         } else if (strcmp(f, "--interp") == 0) a->interp = 1;
         else if (strcmp(f, "--f64") == 0) a->f64 = 1;
         else if (strcmp(f, "--peak") == 0) a->peak = 1;
+        else if (strcmp(f, "--max-seq") == 0) a->max_seq = 1;
         else if (strcmp(f, "--serial") == 0) a->serial = 1;
         else if (strcmp(f, "--no-overlap") == 0) a->o.no_overlap = 1;
+        else if (strcmp(f, "--sp") == 0) a->o.sp = 1;    /* sequence parallel (the default with --tp > 1) */
+        else if (strcmp(f, "--no-sp") == 0) a->o.sp = 2;
         else if (strcmp(f, "--test-drop-event") == 0) a->o.drop_event = 1;
         else if (strcmp(f, "-h") == 0 || strcmp(f, "--help") == 0) { usage(stdout); exit(0); }
         else if (!has) die("%s: unknown flag or missing value", f);
@@ -332,13 +342,22 @@ static void parse_args(Args *a, int argc, char **argv) {
             a->o.offload = parse_offload(argv[++i]);
         } else if (strcmp(f, "--offload-stages") == 0) {
             a->o.offload_stages = parse_offload_stages(argv[++i]);
+        } else if (strcmp(f, "--memory") == 0) {
+            a->memory_gib = parse_double_flag(f, argv[++i]);
+            if (!(a->memory_gib > 0)) die("--memory: expected GiB of device memory per rank > 0, got \"%s\"", argv[i]);
         } else if (strcmp(f, "--offload-min-bytes") == 0) {
             a->o.offload_min_bytes = parse_bytes_flag(f, argv[++i]);
         } else if (strcmp(f, "--test-offload-bug") == 0) {
             if (strcmp(argv[++i], "early-read")) die("--test-offload-bug: expected early-read, got \"%s\"", argv[i]);
             a->o.offload_bug = 1;
         } else if (strcmp(f, "--tp") == 0) {
-            if (parse_int_flag(f, argv[++i]) != 1) die("%s: this parallel axis is not available yet (only 1; --dp, --cp and --pp are)", f);
+            a->o.tp = parse_int_flag(f, argv[++i]); /* tensor parallel (docs/parallel.md, issue 20) */
+        } else if (strcmp(f, "--test-tp-bug") == 0) {
+            const char *v = argv[++i];
+            if (strcmp(v, "drop-bwd-reduce") && strcmp(v, "xent-max") && strcmp(v, "norm-grad"))
+                die("--test-tp-bug: expected drop-bwd-reduce, xent-max or norm-grad, got \"%s\"", v);
+            a->o.tp_bug = !strcmp(v, "drop-bwd-reduce") ? 1 : !strcmp(v, "xent-max") ? 2 : 3;
+
         } else die("%s: unknown flag", f);
     }
 }
@@ -359,13 +378,18 @@ static void check_args(Args *a) {
         a->cuda_arch = a->target + 5;
         a->o.precision_bf16 = 1; /* DESIGN §6: bf16 activations, f32 master weights */
     }
-    if (a->attention && strcmp(a->attention, "kiln") && strcmp(a->attention, "cudnn"))
-        die("--attention: expected kiln or cudnn, got \"%s\"", a->attention);
+    if (a->attention && strcmp(a->attention, "kiln") && strcmp(a->attention, "cudnn") && strcmp(a->attention, "tc"))
+        die("--attention: expected kiln, cudnn or tc, got \"%s\"", a->attention);
+    if (a->attention && strcmp(a->attention, "tc") == 0 && !a->cuda_arch) die("--attention tc: only with --target cuda:sm_XX");
     if (a->attention && strcmp(a->attention, "cudnn") == 0 && !a->cuda_arch) die("--attention cudnn: only with --target cuda:sm_XX");
     if (a->o.precision_bf16 && !a->cuda_arch && (strcmp(a->cmd, "compile") == 0 || (strcmp(a->cmd, "run") == 0 && !a->interp)))
         die("--precision bf16: the CPU target is f32 (use --target cuda:sm_XX, or bf16 with dump, check, plan or run --interp)");
     if (a->o.dp < 1) die("--dp: expected at least 1");
     if (a->o.cp < 1) die("--cp: expected at least 1");
+    if (a->o.tp < 1) die("--tp: expected at least 1");
+    if (a->o.sp == 1 && a->o.tp == 1) die("--sp: sequence parallelism splits over the tensor-parallel ranks; it needs --tp > 1");
+    if (a->o.tp > 1 && (strcmp(a->cmd, "compile") == 0 || (strcmp(a->cmd, "run") == 0 && !a->interp)))
+        die("--tp %d: the trainers do not run tensor parallel yet (their param init and checkpoints know no tp shards); kiln check and dump do", a->o.tp);
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
     if (a->o.pp < 1) die("--pp: expected at least 1");
     if (a->o.vpp < 0) die("--vpp: expected at least 1");

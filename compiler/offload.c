@@ -56,6 +56,7 @@
 #include "live.h"
 #include "passes.h"
 #include "ppsched.h"
+#include "offload.h"
 #include "profile.h"
 
 /* Nodes of the rank's program: the reload is issued this many nodes before
@@ -66,6 +67,7 @@
 typedef struct {
     int v, lastf, firstb, group;
     int64_t bytes;
+    int release, issue; /* with a profile (timed_places): the original node the release fence goes before, the reload's place; -1 */
 } Cand;
 
 typedef struct {
@@ -74,22 +76,38 @@ typedef struct {
     int *lastf, *firstb; /* per value: last forward reader, first backward reader (-1 / nnodes: none) */
     char *data, *bad;    /* per value: computed from the data; read where it cannot leave */
     int last_rank, last_vstage; /* the model's last chunk (pp > 1; -1 otherwise) */
-    const Profile *prof;        /* --offload auto: the device's */
-    double *sec;                /* --offload auto: seconds of nodes 0..i-1 (nnodes+1) */
+    const Profile *prof;        /* --offload auto or --device-profile: the device's */
+    int autop;                  /* --offload auto */
+    double *sec;                /* with a profile: seconds of nodes 0..i-1 (nnodes+1) */
 } Off;
 
-/* The profile's seconds for node n (see the top of the file). */
-static double node_seconds(const Profile *p, const Graph *g, const Node *n) {
+/* Bytes of value v as the device will hold it: with bf16 (the precision
+ * pass runs after this one, so the program is still f32 here) an f32 value
+ * becomes bf16 (activations; the few f32 ones left, losses and
+ * statistics, are small). */
+static double dev_bytes(const Graph *g, int v, int bf16) {
+    const Value *x = &g->vals[v];
+    double b = (double)ir_value_bytes(x);
+    return bf16 && x->t.dt == DT_F32 ? b / 2 : b;
+}
+
+/* The profile's seconds for node n (see the top of the file).  A GEMM or
+ * attention runs at the peak of its first input's dtype (bf16 inputs use
+ * the tensor cores whatever the output: an f32 weight gradient too); bf16:
+ * the program will be bf16 (dev_bytes). */
+static double node_seconds(const Profile *p, const Graph *g, const Node *n, int bf16) {
     unsigned fl = ir_ops[n->op].flags;
     if (fl & (F_SOURCE | F_SINK | F_COMM | F_SYNC | F_VIEW)) return 0;
-    DType dt = n->nout ? g->vals[n->out[0]].t.dt : DT_F32;
-    double flops = ir_node_flops(g, n), peak = dt == DT_BF16 ? p->peak_flops_bf16 : p->peak_flops_f32;
+    DType dt = n->nin ? g->vals[n->in[0]].t.dt : n->nout ? g->vals[n->out[0]].t.dt : DT_F32;
+    double flops = ir_node_flops(g, n), peak = dt == DT_BF16 || bf16 ? p->peak_flops_bf16 : p->peak_flops_f32;
     if (fl & (F_GEMM | F_EXPENSIVE)) return flops / (peak * profile_gemm_eff(p, flops / 2)) + p->launch_s;
     double bytes = 0;
-    for (int k = 0; k < n->nin; k++) bytes += (double)ir_value_bytes(&g->vals[n->in[k]]);
-    for (int k = 0; k < n->nout; k++) bytes += (double)ir_value_bytes(&g->vals[n->out[k]]);
+    for (int k = 0; k < n->nin; k++) bytes += dev_bytes(g, n->in[k], bf16);
+    for (int k = 0; k < n->nout; k++) bytes += dev_bytes(g, n->out[k], bf16);
     return bytes / p->mem_bw + p->launch_s;
 }
+
+double offload_node_seconds(const Profile *p, const Graph *g, const Node *n) { return node_seconds(p, g, n, 0); }
 
 static int bwd_phase(Phase p) { return p == PH_BWD || p == PH_RECOMPUTE || p == PH_WGRAD; }
 
@@ -121,8 +139,22 @@ static int is_candidate(const Off *S, int rank, int v) {
     int from = S->lastf[v] > x->def ? S->lastf[v] : x->def;
     if (d->phase != PH_FWD || !S->data[v] || S->bad[v] || ((fl & F_SOURCE) && !(fl & F_COMM))) return 0;
     if (S->firstb[v] >= g->nnodes || S->lastf[v] > S->firstb[v] || S->firstb[v] - from < 2 * OFFLOAD_PREFETCH) return 0;
-    if ((double)ir_value_bytes(x) < S->o->offload_min_bytes) return 0;
+    if (dev_bytes(g, v, S->o->precision_bf16) < S->o->offload_min_bytes) return 0;
     return !(rank == S->last_rank && d->vstage == S->last_vstage);
+}
+
+void offload_saved_values(const Graph *g, char *saved) {
+    int nv = g->nvals;
+    Off S = {(Graph *)g, NULL, xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, 1),
+             xcalloc((size_t)nv, 1), -1, -1, NULL, 0, NULL};
+    scan(&S);
+    for (int v = 0; v < nv; v++) {
+        const Value *x = &g->vals[v];
+        const Node *d = x->def >= 0 ? &g->nodes[x->def] : NULL;
+        unsigned fl = d ? ir_ops[d->op].flags : 0;
+        saved[v] = d && d->phase == PH_FWD && S.data[v] && !((fl & F_SOURCE) && !(fl & F_COMM)) && S.firstb[v] < g->nnodes;
+    }
+    free(S.lastf), free(S.firstb), free(S.data), free(S.bad);
 }
 
 static int by_group_size(const void *a, const void *b) {
@@ -133,34 +165,134 @@ static int by_group_size(const void *a, const void *b) {
 }
 
 /* The policy: which candidates go (take[k]). */
+/* auto: each group's α (fr[k] for its first candidate a, by_group_size
+ * order), then all scaled down alike until the copies of the whole step,
+ * both directions, fit in the rank's compute seconds: every group's copies
+ * share the two copy streams, and a group's forward-to-backward wait spans
+ * other groups' compute, which their copies need too (without this, a
+ * first pipeline stage's groups each "fit" and together need twice the
+ * step). */
+static void auto_fractions(const Off *S, const Cand *c, int nc, double *fr) {
+    double demand = 0;
+    for (int a = 0, b; a < nc; a = b) {
+        double total = 0, hide = 1e300;
+        for (b = a; b < nc && c[b].group == c[a].group; b++) {
+            int from = c[b].lastf > S->g->vals[c[b].v].def ? c[b].lastf : S->g->vals[c[b].v].def;
+            double t = S->sec[c[b].firstb] - S->sec[from + 1];
+            hide = t < hide ? t : hide;
+            total += (double)c[b].bytes;
+        }
+        fr[a] = offload_auto_fraction(S->prof, total, hide);
+        demand += fr[a] * (profile_copy_seconds(S->prof, total, 1) + profile_copy_seconds(S->prof, total, 0));
+    }
+    double step = S->sec[S->g->nnodes], scale = demand > step ? step / demand : 1;
+    for (int a = 0, b; a < nc; a = b) {
+        for (b = a; b < nc && c[b].group == c[a].group; b++) {}
+        fr[a] *= scale;
+    }
+}
+
 static void choose(const Off *S, Cand *c, int nc, char *take) {
     qsort(c, (size_t)nc, sizeof(Cand), by_group_size);
+    double *fr = xcalloc((size_t)nc + 1, sizeof(double));
+    if (S->autop) auto_fractions(S, c, nc, fr);
     for (int a = 0, b; a < nc; a = b) {
         int64_t total = 0, sum = 0;
         for (b = a; b < nc && c[b].group == c[a].group; b++) total += c[b].bytes;
         int vstage = S->g->nodes[S->g->vals[c[a].v].def].vstage;
         int forced = vstage < 64 && (S->o->offload_stages >> vstage & 1);
-        double frac = S->o->offload;
-        if (S->prof) { /* auto: what the group's shortest wait hides */
-            double hide = 1e300;
-            for (int k = a; k < b; k++) {
-                int from = c[k].lastf > S->g->vals[c[k].v].def ? c[k].lastf : S->g->vals[c[k].v].def;
-                double t = S->sec[c[k].firstb] - S->sec[from + 1];
-                hide = t < hide ? t : hide;
-            }
-            frac = offload_auto_fraction(S->prof, (double)total, hide);
-        }
+        double frac = S->autop ? fr[a] : S->o->offload; /* auto: what the group's shortest wait hides, scaled */
         for (int k = a; k < b; k++) { /* a fraction: at least F of the bytes; auto: at most α (the copies must fit) */
-            int fits = S->prof ? (double)(sum + c[k].bytes) <= frac * (double)total : frac > 0 && (double)sum < frac * (double)total;
+            int fits = S->autop ? (double)(sum + c[k].bytes) <= frac * (double)total : frac > 0 && (double)sum < frac * (double)total;
             take[k] = forced || fits;
             if (take[k]) sum += c[k].bytes;
         }
+    }
+    free(fr);
+}
+
+/* With a profile: where each chosen copy's fences go, from the costs (the
+ * prefetch distance and the release lag chosen by the copies' times, not a
+ * constant).  The d2h stream runs the offloads in order, each from when the
+ * compute reaches it and the stream is free; the release fence goes before
+ * the first node the compute starts after that copy ends (so the compute
+ * does not wait for it), but no later than the value's first backward
+ * reader.  The h2d stream runs the reloads as late as they can, backwards
+ * from each first backward reader (a reload ends by then, and before the
+ * next one starts); a reload is issued before the last node the compute
+ * starts by that start (the reload fence makes it wait for the compute to
+ * get there), and no earlier than right after its offload.  Seconds of
+ * nodes: S->sec (node_seconds). */
+static int by_from(const void *a, const void *b) {
+    const Cand *x = *(Cand *const *)a, *y = *(Cand *const *)b;
+    return x->lastf != y->lastf ? x->lastf - y->lastf : x->v - y->v;
+}
+
+static int by_firstb_desc(const void *a, const void *b) {
+    const Cand *x = *(Cand *const *)a, *y = *(Cand *const *)b;
+    return x->firstb != y->firstb ? y->firstb - x->firstb : y->v - x->v;
+}
+
+/* The first node index i in [lo, hi] with sec[i] >= t (hi if none). */
+static int first_at(const double *sec, int lo, int hi, double t) {
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (sec[mid] >= t) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+static void timed_places(const Off *S, Cand *c, int nc, const char *take) {
+    const Graph *g = S->g;
+    Cand **t = xcalloc((size_t)nc + 1, sizeof(Cand *));
+    int nt = 0;
+    for (int k = 0; k < nc; k++)
+        if (take[k]) {
+            int def = g->vals[c[k].v].def;
+            if (c[k].lastf < def) c[k].lastf = def; /* from here: the node the offload follows */
+            t[nt++] = &c[k];
+        }
+    qsort(t, (size_t)nt, sizeof(Cand *), by_from);
+    double free_at = 0;
+    for (int k = 0; k < nt; k++) {
+        int from = t[k]->lastf;
+        double start = S->sec[from + 1] > free_at ? S->sec[from + 1] : free_at;
+        free_at = start + profile_copy_seconds(S->prof, (double)t[k]->bytes, 1);
+        t[k]->release = first_at(S->sec, from + 2, t[k]->firstb, free_at);
+    }
+    qsort(t, (size_t)nt, sizeof(Cand *), by_firstb_desc);
+    double next = 1e300;
+    for (int k = 0; k < nt; k++) {
+        double end = S->sec[t[k]->firstb] < next ? S->sec[t[k]->firstb] : next;
+        double start = end - profile_copy_seconds(S->prof, (double)t[k]->bytes, 0);
+        next = start;
+        int at = first_at(S->sec, t[k]->lastf + 1, t[k]->firstb, start); /* sec[at] >= start: the one before starts by it */
+        if (at > t[k]->lastf + 1 && S->sec[at] > start) at--;
+        if (at < t[k]->release) at = t[k]->release; /* never both buffers on the device (the copy streams are behind) */
+        t[k]->issue = at < t[k]->firstb ? at : t[k]->firstb - 1;
+    }
+    free(t);
+}
+
+/* The offloads' {lag}: nodes of the new order from the offload to the node
+ * its release fence goes before (timed_places), at least 1. */
+static void set_lags(Graph *g, const Cand *c, int nc, const char *take, const int *offload_of, const int *newidx) {
+    for (int k = 0; k < nc; k++) {
+        if (!take[k] || c[k].release < 0) continue;
+        int o = offload_of[c[k].v];
+        Node *n = &g->nodes[newidx[o]];
+        for (int a = 0; a < n->nattr; a++)
+            if (strcmp(n->attr[a].key, "lag") == 0) {
+                int64_t lag = (int64_t)newidx[c[k].release] - newidx[o];
+                n->attr[a].i = lag > 1 ? lag : 1;
+            }
     }
 }
 
 /* Build offload and reload for c; their places go into after[] (the
  * offload's) and before[] (the reload's), the reload's output into repl[]. */
-static void build_copies(Off *S, const Cand *c, int *after, int *before, int *repl) {
+static int build_copies(Off *S, const Cand *c, int *after, int *before, int *repl) {
     Graph *g = S->g;
     const Node *d = &g->nodes[g->vals[c->v].def];
     int stage = d->stage, vstage = d->vstage, mb = d->mb;
@@ -172,10 +304,11 @@ static void build_copies(Off *S, const Cand *c, int *after, int *before, int *re
     g->nodes[o].stage = g->nodes[rn].stage = stage;
     g->nodes[o].vstage = g->nodes[rn].vstage = vstage;
     g->nodes[o].mb = g->nodes[rn].mb = mb;
-    int from = c->lastf > g->vals[c->v].def ? c->lastf : g->vals[c->v].def, at = c->firstb - OFFLOAD_PREFETCH;
+    int from = c->lastf > g->vals[c->v].def ? c->lastf : g->vals[c->v].def, at = c->issue >= 0 ? c->issue : c->firstb - OFFLOAD_PREFETCH;
     after[o] = from;
     before[rn] = at > from + 1 ? at : from + 1;
     repl[c->v] = r;
+    return o;
 }
 
 /* Every backward reader (the old nodes from the value's first backward
@@ -196,7 +329,7 @@ static void rewire(Off *S, int n0, const int *repl, int keep) {
 
 /* The new order: every old node, each offload right after its place, each
  * reload right before its place (new nodes are the ones from n0 on). */
-static void place(Graph *g, int n0, const int *after, const int *before) {
+static void place(Graph *g, int n0, const int *after, const int *before, int *newidx) {
     int n = g->nnodes, k = 0;
     int *order = xcalloc((size_t)n, sizeof(int)), *first = xcalloc((size_t)n0 * 2 + 2, sizeof(int)), *next = xcalloc((size_t)n, sizeof(int));
     for (int i = 0; i < 2 * n0 + 2; i++) first[i] = -1;
@@ -210,6 +343,7 @@ static void place(Graph *g, int n0, const int *after, const int *before) {
         for (int j = first[2 * i + 1]; j >= 0; j = next[j]) order[k++] = j;
     }
     if (k != n) ICE("offload: placed %d of %d nodes", k, n);
+    for (int j = 0; j < n; j++) newidx[order[j]] = j;
     ir_reorder(g, order);
     free(order), free(first), free(next);
 }
@@ -218,40 +352,45 @@ static void offload_graph(Module *m, int rank, const Options *o, int last_rank, 
     Graph *g = m->stages[rank];
     int nv = g->nvals, n0 = g->nnodes;
     Off S = {g, o, xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, 1), xcalloc((size_t)nv, 1),
-             last_rank, last_vstage, prof, xcalloc((size_t)n0 + 1, sizeof(double))};
-    for (int i = 0; prof && i < n0; i++) S.sec[i + 1] = S.sec[i] + node_seconds(prof, g, &g->nodes[i]);
+             last_rank, last_vstage, prof, o->offload == OFFLOAD_AUTO, xcalloc((size_t)n0 + 1, sizeof(double))};
+    for (int i = 0; prof && i < n0; i++) S.sec[i + 1] = S.sec[i] + node_seconds(prof, g, &g->nodes[i], o->precision_bf16);
     scan(&S);
     Cand *c = xcalloc((size_t)nv, sizeof(Cand));
     int nc = 0;
     for (int v = 0; v < nv; v++)
         if (is_candidate(&S, rank, v)) {
             const Node *d = &g->nodes[g->vals[v].def];
-            c[nc++] = (Cand){v, S.lastf[v], S.firstb[v], d->vstage * 65536 + d->mb, ir_value_bytes(&g->vals[v])};
+            c[nc++] = (Cand){v, S.lastf[v], S.firstb[v], d->vstage * 65536 + d->mb, (int64_t)dev_bytes(g, v, o->precision_bf16), -1, -1};
         }
     char *take = xcalloc((size_t)nc + 1, 1);
     choose(&S, c, nc, take);
+    if (prof) timed_places(&S, c, nc, take);
     int nt = 0;
     for (int k = 0; k < nc; k++) nt += take[k];
     int *after = xcalloc((size_t)(n0 + 2 * nt), sizeof(int)), *before = xcalloc((size_t)(n0 + 2 * nt), sizeof(int));
-    int *repl = xcalloc((size_t)nv, sizeof(int)), keep = -1;
+    int *repl = xcalloc((size_t)nv, sizeof(int)), *offload_of = xcalloc((size_t)nv, sizeof(int)), keep = -1;
     for (int v = 0; v < nv; v++) repl[v] = -1;
     for (int k = 0; k < nc; k++)
         if (take[k]) {
             if (o->offload_bug && keep < 0) keep = c[k].v;
-            build_copies(&S, &c[k], after, before, repl);
+            offload_of[c[k].v] = build_copies(&S, &c[k], after, before, repl);
         }
     rewire(&S, n0, repl, keep);
-    if (nt) place(g, n0, after, before);
+    int *newidx = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+    if (nt) place(g, n0, after, before, newidx);
+    if (nt && prof) set_lags(g, c, nc, take, offload_of, newidx);
     free(S.lastf), free(S.firstb), free(S.data), free(S.bad), free(S.sec), free(c), free(take), free(after), free(before), free(repl);
+    free(offload_of), free(newidx);
 }
 
 void pass_offload(Module *m, const Options *o) {
     if (o->offload == 0 && !o->offload_stages) return;
     Profile prof, *pp = NULL;
-    if (o->offload == OFFLOAD_AUTO) {
+    if (o->offload == OFFLOAD_AUTO || o->device_profile) { /* auto's fractions; with a profile, the copies' places by their times */
         char err[512];
         if (profile_load(&prof, o->device_profile ? o->device_profile : "cpu", err, sizeof err) != 0)
-            error_at(m->stages[0]->nnodes ? m->stages[0]->nodes[0].loc : (Loc){0}, "--offload auto: %s", err);
+            error_at(m->stages[0]->nnodes ? m->stages[0]->nodes[0].loc : (Loc){0}, "--offload %s: %s",
+                     o->offload == OFFLOAD_AUTO ? "auto" : "(--device-profile)", err);
         pp = &prof;
     }
     int last_rank = -1, last_vstage = -1;

@@ -64,6 +64,23 @@ static const char *norm_group(const Module *m) {
     return red_size(m) == 1 ? "pp" : m->mesh[1] > 1 && m->mesh[2] > 1 ? "pp+dp+cp" : m->mesh[2] > 1 ? "pp+cp" : "pp+dp";
 }
 
+/* Tensor parallel (mesh tp > 1, issue 20): a param split over tp holds a
+ * block of its gradient on each tp rank, a replicated one (norm gains,
+ * biases of row-parallel layers) the whole gradient on every tp rank.  The
+ * norm all-reduces the squares over tp too, each replicated param's scaled
+ * by 1/tp so it counts once. */
+static int tp_split(const Graph *g, int i) { return g->vals[g->nodes[i].out[0]].sh[3].kind == SH_SPLIT; }
+static int tp_once(Opt *b, int s, int split) {
+    if (b->m->mesh[3] == 1 || split) return s;
+    Attr c = ir_attr_float(b->m, "v", 1.0 / b->m->mesh[3]);
+    Type t = {.dt = DT_F32, .rank = 0};
+    return ir_build2(&b->bld, OP_mul, s, ir_out(b->bld.g, ir_build(&b->bld, OP_const, 0, NULL, 1, &c, &t)));
+}
+static const char *norm_group_tp(const Module *m, char *buf, size_t n) {
+    snprintf(buf, n, "%s%s", norm_group(m), m->mesh[3] > 1 ? "+tp" : "");
+    return buf;
+}
+
 /* A value split on dim 0 over the reduction group. */
 static void split_over_group(Graph *g, int v) {
     for (int a = 1; a <= 2; a++)
@@ -124,7 +141,7 @@ static int grad_norm(Opt *b, int nfwd, const int *gradv) {
     for (int i = 0; i < nfwd; i++) {
         if (b->bld.g->nodes[i].op != OP_param || is_replica(b->bld.g, i)) continue;
         b->bld.loc = b->bld.g->nodes[i].loc, b->bld.layer = b->bld.g->nodes[i].layer; /* the param's piece */
-        int s = ir_build1(&b->bld, OP_sumsq, gradv[i], 0, NULL);
+        int s = tp_once(b, ir_build1(&b->bld, OP_sumsq, gradv[i], 0, NULL), tp_split(b->bld.g, i));
         b->bld.loc = loc, b->bld.layer = -1;
         acc = acc < 0 ? s : ir_build2(&b->bld, OP_add, acc, s);
     }
@@ -133,8 +150,8 @@ static int grad_norm(Opt *b, int nfwd, const int *gradv) {
         Type t = {.dt = DT_F32, .rank = 0};
         acc = ir_out(b->bld.g, ir_build(&b->bld, OP_const, 0, NULL, 1, &z, &t));
     }
-    if (b->m->mesh[0] > 1) {
-        Attr at = ir_attr_str(b->m, "group", "pp");
+    if (b->m->mesh[0] > 1 || b->m->mesh[3] > 1) {
+        Attr at = ir_attr_str(b->m, "group", b->m->mesh[0] > 1 && b->m->mesh[3] > 1 ? "pp+tp" : b->m->mesh[0] > 1 ? "pp" : "tp");
         acc = ir_build1(&b->bld, OP_allreduce, acc, 1, &at);
     }
     return ir_build1(&b->bld, OP_sqrt, acc, 0, NULL);
@@ -179,6 +196,7 @@ typedef struct {
     int64_t n;
     double wd;
     int replica; /* its members are replicas (pp.c): out of the norm */
+    int tpsplit; /* its members are split over tp */
 } Flat;
 
 static int64_t numel_of(const Graph *g, int v) { return ir_numel(&g->vals[v].t); }
@@ -203,22 +221,23 @@ static int *backward_order(const Graph *g, const int *gradv, int *np) {
  * decayed and not-decayed flats (empty flats are skipped). */
 static Flat *plan_flats(Module *m, const Graph *g, const Options *o, const int *gradv, int *nflats) {
     int np, *ord = backward_order(g, gradv, &np), nf = 0;
-    Flat *f = ir_alloc(m, sizeof(Flat) * (size_t)(4 * np + 4));
+    Flat *f = ir_alloc(m, sizeof(Flat) * (size_t)(8 * np + 8));
     int64_t limit = (int64_t)(o->bucket_mb * 1048576.0), dp = red_size(m);
     for (int start = 0; start < np;) {
         int end = start;
         int64_t bytes = 0;
         while (end < np && (end == start || bytes < limit)) bytes += 4 * numel_of(g, g->nodes[ord[end++]].out[0]);
-        for (int cls = 3; cls >= 0; cls--) { /* decayed or not (bit 0), replica or not (bit 1) */
+        for (int cls = 7; cls >= 0; cls--) { /* decayed or not (bit 0), replica or not (bit 1), split over tp (bit 2) */
             Flat *fl = &f[nf];
             fl->param = ir_alloc(m, sizeof(int) * (size_t)(end - start));
             fl->offset = ir_alloc(m, sizeof(int64_t) * (size_t)(end - start));
             fl->wd = cls & 1 ? o->weight_decay : 0.0;
-            fl->replica = cls >> 1;
+            fl->replica = (cls >> 1) & 1;
+            fl->tpsplit = cls >> 2;
             for (int k = start; k < end; k++) {
                 int v = g->nodes[ord[k]].out[0];
                 int decays = g->vals[v].t.rank >= 2 && o->weight_decay != 0.0;
-                if (decays != (cls & 1) || is_replica(g, ord[k]) != (cls >> 1)) continue;
+                if (decays != (cls & 1) || is_replica(g, ord[k]) != ((cls >> 1) & 1) || tp_split(g, ord[k]) != (cls >> 2)) continue;
                 fl->param[fl->nmembers] = ord[k];
                 fl->offset[fl->nmembers++] = fl->n;
                 fl->n += numel_of(g, v);
@@ -411,13 +430,14 @@ static void update_sharded(Opt *b, const Options *o, Flat *f, int nf, int *gradv
         at_flat(b, &f[i]);
         gs[i] = comm(b, OP_reducescatter, gather_flat(b, &f[i], gradv), 1);
         if (f[i].replica) continue;
-        int s = ir_build1(&b->bld, OP_sumsq, gs[i], 0, NULL);
+        int s = tp_once(b, ir_build1(&b->bld, OP_sumsq, gs[i], 0, NULL), f[i].tpsplit);
         b->bld.loc = gloc, b->bld.layer = -1;
         acc = acc < 0 ? s : ir_build2(&b->bld, OP_add, acc, s);
     }
     b->bld.loc = gloc, b->bld.layer = -1;
     if (acc < 0) error_at(gloc, "--dp: the model has no params to train");
-    Attr ng = ir_attr_str(b->m, "group", norm_group(b->m));
+    char ngb[32];
+    Attr ng = ir_attr_str(b->m, "group", norm_group_tp(b->m, ngb, sizeof ngb));
     int norm = ir_build1(&b->bld, OP_sqrt, ir_build1(&b->bld, OP_allreduce, acc, 1, &ng), 0, NULL);
     sink(b, OP_output, norm, "grad_norm");
     Attr mx = ir_attr_float(b->m, "max", o->grad_clip);

@@ -64,6 +64,13 @@ typedef struct {
     uint64_t offload_stages;
     double offload_min_bytes;
     int offload_bug;
+    /* tensor parallel (issue 20): a planted bug for the tests
+     * (--test-tp-bug drop-bwd-reduce: 1, backward forgets the all-reduce of
+     * a column-parallel GEMM's input gradient; xent-max: 2, the
+     * vocab-parallel loss shifts by each rank's own max, not the row's) */
+    int tp_bug;
+    /* sequence parallel (issue 20): 0 default (on with tp > 1), 1 --sp, 2 --no-sp */
+    int sp;
 } Options;
 /* Options.offload for --offload auto: each (rank, virtual stage,
  * micro-batch) offloads the fraction of its candidates' bytes whose copies

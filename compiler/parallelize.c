@@ -67,10 +67,12 @@
 
 #include "cp.h"
 #include "passes.h"
+#include "tp.h"
 
-enum { AX_BATCH, AX_SEQ, NAX };        /* the axes this pass cuts */
-static const int mesh_axis[NAX] = {1, 2}; /* their Module.mesh / Value.sh index: dp, cp */
-static const char *const axis_group[NAX] = {"dp", "cp"};
+enum { AX_BATCH, AX_SEQ, AX_TP, NAX };       /* the axes this pass cuts */
+static const int mesh_axis[NAX] = {1, 2, 3}; /* their Module.mesh / Value.sh index: dp, cp, tp */
+static const char *const axis_group[NAX] = {"dp", "cp", "tp"};
+static const char *const axis_what[NAX] = {"dp x micro-batches", "cp", "tp"};
 
 /* A sharding along one axis.  SPLIT: dim `dim`'s index decomposes as
  * hi*(size*stride) + mid*stride + lo, and the pieces cut `mid` (of `size`). */
@@ -93,8 +95,8 @@ typedef struct {
     const Graph *g; /* the global graph */
     Graph *ng;      /* the rank's graph being built */
     Builder b;
-    int dp, M, cp;
-    int pieces[NAX]; /* dp*M, cp */
+    int dp, M, cp, tp, tp_bug;
+    int pieces[NAX]; /* dp*M, cp, tp */
     Sp *sh[NAX];     /* per global value */
     char *dep;       /* per global value: depends on the inputs (cloned per micro-batch) */
     char *pdep;      /* per global value: depends on a param or state */
@@ -109,6 +111,14 @@ typedef struct {
     size_t *convoff; /* per node: its first input's index in conv's [node][input] */
     size_t nconv;    /* inputs of all nodes */
     CpRank cpr;      /* the sequence axis's attention rewrite (cp.c) */
+    char *tpred;     /* [node][input]: how the node reads the input over tp: TP_* (tp.c) */
+    int *tpar;       /* [3][M+1][nvals]: the input converted (TP_* - 1), or -1 (row M: micro-batch -1) */
+    int sp;          /* sequence parallel: outside the column/row pairs activations split on the sequence over tp */
+    int64_t seqlen;  /* the inputs' sequence length (dim 1) */
+    char *seqtp;     /* per global value: split over tp on the sequence (sp), not on features or heads */
+    char *tpvocab;   /* per global value: ids looked up in a table split over tp */
+    int *tplse;      /* [M][nvals]: per logits value split over tp, its rows' log-sum-exp, or -1 */
+    TpRank tpr;      /* the vocab-parallel rewrites (tp.c) */
 } Par;
 
 static const Sp REP = {SH_REP, 0, 0, 0}, PART = {SH_PARTIAL, 0, 0, 0};
@@ -144,7 +154,22 @@ static Sp reshape_split(Sp s, const Type *in, const Type *out) {
         if (e % inner == 0 && e / inner < out->dim[k] && out->dim[k] % (e / inner * s.size) == 0)
             return (Sp){SH_SPLIT, k, e / inner, s.size};
     }
+    /* the cut sub-dim spans output dims k.. whole, k its top (tp's [B,T,H*D]
+     * -> [B,T,H,D]): contiguous pieces of it are pieces of dim k, so long as
+     * dim k divides by the pieces (local_type checks) */
+    for (int k = 0; k < out->rank; k++) {
+        int64_t inner = prod(out, k + 1, out->rank);
+        if (inner % e == 0 && inner * out->dim[k] == e * s.size && s.stride * s.size == in->dim[s.dim])
+            return (Sp){SH_SPLIT, k, 1, out->dim[k]};
+    }
     return REP;
+}
+
+/* a and b (of types ta, tb) cut their dims into the same contiguous pieces:
+ * equal, or each the whole dim (coarse: stride x size = the dim) of equal size. */
+static int same_cut(Sp a, const Type *ta, Sp b, const Type *tb) {
+    if (a.stride == b.stride && a.size == b.size) return 1;
+    return a.stride * a.size == ta->dim[a.dim] && b.stride * b.size == tb->dim[b.dim] && ta->dim[a.dim] == tb->dim[b.dim];
 }
 
 /* The input dim a reshape's output dim d comes from unchanged (the same
@@ -202,8 +227,10 @@ static Sp unify(Par *P, int ax, const Node *n, int nk, const char **why) {
     for (int k = 0; k < nk; k++) {
         int v = n->in[k];
         if (!is_rep(P->sh[ax][v])) continue;
-        if (d.dim >= vtype(P, v)->rank || !uniform(P, ax, v, d.dim)) return *why = "a replicated input meets split inputs", REP;
-        conv[k] = 1;
+        if (d.dim >= vtype(P, v)->rank) return *why = "a replicated input meets split inputs", REP;
+        if (uniform(P, ax, v, d.dim)) conv[k] = 1;
+        else if (ax == AX_TP && P->sp && d.stride * d.size == vtype(P, v)->dim[d.dim]) conv[k] = 2; /* sliced locally (tp.c) */
+        else return *why = "a replicated input meets split inputs", REP;
     }
     return d;
 }
@@ -226,6 +253,7 @@ static int npartial(const Par *P, int ax, const Node *n) {
 /* Data inputs are split: the batch on dim 0, the sequence on dim 1. */
 static const char *rule_input(Par *P, int ax, const Node *n, Sp *out) {
     const Type *t = vtype(P, n->out[0]);
+    if (ax == AX_TP) return NULL; /* every tp rank reads the same tokens */
     int d = ax == AX_BATCH ? 0 : 1;
     if (P->pieces[ax] == 1) return NULL;
     if (t->rank <= d) return ax == AX_SEQ ? "an input without a sequence dim (dim 2) under --cp" : "an input without a batch dim";
@@ -240,6 +268,14 @@ static int is_batch_iota(const Node *n) { return n->op == OP_iota && strcmp(ir_a
  * tokens; sample indices: along the split batch, the rank's samples'. */
 static const char *rule_iota(Par *P, int ax, const Node *n, Sp *out) {
     if (ax == (is_batch_iota(n) ? AX_BATCH : AX_SEQ) && P->pieces[ax] > 1) out[0] = (Sp){SH_SPLIT, 0, 1, vtype(P, n->out[0])->dim[0]};
+    return NULL;
+}
+
+/* Params are replicated, but along tp split as their {tp} attr says (tp.c). */
+static const char *rule_param(Par *P, int ax, const Node *n, Sp *out) {
+    const Type *t = vtype(P, n->out[0]);
+    int blocks, d = ax == AX_TP ? tp_param_dim(n, t, P->tp, &blocks) : -1;
+    if (d >= 0) out[0] = (Sp){SH_SPLIT, d, 1, t->dim[d] / blocks};
     return NULL;
 }
 
@@ -310,9 +346,11 @@ static const char *rule_max_bwd(Par *P, int ax, const Node *n, Sp *out) {
 }
 
 /* Shape ops move a split dim (or refuse) and pass a partial sum through. */
+static int seq_split(const Par *P, int v);
 static const char *rule_reshape(Par *P, int ax, const Node *n, Sp *out) {
     Sp x = in_sh(P, ax, n, 0);
     if (is_part(x)) return out[0] = PART, NULL;
+    if (ax == AX_TP && seq_split(P, n->in[0])) return "a reshape of a sequence-parallel activation"; /* gathered first (tp.c) */
     Sp s = reshape_split(x, vtype(P, n->in[0]), vtype(P, n->out[0]));
     return is_split(s) ? (out[0] = s, NULL) : "a reshape that breaks the split";
 }
@@ -322,12 +360,30 @@ static const char *rule_transpose(Par *P, int ax, const Node *n, Sp *out) {
     int a = (int)ir_attr_i(n, "a", 0), b = (int)ir_attr_i(n, "b", 0);
     return out[0] = split_at(x, x.dim == a ? b : x.dim == b ? a : x.dim), NULL;
 }
+/* The extent (stride x size) of the blocks of a split dim, when a slice
+ * [start, end) of that dim is one whole block (along tp: a fused QKV's q,
+ * k or v, tp.c), else 0. */
+static int64_t tp_block_slice(Sp x, const Node *n) {
+    int64_t blk = x.stride * x.size, s = ir_attr_i(n, "start", 0), e = ir_attr_i(n, "end", 0);
+    return s % blk == 0 && e - s == blk ? blk : 0;
+}
 static const char *rule_slice(Par *P, int ax, const Node *n, Sp *out) {
     Sp x = in_sh(P, ax, n, 0);
     if (is_part(x)) return out[0] = PART, NULL;
+    if (ax == AX_TP && x.dim == ir_attr_i(n, "dim", 0) && tp_block_slice(x, n)) return out[0] = x, NULL;
     return x.dim == ir_attr_i(n, "dim", 0) ? "a slice of a split dim" : (out[0] = x, NULL);
 }
 static const char *rule_concat(Par *P, int ax, const Node *n, Sp *out) {
+    int cd = (int)ir_attr_i(n, "dim", 0);
+    if (ax == AX_TP && is_split(in_sh(P, ax, n, 0)) && in_sh(P, ax, n, 0).dim == cd) { /* blocks, each split whole (tp.c) */
+        int64_t len = vtype(P, n->in[0])->dim[cd];
+        for (int k = 0; k < n->nin; k++) {
+            Sp s = in_sh(P, ax, n, k);
+            if (!is_split(s) || s.dim != cd || vtype(P, n->in[k])->dim[cd] != len || s.stride * s.size != len)
+                return "a concat of pieces split unlike each other over tp";
+        }
+        return out[0] = (Sp){SH_SPLIT, cd, 1, len}, NULL;
+    }
     const char *why = "";
     Sp d = unify(P, ax, n, n->nin, &why);
     return *why ? why : d.dim == ir_attr_i(n, "dim", 0) ? "a concat along a split dim" : (out[0] = d, NULL);
@@ -356,7 +412,7 @@ static const char *rule_matmul(Par *P, int ax, const Node *n, Sp *out) {
     int a_m = TA ? ra - 1 : ra - 2, a_k = TA ? ra - 2 : ra - 1;
     int b_k = TB ? rb - 1 : rb - 2, b_n = TB ? rb - 2 : rb - 1;
     if ((is_part(a) && is_rep(b)) || (is_rep(a) && is_part(b))) return out[0] = PART, NULL;
-    if (is_split(a) && is_split(b) && a.dim == a_k && b.dim == b_k && a.stride == b.stride && a.size == b.size)
+    if (is_split(a) && is_split(b) && a.dim == a_k && b.dim == b_k && same_cut(a, ta, b, tb))
         return out[0] = PART, NULL;
     if (is_split(a) && a.dim < ra - 2 && (rb == 2 ? is_rep(b) : is_split(b) && b.dim == a.dim + rb - ra))
         return out[0] = split_at(a, a.dim + ro - ra), NULL;
@@ -394,10 +450,25 @@ static const char *rule_rope(Par *P, int ax, const Node *n, Sp *out) {
     return "rope: the positions are not split like the tokens";
 }
 
+/* attention, attention_bwd along tp: the heads split (dim 1 of q, k, v and
+ * of do, o, lse), every tensor input alike; positions replicated. */
+static const char *tp_attention(Par *P, const Node *n, int nt, Sp *out) {
+    for (int k = 0; k < n->nin; k++) {
+        Sp s = in_sh(P, AX_TP, n, k);
+        if (k < nt ? !is_split(s) || s.dim != 1 : !is_rep(s))
+            return is_part(s) ? "an input is a partial sum" : "q, k and v are not all split on their heads (annotate wq, wk and wv alike)";
+    }
+    int q = n->op == OP_attention ? 0 : 1;
+    tp_check_heads(n, vtype(P, n->in[q]), vtype(P, n->in[q + 1]), P->tp);
+    for (int k = 0; k < n->nout; k++) out[k] = (Sp){SH_SPLIT, 1, 1, vtype(P, n->out[k])->dim[1]};
+    return NULL;
+}
+
 /* attention, attention_bwd: split on the batch, or on the sequence (cp.c
  * rewrites it); positions (optional, last two) follow the tokens */
 static const char *rule_attention(Par *P, int ax, const Node *n, Sp *out) {
     int nt = n->op == OP_attention ? 3 : 6;
+    if (ax == AX_TP) return tp_attention(P, n, nt, out);
     const char *why = "";
     Sp d = unify(P, ax, n, nt, &why);
     for (int k = nt; k < n->nin && !*why; k++) {
@@ -412,12 +483,23 @@ static const char *rule_attention(Par *P, int ax, const Node *n, Sp *out) {
 
 /* (table, ids): the rows looked up are split like the ids */
 static const char *rule_embedding(Par *P, int ax, const Node *n, Sp *out) {
+    if (ax == AX_TP) { /* vocab parallel (tp.c): the table split on its rows, each rank's lookups a summand */
+        Sp t = in_sh(P, ax, n, 0);
+        if (!is_rep(in_sh(P, ax, n, 1)) || !is_split(t) || t.dim != 0) return "embedding: the table split other than on its rows";
+        P->tpvocab[n->in[1]] = 1;
+        return out[0] = PART, NULL;
+    }
     if (!is_rep(in_sh(P, ax, n, 0))) return "a split embedding table";
     if (!is_split(in_sh(P, ax, n, 1))) return "embedding ids";
     return out[0] = in_sh(P, ax, n, 1), NULL;
 }
 /* (dy, ids): each piece scatters a summand of the table's gradient */
 static const char *rule_embedding_bwd(Par *P, int ax, const Node *n, Sp *out) {
+    if (ax == AX_TP) { /* the table's gradient split like the table, where forward looked the ids up in a split table */
+        if (!is_rep(in_sh(P, ax, n, 0)) || !is_rep(in_sh(P, ax, n, 1))) return "embedding_bwd: dy or ids split over tp";
+        if (P->tpvocab[n->in[1]]) out[0] = (Sp){SH_SPLIT, 0, 1, vtype(P, n->out[0])->dim[0]};
+        return NULL;
+    }
     if (is_part(in_sh(P, ax, n, 0)) && is_rep(in_sh(P, ax, n, 1))) return out[0] = PART, NULL;
     const char *why = "";
     unify(P, ax, n, 2, &why);
@@ -425,6 +507,15 @@ static const char *rule_embedding_bwd(Par *P, int ax, const Node *n, Sp *out) {
 }
 /* per token: split anywhere but the vocabulary */
 static const char *rule_cross_entropy(Par *P, int ax, const Node *n, Sp *out) {
+    if (ax == AX_TP) { /* vocab parallel (tp.c): logits split on the vocabulary; the loss replicated, dlogits like the logits */
+        int l = n->nin - 2;
+        Sp x = in_sh(P, ax, n, l);
+        for (int k = 0; k < n->nin; k++)
+            if (k != l && !is_rep(in_sh(P, ax, n, k))) return "cross entropy: an input other than the logits split over tp";
+        if (!is_split(x) || x.dim != vtype(P, n->in[l])->rank - 1) return "cross entropy: logits split other than on the vocabulary";
+        if (n->op == OP_cross_entropy_bwd) out[0] = x;
+        return NULL;
+    }
     const char *why = "";
     Sp d = unify(P, ax, n, n->nin, &why);
     if (*why) return why;
@@ -436,6 +527,7 @@ static const char *rule_cross_entropy(Par *P, int ax, const Node *n, Sp *out) {
  * (along the batch) and pos (along the sequence) must be split as x is, so
  * the rank draws the global elements' bits: the single device's mask. */
 static const char *rule_dropout(Par *P, int ax, const Node *n, Sp *out) {
+    if (ax == AX_TP) return "dropout of a tensor-parallel activation (not supported yet)";
     Sp x = in_sh(P, ax, n, 0), idx = in_sh(P, ax, n, ax == AX_BATCH ? 2 : 3);
     int d = ax == AX_BATCH ? 0 : 1;
     if (!is_rep(in_sh(P, ax, n, 1))) return "the step is not replicated";
@@ -457,7 +549,7 @@ static const char *rule_loss(Par *P, int ax, const Node *n, Sp *out) {
  * attention), the program's inputs and outputs, and the ops that a
  * replicated value is rebuilt through at a local shape (uniform, get). */
 static const RuleFn rules[OP_COUNT] = {
-    [OP_input] = rule_input, [OP_iota] = rule_iota, [OP_output] = rule_output,
+    [OP_input] = rule_input, [OP_param] = rule_param, [OP_iota] = rule_iota, [OP_output] = rule_output,
     [OP_add] = rule_add, [OP_sub] = rule_add, [OP_mul] = rule_mul, [OP_div] = rule_div,
     [OP_neg] = rule_linear, [OP_cast] = rule_linear,
     [OP_sum] = rule_sum, [OP_mean] = rule_sum, [OP_max] = rule_max, [OP_sumsq] = rule_sumsq,
@@ -484,7 +576,7 @@ static const char *rule(Par *P, int ax, const Node *n, Sp out[]) {
     for (int k = 0; k < n->nout; k++) out[k] = REP;
     RuleFn f = rule_of(n->op);
     if (ir_ops[n->op].flags & F_SOURCE) return f ? f(P, ax, n, out) : NULL;
-    if (all_rep) return NULL;
+    if (all_rep && !(ax == AX_TP && n->op == OP_embedding_bwd)) return NULL;
     if (!f) ICE("parallelize: %s after autodiff and before the optimizer", ir_ops[n->op].name);
     return f(P, ax, n, out);
 }
@@ -501,6 +593,69 @@ static int totalable(const Par *P, const Node *n, int k) {
     return part && P->dep[v] && !P->pdep[v];
 }
 
+/* How a node reads an input over tp when its rule refuses the input's own
+ * layout: a partial sum all-reduced (Megatron's all-reduce after a
+ * row-parallel GEMM, and after a column-parallel GEMM's input gradient),
+ * or, with sequence parallelism, reduce-scattered on the sequence (dim 1);
+ * a value split on the sequence all-gathered (before a column-parallel
+ * GEMM, and in backward before a row-parallel one's input gradient). */
+enum { TP_NATIVE, TP_ALLREDUCE, TP_SCATTER, TP_GATHER };
+
+/* v split over tp on the sequence (sequence parallelism): reduce-scattered,
+ * or computed from such values (seqtp), in pieces an all-gather joins */
+static int seq_split(const Par *P, int v) {
+    Sp s = P->sh[AX_TP][v];
+    return P->sp && P->seqtp[v] && is_split(s) && s.stride * s.size == vtype(P, v)->dim[s.dim];
+}
+/* v [B,T,..] may be reduce-scattered on the sequence */
+static int seq_ok(const Par *P, int v) {
+    const Type *t = vtype(P, v);
+    return P->sp && t->rank == 3 && t->dim[1] == P->seqlen;
+}
+
+/* The rules of node i again with its inputs read as codes[] says; NULL or
+ * why not.  The inputs' shardings are restored. */
+static const char *tp_try(Par *P, int i, const char *codes, Sp out[NAX][8], int *bad) {
+    const Node *n = &P->g->nodes[i];
+    Sp saved[IR_MAXIN];
+    memset(conv_of(P, AX_TP, i), 0, (size_t)n->nin);
+    for (int k = 0; k < n->nin; k++) {
+        int v = n->in[k];
+        saved[k] = P->sh[AX_TP][v];
+        if (codes[k] == TP_ALLREDUCE || codes[k] == TP_GATHER) P->sh[AX_TP][v] = REP;
+        if (codes[k] == TP_SCATTER) P->sh[AX_TP][v] = (Sp){SH_SPLIT, 1, 1, vtype(P, v)->dim[1]};
+    }
+    const char *why = NULL;
+    for (int ax = 0; ax < NAX && !why; ax++) why = rule(P, ax, n, out[*bad = ax]);
+    for (int k = 0; k < n->nin; k++) P->sh[AX_TP][n->in[k]] = saved[k];
+    return why;
+}
+
+/* Node i's rule along tp failed: read its partial sums reduced (scattered
+ * on the sequence with --sp, else all-reduced), and failing that (--sp)
+ * all-reduced with its sequence-split inputs all-gathered.  NULL when a
+ * way works (kept in tpred), else why not. */
+static const char *tp_resolve(Par *P, int i, Sp out[NAX][8], int *bad) {
+    const Node *n = &P->g->nodes[i];
+    char a[IR_MAXIN] = {0}, b[IR_MAXIN] = {0};
+    int na = 0, nb = 0;
+    for (int k = 0; k < n->nin; k++) {
+        int v = n->in[k];
+        if (is_part(P->sh[AX_TP][v])) a[k] = seq_ok(P, v) ? TP_SCATTER : TP_ALLREDUCE, b[k] = TP_ALLREDUCE, na++, nb++;
+        else if (seq_split(P, v)) b[k] = TP_GATHER, nb++;
+    }
+    const char *why = "no input to convert";
+    const char *ways[2] = {a, b};
+    for (int w = 0; w < 2; w++) {
+        if (!(w ? nb : na) || (w && !P->sp)) continue;
+        if (!(why = tp_try(P, i, ways[w], out, bad))) {
+            memcpy(P->tpred + P->convoff[i], ways[w], (size_t)n->nin);
+            return NULL;
+        }
+    }
+    return why;
+}
+
 /* The rules of node i along every axis; where one fails, again with its
  * totalable inputs read as their totals (replicated).  NULL or why not;
  * *bad: the axis that failed. */
@@ -509,6 +664,7 @@ static const char *rules_of(Par *P, int i, Sp out[NAX][8], int *bad) {
     const char *why = NULL;
     for (int ax = 0; ax < NAX && !why; ax++) why = rule(P, ax, n, out[*bad = ax]);
     if (!why) return NULL;
+    if (*bad == AX_TP && !tp_resolve(P, i, out, bad)) return NULL; /* inputs reduced or gathered over tp (tp.c) */
     int nt = 0;
     Sp saved[NAX][IR_MAXIN];
     char *tot = P->tot + P->convoff[i];
@@ -538,10 +694,15 @@ static void propagate(Par *P) {
         const char *why = rules_of(P, i, out, &ax);
         if (why)
             error_at(n->loc, "%s cannot be split over the %s (%s): %s", ir_ops[n->op].name,
-                     ax == AX_BATCH ? "batch" : "sequence",
-                     ax == AX_BATCH ? "dp x micro-batches" : "cp", why);
+                     ax == AX_BATCH ? "batch" : ax == AX_SEQ ? "sequence" : "tensor-parallel ranks", axis_what[ax], why);
         for (ax = 0; ax < NAX; ax++)
             for (int k = 0; k < n->nout; k++) P->sh[ax][n->out[k]] = out[ax][k];
+        int seq = 0; /* an output split over tp is on the sequence if an input read split is */
+        for (int k = 0; k < n->nin; k++) {
+            int code = P->tpred[P->convoff[i] + (size_t)k];
+            seq |= code == TP_SCATTER || (P->seqtp[n->in[k]] && code != TP_GATHER && is_split(P->sh[AX_TP][n->in[k]]));
+        }
+        for (int k = 0; k < n->nout; k++) P->seqtp[n->out[k]] = (char)(seq && is_split(out[AX_TP][k]));
     }
 }
 
@@ -555,18 +716,23 @@ static Type local_type(const Par *P, const Type *t, const Sp *want, Loc loc) {
         if (!is_split(want[ax])) continue;
         int d = want[ax].dim;
         if (l.dim[d] % P->pieces[ax])
-            error_at(loc, "dim %d of size %lld is not divisible by %s %d", d + 1, (long long)l.dim[d],
-                     ax == AX_BATCH ? "dp x micro-batches" : "cp", P->pieces[ax]);
+            error_at(loc, "dim %d of size %lld is not divisible by %s %d", d + 1, (long long)l.dim[d], axis_what[ax],
+                     P->pieces[ax]);
         l.dim[d] /= P->pieces[ax];
     }
     return l;
 }
 
 /* The node's attrs with {shape} replaced by the local output shape, plus extra. */
-static const Attr *local_attrs(Par *P, const Node *n, const Type *lt, const Attr *extra, int nextra, int *nattr) {
+/* A slice of one block of a dim split over tp (a fused QKV's q, k or v)
+ * takes the local block: its start and end divided by sdiv = tp. */
+static const Attr *local_attrs(Par *P, const Node *n, const Type *lt, const Attr *extra, int nextra, int *nattr, int sdiv) {
     Attr *a = ir_alloc(P->m, sizeof(Attr) * (size_t)(n->nattr + nextra + 1));
-    for (int k = 0; k < n->nattr; k++)
-        a[k] = strcmp(n->attr[k].key, "shape") ? n->attr[k] : ir_attr_ints(P->m, "shape", lt->dim, lt->rank);
+    for (int k = 0; k < n->nattr; k++) {
+        const char *key = n->attr[k].key;
+        a[k] = strcmp(key, "shape") ? n->attr[k] : ir_attr_ints(P->m, "shape", lt->dim, lt->rank);
+        if (sdiv > 1 && (!strcmp(key, "start") || !strcmp(key, "end"))) a[k] = ir_attr_int(P->m, key, ir_attr_i(n, key, 0) / sdiv);
+    }
     for (int k = 0; k < nextra; k++) a[n->nattr + k] = extra[k];
     *nattr = n->nattr + nextra;
     return a;
@@ -578,7 +744,13 @@ static void set_sh(Par *P, int nv, const Sp *s) {
             P->ng->vals[nv].sh[mesh_axis[ax]] = (AxisShard){s[ax].kind, s[ax].dim};
 }
 static void set_sh1(Par *P, int nv, Sp batch, Sp seq) {
-    Sp s[NAX] = {batch, seq};
+    Sp s[NAX] = {batch, seq, REP};
+    set_sh(P, nv, s);
+}
+/* nv sharded like global value v along every axis */
+static void set_sh_of(Par *P, int nv, int v) {
+    Sp s[NAX];
+    for (int ax = 0; ax < NAX; ax++) s[ax] = P->sh[ax][v];
     set_sh(P, nv, s);
 }
 
@@ -593,7 +765,9 @@ static int clone(Par *P, const Node *n, const int *in, int mb, Sp want[][NAX]) {
     int nextra = 0, nattr;
     if (n->op == OP_iota && is_split(want[0][AX_SEQ])) nextra = cp_position_attrs(&P->cpr, extra); /* this rank's global positions */
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
-    const Attr *at = local_attrs(P, n, &lt, extra, nextra, &nattr);
+    Sp tsl = want[0][AX_TP];
+    int sdiv = n->op == OP_slice && is_split(tsl) && tsl.dim == ir_attr_i(n, "dim", 0) ? P->tp : 1;
+    const Attr *at = local_attrs(P, n, &lt, extra, nextra, &nattr, sdiv);
     int j = ir_build(&P->b, n->op, n->nin, in, nattr, at, ir_ops[n->op].flags & F_SOURCE ? &lt : NULL);
     P->ng->nodes[j].mb = mb < 0 ? 0 : mb;
     for (int k = 0; k < n->nout; k++) set_sh(P, P->ng->nodes[j].out[k], want[k]);
@@ -606,6 +780,8 @@ static int native(const Par *P, int v, const Sp *want) {
     return 1;
 }
 
+static int tp_convert(Par *P, int v, int mb, const Sp *w, int code);
+
 /* The local value of global value v in micro-batch mb under the per-axis
  * shardings want[]: its native sharding, or, along an axis where v is
  * replicated and uniform, split as want says (built at the local shape). */
@@ -616,8 +792,11 @@ static int get(Par *P, int v, int mb, const Sp *want) {
         if (x < 0) ICE("parallelize: %%%d used before it is built", v);
         return x;
     }
-    for (Memo *q = P->memo[v]; q; q = q->next)
-        if (q->mb == mb && sp_eq(q->want[0], want[0]) && sp_eq(q->want[1], want[1])) return q->nv;
+    for (Memo *q = P->memo[v]; q; q = q->next) {
+        int same = q->mb == mb;
+        for (int ax = 0; ax < NAX; ax++) same &= sp_eq(q->want[ax], want[ax]);
+        if (same) return q->nv;
+    }
     const Node *n = def_of(P, v);
     int small[8], *in = n->nin <= 8 ? small : ir_alloc(P->m, sizeof(int) * (size_t)n->nin); /* get recurses */
     for (int k = 0; k < n->nin; k++) {
@@ -630,16 +809,58 @@ static int get(Par *P, int v, int mb, const Sp *want) {
             int di = n->op == OP_broadcast ? d - (t->rank - x->rank) : n->op == OP_reshape ? reshape_map(t, d, x) : d;
             if (!(n->op == OP_broadcast && (di < 0 || x->dim[di] == 1))) w[ax] = split_at(want[ax], di);
         }
-        in[k] = get(P, n->in[k], mb, w);
+        int code = P->tpred[P->convoff[n - P->g->nodes] + (size_t)k];
+        in[k] = code ? tp_convert(P, n->in[k], mb, w, code) : get(P, n->in[k], mb, w);
     }
     Sp wants[8][NAX];
     for (int k = 0; k < n->nout; k++)
         for (int ax = 0; ax < NAX; ax++) wants[k][ax] = k == 0 ? want[ax] : P->sh[ax][n->out[k]];
     int j = clone(P, n, in, mb, wants);
     Memo *q = ir_alloc(P->m, sizeof(Memo));
-    *q = (Memo){mb, P->ng->nodes[j].out[(int)(P->g->vals[v].defout)], {want[0], want[1]}, P->memo[v]};
+    *q = (Memo){mb, P->ng->nodes[j].out[(int)(P->g->vals[v].defout)], {want[0], want[1], want[2]}, P->memo[v]};
     P->memo[v] = q;
     return q->nv;
+}
+
+/* The local value of v read as code says (TP_*: all-reduced, scattered or
+ * gathered over tp), once per value, code and micro-batch; w: v's
+ * shardings. */
+static int tp_convert(Par *P, int v, int mb, const Sp *w, int code) {
+    if (!P->dep[v]) mb = -1;
+    size_t row = (size_t)(code - 1) * (size_t)(P->M + 1) + (size_t)(mb < 0 ? P->M : mb);
+    int *slot = &P->tpar[row * (size_t)P->g->nvals + (size_t)v];
+    if (*slot >= 0) return *slot;
+    int x = get(P, v, mb, w);
+    const Node *n = def_of(P, v);
+    Builder keep = P->b;
+    P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
+    if (P->tp_bug == 1 && n->phase == PH_BWD && code == TP_ALLREDUCE) return *slot = x; /* --test-tp-bug drop-bwd-reduce */
+    Sp s[NAX] = {w[0], w[1], REP};
+    int y;
+    if (code == TP_ALLREDUCE) {
+        y = tp_allreduce(P->m, &P->b, x);
+    } else {
+        Attr g[2] = {ir_attr_str(P->m, "group", "tp"), ir_attr_int(P->m, "dim", code == TP_SCATTER ? 1 : P->sh[AX_TP][v].dim)};
+        y = ir_build1(&P->b, code == TP_SCATTER ? OP_reducescatter : OP_allgather, x, 2, g);
+        if (code == TP_SCATTER) s[AX_TP] = (Sp){SH_SPLIT, 1, 1, vtype(P, v)->dim[1]};
+    }
+    set_sh(P, y, s);
+    set_mb(P, y, mb);
+    P->b = keep;
+    return *slot = y;
+}
+
+/* x, the local value of a value replicated over tp, as this rank's piece of
+ * dim d: a shard (no communication). */
+static int tp_shard(Par *P, int x, int d, int mb) {
+    Attr g[2] = {ir_attr_str(P->m, "group", "tp"), ir_attr_int(P->m, "dim", d)};
+    int y = ir_build1(&P->b, OP_shard, x, 2, g);
+    Sp s[NAX] = {REP, REP, REP};
+    for (int ax = 0; ax < AX_TP; ax++) s[ax] = (Sp){(ShardKind)P->ng->vals[x].sh[mesh_axis[ax]].kind, P->ng->vals[x].sh[mesh_axis[ax]].dim, 1, 1};
+    set_sh(P, y, s);
+    P->ng->vals[y].sh[mesh_axis[AX_TP]] = (AxisShard){SH_SPLIT, d};
+    set_mb(P, y, mb);
+    return y;
 }
 
 static int const_like(Par *P, const Type *t, double v) {
@@ -654,7 +875,7 @@ static Sp sh_of(const Par *P, int ax, int v) { return P->sh[ax][v]; }
  * rows of the global 0..B-1 (an iota over dp's contiguous pieces), sliced. */
 static int input_of(Par *P, const Node *n, int mb) {
     int v = n->out[0];
-    Sp nat[NAX] = {sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v)};
+    Sp nat[NAX] = {sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v), REP};
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
     if (P->input[v] < 0) {
         Type t = *vtype(P, v);
@@ -683,11 +904,42 @@ static void build_cp_attention(Par *P, const Node *n, const int *in, int mb, int
     int first = P->ng->nnodes;
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
     cp_attention(&P->cpr, n, in, out);
-    for (int o = 0; o < n->nout; o++) set_sh1(P, out[o], sh_of(P, AX_BATCH, n->out[o]), sh_of(P, AX_SEQ, n->out[o]));
+    for (int o = 0; o < n->nout; o++) set_sh_of(P, out[o], n->out[o]);
     for (int i = first; i < P->ng->nnodes; i++) P->ng->nodes[i].mb = mb;
 }
 
 static void build_node(Par *P, int i, int mb);
+
+/* An embedding, its backward or a cross entropy over a vocabulary split on
+ * tp (read as it is, not gathered: then split on its last dim). */
+static int tp_vocab_node(const Par *P, const Node *n) {
+    const char *codes = P->tpred + P->convoff[n - P->g->nodes];
+    int l = n->nin - 2;
+    switch (n->op) {
+    case OP_embedding: return is_split(P->sh[AX_TP][n->in[0]]) && !codes[0];
+    case OP_embedding_bwd: return is_split(P->sh[AX_TP][n->out[0]]);
+    case OP_cross_entropy: case OP_cross_entropy_bwd:
+        return is_split(P->sh[AX_TP][n->in[l]]) && !codes[l] && P->sh[AX_TP][n->in[l]].dim == vtype(P, n->in[l])->rank - 1;
+    default: return 0;
+    }
+}
+
+/* tp.c's vocab-parallel rewrite of n, its nodes in micro-batch mb. */
+static void build_tp_vocab(Par *P, const Node *n, const int *in, int mb, int *out) {
+    int first = P->ng->nnodes, lv = n->in[n->nin - 2];
+    int *lse = n->op == OP_cross_entropy || n->op == OP_cross_entropy_bwd ? &P->tplse[(size_t)mb * (size_t)P->g->nvals + (size_t)lv] : NULL;
+    P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
+    switch (n->op) {
+    case OP_embedding: out[0] = tp_embedding(&P->tpr, in[0], in[1]); break;
+    case OP_embedding_bwd: out[0] = tp_embedding_bwd(&P->tpr, in[0], in[1], vtype(P, n->out[0])->dim[0] / P->tp); break;
+    case OP_cross_entropy: out[0] = tp_cross_entropy(&P->tpr, in[0], in[1], lse); break;
+    default: /* cross_entropy_bwd (dl, logits, targets): the forward's lse, or built again */
+        if (*lse < 0) tp_cross_entropy(&P->tpr, in[1], in[2], lse);
+        out[0] = tp_cross_entropy_bwd(&P->tpr, in[0], in[1], in[2], *lse);
+    }
+    set_sh_of(P, out[0], n->out[0]);
+    for (int i = first; i < P->ng->nnodes; i++) P->ng->nodes[i].mb = mb;
+}
 
 /* The local value of dependent value v in micro-batch mb, building its
  * chain now if the main loop has not reached it yet. */
@@ -745,18 +997,28 @@ static void build_node(Par *P, int i, int mb) {
             continue;
         }
         Sp w[NAX];
+        int shard_dim = -1;
         for (int ax = 0; ax < NAX; ax++) {
             Sp s = P->sh[ax][n->in[k]];
             w[ax] = s;
             if (conv_of(P, ax, i)[k]) { /* a replicated input used split like the node's split inputs */
-                for (int j = 0; j < n->nin; j++)
-                    if (is_split(P->sh[ax][n->in[j]])) { w[ax] = P->sh[ax][n->in[j]]; break; }
+                Sp d = REP;
+                for (int j = 0; j < n->nin && !is_split(d); j++)
+                    if (is_split(P->sh[ax][n->in[j]]) && !(ax == AX_TP && P->tpred[P->convoff[i] + (size_t)j])) d = P->sh[ax][n->in[j]];
+                for (int j = 0; j < n->nin && !is_split(d); j++)
+                    if (ax == AX_TP && P->tpred[P->convoff[i] + (size_t)j] == TP_SCATTER) d = (Sp){SH_SPLIT, 1, 1, vtype(P, n->in[j])->dim[1]};
+                if (conv_of(P, ax, i)[k] == 2) shard_dim = d.dim; /* not uniform: sliced from the whole (tp) */
+                else w[ax] = d;
             }
         }
-        in[k] = get(P, n->in[k], mb, w);
+        int code = P->tpred[P->convoff[i] + (size_t)k];
+        in[k] = code ? tp_convert(P, n->in[k], mb, w, code) : get(P, n->in[k], mb, w);
+        if (shard_dim >= 0) in[k] = tp_shard(P, in[k], shard_dim, mb);
     }
     if ((n->op == OP_attention || n->op == OP_attention_bwd) && is_split(P->sh[AX_SEQ][n->in[0]])) {
         build_cp_attention(P, n, in, mb, out);
+    } else if (tp_vocab_node(P, n)) {
+        build_tp_vocab(P, n, in, mb, out);
     } else {
         Sp wants[8][NAX];
         for (int k = 0; k < n->nout; k++)
@@ -780,7 +1042,7 @@ static void build_node(Par *P, int i, int mb) {
         if (!P->to_acc[v]) continue;
         P->acc[v] = P->acc[v] < 0 ? out[k] : ir_build2(&P->b, OP_add, P->acc[v], out[k]);
         set_mb(P, P->acc[v], mb);
-        set_sh1(P, P->acc[v], sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v));
+        set_sh_of(P, P->acc[v], v);
     }
 }
 
@@ -792,23 +1054,36 @@ static void build_output(Par *P, const Node *n) {
     int v = n->in[0], x;
     P->b.loc = n->loc, P->b.layer = n->layer, P->b.phase = n->phase;
     char group[16] = "";
-    for (int ax = 0; ax < NAX; ax++) {
+    for (int ax = 0; ax < AX_TP; ax++) {
         Sp s = P->sh[ax][v];
         if (is_split(s))
             error_at(n->loc, "output %s is split over the %s; only sums and replicated values can be outputs",
                      ir_attr_s(n, "name", "?"), ax == AX_BATCH ? "batch" : "sequence");
         if (is_part(s) && (ax == AX_SEQ || P->dp > 1)) snprintf(group + strlen(group), sizeof group - strlen(group), "%s%s", *group ? "+" : "", axis_group[ax]);
     }
+    Sp t = P->sh[AX_TP][v]; /* a gradient split over tp is its param's shard; any other output is gathered */
+    if (is_split(t) && !is_grad_output(n) && t.stride * t.size != vtype(P, v)->dim[t.dim])
+        error_at(n->loc, "output %s is split over tp in pieces that an all-gather cannot join", ir_attr_s(n, "name", "?"));
     if (P->dep[v]) {
         x = P->to_acc[v] ? P->acc[v] : P->map[(size_t)(P->M - 1) * (size_t)P->g->nvals + (size_t)v];
     } else {
-        Sp nat[NAX] = {sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v)};
+        Sp nat[NAX] = {sh_of(P, AX_BATCH, v), sh_of(P, AX_SEQ, v), sh_of(P, AX_TP, v)};
         x = get(P, v, -1, nat);
     }
     if (*group && !is_grad_output(n)) {
         Attr g = ir_attr_str(P->m, "group", group);
         x = ir_build1(&P->b, OP_allreduce, x, 1, &g);
         set_sh1(P, x, REP, REP);
+    }
+    if (is_part(t) && !(P->tp_bug == 3 && is_grad_output(n))) x = tp_allreduce(P->m, &P->b, x); /* the optimizer reduces over dp x cp only; --test-tp-bug norm-grad forgets it */
+    if (is_split(t) && !is_grad_output(n)) {
+        Attr g[2] = {ir_attr_str(P->m, "group", "tp"), ir_attr_int(P->m, "dim", t.dim)};
+        x = ir_build1(&P->b, OP_allgather, x, 2, g);
+    }
+    if (is_part(t) || (is_split(t) && !is_grad_output(n))) {
+        Sp o[NAX] = {P->sh[AX_BATCH][v], P->sh[AX_SEQ][v], REP};
+        if (*group && !is_grad_output(n)) o[AX_BATCH] = o[AX_SEQ] = REP;
+        set_sh(P, x, o);
     }
     int j = ir_build(&P->b, OP_output, 1, &x, n->nattr, n->attr, NULL);
     P->ng->nodes[j].mb = P->M - 1;
@@ -843,11 +1118,11 @@ void pass_parallelize(Module *m, const Options *o) {
     if (m->nstages != 1) ICE("parallelize: expects one stage, got %d", m->nstages);
     m->mesh[0] = o->pp, m->mesh[1] = o->dp, m->mesh[2] = o->cp, m->mesh[3] = o->tp;
     int M = o->micro_batches > 0 ? o->micro_batches : 1;
-    if (o->dp * M * o->cp == 1) return;
+    if (o->dp * M * o->cp * o->tp == 1) return;
     const Graph *g = m->stages[0];
     int nv = g->nvals;
-    Par P = {.m = m, .g = g, .dp = o->dp, .M = M, .cp = o->cp};
-    P.pieces[AX_BATCH] = o->dp * M, P.pieces[AX_SEQ] = o->cp;
+    Par P = {.m = m, .g = g, .dp = o->dp, .M = M, .cp = o->cp, .tp = o->tp, .tp_bug = o->tp_bug};
+    P.pieces[AX_BATCH] = o->dp * M, P.pieces[AX_SEQ] = o->cp, P.pieces[AX_TP] = o->tp;
     P.ng = ir_graph_new(m);
     P.b = (Builder){.g = P.ng, .pass = "parallelize", .layer = -1};
     P.cpr = (CpRank){.m = m, .b = &P.b, .cp = o->cp, .dual = !o->cp_contiguous, .ring = o->cp_comm != 0};
@@ -859,6 +1134,17 @@ void pass_parallelize(Module *m, const Options *o) {
     P.dep = xcalloc((size_t)nv, 1);
     P.pdep = xcalloc((size_t)nv, 1);
     P.tot = xcalloc(P.nconv + 1, 1);
+    P.tpred = xcalloc(P.nconv + 1, 1);
+    P.tpar = xcalloc((size_t)nv * (size_t)(M + 1) * 3, sizeof(int));
+    P.sp = o->tp > 1 && o->sp != 2;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_input && g->vals[g->nodes[i].out[0]].t.rank >= 2 && !P.seqlen) P.seqlen = g->vals[g->nodes[i].out[0]].t.dim[1];
+    P.tpvocab = xcalloc((size_t)nv, 1);
+    P.seqtp = xcalloc((size_t)nv, 1);
+    P.tplse = xcalloc((size_t)nv * (size_t)M, sizeof(int));
+    for (size_t k = 0; k < (size_t)nv * (size_t)M; k++) P.tplse[k] = -1;
+    P.tpr = (TpRank){.m = m, .b = &P.b, .tp = o->tp, .bug = o->tp_bug};
+    for (size_t k = 0; k < (size_t)nv * (size_t)(M + 1) * 3; k++) P.tpar[k] = -1;
     P.total = xcalloc((size_t)nv, sizeof(int));
     P.map = xcalloc((size_t)nv * (size_t)M, sizeof(int));
     P.memo = xcalloc((size_t)nv, sizeof(Memo *));
@@ -873,13 +1159,16 @@ void pass_parallelize(Module *m, const Options *o) {
     propagate(&P);
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        if (n->op == OP_output && P.dep[n->in[0]] && (is_part(P.sh[AX_BATCH][n->in[0]]) || is_part(P.sh[AX_SEQ][n->in[0]])))
+        if (n->op == OP_output && P.dep[n->in[0]] && (is_part(P.sh[AX_BATCH][n->in[0]]) || is_part(P.sh[AX_SEQ][n->in[0]]) || is_part(P.sh[AX_TP][n->in[0]])))
             P.to_acc[n->in[0]] = 1;
     }
 
     /* params and states first, in their order (the params space keeps it) */
     for (int i = 0; i < g->nnodes; i++)
-        if (ir_ops[g->nodes[i].op].flags & F_STATE) get(&P, g->nodes[i].out[0], -1, (Sp[NAX]){REP, REP});
+        if (ir_ops[g->nodes[i].op].flags & F_STATE) {
+            int v = g->nodes[i].out[0];
+            get(&P, v, -1, (Sp[NAX]){REP, REP, P.sh[AX_TP][v]});
+        }
     for (int mb = 0; mb < M; mb++)
         for (int i = 0; i < g->nnodes; i++)
             if (g->nodes[i].op != OP_output && P.dep[g->nodes[i].out[0]] && P.map[(size_t)mb * (size_t)nv + (size_t)g->nodes[i].out[0]] < 0)
@@ -890,5 +1179,5 @@ void pass_parallelize(Module *m, const Options *o) {
     m->stages[0] = P.ng;
     for (int ax = 0; ax < NAX; ax++) free(P.sh[ax]);
     free(P.conv), free(P.convoff), free(P.dep), free(P.pdep), free(P.tot), free(P.total), free(P.map), free(P.memo), free(P.acc),
-        free(P.input), free(P.to_acc);
+        free(P.input), free(P.to_acc), free(P.tpred), free(P.tpar), free(P.tpvocab), free(P.tplse), free(P.seqtp);
 }

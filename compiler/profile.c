@@ -67,6 +67,7 @@ static const struct {
     {"peak_flops_f32", F_POS, offsetof(Profile, peak_flops_f32)},
     {"peak_flops_bf16", F_POS, offsetof(Profile, peak_flops_bf16)},
     {"gemm_eff", F_TABLE, 0},
+    {"attn_eff", F_POS, offsetof(Profile, attn_eff)},
     {"mem_bw", F_POS, offsetof(Profile, mem_bw)},
     {"launch_overhead_s", F_NONNEG, offsetof(Profile, launch_s)},
     {"h2d_bw", F_POS, offsetof(Profile, h2d_bw)},
@@ -181,6 +182,7 @@ static int set_field(Profile *p, int f, char *v, const char *file, int line, cha
         return 0;
     }
     if (fields[f].kind == F_POS && x == 0) return fail(err, errlen, "%s:%d: field \"%s\" must be positive, got \"%s\"", file, line, key, v);
+    if (strcmp(key, "attn_eff") == 0 && x > 1) return fail(err, errlen, "%s:%d: field \"attn_eff\": expected a fraction in (0, 1], got \"%s\"", file, line, v);
     *(double *)((char *)p + fields[f].off) = x;
     return 0;
 }

@@ -27,6 +27,7 @@ typedef struct {
      * strictly increasing, efficiencies in (0, 1] */
     int neff;
     double eff_size[PROFILE_MAX_EFF], eff[PROFILE_MAX_EFF];
+    double attn_eff;        /* attention kernels' fraction of peak (cost.c) */
     double mem_bw;          /* device memory bandwidth, bytes/s */
     double launch_s;        /* per-kernel launch overhead, s */
     double h2d_bw, d2h_bw;  /* host <-> device copy bandwidth, bytes/s */

@@ -14,7 +14,7 @@ local targets = input("targets", {c.batch, c.seq}, "i32")
 
 -- padded vocabulary rows are never targets; they learn to be improbable
 local V = nn.round_up(c.vocab, c.vocab_multiple)
-local wte = param("wte.weight", {V, c.dim}, normal(0.02))
+local wte = param("wte.weight", {V, c.dim}, normal(0.02), {tp = 1}) -- vocab-parallel under --tp
 local wpe = param("wpe.weight", {c.seq, c.dim}, normal(0.02))
 local x = embedding(wte, tokens) + embedding(wpe, positions(c.seq))
 

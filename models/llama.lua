@@ -15,7 +15,7 @@ local c = config{
 local tokens = input("tokens", {c.batch, c.seq}, "i32")
 local targets = input("targets", {c.batch, c.seq}, "i32")
 
-local x = embedding(param("tok_embeddings.weight", {c.vocab, c.dim}, normal(0.02)), tokens)
+local x = embedding(param("tok_embeddings.weight", {c.vocab, c.dim}, normal(0.02), {tp = 1}), tokens) -- vocab-parallel under --tp
 local pos = positions(c.seq)
 
 for i = 0, c.layers - 1 do
@@ -23,6 +23,6 @@ for i = 0, c.layers - 1 do
 end
 
 x = nn.rmsnorm(x, "norm", c.norm_eps)
-local logits = nn.linear(x, "output", c.dim, c.vocab, {bias = false})
+local logits = nn.linear(x, "output", c.dim, c.vocab, {bias = false, tp = "col"}) -- split on the vocabulary
 output("logits", logits)
 loss(mean(cross_entropy(logits, targets)))

@@ -11,7 +11,7 @@ local tokens = input("tokens", {c.batch, c.seq}, "i32")
 local targets = input("targets", {c.batch, c.seq}, "i32")
 
 -- token and learned position embeddings; wte is tied to the output layer
-local wte = param("wte.weight", {c.vocab, c.dim}, normal(0.02))
+local wte = param("wte.weight", {c.vocab, c.dim}, normal(0.02), {tp = 1}) -- vocab-parallel under --tp
 local wpe = param("wpe.weight", {c.seq, c.dim}, normal(0.02))
 local x = embedding(wte, tokens) + embedding(wpe, positions(c.seq))
 

@@ -6,6 +6,7 @@ memory_bytes      80e9       # datasheet: 80 GB HBM2e
 peak_flops_f32    19.5e12    # datasheet: FP32 19.5 TFLOPS (CUDA cores)
 peak_flops_bf16   312e12     # datasheet: BF16 tensor core 312 TFLOPS dense (624 with sparsity)
 gemm_eff          1.7e7:0.12 1.3e8:0.35 1.1e9:0.60 8.6e9:0.75 6.9e10:0.80 5.5e11:0.82  # estimate (M*N*K = 256^3 .. 8192^3): large bf16 cuBLAS GEMMs on A100 reach ~75-80% of dense peak in published GEMM benchmarks (Megatron-LM, Narayanan et al. 2021, reach 52% of peak for a whole 1T-parameter step); `kiln calibrate --device cuda` replaces it
+attn_eff          0.6        # estimate: FlashAttention-2 (Dao 2023, arXiv 2307.08691) reaches up to 73% of A100's peak forward and about 63% forward+backward; calibrate replaces it
 mem_bw            2.039e12   # datasheet: 2,039 GB/s HBM2e
 launch_overhead_s 4e-6       # estimate: a CUDA kernel launch costs a few microseconds (the overhead CUDA Graphs exist to remove); calibrate replaces it
 h2d_bw            15e9       # measured host copy rate in the offload systems, 15-21 GB/s on PCIe hosts (DESIGN.md §9.4 after PipeOffload arXiv 2503.01328): the low end for A100's PCIe Gen4 x16 (31.5 GB/s a direction peak)

@@ -8,6 +8,7 @@ memory_bytes      25.2e9     # `free -b`: 25275990016 bytes of RAM (the device m
 peak_flops_f32    30.4e9     # measure_cpu: OpenBLAS sgemm 2048^3, 30.38 GFLOP/s (the best size)
 peak_flops_bf16   30.4e9     # the CPU target computes in f32 only (DESIGN §6): same as f32
 gemm_eff          2.6e5:0.56 2.1e6:0.54 1.7e7:0.53 1.3e8:0.79 1.1e9:0.84 8.6e9:1.0  # measure_cpu: sgemm n = 64..2048 at 16.9, 16.5, 16.2, 24.1, 25.7, 30.4 GFLOP/s, over the peak
+attn_eff          0.6        # bench/RESULTS.md (issue 16 run): kiln's CPU attention, causal, 2 threads: forward 110.5, backward 136.8 GFLOP/s against sgemm's 193.1 in the same run (57%, 71%); kiln calibrate measures it
 mem_bw            7.3e9      # measure_cpu: memcpy of 64 MiB, 7.33 GB/s (bytes copied a second; the bus moves twice that)
 launch_overhead_s 2.2e-7     # measure_cpu: one 4x4x4 sgemm call, 2.21e-7 s (a library kernel's fixed cost)
 h2d_bw            7.3e9      # the CPU back end's host copies are memcpys (issue 19): mem_bw

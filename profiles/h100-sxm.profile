@@ -6,6 +6,7 @@ memory_bytes      80e9       # datasheet: 80 GB HBM3
 peak_flops_f32    67e12      # datasheet: FP32 67 TFLOPS (CUDA cores, dense)
 peak_flops_bf16   989.5e12   # datasheet: BF16 tensor core 1,979 TFLOPS with sparsity / 2 = dense
 gemm_eff          1.7e7:0.10 1.3e8:0.30 1.1e9:0.55 8.6e9:0.70 6.9e10:0.76 5.5e11:0.78  # estimate (M*N*K = 256^3 .. 8192^3): large bf16 cuBLAS GEMMs reach ~70-80% of dense peak in published GEMM benchmarks, small ones are launch- and wave-bound; `kiln calibrate --device cuda` (issue 21) replaces it
+attn_eff          0.5        # estimate: FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608) reaches 740 TFLOPS bf16 forward (75%), FlashAttention-2 about 35%; cuDNN SDPA between; calibrate replaces it
 mem_bw            3.35e12    # datasheet: 3.35 TB/s HBM3
 launch_overhead_s 4e-6       # estimate: a CUDA kernel launch costs a few microseconds (the overhead CUDA Graphs exist to remove); calibrate replaces it
 h2d_bw            20e9       # measured host copy rate in the offload systems, 15-21 GB/s on PCIe hosts (DESIGN.md §9.4 after PipeOffload arXiv 2503.01328 and the seeds' 002); the PCIe Gen5 x16 link's peak is 63 GB/s a direction, so this is conservative

@@ -94,23 +94,7 @@ static int64_t chunk_limit = INT_MAX;
 
 static int mesh_dim(const rt_program *p, int a) { return p->mesh[a] > 0 ? p->mesh[a] : 1; }
 
-int rt_mesh_group_size(const rt_program *p, int mask) {
-    if (mask <= 0 || mask >= NMASKS) return 0;
-    int s = 1;
-    for (int a = 0; a < NAXES; a++)
-        if (mask & (1 << a)) s *= mesh_dim(p, a);
-    return s;
-}
-
-const char *rt_group_name(int mask, char *buf, int len) {
-    static const char *const axes[NAXES] = {"pp", "dp", "cp", "tp"};
-    int k = 0;
-    buf[0] = 0;
-    for (int a = 0; a < NAXES; a++)
-        if (mask & (1 << a)) k += snprintf(buf + k, (size_t)(len - k > 0 ? len - k : 0), "%s%s", k ? "+" : "", axes[a]);
-    if (!buf[0]) snprintf(buf, (size_t)len, "mask %d", mask);
-    return buf;
-}
+/* rt_mesh_group_size and rt_group_name: rt_common.c (comm_single.c uses them too) */
 
 /* Mixed-radix number of cm's coordinates on the axes in (want_in ? mask : ~mask). */
 static int coord_index(const RtComm *cm, int mask, int want_in) {
@@ -318,6 +302,20 @@ int rt_comm_broken(RtComm *cm) { return atomic_load(&cm->broken); }
 int64_t rt_comm_piece(void) { return chunk_limit; }
 
 RtGroup rt_comm_group(RtComm *cm, int mask) { return (RtGroup){mask, cm->gsize[mask], cm->gindex[mask], cm->comm[mask]}; }
+
+int rt_group_bcast(RtComm *cm, int mask, void *buf, int64_t bytes, char *err, int errlen) {
+    char t[512];
+    if (mask <= 0 || mask >= NMASKS || bytes < 0 || bytes > INT_MAX)
+        return snprintf(err, (size_t)errlen, "rt_group_bcast: bad group mask %d or size %lld", mask, (long long)bytes), -1;
+    if (cm->gsize[mask] == 1 || bytes == 0) return 0;
+    rt_mpi_lock();
+    int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, cm->comm[mask]);
+    rt_mpi_unlock();
+    if (rc == MPI_SUCCESS) return 0;
+    atomic_store(&cm->broken, 1);
+    snprintf(err, (size_t)errlen, "MPI: %s", rt_mpi_text(rc, t, sizeof t));
+    return -1;
+}
 
 #define TRY(call)                           \
     do {                                    \

@@ -50,8 +50,10 @@
 
 /* 11: rt_program gained stage, nstages and stages (pipeline parallelism:
  * one table per pipeline stage, all reachable from kiln_program).
- * 12: rtk_recv_start and rtk_recv_done (a receive posted early). */
-#define RT_ABI_VERSION 12
+ * 12: the host space RT_SPACE_HOST (activation offload, issue 19):
+ * space_bytes has RT_NSPACES = 5 entries.
+ * 13: rtk_recv_start and rtk_recv_done (a receive posted early). */
+#define RT_ABI_VERSION 13
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -65,7 +67,10 @@ static inline double rt_bits_f64(int64_t b) { double d; memcpy(&d, &b, 8); retur
 #define RT_I32P(a) ((int32_t *)rt_arg_ptr(a))
 
 /* ---- the program ---- */
-enum { RT_SPACE_PARAMS, RT_SPACE_GRADS, RT_SPACE_OPT, RT_SPACE_ACT, RT_NSPACES };
+/* RT_SPACE_HOST: host memory that the step's copies (rtk_offload,
+ * rtk_reload) move saved activations to and from; pinned on CUDA, a
+ * separate arena on the CPU.  No tensor of the table lives there. */
+enum { RT_SPACE_PARAMS, RT_SPACE_GRADS, RT_SPACE_OPT, RT_SPACE_ACT, RT_SPACE_HOST, RT_NSPACES };
 enum { RT_F32, RT_BF16, RT_F16, RT_I32, RT_I64 }; /* same order as the IR's DType */
 enum { RT_DEV_CPU, RT_DEV_CUDA };
 
@@ -408,6 +413,11 @@ void rtk_memcpy(rt_ctx *ctx, const int64_t *a);
  * compiler uses them only for attention that qualifies (docs/cudnn.md). */
 void rtk_attention_cudnn(rt_ctx *ctx, const int64_t *a);
 void rtk_attention_bwd_cudnn(rt_ctx *ctx, const int64_t *a);
+/* CUDA only (kernels_cuda.c, `kiln compile --attention tc`): rtk_attention
+ * and rtk_attention_bwd on the tensor cores (kernels/cuda/attention_tc.cu),
+ * with their args; the compiler uses them only for D 16, 32, 64 or 128. */
+void rtk_attention_tc(rt_ctx *ctx, const int64_t *a);
+void rtk_attention_bwd_tc(rt_ctx *ctx, const int64_t *a);
 
 /* CUDA only (kernels_cuda.c): launch the generated kernel
  * program->kernels[a[0]] over a[2] elements; its parameters are the a[1]
@@ -415,5 +425,22 @@ void rtk_attention_bwd_cudnn(rt_ctx *ctx, const int64_t *a);
  * outputs, long long n), grid-stride, so any grid covers them.
  * args: kernel, nptrs, n, ptr... */
 void rtk_fused(rt_ctx *ctx, const int64_t *a);
+
+/* ---- activation offload (issue 19; dev_cpu.c, dev_cuda.c) ----
+ * Copies between the device's act space and the host space, launched on
+ * the copy streams (2: d2h, 3: h2d) like any kernel; the schedule's
+ * events order them.  CPU: a memcpy on the stream's worker thread.  CUDA:
+ * cuMemcpyDtoHAsync / cuMemcpyHtoDAsync on the stream's CUDA stream.
+ * args: dst, src, bytes */
+void rtk_offload(rt_ctx *ctx, const int64_t *a); /* device -> host */
+void rtk_reload(rt_ctx *ctx, const int64_t *a);  /* host -> device */
+/* The device act space's high-water mark: the highest byte offset + 1 that
+ * any step of this context has written in the act space, measured by the
+ * runtime (not read from the program), or -1 when not measured.  It is
+ * measured when the environment has KILN_MEASURE_PEAK=1 at rt_new: the
+ * act space starts filled with 0xff bytes (an f32 NaN, so a read of a
+ * byte no one wrote shows in the loss) and after each step the runtime
+ * finds the highest byte that is no longer 0xff (docs/offload.md). */
+int64_t rt_act_high_water(rt_ctx *ctx);
 
 #endif

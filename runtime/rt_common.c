@@ -42,7 +42,27 @@
 #include "rng.h"
 #include "rt_common.h"
 
-const char *const rt_space_name[RT_NSPACES] = {"params", "grads", "opt", "act"};
+const char *const rt_space_name[RT_NSPACES] = {"params", "grads", "opt", "act", "host"};
+
+/* ---- mesh arithmetic (rt_private.h; comm_mpi.c and comm_single.c) ---- */
+
+int rt_mesh_group_size(const rt_program *p, int mask) {
+    if (mask <= 0 || mask >= 16) return 0;
+    int s = 1;
+    for (int a = 0; a < 4; a++)
+        if (mask & (1 << a)) s *= (p->mesh[a] > 0 ? p->mesh[a] : 1);
+    return s;
+}
+
+const char *rt_group_name(int mask, char *buf, int len) {
+    static const char *const axes[4] = {"pp", "dp", "cp", "tp"};
+    int k = 0;
+    buf[0] = 0;
+    for (int a = 0; a < 4; a++)
+        if (mask & (1 << a)) k += snprintf(buf + k, (size_t)(len - k > 0 ? len - k : 0), "%s%s", k ? "+" : "", axes[a]);
+    if (!buf[0]) snprintf(buf, (size_t)len, "mask %d", mask);
+    return buf;
+}
 
 const char *rt_device_name(int device, const char *arch, char *buf, int len) {
     if (device == RT_DEV_CPU) snprintf(buf, (size_t)len, "the CPU device");

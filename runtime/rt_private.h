@@ -1,7 +1,10 @@
 /* rt_private.h — what the runtime's files share behind kiln_rt.h: the
  * devices (dev_cpu.c, dev_cuda.c: memory, streams, events), comm_mpi.c
- * (MPI, ranks, groups: both devices) and each device's collective kernels
- * (coll_mpi.c on the CPU, comm_nccl.c on CUDA).  Not part of the ABI:
+ * (MPI, ranks, groups: both devices; comm_single.c replaces it in a
+ * one-rank CUDA trainer, which then needs no libmpi) and each device's
+ * collective kernels (coll_mpi.c on the CPU, comm_nccl.c on CUDA).
+ * mpi.h is included for its types only: comm_single.c and comm_nccl.c
+ * name no MPI symbol (a macro such as MPI_COMM_NULL would pull libmpi).  Not part of the ABI:
  * generated code sees only kiln_rt.h. */
 #ifndef KILN_RT_PRIVATE_H
 #define KILN_RT_PRIVATE_H
@@ -41,6 +44,12 @@ int rt_host_agree(rt_ctx *ctx, int rc, char *err, int errlen);
 int rt_host_gather(rt_ctx *ctx, int mask, const void *x, void *y, int64_t bytes, char *err, int errlen);
 /* "dp+cp" for RT_AXIS_DP|RT_AXIS_CP. */
 const char *rt_group_name(int mask, char *buf, int len);
+/* Outside a step, every rank of group `mask`: group index 0's `bytes`
+ * bytes of buf overwrite the others' (comm_nccl.c broadcasts its NCCL ids
+ * with it).  A group of one: nothing.  0, or -1 with a message in err.
+ * (comm_mpi.c: MPI_Bcast; comm_single.c, the one-rank comm layer without
+ * MPI: groups of one only.) */
+int rt_group_bcast(RtComm *cm, int mask, void *buf, int64_t bytes, char *err, int errlen);
 
 /* ---- comm_mpi.c for the collective kernels (coll_mpi.c, comm_nccl.c) ----
  * The kernels' own per-context state (coll_mpi.c: rtk_send's staging

@@ -37,7 +37,7 @@ bad_flag "missing model file" "nosuch.lua" dump nosuch.lua
 bad_flag "unknown --set key" "nosuchkey" dump models/tiny.lua --set nosuchkey=3
 bad_flag "malformed --set" "--set" dump models/tiny.lua --set novalue
 bad_flag "unknown pass" "--after" dump models/tiny.lua --after nosuchpass
-bad_flag "parallelism not yet" "--tp" check models/tiny.lua --tp 2
+bad_flag "tp not dividing a dim" "--tp 3" check models/tiny.lua --tp 3
 bad_flag "run without data" "--data" run models/tiny.lua --interp
 bad_flag "missing data file" "--data" run models/tiny.lua --interp --data /nonexistent/file.txt
 printf '%s\n' 'module x mesh=1x1x1x1' 'stage 0' '%0:f32[2] = frob' > "${TMPDIR:-/tmp}/kiln_bad.ir"

@@ -27,6 +27,14 @@
 #     runtime/rng.h (the CPU's masks), shown able to fail with a copy whose
 #     hash reads the local token index instead of pos[] (what would break
 #     context parallel's equality).
+#  7. tensor cores (issue 23): tests/cuda_emu/check_mma.cpp (the emulator's
+#     mma.sync and ldmatrix against plain matrix products and the PTX
+#     layouts), check_attention_tc.cpp (kernels/cuda/attention_tc.cu, forward
+#     and backward, against the double reference), and five planted bugs:
+#     mma's A fragment index in a copy of emu.h; in copies of the kernel,
+#     P's A fragment index, the forward without its barrier before staging a
+#     key tile, dkdv's accumulator row index, and dkdv without its barrier
+#     before staging a query tile.
 # About 25 s on this 2-core machine (four g++ builds of ~3 s, the checks ~6 s).
 # To rerun one family after a build: $B/cuda_emu/check rope, or
 # $B/cuda_emu/check_misc sumto (see check.cpp, check_misc.cpp).
@@ -147,4 +155,43 @@ else
     say 1 "build check_dropout:"; head -40 "$tmp/log"
 fi
 plant dropout.cu '(unsigned int)pos[bt % T]' '(unsigned int)(bt % T)' "dropout hashes the local token index, not pos[]" build_dropout dropout
+# tensor cores (issue 23): the emulator's mma.sync / ldmatrix against plain
+# matrix products (check_mma.cpp), then attention_tc.cu against the double
+# reference (check_attention_tc.cpp); planted bugs: a fragment index in a
+# copy of emu.h (mma's A layout), a fragment index in the kernel (P's A
+# fragment), and the kernel without its barrier before staging a key tile
+build_mma() { "${CXX[@]}" -Wno-unused-function -I"$1" tests/cuda_emu/check_mma.cpp "$D/emu.o" -o "$2"; }
+build_atc() { "${CXX[@]}" -Wno-unused-function -I"$1" tests/cuda_emu/check_attention_tc.cpp "$D/emu.o" -o "$2"; }
+start=$SECONDS
+if build_mma "$D/src" "$D/check_mma" > "$tmp/log" 2>&1 && build_atc "$D/src" "$D/check_attention_tc" >> "$tmp/log" 2>&1; then
+    say 0 "check_mma and check_attention_tc built ($((SECONDS - start)) s)"
+    run_check check_mma "$D/check_mma"
+    run_check check_attention_tc "$D/check_attention_tc"
+else
+    say 1 "build check_mma / check_attention_tc:"; head -40 "$tmp/log"
+fi
+# the emulator's own layout planted wrong: a copy of emu.h (and the check
+# beside it, so that its #include "emu.h" finds the copy)
+mkdir -p "$tmp/emu_mutant" && cp tests/cuda_emu/emu.h tests/cuda_emu/check_mma.cpp "$tmp/emu_mutant/"
+if ! replace_text "$tmp/emu_mutant/emu.h" 'A[g][2 * t + 8 + h] = hi ? emu_bf16_hi(o.a[2]) : emu_bf16_lo(o.a[2]);' \
+    'A[g][2 * t + 8 + h] = hi ? emu_bf16_hi(o.a[1]) : emu_bf16_lo(o.a[1]);'; then
+    say 1 "planted bug: emu.h no longer has mma's a[2] line exactly once"
+elif ! "${CXX[@]}" -Wno-unused-function -I"$D/src" "$tmp/emu_mutant/check_mma.cpp" "$D/emu.o" -o "$tmp/check_mma_mutant" > "$tmp/log" 2>&1; then
+    say 1 "planted bug (emu.h): build:"; head -20 "$tmp/log"
+else
+    timeout 60 "$tmp/check_mma_mutant" > "$tmp/mutant.out" 2>&1; rc=$?
+    caught=$(grep -c '^not ok' "$tmp/mutant.out")
+    [ "$rc" -ne 0 ] && [ "$caught" -gt 0 ] && say 0 "planted bug (emu.h: mma reads A[g][2t+8] from a[1], not a[2]) caught by $caught 'not ok'" ||
+        say 1 "planted bug (emu.h: mma's A fragment index) NOT caught (rc $rc, $caught 'not ok')"
+fi
+plant attention_tc.cu '{kiln_pack_bf16(x[2 * s][0], x[2 * s][1]), kiln_pack_bf16(x[2 * s][2], x[2 * s][3]),' \
+    '{kiln_pack_bf16(x[2 * s][0], x[2 * s][1]), kiln_pack_bf16(x[2 * s + 1][0], x[2 * s + 1][1]),' \
+    "attention_tc: P's A fragment a[1] from n-tile 2s+1 instead of rows g+8 of 2s" build_atc basic
+plant attention_tc.cu "        __syncthreads(); /* every warp is done with the last tile's k and v */" '' \
+    "attention_tc forward without the barrier before staging a key tile" build_atc basic
+plant attention_tc.cu 'const int key = k0 + g + 8 * (i >> 1), qi = j * 8 + 2 * t + (i & 1);' \
+    'const int key = k0 + g + 8 * (i & 1), qi = j * 8 + 2 * t + (i & 1);' \
+    "attention_tc dkdv: the accumulator's row (key) read from the column bit" build_atc bwd
+plant attention_tc.cu "            __syncthreads(); /* every warp is done with the last query tile */" '' \
+    "attention_tc dkdv without the barrier before staging a query tile" build_atc bwd
 echo "1..$n"

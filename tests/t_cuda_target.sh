@@ -62,3 +62,19 @@ check "kiln check --precision bf16 --cp 2 --cp-comm p2p: 0 mismatched ($(grep -o
 abs_k=$(cd "$(dirname "$K")" && pwd)/kiln; abs_m=$(pwd)/models/tiny.lua
 (cd "$tmp" && env -u KILN_CUDA_KERNELS "$abs_k" compile "$abs_m" --target cuda:sm_90 -o elsewhere > out_elsewhere 2>&1)
 check "run from another directory, kiln finds kernels/cuda beside its binary" "[ -x '$tmp/elsewhere' ]"
+
+# one rank, no MPI (issue 23): a single-GPU trainer links comm_single.o and
+# no MPI library; a multi-rank one (dp 2, and the ring above) links MPI
+mpilibs() { LD_LIBRARY_PATH=$CUDA_HOME_T/lib64/stubs ldd "$1" | grep -Eci 'libmpi|open-rte|open-pal|libpmix|libprrte'; }
+CUDA_HOME_T=${CUDA_HOME:-/usr/local/cuda}
+check "ldd: the one-rank CUDA trainer needs no MPI library ($(mpilibs "$tmp/tiny") found)" \
+    "[ \$(mpilibs '$tmp/tiny') -eq 0 ] && ! readelf -d '$tmp/tiny' | grep -qi mpi && ! nm '$tmp/tiny' | grep -q ' [TU] MPI_'"
+"$K" compile models/tiny.lua --target cuda:sm_90 --dp 2 -o "$tmp/dp2" > "$tmp/err" 2>&1
+check "ldd: the dp 2 CUDA trainer needs libmpi ($(LD_LIBRARY_PATH=$CUDA_HOME_T/lib64/stubs ldd "$tmp/dp2" 2>/dev/null | grep -o 'libmpi[^ ]*' | head -1))" \
+    "[ -x '$tmp/dp2' ] && [ \$(mpilibs '$tmp/dp2') -gt 0 ] && [ \$(mpilibs '$tmp/ring') -gt 0 ]"
+# the one-rank comm layer refuses a launcher's world of several: one line,
+# exit 1 (on the fake CUDA stack: tests/cuda_fake/build_libs.sh, cached)
+tests/cuda_fake/build_libs.sh "$B/cuda_fake" > "$tmp/fakelog" 2>&1 || echo "build_libs.sh failed: $(tail -1 "$tmp/fakelog")"
+OMPI_COMM_WORLD_SIZE=2 LD_LIBRARY_PATH=$B/cuda_fake "$tmp/tiny" --data README.md --steps 1 > "$tmp/err" 2>&1; rc=$?
+check "the one-rank trainer started as one of 2 processes: one line, exit 1 ($(grep -m1 'one-rank' "$tmp/err" | cut -c1-110))" \
+    "[ $rc -ne 0 ] && grep -q 'one-rank trainer (no MPI) launched as one of 2' '$tmp/err'"

@@ -42,7 +42,7 @@ bad "micro-batches not dividing" "not divisible by dp 2 x micro-batches 8" check
 bad "--zero 2" "--zero" check models/tiny.lua --dp 2 --zero 2
 bad "--dp 0" "--dp" check models/tiny.lua --dp 0
 bad "--bucket-mb 0" "--bucket-mb" check models/tiny.lua --dp 2 --bucket-mb 0
-bad "--tp not yet" "--tp" check models/tiny.lua --tp 2
+bad "--tp 0" "--tp" check models/tiny.lua --tp 0
 bad "missing event caught by the verifier" "does not wait for an event recorded after it" dump models/tiny.lua --dp 2 --test-drop-event
 
 # the schedule overlaps: every gradient bucket's reduce-scatter is on the comm

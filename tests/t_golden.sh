@@ -23,7 +23,7 @@ for step in front autodiff recompute:none recompute:selective recompute:gemm-las
 done
 n=$((n + 1))
 want=tests/golden/tiny.plan-peak.txt got=$tmp/plan.txt
-"$K" plan models/tiny.lua --peak > "$got"
+"$K" plan models/tiny.lua --peak | sed '/^predicted step/,$d' > "$got" # the memory plan; the cost model has its own tests
 if [ "${UPDATE_GOLDEN:-0}" = 1 ]; then cp "$got" "$want"; fi
 if diff -u "$want" "$got" > "$got.diff"; then
     echo "ok $n - golden kiln plan tiny.lua --peak"

@@ -45,6 +45,7 @@ static const char *const good[] = {
     "inter_alpha_s 2e-5",
     "inter_beta 1e9",
     "node_size 4",
+    "attn_eff 0.5",
 };
 enum { NGOOD = sizeof good / sizeof good[0] };
 
@@ -142,7 +143,7 @@ static void test_bad_files(void **state) {
     expect_error(14, NULL, NULL, "%s: missing field \"node_size\"");
     expect_error(5, NULL, NULL, "%s: missing field \"gemm_eff\"");
     expect_error(3, "peak_flop_f32 1e11", NULL, "%s:3: unknown field \"peak_flop_f32\"");
-    expect_error(0, NULL, "mem_bw 2e11", "%s:15: field \"mem_bw\" given twice (first on line 6)");
+    expect_error(0, NULL, "mem_bw 2e11", "%s:16: field \"mem_bw\" given twice (first on line 6)");
     expect_error(8, "h2d_bw -10e9", NULL, "%s:8: field \"h2d_bw\" is negative (-10e9)");
     expect_error(7, "launch_overhead_s -1e-6  # negative", NULL, "%s:7: field \"launch_overhead_s\" is negative (-1e-6)");
     expect_error(9, "d2h_bw fast", NULL, "%s:9: field \"d2h_bw\": expected a number, got \"fast\"");
@@ -155,6 +156,9 @@ static void test_bad_files(void **state) {
                  "%s:5: field \"gemm_eff\": expected up to 16 SIZE:EFF pairs, sizes positive and increasing, efficiencies in (0, 1], got \"1e8:0.5 1e6:0.9\"");
     expect_error(5, "gemm_eff 1e6:1.5", NULL,
                  "%s:5: field \"gemm_eff\": expected up to 16 SIZE:EFF pairs, sizes positive and increasing, efficiencies in (0, 1], got \"1e6:1.5\"");
+    expect_error(15, NULL, NULL, "%s: missing field \"attn_eff\"");
+    expect_error(15, "attn_eff 1.5", NULL, "%s:15: field \"attn_eff\": expected a fraction in (0, 1], got \"1.5\"");
+    expect_error(15, "attn_eff -0.5", NULL, "%s:15: field \"attn_eff\" is negative (-0.5)");
     expect_error(1, "name two words", NULL, "%s:1: field \"name\": expected one word under 64 characters, got \"two words\"");
     /* zero latency is allowed (a rate is not) */
     char path[64], err[512];

@@ -3,7 +3,7 @@
 #
 # kiln cross-compiles (DESIGN §6): `kiln compile --target cuda:sm_90` needs
 # NVRTC but no GPU, and the trainer it writes needs only the CUDA libraries
-# (and MPI's shared libraries, loaded but unused with one rank).  The GPU
+# (a one-rank trainer links no MPI: runtime/comm_single.c, issue 23).  The GPU
 # machine has neither LLVM nor Lua nor OpenBLAS, so everything is built on
 # this machine and carried there in one folder, bench/gpu/out (git-ignored;
 # the device tool's `carry`):
@@ -17,7 +17,8 @@
 #   data/                the token data (GPT-2 BPE shards of the demo corpus
 #                        when the BPE files are here, else its bytes; tiny: bytes)
 #   lib/                 the shared libraries the binaries need that a CUDA
-#                        image lacks (Open MPI and its dependencies); not the
+#                        image lacks (none since the one-rank trainers and
+#                        kcheck link no MPI; kept for what may come); not the
 #                        driver, cuBLASLt, cuDNN or NCCL, far over the carry
 #                        limit: check.sh finds the GPU machine's own
 #   manifest.env         what was built, from which commit, with which settings
@@ -52,10 +53,10 @@ say() { printf '\n== %s\n' "$*"; }
 die() { echo "prepare.sh: $*" >&2; exit 1; }
 
 say "building kiln and both runtimes in $B"
-make -s -j2 BUILD="$B" "$B/kiln" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" "$B/libkilnrt_cuda.a" "$B/libkilnc.a" "$B/corpus.txt"
+make -s -j2 BUILD="$B" "$B/kiln" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" "$B/libkilnrt_cuda.a" "$B/runtime/comm_single.o" "$B/runtime/comm_mpi.o" "$B/libkilnc.a" "$B/corpus.txt"
 # the flags kiln links trainers with (the Makefile's, so kcheck links the same way)
 mkvar() { make -s --no-print-directory BUILD="$B" --eval 'print-%: ; @echo $($*)' "print-$1"; }
-RT_CUDA_LIBS=$(mkvar RT_CUDA_LIBS)
+RT_CUDA1_LIBS=$(mkvar RT_CUDA1_LIBS) # one rank: no MPI
 RT_LIBS=$(mkvar RT_LIBS)
 CFLAGS=(-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter -Icompiler -Icompiler/emit -Iruntime -Iruntime/cpu -Iruntime/cuda -Iruntime/io "-I$CUDA_HOME/include")
 
@@ -129,7 +130,7 @@ gcc "${CFLAGS[@]}" -c bench/gpu/kcheck.c -o "$W/kcheck.o"
 # shellcheck disable=SC2086
 # (-u: kcheck refers to cuDNN's attention weakly, which alone pulls nothing out of an archive)
 gcc -o "$G/bin/kcheck" -Wl,-u,rtk_attention_cudnn -Wl,-u,rtk_attention_bwd_cudnn "$W/kcheck.o" "$W"/twins/*.o \
-    "$B/libkilnrt_cuda.a" $RT_CUDA_LIBS
+    "$B/runtime/comm_single.o" "$B/libkilnrt_cuda.a" $RT_CUDA1_LIBS
 # the harness's self-test: the same cases with the CPU runtime as the "GPU"
 # shellcheck disable=SC2086
 gcc -o "$W/kcheck_cpu" "$W/kcheck.o" "$W"/twins/*.o "$B/libkilnrt.a" $RT_LIBS
@@ -147,6 +148,10 @@ done | sort -u | while read -r name path; do
     cp -L "$path" "$G/lib/$name"
 done
 ls "$G/lib"
+# a single-GPU trainer needs no MPI (issue 23): refuse a bundle that would
+for b in "$G"/bin/*; do
+    ! LD_LIBRARY_PATH=$CUDA_HOME/lib64/stubs ldd "$b" | grep -qi 'libmpi' || die "$b needs libmpi (a one-rank CUDA binary must not)"
+done
 
 say "manifest"
 {

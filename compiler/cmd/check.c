@@ -180,7 +180,73 @@ static int has_input(const Graph *g, const char *name) {
 /* Param `name` as rank r's group holds it: from the shards of the state with
  * prefix "" that has it as a member (the distributed optimizer's master
  * weights), else the param's own value.  Into out (numel values). */
+static void local_param(Interp *it, Module *m, int r, const char *name, double *out, int64_t numel);
+
+/* Block j of tp (the local type t, split on dim d; in `blocks` blocks, a
+ * fused QKV's: its slice of each) into its place in out. */
+static void tp_place(const Type *t, int d, int tp, int j, int64_t blocks, const double *x, double *out) {
+    int64_t outer = 1, inner = 1, len = t->dim[d] / blocks;
+    for (int k = 0; k < d; k++) outer *= t->dim[k];
+    for (int k = d + 1; k < t->rank; k++) inner *= t->dim[k];
+    outer *= blocks;
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(out + (o * tp + j) * len * inner, x + o * len * inner, sizeof(double) * (size_t)(len * inner));
+}
+
+/* The param node of name in rank r's graph, or NULL; *blocks: its {tp_blocks}. */
+static const Value *param_value(Module *m, int r, const char *name, int64_t *blocks) {
+    Graph *g = rank_graph(m, r);
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_param && strcmp(ir_attr_s(&g->nodes[i], "name", ""), name) == 0) {
+            *blocks = ir_attr_i(&g->nodes[i], "tp_blocks", 1);
+            return &g->vals[g->nodes[i].out[0]];
+        }
+    return NULL;
+}
+
+/* Param `name` as rank r's tp group holds it: a param split over tp
+ * (issue 20) joined from every tp rank's block of dim d, else r's own. */
 static void logical_param(Interp *it, Module *m, int r, const char *name, double *out, int64_t numel) {
+    int64_t blocks;
+    const Value *v = param_value(m, r, name, &blocks);
+    int tp = m->mesh[3];
+    if (!v || tp == 1 || v->sh[3].kind != SH_SPLIT) {
+        local_param(it, m, r, name, out, numel);
+        return;
+    }
+    int mem[64], idx;
+    if (ir_group_members(m, r, ir_group_mask("tp"), mem, &idx) != tp || numel != ir_numel(&v->t) * tp) die("check: param %s: bad tp shards", name);
+    int64_t ln = ir_numel(&v->t);
+    double *x = malloc(sizeof(double) * (size_t)ln);
+    if (!x) die("out of memory");
+    for (int j = 0; j < tp; j++) {
+        local_param(it, m, mem[j], name, x, ln);
+        tp_place(&v->t, v->sh[3].dim, tp, j, blocks, x, out);
+    }
+    free(x);
+}
+
+/* Rank r's output `name`, the gradient of a param split over tp joined from
+ * its tp group's blocks (into a tensor the caller frees), else as it is. */
+static const Tensor *logical_output(Interp *it, Module *m, int r, const char *name, Tensor *buf) {
+    const Tensor *y = interp_output(it, r, name);
+    int64_t blocks = 1;
+    const Value *v = strncmp(name, "grad:", 5) == 0 ? param_value(m, r, name + 5, &blocks) : NULL;
+    if (!y || !v || m->mesh[3] == 1 || v->sh[3].kind != SH_SPLIT) return y;
+    int mem[64], idx, tp = m->mesh[3];
+    ir_group_members(m, r, ir_group_mask("tp"), mem, &idx);
+    *buf = *y;
+    buf->n = y->n * tp;
+    if (!(buf->d = malloc(sizeof(double) * (size_t)buf->n))) die("out of memory");
+    for (int j = 0; j < tp; j++) {
+        const Tensor *x = interp_output(it, mem[j], name);
+        if (!x || x->n != y->n) die("check: %s: bad tp shards", name);
+        tp_place(&v->t, v->sh[3].dim, tp, j, blocks, x->d, buf->d);
+    }
+    return buf;
+}
+
+static void local_param(Interp *it, Module *m, int r, const char *name, double *out, int64_t numel) {
     Graph *g = rank_graph(m, r);
     char member[512];
     int64_t off;
@@ -256,7 +322,9 @@ static void compare_rank(Interp *it1, Interp *itp, Module *mp, int r, int step, 
         const char *name = ir_attr_s(&gp->nodes[i], "name", "");
         const Tensor *y = interp_output(it1, 0, name);
         if (!y) die("check: the single-device program has no output %s", name);
-        double e = group_err(interp_output(itp, r, name), y, output_scale(sc, name, y), r ? "" : name);
+        Tensor buf = {0};
+        double e = group_err(logical_output(itp, mp, r, name, &buf), y, output_scale(sc, name, y), r ? "" : name);
+        free(buf.d);
         if (note(w, name, e, tol)) printf("MISMATCH step %d rank %d output %-30s err %.3g (tolerance %.0e)\n", step + 1, r, name, e, tol);
     }
     for (int i = 0; i < gp->nnodes; i++) {
@@ -282,7 +350,7 @@ static const char *offload_name(double f, char *buf) {
 
 static int check_parallel(Args *a) {
     Args ref = *a;
-    ref.o.dp = 1, ref.o.micro_batches = 1, ref.o.cp = 1, ref.o.pp = 1, ref.o.vpp = 0, ref.o.npp_layers = 0, ref.o.pp_bug = 0;
+    ref.o.dp = 1, ref.o.micro_batches = 1, ref.o.cp = 1, ref.o.tp = 1, ref.o.pp = 1, ref.o.vpp = 0, ref.o.npp_layers = 0, ref.o.pp_bug = 0;
     ref.o.recompute = RC_NONE, ref.o.memory_budget = 0; /* the reference saves everything */
     ref.o.offload = 0, ref.o.offload_stages = 0, ref.o.offload_bug = 0; /* ... on the device */
     Module *m1 = compile(&ref), *mp = compile(a);
@@ -306,6 +374,7 @@ static int check_parallel(Args *a) {
     }
     char pp[96] = "";
     if (mp->mesh[0] > 1) snprintf(pp, sizeof pp, " --pp %d --vpp %d --pp-schedule %s", mp->mesh[0], a->o.vpp ? a->o.vpp : ppsched_default_v((PpSchedule)a->o.pp_schedule), pp_schedule_names[a->o.pp_schedule]);
+    if (mp->mesh[3] > 1) snprintf(pp + strlen(pp), sizeof pp - strlen(pp), " --tp %d%s", mp->mesh[3], a->o.sp == 2 ? " --no-sp" : " --sp");
     char off[96] = "", oname[32]; /* --offload: how many values went to the host and back */
     int ncopies = 0;
     for (int s = 0; s < mp->nstages; s++)
@@ -329,7 +398,7 @@ static int check_parallel(Args *a) {
 /* ---- kiln check: the same step in f32 and f64 on the same random inputs ---- */
 
 int cmd_check(Args *a) {
-    if (a->o.dp > 1 || a->o.micro_batches > 1 || a->o.cp > 1 || a->o.pp > 1 || a->o.offload != 0 || a->o.offload_stages)
+    if (a->o.dp > 1 || a->o.micro_batches > 1 || a->o.cp > 1 || a->o.tp > 1 || a->o.pp > 1 || a->o.offload != 0 || a->o.offload_stages)
         return check_parallel(a);
     Module *m = compile(a);
     Graph *g = m->stages[0];

@@ -48,6 +48,8 @@ typedef struct {
     const char *attention; /* --attention kiln|cudnn (CUDA) */
     int interp, f64, print_every, serial, peak; /* peak: kiln plan --peak */
     int ignore_index;                           /* kiln run --ignore-index ID (issue 17); -1: none */
+    int max_seq;                                /* kiln plan --max-seq (plan_offload.c) */
+    double memory_gib;                          /* kiln plan --memory GiB: the device memory per rank */
 } Args;
 
 /* ---- errors ---- */
@@ -105,6 +107,10 @@ double cmd_output_scalar(Interp *it, const char *name);
 void plan_pp_report(const Args *a, const Module *m);
 /* --pp-schedule all: a row per schedule, or the reason it is refused. */
 void plan_pp_schedules(Args *a);
+/* plan_offload.c (issue 19): kiln plan --offload's table per rank and
+ * virtual stage; kiln plan --max-seq --memory GiB. */
+void plan_offload_report(Args *a, const Module *m);
+void plan_max_seq(Args *a);
 
 /* ---- the commands (each returns the exit status) ---- */
 
@@ -112,5 +118,8 @@ int cmd_check(Args *a);
 int cmd_plan(Args *a);
 int cmd_compile(Args *a);
 int cmd_run(Args *a);
+/* kiln calibrate and kiln tune parse their own flags (calibrate.c, tune.c; issue 21) */
+int kiln_calibrate_main(int argc, char **argv);
+int kiln_tune_main(int argc, char **argv);
 
 #endif

@@ -1,6 +1,6 @@
 /* compile.c — `kiln compile`: a model to a standalone trainer.
  *
- *   kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn]
+ *   kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn|tc]
  *
  * The compiled step becomes an object file (emit/: LLVM for the host
  * program and the CPU's kernels; with a CUDA target, the kernels compiled
@@ -12,7 +12,10 @@
  * The link uses the flags kiln itself was built with: the Makefile passes
  * KILN_LINK_FLAGS (a SAN=1 build's sanitizers, before the objects) and the
  * runtime's libraries KILN_RT_LIBS / KILN_RT_CUDA_LIBS (after them) when it
- * compiles this file.
+ * compiles this file.  A CUDA trainer gets its comm layer here: a program
+ * whose mesh is one rank links runtime/comm_single.o and KILN_RT_CUDA1_LIBS
+ * (no MPI: a single-GPU trainer neither links nor needs libmpi), any other
+ * runtime/comm_mpi.o and KILN_RT_CUDA_LIBS (issue 23).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -27,6 +30,9 @@
 
 #ifndef KILN_LINK_FLAGS
 #define KILN_LINK_FLAGS "" /* the Makefile passes the sanitizer flags of a SAN=1 build */
+#endif
+#ifndef KILN_RT_CUDA1_LIBS
+#define KILN_RT_CUDA1_LIBS KILN_RT_CUDA_LIBS
 #endif
 #ifndef KILN_RT_LIBS
 #define KILN_RT_LIBS "-lopenblas -lpthread -lm" /* the Makefile passes the runtime's libraries (MPI too) */
@@ -56,17 +62,20 @@ static void emit_inspection(Args *a, Module *m, const EmitTarget *t, const char 
 /* Link obj with the runtime into out: cc, run without a shell (paths may hold
  * any character).  KILN_LINK_FLAGS (before the objects) and KILN_RT_LIBS
  * (after them): space-separated words, or empty. */
-static void link_trainer(const char *out, const char *obj, int cuda) {
-    char dir[4096], main_o[4200], rtlib[4200];
+static void link_trainer(const char *out, const char *obj, int cuda, int one_rank) {
+    char dir[4096], main_o[4200], rtlib[4200], comm_o[4200];
     exe_dir(dir, sizeof dir);
     snprintf(main_o, sizeof main_o, "%s/runtime/trainer_main.o", dir);
     snprintf(rtlib, sizeof rtlib, "%s/%s", dir, cuda ? "libkilnrt_cuda.a" : "libkilnrt.a");
-    char *argv[64], flags[] = KILN_LINK_FLAGS, cpu_libs[] = KILN_RT_LIBS, cuda_libs[] = KILN_RT_CUDA_LIBS;
-    char *libs = cuda ? cuda_libs : cpu_libs;
+    snprintf(comm_o, sizeof comm_o, "%s/runtime/%s", dir, one_rank ? "comm_single.o" : "comm_mpi.o");
+    char *argv[64], flags[] = KILN_LINK_FLAGS, cpu_libs[] = KILN_RT_LIBS, cuda_libs[] = KILN_RT_CUDA_LIBS, cuda1_libs[] = KILN_RT_CUDA1_LIBS;
+    char *libs = !cuda ? cpu_libs : one_rank ? cuda1_libs : cuda_libs;
     int n = 0;
     argv[n++] = "cc";
     for (char *w = strtok(flags, " "); w && n < 24; w = strtok(NULL, " ")) argv[n++] = w;
-    argv[n++] = "-o", argv[n++] = (char *)out, argv[n++] = (char *)obj, argv[n++] = main_o, argv[n++] = rtlib;
+    argv[n++] = "-o", argv[n++] = (char *)out, argv[n++] = (char *)obj, argv[n++] = main_o;
+    if (cuda) argv[n++] = comm_o; /* the CUDA archive has no comm layer (Makefile) */
+    argv[n++] = rtlib;
     for (char *w = strtok(libs, " "); w && n < 62; w = strtok(NULL, " ")) argv[n++] = w;
     argv[n] = NULL;
     fflush(stdout);
@@ -137,7 +146,8 @@ int cmd_compile(Args *a) {
     }
     Module *m = cmd_compile_checked(a);
     cmd_check_fed_inputs(m, a->model);
-    EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = a->cuda_arch, .attention_cudnn = a->attention && !strcmp(a->attention, "cudnn")};
+    EmitTarget cuda = {.device = RT_DEV_CUDA, .arch = a->cuda_arch, .attention_cudnn = a->attention && !strcmp(a->attention, "cudnn"),
+                         .attention_tc = a->attention && !strcmp(a->attention, "tc")};
     EmitTarget *t = a->cuda_arch ? &cuda : NULL;
     EmitCubin *cubins = NULL;
     snprintf(path, sizeof path, "%s.cu", a->out);
@@ -151,7 +161,9 @@ int cmd_compile(Args *a) {
     snprintf(path, sizeof path, "%s.o", a->out);
     if (emit_object_for(m, t, path, err, sizeof err) != 0) die("compile: %s", err);
     emit_cubins_free(cubins, cuda.ncubins);
-    link_trainer(a->out, path, t != NULL);
+    int world = 1;
+    for (int k = 0; k < IR_NAXES; k++) world *= m->mesh[k] > 0 ? m->mesh[k] : 1;
+    link_trainer(a->out, path, t != NULL, world == 1);
     if (unlink(path) != 0) die("compile: cannot remove %s: %s", path, strerror(errno));
     printf("wrote %s%s%s\n", a->out, t ? " for " : "", t ? a->target : "");
     ir_free(m);

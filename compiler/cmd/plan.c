@@ -18,11 +18,16 @@
  *       stage memory and in-flight bound, the bubble from the ops' costs
  *       beside the closed form, bytes sent over pp; --timeline FILE.svg
  *       draws the schedule; --pp-schedule all: a row per schedule.
+ *
+ *   kiln plan MODEL --offload ... / --max-seq --memory GiB
+ *       plan_offload.c: the offload table per rank and virtual stage; the
+ *       longest sequence that fits per policy.
  */
 #include <limits.h>
 #include <stdio.h>
 
 #include "cmd.h"
+#include "cost.h"
 #include "memplan.h"
 #include "passes.h"
 #include "ppsched.h"
@@ -105,7 +110,22 @@ static void plan_recompute_table(Args *a) {
 
 /* ---- kiln plan ---- */
 
+/* The cost model's prediction (cost.h) on --device-profile, default cpu. */
+static void plan_cost_report(const Args *a, const Module *m) {
+    Profile p;
+    CostSim s;
+    char err[1200];
+    if (profile_load(&p, a->o.device_profile ? a->o.device_profile : "cpu", err, sizeof err) != 0) die("--device-profile: %s", err);
+    if (cost_simulate(m, &p, NULL, &s, err, sizeof err) != 0) die("plan: cost model: %s", err);
+    cost_report(m, &p, &s, stdout);
+    cost_sim_free(&s);
+}
+
 int cmd_plan(Args *a) {
+    if (a->max_seq) { /* plan_offload.c */
+        plan_max_seq(a);
+        return 0;
+    }
     if (a->o.recompute == RC_UNSET) {
         plan_recompute_table(a);
         return 0;
@@ -130,6 +150,8 @@ int cmd_plan(Args *a) {
         ir_free(m1);
     }
     if (m->mesh[0] > 1) plan_pp_report(a, m);
+    if (a->o.offload != 0 || a->o.offload_stages) plan_offload_report(a, m); /* plan_offload.c */
+    plan_cost_report(a, m);
     ir_free(m);
     return 0;
 }

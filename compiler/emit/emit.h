@@ -54,6 +54,7 @@ typedef struct {
     int ncubins;
     const EmitCubin *cubins; /* CUDA: from emit_cuda_cubins */
     int attention_cudnn;     /* CUDA: attention that qualifies runs on cuDNN's SDPA (emit_host.c) */
+    int attention_tc;        /* CUDA: attention with D 16, 32, 64 or 128 runs on attention_tc.cu (tensor cores) */
 } EmitTarget;
 
 /* JIT the scheduled and planned module; *prog points at the program table in

@@ -70,6 +70,10 @@
  * (gemm, reduce, sumto, sumsq, max_bwd, softmax, attn_merge, collectives,
  * fill) on both targets; the CPU's kernels ignore them.
  *
+ * Offload's copies (offload.c, F_COPY) are rtk_offload (act -> host space)
+ * and rtk_reload (host -> act) on their node's copy stream, the host space
+ * the runtime's RT_SPACE_HOST (kiln_rt.h): the schedule's events order them.
+ *
  * An op this file cannot launch, an inconsistent bucket or schedule is an
  * internal error naming it.
  */
@@ -94,8 +98,8 @@ static int64_t f64_bits(double d) {
  * IR names its spaces itself, so it need not know the ABI; -1 stays -1. */
 static int rt_space_of(int space) {
     static const int rt[SPACE_COUNT] = {[SPACE_PARAMS] = RT_SPACE_PARAMS, [SPACE_GRADS] = RT_SPACE_GRADS,
-                                        [SPACE_OPT] = RT_SPACE_OPT, [SPACE_ACT] = RT_SPACE_ACT, [SPACE_HOST] = -1};
-    _Static_assert((int)SPACE_COUNT == (int)RT_NSPACES + 1, "every IR space but host (offload, refused) has a runtime space");
+                                        [SPACE_OPT] = RT_SPACE_OPT, [SPACE_ACT] = RT_SPACE_ACT, [SPACE_HOST] = RT_SPACE_HOST};
+    _Static_assert((int)SPACE_COUNT == (int)RT_NSPACES, "every IR space has a runtime space");
     return space >= 0 && space < SPACE_COUNT ? rt[space] : -1;
 }
 
@@ -413,6 +417,8 @@ static void emit_attention(Em *e, const Node *n) {
     a[na++] = I64(e, window);
     const char *kname = bwd ? "attention_bwd" : "attention";
     if (e->cuda && e->tgt->attention_cudnn && cudnn_qualifies(e, n, pos)) kname = bwd ? "attention_bwd_cudnn" : "attention_cudnn";
+    else if (e->cuda && e->tgt->attention_tc && (D == 16 || D == 32 || D == 64 || D == 128)) /* attention_tc.cu's head dims */
+        kname = bwd ? "attention_bwd_tc" : "attention_tc";
     launch_lib(e, n, kname, a, na);
 }
 
@@ -631,6 +637,11 @@ static void emit_node(Em *e, int idx) {
         return;
     }
     case OP_reshape: case OP_loss: launch_memcpy(e, n, n->out[0], n->in[0]); return; /* views: nothing when planned in place */
+    case OP_offload: case OP_reload: { /* offload.c's copies, on their node's copy stream (kiln_rt.h) */
+        LLVMValueRef a[] = {P(e, n->out[0], 0), P(e, n->in[0], 0), I64(e, ir_value_bytes(&e->g->vals[n->in[0]]))};
+        launch_lib(e, n, n->op == OP_offload ? "offload" : "reload", a, 3);
+        return;
+    }
     case OP_sum: case OP_mean: case OP_max: emit_reduce(e, n); return;
     case OP_max_bwd: emit_max_bwd(e, n); return;
     case OP_sumsq: {
@@ -777,7 +788,6 @@ static void emit_step(Em *e) {
     e->ctx = LLVMGetParam(e->step, 0);
     LLVMValueRef spaces = LLVMGetParam(e->step, 1);
     for (int s = 0; s < SPACE_COUNT; s++) {
-        if (rt_space_of(s) < 0) continue; /* the host space: refused (refuse_offload) */
         LLVMValueRef idx = I64(e, rt_space_of(s));
         e->base[s] = LLVMBuildLoad2(b, e->tp8, LLVMBuildInBoundsGEP2(b, e->tp8, spaces, &idx, 1, ""), "");
     }
@@ -1178,16 +1188,7 @@ static void emit_table(Em *e) {
 /* emit_priv.h: the order, the groups, the schedule, the device's kernels
  * (the CPU's from emit_llvm.c; CUDA's only numbered here, emit_cuda.c
  * writes them), then the step that launches them and the table. */
-/* Offload's copies (F_COPY) need the runtime's host space and copy streams,
- * which do not exist yet: one line at the first copy, exit 1. */
-static void refuse_offload(const Em *e) {
-    for (int i = 0; i < e->g->nnodes; i++)
-        if (ir_ops[e->g->nodes[i].op].flags & F_COPY)
-            error_at(e->g->nodes[i].loc, "--offload: not yet supported by the CPU and CUDA back ends; kiln check and kiln plan run it");
-}
-
 void em_host_program(Em *e) {
-    refuse_offload(e);
     program_order(e);
     kg_collect(&e->kg, e->g, e->order, e->norder);
     collect_schedule(e);

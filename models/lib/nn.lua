@@ -37,13 +37,23 @@ function nn.round_up(n, m) return (n + m - 1) // m * m end
 function nn.proj_std(c) return 0.02 / math.sqrt(2 * c.layers) end
 
 -- y = x @ W + b, W [din, dout] ~ normal(o.std or 0.02), b [dout] zeros;
--- o.bias = false: no bias.
-local linear_options = {"std", "bias"}
+-- o.bias = false: no bias.  o.tp: Megatron's tensor-parallel layout
+-- (docs/parallel.md): "col" splits W's columns and b over the tp ranks (each
+-- rank computes its slice of y), "row" splits W's rows (each rank holds a
+-- slice of x's features and a partial sum of y; b is replicated, added once
+-- the sum is reduced).  o.tp_blocks = k with "col": W's columns are k
+-- blocks (a fused QKV) and each rank holds its slice of every block.
+-- Without o.tp the layer is replicated under --tp.
+local linear_options = {"std", "bias", "tp", "tp_blocks"}
 function nn.linear(x, name, din, dout, o)
   o = options(o, "nn.linear", name, linear_options)
-  local y = matmul(x, param(name .. ".weight", {din, dout}, normal(o.std or 0.02)))
+  if o.tp ~= nil and o.tp ~= "col" and o.tp ~= "row" then
+    error(string.format("nn.linear(%s): tp must be \"col\" or \"row\", got %s", name, tostring(o.tp)), 2)
+  end
+  local wtp = o.tp == "col" and {tp = 2, tp_blocks = o.tp_blocks} or o.tp == "row" and {tp = 1} or nil
+  local y = matmul(x, param(name .. ".weight", {din, dout}, normal(o.std or 0.02), wtp))
   if o.bias == false then return y end
-  return y + param(name .. ".bias", {dout}, zeros())
+  return y + param(name .. ".bias", {dout}, zeros(), o.tp == "col" and {tp = 1, tp_blocks = o.tp_blocks} or nil)
 end
 
 -- LayerNorm over the last dim with weight (ones) and bias (zeros);
@@ -76,16 +86,16 @@ end
 -- GPT-2 causal self-attention: one fused projection c_attn [C,3C] gives q, k, v.
 function nn.gpt_attention(x, name, c)
   local C = c.dim
-  local qkv = nn.linear(x, name .. ".c_attn", C, 3 * C)
+  local qkv = nn.linear(x, name .. ".c_attn", C, 3 * C, {tp = "col", tp_blocks = 3})
   local function part(i) return transpose(nn.heads(slice(qkv, -1, i * C + 1, (i + 1) * C), c.heads), 2, 3) end
   local o = attention(part(0), part(1), part(2), {causal = true, window = c.window ~= 0 and c.window or nil})
-  return nn.linear(nn.merge_heads(o), name .. ".c_proj", C, C, {std = nn.proj_std(c)})
+  return nn.linear(nn.merge_heads(o), name .. ".c_proj", C, C, {std = nn.proj_std(c), tp = "row"})
 end
 
 -- GPT-2 MLP: C -> 4C -> GELU (tanh) -> C.
 function nn.mlp(x, name, c)
-  local h = gelu(nn.linear(x, name .. ".c_fc", c.dim, 4 * c.dim))
-  return nn.linear(h, name .. ".c_proj", 4 * c.dim, c.dim, {std = nn.proj_std(c)})
+  local h = gelu(nn.linear(x, name .. ".c_fc", c.dim, 4 * c.dim, {tp = "col"}))
+  return nn.linear(h, name .. ".c_proj", 4 * c.dim, c.dim, {std = nn.proj_std(c), tp = "row"})
 end
 
 -- Pre-LayerNorm GPT-2 block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
@@ -99,20 +109,20 @@ end
 -- expanded to H heads (attention reads kv head h / (H/KH)).
 function nn.llama_attention(x, pos, c)
   local C, D = c.dim, c.dim // c.heads
-  local function proj(name, H) return nn.heads(nn.linear(x, "attention." .. name, C, H * D, {bias = false}), H) end
+  local function proj(name, H) return nn.heads(nn.linear(x, "attention." .. name, C, H * D, {bias = false, tp = "col"}), H) end
   local q = transpose(rope(proj("wq", c.heads), pos, c.theta), 2, 3)
   local k = transpose(rope(proj("wk", c.kv_heads), pos, c.theta), 2, 3)
   local v = transpose(proj("wv", c.kv_heads), 2, 3)
   local o = attention(q, k, v, {causal = true, window = c.window ~= 0 and c.window or nil})
-  return nn.linear(nn.merge_heads(o), "attention.wo", c.heads * D, C, {bias = false, std = nn.proj_std(c)})
+  return nn.linear(nn.merge_heads(o), "attention.wo", c.heads * D, C, {bias = false, std = nn.proj_std(c), tp = "row"})
 end
 
 -- SwiGLU: (silu(x @ w1) * (x @ w3)) @ w2.
 function nn.swiglu(x, name, c)
-  local nb = {bias = false}
-  local gate = silu(nn.linear(x, name .. ".w1", c.dim, c.ffn, nb))
-  local up = nn.linear(x, name .. ".w3", c.dim, c.ffn, nb)
-  return nn.linear(gate * up, name .. ".w2", c.ffn, c.dim, {bias = false, std = nn.proj_std(c)})
+  local col = {bias = false, tp = "col"}
+  local gate = silu(nn.linear(x, name .. ".w1", c.dim, c.ffn, col))
+  local up = nn.linear(x, name .. ".w3", c.dim, c.ffn, col)
+  return nn.linear(gate * up, name .. ".w2", c.ffn, c.dim, {bias = false, std = nn.proj_std(c), tp = "row"})
 end
 
 -- Llama block: x + attn(rmsnorm(x)), then + swiglu(rmsnorm(x)).

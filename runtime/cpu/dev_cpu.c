@@ -116,6 +116,8 @@ typedef struct {
     const char *name;
     int64_t arg0;    /* launch: its args are stream->args[arg0 .. arg0+nargs) */
     int nargs;
+    int64_t seq;     /* launch: its place in the step's program order (the copy check) */
+    int64_t copy;    /* launch of rtk_offload/rtk_reload: its index in ctx->copies; -1 */
 } Cmd;
 
 typedef struct {
@@ -146,7 +148,18 @@ typedef struct {
     pthread_cond_t cv;
     int64_t done;   /* step whose record has run (under mu) */
     int64_t issued; /* step in which rt_record was called (step thread only) */
+    int recorder;   /* the stream of that rt_record (step thread only) */
 } Event;
+
+/* A copy of this step (rtk_offload, rtk_reload) for the copy check: its
+ * destination [lo, hi), its place in program order, and whether its
+ * worker has started it and finished it (under ctx->copy_mu). */
+typedef struct {
+    char *lo, *hi;
+    int64_t seq;
+    int started, done;
+    const char *name;
+} Copy;
 
 typedef struct Job {
     void (*fn)(void *data, int64_t i0, int64_t i1);
@@ -184,7 +197,17 @@ struct rt_ctx {
     char *trace_tmp;
     FILE *trace;
     RtComm *comm;
+    /* activation offload (issue 19): the copy check, the planted bug and
+     * the measured act high-water mark (see "copies" below) */
+    int check_copies, drop_copy_wait, dropped;
+    long copy_delay_us;
+    pthread_mutex_t copy_mu;
+    Copy *copies;
+    int64_t ncopies, capcopies, seq;
+    int64_t act_hw; /* -1: not measured */
 };
+
+static void check_copies(rt_ctx *c, const Cmd *cmd, const int64_t *args, int when);
 
 RtComm *rt_comm_of(rt_ctx *c) { return c->comm; }
 
@@ -297,14 +320,23 @@ static void pool_stop(Pool *P) {
 
 /* ---- streams ---- */
 
-static void run_launch(rt_ctx *c, Stream *s, rt_kernel k, const int64_t *args, const char *name) {
+/* The copy the running launch is (rtk_offload/rtk_reload find their entry). */
+static __thread int64_t tl_copy = -1;
+
+static void run_launch(rt_ctx *c, Stream *s, const Cmd *cmd, const int64_t *args) {
+    rt_kernel k = cmd->k;
+    const char *name = cmd->name;
+    if (c->check_copies) check_copies(c, cmd, args, 0);
+    tl_copy = cmd->copy;
     if (!c->trace) {
         k(c, args);
+        if (c->check_copies) check_copies(c, cmd, args, 1);
         return;
     }
     double t = now_us(c);
     int64_t sent = rt_comm_thread_bytes();
     k(c, args);
+    if (c->check_copies) check_copies(c, cmd, args, 1);
     grow((void **)&s->span, &s->capspan, s->nspan + 1, sizeof(Span));
     s->span[s->nspan++] = (Span){name, t, now_us(c), rt_comm_thread_bytes() - sent};
 }
@@ -335,7 +367,7 @@ static void *stream_worker(void *arg) {
             if (cmd.nargs) memcpy(s->local, s->args + cmd.arg0, sizeof(int64_t) * (size_t)cmd.nargs);
         }
         PT(pthread_mutex_unlock(&s->mu));
-        if (cmd.kind == CMD_LAUNCH) run_launch(c, s, cmd.k, s->local, cmd.name);
+        if (cmd.kind == CMD_LAUNCH) run_launch(c, s, &cmd, s->local);
         else if (cmd.kind == CMD_RECORD) run_record(&c->events[cmd.event], cmd.step);
         else run_wait(&c->events[cmd.event], cmd.step);
         PT(pthread_mutex_lock(&s->mu));
@@ -370,10 +402,14 @@ static void drain(Stream *s) {
 static int check_stream(rt_ctx *c, int stream, const char *who) { return rt_in_range(c, stream, c->nstreams, "stream", who); }
 static int check_event(rt_ctx *c, int event, const char *who) { return rt_in_range(c, event, c->nevents, "event", who); }
 
+static int64_t note_copy(rt_ctx *c, rt_kernel k, const int64_t *args, int nargs, const char *name);
+
 void rt_launch(rt_ctx *c, int stream, rt_kernel k, const int64_t *args, int nargs, const char *name) {
     if (!rt_launch_ok(c, stream, c->nstreams, k, nargs, name)) return;
-    if (c->serial) run_launch(c, &c->streams[stream], k, args, name);
-    else enqueue(&c->streams[stream], (Cmd){.kind = CMD_LAUNCH, .k = k, .name = name, .nargs = nargs}, args);
+    Cmd cmd = {.kind = CMD_LAUNCH, .k = k, .name = name, .nargs = nargs, .seq = ++c->seq, .copy = -1};
+    if (c->check_copies) cmd.copy = note_copy(c, k, args, nargs, name);
+    if (c->serial) run_launch(c, &c->streams[stream], &cmd, args);
+    else enqueue(&c->streams[stream], cmd, args);
 }
 
 void rt_record(rt_ctx *c, int stream, int event) {
@@ -384,6 +420,7 @@ void rt_record(rt_ctx *c, int stream, int event) {
         return;
     }
     e->issued = c->step;
+    e->recorder = stream;
     if (c->serial) e->done = c->step;
     else enqueue(&c->streams[stream], (Cmd){.kind = CMD_RECORD, .event = event, .step = c->step}, NULL);
 }
@@ -394,14 +431,22 @@ void rt_wait(rt_ctx *c, int stream, int event) {
         rt_fail(c, "schedule error: stream %d waits for event %d, which was not recorded before in this step", stream, event);
         return;
     }
+    if (c->dropped < c->drop_copy_wait && stream == 0 && c->events[event].recorder == 3) {
+        c->dropped++; /* KILN_TEST_DROP_COPY_WAIT: the planted bug (see "copies") */
+        return;
+    }
     if (!c->serial) enqueue(&c->streams[stream], (Cmd){.kind = CMD_WAIT, .event = event, .step = c->step}, NULL);
 }
 
+static void measure_act(rt_ctx *c);
+
 int rt_step(rt_ctx *c, char *err, int errlen) {
     c->step++;
+    c->ncopies = c->seq = c->dropped = 0;
     c->p->step(c, c->space);
     if (!c->serial)
         for (int i = 0; i < c->nstreams; i++) drain(&c->streams[i]);
+    if (c->act_hw >= 0) measure_act(c);
     char sends[600];
     if (rt_comm_finish_sends(c->comm, sends, sizeof sends)) rt_fail(c, "%s", sends); /* no step returns with a send in flight */
     PT(pthread_mutex_lock(&c->err_mu));
@@ -411,6 +456,117 @@ int rt_step(rt_ctx *c, char *err, int errlen) {
     PT(pthread_mutex_unlock(&c->err_mu));
     return failed ? -1 : 0;
 }
+
+/* ---- copies (activation offload, issue 19) ----
+ *
+ * rtk_offload and rtk_reload are memcpys that run on the copy streams'
+ * workers (d2h 2, h2d 3) between the act space and the host space, a
+ * separate mapping: the schedule's events alone order them against the
+ * compute and comm streams, and memplan reuses the act bytes an offload
+ * freed, so a missing event shows as a race on real memory.
+ *
+ * The copy check (KILN_CHECK_COPIES=1 in the environment at rt_new; the
+ * tests set it): rt_launch numbers the step's launches in program order
+ * and notes every copy's destination range; each launch, when it starts
+ * and when it ends, looks at its pointer args.  A pointer into the
+ * destination of a copy issued before it that has not finished means the
+ * launch ran while the copy was still writing what it uses (a missing
+ * wait); into a copy issued after it that has already started, the copy
+ * overwrote what the launch was still using (a missing fence).  Either
+ * fails the step naming both.  A pointer arg is compared by address, so a
+ * size or flag arg never matches (they are far below any mapping).
+ * Serial mode runs everything in program order: no check.
+ *
+ * For the tests: KILN_COPY_DELAY_US=N makes each copy sleep N µs before
+ * its memcpy (so an unordered reader reliably overtakes it), and
+ * KILN_TEST_DROP_COPY_WAIT=N plants the bug: in each step the compute
+ * stream's first N waits for an event recorded on the h2d stream (a
+ * reload's) are dropped.  The check must then fail the step.
+ *
+ * The act high-water mark (KILN_MEASURE_PEAK=1 at rt_new): the act space
+ * starts filled with 0xff bytes (f32 NaN: a read of a byte no one wrote
+ * poisons the loss) and after each step the runtime scans down from the
+ * top for the highest byte that is no longer 0xff.  It is the highest
+ * offset + size of any act buffer written in the run (by a kernel, a copy
+ * or the trainer's inputs), as the memory saw it, not the plan's number;
+ * the tests compare the two.  Once found, later steps scan only above it. */
+
+static long env_long(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? strtol(v, NULL, 10) : 0;
+}
+
+static void start_copies(rt_ctx *c) {
+    PT(pthread_mutex_init(&c->copy_mu, NULL));
+    c->check_copies = !c->serial && env_long("KILN_CHECK_COPIES") > 0;
+    c->drop_copy_wait = (int)env_long("KILN_TEST_DROP_COPY_WAIT");
+    c->copy_delay_us = env_long("KILN_COPY_DELAY_US");
+    c->act_hw = -1;
+    if (env_long("KILN_MEASURE_PEAK") > 0) {
+        memset(c->space[RT_SPACE_ACT], 0xff, (size_t)c->p->space_bytes[RT_SPACE_ACT]);
+        c->act_hw = 0;
+    }
+}
+
+static void measure_act(rt_ctx *c) {
+    const unsigned char *a = (const unsigned char *)c->space[RT_SPACE_ACT];
+    int64_t top = c->p->space_bytes[RT_SPACE_ACT];
+    while (top > c->act_hw && a[top - 1] == 0xff) top--;
+    if (top > c->act_hw) c->act_hw = top;
+}
+
+int64_t rt_act_high_water(rt_ctx *c) { return c->act_hw; }
+
+/* Step thread: a launch of a copy gets an entry; its index, or -1. */
+static int64_t note_copy(rt_ctx *c, rt_kernel k, const int64_t *args, int nargs, const char *name) {
+    if ((k != rtk_offload && k != rtk_reload) || nargs < 3) return -1;
+    PT(pthread_mutex_lock(&c->copy_mu));
+    grow((void **)&c->copies, &c->capcopies, c->ncopies + 1, sizeof(Copy));
+    char *lo = rt_arg_ptr(args[0]);
+    c->copies[c->ncopies] = (Copy){lo, lo + args[2], c->seq, 0, 0, name};
+    int64_t i = c->ncopies++;
+    PT(pthread_mutex_unlock(&c->copy_mu));
+    return i;
+}
+
+/* A worker, when the launch cmd starts (when 0) or ends (1). */
+static void check_copies(rt_ctx *c, const Cmd *cmd, const int64_t *args, int when) {
+    PT(pthread_mutex_lock(&c->copy_mu));
+    for (int64_t i = 0; i < c->ncopies; i++) {
+        const Copy *cp = &c->copies[i];
+        if (i == cmd->copy) continue;
+        int early = cp->seq < cmd->seq && !cp->done, late = cp->seq > cmd->seq && cp->started;
+        if (!early && !late) continue;
+        for (int a = 0; a < cmd->nargs; a++) {
+            char *ptr = rt_arg_ptr(args[a]);
+            if (ptr < cp->lo || ptr >= cp->hi) continue;
+            rt_fail(c, "copy check: %s %s while %s into the bytes it uses (arg %d) %s: a missing event on the copy stream",
+                    cmd->name ? cmd->name : "a kernel", when ? "ended" : "started", cp->name ? cp->name : "a copy", a,
+                    early ? "had not finished" : "had already started");
+            break;
+        }
+    }
+    PT(pthread_mutex_unlock(&c->copy_mu));
+}
+
+/* args: dst, src, bytes */
+static void run_copy(rt_ctx *c, const int64_t *a) {
+    if (c->check_copies && tl_copy >= 0) {
+        PT(pthread_mutex_lock(&c->copy_mu));
+        c->copies[tl_copy].started = 1;
+        PT(pthread_mutex_unlock(&c->copy_mu));
+    }
+    if (c->copy_delay_us > 0) usleep((useconds_t)c->copy_delay_us);
+    if (a[2] > 0) memcpy(rt_arg_ptr(a[0]), rt_arg_ptr(a[1]), (size_t)a[2]);
+    if (c->check_copies && tl_copy >= 0) {
+        PT(pthread_mutex_lock(&c->copy_mu));
+        c->copies[tl_copy].done = 1;
+        PT(pthread_mutex_unlock(&c->copy_mu));
+    }
+}
+
+void rtk_offload(rt_ctx *c, const int64_t *a) { run_copy(c, a); }
+void rtk_reload(rt_ctx *c, const int64_t *a) { run_copy(c, a); }
 
 /* ---- creating and freeing ---- */
 
@@ -523,6 +679,7 @@ rt_ctx *rt_new(const rt_program *p, const rt_options *o) {
     }
     int threads = o->threads > 0 ? o->threads : cores();
     PT(pthread_mutex_init(&c->err_mu, NULL));
+    start_copies(c);
     pool_start(&c->pool, c->serial ? 1 : threads);
     openblas_set_num_threads(c->serial ? 1 : threads);
     start_events(c);
@@ -584,6 +741,10 @@ static void write_trace(rt_ctx *c) {
 
 void rt_free(rt_ctx *c) {
     if (!c) return;
+    if (c->act_hw >= 0)
+        fprintf(stderr, "kiln runtime: rank %d stage %d: act high-water mark %lld bytes (measured; act space %lld, host space %lld)\n",
+                rt_world_rank(c), c->p->stage, (long long)c->act_hw, (long long)c->p->space_bytes[RT_SPACE_ACT],
+                (long long)c->p->space_bytes[RT_SPACE_HOST]);
     stop_streams(c);
     pool_stop(&c->pool);
     stop_events(c);
@@ -595,6 +756,8 @@ void rt_free(rt_ctx *c) {
     unmap_spaces(c);
     rt_comm_free(c->comm);
     PT(pthread_mutex_destroy(&c->err_mu));
+    PT(pthread_mutex_destroy(&c->copy_mu));
+    free(c->copies);
     free(c);
 }
 

@@ -13,7 +13,8 @@
  * dp x cp mesh makes at most three communicators, a dp-only mesh one.  Each
  * is made in rt_new (rtc_nccl_new, after rt_comm_new, with the device's
  * context current): group rank 0 calls ncclGetUniqueId and broadcasts it
- * over the group's MPI communicator (with a flag, so that a failure there
+ * over the group (rt_group_bcast: comm_mpi.c's MPI; no MPI symbol here, so
+ * a one-rank trainer links comm_single.c instead and no libmpi) (with a flag, so that a failure there
  * reaches the others instead of leaving them waiting), then every member
  * calls ncclCommInitRank with its group index.  Every rank creates them in
  * the same mask order, and each init involves only its group, so no cycle
@@ -112,7 +113,6 @@
  * mod s on the host and launches kiln_iota_rank (kernels/cuda/misc.cu).
  */
 #include <cuda.h>
-#include <mpi.h>
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -215,11 +215,8 @@ static int init_comm(RtComm *cm, int mask, ncclComm_t *out) {
         msg.ok = r == ncclSuccess;
         if (!msg.ok) fprintf(stderr, "kiln runtime: NCCL communicator for group %s: ncclGetUniqueId: %s\n", name, ncclGetErrorString(r));
     }
-    rt_mpi_lock();
-    int rc = MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, g.comm);
-    rt_mpi_unlock();
-    if (rc != MPI_SUCCESS) {
-        fprintf(stderr, "kiln runtime: NCCL communicator for group %s: broadcasting its id: MPI: %s\n", name, rt_mpi_text(rc, t, sizeof t));
+    if (rt_group_bcast(cm, mask, &msg, (int64_t)sizeof msg, t, sizeof t) != 0) {
+        fprintf(stderr, "kiln runtime: NCCL communicator for group %s: broadcasting its id: %s\n", name, t);
         return -1;
     }
     if (!msg.ok) {

@@ -83,6 +83,19 @@
  * teardown in one line and goes on freeing (nothing after a step met an
  * asynchronous error: the context is gone and the step said why).
  *
+ * Activation offload (issue 19).  The host space (RT_SPACE_HOST) is pinned
+ * host memory from cuMemAllocHost (cuMemHostAlloc with no flags): the
+ * step's base for it is the host pointer, its mirror the memory itself
+ * (rt_pull/rt_push of it copy nothing).  rtk_offload is cuMemcpyDtoHAsync
+ * and rtk_reload cuMemcpyHtoDAsync on the launch's stream (the copy
+ * streams 2 and 3); the schedule's events order them, captured into the
+ * graph like the rest.  KILN_MEASURE_PEAK=1 fills the act space with 0xff
+ * instead of zeros and after each step pulls what lies above the mark so
+ * far and finds the highest byte no longer 0xff (rt_act_high_water; the
+ * CPU's definition, dev_cpu.c).  KILN_TEST_DROP_COPY_WAIT=N (tests only)
+ * drops stream 0's first N waits per step for an event recorded on stream
+ * 3 (a reload's): the fake CUDA's happens-before check must report it.
+ *
  * What is not here: --trace (no CUDA timeline yet: rt_new refuses it),
  * rt_options.threads and .serial (meaningless on this device).
  */
@@ -164,6 +177,10 @@ struct rt_ctx {
     pthread_mutex_t err_mu;
     int failed;
     char err[512];
+    /* activation offload (see the top) */
+    int *recorder;                  /* per event: the stream of its last rt_record */
+    int drop_copy_wait, dropped;
+    int64_t act_hw;                 /* -1: not measured */
 };
 
 /* ---- errors ---- */
@@ -398,6 +415,7 @@ void rt_record(rt_ctx *c, int stream, int event) {
         return;
     }
     c->issued[event] = c->step;
+    c->recorder[event] = stream;
     rtc_p2p_flush(c, c->streams[stream]); /* what another stream waits for includes the noted sends' reads */
     CUresult r = cuEventRecord(c->events[event], c->streams[stream]);
     if (r != CUDA_SUCCESS) rt_fail(c, "rt_record: cuEventRecord(event %d, stream %d): %s", event, stream, rtc_error_string(r));
@@ -407,6 +425,10 @@ void rt_wait(rt_ctx *c, int stream, int event) {
     if (!check_stream(c, stream, "rt_wait") || !check_event(c, event, "rt_wait")) return;
     if (c->issued[event] != c->step) {
         rt_fail(c, "schedule error: stream %d waits for event %d, which was not recorded before in this step", stream, event);
+        return;
+    }
+    if (c->dropped < c->drop_copy_wait && stream == 0 && c->recorder[event] == 3) {
+        c->dropped++; /* KILN_TEST_DROP_COPY_WAIT: the planted bug */
         return;
     }
     CUresult r = cuStreamWaitEvent(c->streams[stream], c->events[event], 0);
@@ -485,8 +507,11 @@ static void finish_streams(rt_ctx *c) {
     }
 }
 
+static void measure_act(rt_ctx *c);
+
 int rt_step(rt_ctx *c, char *err, int errlen) {
     c->step++;
+    c->dropped = 0;
     c->cur = 0;
     c->name = "kiln runtime";
     int ok = step_ok(c, cuCtxSetCurrent(c->cu), "cuCtxSetCurrent");
@@ -500,6 +525,7 @@ int rt_step(rt_ctx *c, char *err, int errlen) {
         rt_comm_count(c->comm, c->graph_bytes);
     }
     finish_streams(c);
+    if (c->act_hw >= 0 && !has_failed(c)) measure_act(c);
     char sends[600];
     if (rt_comm_finish_sends(c->comm, sends, sizeof sends)) rt_fail(c, "%s", sends);
     int rc = take_failure(c, err, errlen);
@@ -515,6 +541,36 @@ void rtc_at_free(rt_ctx *c, void (*fn)(rt_ctx *)) {
         return;
     }
     c->at_free[c->nat_free++] = fn;
+}
+
+/* ---- activation offload ---- */
+
+/* args: dst (host), src (device), bytes */
+void rtk_offload(rt_ctx *c, const int64_t *a) {
+    if (a[2] <= 0) return;
+    CUresult r = cuMemcpyDtoHAsync(rt_arg_ptr(a[0]), (CUdeviceptr)(uintptr_t)a[1], (size_t)a[2], rtc_stream(c));
+    if (r != CUDA_SUCCESS) rt_fail(c, "%s: cuMemcpyDtoHAsync(%lld bytes): %s", rtc_launch_name(c), (long long)a[2], rtc_error_string(r));
+}
+
+/* args: dst (device), src (host), bytes */
+void rtk_reload(rt_ctx *c, const int64_t *a) {
+    if (a[2] <= 0) return;
+    CUresult r = cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)a[0], rt_arg_ptr(a[1]), (size_t)a[2], rtc_stream(c));
+    if (r != CUDA_SUCCESS) rt_fail(c, "%s: cuMemcpyHtoDAsync(%lld bytes): %s", rtc_launch_name(c), (long long)a[2], rtc_error_string(r));
+}
+
+int64_t rt_act_high_water(rt_ctx *c) { return c->act_hw; }
+
+/* The act space above the mark so far into the mirror; the highest byte
+ * that is no longer 0xff raises the mark. */
+static void measure_act(rt_ctx *c) {
+    int64_t top = c->p->space_bytes[RT_SPACE_ACT], lo = c->act_hw;
+    if (top <= lo) return;
+    const unsigned char *m = (const unsigned char *)c->mirror[RT_SPACE_ACT];
+    if (!step_ok(c, copy_out(c, c->mirror[RT_SPACE_ACT] + lo, c->dspace[RT_SPACE_ACT] + (CUdeviceptr)lo, top - lo), "measuring the act space"))
+        return;
+    while (top > lo && m[top - 1] == 0xff) top--;
+    c->act_hw = top;
 }
 
 /* ---- host views ---- */
@@ -541,7 +597,7 @@ static int check_range(rt_ctx *c, const char *who, int space, int64_t offset, in
 static int host_copy(rt_ctx *c, int pull, int space, int64_t offset, int64_t bytes, char *err, int errlen) {
     const char *who = pull ? "rt_pull" : "rt_push";
     if (!check_range(c, who, space, offset, bytes, err, errlen)) return -1;
-    if (bytes == 0) return 0;
+    if (bytes == 0 || space == RT_SPACE_HOST) return 0; /* the host space is its own mirror */
     CUresult r = cuCtxSetCurrent(c->cu);
     if (r == CUDA_SUCCESS)
         r = pull ? copy_out(c, c->mirror[space] + offset, c->dspace[space] + (CUdeviceptr)offset, bytes)
@@ -670,10 +726,21 @@ static int device_alloc(rt_ctx *c, CUdeviceptr *d, int64_t bytes, const char *wh
 /* Per space: the device buffer (zeroed) and the host mirror; the schedule's copy. */
 static int alloc_spaces(rt_ctx *c) {
     char what[64];
+    c->act_hw = -1;
+    const char *peak = getenv("KILN_MEASURE_PEAK");
+    if (peak && atoi(peak) > 0) c->act_hw = 0;
     for (int i = 0; i < RT_NSPACES; i++) {
         int64_t n = c->p->space_bytes[i];
+        if (i == RT_SPACE_HOST) { /* pinned host memory, its own mirror */
+            void *h = NULL;
+            if (n > 0 && !cu_ok(cuMemAllocHost(&h, (size_t)n), "cuMemAllocHost (the host space)")) return 0;
+            if (h) memset(h, 0, (size_t)n);
+            c->base[i] = c->mirror[i] = h;
+            continue;
+        }
         snprintf(what, sizeof what, "the %s space", rt_space_name[i]);
-        if (n > 0 && (!device_alloc(c, &c->dspace[i], n, what) || !cu_ok(cuMemsetD8(c->dspace[i], 0, (size_t)n), "cuMemsetD8")))
+        unsigned char fill = i == RT_SPACE_ACT && c->act_hw >= 0 ? 0xff : 0;
+        if (n > 0 && (!device_alloc(c, &c->dspace[i], n, what) || !cu_ok(cuMemsetD8(c->dspace[i], fill, (size_t)n), "cuMemsetD8")))
             return 0;
         c->base[i] = (char *)(uintptr_t)c->dspace[i];
         if (!(c->mirror[i] = rt_map_host(n, rt_space_name[i], &c->mapped[i]))) return 0;
@@ -722,7 +789,8 @@ static int make_streams(rt_ctx *c) {
     int n = c->nstreams;
     if (!(c->streams = calloc((size_t)n, sizeof *c->streams)) || !(c->join = calloc((size_t)n, sizeof *c->join)) ||
         !(c->scratch = calloc((size_t)n, sizeof *c->scratch)) || !(c->events = calloc((size_t)c->nevents + 1, sizeof *c->events)) ||
-        !(c->issued = calloc((size_t)c->nevents + 1, sizeof *c->issued))) {
+        !(c->issued = calloc((size_t)c->nevents + 1, sizeof *c->issued)) ||
+        !(c->recorder = calloc((size_t)c->nevents + 1, sizeof *c->recorder))) {
         fprintf(stderr, "kiln runtime: out of memory\n");
         return 0;
     }
@@ -777,6 +845,9 @@ rt_ctx *rt_new(const rt_program *p, const rt_options *o) {
     c->nstreams = p->nstreams > 0 ? p->nstreams : 1;
     c->nevents = p->nevents;
     c->eager = !use_graph();
+    c->act_hw = -1;
+    const char *drop = getenv("KILN_TEST_DROP_COPY_WAIT");
+    c->drop_copy_wait = drop ? atoi(drop) : 0;
     c->name = "kiln runtime";
     if (!build(c)) {
         rt_free(c);
@@ -808,6 +879,7 @@ static void free_streams(rt_ctx *c, int *reported) {
     free(c->scratch);
     free(c->events);
     free(c->issued);
+    free(c->recorder);
 }
 
 static void free_code(rt_ctx *c, int *reported) {
@@ -820,6 +892,8 @@ static void free_code(rt_ctx *c, int *reported) {
 }
 
 static void free_spaces(rt_ctx *c, int *reported) {
+    if (c->mirror[RT_SPACE_HOST]) free_ok(reported, cuMemFreeHost(c->mirror[RT_SPACE_HOST]), "cuMemFreeHost");
+    c->mirror[RT_SPACE_HOST] = NULL;
     for (int i = 0; i < RT_NSPACES; i++) {
         if (c->dspace[i]) free_ok(reported, cuMemFree(c->dspace[i]), "cuMemFree");
         if (rt_unmap_host(c->mirror[i], c->mapped[i])) *reported = 1;
@@ -829,6 +903,10 @@ static void free_spaces(rt_ctx *c, int *reported) {
 
 void rt_free(rt_ctx *c) {
     if (!c) return;
+    if (c->act_hw >= 0 && c->p)
+        fprintf(stderr, "kiln runtime: rank %d stage %d: act high-water mark %lld bytes (measured; act space %lld, host space %lld)\n",
+                c->comm ? rt_world_rank(c) : 0, c->p->stage, (long long)c->act_hw, (long long)c->p->space_bytes[RT_SPACE_ACT],
+                (long long)c->p->space_bytes[RT_SPACE_HOST]);
     int reported = c->broken; /* the step already said why: the teardown's errors would repeat it */
     if (c->cu) {
         free_ok(&reported, cuCtxSetCurrent(c->cu), "cuCtxSetCurrent");

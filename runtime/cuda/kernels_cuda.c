@@ -36,7 +36,7 @@
  *        rtk_layernorm_bwd   parts(rows) * 2 * C * 4     parts(r) = min(r, 512)
  *        rtk_rmsnorm_bwd     parts(rows) * C * 4
  *        rtk_embedding_bwd   (4*n + 256*ceil(n/256)) * 4   (n > 0; else 0)
- *        rtk_attention_bwd   B * H * T * 4
+ *        rtk_attention_bwd   B * H * T * 4   (rtk_attention_bwd_tc the same)
  *        rtk_sumsq           parts * 4, parts = max(1, min(ceil(n/2048), 1024))
  *    and nothing for the others (a GEMM's workspace is separate).  One
  *    stream runs its kernels in order, so they share the buffer safely.
@@ -352,6 +352,51 @@ void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a) {
            dkdv);
     void *dqp[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dq, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
     launch(ctx, "kiln_attention_bwd_dq", min64(B * H * ceil_div(T, 32), GRID_X_MAX), 1, BLOCK, 768 * D + 9728, dqp);
+}
+
+/* ---- attention_tc.cu (issue 23) ---- */
+
+static int attention_tc_shape(rt_ctx *ctx, const char *op, long long H, long long KH, long long D) {
+    if (D != 16 && D != 32 && D != 64 && D != 128) {
+        rt_fail(ctx, "%s: %s: head dim %lld: the tensor-core kernels take 16, 32, 64 or 128", rtc_launch_name(ctx), op, D);
+        return -1;
+    }
+    return attention_shape(ctx, op, H, KH, D);
+}
+
+/* args as rtk_attention; block 128 (4 warps of 16 query rows) */
+void rtk_attention_tc(rt_ctx *ctx, const int64_t *a) {
+    CUdeviceptr q = dptr(a[0]), k = dptr(a[1]), v = dptr(a[2]), o = dptr(a[3]), lse = dptr(a[4]);
+    long long B = a[5], H = a[6], KH = a[7], T = a[8], S = a[9], D = a[10];
+    int causal = a[11] != 0;
+    double scale = rt_bits_f64(a[12]);
+    CUdeviceptr qpos = dptr(a[13]), kpos = dptr(a[14]);
+    long long window = a[15];
+    if (attention_tc_shape(ctx, "attention", H, KH, D)) return;
+    void *params[] = {&q, &k, &v, &qpos, &kpos, &o, &lse, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
+    launch(ctx, "kiln_attention_tc_fwd", min64(B * H * ceil_div(T, 64), GRID_X_MAX), 1, 128, 384 * (D + 8) + 512, params);
+}
+
+/* args as rtk_attention_bwd: attention.cu's prep (dt scratch), then the
+ * tensor cores' dkdv and dq */
+void rtk_attention_bwd_tc(rt_ctx *ctx, const int64_t *a) {
+    CUdeviceptr dout = dptr(a[0]), q = dptr(a[1]), k = dptr(a[2]), v = dptr(a[3]), o = dptr(a[4]), lse = dptr(a[5]);
+    CUdeviceptr dq = dptr(a[6]), dk = dptr(a[7]), dv = dptr(a[8]);
+    long long B = a[9], H = a[10], KH = a[11], T = a[12], S = a[13], D = a[14];
+    int causal = a[15] != 0;
+    double scale = rt_bits_f64(a[16]);
+    CUdeviceptr qpos = dptr(a[17]), kpos = dptr(a[18]);
+    long long window = a[19];
+    if (attention_tc_shape(ctx, "attention_bwd", H, KH, D)) return;
+    long long rows = B * H * T;
+    CUdeviceptr dt;
+    if (scratch(ctx, rows * 4, &dt)) return;
+    void *prep[] = {&dout, &o, &dt, &rows, &D};
+    launch(ctx, "kiln_attention_bwd_prep", min64(ceil_div(rows, 8), GRID_X_MAX), 1, BLOCK, 0, prep);
+    void *dkdv[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dk, &dv, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
+    launch(ctx, "kiln_attention_tc_bwd_dkdv", min64(B * KH * ceil_div(S, 64), GRID_X_MAX), 1, 128, 512 * (D + 8) + 1024, dkdv);
+    void *dqp[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dq, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
+    launch(ctx, "kiln_attention_tc_bwd_dq", min64(B * H * ceil_div(T, 64), GRID_X_MAX), 1, 128, 512 * (D + 8) + 1024, dqp);
 }
 
 /* ---- misc.cu ---- */

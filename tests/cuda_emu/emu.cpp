@@ -228,7 +228,7 @@ void wait_here(State state, const char *site) {
 const char *op_name(EmuWarpOp op) {
     static const char *const names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
                                         "__match_any_sync", "__ballot_sync", "__any_sync", "__all_sync",
-                                        "__syncwarp"};
+                                        "__syncwarp", "mma.sync", "ldmatrix.sync"};
     return names[op];
 }
 
@@ -242,6 +242,39 @@ const char *waits_at(const Fiber &f) {
 }
 
 bool is_shuffle(EmuWarpOp op) { return op <= EMU_SHFL_XOR; }
+bool is_exchange(EmuWarpOp op) { return op == EMU_MMA || op == EMU_LDMATRIX; }
+
+// What a lane brings to an exchange (emu_warp_exchange): its bytes, and
+// where the whole warp's go.
+struct Exchange {
+    const void *mine;
+    void *all;
+    size_t bytes;
+};
+
+// ldmatrix's rows (kind = 2 num + trans): lanes 0 .. 8 num - 1 give a row of
+// 16 bytes each, 16-byte aligned, in shared memory.
+void check_ldmatrix_rows(const Fiber *warp) {
+    int num = warp[0].arg / 2;
+    for (int l = 0; l < 8 * num && l < (int)WARP; l++) {
+        const void *row = *(const void *const *)((const Exchange *)(uintptr_t)warp[l].value)->mine;
+        if (((uintptr_t)row & 15u) == 0 && emu_in_shared(row, 16)) continue;
+        throw EmuError(format("emu: block %s, thread %s: ldmatrix.sync at %s: lane %d's row address %p is not 16-byte aligned shared memory",
+                              xyz(blockIdx).c_str(), xyz(warp[l].idx).c_str(), warp[l].site, l, row));
+    }
+}
+
+// Every lane's bytes into every lane's `all`, in lane order.
+void complete_exchange(Fiber *warp, unsigned lanes) {
+    if (warp[0].op == EMU_LDMATRIX) check_ldmatrix_rows(warp);
+    for (unsigned d = 0; d < lanes; d++) {
+        const Exchange *to = (const Exchange *)(uintptr_t)warp[d].value;
+        for (unsigned l = 0; l < lanes; l++) {
+            const Exchange *from = (const Exchange *)(uintptr_t)warp[l].value;
+            memcpy((unsigned char *)to->all + l * to->bytes, from->mine, to->bytes);
+        }
+    }
+}
 
 // The lane whose value lane `lane` reads, as PTX shfl.sync computes it
 // (b: 5 bits of the lane or offset; segments of `width` lanes).
@@ -272,7 +305,9 @@ uint64_t warp_result(const Fiber *warp, unsigned lanes, unsigned lane) {
     case EMU_BALLOT: return votes;
     case EMU_ANY: return votes != 0;
     case EMU_ALL: return votes == warp[0].mask;
-    case EMU_SYNCWARP: return 0;
+    case EMU_SYNCWARP:
+    case EMU_MMA:
+    case EMU_LDMATRIX: return 0;
     default: break;
     }
     unsigned src = shuffle_source(f.op, lane, f.arg, f.width);
@@ -289,17 +324,23 @@ void complete_collective(Fiber *warp, unsigned lanes) {
     for (unsigned l = 0; l < lanes; l++) {
         const Fiber &f = warp[l], &f0 = warp[0];
         bool bad_width = is_shuffle(f.op) && (f.width < 1 || f.width > 32 || (f.width & (f.width - 1)));
-        if (f.op == f0.op && f.mask == full && !bad_width) continue;
+        bool bad_exchange = is_exchange(f.op) && (f.arg != f0.arg || lanes != WARP);
+        if (f.op == f0.op && f.mask == full && !bad_width && !bad_exchange) continue;
         std::string where = format("emu: block %s, thread %s: %s mask 0x%x at %s", xyz(blockIdx).c_str(),
                                    xyz(f.idx).c_str(), op_name(f.op), f.mask, f.site);
         if (f.op != f0.op)
             throw EmuError(format("%s, while thread %s of its warp waits at %s at %s (divergence)", where.c_str(),
                                   xyz(f0.idx).c_str(), op_name(f0.op), f0.site));
+        if (bad_exchange)
+            throw EmuError(format("%s: %s", where.c_str(),
+                                  lanes != WARP ? "a warp of fewer than 32 lanes (the instruction needs all 32)"
+                                                : "lanes at different forms of the instruction (divergence)"));
         if (f.mask != full)
             throw EmuError(format("%s: the mask must name every lane of the warp (0x%x); partial masks are not emulated",
                                   where.c_str(), full));
         throw EmuError(format("%s: width %d is not a power of two in [1, 32]", where.c_str(), f.width));
     }
+    if (is_exchange(warp[0].op)) complete_exchange(warp, lanes);
     for (unsigned l = 0; l < lanes; l++) warp[l].result = warp_result(warp, lanes, l);
     for (unsigned l = 0; l < lanes; l++) warp[l].state = State::runnable;
 }
@@ -415,6 +456,18 @@ uint64_t emu_warp_collective(const char *site, EmuWarpOp op, unsigned mask, uint
     f->width = width;
     wait_here(State::at_warp, site);
     return f->result;
+}
+
+void emu_warp_exchange(const char *site, EmuWarpOp op, int kind, const void *mine, void *all, size_t bytes) {
+    Exchange x = {mine, all, bytes};
+    emu_warp_collective(site, op, 0xffffffffu, (uint64_t)(uintptr_t)&x, kind, warpSize);
+}
+
+bool emu_in_shared(const void *p, size_t n) {
+    const unsigned char *a = (const unsigned char *)p;
+    const unsigned char *dyn_end = emu.smem_region + emu.smem_capacity;
+    if (a >= emu_dynamic_smem && a + n <= dyn_end && emu.in_kernel) return true;
+    return __start_emu_shared && a >= __start_emu_shared && a + n <= __stop_emu_shared;
 }
 
 void emu_launch_erased(dim3 grid, dim3 block, size_t dynamic_smem_bytes, void (*kernel_thread)(void *),

@@ -64,7 +64,9 @@
 //     wait at another __syncthreads is an error (CUDA: undefined behaviour).
 //   - Warp collectives (__shfl_sync, __shfl_up_sync, __shfl_down_sync,
 //     __shfl_xor_sync with the optional width, __match_any_sync,
-//     __ballot_sync, __any_sync, __all_sync, __syncwarp), values of up to 8
+//     __ballot_sync, __any_sync, __all_sync, __syncwarp; and the tensor
+//     cores' mma.sync m16n8k16 bf16 and ldmatrix m8n8: see "tensor cores"
+//     at the end of this file), values of up to 8
 //     bytes: every lane of the warp must arrive at the same kind of
 //     collective with the mask of the whole warp (0xffffffff; in a partial
 //     last warp, the mask of its lanes).  Results follow PTX's shfl.sync
@@ -117,7 +119,9 @@
 //     tolerance, and compare bits only between two emulated runs (grid
 //     independence, in-place variants, order of a sum).
 //   - Timing, occupancy, coalescing, bank conflicts, registers, streams,
-//     events, textures, cooperative groups, tensor cores.
+//     events, textures, cooperative groups; of the tensor cores, only
+//     mma.sync.m16n8k16 bf16 (f32 accumulate) and ldmatrix m8n8 (.x1/.x2/.x4,
+//     .trans) exist, with PTX's fragment layouts (see the end of this file).
 //
 // Extending it (the flash-attention check, say): add an intrinsic below,
 // as an inline function when it involves one thread, or on top of
@@ -132,6 +136,9 @@
 // nor LTO (static __shared__ variables rely on the compiler assuming that a
 // barrier, an opaque call, may change them).
 #pragma once
+
+// kernels/cuda/mma.cuh: call the emulator's tensor-core functions, not PTX
+#define KILN_HOST_EMU 1
 
 #include <cmath>
 #include <cstddef>
@@ -208,6 +215,8 @@ enum EmuWarpOp {
     EMU_ANY,
     EMU_ALL,
     EMU_SYNCWARP,
+    EMU_MMA,       // mma.sync (emu_mma_m16n8k16_bf16): a fragment exchange
+    EMU_LDMATRIX,  // ldmatrix.sync (emu_ldmatrix): a row-address exchange
 };
 
 // Blocks the calling fiber until the whole block arrives (at `site`).
@@ -216,6 +225,18 @@ void emu_syncthreads(const char *site);
 // Blocks the calling fiber until its whole warp arrives, then returns this
 // lane's result of `op` over the lanes' (value, arg) (emu.cpp: warp_result).
 uint64_t emu_warp_collective(const char *site, EmuWarpOp op, unsigned mask, uint64_t value, int arg, int width);
+
+// Blocks the calling fiber until its whole warp (all 32 lanes: mma.sync and
+// ldmatrix have no partial form) arrives at the same exchange (op, and the
+// same `kind`), then copies every lane's `bytes` bytes at `mine` into
+// this lane's all[lane * bytes]: the warp machinery behind the tensor-core
+// instructions below, which then compute each lane's registers from the
+// whole warp's operands.
+void emu_warp_exchange(const char *site, EmuWarpOp op, int kind, const void *mine, void *all, size_t bytes);
+
+// True when [p, p + n) lies in shared memory: the launch's dynamic region or
+// the static __shared__ section.
+bool emu_in_shared(const void *p, size_t n);
 
 template <class T>
 inline uint64_t emu_to_bits(T v) {
@@ -301,6 +322,7 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
     return __nv_bfloat16{(uint16_t)(u >> 16)};
 }
 inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 v) { return v.bits; }
 
 inline float __int_as_float(int i) { return emu_from_bits<float>(emu_to_bits(i)); }
 inline int __float_as_int(float f) { return emu_from_bits<int>(emu_to_bits(f)); }
@@ -319,4 +341,96 @@ inline unsigned atomicAdd(unsigned *p, unsigned v) {
     unsigned old = *p;
     *p = old + v;
     return old;
+}
+
+// ---- tensor cores: mma.sync and ldmatrix (issue 23) ----
+//
+// kernels/cuda/mma.cuh calls these on the host in place of its inline PTX.
+// Both are warp collectives (emu_warp_exchange: every lane of a full warp
+// at the same instruction, else EmuError); each lane then builds the whole
+// warp's operands from the exchanged registers and computes its own.  The
+// fragment layouts are the PTX ISA's (PTX ISA 8.x, §9.7.14.5.8 "Matrix
+// Fragments for mma.m16n8k16 with floating point type", and §9.7.14.5.15
+// "Warp-level matrix load instruction: ldmatrix"), with
+//     g = lane >> 2 (groupID), t = lane & 3 (threadID_in_group);
+// a .b32 register holds two 16-bit elements, the lower-indexed one in its
+// low half.
+//
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 d, a, b, c:
+// D[16x8] = A[16x16] B[16x8] + C[16x8]:
+//   a[0] = A[g][2t, 2t+1]      a[1] = A[g+8][2t, 2t+1]
+//   a[2] = A[g][2t+8, 2t+9]    a[3] = A[g+8][2t+8, 2t+9]
+//   b[0] = B[2t, 2t+1][g]      b[1] = B[2t+8, 2t+9][g]
+//   c[0], c[1] = C[g][2t, 2t+1]    c[2], c[3] = C[g+8][2t, 2t+1]   (d alike)
+// The products of bf16 are exact in f32; PTX leaves the accumulation's
+// order and intermediate rounding unspecified, so the emulator sums in
+// double and rounds once to f32 (a GPU differs in the last f32 bits).
+//
+// ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16 r, [p]: matrix i
+// (8 rows of 8 16-bit elements, 16 bytes a row, 16-byte aligned, in shared
+// memory) has its row j at the address lane 8i + j supplies; lanes beyond
+// 8 * num supply nothing.  Register r[i] of lane (g, t) gets
+//   M_i[g][2t, 2t+1]            without .trans,
+//   M_i[2t][g], M_i[2t+1][g]    with .trans.
+// The emulator checks each used address: in shared memory, 16-byte aligned
+// (EmuError otherwise, like every emulation error raised by the scheduler:
+// an exception cannot leave a fiber).
+
+inline unsigned emu_lane() {
+    const uint3 &t = *emu_thread_idx;
+    return (t.x + blockDim.x * (t.y + blockDim.y * t.z)) % 32u;
+}
+
+inline float emu_bf16_lo(uint32_t r) { return __bfloat162float(__nv_bfloat16{(uint16_t)(r & 0xffffu)}); }
+inline float emu_bf16_hi(uint32_t r) { return __bfloat162float(__nv_bfloat16{(uint16_t)(r >> 16)}); }
+
+struct EmuMmaOperands {
+    uint32_t a[4], b[2];
+    float c[4];
+};
+
+inline void emu_mma_m16n8k16_bf16(const char *site, float d[4], const uint32_t a[4], const uint32_t b[2],
+                                  const float c[4]) {
+    EmuMmaOperands mine, all[32];
+    memcpy(mine.a, a, sizeof mine.a);
+    memcpy(mine.b, b, sizeof mine.b);
+    memcpy(mine.c, c, sizeof mine.c);
+    emu_warp_exchange(site, EMU_MMA, 0, &mine, all, sizeof mine);
+    float A[16][16], B[16][8], C[16][8];
+    for (unsigned l = 0; l < 32; l++) {
+        const unsigned g = l >> 2, t = l & 3;
+        const EmuMmaOperands &o = all[l];
+        for (unsigned hi = 0; hi < 2; hi++) {  // the element's half of the register
+            const unsigned h = hi;
+            A[g][2 * t + h] = hi ? emu_bf16_hi(o.a[0]) : emu_bf16_lo(o.a[0]);
+            A[g + 8][2 * t + h] = hi ? emu_bf16_hi(o.a[1]) : emu_bf16_lo(o.a[1]);
+            A[g][2 * t + 8 + h] = hi ? emu_bf16_hi(o.a[2]) : emu_bf16_lo(o.a[2]);
+            A[g + 8][2 * t + 8 + h] = hi ? emu_bf16_hi(o.a[3]) : emu_bf16_lo(o.a[3]);
+            B[2 * t + h][g] = hi ? emu_bf16_hi(o.b[0]) : emu_bf16_lo(o.b[0]);
+            B[2 * t + 8 + h][g] = hi ? emu_bf16_hi(o.b[1]) : emu_bf16_lo(o.b[1]);
+            C[g][2 * t + h] = o.c[h];
+            C[g + 8][2 * t + h] = o.c[2 + h];
+        }
+    }
+    const unsigned g = emu_lane() >> 2, t = emu_lane() & 3;
+    for (unsigned i = 0; i < 4; i++) {
+        const unsigned row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        double sum = C[row][col];
+        for (unsigned k = 0; k < 16; k++) sum += (double)A[row][k] * (double)B[k][col];
+        d[i] = (float)sum;
+    }
+}
+
+inline void emu_ldmatrix(const char *site, uint32_t *r, int num, bool trans, const void *row) {
+    const void *rows[32];
+    emu_warp_exchange(site, EMU_LDMATRIX, num * 2 + (int)trans, &row, rows, sizeof row);
+    // (the scheduler checked the rows used: emu.cpp, check_ldmatrix_rows)
+    const unsigned g = emu_lane() >> 2, t = emu_lane() & 3;
+    for (int i = 0; i < num; i++) {
+        uint16_t lo, hi;
+        const uint16_t *const *m = (const uint16_t *const *)(rows + 8 * i);
+        if (!trans) lo = m[g][2 * t], hi = m[g][2 * t + 1];
+        else lo = m[2 * t][g], hi = m[2 * t + 1][g];
+        r[i] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
 }

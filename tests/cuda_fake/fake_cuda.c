@@ -43,6 +43,12 @@
  *     its pointer arguments point at (read through a pointer to const).
  *     KILN_FAKE_CUDA_TEST_DROP_WAIT=1 plants the bug it is for:
  *     cuStreamWaitEvent outside a capture orders nothing.
+ *     cuMemAllocHost's pinned memory is tracked like device memory (the
+ *     host space of activation offload: a reload must be ordered after the
+ *     offload that wrote its source), and a kernel that touches memory a
+ *     copy writes without being ordered after it is reported as touching
+ *     it "while a copy into it may still be in flight" (tests/t_offload_cuda.sh
+ *     plants that: dev_cuda.c's KILN_TEST_DROP_COPY_WAIT).
  *   - Kernels: cuModuleLoadData checks that the image is an ELF cubin for
  *     sm_90 (else CUDA_ERROR_INVALID_IMAGE / NO_BINARY_FOR_GPU) and keeps a
  *     copy.  cuModuleGetFunction requires the name among the cubin's
@@ -415,6 +421,7 @@ struct CUgraphExec_st {
 typedef struct {
     uintptr_t lo, hi;
     int lane, write, stream, replay;
+    int copy; /* a copy's access (the in-flight message) */
     uint32_t clock;
     const char *what;
 } Access;
@@ -626,6 +633,15 @@ static void report_race(const Access *old, const Access *now) {
         if (races == 11) fprintf(stderr, "fake cuda: race: more races, not printed\n");
         return;
     }
+    if (old->copy && old->write && !now->copy) { /* a kernel touches what an unordered copy writes */
+        fprintf(stderr,
+                "fake cuda: race: %s on stream %d%s %s device memory 0x%llx (+%llu bytes) while %s into it on stream %d%s "
+                "may still be in flight (nothing orders the kernel after the copy: a missing cuStreamWaitEvent?)\n",
+                now->what, now->stream, now->replay ? " (graph replay)" : "", now->write ? "writes" : "reads",
+                (unsigned long long)now->lo, (unsigned long long)(now->hi - now->lo), old->what, old->stream,
+                old->replay ? " (graph replay)" : "");
+        return;
+    }
     fprintf(stderr,
             "fake cuda: race: %s on stream %d%s %s device memory 0x%llx (+%llu bytes) that %s on stream %d%s %s, "
             "and nothing orders the two (a missing cuStreamWaitEvent?)\n",
@@ -637,7 +653,8 @@ static void report_race(const Access *old, const Access *now) {
 /* Check one access against the kept ones of its allocation, then keep it. */
 static void hb_access(Access now, const VClock *vc) {
     Alloc *a = find_alloc(now.lo, 0);
-    if (!a) return; /* host memory: not tracked */
+    if (!a) a = find_alloc(now.lo, 1); /* pinned host memory (offload's host space) */
+    if (!a) return; /* pageable host memory: not tracked */
     if (now.hi > a->base + a->size) now.hi = a->base + a->size;
     int kept = 0;
     for (int i = 0; i < a->nacc; i++) {
@@ -678,7 +695,8 @@ static void hb_op(const Op *op, int lane, const VClock *vc, int replay) {
         return;
     }
     case OP_COPY:
-        x.what = "a copy";
+        x.what = op->what ? op->what : "a copy";
+        x.copy = 1;
         x.lo = (uintptr_t)op->src, x.hi = x.lo + op->bytes, x.write = 0;
         hb_access(x, vc);
         x.lo = (uintptr_t)op->dst, x.hi = x.lo + op->bytes, x.write = 1;
@@ -1599,14 +1617,14 @@ static CUresult async_op(const char *call, CUstream s, Op *op) {
 CUresult cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) {
     API_LOCKED;
     CUresult r = check_range(__func__, "destination", dstDevice, ByteCount);
-    Op op = {.kind = OP_COPY, .dst = (void *)(uintptr_t)dstDevice, .src = srcHost, .bytes = ByteCount};
+    Op op = {.kind = OP_COPY, .dst = (void *)(uintptr_t)dstDevice, .src = srcHost, .bytes = ByteCount, .what = "a copy (cuMemcpyHtoDAsync)"};
     return r ? r : async_op(__func__, hStream, &op);
 }
 
 CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
     API_LOCKED;
     CUresult r = check_range(__func__, "source", srcDevice, ByteCount);
-    Op op = {.kind = OP_COPY, .dst = dstHost, .src = (const void *)(uintptr_t)srcDevice, .bytes = ByteCount};
+    Op op = {.kind = OP_COPY, .dst = dstHost, .src = (const void *)(uintptr_t)srcDevice, .bytes = ByteCount, .what = "a copy (cuMemcpyDtoHAsync)"};
     return r ? r : async_op(__func__, hStream, &op);
 }
 

@@ -1,7 +1,7 @@
 ; ModuleID = 'fused'
 source_filename = "fused"
 
-%rt_program = type { i32, i8*, [4 x i64], i32, i32, i32, i32, %rt_tensor*, %rt_tensor*, %rt_tensor*, %rt_tensor*, i32, i32, i32, double, double, void (i8*, i8**)*, [4 x i32], i32, %rt_bucket*, %rt_schedule*, i32, i32, i8*, i32, %rt_cubin*, i32, i8**, i64, i8*, i32, i32, %rt_program** }
+%rt_program = type { i32, i8*, [5 x i64], i32, i32, i32, i32, %rt_tensor*, %rt_tensor*, %rt_tensor*, %rt_tensor*, i32, i32, i32, double, double, void (i8*, i8**)*, [4 x i32], i32, %rt_bucket*, %rt_schedule*, i32, i32, i8*, i32, %rt_cubin*, i32, i8**, i64, i8*, i32, i32, %rt_program** }
 %rt_tensor = type { i8*, i32, i64, i32, i32, [5 x i64], i8*, double, i32, i8* }
 %rt_bucket = type { i32, i64, i32, i32*, i64* }
 %rt_schedule = type { double, double, double, double }
@@ -19,7 +19,7 @@ source_filename = "fused"
 @.str.7 = private unnamed_addr constant [3 x i8] c"ab\00"
 @kiln_outputs = private constant [2 x %rt_tensor] [%rt_tensor { i8* getelementptr inbounds ([2 x i8], [2 x i8]* @.str.6, i32 0, i32 0), i32 3, i64 768, i32 0, i32 3, [5 x i64] [i64 2, i64 3, i64 16, i64 0, i64 0], i8* null, double 0.000000e+00, i32 -1, i8* null }, %rt_tensor { i8* getelementptr inbounds ([3 x i8], [3 x i8]* @.str.7, i32 0, i32 0), i32 3, i64 384, i32 0, i32 3, [5 x i64] [i64 2, i64 3, i64 16, i64 0, i64 0], i8* null, double 0.000000e+00, i32 -1, i8* null }]
 @.str.8 = private unnamed_addr constant [6 x i8] c"fused\00"
-@kiln_program = constant %rt_program { i32 12, i8* getelementptr inbounds ([6 x i8], [6 x i8]* @.str.8, i32 0, i32 0), [4 x i64] [i64 448, i64 0, i64 0, i64 1152], i32 2, i32 0, i32 1, i32 2, %rt_tensor* getelementptr inbounds ([2 x %rt_tensor], [2 x %rt_tensor]* @kiln_params, i32 0, i32 0), %rt_tensor* null, %rt_tensor* getelementptr inbounds ([1 x %rt_tensor], [1 x %rt_tensor]* @kiln_inputs, i32 0, i32 0), %rt_tensor* getelementptr inbounds ([2 x %rt_tensor], [2 x %rt_tensor]* @kiln_outputs, i32 0, i32 0), i32 1, i32 0, i32 0, double 0.000000e+00, double 0.000000e+00, void (i8*, i8**)* @kiln_step, [4 x i32] [i32 1, i32 1, i32 1, i32 1], i32 0, %rt_bucket* null, %rt_schedule* null, i32 0, i32 0, i8* null, i32 0, %rt_cubin* null, i32 0, i8** null, i64 0, i8* null, i32 0, i32 1, %rt_program** getelementptr inbounds ([1 x %rt_program*], [1 x %rt_program*]* @kiln_stages, i32 0, i32 0) }
+@kiln_program = constant %rt_program { i32 13, i8* getelementptr inbounds ([6 x i8], [6 x i8]* @.str.8, i32 0, i32 0), [5 x i64] [i64 448, i64 0, i64 0, i64 1152, i64 0], i32 2, i32 0, i32 1, i32 2, %rt_tensor* getelementptr inbounds ([2 x %rt_tensor], [2 x %rt_tensor]* @kiln_params, i32 0, i32 0), %rt_tensor* null, %rt_tensor* getelementptr inbounds ([1 x %rt_tensor], [1 x %rt_tensor]* @kiln_inputs, i32 0, i32 0), %rt_tensor* getelementptr inbounds ([2 x %rt_tensor], [2 x %rt_tensor]* @kiln_outputs, i32 0, i32 0), i32 1, i32 0, i32 0, double 0.000000e+00, double 0.000000e+00, void (i8*, i8**)* @kiln_step, [4 x i32] [i32 1, i32 1, i32 1, i32 1], i32 0, %rt_bucket* null, %rt_schedule* null, i32 0, i32 0, i8* null, i32 0, %rt_cubin* null, i32 0, i8** null, i64 0, i8* null, i32 0, i32 1, %rt_program** getelementptr inbounds ([1 x %rt_program*], [1 x %rt_program*]* @kiln_stages, i32 0, i32 0) }
 
 ; Function Attrs: nounwind
 declare void @rt_launch(i8*, i32, void (i8*, i64*)*, i64*, i32, i8*) local_unnamed_addr #0
@@ -308,31 +308,33 @@ entry:
   %7 = load i8*, i8** %6, align 8
   %8 = getelementptr inbounds i8*, i8** %1, i64 3
   %9 = load i8*, i8** %8, align 8
+  %10 = getelementptr inbounds i8*, i8** %1, i64 4
+  %11 = load i8*, i8** %10, align 8
   %args = alloca [32 x i64], align 8
-  %10 = getelementptr inbounds i8, i8* %9, i64 0
-  %11 = ptrtoint i8* %10 to i64
-  %12 = getelementptr inbounds i8, i8* %3, i64 0
+  %12 = getelementptr inbounds i8, i8* %9, i64 0
   %13 = ptrtoint i8* %12 to i64
-  %14 = getelementptr inbounds i8, i8* %3, i64 384
+  %14 = getelementptr inbounds i8, i8* %3, i64 0
   %15 = ptrtoint i8* %14 to i64
-  %16 = getelementptr inbounds i8, i8* %9, i64 384
+  %16 = getelementptr inbounds i8, i8* %3, i64 384
   %17 = ptrtoint i8* %16 to i64
-  %18 = getelementptr inbounds i8, i8* %9, i64 768
+  %18 = getelementptr inbounds i8, i8* %9, i64 384
   %19 = ptrtoint i8* %18 to i64
-  %20 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 0
-  store i64 %11, i64* %20, align 8
-  %21 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 1
-  store i64 %13, i64* %21, align 8
-  %22 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 2
-  store i64 %15, i64* %22, align 8
-  %23 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 3
-  store i64 %17, i64* %23, align 8
-  %24 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 4
-  store i64 %19, i64* %24, align 8
-  %25 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 5
-  store i64 96, i64* %25, align 8
-  %26 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 0
-  call void @rt_launch(i8* %0, i32 0, void (i8*, i64*)* @kiln_fused_0, i64* %26, i32 6, i8* getelementptr inbounds ([24 x i8], [24 x i8]* @.str, i32 0, i32 0))
+  %20 = getelementptr inbounds i8, i8* %9, i64 768
+  %21 = ptrtoint i8* %20 to i64
+  %22 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 0
+  store i64 %13, i64* %22, align 8
+  %23 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 1
+  store i64 %15, i64* %23, align 8
+  %24 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 2
+  store i64 %17, i64* %24, align 8
+  %25 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 3
+  store i64 %19, i64* %25, align 8
+  %26 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 4
+  store i64 %21, i64* %26, align 8
+  %27 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 5
+  store i64 96, i64* %27, align 8
+  %28 = getelementptr inbounds [32 x i64], [32 x i64]* %args, i64 0, i64 0
+  call void @rt_launch(i8* %0, i32 0, void (i8*, i64*)* @kiln_fused_0, i64* %28, i32 6, i8* getelementptr inbounds ([24 x i8], [24 x i8]* @.str, i32 0, i32 0))
   ret void
 }
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# bench/offload_maxseq.sh — the longest sequence per rank that fits an H200
+# (profiles/h200-sxm: 141 GB = 131.3 GiB, copies at 20 GB/s each way) for
+# recompute none, gemm-last, and gemm-last + offload auto, from `kiln plan
+# --max-seq --memory 131` (compiler/cmd/plan_offload.c: plans compiled at
+# doubling then bisected sequence lengths, steps of 128 tokens), in bf16
+# (the GPU's precision), at three shapes:
+#   Llama-3 8B   --pp 4, 8 micro-batches of 1 sequence (global batch 8)
+#   Llama-3 70B  --pp 8 --dp 8 --zero 1, 16 micro-batches (global batch 128)
+#   GPT-3 175B   (gpt2.lua at 96 x 12288, 96 heads) --pp 16 --dp 8 --zero 1,
+#                16 micro-batches (global batch 128)
+# The offload row also gives the predicted exposed copy time at its length.
+# Each shape takes minutes of compiling (MODELS="8b 70b 175b" picks).
+set -eu
+B=${BUILD:-build}
+MEM=${MEM:-131}
+MODELS=${MODELS:-8b 70b 175b}
+make -s "$B/kiln" BUILD="$B" > /dev/null
+L8="models/llama.lua --set dim=4096 --set layers=32 --set heads=32 --set kv_heads=8 --set ffn=14336 --set vocab=128256 --set batch=8 --pp 4 --micro-batches 8"
+L70="models/llama.lua --set dim=8192 --set layers=80 --set heads=64 --set kv_heads=8 --set ffn=28672 --set vocab=128256 --set batch=128 --pp 8 --dp 8 --zero 1 --micro-batches 16"
+G175="models/gpt2.lua --set layers=96 --set dim=12288 --set heads=96 --set batch=128 --pp 16 --dp 8 --zero 1 --micro-batches 16"
+COMMON="--precision bf16 --device-profile h200 --max-seq --memory $MEM"
+echo "offload max-seq ($(date -u +%F), $(uptime | sed 's/.*load average: //;s/,.*//') load), --memory $MEM GiB per rank, profile h200-sxm, bf16"
+for m in $MODELS; do
+    case $m in
+    8b) args=$L8 name="Llama-3 8B, pp 4, m 8" ;;
+    70b) args=$L70 name="Llama-3 70B, pp 8, dp 8, zero 1, m 16" ;;
+    175b) args=$G175 name="GPT-3 175B, pp 16, dp 8, zero 1, m 16" ;;
+    *) echo "unknown model $m (8b, 70b, 175b)"; exit 1 ;;
+    esac
+    echo "== $name"
+    t0=$SECONDS
+    # shellcheck disable=SC2086
+    "$B/kiln" plan $args $COMMON
+    echo "   ($((SECONDS - t0)) s)"
+done

@@ -1,0 +1,244 @@
+/* tune.c (command) — `kiln tune`: search the configurations of a model on
+ * N devices, rank them by the cost model's predicted step, print the table
+ * and the `kiln compile` command of the best (issue 21).
+ *
+ *   kiln tune MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B]
+ *             [--seq S] [--set k=v ...] [--top K] [--check K] [--precision f32|bf16]
+ *             [--pp N] [--cp N] [--pp-schedule S] [--recompute R] [--micro-batches M]
+ *   (the last five fix that dimension instead of searching it)
+ *
+ * The search (every product tp·cp·dp·pp = N):
+ *   tp         1 only: the compiler has no tensor parallelism in this build;
+ *              the table's note says so (tune_refusal names it per value);
+ *   cp         powers of two with seq a multiple of 2·cp, both cp-comm;
+ *   pp         divisors of N up to the layer count; schedules 1f1b, zb-h1
+ *              (v 1), interleaved (v 2 and 4), zb-v (v 2);
+ *   micro-batch size b  powers of two up to 16 dividing batch/dp (m = batch/(dp·b));
+ *   recompute  none, selective, gemm-last, full;
+ *   offload    all, with a pipeline, only where the same configuration
+ *              without offload does not fit (offload can only add time).
+ * A candidate the rules refuse (tune_refusal) is skipped.  Every other one
+ * is predicted by the fast path (compiler/tune.c) and kept when its memory
+ * fits --memory (default: the profile's device memory); the kept ones are
+ * ranked by predicted step.  --check K recomputes the first K by the full
+ * path (the whole program compiled and simulated) and prints both and the
+ * error: the fast path's test (tests/t_tune.sh).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "ppsched.h"
+#include "tune.h"
+
+typedef struct {
+    TuneCand c;
+    TunePred p;
+} Row;
+
+static int cmp_row(const void *a, const void *b) {
+    double x = ((const Row *)a)->p.step, y = ((const Row *)b)->p.step;
+    return x < y ? -1 : x > y;
+}
+
+static long parse_pos(const char *flag, const char *v, long max) {
+    char *e;
+    long x = strtol(v, &e, 10);
+    if (!*v || *e || x < 1 || x > max) die("%s: expected a whole number in 1..%ld, got \"%s\"", flag, max, v);
+    return x;
+}
+
+typedef struct {
+    Row *rows;
+    int n, cap, tried, refused, nofit;
+    char first_refusal[600];
+    /* --pp, --cp, --pp-schedule, --recompute, --micro-batches: fixed (-1: searched) */
+    int fix_pp, fix_cp, fix_sched, fix_rc, fix_m;
+} Search;
+
+static int fixed_out(const Search *S, const TuneCand *c) {
+    return (S->fix_pp >= 0 && c->pp != S->fix_pp) || (S->fix_cp >= 0 && c->cp != S->fix_cp) ||
+           (S->fix_sched >= 0 && (c->pp == 1 || c->sched != S->fix_sched)) || (S->fix_rc >= 0 && c->rc != S->fix_rc) ||
+           (S->fix_m >= 0 && c->m != S->fix_m);
+}
+
+static void push(Search *S, const TuneCand *c, const TunePred *p) {
+    if (S->n == S->cap) {
+        S->cap = S->cap ? 2 * S->cap : 256;
+        S->rows = realloc(S->rows, sizeof(Row) * (size_t)S->cap);
+        if (!S->rows) die("out of memory");
+    }
+    S->rows[S->n++] = (Row){*c, *p};
+}
+
+/* One candidate: refused, predicted, kept if it fits. 1 if it fit. */
+static int try_one(Tune *T, Search *S, const TuneCand *c) {
+    char why[512];
+    if (fixed_out(S, c)) return 1; /* not searched: as if it fit (no offload variant) */
+    tune_refusal(T, c, why, sizeof why);
+    S->tried++;
+    if (why[0]) {
+        if (!S->first_refusal[0] && c->tp > 1) snprintf(S->first_refusal, sizeof S->first_refusal, "%s", why);
+        S->refused++;
+        return 0;
+    }
+    TunePred p;
+    char err[1024];
+    if (tune_predict(T, c, &p, err, sizeof err) != 0) die("tune: %s", err);
+    if (p.mem > T->memory) {
+        S->nofit++;
+        return 0;
+    }
+    push(S, c, &p);
+    return 1;
+}
+
+static void search(Tune *T, Search *S) {
+    static const int rcs[] = {RC_NONE, RC_SELECTIVE, RC_GEMM_LAST, RC_FULL};
+    static const struct { int sched, v; } scheds[] = {{PS_1F1B, 1}, {PS_ZBH1, 1}, {PS_INTERLEAVED, 2}, {PS_INTERLEAVED, 4}, {PS_ZBV, 2}};
+    int N = T->gpus;
+    for (int tp = 1; tp <= 1; tp++) /* tp > 1: tune_refusal's note (no TP in this build) */
+        for (int cp = 1; cp <= N / tp && cp <= 32; cp *= 2) { /* cp > 32: a ring of that many steps a layer; not searched */
+            if ((N / tp) % cp || (cp > 1 && T->seq % (2 * cp))) continue;
+            for (int pp = 1; pp <= N / (tp * cp) && pp <= T->layers; pp++) {
+                if ((N / (tp * cp)) % pp) continue;
+                int dp = N / (tp * cp * pp);
+                if (T->batch % dp) continue;
+                for (int b = 1; b <= 16 && b <= T->batch / dp; b *= 2) {
+                    if ((T->batch / dp) % b) continue;
+                    int m = T->batch / (dp * b);
+                    for (size_t s = 0; s < (pp > 1 ? sizeof scheds / sizeof scheds[0] : 1); s++)
+                        for (int cc = 0; cc < (cp > 1 ? 2 : 1); cc++)
+                            for (size_t r = 0; r < sizeof rcs / sizeof rcs[0]; r++) {
+                                TuneCand c = {tp, cp, dp, pp, pp > 1 ? scheds[s].v : 1, m, pp > 1 ? scheds[s].sched : 0, rcs[r], 0, cc};
+                                if (!try_one(T, S, &c) && pp > 1) {
+                                    c.offload = 1; /* only where it does not fit without */
+                                    try_one(T, S, &c);
+                                }
+                            }
+                }
+            }
+        }
+    TuneCand t2 = {2, 1, N / 2, 1, 1, 1, 0, RC_GEMM_LAST, 0, 0};
+    if (N % 2 == 0) { /* tp's note */
+        Search none = *S;
+        none.fix_pp = none.fix_cp = none.fix_sched = none.fix_rc = none.fix_m = -1;
+        try_one(T, &none, &t2);
+        S->tried = none.tried, S->refused = none.refused;
+        snprintf(S->first_refusal, sizeof S->first_refusal, "%s", none.first_refusal);
+    }
+}
+
+static const char *sched_name(const TuneCand *c, char *buf, size_t n) {
+    if (c->pp == 1) snprintf(buf, n, "-");
+    else if (c->sched == PS_INTERLEAVED) snprintf(buf, n, "interleaved/%d", c->v);
+    else snprintf(buf, n, "%s", pp_schedule_names[c->sched]);
+    return buf;
+}
+
+static void print_row(int i, const Tune *T, const TuneCand *c, const TunePred *p) {
+    char sn[32];
+    printf("  %3d %3d %3d %4d %3d %-14s %4d %3d %-9s %-3s %-3s %12.4g %6.1f%% %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", i, c->tp, c->cp, c->dp,
+           c->pp, sched_name(c, sn, sizeof sn), c->m, T->batch / (c->dp * c->m), ir_recompute_names[c->rc], c->offload ? "all" : "-",
+           c->cp > 1 ? (c->cp_comm ? "p2p" : "ag") : "-", p->tokens_s, 100 * p->mfu, p->step * 1e3, p->compute * 1e3, p->comm * 1e3,
+           p->bubble * 1e3, p->copy * 1e3, p->mem / (1 << 30));
+}
+
+static void header(void) {
+    printf("  %3s %3s %3s %4s %3s %-14s %4s %3s %-9s %-3s %-3s %12s %7s %10s %9s %9s %9s %9s %9s\n", "#", "tp", "cp", "dp", "pp", "schedule",
+           "m", "b", "recompute", "off", "cpc", "tokens/s", "MFU", "step ms", "compute", "exp.comm", "bubble", "exp.copy", "mem GiB");
+}
+
+int kiln_tune_main(int argc, char **argv) {
+    const char *model = NULL, *device = NULL;
+    int gpus = 0, top = 10, check = 0, batch = 0, seq = 0, prec = -1;
+    double memory = 0;
+    KeyVal *sets = NULL;
+    int nsets = 0;
+    Search S = {.fix_pp = -1, .fix_cp = -1, .fix_sched = -1, .fix_rc = -1, .fix_m = -1};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (f[0] != '-') {
+            if (model) die("tune: unexpected argument \"%s\" (one MODEL)", f);
+            model = f;
+            continue;
+        }
+        if (i + 1 >= argc) die("tune: %s: missing value (or unknown flag)", f);
+        const char *v = argv[++i];
+        if (strcmp(f, "--gpus") == 0) gpus = (int)parse_pos(f, v, 1 << 20);
+        else if (strcmp(f, "--device") == 0) device = v;
+        else if (strcmp(f, "--top") == 0) top = (int)parse_pos(f, v, 100000);
+        else if (strcmp(f, "--check") == 0) check = (int)parse_pos(f, v, 1000);
+        else if (strcmp(f, "--global-batch") == 0) batch = (int)parse_pos(f, v, 1 << 24);
+        else if (strcmp(f, "--seq") == 0) seq = (int)parse_pos(f, v, 1 << 24);
+        else if (strcmp(f, "--pp") == 0) S.fix_pp = (int)parse_pos(f, v, 1 << 20);
+        else if (strcmp(f, "--cp") == 0) S.fix_cp = (int)parse_pos(f, v, 1 << 20);
+        else if (strcmp(f, "--micro-batches") == 0) S.fix_m = (int)parse_pos(f, v, 1 << 24);
+        else if (strcmp(f, "--pp-schedule") == 0) {
+            if ((S.fix_sched = pp_schedule_lookup(v)) < 0) die("--pp-schedule: expected 1f1b, interleaved, zb-h1 or zb-v, got \"%s\"", v);
+        } else if (strcmp(f, "--recompute") == 0) {
+            if ((S.fix_rc = ir_recompute_lookup(v)) <= 0) die("--recompute: expected none, full, selective or gemm-last, got \"%s\"", v);
+        }
+        else if (strcmp(f, "--precision") == 0) {
+            if (strcmp(v, "f32") && strcmp(v, "bf16")) die("--precision: expected f32 or bf16, got \"%s\"", v);
+            prec = strcmp(v, "bf16") == 0;
+        } else if (strcmp(f, "--memory") == 0) {
+            char *e;
+            memory = strtod(v, &e);
+            if (!*v || *e || !(memory > 0) || !isfinite(memory)) die("--memory: expected GiB, a positive number, got \"%s\"", v);
+            memory *= 1024.0 * 1024 * 1024;
+        } else if (strcmp(f, "--set") == 0) {
+            const char *eq = strchr(v, '=');
+            if (!eq || eq == v) die("--set: expected key=value, got \"%s\"", v);
+            char *key = strndup(v, (size_t)(eq - v));
+            if (!strcmp(key, "batch") || !strcmp(key, "seq")) die("--set %s: use --global-batch / --seq with kiln tune", key);
+            cmd_add_set(&sets, &nsets, key, eq + 1);
+        } else die("tune: %s: unknown flag", f);
+    }
+    if (!model) die("usage: kiln tune MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B] [--seq S] [--top K] [--check K]");
+    cmd_check_input("MODEL", model);
+    if (!gpus) die("tune: --gpus N is required");
+    if (!device) die("tune: --device PROFILE is required (cpu, h100, h200, a100 or a .profile file)");
+    Profile p;
+    char err[1200];
+    if (profile_load(&p, device, err, sizeof err) != 0) die("--device: %s", err);
+    if (memory == 0) memory = p.memory_bytes;
+    int bf16 = prec >= 0 ? prec : strncmp(p.name, "cpu", 3) != 0; /* a GPU trains in bf16 (DESIGN §6), the CPU in f32 */
+    double t0 = cmd_now();
+    Tune T;
+    tune_init(&T, model, sets, nsets, &p, gpus, memory, batch, seq, bf16);
+    printf("kiln tune %s: %d layers, %d heads (%d kv), batch %d, seq %d, %s, on %d x %s (%.4g GiB each, %d a node)\n", model, T.layers, T.heads,
+           T.kv_heads, T.batch, T.seq, bf16 ? "bf16" : "f32", gpus, p.name, memory / (1 << 30), p.node_size);
+    search(&T, &S);
+    qsort(S.rows, (size_t)S.n, sizeof(Row), cmp_row);
+    printf("searched %d configurations in %.1f s (%d probes compiled, %.1f s): %d fit, %d do not fit %.4g GiB, %d refused by the rules\n", S.tried,
+           cmd_now() - t0, T.nprobes, T.probe_seconds, S.n, S.nofit, memory / (1 << 30), S.refused);
+    if (S.first_refusal[0]) printf("note: %s\n", S.first_refusal);
+    if (S.n == 0) {
+        tune_free(&T);
+        fflush(stdout);
+        return cmd_error("tune: no configuration fits %.4g GiB per device (raise --memory, or more --gpus)", memory / (1 << 30));
+    }
+    header();
+    for (int i = 0; i < S.n && i < top; i++) print_row(i + 1, &T, &S.rows[i].c, &S.rows[i].p);
+    char flags[2048];
+    printf("best: kiln compile %s %s --target %s -o trainer\n", model, tune_flags(&T, &S.rows[0].c, flags, sizeof flags),
+           bf16 ? "cuda:sm_90" : "cpu");
+    if (check) {
+        printf("check: the fast path against the whole program compiled and simulated (cost_simulate)\n");
+        printf("  %3s %12s %12s %8s %12s %12s %8s\n", "#", "fast ms", "full ms", "error", "fast GiB", "full GiB", "error");
+        for (int i = 0; i < S.n && i < check; i++) {
+            TunePred full;
+            if (tune_full(&T, &S.rows[i].c, &full, err, sizeof err) != 0) die("tune --check: %s", err);
+            const TunePred *f = &S.rows[i].p;
+            printf("  %3d %12.4f %12.4f %7.2f%% %12.4f %12.4f %7.2f%%\n", i + 1, f->step * 1e3, full.step * 1e3, 100 * (f->step / full.step - 1),
+                   f->mem / (1 << 30), full.mem / (1 << 30), 100 * (f->mem / full.mem - 1));
+        }
+    }
+    free(S.rows);
+    tune_free(&T);
+    free(sets);
+    return 0;
+}

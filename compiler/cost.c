@@ -1,0 +1,468 @@
+/* cost.c — the cost model: predicted seconds for every node of the planned
+ * per-rank programs, and the step they make together (issue 21).
+ *
+ * kiln's step is one static program per pipeline rank: known ops, shapes,
+ * streams and events, nothing decided at run time.  So the model does not
+ * guess a schedule; it runs the one the compiler planned, on a clock.
+ *
+ * Node times (cost_node_seconds).  A roofline from the device profile
+ * (profile.h): GEMMs and attention by their FLOPs (ir_node_flops) at the
+ * peak of their dtype times an efficiency — the profile's GEMM table at the
+ * GEMM's M·N·K, its attn_eff for attention; the inputs' dtype picks the
+ * peak — and everything else by the
+ * bytes it reads and writes at the memory bandwidth; every kernel pays the
+ * launch overhead once (a fused group once for all its members).
+ * Collectives are the ring algorithms' α + β·bytes (profile_coll_seconds),
+ * on the intra-node link when the group's ranks share a node of node_size
+ * ranks, else the inter-node one.  Host copies are bytes over the copy
+ * bandwidth.  record and wait cost nothing themselves.
+ *
+ * The simulation (cost_simulate).  Every stage's program is replayed with
+ * one clock per stream (compute, comm, d2h, h2d), each stream running its
+ * nodes in program order, as the runtimes do.  dp, cp (and tp) ranks run
+ * the same program, so one program per pipeline rank stands for all of its
+ * replicas; the pipeline ranks are simulated together:
+ *   - a wait holds its stream until the event's record has run;
+ *   - a collective within a stage (dp, cp) starts when its stream reaches
+ *     it (its replicas are there at the same time) and lasts its α + β;
+ *   - a collective over pp (the loss, the global norm) is matched by order
+ *     (the k-th one of that group on every stage, as MPI and NCCL match
+ *     them) and ends at the latest participant's arrival plus its α + β:
+ *     the straggler sets the time;
+ *   - a send occupies its stream for the transfer (ppsched's model: a send
+ *     does not wait for its receiver); a recv ends when its matching send
+ *     has ended (pp: the sending stage's send of the same tag; cp's ring:
+ *     the send ir_p2p_peer pairs it with).
+ * The replay sweeps stages and streams, running each stream as far as its
+ * next blocked node, until every node has run; a sweep that moves nothing
+ * is a deadlock, reported with the node each stream is stuck at.
+ *
+ * The split (CostRank).  The compute stream's own work is compute.  Its
+ * idle time happens inside waits (and inside comm nodes it runs itself,
+ * world 1 or --no-overlap): a wait on a copy stream's event is exposed
+ * copy time; a wait on the comm stream's is exposed communication, except
+ * the part the comm node before that record spent blocked on another
+ * pipeline rank, which is bubble.  Time after the compute stream's last
+ * node goes to the stream that ended last, and time after this rank's
+ * end until the slowest rank's to the bubble, so each rank's four numbers
+ * add up to the step.
+ *
+ * MFU counts the GEMMs' and attention's FLOPs outside recompute (the
+ * model's FLOPs, not the hardware's) against the peak of the GEMMs' dtype.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "live.h"
+#include "memplan.h"
+
+/* ---- node times ---- */
+
+static double value_bytes(const Graph *g, int v) { return (double)ir_value_bytes(&g->vals[v]); }
+
+static double peak_of(const Profile *p, DType dt) { return dt == DT_BF16 || dt == DT_F16 ? p->peak_flops_bf16 : p->peak_flops_f32; }
+
+/* 1 when every member of the group of node n (on stage s's first rank)
+ * lives on one node of the profile's node_size ranks. */
+static int group_intra(const Profile *p, const Graph *g, const Node *n) {
+    const Module *m = g->m;
+    int mask = ir_group_mask(ir_attr_s(n, "group", ""));
+    if (mask <= 0) return 1;
+    int world = ir_world(m), idx, *mem = xcalloc((size_t)world, sizeof(int));
+    int r = n->stage * (world / (m->mesh[0] ? m->mesh[0] : 1));
+    int k = ir_group_members(m, r < world ? r : 0, mask, mem, &idx), intra = 1;
+    for (int i = 1; i < k; i++) intra &= mem[i] / p->node_size == mem[0] / p->node_size;
+    free(mem);
+    return intra;
+}
+
+static double comm_seconds(const Profile *p, const Graph *g, const Node *n) {
+    int ranks = ir_group_size(g->m, n), intra = group_intra(p, g, n);
+    switch (n->op) {
+    case OP_allreduce: return profile_coll_seconds(p, COLL_ALL_REDUCE, value_bytes(g, n->in[0]), ranks, intra);
+    case OP_allgather: return profile_coll_seconds(p, COLL_ALL_GATHER, value_bytes(g, n->out[0]), ranks, intra);
+    case OP_reducescatter: return profile_coll_seconds(p, COLL_REDUCE_SCATTER, value_bytes(g, n->in[0]), ranks, intra);
+    case OP_send: return profile_coll_seconds(p, COLL_P2P, value_bytes(g, n->in[0]), ranks > 1 ? ranks : 2, intra);
+    default: return 0; /* recv: its sender's time */
+    }
+}
+
+/* 1 when n's fused group began at an earlier node (it pays no launch). */
+static int fused_tail(const Graph *g, const Node *n) {
+    int64_t k = ir_fused_group(n);
+    return k >= 0 && n > g->nodes && ir_fused_group(n - 1) == k;
+}
+
+/* Bytes a (possibly fused) elementwise node moves: inputs from outside its
+ * group, and its outputs. */
+static double node_bytes(const Graph *g, const Node *n) {
+    int64_t grp = ir_fused_group(n);
+    double b = 0;
+    for (int k = 0; k < n->nin; k++) {
+        int d = g->vals[n->in[k]].def;
+        if (grp >= 0 && d >= 0 && ir_fused_group(&g->nodes[d]) == grp) continue;
+        b += value_bytes(g, n->in[k]);
+    }
+    for (int k = 0; k < n->nout; k++) b += value_bytes(g, n->out[k]);
+    return b;
+}
+
+double cost_node_seconds(const Profile *p, const Graph *g, const Node *n) {
+    unsigned fl = ir_ops[n->op].flags;
+    if (fl & F_COMM) return comm_seconds(p, g, n);
+    if (fl & F_COPY) return profile_copy_seconds(p, value_bytes(g, n->in[0]), n->op == OP_offload);
+    if (fl & (F_SYNC | F_VIEW)) return 0;
+    if (n->op == OP_output || ((fl & F_SOURCE) && n->op != OP_const && n->op != OP_iota)) return 0;
+    double launch = fused_tail(g, n) ? 0 : p->launch_s;
+    if (fl & F_GEMM) { /* the inputs' dtype picks the units (bf16 in, f32 out: tensor cores) */
+        double f = ir_node_flops(g, n);
+        return f / (peak_of(p, g->vals[n->in[0]].t.dt) * profile_gemm_eff(p, f / 2)) + launch;
+    }
+    if (n->op == OP_attention || n->op == OP_attention_bwd) {
+        DType qt = g->vals[n->in[n->op == OP_attention_bwd]].t.dt;
+        return ir_node_flops(g, n) / (peak_of(p, qt) * p->attn_eff) + launch;
+    }
+    return node_bytes(g, n) / p->mem_bw + launch;
+}
+
+/* ---- the replay ---- */
+
+typedef struct {
+    const Module *m;
+    double *const *dur;
+    CostSim *s;
+    int **list, *nlist; /* [stage*NS + stream]: node indices in order */
+    int *ptr;           /* [stage*NS + stream]: next in list */
+    double *clock;      /* [stage*NS + stream] */
+    double **rec;       /* [stage][event]: the record's time, -1 before */
+    int **rec_node;     /* [stage][event]: the record node */
+    int *nev;
+    double **blocked;   /* [stage][node]: time spent waiting for another stage */
+    /* pp sends: [tag] -> end, -1 before; sized by the largest tag */
+    double *pp_send;
+    int npp_tag;
+    /* collectives over pp: per (group name, k) the arrivals */
+    const char **cgroup;
+    int ncgroup;
+    int **ccount;       /* [stage][group]: the next k */
+    int **cnode_k;      /* [stage][node]: its k once arrived, -1 */
+    double **carr;      /* [group][k*nstages + stage]: arrival, -1 */
+    int *cap_k;         /* [group] */
+} Sim;
+
+enum { NS = IR_NSTREAMS };
+
+static int over_pp(const Module *m, const Node *n) {
+    int mask = ir_group_mask(ir_attr_s(n, "group", ""));
+    return m->nstages > 1 && mask > 0 && (mask & 1);
+}
+
+static int cgroup_id(Sim *S, const char *name) {
+    for (int i = 0; i < S->ncgroup; i++)
+        if (strcmp(S->cgroup[i], name) == 0) return i;
+    return -1;
+}
+
+static void sim_init(Sim *S, const Module *m, double *const *dur, CostSim *s) {
+    int P = m->nstages;
+    memset(S, 0, sizeof *S);
+    S->m = m, S->dur = dur, S->s = s;
+    S->list = xcalloc((size_t)P * NS, sizeof(int *));
+    S->nlist = xcalloc((size_t)P * NS, sizeof(int));
+    S->ptr = xcalloc((size_t)P * NS, sizeof(int));
+    S->clock = xcalloc((size_t)P * NS, sizeof(double));
+    S->rec = xcalloc((size_t)P, sizeof(double *));
+    S->rec_node = xcalloc((size_t)P, sizeof(int *));
+    S->nev = xcalloc((size_t)P, sizeof(int));
+    S->blocked = xcalloc((size_t)P, sizeof(double *));
+    S->ccount = xcalloc((size_t)P, sizeof(int *));
+    S->cnode_k = xcalloc((size_t)P, sizeof(int *));
+    S->cgroup = xcalloc(16, sizeof(char *));
+    int maxtag = -1;
+    for (int st = 0; st < P; st++) {
+        const Graph *g = m->stages[st];
+        for (int i = 0; i < g->nnodes; i++) {
+            const Node *n = &g->nodes[i];
+            int k = n->stream >= 0 && n->stream < NS ? n->stream : 0;
+            S->nlist[st * NS + k]++;
+            if (n->op == OP_record || n->op == OP_wait) {
+                int e = (int)ir_attr_i(n, "event", 0);
+                if (e + 1 > S->nev[st]) S->nev[st] = e + 1;
+            }
+            if ((n->op == OP_send || n->op == OP_recv) && over_pp(m, n) && ir_attr_i(n, "tag", 0) > maxtag) maxtag = (int)ir_attr_i(n, "tag", 0);
+            if ((ir_ops[n->op].flags & F_COMM) && n->op != OP_send && n->op != OP_recv && over_pp(m, n) && S->ncgroup < 16 &&
+                cgroup_id(S, ir_attr_s(n, "group", "")) < 0)
+                S->cgroup[S->ncgroup++] = ir_attr_s(n, "group", "");
+        }
+        for (int k = 0; k < NS; k++) S->list[st * NS + k] = xcalloc((size_t)S->nlist[st * NS + k] + 1, sizeof(int));
+        memset(S->nlist + st * NS, 0, NS * sizeof(int));
+        for (int i = 0; i < g->nnodes; i++) {
+            int k = g->nodes[i].stream >= 0 && g->nodes[i].stream < NS ? g->nodes[i].stream : 0;
+            S->list[st * NS + k][S->nlist[st * NS + k]++] = i;
+        }
+        S->rec[st] = xcalloc((size_t)S->nev[st] + 1, sizeof(double));
+        S->rec_node[st] = xcalloc((size_t)S->nev[st] + 1, sizeof(int));
+        for (int e = 0; e < S->nev[st]; e++) S->rec[st][e] = -1, S->rec_node[st][e] = -1;
+        S->blocked[st] = xcalloc((size_t)g->nnodes + 1, sizeof(double));
+        S->cnode_k[st] = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+        for (int i = 0; i < g->nnodes; i++) S->cnode_k[st][i] = -1;
+    }
+    for (int st = 0; st < P; st++) S->ccount[st] = xcalloc(16, sizeof(int));
+    S->npp_tag = maxtag + 1;
+    S->pp_send = xcalloc((size_t)S->npp_tag + 1, sizeof(double));
+    for (int t = 0; t < S->npp_tag; t++) S->pp_send[t] = -1;
+    S->carr = xcalloc(16, sizeof(double *));
+    S->cap_k = xcalloc(16, sizeof(int));
+}
+
+static void sim_free(Sim *S) {
+    int P = S->m->nstages;
+    for (int i = 0; i < P * NS; i++) free(S->list[i]);
+    for (int st = 0; st < P; st++) free(S->rec[st]), free(S->rec_node[st]), free(S->blocked[st]), free(S->ccount[st]), free(S->cnode_k[st]);
+    for (int gI = 0; gI < 16; gI++) free(S->carr[gI]);
+    free(S->list), free(S->nlist), free(S->ptr), free(S->clock), free(S->rec), free(S->rec_node), free(S->nev), free(S->blocked);
+    free(S->ccount), free(S->cnode_k), free(S->cgroup), free(S->pp_send), free(S->carr), free(S->cap_k);
+}
+
+/* The arrival slot of collective k of group gi (grown as needed). */
+static double *arrival(Sim *S, int gi, int k) {
+    int P = S->m->nstages;
+    if (k >= S->cap_k[gi]) {
+        int cap = S->cap_k[gi] ? S->cap_k[gi] : 16;
+        while (cap <= k) cap *= 2;
+        S->carr[gi] = realloc(S->carr[gi], sizeof(double) * (size_t)cap * (size_t)P);
+        if (!S->carr[gi]) ICE("out of memory");
+        for (int i = S->cap_k[gi] * P; i < cap * P; i++) S->carr[gi][i] = -1;
+        S->cap_k[gi] = cap;
+    }
+    return &S->carr[gi][k * P];
+}
+
+/* A collective over pp at time t on stage st: its end, or -1 while a
+ * participant has not arrived. */
+static double pp_collective(Sim *S, int st, int i, double t, double d) {
+    const Node *n = &S->m->stages[st]->nodes[i];
+    int gi = cgroup_id(S, ir_attr_s(n, "group", "")), P = S->m->nstages;
+    if (gi < 0) ICE("cost: a collective over pp of an unknown group");
+    if (S->cnode_k[st][i] < 0) {
+        S->cnode_k[st][i] = S->ccount[st][gi]++;
+        arrival(S, gi, S->cnode_k[st][i])[st] = t;
+    }
+    double *a = arrival(S, gi, S->cnode_k[st][i]), last = 0;
+    for (int q = 0; q < P; q++) {
+        if (a[q] < 0) return -1;
+        if (a[q] > last) last = a[q];
+    }
+    S->blocked[st][i] = last - t;
+    return last + d;
+}
+
+/* Try node i of stage st on its stream at time t: its end, or -1 if blocked. */
+static double try_node(Sim *S, int st, int i, double t) {
+    const Module *m = S->m;
+    const Graph *g = m->stages[st];
+    const Node *n = &g->nodes[i];
+    double d = S->dur[st][i];
+    if (n->op == OP_wait) {
+        int e = (int)ir_attr_i(n, "event", 0);
+        return S->rec[st][e] < 0 ? -1 : S->rec[st][e] > t ? S->rec[st][e] : t;
+    }
+    if (n->op == OP_record) {
+        int e = (int)ir_attr_i(n, "event", 0);
+        S->rec[st][e] = t, S->rec_node[st][e] = i;
+        return t;
+    }
+    if (n->op == OP_recv) {
+        double sent;
+        if (over_pp(m, n)) {
+            sent = S->pp_send[ir_attr_i(n, "tag", 0)];
+        } else {
+            int q = ir_p2p_peer(g, i);
+            sent = q < 0 ? t : S->s->end[st][q];
+        }
+        if (sent < 0) return -1;
+        S->blocked[st][i] = sent > t ? sent - t : 0;
+        return (sent > t ? sent : t) + d;
+    }
+    if (n->op == OP_send) {
+        if (over_pp(m, n)) S->pp_send[ir_attr_i(n, "tag", 0)] = t + d;
+        return t + d;
+    }
+    if ((ir_ops[n->op].flags & F_COMM) && over_pp(m, n)) return pp_collective(S, st, i, t, d);
+    return t + d;
+}
+
+/* Run stream k of stage st as far as it goes; 1 if it moved. */
+static int run_stream(Sim *S, int st, int k) {
+    int q = st * NS + k, moved = 0;
+    while (S->ptr[q] < S->nlist[q]) {
+        int i = S->list[q][S->ptr[q]];
+        double t = S->clock[q], e = try_node(S, st, i, t);
+        if (e < 0) break;
+        S->s->start[st][i] = t, S->s->end[st][i] = e;
+        S->clock[q] = e;
+        S->ptr[q]++, moved = 1;
+    }
+    return moved;
+}
+
+static int deadlock(Sim *S, char *err, size_t errlen) {
+    size_t len = (size_t)snprintf(err, errlen, "the programs deadlock in the simulation:");
+    for (int st = 0; st < S->m->nstages; st++)
+        for (int k = 0; k < NS; k++) {
+            int q = st * NS + k;
+            if (S->ptr[q] >= S->nlist[q] || len >= errlen) continue;
+            const Node *n = &S->m->stages[st]->nodes[S->list[q][S->ptr[q]]];
+            len += (size_t)snprintf(err + len, errlen - len, " stage %d stream %d at node %d (%s)", st, k, S->list[q][S->ptr[q]], ir_ops[n->op].name);
+        }
+    return -1;
+}
+
+/* ---- the split ---- */
+
+/* The comm-stream node whose end a record on stream k at node r marks: the
+ * last node before r on that stream that is not a record or wait. */
+static int work_before(const Graph *g, int r) {
+    int k = g->nodes[r].stream;
+    for (int i = r - 1; i >= 0; i--)
+        if (g->nodes[i].stream == k && g->nodes[i].op != OP_record && g->nodes[i].op != OP_wait) return i;
+    return -1;
+}
+
+static void split_rank(Sim *S, int st) {
+    const Graph *g = S->m->stages[st];
+    CostRank *R = &S->s->rank[st];
+    double *b = S->s->start[st], *e = S->s->end[st], cend = 0, last = 0;
+    int last_stream = IR_STREAM_COMPUTE;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (e[i] > last) last = e[i], last_stream = n->stream;
+        unsigned fl = ir_ops[n->op].flags;
+        if ((fl & (F_GEMM)) || n->op == OP_attention || n->op == OP_attention_bwd)
+            if (n->phase != PH_RECOMPUTE) R->flops += ir_node_flops(g, n);
+        if (n->stream != IR_STREAM_COMPUTE && n->stream >= 0) continue;
+        cend = e[i];
+        double gap = e[i] - b[i];
+        if (n->op == OP_wait) {
+            int ev = (int)ir_attr_i(n, "event", 0), r = S->rec_node[st][ev];
+            int ks = r >= 0 ? g->nodes[r].stream : IR_STREAM_COMM;
+            if (ks == IR_STREAM_D2H || ks == IR_STREAM_H2D) {
+                R->copy += gap;
+            } else {
+                int w = r >= 0 ? work_before(g, r) : -1;
+                double bl = w >= 0 ? S->blocked[st][w] : 0;
+                bl = bl < gap ? bl : gap;
+                R->bubble += bl, R->comm += gap - bl;
+            }
+        } else if (fl & F_COMM) {
+            double bl = S->blocked[st][i] < gap ? S->blocked[st][i] : gap;
+            R->bubble += bl, R->comm += gap - bl;
+        } else if (fl & F_COPY) {
+            R->copy += gap;
+        } else {
+            R->compute += gap;
+        }
+    }
+    R->end = last;
+    double tail = last - cend;
+    if (last_stream == IR_STREAM_D2H || last_stream == IR_STREAM_H2D) R->copy += tail;
+    else R->comm += tail;
+    R->peak = memplan_stage_peak(g, SPACE_PARAMS) + memplan_stage_peak(g, SPACE_GRADS) + memplan_stage_peak(g, SPACE_OPT) +
+              memplan_stage_peak(g, SPACE_ACT);
+    R->host = memplan_stage_peak(g, SPACE_HOST);
+}
+
+/* The dtype of the first GEMM's output (the model's compute dtype). */
+static DType gemm_dtype(const Module *m) {
+    for (int st = 0; st < m->nstages; st++)
+        for (int i = 0; i < m->stages[st]->nnodes; i++)
+            if (ir_ops[m->stages[st]->nodes[i].op].flags & F_GEMM) return m->stages[st]->vals[m->stages[st]->nodes[i].in[0]].t.dt;
+    return DT_F32;
+}
+
+int cost_simulate(const Module *m, const Profile *p, double *const *dur, CostSim *out, char *err, size_t errlen) {
+    int P = m->nstages;
+    memset(out, 0, sizeof *out);
+    out->nstages = P;
+    out->start = xcalloc((size_t)P, sizeof(double *));
+    out->end = xcalloc((size_t)P, sizeof(double *));
+    out->rank = xcalloc((size_t)P, sizeof(CostRank));
+    double **own = NULL;
+    if (!dur) {
+        if (!p) ICE("cost_simulate: neither a profile nor durations");
+        own = xcalloc((size_t)P, sizeof(double *));
+        for (int st = 0; st < P; st++) {
+            const Graph *g = m->stages[st];
+            own[st] = xcalloc((size_t)g->nnodes + 1, sizeof(double));
+            for (int i = 0; i < g->nnodes; i++) own[st][i] = cost_node_seconds(p, g, &g->nodes[i]);
+        }
+        dur = own;
+    }
+    for (int st = 0; st < P; st++) {
+        out->start[st] = xcalloc((size_t)m->stages[st]->nnodes + 1, sizeof(double));
+        out->end[st] = xcalloc((size_t)m->stages[st]->nnodes + 1, sizeof(double));
+    }
+    Sim S;
+    sim_init(&S, m, dur, out);
+    int rc = 0;
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int st = 0; st < P; st++)
+            for (int k = 0; k < NS; k++) moved |= run_stream(&S, st, k);
+    }
+    for (int q = 0; q < P * NS && rc == 0; q++)
+        if (S.ptr[q] < S.nlist[q]) rc = deadlock(&S, err, errlen);
+    if (rc == 0) {
+        for (int st = 0; st < P; st++) split_rank(&S, st);
+        for (int st = 0; st < P; st++) out->step = out->rank[st].end > out->step ? out->rank[st].end : out->step;
+        double flops = 0;
+        for (int st = 0; st < P; st++) out->rank[st].bubble += out->step - out->rank[st].end, flops += out->rank[st].flops;
+        out->peak_flops = p ? peak_of(p, gemm_dtype(m)) : 0;
+        out->mfu = out->step > 0 && out->peak_flops > 0 ? flops / (P * out->step * out->peak_flops) : 0;
+    }
+    sim_free(&S);
+    if (own) {
+        for (int st = 0; st < P; st++) free(own[st]);
+        free(own);
+    }
+    return rc;
+}
+
+void cost_sim_free(CostSim *s) {
+    for (int st = 0; st < s->nstages; st++) free(s->start[st]), free(s->end[st]);
+    free(s->start), free(s->end), free(s->rank);
+    memset(s, 0, sizeof *s);
+}
+
+static double ms(double s) { return s * 1e3; }
+
+void cost_report(const Module *m, const Profile *p, const CostSim *s, FILE *f) {
+    fprintf(f, "predicted step %.3f ms on %s, MFU %.1f%% (model FLOPs against %.4g TFLOP/s per device)\n", ms(s->step), p->name,
+            100 * s->mfu, s->peak_flops / 1e12);
+    fprintf(f, "  %5s %11s %11s %11s %11s %11s %12s\n", "stage", "compute ms", "exp. comm", "bubble", "exp. copy", "step ms", "memory MiB");
+    for (int st = 0; st < s->nstages; st++) {
+        const CostRank *r = &s->rank[st];
+        fprintf(f, "  %5d %11.3f %11.3f %11.3f %11.3f %11.3f %12.2f\n", st, ms(r->compute), ms(r->comm), ms(r->bubble), ms(r->copy),
+                ms(r->compute + r->comm + r->bubble + r->copy), (double)r->peak / (1 << 20));
+    }
+    /* stage 0's compute stream by op: where the predicted time goes */
+    double by[OP_COUNT] = {0}, tot = 0;
+    const Graph *g = m->stages[0];
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].stream <= IR_STREAM_COMPUTE && g->nodes[i].op != OP_wait) {
+            by[g->nodes[i].op] += s->end[0][i] - s->start[0][i];
+            tot += s->end[0][i] - s->start[0][i];
+        }
+    fprintf(f, "  stage 0 compute stream by op:");
+    for (int k = 0; k < 6; k++) {
+        int best = -1;
+        for (int o = 0; o < OP_COUNT; o++)
+            if (by[o] > 0 && (best < 0 || by[o] > by[best])) best = o;
+        if (best < 0) break;
+        fprintf(f, " %s %.1f%%", ir_ops[best].name, 100 * by[best] / (tot > 0 ? tot : 1));
+        by[best] = 0;
+    }
+    fputc('\n', f);
+}

@@ -1,0 +1,514 @@
+/* tune.c — predicting a configuration's step without compiling it whole
+ * (issue 21): the fast path of `kiln tune`, and the full path it is
+ * checked against.
+ *
+ * The full path compiles the candidate's programs and runs the cost model
+ * on them (cost.c): exact to the model, but an 80-layer pipeline of 64
+ * micro-batches is minutes of compiling, and a search visits thousands of
+ * candidates.  The fast path compiles one small *probe* per distinct
+ * per-rank shape instead and composes:
+ *
+ *   the probe    the model with two layers, one micro-batch of the
+ *                candidate's size b, the candidate's cp, cp-comm, recompute
+ *                and dtype, dp 1 and no pipeline, compiled through memplan
+ *                and simulated.  Its compute stream is cut by the nodes'
+ *                layer and phase: layer 1's forward (F), its backward split
+ *                into what the gradient sent to layer 0 needs (B) and the
+ *                rest (W, the weight gradients: pp.c's zero-bubble split,
+ *                found the same way, backward from layer 0's readers), the
+ *                nodes outside the layers before and after them (embedding;
+ *                head and loss) and the optimizer.  Each piece keeps its
+ *                compute and its exposed waits apart.  Candidates with the
+ *                same (b, cp, cp-comm, recompute) share a probe.
+ *   the pipeline the layers are cut into pp·v chunks balancing the forward
+ *                time with the embedding on the first chunk and the head on
+ *                the last (pp.c balances FLOPs the same way); each chunk's
+ *                F, B, W are its layers' plus its ends'; ppsched_simulate
+ *                times the schedule with them and the p2p time of one
+ *                layer's activation as the transfer latency.
+ *   data parallel  the gradients' reduce-scatter (all-reduce with zero 0)
+ *                and the parameters' all-gather over dp·cp are the
+ *                profile's ring times of the stage's bytes; the all-gather
+ *                hides behind the first micro-batch's forward and the
+ *                reduce-scatter behind the last one's backward except one
+ *                bucket each (schedule.c hoists them so), the optimizer's
+ *                compute scales with the stage's share of the parameters
+ *                over dp·cp (zero 1).
+ *   memory       params and gradients scale with the stage's parameters,
+ *                the optimizer state with them over dp·cp; activations are
+ *                the probe's per-layer saved bytes times the layers of a
+ *                chunk (the saved bytes outside the layers on the last
+ *                chunk), held from each F to the action that frees them (B;
+ *                W for the zero-bubble schedules) in the rank's action
+ *                order, at their most, plus the probe's transient peak
+ *                (its activation peak less what it saves).  --offload all
+ *                keeps two (chunk, micro-batch) pairs' saved bytes on the
+ *                device and adds the copies' time they cannot hide.
+ *
+ * tests/t_tune.sh checks the fast path against the full one on small
+ * configurations (kiln tune --check), and docs/tune.md reports both.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "cost.h"
+#include "live.h"
+#include "memplan.h"
+#include "passes.h"
+#include "ppsched.h"
+#include "tune.h"
+
+enum { KF, KB, KW };
+
+struct TuneProbe {
+    int b, cp, cp_comm, rc, tp, dp;      /* the key (dp: 2 for any candidate dp > 1, else 1) */
+    double lc[3], lx[3];                 /* one layer per micro-batch: compute, exposed wait (F, B, W) */
+    double prec[3], prex[3], postc[3], postx[3]; /* outside the layers: before them (embedding), after (head, loss) */
+    double adamw, once;                  /* per step: the optimizer's update (over the probe's dp·cp shard), the rest of
+                                          * what runs once a step (the buckets' slices and concats, assigns) */
+    double fl_layer, fl_extra;           /* model FLOPs per micro-batch */
+    double pcount_layer, pcount;         /* parameters (elements) of one layer, of the probe */
+    int nl;                              /* the probe's layers */
+    double sp, sg, so;                   /* its params, grads, optimizer bytes (so: over cp already) */
+    double saved_layer, saved_extra, transient, act_bytes;
+    double pg_act;                       /* params and grads in the activation arena (zero 1, dp > 1) */
+    double transient1;                   /* the transient of the same probe at one micro-batch (no gradient
+                                          * accumulation buffers); < 0 until a candidate with m 1 asks */
+};
+
+/* ---- building programs ---- */
+
+static void add_set(KeyVal **s, int *n, const char *k, long v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%ld", v);
+    cmd_add_set(s, n, k, strdup(buf)); /* lives as long as the process (a few per program) */
+}
+
+/* The candidate's program with `layers` layers (0: the model's), a batch
+ * of `batch`, m micro-batches and pp stages, through memplan. */
+static Module *build(const Tune *T, const TuneCand *c, int layers, int batch, int m, int pp) {
+    Options o;
+    opt_defaults(&o);
+    KeyVal *sets = NULL;
+    int n = 0;
+    for (int i = 0; i < T->nsets; i++) cmd_add_set(&sets, &n, T->sets[i].key, T->sets[i].value);
+    if (layers > 0) add_set(&sets, &n, "layers", layers);
+    add_set(&sets, &n, "batch", batch);
+    add_set(&sets, &n, "seq", T->seq);
+    o.sets = sets, o.nsets = n;
+    o.dp = c->dp, o.cp = c->cp, o.tp = c->tp, o.pp = pp;
+    o.vpp = pp > 1 ? c->v : 0, o.pp_schedule = pp > 1 ? c->sched : 0, o.micro_batches = m;
+    o.recompute = c->rc, o.cp_comm = c->cp_comm, o.offload = pp > 1 && c->offload ? 1.0 : 0;
+    o.precision_bf16 = T->bf16, o.device_profile = T->prof.path;
+    Module *mod = pipeline_front(T->model, &o);
+    pipeline_run(mod, PIPE_TRAIN, &o, NULL);
+    free(sets);
+    return mod;
+}
+
+/* ---- the probe ---- */
+
+/* The backward nodes of layer L that layer L-1's backward (or anything
+ * outside layer L but the optimizer) needs: B; the rest of L's backward: W. */
+static char *b_set(const Graph *g, int L) {
+    char *isb = xcalloc((size_t)g->nnodes + 1, 1);
+    int *user_b = xcalloc((size_t)g->nvals + 1, sizeof(int));
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const Node *n = &g->nodes[i];
+        int bwd = n->phase == PH_BWD || n->phase == PH_RECOMPUTE;
+        if (n->layer == L && bwd) {
+            int need = 0;
+            for (int k = 0; k < n->nout; k++) need |= user_b[n->out[k]];
+            isb[i] = (char)need;
+        }
+        int marks = (n->layer == L && isb[i]) || (n->layer != L && n->phase != PH_OPT && !(ir_ops[n->op].flags & F_SYNC));
+        for (int k = 0; k < n->nin && marks; k++) user_b[n->in[k]] = 1;
+    }
+    free(user_b);
+    return isb;
+}
+
+static int is_wait(const Node *n) { return n->op == OP_wait || (ir_ops[n->op].flags & F_COMM); }
+
+/* Cut the probe's compute stream into the pieces (see the top).  The probe
+ * runs two micro-batches: the second one's nodes (mb 1) are the work of a
+ * micro-batch; what the step runs once is the rest less the first one's
+ * (as much as the second's). */
+static void probe_cut(TuneProbe *P, const Module *m, const CostSim *s) {
+    const Graph *g = m->stages[0];
+    int L = P->nl - 1;
+    char *isb = b_set(g, L);
+    int seen_layer_f = 0, seen_layer_b = 0;
+    double total = 0, per_mb = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->stream > IR_STREAM_COMPUTE) continue;
+        double el = s->end[0][i] - s->start[0][i];
+        int w = is_wait(n);
+        if (!w) total += el;
+        if (n->phase == PH_OPT) {
+            if (!w && (ir_ops[n->op].flags & F_OPTIMIZER)) P->adamw += el, total -= el;
+            continue;
+        }
+        int fwd = n->phase == PH_FWD, bwd = n->phase == PH_BWD || n->phase == PH_RECOMPUTE || n->phase == PH_WGRAD;
+        if (n->mb != 1) continue;
+        if (n->layer >= 0) seen_layer_f |= fwd, seen_layer_b |= bwd;
+        if (!w) per_mb += el;
+        int k = fwd ? KF : (n->layer == L && !isb[i] && n->phase != PH_RECOMPUTE) || n->phase == PH_WGRAD ? KW : KB;
+        double *c, *x;
+        if (n->layer == L) c = P->lc, x = P->lx;
+        else if (n->layer >= 0) continue;
+        else if (fwd ? !seen_layer_f : seen_layer_b) c = P->prec, x = P->prex;
+        else if (fwd || bwd) c = P->postc, x = P->postx;
+        else continue;
+        if (w) x[k] += el;
+        else c[k] += el;
+    }
+    P->once = fmax(0, total - 2 * per_mb);
+    free(isb);
+}
+
+static void probe_measure(TuneProbe *P, const Module *m) {
+    const Graph *g = m->stages[0];
+    int L = P->nl - 1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op == OP_param) {
+            double e = (double)ir_numel(&g->vals[n->out[0]].t);
+            P->pcount += e;
+            if (n->layer == L) P->pcount_layer += e;
+        }
+        if (((ir_ops[n->op].flags & F_GEMM) || n->op == OP_attention || n->op == OP_attention_bwd) && n->phase != PH_RECOMPUTE) {
+            double f = ir_node_flops(g, n);
+            if (n->layer == L) P->fl_layer += f / 2;
+            else if (n->layer < 0) P->fl_extra += f / 2;
+        }
+        /* one layer's activation: the largest value layer L's forward reads from layer L-1's */
+        if (n->layer == L && n->phase == PH_FWD)
+            for (int k = 0; k < n->nin; k++) {
+                int d = g->vals[n->in[k]].def;
+                if (d >= 0 && g->nodes[d].layer == L - 1 && g->nodes[d].phase == PH_FWD)
+                    P->act_bytes = fmax(P->act_bytes, (double)ir_value_bytes(&g->vals[n->in[k]]));
+            }
+    }
+    P->sp = (double)memplan_stage_peak(g, SPACE_PARAMS), P->sg = (double)memplan_stage_peak(g, SPACE_GRADS);
+    P->so = (double)memplan_stage_peak(g, SPACE_OPT);
+    P->saved_layer = (double)recompute_saved_bytes(g, L) / 2; /* two micro-batches */
+    double all = (double)recompute_saved_bytes(g, INT_MIN) / 2;
+    P->saved_extra = fmax(0, all - P->nl * P->saved_layer);
+    /* --zero 1 over dp > 1: the gathered f32 params and the f32 gradients
+     * live in the activation arena (memplan_report: 4 + 4 bytes a
+     * parameter); they scale with the stage's parameters, not the rest */
+    P->pg_act = P->dp > 1 ? 8 * P->pcount : 0;
+    P->transient = fmax(0, (double)memplan_stage_peak(g, SPACE_ACT) - all - P->pg_act);
+}
+
+static TuneProbe *probe(Tune *T, const TuneCand *c, int b, char *err, size_t errlen) {
+    for (int i = 0; i < T->nprobes; i++) {
+        TuneProbe *P = &T->probes[i];
+        if (P->b == b && P->cp == c->cp && P->cp_comm == c->cp_comm && P->rc == c->rc && P->tp == c->tp && P->dp == (c->dp > 1 ? 2 : 1)) return P;
+    }
+    if (T->nprobes == T->capprobes) {
+        T->capprobes = T->capprobes ? 2 * T->capprobes : 64;
+        T->probes = realloc(T->probes, sizeof(TuneProbe) * (size_t)T->capprobes);
+        if (!T->probes) ICE("out of memory");
+    }
+    TuneProbe *P = &T->probes[T->nprobes];
+    memset(P, 0, sizeof *P);
+    P->b = b, P->cp = c->cp, P->cp_comm = c->cp_comm, P->rc = c->rc, P->tp = c->tp, P->dp = c->dp > 1 ? 2 : 1;
+    P->nl = T->layers >= 2 ? 2 : 1;
+    double t0 = cmd_now();
+    TuneCand one = *c;
+    one.dp = P->dp, one.pp = 1, one.offload = 0;
+    Module *m = build(T, &one, P->nl, 2 * b * P->dp, 2, 1);
+    CostSim s;
+    if (cost_simulate(m, &T->prof, NULL, &s, err, errlen) != 0) return ir_free(m), NULL;
+    probe_cut(P, m, &s);
+    probe_measure(P, m);
+    cost_sim_free(&s);
+    ir_free(m);
+    P->transient1 = -1;
+    T->probe_seconds += cmd_now() - t0;
+    T->nprobes++;
+    return P;
+}
+
+/* The transient activation bytes at one micro-batch (candidates with m 1):
+ * the probe compiled again with one micro-batch, for its memory only. */
+static double transient_one(Tune *T, TuneProbe *P, const TuneCand *c) {
+    if (P->transient1 >= 0) return P->transient1;
+    double t0 = cmd_now();
+    TuneCand one = *c;
+    one.dp = P->dp, one.pp = 1, one.offload = 0;
+    Module *m = build(T, &one, P->nl, P->b * P->dp, 1, 1);
+    const Graph *g = m->stages[0];
+    double all = (double)recompute_saved_bytes(g, INT_MIN);
+    P->transient1 = fmax(0, (double)memplan_stage_peak(g, SPACE_ACT) - all - P->pg_act);
+    ir_free(m);
+    T->probe_seconds += cmd_now() - t0;
+    return P->transient1;
+}
+
+/* ---- composing ---- */
+
+/* Layers per chunk: the smallest largest forward time, the embedding's on
+ * chunk 0 and the head's on the last, every chunk at least one layer. */
+static void cut_layers(int L, int nch, double f, double pre, double post, int *n) {
+    if (nch == 1) {
+        n[0] = L;
+        return;
+    }
+    double lo = 0, hi = L * f + pre + post;
+    for (int it = 0; it < 60; it++) {
+        double x = (lo + hi) / 2;
+        int a = (int)floor((x - pre) / f + 1e-9), z = (int)floor((x - post) / f + 1e-9), mid = (int)floor(x / f + 1e-9);
+        int ok = a >= 1 && z >= 1 && mid >= 1 && a + z + (double)mid * (nch - 2) >= L;
+        if (ok) hi = x;
+        else lo = x;
+    }
+    int a = (int)floor((hi - pre) / f + 1e-9), z = (int)floor((hi - post) / f + 1e-9);
+    a = a < 1 ? 1 : a, z = z < 1 ? 1 : z;
+    int rest = L, left = nch;
+    n[0] = a < rest - (left - 1) ? a : rest - (left - 1);
+    rest -= n[0], left--;
+    int last = z < rest - (left - 1) ? z : rest - (left - 1);
+    rest -= last, left--;
+    for (int c = 1; c < nch - 1; c++, left--) { /* the middle evenly */
+        n[c] = (rest + left - 1) / left;
+        rest -= n[c];
+    }
+    n[nch - 1] = last + rest;
+}
+
+static int intra(const Tune *T, int span) { return span <= T->prof.node_size; }
+
+typedef struct {
+    PpPlan pl;
+    int nch, *nl;                 /* layers per chunk */
+    double *cost[3], *comp[3];    /* per chunk and micro-batch: all, compute only */
+    double *saved;                /* per chunk: saved bytes per micro-batch */
+} Comp;
+
+static void comp_free(Comp *C) {
+    for (int k = 0; k < 3; k++) free(C->cost[k]), free(C->comp[k]);
+    free(C->nl), free(C->saved);
+    ppsched_free(&C->pl);
+}
+
+/* Chunk costs of c from probe P (zero-bubble schedules keep W apart). */
+static void chunk_costs(Comp *C, const TuneCand *c, const TuneProbe *P, int L) {
+    int zb = c->pp > 1 && (c->sched == PS_ZBH1 || c->sched == PS_ZBV), nch = C->nch;
+    C->nl = xcalloc((size_t)nch, sizeof(int));
+    C->saved = xcalloc((size_t)nch, sizeof(double));
+    for (int k = 0; k < 3; k++) C->cost[k] = xcalloc((size_t)nch, sizeof(double)), C->comp[k] = xcalloc((size_t)nch, sizeof(double));
+    double f = P->lc[KF] + P->lx[KF];
+    cut_layers(L, nch, f > 0 ? f : 1e-12, P->prec[KF] + P->prex[KF], P->postc[KF] + P->postx[KF], C->nl);
+    for (int ch = 0; ch < nch; ch++) {
+        for (int k = 0; k < 3; k++) {
+            int kk = k == KW && !zb ? KB : k;
+            double lc = P->lc[k] * C->nl[ch], lx = P->lx[k] * C->nl[ch];
+            if (ch == 0) lc += P->prec[k], lx += P->prex[k];
+            if (ch == nch - 1) lc += P->postc[k], lx += P->postx[k];
+            C->cost[kk][ch] += lc + lx, C->comp[kk][ch] += lc;
+        }
+        C->saved[ch] = P->saved_layer * C->nl[ch] + (ch == nch - 1 ? P->saved_extra : 0);
+    }
+}
+
+/* Offload all: each (chunk, micro-batch)'s copies beyond what its
+ * forward-to-backward compute hides wait before its backward. */
+static double offload_exposed(const Tune *T, const Comp *C, int ch, int inflight) {
+    double s = C->saved[ch], t = (s / T->prof.d2h_bw + s / T->prof.h2d_bw) / 2;
+    double hide = (inflight > 1 ? inflight - 1 : 0) * (C->cost[KF][ch] + C->cost[KB][ch]);
+    return t > hide ? t - hide : 0;
+}
+
+/* The most saved bytes rank r holds at once: its actions in order, an F
+ * adding its chunk's saved bytes, the action that ends the pair (B; W for
+ * the zero-bubble schedules, whose dW still reads them) freeing them. */
+static double saved_peak(const Comp *C, int r) {
+    int zb = C->pl.kind == PS_ZBH1 || C->pl.kind == PS_ZBV;
+    double cur = 0, peak = 0;
+    for (int i = 0; i < C->pl.nact[r]; i++) {
+        Action a = C->pl.act[r][i];
+        if (a.kind == ACT_F) cur += C->saved[a.chunk];
+        else if (a.kind == (zb ? ACT_W : ACT_B)) cur -= C->saved[a.chunk];
+        peak = fmax(peak, cur);
+    }
+    return peak;
+}
+
+int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    int b = T->batch / (c->dp * c->m), L = T->layers;
+    TuneProbe *P = probe(T, c, b, err, errlen);
+    if (!P) return -1;
+    Comp C;
+    memset(&C, 0, sizeof C);
+    PpSchedule sched = c->pp > 1 ? (PpSchedule)c->sched : PS_1F1B;
+    if (ppsched_build(&C.pl, sched, c->pp, c->pp > 1 ? c->v : 1, c->pp > 1 ? c->m : c->pp, err, errlen) != 0) return -1;
+    C.nch = c->pp * C.pl.v;
+    chunk_costs(&C, c, P, L);
+    int p = c->pp, g = c->dp * c->cp, inner = c->dp * c->cp * c->tp;
+    if (c->offload && p > 1) /* copies the compute does not hide wait before the backward */
+        for (int ch = 0; ch < C.nch; ch++) {
+            int r = pp_chunk_rank(&C.pl, ch);
+            if (r == p - 1 && ch == C.nch - 1) continue; /* the last chunk stays (offload.c) */
+            C.cost[KB][ch] += offload_exposed(T, &C, ch, ppsched_inflight_bound(&C.pl, r));
+        }
+    double *end = xcalloc((size_t)p, sizeof(double)), *busy = xcalloc((size_t)p, sizeof(double)), *compute = xcalloc((size_t)p, sizeof(double));
+    if (p > 1) {
+        double lat = profile_coll_seconds(&T->prof, COLL_P2P, P->act_bytes, 2, intra(T, 2 * inner));
+        const double *const cost[3] = {C.cost[0], C.cost[1], C.cost[2]};
+        PpTimes t;
+        if (ppsched_simulate(&C.pl, cost, lat, &t) != 0) return snprintf(err, errlen, "ppsched_simulate failed"), comp_free(&C), -1;
+        for (int r = 0; r < p; r++)
+            for (int i = t.off[r]; i < t.off[r + 1]; i++) end[r] = fmax(end[r], t.end[i]);
+        ppsched_times_free(&t);
+    }
+    for (int ch = 0; ch < C.nch; ch++) {
+        int r = pp_chunk_rank(&C.pl, ch);
+        for (int k = 0; k < 3; k++) busy[r] += c->m * C.cost[k][ch], compute[r] += c->m * C.comp[k][ch];
+    }
+    if (p == 1) end[0] = busy[0];
+    double worst = 0, flops = 0, mem = 0, h0 = 0, t0 = 0, oc0 = 0;
+    for (int r = 0; r < p; r++) {
+        double pc = 0, fl = 0, f1 = 0, bl = 0, act = 0;
+        int nr = 0, first = 0, last = 0;
+        for (int v = 0; v < C.pl.v; v++) {
+            int ch = pp_chunk(&C.pl, r, v);
+            nr += C.nl[ch], first |= ch == 0, last |= ch == C.nch - 1;
+            f1 += C.cost[KF][ch], bl += C.cost[KB][ch] + C.cost[KW][ch];
+            act += C.saved[ch] / C.pl.v; /* the in-flight pairs spread over the rank's chunks */
+        }
+        double extra = (P->pcount - P->nl * P->pcount_layer) / 2; /* embedding and head: half a stage each */
+        pc = nr * P->pcount_layer + (first ? extra : 0) + (last ? extra : 0);
+        if (p == 1) pc = nr * P->pcount_layer + 2 * extra;
+        double ratio = pc / P->pcount;
+        fl = c->m * (nr * P->fl_layer + (first ? P->fl_extra / 2 : 0) + (last ? P->fl_extra / 2 : 0));
+        flops += fl;
+        /* data parallel over dp·cp: gradients out, parameters in */
+        double gbytes = P->sg * ratio, pbytes = P->sp * ratio, ag = 0, rs = 0;
+        if (g > 1) {
+            rs = profile_coll_seconds(&T->prof, COLL_REDUCE_SCATTER, gbytes, g, intra(T, inner));
+            ag = profile_coll_seconds(&T->prof, COLL_ALL_GATHER, pbytes, g, intra(T, inner));
+        }
+        double bucket = fmin(1, 25.0 * (1 << 20) / fmax(gbytes, 1));
+        double head = fmax(ag * bucket, ag - f1), tail_x = fmax(rs * bucket, rs - bl);
+        double optc = P->adamw * ratio * P->dp * P->cp / g + P->once * ratio;
+        double total = head + end[r] + tail_x + optc;
+        worst = fmax(worst, total);
+        double keep = p == 1 ? C.saved[0] : saved_peak(&C, r);
+        if (c->offload && p > 1 && r < p - 1) keep = fmin(keep, 2 * act); /* the pair computing and the one reloading */
+        double tr = c->m == 1 ? transient_one(T, P, c) : P->transient;
+        double m_r = (P->sp + P->sg + P->pg_act) * ratio + P->so * P->dp * P->cp * ratio / g + tr + keep;
+        mem = fmax(mem, m_r);
+        if (r == 0) h0 = head, t0 = tail_x, oc0 = optc;
+    }
+    out->step = worst;
+    out->compute = compute[0] + oc0;
+    out->comm = (busy[0] - compute[0]) + h0 + t0;
+    out->copy = 0;
+    if (c->offload && p > 1)
+        for (int v = 0; v < C.pl.v; v++) {
+            int ch = pp_chunk(&C.pl, 0, v);
+            out->copy += c->m * offload_exposed(T, &C, ch, ppsched_inflight_bound(&C.pl, 0));
+        }
+    out->comm -= out->copy;
+    out->bubble = fmax(0, out->step - out->compute - out->comm - out->copy);
+    out->mem = mem;
+    out->tokens_s = (double)T->batch * T->seq / out->step;
+    double peak = T->bf16 ? T->prof.peak_flops_bf16 : T->prof.peak_flops_f32;
+    out->mfu = flops / (p * out->step * peak);
+    free(end), free(busy), free(compute);
+    comp_free(&C);
+    return 0;
+}
+
+int tune_full(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    Module *m = build(T, c, 0, T->batch, c->m, c->pp);
+    CostSim s;
+    if (cost_simulate(m, &T->prof, NULL, &s, err, errlen) != 0) return ir_free(m), -1;
+    const CostRank *r0 = &s.rank[0];
+    out->step = s.step, out->compute = r0->compute, out->comm = r0->comm, out->bubble = r0->bubble, out->copy = r0->copy;
+    for (int st = 0; st < s.nstages; st++) out->mem = fmax(out->mem, (double)s.rank[st].peak);
+    out->tokens_s = (double)T->batch * T->seq / s.step;
+    out->mfu = s.mfu;
+    cost_sim_free(&s);
+    ir_free(m);
+    return 0;
+}
+
+/* ---- the model's shape, refusals, flags ---- */
+
+void tune_init(Tune *T, const char *model, KeyVal *sets, int nsets, const Profile *p, int gpus, double memory, int batch, int seq,
+               int bf16) {
+    memset(T, 0, sizeof *T);
+    T->model = model, T->sets = sets, T->nsets = nsets, T->prof = *p, T->gpus = gpus, T->memory = memory, T->bf16 = bf16;
+    Options o;
+    opt_defaults(&o);
+    KeyVal *s = NULL;
+    int n = 0;
+    for (int i = 0; i < nsets; i++) cmd_add_set(&s, &n, sets[i].key, sets[i].value);
+    if (batch > 0) add_set(&s, &n, "batch", batch);
+    if (seq > 0) add_set(&s, &n, "seq", seq);
+    o.sets = s, o.nsets = n;
+    Module *m = pipeline_front(model, &o);
+    const Graph *g = m->stages[0];
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *nd = &g->nodes[i];
+        if (nd->layer + 1 > T->layers) T->layers = nd->layer + 1;
+        if (nd->op == OP_input && strcmp(ir_attr_s(nd, "name", ""), "tokens") == 0) {
+            T->batch = (int)g->vals[nd->out[0]].t.dim[0];
+            T->seq = (int)g->vals[nd->out[0]].t.dim[1];
+        }
+        if (nd->op == OP_attention && !T->heads) T->heads = (int)g->vals[nd->in[0]].t.dim[1], T->kv_heads = (int)g->vals[nd->in[1]].t.dim[1];
+    }
+    ir_free(m);
+    free(s);
+    if (!T->batch) die("tune: %s has no input \"tokens\" [batch, seq]", model);
+    if (!T->layers) die("tune: %s has no layer(i, ...) blocks to place on pipeline stages", model);
+}
+
+void tune_free(Tune *T) { free(T->probes); }
+
+void tune_refusal(const Tune *T, const TuneCand *c, char *why, size_t n) {
+    why[0] = 0;
+    if (c->tp != 1) {
+        snprintf(why, n, "tp %d: the compiler has no tensor parallelism in this build (--tp 1 only)", c->tp);
+        return;
+    }
+    if (c->tp * c->cp * c->dp * c->pp != T->gpus) snprintf(why, n, "tp x cp x dp x pp = %d, not %d", c->tp * c->cp * c->dp * c->pp, T->gpus);
+    else if (T->batch % c->dp || (T->batch / c->dp) % c->m) snprintf(why, n, "batch %d is not a multiple of dp %d x micro-batches %d", T->batch, c->dp, c->m);
+    else if (c->cp > 1 && T->seq % (2 * c->cp)) snprintf(why, n, "seq %d is not a multiple of 2 x cp %d", T->seq, c->cp);
+    else if (c->pp * (c->pp > 1 ? c->v : 1) > T->layers) snprintf(why, n, "%d chunks, %d layers", c->pp * c->v, T->layers);
+    else if (c->pp == 1 && c->offload) snprintf(why, n, "offload is searched with a pipeline only");
+    else if (c->pp > 1) {
+        PpPlan pl;
+        char err[256];
+        if (ppsched_build(&pl, (PpSchedule)c->sched, c->pp, c->v, c->m, err, sizeof err) != 0) snprintf(why, n, "%s", err);
+        else ppsched_free(&pl);
+    }
+}
+
+const char *tune_flags(const Tune *T, const TuneCand *c, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "--set batch=%d --set seq=%d", T->batch, T->seq);
+    for (int i = 0; i < T->nsets && k < n; i++)
+        if (strcmp(T->sets[i].key, "batch") && strcmp(T->sets[i].key, "seq"))
+            k += (size_t)snprintf(buf + k, n - k, " --set %s=%s", T->sets[i].key, T->sets[i].value);
+    if (c->dp > 1 && k < n) k += (size_t)snprintf(buf + k, n - k, " --dp %d", c->dp);
+    if (c->cp > 1 && k < n) k += (size_t)snprintf(buf + k, n - k, " --cp %d --cp-comm %s", c->cp, c->cp_comm ? "p2p" : "allgather");
+    if (c->pp > 1 && k < n) {
+        k += (size_t)snprintf(buf + k, n - k, " --pp %d --pp-schedule %s", c->pp, pp_schedule_names[c->sched]);
+        if (c->sched == PS_INTERLEAVED && k < n) k += (size_t)snprintf(buf + k, n - k, " --vpp %d", c->v);
+    }
+    if (c->m > 1 && k < n) k += (size_t)snprintf(buf + k, n - k, " --micro-batches %d", c->m);
+    if (k < n) k += (size_t)snprintf(buf + k, n - k, " --recompute %s", ir_recompute_names[c->rc]);
+    if (c->offload && k < n) snprintf(buf + k, n - k, " --offload all");
+    return buf;
+}

@@ -1,0 +1,537 @@
+/* attention_tc.cu — flash attention on the tensor cores, forward and
+ * backward (issue 23): the same operations and interfaces as attention.cu's
+ * kiln_attention_fwd, _bwd_dkdv and _bwd_dq (ops.def attention,
+ * attention_bwd; reference compiler/interp.c), so that the runtime can
+ * launch either family for a head dim these kernels take.  The backward's
+ * Dt = do . o scratch comes from attention.cu's kiln_attention_bwd_prep.
+ *
+ * q, o [B,H,T,D]; k, v [B,KH,S,D] bf16; lse f32 [B,H,T]; query head h reads
+ * kv head h/(H/KH) (GQA).  Scores are scale * q.k.  causal: key s is visible
+ * to query t iff kpos[s] <= qpos[t] (i32 positions in any order: context
+ * parallel's chunks and ring sections), or s <= t when the positions are
+ * NULL; a sliding window of W keys (window > 0, causal only) also needs
+ * qpos[t] - kpos[s] < W.  Without causal every key is visible and the
+ * positions are ignored.  A row that sees no key gets o = 0, lse = -inf.
+ * D must be 16, 32, 64 or 128 (the templates below; any other D writes NaN
+ * into o and lse, as attention.cu does above its limit, and the runtime
+ * must launch attention.cu instead).
+ *
+ * The work split is FlashAttention-2's.  A block of ATC_WARPS = 4 warps
+ * takes a job (b, h, a tile of ATC_BQ = 64 query rows), each warp 16 rows.
+ * The block stages the query tile in shared memory once; each warp loads
+ * its 16 rows into mma A fragments with ldmatrix.x4 (kernels/cuda/mma.cuh
+ * has the fragment layouts) and keeps them in registers.  Then for every
+ * key tile of ATC_BK = 64 keys the block stages k and v (bf16, rows padded
+ * to D + 8 elements so that ldmatrix rows stay 16-byte aligned and spread
+ * over the banks; rows past the tile's keys are zero), and each warp
+ *   S = q k^T:   per 8-key n-tile, per 16-dim k-step, B from k by ldmatrix.x2
+ *                (k's rows are S's columns: no transpose), one mma.sync;
+ *   mask, scale, online softmax in registers: a lane holds 2 of the 16 rows
+ *                (g = lane/4 and g + 8) and 2 keys per n-tile; a row's max
+ *                and sum need the 4 lanes of its group (two xor shuffles);
+ *                P = e^(S - m) rounded to bf16, and the row sum l adds the
+ *                rounded values, so o / l is exactly the weights P V used;
+ *   o = o alpha + P v: P's accumulator fragments of two n-tiles ARE the A
+ *                fragment of a 16-key k-step (no shuffle, no shared memory),
+ *                B from v by ldmatrix.x4.trans (two 8-dim n-tiles at once).
+ * At the end l is summed over the row's 4 lanes, o = o / l and lse = m +
+ * log l, stored as bf16 and f32.
+ *
+ * Masks and skipped tiles are attention.cu's: with causal, qmax (the
+ * largest query position of the block's rows) cuts each key tile to its
+ * last key with kpos <= qmax and skips tiles with nothing left; a window
+ * skips tiles whose latest key is W or more before qmin; the index path
+ * stops at the block's last row.  Element by element, a masked score is
+ * -inf and its p is 0.  Branches on these are uniform over the block.
+ *
+ * Barriers: one after the query tile is staged, and two per key tile —
+ * before staging (every warp is done with the last tile's k and v) and
+ * after (the tile is complete).  tests/cuda_emu/check_attention_tc.cpp
+ * shows that dropping the first of the two is caught on the emulator.
+ *
+ * Precision: bf16 inputs (exact in the mma), products accumulated in f32 by
+ * the tensor cores; softmax in f32 (expf); P rounded to bf16 for the second
+ * product (as FlashAttention does); o rounded once to bf16.
+ *
+ * Block ATC_THREADS = 128, grid stride over the jobs (a smaller grid gives
+ * the same bits), dynamic shared memory 384 (D + 8) + 512 bytes
+ * (kernels/cuda/README.md).  The backward (below, with its own essay):
+ * blocks of 128 too, 512 (D + 8) + 1024 bytes of dynamic shared memory.
+ * Not here yet: 16-byte vector loads and cp.async double buffering of the
+ * tiles (the loads are scalar bf16), and a dkdv tiling that fits 255
+ * registers at D = 128 without the few bytes ptxas spills today.
+ */
+#include "mma.cuh"
+
+#define ATC_WARPS 4
+#define ATC_THREADS (32 * ATC_WARPS) /* block size */
+#define ATC_BQ (16 * ATC_WARPS)      /* query rows a job: 16 a warp */
+#define ATC_BK 64                    /* keys a tile: 8 n-tiles of 8 */
+#define ATC_PAD 8                    /* shared rows are D + 8 elements */
+#define ATC_POS_MAX 0x7fffffff
+#define ATC_POS_MIN (-0x7fffffff - 1)
+#define ATC_NOWIN (1LL << 40)
+
+static __device__ __forceinline__ long long atc_min(long long a, long long b) { return a < b ? a : b; }
+static __device__ __forceinline__ int atc_pos(const int *pos, long long i) { return pos ? pos[i] : (int)i; }
+static __device__ __forceinline__ bool atc_vis(int k, int qp, long long wl) { return k <= qp && (long long)qp - k < wl; }
+
+/* the largest / smallest position of [p0, p0+n), n >= 1 (uniform: broadcast loads) */
+static __device__ int atc_pos_max(const int *pos, long long p0, long long n) {
+    if (!pos) return (int)(p0 + n - 1);
+    int m = ATC_POS_MIN;
+    for (long long i = 0; i < n; i++) m = pos[p0 + i] > m ? pos[p0 + i] : m;
+    return m;
+}
+static __device__ int atc_pos_min(const int *pos, long long p0, long long n) {
+    if (!pos) return (int)p0;
+    int m = ATC_POS_MAX;
+    for (long long i = 0; i < n; i++) m = pos[p0 + i] < m ? pos[p0 + i] : m;
+    return m;
+}
+
+/* dst[r*ld + d] = src[r*D + d] for r < n, 0 for n <= r < R (all d < D) */
+static __device__ void atc_load(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int n, int R, int D, int ld) {
+    const __nv_bfloat16 zero = __float2bfloat16_rn(0.0f);
+    for (int e = threadIdx.x; e < R * D; e += blockDim.x) {
+        int r = e / D, d = e - r * D;
+        dst[r * ld + d] = r < n ? src[e] : zero;
+    }
+}
+
+static __device__ void atc_load_pos(int *dst, const int *pos, long long p0, int n, int R, int fill) {
+    for (int i = threadIdx.x; i < R; i += blockDim.x) dst[i] = i < n ? atc_pos(pos, p0 + i) : fill;
+}
+
+/* What a warp keeps across the key tiles: its two rows' positions, running
+ * max and (partial) sum, and o's accumulator fragments. */
+template <int D>
+struct AtcRows {
+    int qp[2];
+    float m[2], l[2];
+    float acc[D / 8][4];
+};
+
+/* S = q k^T for the tile's first 16*ks16 keys (unscaled), n-tile by n-tile */
+template <int D>
+static __device__ __forceinline__ void atc_scores(float sc[ATC_BK / 8][4], const unsigned qf[D / 16][4],
+                                                  const __nv_bfloat16 *ks, int nt, int lane) {
+    enum { LD = D + ATC_PAD };
+#pragma unroll
+    for (int j = 0; j < ATC_BK / 8; j++) {
+        sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+        if (j >= nt) continue;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            unsigned b[2];
+            kiln_ldmatrix_x2(b, ks + (j * 8 + (lane & 7)) * LD + kk * 16 + 8 * ((lane >> 3) & 1));
+            kiln_mma_bf16(sc[j], qf[kk], b, sc[j]);
+        }
+    }
+}
+
+/* Mask and scale sc, update the rows' max and sum, turn sc into P (bf16
+ * values, as f32) and rescale the accumulators. */
+template <int D>
+static __device__ __forceinline__ void atc_softmax(AtcRows<D> &w, float sc[ATC_BK / 8][4], const int *kp, int n, int nt,
+                                                   bool causal, long long wl, float scale, int t) {
+    float mx[2] = {kiln_neg_inf(), kiln_neg_inf()};
+#pragma unroll
+    for (int j = 0; j < ATC_BK / 8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int key = j * 8 + 2 * t + (i & 1), h = i >> 1;
+            const bool vis = j < nt && key < n && (!causal || atc_vis(kp[key], w.qp[h], wl));
+            sc[j][i] = vis ? sc[j][i] * scale : kiln_neg_inf();
+            mx[h] = fmaxf(mx[h], sc[j][i]);
+        }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(KILN_FULL_MASK, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(KILN_FULL_MASK, mx[h], 2));
+        const float mnew = fmaxf(w.m[h], mx[h]);
+        alpha[h] = mnew == kiln_neg_inf() ? 1.0f : expf(w.m[h] - mnew);
+        w.m[h] = mnew;
+        w.l[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int j = 0; j < ATC_BK / 8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int h = i >> 1;
+            float p = sc[j][i] == kiln_neg_inf() ? 0.0f : __bfloat162float(__float2bfloat16_rn(expf(sc[j][i] - w.m[h])));
+            sc[j][i] = p;
+            w.l[h] += p;
+        }
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) w.acc[dn][i] *= alpha[i >> 1];
+}
+
+/* o and lse of the warp's rows (r0 + g, r0 + g + 8 of the job's tile) */
+template <int D>
+static __device__ void atc_store(AtcRows<D> &w, __nv_bfloat16 *o, float *lse, long long row0, int r0, int rows, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        w.l[h] += __shfl_xor_sync(KILN_FULL_MASK, w.l[h], 1);
+        w.l[h] += __shfl_xor_sync(KILN_FULL_MASK, w.l[h], 2);
+        const int r = r0 + g + 8 * h;
+        if (r >= rows) continue;
+        const bool none = w.m[h] == kiln_neg_inf() || w.l[h] == 0.0f;
+        const float inv = none ? 0.0f : 1.0f / w.l[h];
+        __nv_bfloat16 *orow = o + (row0 + r) * D;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            kiln_st(orow, dn * 8 + 2 * t, w.acc[dn][2 * h] * inv);
+            kiln_st(orow, dn * 8 + 2 * t + 1, w.acc[dn][2 * h + 1] * inv);
+        }
+        if (t == 0) lse[row0 + r] = none ? kiln_neg_inf() : w.m[h] + logf(w.l[h]);
+    }
+}
+
+/* ---- warp-level tile products (forward and backward) ----
+ * acc[j] (j < nt) = A (16 rows of `a`, D wide) x B^T, B = rows j*8.. of `b`
+ * (D wide): a [16][LD] and b [..][LD] bf16 in shared memory.  S = q k^T,
+ * S^T = k q^T, dP = do v^T and dP^T = v do^T are all this form. */
+template <int D>
+static __device__ __forceinline__ void atc_rows_dot(float acc[ATC_BK / 8][4], const __nv_bfloat16 *a,
+                                                    const __nv_bfloat16 *b, int nt, int lane) {
+    enum { LD = D + ATC_PAD };
+#pragma unroll
+    for (int j = 0; j < ATC_BK / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        unsigned af[4];
+        kiln_ldmatrix_x4(af, a + ((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + kk * 16 + 8 * (lane >> 4));
+#pragma unroll
+        for (int j = 0; j < ATC_BK / 8; j++) {
+            if (j >= nt) break;
+            unsigned bf[2];
+            kiln_ldmatrix_x2(bf, b + (j * 8 + (lane & 7)) * LD + kk * 16 + 8 * ((lane >> 3) & 1));
+            kiln_mma_bf16(acc[j], af, bf, acc[j]);
+        }
+    }
+}
+
+/* acc (16 x D) += X (16 x 16*ks16: the f32 accumulators x, rounded to bf16)
+ * x rows [0, 16*ks16) of `b` (D wide, bf16 in shared memory): the A
+ * fragment of k-step s is x's n-tiles 2s and 2s+1 as they stand, B comes
+ * by ldmatrix.x4.trans.  o += P v, dv += P^T do, dk += dS^T q and
+ * dq += dS k are all this form. */
+template <int D>
+static __device__ __forceinline__ void atc_acc_rows(float acc[D / 8][4], const float x[ATC_BK / 8][4],
+                                                    const __nv_bfloat16 *b, int ks16, int lane) {
+    enum { LD = D + ATC_PAD };
+#pragma unroll
+    for (int s = 0; s < ATC_BK / 16; s++) {
+        if (s >= ks16) break;
+        const unsigned a[4] = {kiln_pack_bf16(x[2 * s][0], x[2 * s][1]), kiln_pack_bf16(x[2 * s][2], x[2 * s][3]),
+                               kiln_pack_bf16(x[2 * s + 1][0], x[2 * s + 1][1]),
+                               kiln_pack_bf16(x[2 * s + 1][2], x[2 * s + 1][3])};
+        const __nv_bfloat16 *brow = b + (16 * s + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4);
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn += 2) {
+            unsigned bf[4];
+            kiln_ldmatrix_x4_trans(bf, brow + 8 * dn);
+            kiln_mma_bf16(acc[dn], a, bf, acc[dn]);
+            kiln_mma_bf16(acc[dn + 1], a, bf + 2, acc[dn + 1]);
+        }
+    }
+}
+
+/* rows r (g and g + 8 of the warp's 16, h = 0, 1) of a 16 x D accumulator
+ * into dst rows [row0 + r] (D wide, bf16) for r < n */
+template <int D>
+static __device__ __forceinline__ void atc_store_rows(__nv_bfloat16 *dst, const float acc[D / 8][4], int r0, int n,
+                                                      int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + g + 8 * h;
+        if (r >= n) continue;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            kiln_st(dst + (long long)r * D, dn * 8 + 2 * t, acc[dn][2 * h]);
+            kiln_st(dst + (long long)r * D, dn * 8 + 2 * t + 1, acc[dn][2 * h + 1]);
+        }
+    }
+}
+
+/* Shared memory: qs [BQ][D+8], ks, vs [BK][D+8] (bf16), qp [BQ], kp [BK] (int). */
+template <int D>
+static __device__ void atc_fwd_job(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                   const int *qpos, const int *kpos, __nv_bfloat16 *o, float *lse, long long bh,
+                                   long long t0, long long H, long long KH, long long T, long long S, bool causal,
+                                   long long wl, float scale) {
+    enum { LD = D + ATC_PAD };
+    __nv_bfloat16 *qs = (__nv_bfloat16 *)kiln_smem, *ks = qs + ATC_BQ * LD, *vs = ks + ATC_BK * LD;
+    int *qp = (int *)(vs + ATC_BK * LD), *kp = qp + ATC_BQ;
+    const int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16, g = lane >> 2, t = lane & 3;
+    const int rows = (int)atc_min(ATC_BQ, T - t0);
+    const long long bkv = bh / H * KH + bh % H / (H / KH);
+    const __nv_bfloat16 *kg = k + bkv * S * D, *vg = v + bkv * S * D;
+
+    __syncthreads(); /* the previous job is done with shared memory */
+    atc_load(qs, q + (bh * T + t0) * D, rows, ATC_BQ, D, LD);
+    atc_load_pos(qp, qpos, t0, rows, ATC_BQ, ATC_POS_MIN);
+    __syncthreads();
+    unsigned qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        kiln_ldmatrix_x4(qf[kk], qs + (r0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * LD + kk * 16 + 8 * (lane >> 4));
+    AtcRows<D> w;
+    w.qp[0] = qp[r0 + g], w.qp[1] = qp[r0 + g + 8];
+    w.m[0] = w.m[1] = kiln_neg_inf();
+    w.l[0] = w.l[1] = 0.0f;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) w.acc[dn][0] = w.acc[dn][1] = w.acc[dn][2] = w.acc[dn][3] = 0.0f;
+    const int qmax = atc_pos_max(qpos, t0, rows), qmin = atc_pos_min(qpos, t0, rows);
+
+    const long long send = causal && !qpos ? atc_min(S, t0 + rows) : S;
+    for (long long s0 = 0; s0 < send; s0 += ATC_BK) {
+        int n = (int)atc_min(ATC_BK, send - s0);
+        if (causal)
+            while (n > 0 && atc_pos(kpos, s0 + n - 1) > qmax) n--;
+        if (n == 0) continue;
+        if (wl != ATC_NOWIN && (long long)qmin - atc_pos_max(kpos, s0, n) >= wl) continue; /* before every window */
+        __syncthreads(); /* every warp is done with the last tile's k and v */
+        atc_load(ks, kg + s0 * D, n, ATC_BK, D, LD);
+        atc_load(vs, vg + s0 * D, n, ATC_BK, D, LD);
+        atc_load_pos(kp, kpos, s0, n, ATC_BK, ATC_POS_MAX);
+        __syncthreads();
+        const int ks16 = (n + 15) / 16;
+        float sc[ATC_BK / 8][4];
+        atc_scores<D>(sc, qf, ks, 2 * ks16, lane);
+        atc_softmax<D>(w, sc, kp, n, 2 * ks16, causal, wl, scale, t);
+        atc_acc_rows<D>(w.acc, sc, vs, ks16, lane); /* o += P v */
+    }
+    atc_store<D>(w, o, lse, bh * T + t0, r0, rows, lane);
+}
+
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_fwd(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const int *qpos,
+                      const int *kpos, __nv_bfloat16 *o, float *lse, long long B, long long H, long long KH, long long T,
+                      long long S, long long D, int causal, long long window, double scale) {
+    const long long tiles = (T + ATC_BQ - 1) / ATC_BQ, jobs = B * H * tiles;
+    const bool bypos = causal && qpos && kpos;
+    const long long wl = causal && window > 0 ? window : ATC_NOWIN;
+    const int *qp = bypos ? qpos : 0, *kp = bypos ? kpos : 0;
+    for (long long job = blockIdx.x; job < jobs; job += gridDim.x) {
+        /* the last query tiles (the most keys under causal) first */
+        const long long bh = job / tiles, t0 = (tiles - 1 - job % tiles) * ATC_BQ;
+        switch (D) {
+        case 16: atc_fwd_job<16>(q, k, v, qp, kp, o, lse, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale); break;
+        case 32: atc_fwd_job<32>(q, k, v, qp, kp, o, lse, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale); break;
+        case 64: atc_fwd_job<64>(q, k, v, qp, kp, o, lse, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale); break;
+        case 128: atc_fwd_job<128>(q, k, v, qp, kp, o, lse, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale); break;
+        default: {
+            const long long rows = atc_min(ATC_BQ, T - t0);
+            for (long long e = threadIdx.x; e < rows * D; e += blockDim.x) kiln_st(o, (bh * T + t0) * D + e, kiln_nan());
+            for (long long r = threadIdx.x; r < rows; r += blockDim.x) lse[bh * T + t0 + r] = kiln_nan();
+        }
+        }
+    }
+}
+
+/* ---- backward ----
+ * dq, dk, dv from do, q, k, v, lse and Dt = do . o per query row (f32
+ * scratch, written by attention.cu's kiln_attention_bwd_prep), recomputing
+ * P = e^(scale q.k - lse):  dv += P^T do;  dS = P (do.v - Dt) scale;
+ * dk += dS^T q;  dq += dS k.  Two kernels, as attention.cu's: dk and dv
+ * first (a job per key tile, all of its GQA group's query heads and tiles
+ * in a fixed order, so the sums need neither atomics nor scratch), then
+ * dq (a job per query tile); both deterministic.  Each warp owns 16 rows
+ * of its job's tile (keys in dkdv, queries in dq); the tile products are
+ * atc_rows_dot and atc_acc_rows.  P and dS are rounded to bf16 for the
+ * products that consume them (FlashAttention-2 does the same); a row with
+ * lse = -inf adds nothing. */
+
+/* the query tile [t0, t0+m) of head bh for the backward: q, do rows,
+ * lse (-inf past m), Dt, positions (ATC_POS_MIN past m) */
+template <int D>
+static __device__ void atc_load_qtile(__nv_bfloat16 *qs, __nv_bfloat16 *dos, float *ls, float *dts, int *qp,
+                                      const __nv_bfloat16 *q, const __nv_bfloat16 *dout, const float *lse,
+                                      const float *dt, const int *qpos, long long bh, long long T, long long t0, int m) {
+    enum { LD = D + ATC_PAD };
+    atc_load(qs, q + (bh * T + t0) * D, m, ATC_BQ, D, LD);
+    atc_load(dos, dout + (bh * T + t0) * D, m, ATC_BQ, D, LD);
+    atc_load_pos(qp, qpos, t0, m, ATC_BQ, ATC_POS_MIN);
+    for (int i = threadIdx.x; i < ATC_BQ; i += blockDim.x) {
+        ls[i] = i < m ? lse[bh * T + t0 + i] : kiln_neg_inf();
+        dts[i] = i < m ? dt[bh * T + t0 + i] : 0.0f;
+    }
+}
+
+/* Shared memory: ks, vs [BK][D+8], qs, dos [BQ][D+8] (bf16); ls, dts [BQ]
+ * (f32); qp [BQ], kp [BK] (int). */
+template <int D>
+static __device__ void atc_dkdv_job(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                                    const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
+                                    const int *kpos, __nv_bfloat16 *dk, __nv_bfloat16 *dv, long long bkv, long long s0,
+                                    long long H, long long KH, long long T, long long S, bool causal, long long wl,
+                                    float scale) {
+    enum { LD = D + ATC_PAD };
+    __nv_bfloat16 *ks = (__nv_bfloat16 *)kiln_smem, *vs = ks + ATC_BK * LD, *qs = vs + ATC_BK * LD, *dos = qs + ATC_BQ * LD;
+    float *ls = (float *)(dos + ATC_BQ * LD), *dts = ls + ATC_BQ;
+    int *qp = (int *)(dts + ATC_BQ), *kp = qp + ATC_BQ;
+    const int lane = threadIdx.x % 32, k0 = threadIdx.x / 32 * 16, g = lane >> 2, t = lane & 3;
+    const int n = (int)atc_min(ATC_BK, S - s0);
+    const long long b = bkv / KH, rep = H / KH;
+
+    __syncthreads(); /* the previous job is done with shared memory */
+    atc_load(ks, k + (bkv * S + s0) * D, n, ATC_BK, D, LD);
+    atc_load(vs, v + (bkv * S + s0) * D, n, ATC_BK, D, LD);
+    atc_load_pos(kp, kpos, s0, n, ATC_BK, ATC_POS_MAX);
+    const int kmin = atc_pos_min(kpos, s0, n), kmax = atc_pos_max(kpos, s0, n);
+    float dka[D / 8][4], dva[D / 8][4];
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) dka[dn][i] = dva[dn][i] = 0.0f;
+    for (long long hh = 0; hh < rep; hh++) {
+        const long long bh = b * H + bkv % KH * rep + hh;
+        for (long long t0 = 0; t0 < T; t0 += ATC_BQ) {
+            const int m = (int)atc_min(ATC_BQ, T - t0);
+            if (causal && atc_pos_max(qpos, t0, m) < kmin) continue; /* every query before every key */
+            if (wl != ATC_NOWIN && (long long)atc_pos_min(qpos, t0, m) - kmax >= wl) continue; /* after every window */
+            __syncthreads(); /* every warp is done with the last query tile */
+            atc_load_qtile<D>(qs, dos, ls, dts, qp, q, dout, lse, dt, qpos, bh, T, t0, m);
+            __syncthreads();
+            const int nt = 2 * ((m + 15) / 16);
+            float pt[ATC_BK / 8][4], dst[ATC_BK / 8][4]; /* S^T then P^T; dP^T then dS^T */
+            atc_rows_dot<D>(pt, ks + k0 * LD, qs, nt, lane);
+            atc_rows_dot<D>(dst, vs + k0 * LD, dos, nt, lane);
+#pragma unroll
+            for (int j = 0; j < ATC_BK / 8; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int key = k0 + g + 8 * (i >> 1), qi = j * 8 + 2 * t + (i & 1);
+                    const float L = ls[qi];
+                    const bool vis = j < nt && qi < m && key < n && L != kiln_neg_inf() &&
+                                     (!causal || atc_vis(kp[key], qp[qi], wl));
+                    const float P = vis ? expf(pt[j][i] * scale - L) : 0.0f;
+                    pt[j][i] = P;
+                    dst[j][i] = P * (dst[j][i] - dts[qi]) * scale;
+                }
+            atc_acc_rows<D>(dva, pt, dos, nt / 2, lane);
+            atc_acc_rows<D>(dka, dst, qs, nt / 2, lane);
+        }
+    }
+    atc_store_rows<D>(dk + (bkv * S + s0) * D, dka, k0, n, lane);
+    atc_store_rows<D>(dv + (bkv * S + s0) * D, dva, k0, n, lane);
+}
+
+/* Shared memory: qs, dos [BQ][D+8], ks, vs [BK][D+8] (bf16); ls, dts [BQ]
+ * (f32); qp [BQ], kp [BK] (int). */
+template <int D>
+static __device__ void atc_dq_job(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                                  const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
+                                  const int *kpos, __nv_bfloat16 *dq, long long bh, long long t0, long long H,
+                                  long long KH, long long T, long long S, bool causal, long long wl, float scale) {
+    enum { LD = D + ATC_PAD };
+    __nv_bfloat16 *qs = (__nv_bfloat16 *)kiln_smem, *dos = qs + ATC_BQ * LD, *ks = dos + ATC_BQ * LD, *vs = ks + ATC_BK * LD;
+    float *ls = (float *)(vs + ATC_BK * LD), *dts = ls + ATC_BQ;
+    int *qp = (int *)(dts + ATC_BQ), *kp = qp + ATC_BQ;
+    const int lane = threadIdx.x % 32, r0 = threadIdx.x / 32 * 16, g = lane >> 2, t = lane & 3;
+    const int rows = (int)atc_min(ATC_BQ, T - t0);
+    const long long bkv = bh / H * KH + bh % H / (H / KH);
+    const __nv_bfloat16 *kg = k + bkv * S * D, *vg = v + bkv * S * D;
+
+    __syncthreads(); /* the previous job is done with shared memory */
+    atc_load_qtile<D>(qs, dos, ls, dts, qp, q, dout, lse, dt, qpos, bh, T, t0, rows);
+    __syncthreads();
+    const float L[2] = {ls[r0 + g], ls[r0 + g + 8]}, Dt[2] = {dts[r0 + g], dts[r0 + g + 8]};
+    const int qpr[2] = {qp[r0 + g], qp[r0 + g + 8]};
+    float dqa[D / 8][4];
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) dqa[dn][0] = dqa[dn][1] = dqa[dn][2] = dqa[dn][3] = 0.0f;
+    const int qmax = atc_pos_max(qpos, t0, rows), qmin = atc_pos_min(qpos, t0, rows);
+    const long long send = causal && !qpos ? atc_min(S, t0 + rows) : S;
+    for (long long s0 = 0; s0 < send; s0 += ATC_BK) {
+        int n = (int)atc_min(ATC_BK, send - s0);
+        if (causal)
+            while (n > 0 && atc_pos(kpos, s0 + n - 1) > qmax) n--;
+        if (n == 0) continue;
+        if (wl != ATC_NOWIN && (long long)qmin - atc_pos_max(kpos, s0, n) >= wl) continue;
+        __syncthreads(); /* every warp is done with the last key tile */
+        atc_load(ks, kg + s0 * D, n, ATC_BK, D, LD);
+        atc_load(vs, vg + s0 * D, n, ATC_BK, D, LD);
+        atc_load_pos(kp, kpos, s0, n, ATC_BK, ATC_POS_MAX);
+        __syncthreads();
+        const int nt = 2 * ((n + 15) / 16);
+        float ds[ATC_BK / 8][4], dp[ATC_BK / 8][4]; /* S then dS; dP */
+        atc_rows_dot<D>(ds, qs + r0 * LD, ks, nt, lane);
+        atc_rows_dot<D>(dp, dos + r0 * LD, vs, nt, lane);
+#pragma unroll
+        for (int j = 0; j < ATC_BK / 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int h = i >> 1, key = j * 8 + 2 * t + (i & 1);
+                const bool vis = j < nt && key < n && L[h] != kiln_neg_inf() && (!causal || atc_vis(kp[key], qpr[h], wl));
+                const float P = vis ? expf(ds[j][i] * scale - L[h]) : 0.0f;
+                ds[j][i] = P * (dp[j][i] - Dt[h]) * scale;
+            }
+        atc_acc_rows<D>(dqa, ds, ks, nt / 2, lane);
+    }
+    atc_store_rows<D>(dq + (bh * T + t0) * D, dqa, r0, rows, lane);
+}
+
+/* D's template instance, or NaN outputs for any other D */
+#define ATC_BY_D(call)            \
+    switch (D) {                  \
+    case 16: call(16); break;     \
+    case 32: call(32); break;     \
+    case 64: call(64); break;     \
+    case 128: call(128); break;   \
+    default: unsupported = true;  \
+    }
+
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_bwd_dkdv(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                           const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos, const int *kpos,
+                           __nv_bfloat16 *dk, __nv_bfloat16 *dv, long long B, long long H, long long KH, long long T,
+                           long long S, long long D, int causal, long long window, double scale) {
+    const long long tiles = (S + ATC_BK - 1) / ATC_BK, jobs = B * KH * tiles;
+    const bool bypos = causal && qpos && kpos;
+    const long long wl = causal && window > 0 ? window : ATC_NOWIN;
+    const int *qp = bypos ? qpos : 0, *kp = bypos ? kpos : 0;
+    for (long long job = blockIdx.x; job < jobs; job += gridDim.x) {
+        const long long bkv = job / tiles, s0 = job % tiles * ATC_BK;
+        bool unsupported = false;
+#define ATC_DKDV(d) atc_dkdv_job<d>(dout, q, k, v, lse, dt, qp, kp, dk, dv, bkv, s0, H, KH, T, S, causal != 0, wl, (float)scale)
+        ATC_BY_D(ATC_DKDV)
+#undef ATC_DKDV
+        if (unsupported) {
+            const long long n = atc_min(ATC_BK, S - s0);
+            for (long long e = threadIdx.x; e < n * D; e += blockDim.x) {
+                kiln_st(dk, (bkv * S + s0) * D + e, kiln_nan());
+                kiln_st(dv, (bkv * S + s0) * D + e, kiln_nan());
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_bwd_dq(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                         const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos, const int *kpos,
+                         __nv_bfloat16 *dq, long long B, long long H, long long KH, long long T, long long S,
+                         long long D, int causal, long long window, double scale) {
+    const long long tiles = (T + ATC_BQ - 1) / ATC_BQ, jobs = B * H * tiles;
+    const bool bypos = causal && qpos && kpos;
+    const long long wl = causal && window > 0 ? window : ATC_NOWIN;
+    const int *qp = bypos ? qpos : 0, *kp = bypos ? kpos : 0;
+    for (long long job = blockIdx.x; job < jobs; job += gridDim.x) {
+        const long long bh = job / tiles, t0 = (tiles - 1 - job % tiles) * ATC_BQ;
+        bool unsupported = false;
+#define ATC_DQ(d) atc_dq_job<d>(dout, q, k, v, lse, dt, qp, kp, dq, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale)
+        ATC_BY_D(ATC_DQ)
+#undef ATC_DQ
+        if (unsupported) {
+            const long long rows = atc_min(ATC_BQ, T - t0);
+            for (long long e = threadIdx.x; e < rows * D; e += blockDim.x) kiln_st(dq, (bh * T + t0) * D + e, kiln_nan());
+        }
+    }
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# kiln calibrate (issue 21): --quick on this CPU writes a profile that the
+# loader reads back (kiln plan runs on it and names it), with every field
+# measured and its source in a comment; under mpirun the links are
+# measured; bad flags are one line with exit status 1.
+. "$(dirname "$0")/lib.sh"
+
+out=$("$K" calibrate --device cpu --quick -o "$tmp/c.profile" --name calib1 2>&1)
+say $? "calibrate --quick runs: $out"
+first=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | head -1)
+check "the written profile reads back: $first" "[[ '$first' == 'device calib1 ($tmp/c.profile)'* ]]"
+pred=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | grep '^predicted step')
+check "kiln plan predicts on it: $pred" "[[ '$pred' == 'predicted step '*' on calib1, MFU '* ]]"
+for f in peak_flops_f32 gemm_eff attn_eff mem_bw launch_overhead_s h2d_bw; do
+    check "$f measured, with its source" "grep -q '^$f .*# ' '$tmp/c.profile'"
+done
+check "one rank: the links say they are not measured" "grep -q '^intra_alpha_s .*not measured' '$tmp/c.profile'"
+# the file is the loader's: planting a bad value in it is caught
+sed 's/^attn_eff .*/attn_eff 1.5/' "$tmp/c.profile" > "$tmp/bad.profile"
+err=$("$K" plan models/tiny.lua --device-profile "$tmp/bad.profile" 2>&1)
+check "a planted bad field in it is refused: $err" "[[ '$err' == *'field \"attn_eff\": expected a fraction'* ]]"
+
+if command -v mpirun > /dev/null; then
+    MPI="timeout 120 mpirun --oversubscribe --allow-run-as-root"
+    out=$($MPI -np 2 "$K" calibrate --device cpu --quick -o "$tmp/m.profile" 2>&1)
+    say $? "calibrate --quick under mpirun -np 2: $out"
+    check "the links are measured over 2 ranks" "grep -q '^intra_alpha_s .*MPI_Allreduce over 2 local ranks' '$tmp/m.profile' && grep -q '^node_size *2 ' '$tmp/m.profile'"
+else
+    notok "mpirun is not installed (make test installs Open MPI: tools/deps.sh)"
+fi
+
+bad() { # DESCRIPTION WANT ARGS...
+    local d=$1 want=$2
+    shift 2
+    local out rc
+    out=$("$K" calibrate "$@" 2>&1)
+    rc=$?
+    check "$d: $out" "[ $rc = 1 ] && [ \"\$(printf '%s\n' \"\$out\" | wc -l)\" = 1 ] && [ \"\$out\" = \"\$want\" ]"
+}
+bad "cuda is refused in one line" "kiln: calibrate --device cuda: not available yet (it needs a GPU and the CUDA device's one-kernel programs; the shipped h100/h200/a100 profiles are datasheets and marked estimates: docs/profiles.md)" --device cuda -o "$tmp/g.profile"
+bad "an unknown device" 'kiln: --device: expected cpu or cuda, got "tpu"' --device tpu -o "$tmp/g.profile"
+bad "no -o" "kiln: calibrate: -o FILE.profile is required" --device cpu
+bad "no --device" "kiln: usage: kiln calibrate --device cpu|cuda -o FILE.profile [--quick] [--threads N] [--name NAME] [--base PROFILE]" -o "$tmp/g.profile"
+bad "a bad --threads" 'kiln: --threads: expected a whole number in 1..1024, got "0"' --device cpu --threads 0 -o "$tmp/g.profile"
+check "nothing written on errors" "[ ! -e '$tmp/g.profile' ]"
+echo "1..$n"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# kiln plan --offload and kiln plan --max-seq (issue 19; compiler/cmd/plan_offload.c):
+# - the table per rank and virtual stage: the device peak with offload equals
+#   the memory report's total of the same plan, without it equals the total
+#   of the --offload none plan; it falls on the first stages of --pp 4 and
+#   not on the last; the last rank offloads nothing; saved >= offloaded;
+# - predicted exposed copy time: 0 with free copies, most of the step with
+#   copies at 1 kB/s (the simulation sees the copies);
+# - --max-seq: none <= gemm-last <= gemm-last + offload, and each answer is
+#   checked against kiln plan itself (independently of the search): at the
+#   answer the memory report's largest per-stage total fits, one step
+#   (128 tokens) more does not;
+# - bad input: --max-seq without --memory, --memory 0: one line, exit 1.
+. "$(dirname "$0")/lib.sh"
+GPT4="models/tiny.lua --set layers=4"
+P4="$GPT4 --pp 4 --micro-batches 8 --offload-min-bytes 1"
+"$K" plan $P4 --offload all > "$tmp/all" 2>&1; rc=$?
+"$K" plan $P4 > "$tmp/none" 2>&1
+say $rc "kiln plan --pp 4 --offload all runs"
+totals() { awk '/^  total/ {print $(NF-1)}' "$1"; }
+peaks() { sed -n "s/^  rank [0-9]*: device peak \([0-9.]*\) MiB with offload, \([0-9.]*\) MiB without.*/\\$2/p" "$1"; }
+mibs() { awk '{printf "%.2f\n", $1 / 1048576}'; }
+with=$(peaks "$tmp/all" 1 | paste -sd' ') without=$(peaks "$tmp/all" 2 | paste -sd' ')
+t_all=$(totals "$tmp/all" | mibs | paste -sd' ') t_none=$(totals "$tmp/none" | mibs | paste -sd' ')
+check "device peak with offload per rank ($with MiB) = the report's totals ($t_all)" "[ -n \"$with\" ] && [ \"$with\" = \"$t_all\" ]"
+check "device peak without ($without MiB) = the --offload none plan's totals ($t_none)" "[ -n \"$without\" ] && [ \"$without\" = \"$t_none\" ]"
+python3 - "$with" "$without" <<'EOF'
+import sys
+w = list(map(float, sys.argv[1].split())); o = list(map(float, sys.argv[2].split()))
+assert len(w) == len(o) == 4 and all(a < b for a, b in zip(w[:3], o[:3])) and w[3] == o[3]
+EOF
+say $? "the peak falls on ranks 0-2 and not on the last ($with vs $without)"
+rows=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF == 9' "$tmp/all")
+check "rows per rank and virtual stage: 4, saved >= offloaded, the last rank offloads nothing" \
+    "[ \$(echo \"$rows\" | wc -l) = 4 ] && echo \"$rows\" | awk '\$3 + 0 < \$4 + 0 {exit 1} \$1 == 3 && \$4 + 0 != 0 {exit 1}'"
+"$K" plan models/tiny.lua --set layers=8 --set dim=32 --set heads=2 --pp 4 --vpp 2 --pp-schedule interleaved --micro-batches 8 --offload-min-bytes 1 --offload all > "$tmp/vpp" 2>&1
+nv=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF == 9' "$tmp/vpp" | wc -l)
+check "--vpp 2: a row per rank and virtual stage ($nv)" "[ $nv = 8 ]"
+sed 's/^h2d_bw .*/h2d_bw 1e3/; s/^d2h_bw .*/d2h_bw 1e3/' profiles/cpu.profile > "$tmp/slow.profile"
+sed 's/^h2d_bw .*/h2d_bw 1e30/; s/^d2h_bw .*/d2h_bw 1e30/' profiles/cpu.profile > "$tmp/fast.profile"
+share() { "$K" plan $P4 --offload all --device-profile "$1" 2>&1 | sed -n 's/^  rank 0:.*exposed copy time [0-9.]* ms (\([0-9.]*\)% of the step.*/\1/p'; }
+fast=$(share "$tmp/fast.profile") slow=$(share "$tmp/slow.profile")
+check "rank 0's exposed copy time: free copies ${fast:-?}% of the step, 1 kB/s copies ${slow:-?}%" \
+    "[ \"$fast\" = 0.00 ] && awk -v s=\"${slow:-0}\" 'BEGIN{exit !(s > 90)}'"
+
+# ---- --max-seq ----
+MEM=0.004
+"$K" plan $GPT4 --pp 4 --micro-batches 8 --offload-min-bytes 1 --max-seq --memory $MEM > "$tmp/ms" 2>&1; rc=$?
+say $rc "kiln plan --max-seq --memory $MEM GiB: $(awk '/^  (none|gemm-last)/ {printf "%s %s; ", $1 ($2 == "+" ? " + offload" : ""), ($2 == "+" ? $5 : $2)}' "$tmp/ms")"
+seqs=($(awk '/^  none/ {print $2} /^  gemm-last  / {print $2} /^  gemm-last \+/ {print $5}' "$tmp/ms"))
+check "none (${seqs[0]:-?}) <= gemm-last (${seqs[1]:-?}) <= gemm-last + offload auto (${seqs[2]:-?})" \
+    "[ ${#seqs[@]} = 3 ] && [ ${seqs[0]} -le ${seqs[1]} ] && [ ${seqs[1]} -le ${seqs[2]} ]"
+limit=$(awk -v g=$MEM 'BEGIN{printf "%d", g * 1073741824}')
+maxtotal() { "$K" plan $GPT4 --pp 4 --micro-batches 8 --offload-min-bytes 1 "$@" 2>/dev/null | awk '/^  total/ {if ($(NF-1) > m) m = $(NF-1)} END {print m + 0}'; }
+pols=("--recompute none" "--recompute gemm-last" "--recompute gemm-last --offload auto")
+for k in 0 1 2; do
+    s=${seqs[$k]:-0}
+    at=$(maxtotal ${pols[$k]} --set seq=$s) above=$(maxtotal ${pols[$k]} --set seq=$((s + 128)))
+    check "${pols[$k]}: kiln plan at seq $s: $at bytes <= $limit, at $((s + 128)): $above > $limit" \
+        "[ $s -gt 0 ] && [ $at -le $limit ] && [ $above -gt $limit ]"
+done
+out=$("$K" plan $GPT4 --max-seq 2>&1); rc=$?
+check "--max-seq without --memory: one line ($out)" "[ $rc = 1 ] && [ \$(echo \"\$out\" | wc -l) = 1 ] && [[ \"\$out\" == *'--memory GiB'* ]]"
+out=$("$K" plan $GPT4 --max-seq --memory 0 2>&1); rc=$?
+check "--memory 0: one line ($out)" "[ $rc = 1 ] && [ \$(echo \"\$out\" | wc -l) = 1 ] && [[ \"\$out\" == *'--memory: expected'* ]]"
+echo "1..$n"

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Tensor parallel in the interpreter (issue 20): `kiln check --tp N` runs every
+# rank of Megatron's layout (column-parallel QKV / MLP-up / SwiGLU gate,
+# row-parallel attention-out / MLP-down, heads and kv heads split, an
+# all-reduce over tp after each row-parallel GEMM and after each
+# column-parallel input gradient) for two steps and compares loss,
+# grad-norm, lr, gradients (joined from the tp shards) and updated
+# parameters with the single-device program (f64, relative 1e-9).  Then the
+# program's shape (where the all-reduces are), a planted bug the check must
+# catch, and the bad inputs (one line each).
+. "$(dirname "$0")/lib.sh"
+LR="--warmup 1 --lr 0.01"
+# Llama with GQA: heads 8, kv heads 2 or 4 (kv_heads = tp and kv_heads > tp)
+llama() { echo "models/llama.lua --set vocab=128 --set dim=64 --set layers=2 --set heads=$1 --set kv_heads=$2 --set ffn=128 --set seq=16 --set batch=4 $LR"; }
+check() { # args...
+    out=$(timeout 300 "$K" check "$@" 2>&1); rc=$?
+    if [ $rc = 0 ] && [[ "$out" == *", 0 mismatched"* ]] && [[ "$out" == *"--tp "* ]]; then ok "check $*: ${out##*: }"
+    else notok "check $*: rc=$rc $out"; fi
+}
+check models/tiny.lua --tp 2 --zero 0
+check models/tiny.lua --tp 4
+check models/tiny.lua --tp 2 --no-sp --zero 0
+check models/tiny.lua --tp 4 --no-sp
+check $(llama 8 2) --tp 2 --no-sp
+check $(llama 8 4) --tp 4 --no-sp --zero 0
+check $(llama 8 4) --tp 2 --no-sp --dp 2 --cp 2 --cp-comm p2p
+check models/tiny.lua --tp 2 --micro-batches 2 --zero 0
+check $(llama 8 2) --tp 2            # kv_heads = tp
+check $(llama 8 4) --tp 2 --zero 0   # kv_heads > tp
+check $(llama 8 4) --tp 4            # kv_heads = tp
+check $(llama 8 8) --tp 4 --zero 0   # MHA, kv_heads > tp
+check $(llama 4 2) --tp 2 --weight-decay 0.1
+# tp with the other axes: dp, cp (ring and all-gather attention over the
+# rank's heads), pp (each stage's tp group)
+check models/tiny.lua --tp 2 --dp 2
+check $(llama 8 4) --tp 2 --dp 2 --zero 0 --micro-batches 2
+check models/tiny.lua --tp 2 --cp 2 --cp-comm p2p
+check $(llama 8 4) --tp 2 --cp 2 --cp-comm p2p
+check $(llama 8 2) --tp 2 --cp 2 --cp-comm allgather --zero 0
+check models/tiny.lua --tp 2 --pp 2 --micro-batches 2
+check $(llama 8 4) --tp 2 --pp 2 --micro-batches 4 --pp-schedule interleaved --vpp 2 --set layers=4
+check $(llama 8 4) --tp 2 --dp 2 --cp 2 --cp-comm p2p
+# an unannotated model (no {tp} on any param) runs replicated on the tp ranks
+check tests/models/keybias.lua --tp 2
+
+# Megatron's collectives, per layer: forward all-reduces after attention-out
+# and MLP-down, backward after the two norms' input gradients (Llama: wq, wk
+# and wv add their partial input gradients first: one all-reduce for three)
+ir=$("$K" dump $(llama 8 4) --set layers=1 --tp 2 --no-sp --after parallelize 2>&1)
+fwd=$(printf '%s\n' "$ir" | grep -c 'allreduce .*group="tp".* L0 fwd')
+bwd=$(printf '%s\n' "$ir" | grep -c 'allreduce .*group="tp".* L0 bwd')
+heads=$(printf '%s\n' "$ir" | grep -c 'f32\[4,4,16,8\]<tp=s1>, %[0-9]*:f32\[4,4,16\]<tp=s1> = attention ')
+if [ "$fwd" = 2 ] && [ "$bwd" = 2 ] && [ "$heads" = 1 ]; then ok "llama tp 2: 2 all-reduces in forward, 2 in backward per layer; 4 of 8 heads per rank"
+else notok "llama tp 2: fwd all-reduces $fwd, bwd $bwd, attention with 4 local heads: $heads"; fi
+wq=$(printf '%s\n' "$ir" | grep -c 'f32\[64,32\]<tp=s1> = param {name="h.0.attention.wq.weight"')
+wo=$(printf '%s\n' "$ir" | grep -c 'f32\[32,64\]<tp=s0> = param {name="h.0.attention.wo.weight"')
+if [ "$wq" = 1 ] && [ "$wo" = 1 ]; then ok "wq column-parallel [64,32] per rank, wo row-parallel [32,64]"; else notok "wq $wq wo $wo"; fi
+
+# GPT-2's fused c_attn [C,3C]: q, k and v blocks, each split over tp (tp_blocks=3)
+ir=$("$K" dump models/tiny.lua --set layers=1 --tp 2 --after parallelize 2>&1)
+qkv=$(printf '%s\n' "$ir" | grep -c 'f32\[64,96\]<tp=s1> = param {name="h.0.attn.c_attn.weight".*tp_blocks=3')
+sl=$(printf '%s\n' "$ir" | grep -c 'f32\[8,64,32\]<tp=s2> = slice %[0-9]* {dim=2, start=\(0, end=32\|32, end=64\|64, end=96\)}')
+att=$(printf '%s\n' "$ir" | grep -c 'f32\[8,2,64,16\]<tp=s1>, %[0-9]*:f32\[8,2,64\]<tp=s1> = attention ')
+if [ "$qkv" = 1 ] && [ "$sl" = 3 ] && [ "$att" = 1 ]; then ok "gpt tp 2: c_attn [64,96] per rank (its third of q, k, v), 3 local slices, 2 of 4 heads"
+else notok "gpt tp 2: c_attn $qkv, slices $sl, attention $att"; fi
+
+# vocab-parallel embedding and loss: the logits [B,T,V/tp] are never gathered;
+# only the rows' maxima (tp values per row) are, the sums of exponentials and
+# the target logits are all-reduced ([B,T]), and the embedding's lookups too
+ir=$("$K" dump $(llama 8 4) --set layers=1 --tp 2 --no-sp --after parallelize 2>&1)
+ag=$(printf '%s\n' "$ir" | grep 'allgather ' | grep -c 'f32\[4,16,2\] = allgather .*group="tp", dim=2')
+agall=$(printf '%s\n' "$ir" | grep -c 'allgather ')
+rows=$(printf '%s\n' "$ir" | grep -c 'f32\[4,16\] = allreduce .*group="tp".* L-1 fwd')
+logits=$(printf '%s\n' "$ir" | grep -c 'f32\[4,16,64\]<tp=s2> = matmul .* L-1 fwd')
+if [ "$ag" = 1 ] && [ "$agall" = 1 ] && [ "$rows" = 2 ] && [ "$logits" = 1 ]; then ok "vocab parallel: logits [4,16,64] of 128 per rank, one all-gather of the row maxima, 2 row all-reduces"
+else notok "vocab parallel: maxima gathers $ag of $agall, row all-reduces $rows, local logits $logits"; fi
+
+# sequence parallelism (the default): per layer, forward reduce-scatters after
+# attention-out and MLP-down and all-gathers before QKV and the MLP (no
+# all-reduce), backward the mirror; the norms run on T/tp tokens; their
+# gains' gradients are partial sums, all-reduced over tp
+ir=$("$K" dump $(llama 8 4) --set layers=1 --tp 2 --after parallelize 2>&1)
+rs=$(printf '%s\n' "$ir" | grep -c 'f32\[4,8,64\]<tp=s1> = reducescatter .*group="tp", dim=1}.* L0 fwd')
+ag=$(printf '%s\n' "$ir" | grep -c 'f32\[4,16,64\] = allgather .*group="tp", dim=1}.* L0 fwd')
+ar=$(printf '%s\n' "$ir" | grep -c 'allreduce .*group="tp".* L0 fwd')
+nrm=$(printf '%s\n' "$ir" | grep -c 'f32\[4,8,64\]<tp=s1> = rmsnorm .* L0 fwd')
+brs=$(printf '%s\n' "$ir" | grep -c 'reducescatter .*group="tp", dim=1}.* L0 bwd')
+gains=$(printf '%s\n' "$ir" | grep -c 'f32\[64\] = allreduce .*group="tp"')
+if [ "$rs" = 2 ] && [ "$ag" = 2 ] && [ "$ar" = 0 ] && [ "$nrm" = 2 ] && [ "$brs" = 2 ] && [ "$gains" = 3 ]; then
+    ok "sp: per layer 2 reduce-scatters and 2 all-gathers forward, 0 all-reduces, norms on 8 of 16 tokens, 2 reduce-scatters backward, 3 norm gains' gradients all-reduced"
+else notok "sp: fwd reduce-scatters $rs, all-gathers $ag, all-reduces $ar, local norms $nrm, bwd reduce-scatters $brs, gain all-reduces $gains"; fi
+out=$("$K" check $(llama 8 4) --tp 2 --test-tp-bug norm-grad 2>&1)
+if [[ "$out" == *" mismatched"* ]] && [[ "$out" != *", 0 mismatched"* ]]; then ok "planted norm-grad (a norm gain's gradient not reduced over tp under sp) fails the check: ${out##*, }"
+else notok "planted norm-grad not caught: $out"; fi
+
+# planted bugs: backward without the all-reduce of the input gradient; the
+# vocab-parallel loss shifted by each rank's own max (not the row's)
+out=$("$K" check models/tiny.lua --tp 2 --test-tp-bug xent-max 2>&1)
+if [[ "$out" == *" mismatched"* ]] && [[ "$out" != *", 0 mismatched"* ]]; then ok "planted xent-max fails the check: ${out##*, }"
+else notok "planted xent-max not caught: $out"; fi
+# planted bug: backward without the all-reduce of the input gradient
+out=$("$K" check $(llama 8 4) --tp 2 --no-sp --test-tp-bug drop-bwd-reduce 2>&1)
+if [[ "$out" == *" mismatched"* ]] && [[ "$out" != *", 0 mismatched"* ]]; then ok "planted drop-bwd-reduce fails the check: ${out##*, }"
+else notok "planted drop-bwd-reduce not caught: $out"; fi
+
+# bad input: one line naming the model line (or the flag), exit != 0
+bad() { # want args...
+    local want=$1; shift
+    out=$("$K" check "$@" 2>&1); rc=$?
+    if [ $rc != 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [[ "$out" == *"$want"* ]]; then ok "bad: $want: $out"
+    else notok "bad $*: rc=$rc want '$want': $out"; fi
+}
+bad "heads are not divisible by --tp 4" models/llama.lua --set dim=48 --set heads=6 --set kv_heads=6 --set layers=1 --set ffn=64 --set vocab=64 --set seq=16 --set batch=2 --tp 4
+bad "attention: 3 heads are not divisible by --tp 2" models/tiny.lua --set heads=3 --set dim=96 --tp 2
+bad "kv heads are not divisible by --tp 4" $(llama 8 2) --tp 4
+bad "param wte.weight: dim 1 of size 255 is not divisible by --tp 2" models/tiny.lua --set vocab=255 --tp 2
+bad "is not divisible by --tp 3" models/tiny.lua --tp 3
+bad "--tp: expected at least 1" models/tiny.lua --tp 0
+bad "--sp: sequence parallelism splits over the tensor-parallel ranks; it needs --tp > 1" models/tiny.lua --sp
+out=$("$K" compile models/tiny.lua --tp 2 -o "$tmp/tp2" 2>&1); rc=$?
+if [ $rc != 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [[ "$out" == *"the trainers do not run tensor parallel yet"* ]]; then ok "compile --tp 2 refused in one line: $out"
+else notok "compile --tp 2: rc=$rc $out"; fi
+cat > "$tmp/badtp.lua" <<'LUA'
+local x = input("x", {2, 4}, "f32")
+local w = param("w", {4, 4}, normal(0.02), {tp = 3})
+loss(mean(sum(matmul(x, w), -1)))
+LUA
+bad "badtp.lua:2: param: w: {tp = 3} out of range for a rank-2 parameter" "$tmp/badtp.lua" --tp 2
+cat > "$tmp/badlin.lua" <<'LUA'
+local nn = require "nn"
+local x = input("x", {2, 4}, "f32")
+loss(mean(sum(nn.linear(x, "fc", 4, 4, {tp = "diag"}), -1)))
+LUA
+bad 'badlin.lua:3: nn.linear(fc): tp must be "col" or "row", got diag' "$tmp/badlin.lua" --tp 2

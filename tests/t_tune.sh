@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# kiln tune (issue 21): the fast path (one probe program per per-rank
+# shape, composed) against the whole program compiled and simulated (kiln
+# tune --check) on small configurations: step within 7%, memory within 11%
+# (what the composition leaves today: the data-parallel collectives' and
+# the buffers' overlap taken from formulas, not from the program; measured
+# worst 6.4% and 10.8%), and for Llama, whose memory peak sits in the
+# forward before the gradients exist (the composition adds them: +36%
+# today, docs/tune.md), the step only; the table is ranked by the
+# predicted step; the best's `kiln compile` command compiles; memory
+# pruning, tp's note and bad flags.
+. "$(dirname "$0")/lib.sh"
+
+# the worst |error| of the check's rows: column 4 (time) or 7 (memory)
+worst() { awk -v c="$2" '/^check:/{on=1; next} on && $1 ~ /^[0-9]+$/ {e=$c; sub("%","",e); if (e<0) e=-e; if (e>w) w=e} END{print w+0}' "$1"; }
+
+run_check() { # NAME MEM ARGS... : --check over the shown rows; MEM 0: time only
+    local name=$1 mem=$2
+    shift 2
+    "$K" tune "$@" --device cpu --top 6 --check 6 > "$tmp/$name.txt" 2>&1
+    local rc=$? wt wm
+    wt=$(worst "$tmp/$name.txt" 4) wm=$(worst "$tmp/$name.txt" 7)
+    check "$name: fast path within 7% of the full simulation's step (worst $wt%)" "[ $rc = 0 ] && awk 'BEGIN{exit !($wt <= 7)}'"
+    [ "$mem" = 1 ] && check "$name: and within 11% of its memory (worst $wm%)" "[ $rc = 0 ] && awk 'BEGIN{exit !($wm <= 11)}'"
+}
+G="models/gpt2.lua --set layers=4 --set dim=128 --set heads=4"
+run_check "dp, cp, recompute, 4 ranks" 1 $G --gpus 4 --global-batch 8 --seq 256 --pp 1
+run_check "pp 2: every schedule" 1 $G --gpus 2 --global-batch 8 --seq 256 --pp 2
+run_check "pp 2 x dp 2, 1f1b" 1 $G --gpus 4 --global-batch 8 --seq 256 --pp 2 --pp-schedule 1f1b
+run_check "llama, cp 2" 0 models/llama.lua --set layers=4 --gpus 4 --global-batch 4 --seq 256 --cp 2
+
+out=$("$K" tune $G --gpus 4 --global-batch 8 --seq 256 --device cpu --top 50 2>&1)
+printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 15 {print $14}' > "$tmp/steps"
+check "the table is ranked by predicted step ($(wc -l < "$tmp/steps") rows)" "[ -s '$tmp/steps' ] && sort -g '$tmp/steps' | cmp -s - '$tmp/steps'"
+check "tp is a dimension with a note" "printf '%s\n' \"\$out\" | grep -q '^note: tp 2: the compiler has no tensor parallelism in this build'"
+best=$(printf '%s\n' "$out" | sed -n 's/^best: kiln compile //p')
+check "the best's command is printed: $best" "[ -n '$best' ]"
+"$K" plan ${best% --target*} > "$tmp/plan.txt" 2>&1
+say $? "kiln plan accepts the best's flags"
+
+# memory pruning: a budget below every candidate leaves nothing
+out=$("$K" tune $G --gpus 2 --global-batch 8 --seq 256 --device cpu --memory 0.0001 2>&1)
+rc=$?
+check "nothing fits 0.0001 GiB: one line, status 1" "[ $rc = 1 ] && printf '%s\n' \"\$out\" | tail -1 | grep -q '^kiln: tune: no configuration fits'"
+out=$("$K" tune $G --gpus 2 --global-batch 8 --seq 256 --device cpu --memory 0.3 2>&1)
+fits=$(printf '%s\n' "$out" | sed -n 's/.*: \([0-9]*\) fit, \([0-9]*\) do not fit.*/\1 \2/p')
+check "a budget between prunes some and keeps some ($fits)" "set -- $fits; [ \"\$1\" -gt 0 ] && [ \"\$2\" -gt 0 ]"
+mem_ok=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 15 && $NF > 0.3 {bad=1} END{print bad+0}')
+check "every kept row fits the budget" "[ $mem_ok = 0 ]"
+
+bad() { # DESCRIPTION WANT ARGS...
+    local d=$1 want=$2
+    shift 2
+    local out rc
+    out=$("$K" tune "$@" 2>&1)
+    rc=$?
+    check "$d: $out" "[ $rc = 1 ] && [ \"\$(printf '%s\n' \"\$out\" | wc -l)\" = 1 ] && [ \"\$out\" = \"\$want\" ]"
+}
+bad "no --gpus" "kiln: tune: --gpus N is required" models/tiny.lua --device cpu
+bad "no --device" "kiln: tune: --device PROFILE is required (cpu, h100, h200, a100 or a .profile file)" models/tiny.lua --gpus 2
+bad "a bad --gpus" 'kiln: --gpus: expected a whole number in 1..1048576, got "0"' models/tiny.lua --gpus 0 --device cpu
+bad "an unknown profile" 'kiln: --device: no device profile named "v100" (shipped: cpu, h100-sxm, h200-sxm, a100-80g; or give a path)' models/tiny.lua --gpus 2 --device v100
+bad "--set batch" "kiln: --set batch: use --global-batch / --seq with kiln tune" models/tiny.lua --gpus 2 --device cpu --set batch=4
+bad "a bad --memory" 'kiln: --memory: expected GiB, a positive number, got "-1"' models/tiny.lua --gpus 2 --device cpu --memory -1
+echo "1..$n"

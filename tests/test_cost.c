@@ -1,0 +1,323 @@
+/* test_cost.c — the cost model's simulator (cost.c) on hand-built
+ * programs with known answers, and its node times against the profile's
+ * formulas.
+ *
+ *   two streams and an event   compute A (2 s) records e0; the comm stream
+ *                              waits e0, runs C and records e1; compute B
+ *                              (3 s), waits e1, D (1 s).  C = 4 s: C ends at
+ *                              6, compute idles 1 s (exposed comm 1), step
+ *                              7.  C = 2 s: hidden, step 6.
+ *   a collective with a straggler  two pipeline ranks, A = 1 s and 3 s, then
+ *                              an all-reduce over pp (0.5 s), then 1 s each:
+ *                              both end at 3 + 0.5 + 1 = 4.5; rank 0 idles
+ *                              2 s (bubble), rank 1 none.
+ *   a pipeline of 2 ranks      the per-rank programs ppsched's plans make
+ *                              (F, B, W nodes on compute; sends and recvs
+ *                              on the comm stream with their events): 1f1b
+ *                              p 2 m 2 with F 1, B 2 takes (m+p−1)(F+B) = 9;
+ *                              and every schedule at p 2 m 4 (interleaved,
+ *                              zb-v at v 2) with unequal chunk costs and a
+ *                              transfer latency equals ppsched_simulate's
+ *                              makespan (an independent walk over the
+ *                              plan), to 1e-12, with the recvs on a stream
+ *                              of their own; with recvs and sends on one
+ *                              in-order comm stream (pp.c's programs) a
+ *                              recv queued behind a send waits for it: at
+ *                              latency 0 still equal, else never less.
+ *   a deadlock                 a wait with no record is one line naming it.
+ *   node times                 a GEMM, attention, an elementwise node and an
+ *                              all-reduce against the profile's formulas.
+ * Each rank's split (compute + comm + bubble + copy) must add up to the
+ * step.
+ */
+#include "testutil.h"
+#include "cost.h"
+#include "live.h"
+#include "ppsched.h"
+
+#define TOL 1e-12
+#define NEAR(got, want) \
+    do { \
+        double g_ = (got), w_ = (want); \
+        if (fabs(g_ - w_) > TOL * (1 + fabs(w_))) fail_msg("%s = %.17g, want %.17g", #got, g_, w_); \
+    } while (0)
+
+/* ---- building programs ---- */
+
+typedef struct {
+    Module *m;
+    double *dur[8];
+    int cap[8];
+} Prog;
+
+static Prog prog_new(int stages) {
+    Prog P = {0};
+    P.m = ir_module_new("t");
+    P.m->mesh[0] = stages;
+    P.m->stages = ir_alloc(P.m, sizeof(Graph *) * (size_t)stages);
+    P.m->nstages = stages;
+    for (int s = 0; s < stages; s++) {
+        P.m->stages[s] = ir_graph_new(P.m);
+        P.cap[s] = 1024;
+        P.dur[s] = calloc(1024, sizeof(double));
+    }
+    return P;
+}
+
+static void prog_free(Prog *P) {
+    for (int s = 0; s < P->m->nstages; s++) free(P->dur[s]);
+    ir_free(P->m);
+}
+
+/* Node op on stage s, stream k, duration d; returns its index. */
+static int add(Prog *P, int s, Op op, int k, double d, int nin, const int *in, int nattr, const Attr *at) {
+    Graph *g = P->m->stages[s];
+    NodeSpec sp = ir_spec(op, (Loc){ir_intern(P->m, "t.lua"), g->nnodes + 1});
+    Type sc = {.dt = DT_F32, .rank = 0};
+    sp.nin = nin, sp.in = in, sp.nattr = nattr, sp.attr = at, sp.src_type = &sc;
+    char err[256];
+    int i = ir_add_node(g, &sp, err, sizeof err);
+    if (i < 0) fail_msg("ir_add_node: %s", err);
+    g->nodes[i].stream = k, g->nodes[i].stage = s;
+    assert_true(i < P->cap[s]);
+    P->dur[s][i] = d;
+    return i;
+}
+
+static int scalar(Prog *P, int s) {
+    Attr a = ir_attr_str(P->m, "name", "x");
+    return ir_out(P->m->stages[s], add(P, s, OP_input, 0, 0, 0, NULL, 1, &a));
+}
+static int work(Prog *P, int s, int k, double d, int x) { return add(P, s, OP_neg, k, d, 1, &x, 0, NULL); }
+static void sync(Prog *P, int s, Op op, int k, int ev) {
+    Attr a = ir_attr_int(P->m, "event", ev);
+    add(P, s, op, k, 0, 0, NULL, 1, &a);
+}
+static int coll(Prog *P, int s, int k, double d, int x, const char *group) {
+    Attr a = ir_attr_str(P->m, "group", group);
+    return add(P, s, OP_allreduce, k, d, 1, &x, 1, &a);
+}
+static void p2p(Prog *P, int s, Op op, int k, double d, int x, int peer, int tag) {
+    Attr a[3] = {ir_attr_str(P->m, "group", "pp"), ir_attr_int(P->m, "peer", peer), ir_attr_int(P->m, "tag", tag)};
+    add(P, s, op, k, d, op == OP_send, &x, 3, a);
+}
+
+static CostSim simulate(Prog *P) {
+    CostSim s;
+    char err[512];
+    if (cost_simulate(P->m, NULL, P->dur, &s, err, sizeof err)) fail_msg("cost_simulate: %s", err);
+    for (int r = 0; r < s.nstages; r++) { /* the split adds up to the step */
+        const CostRank *R = &s.rank[r];
+        NEAR(R->compute + R->comm + R->bubble + R->copy, s.step);
+    }
+    return s;
+}
+
+/* ---- two streams and an event ---- */
+
+static void two_streams(double c, double step, double exposed) {
+    Prog P = prog_new(1);
+    int x = scalar(&P, 0);
+    work(&P, 0, IR_STREAM_COMPUTE, 2, x); /* A */
+    sync(&P, 0, OP_record, IR_STREAM_COMPUTE, 0);
+    sync(&P, 0, OP_wait, IR_STREAM_COMM, 0);
+    int cnode = coll(&P, 0, IR_STREAM_COMM, c, x, "dp"); /* C */
+    sync(&P, 0, OP_record, IR_STREAM_COMM, 1);
+    work(&P, 0, IR_STREAM_COMPUTE, 3, x); /* B */
+    sync(&P, 0, OP_wait, IR_STREAM_COMPUTE, 1);
+    int d = work(&P, 0, IR_STREAM_COMPUTE, 1, x); /* D */
+    CostSim s = simulate(&P);
+    NEAR(s.start[0][cnode], 2);
+    NEAR(s.end[0][cnode], 2 + c);
+    NEAR(s.end[0][d], step);
+    NEAR(s.step, step);
+    NEAR(s.rank[0].compute, 6);
+    NEAR(s.rank[0].comm, exposed);
+    NEAR(s.rank[0].bubble, 0);
+    cost_sim_free(&s);
+    prog_free(&P);
+}
+
+static void test_two_streams(void **state) {
+    (void)state;
+    two_streams(4, 7, 1); /* C ends at 6, B at 5: 1 s exposed */
+    two_streams(2, 6, 0); /* C ends at 4: hidden behind B */
+}
+
+/* ---- a collective with a straggler ---- */
+
+static void test_straggler(void **state) {
+    (void)state;
+    Prog P = prog_new(2);
+    int ar[2], last[2];
+    for (int s = 0; s < 2; s++) {
+        int x = scalar(&P, s);
+        work(&P, s, IR_STREAM_COMPUTE, s ? 3 : 1, x);
+        ar[s] = coll(&P, s, IR_STREAM_COMPUTE, 0.5, x, "pp");
+        last[s] = work(&P, s, IR_STREAM_COMPUTE, 1, x);
+    }
+    CostSim s = simulate(&P);
+    for (int r = 0; r < 2; r++) {
+        NEAR(s.end[r][ar[r]], 3.5);
+        NEAR(s.end[r][last[r]], 4.5);
+        NEAR(s.rank[r].comm, 0.5);
+    }
+    NEAR(s.step, 4.5);
+    NEAR(s.rank[0].bubble, 2);
+    NEAR(s.rank[0].compute, 2);
+    NEAR(s.rank[1].bubble, 0);
+    NEAR(s.rank[1].compute, 4);
+    cost_sim_free(&s);
+    prog_free(&P);
+}
+
+/* ---- a pipeline ---- */
+
+/* The tag of the transfer that action (k, c, mb) sends. */
+static int tag_of(const PpPlan *pl, int k, int c, int mb) { return (k * pl->p * pl->v + c) * pl->m + mb; }
+
+/* The rank that consumes action a's output (-1: none, or the same rank). */
+static int consumer(const PpPlan *pl, int r, Action a, int *chunk) {
+    int nch = pl->p * pl->v;
+    *chunk = a.kind == ACT_F ? a.chunk + 1 : a.kind == ACT_B ? a.chunk - 1 : -1;
+    if (*chunk < 0 || *chunk >= nch) return -1;
+    int q = pp_chunk_rank(pl, *chunk);
+    return q == r ? -1 : q;
+}
+
+/* The rank that produced what action a reads from another rank (-1: none). */
+static int producer(const PpPlan *pl, int r, Action a, int *chunk) {
+    int nch = pl->p * pl->v;
+    *chunk = a.kind == ACT_F ? a.chunk - 1 : a.kind == ACT_B ? a.chunk + 1 : -1;
+    if (*chunk < 0 || *chunk >= nch) return -1;
+    int q = pp_chunk_rank(pl, *chunk);
+    return q == r ? -1 : q;
+}
+
+/* Rank programs of plan pl: per action, a recv (on stream rs) and a wait,
+ * the work on compute, then a record and its send on comm. */
+static Prog pipeline_prog(const PpPlan *pl, const double *const cost[3], double lat, int rs) {
+    Prog P = prog_new(pl->p);
+    for (int r = 0; r < pl->p; r++) {
+        int x = scalar(&P, r), ev = 0;
+        for (int i = 0; i < pl->nact[r]; i++) {
+            Action a = pl->act[r][i];
+            int c, q = producer(pl, r, a, &c);
+            if (q >= 0) {
+                p2p(&P, r, OP_recv, rs, 0, x, q - r, tag_of(pl, a.kind == ACT_F ? ACT_F : ACT_B, c, a.mb));
+                sync(&P, r, OP_record, rs, ev);
+                sync(&P, r, OP_wait, IR_STREAM_COMPUTE, ev++);
+            }
+            work(&P, r, IR_STREAM_COMPUTE, cost[a.kind][a.chunk], x);
+            if ((q = consumer(pl, r, a, &c)) >= 0) {
+                sync(&P, r, OP_record, IR_STREAM_COMPUTE, ev);
+                sync(&P, r, OP_wait, IR_STREAM_COMM, ev++);
+                p2p(&P, r, OP_send, IR_STREAM_COMM, lat, x, q - r, tag_of(pl, a.kind, a.chunk, a.mb));
+            }
+        }
+    }
+    return P;
+}
+
+static double pipeline_step(PpSchedule k, int p, int v, int m, const double *const cost[3], double lat, int rs, double *ref) {
+    PpPlan pl;
+    char err[256];
+    if (ppsched_build(&pl, k, p, v, m, err, sizeof err)) fail_msg("%s", err);
+    Prog P = pipeline_prog(&pl, cost, lat, rs);
+    CostSim s = simulate(&P);
+    PpTimes t;
+    assert_int_equal(ppsched_simulate(&pl, cost, lat, &t), 0);
+    *ref = t.makespan;
+    double step = s.step;
+    ppsched_times_free(&t);
+    cost_sim_free(&s);
+    prog_free(&P);
+    ppsched_free(&pl);
+    return step;
+}
+
+static void test_pipeline(void **state) {
+    (void)state;
+    double f[4] = {1, 1, 1, 1}, b[4] = {2, 2, 2, 2}, w[4] = {0, 0, 0, 0}, ref;
+    const double *const eq[3] = {f, b, w};
+    NEAR(pipeline_step(PS_1F1B, 2, 1, 2, eq, 0, IR_STREAM_COMM, &ref), 9); /* (m + p − 1)(F + B) */
+    NEAR(ref, 9);
+    double f2[4] = {1.0, 1.5, 0.75, 1.25}, b2[4] = {2.0, 2.5, 1.5, 3.0}, w2[4] = {0.5, 1.0, 0.75, 0.25};
+    const double *const un[3] = {f2, b2, w2};
+    static const struct { PpSchedule k; int v; } cases[] = {{PS_1F1B, 1}, {PS_INTERLEAVED, 2}, {PS_ZBH1, 1}, {PS_ZBV, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int lat = 0; lat < 2; lat++) {
+            /* recvs on a stream of their own: ppsched's model exactly */
+            double got = pipeline_step(cases[i].k, 2, cases[i].v, 4, un, 0.125 * lat, IR_STREAM_H2D, &ref);
+            if (fabs(got - ref) > TOL * ref) fail_msg("%s latency %g: step %.17g, ppsched_simulate %.17g", pp_schedule_names[cases[i].k], 0.125 * lat, got, ref);
+            /* one in-order comm stream for both (what pp.c emits): a recv
+             * queued behind a send waits for it, never faster */
+            got = pipeline_step(cases[i].k, 2, cases[i].v, 4, un, 0.125 * lat, IR_STREAM_COMM, &ref);
+            if (lat == 0 ? fabs(got - ref) > TOL * ref : got < ref - TOL * ref)
+                fail_msg("%s latency %g, one comm stream: step %.17g, ppsched_simulate %.17g", pp_schedule_names[cases[i].k], 0.125 * lat, got, ref);
+        }
+}
+
+/* ---- a deadlock ---- */
+
+static void test_deadlock(void **state) {
+    (void)state;
+    Prog P = prog_new(1);
+    int x = scalar(&P, 0);
+    sync(&P, 0, OP_wait, IR_STREAM_COMPUTE, 0); /* never recorded */
+    work(&P, 0, IR_STREAM_COMPUTE, 1, x);
+    CostSim s;
+    char err[512];
+    assert_int_equal(cost_simulate(P.m, NULL, P.dur, &s, err, sizeof err), -1);
+    assert_string_equal(err, "the programs deadlock in the simulation: stage 0 stream 0 at node 1 (wait)");
+    cost_sim_free(&s);
+    prog_free(&P);
+}
+
+/* ---- node times against the profile's formulas ---- */
+
+static void test_node_seconds(void **state) {
+    (void)state;
+    Profile p;
+    char err[512];
+    if (profile_load(&p, "h100-sxm", err, sizeof err)) fail_msg("%s", err);
+    Prog P = prog_new(1);
+    P.m->mesh[0] = 1, P.m->mesh[1] = 8; /* dp 8: one node of h100's 8 */
+    Graph *g = P.m->stages[0];
+    Attr nm = ir_attr_str(P.m, "name", "a");
+    Type ta = {.dt = DT_BF16, .rank = 2, .dim = {1024, 4096}}, tb = {.dt = DT_BF16, .rank = 2, .dim = {4096, 2048}};
+    NodeSpec sa = ir_spec(OP_input, (Loc){ir_intern(P.m, "t.lua"), 1});
+    sa.nattr = 1, sa.attr = &nm, sa.src_type = &ta;
+    int a = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+    sa.src_type = &tb;
+    int b = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+    int mm = add(&P, 0, OP_matmul, 0, 0, 2, (int[]){a, b}, 0, NULL);
+    double mnk = 1024.0 * 2048 * 4096;
+    NEAR(cost_node_seconds(&p, g, &g->nodes[mm]), 2 * mnk / (p.peak_flops_bf16 * profile_gemm_eff(&p, mnk)) + p.launch_s);
+    NEAR(cost_node_seconds(&p, g, &g->nodes[mm]), profile_gemm_seconds(&p, DT_BF16, 1024, 2048, 4096));
+    int y = ir_out(g, mm);
+    int e = add(&P, 0, OP_gelu, 0, 0, 1, &y, 0, NULL);
+    NEAR(cost_node_seconds(&p, g, &g->nodes[e]), 2.0 * 1024 * 2048 * 2 / p.mem_bw + p.launch_s);
+    Attr gr = ir_attr_str(P.m, "group", "dp");
+    int ar = add(&P, 0, OP_allreduce, IR_STREAM_COMM, 0, 1, &y, 1, &gr);
+    double bytes = 1024.0 * 2048 * 2;
+    NEAR(cost_node_seconds(&p, g, &g->nodes[ar]), 2 * 7 * p.intra_alpha + 2 * 7.0 / 8 * bytes / p.intra_beta);
+    P.m->mesh[1] = 16; /* two nodes: the inter-node link */
+    NEAR(cost_node_seconds(&p, g, &g->nodes[ar]), 2 * 15 * p.inter_alpha + 2 * 15.0 / 16 * bytes / p.inter_beta);
+    Type tq = {.dt = DT_BF16, .rank = 4, .dim = {2, 8, 512, 64}};
+    sa.src_type = &tq;
+    int q = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+    Attr causal = ir_attr_int(P.m, "causal", 1);
+    int at = add(&P, 0, OP_attention, 0, 0, 3, (int[]){q, q, q}, 1, &causal);
+    double fl = 4.0 * 2 * 8 * 512 * 512 / 2 * 64;
+    NEAR(cost_node_seconds(&p, g, &g->nodes[at]), fl / (p.peak_flops_bf16 * p.attn_eff) + p.launch_s);
+    prog_free(&P);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_streams), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
