@@ -11,7 +11,11 @@
 # With P = 4 on a 2-core machine the ranks are oversubscribed: a rank that
 # waits for a receive frees its core for another, so the measured idle is
 # the schedule's plus the machine's sharing (compare the ratios, not the
-# absolute numbers).  P=2 runs one rank per core.
+# absolute numbers).  P=2 runs one rank per core.  The last column is each
+# rank's idle share in the last round; KEEP=DIR keeps the traces, logs and
+# plans (then `kiln plot --trace DIR/S.R.json DIR/S.R.json.rank1 ...`).
+# The load average is printed at the end: on a shared machine the ranks are
+# slowed unevenly and wait for each other for reasons not the schedule's.
 set -eu
 B=${BUILD:-build}
 P=${P:-4}

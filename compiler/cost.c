@@ -207,8 +207,9 @@ static void sim_init(Sim *S, const Module *m, double *const *dur, CostSim *s) {
                 int e = (int)ir_attr_i(n, "event", 0);
                 if (e + 1 > S->nev[st]) S->nev[st] = e + 1;
             }
+            int p2p = n->op == OP_send || n->op == OP_recv || n->op == OP_recv_start || n->op == OP_recv_done; /* a posted receive: start, done */
             if (n->op == OP_send && over_pp(m, n)) npp++;
-            if ((ir_ops[n->op].flags & F_COMM) && n->op != OP_send && n->op != OP_recv && over_pp(m, n) && S->ncgroup < 16 &&
+            if ((ir_ops[n->op].flags & F_COMM) && !p2p && over_pp(m, n) && S->ncgroup < 16 &&
                 cgroup_id(S, ir_attr_s(n, "group", "")) < 0)
                 S->cgroup[S->ncgroup++] = ir_attr_s(n, "group", "");
         }
@@ -291,7 +292,8 @@ static double try_node(Sim *S, int st, int i, double t) {
         S->rec[st][e] = t, S->rec_node[st][e] = i;
         return t;
     }
-    if (n->op == OP_recv) {
+    if (n->op == OP_recv_start) return t + d; /* posting does not wait */
+    if (n->op == OP_recv || n->op == OP_recv_done) { /* a posted receive waits at its done */
         double sent;
         if (over_pp(m, n)) { /* from the stage (i + peer) mod p */
             int P = m->nstages, from = (int)(((st + ir_attr_i(n, "peer", 0)) % P + P) % P);

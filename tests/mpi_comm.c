@@ -31,8 +31,11 @@
  *                            any eager limit: every rank sends before it
  *                            receives, so a blocking send would deadlock);
  *                            x is overwritten right after its send (the
- *                            send must have staged it); rt_comm_bytes
- *                            counts the bytes sent to other ranks
+ *                            send must have staged it); the 8 MiB and the
+ *                            self receive are posted before the sends
+ *                            (rtk_recv_start) and completed last
+ *                            (rtk_recv_done); rt_comm_bytes counts the
+ *                            bytes sent to other ranks
  *   mpi_comm train DP GB -- TRAINER FLAGS
  *                            rt_train_main on a tiny model with a global
  *                            batch of GB rows over DP data-parallel ranks
@@ -447,15 +450,19 @@ static void step_p2p(rt_ctx *c, char *const *sp) {
     float *f = (float *)sp[RT_SPACE_ACT];
     int64_t m = RT_AXIS_CP;
     LAUNCH(c, 1, k_p2p_fill, "fill", rt_ptr_arg(f), 0);
+    /* the big ring's and the self receive are posted before any send
+     * (rtk_recv_start), completed after the others (rtk_recv_done) */
+    LAUNCH(c, 1, rtk_recv_start, "post big", rt_ptr_arg(f + P_YB), (int64_t)PBIG * 4, m, -1, 1);
+    LAUNCH(c, 1, rtk_recv_start, "post self", rt_ptr_arg(f + P_YL), PN * 4, m, 0, 3);
     LAUNCH(c, 1, rtk_send, "send ring", rt_ptr_arg(f + P_XS), PN * 4, m, 1, 0);
     LAUNCH(c, 1, rtk_send, "send big", rt_ptr_arg(f + P_XB), (int64_t)PBIG * 4, m, 1, 1);
     LAUNCH(c, 1, rtk_send, "send reverse", rt_ptr_arg(f + P_XR), PN * 4, m, -1, 2);
     LAUNCH(c, 1, rtk_send, "send self", rt_ptr_arg(f + P_XL), PN * 4, m, PP.size, 3);
     LAUNCH(c, 1, k_p2p_fill, "clobber", rt_ptr_arg(f), 1);
-    LAUNCH(c, 1, rtk_recv, "recv self", rt_ptr_arg(f + P_YL), PN * 4, m, 0, 3);
     LAUNCH(c, 1, rtk_recv, "recv ring", rt_ptr_arg(f + P_YS), PN * 4, m, -1, 0);
-    LAUNCH(c, 1, rtk_recv, "recv big", rt_ptr_arg(f + P_YB), (int64_t)PBIG * 4, m, -1, 1);
     LAUNCH(c, 1, rtk_recv, "recv reverse", rt_ptr_arg(f + P_YR), PN * 4, m, 1, 2);
+    LAUNCH(c, 1, rtk_recv_done, "done self", rt_ptr_arg(f + P_YL), PN * 4, m, 0, 3);
+    LAUNCH(c, 1, rtk_recv_done, "done big", rt_ptr_arg(f + P_YB), (int64_t)PBIG * 4, m, -1, 1);
 }
 
 static int run_p2p(int CP) {
@@ -479,9 +486,9 @@ static int run_p2p(int CP) {
         ok_bytes &= rt_comm_bytes(c) - before == (PP.size > 1 ? (2 * PN + (int64_t)PBIG) * 4 : 0);
     }
     check(ok_s, "send/recv ring: x of group-rank i-1 arrives");
-    check(ok_b, "send/recv ring: 8 MiB messages, every rank sending first (no deadlock)");
+    check(ok_b, "recv_start/recv_done ring: 8 MiB messages posted before every send, completed last (in the send's pieces)");
     check(ok_r, "send/recv reverse ring (peer -1 / +1)");
-    check(ok_l, "send/recv to this rank itself (peer = size / 0)");
+    check(ok_l, "send to this rank itself, its receive posted first (peer = size / 0)");
     check(ok_bytes, "rt_comm_bytes counts the bytes sent to other ranks");
     int failed = report(c);
     rt_free(c);

@@ -51,6 +51,12 @@ check $GPT4 --pp 2 --micro-batches 2 --pp-layers 3,1 --pp-schedule zb-h1
 # bf16 and the tied gradient's partial sums f32, and the sharding is exact)
 check models/tiny.lua --pp 2 --micro-batches 2 --precision bf16
 check models/tiny.lua --pp 2 --micro-batches 2 --precision bf16 --pp-schedule zb-h1
+check $GPT4 --pp 2 --micro-batches 4 --precision bf16 --pp-schedule zb-v
+check $LLAMA4 --pp 2 --vpp 2 --micro-batches 4 --precision bf16 --pp-schedule interleaved
+check models/tiny.lua --pp 2 --dp 2 --micro-batches 2 --zero 1 --precision bf16
+out=$("$K" plan models/tiny.lua --pp 2 --micro-batches 2 --precision bf16 2>&1); rc=$?
+[ $rc = 0 ] && [[ "$out" == *"pipeline: 1f1b, p 2"* ]]
+say $? "kiln plan --pp 2 --precision bf16 (was an ICE in the precision pass: matmul dtypes f32 and bf16 differ): rc=$rc"
 "$K" dump models/tiny.lua --pp 2 --micro-batches 2 --precision bf16 --after precision -o "$tmp/ppbf.ir"
 wires=$(grep -o '[a-z0-9]*\[[0-9,]*\] = recv_start {group="pp"' "$tmp/ppbf.ir" | sed 's/ = .*//' | sort | uniq -c | tr -s ' ' | tr '\n' ';')
 [ "$wires" = " 4 bf16[4,64,64]; 2 f32[256,64];" ]

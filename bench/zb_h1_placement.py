@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""bench/zb_h1_placement.py - how much the W placement can do for ZB-H1 at
+p ranks, m micro-batches and given per-rank F, B, W costs (one chunk per
+rank, zero latency; the same timing rule as ppsched_simulate: an action
+starts when its rank is free and its inputs are there).
+
+Rank r runs 1F1B's order of F and B and keeps k_r W's pending (runs W(i)
+once k_r later B's have run; the rest at the end).  ZB-H1 is k_r = r.
+Prints 1f1b's bubble (B+W as one backward), then every (k_0, ..., k_{p-1})
+with each k_r in 0..p, best first.
+
+  python3 bench/zb_h1_placement.py P M F0,F1,.. B0,B1,.. W0,W1,..
+  python3 bench/zb_h1_placement.py 2 8 446.1,463.5 8.421,522.5 900.8,421.3   # bench/pipeline.sh's model
+"""
+import itertools, sys
+
+def orders(p, m, r, keep):
+    warm = p - r - 1
+    out, f, pend = [("F", i) for i in range(warm)], warm, []
+    for b in range(m):
+        if f < m:
+            out.append(("F", f)); f += 1
+        out.append(("B", b)); pend.append(b)
+        if keep is not None and len(pend) > keep:
+            out.append(("W", pend.pop(0)))
+    return out + [("W", x) for x in pend]
+
+def bubble(p, acts, cost):
+    done, t, pc, busy = {}, [0.0] * p, [0] * p, [0.0] * p
+    while any(pc[r] < len(acts[r]) for r in range(p)):
+        moved = False
+        for r in range(p):
+            while pc[r] < len(acts[r]):
+                k, i = acts[r][pc[r]]
+                dep = [("F", r - 1, i)] if k == "F" and r > 0 else [("B", r + 1, i)] if k == "B" and r < p - 1 else []
+                if any(d not in done for d in dep):
+                    break
+                c = cost(k, r)
+                t[r] = max([t[r]] + [done[d] for d in dep]) + c
+                busy[r] += c
+                done[(k, r, i)] = t[r]
+                pc[r] += 1
+                moved = True
+        if not moved:
+            sys.exit("deadlock")
+    return 1 - sum(busy) / (p * max(t))
+
+def main():
+    p, m = int(sys.argv[1]), int(sys.argv[2])
+    F, B, W = ([float(x) for x in a.split(",")] for a in sys.argv[3:6])
+    one = lambda k, r: {"F": F[r], "B": B[r] + W[r], "W": 0.0}[k]
+    print(f"1f1b: {bubble(p, [orders(p, m, r, 0) for r in range(p)], one):.4f}")
+    split = lambda k, r: {"F": F[r], "B": B[r], "W": W[r]}[k]
+    rows = [(bubble(p, [orders(p, m, r, ks[r]) for r in range(p)], split), ks) for ks in itertools.product(range(p + 1), repeat=p)]
+    for b, ks in sorted(rows):
+        print(f"keep {ks}: {b:.4f}{'   (zb-h1)' if list(ks) == list(range(p)) else ''}")
+
+if __name__ == "__main__":
+    main()
