@@ -1,6 +1,6 @@
 /* tune.h — `kiln tune`: the best parallel configuration for a model, a
  * number of devices, a device profile and a memory budget (issue 21).
- * The essay is at the top of tune.c; the user's guide is docs/tune.md.
+ * The essay is at the top of tune_search.c; the user's guide is docs/tune.md.
  */
 #ifndef KILN_TUNE_H
 #define KILN_TUNE_H

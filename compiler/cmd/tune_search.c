@@ -1,4 +1,4 @@
-/* tune.c — predicting a configuration's step without compiling it whole
+/* tune_search.c — predicting a configuration's step without compiling it whole
  * (issue 21): the fast path of `kiln tune`, and the full path it is
  * checked against.
  *
