@@ -124,6 +124,9 @@ cmp_tp_cp 2 8 64 64 4 16 models/tiny.lua
 cmp_tp_cp 4 8 64 64 4 16 models/tiny.lua
 cmp_tp_cp 2 4 16 64 2 8 $(llama 8 2)   # GQA: kv heads 2 of 8
 cmp_tp_cp 4 4 16 64 4 8 $(llama 8 4)
+# Llama-3 70B's layer (2 layers, seq 8192, planned only): its ZeRO param
+# all-gathers fall inside a layer's forward and must not be counted
+cmp_tp_cp 8 1 8192 8192 8 128 models/llama.lua --set dim=8192 --set layers=2 --set heads=64 --set kv_heads=8 --set ffn=28672 --set vocab=128256 --set seq=8192 --set batch=1
 out=$("$K" plan models/tiny.lua --compare-tp-cp 1 2>&1); rc=$?
 if [ $rc != 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [[ "$out" == *"--compare-tp-cp: expected a degree >= 2"* ]]; then ok "bad: $out"
 else notok "--compare-tp-cp 1: rc=$rc $out"; fi

@@ -9,7 +9,9 @@
  *     and backward, measured from the planned program's collectives (an
  *     all-reduce of n elements sends 2n(N-1)/N, an all-gather of a local n
  *     sends n(N-1), a reduce-scatter of n sends n(N-1)/N, a send its
- *     input), averaged over the layers and micro-batches that have any;
+ *     input), averaged over the layers and micro-batches that have any
+ *     (the distributed optimizer's param all-gathers, which read its
+ *     state and may fall in a layer's forward, are not counted);
  *     beside the forward formula: TP+SP 4·b·s·h·(N-1)/N (two all-gathers
  *     and two reduce-scatters of [b,s,h]); CP 2·b·s·kv_heads·head_dim·
  *     (N-1)/N (K and V travel the ring; DESIGN.md §9.1).  b and s are the
@@ -57,6 +59,8 @@ static TpCp measure(const Module *m, const char *group, int N, int micro_batches
             r.kvh = (double)g->vals[n->in[1]].t.dim[1], r.hd = (double)g->vals[n->in[1]].t.dim[3];
         if (!(ir_ops[n->op].flags & F_COMM) || n->nin < 1 || n->layer < 0 || strcmp(ir_attr_s(n, "group", ""), group)) continue;
         if (n->phase != PH_FWD && n->phase != PH_BWD) continue;
+        int def = g->vals[n->in[0]].def; /* the distributed optimizer's param gathers read its state: not a layer's */
+        if (def >= 0 && g->nodes[def].op == OP_state) continue;
         double e = sent_elements(g, n, N);
         r.el[n->phase == PH_BWD] += e;
         r.bytes[n->phase == PH_BWD] += e * (double)ir_dtype_size(g->vals[n->in[0]].t.dt);
