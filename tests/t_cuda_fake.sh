@@ -348,6 +348,7 @@ VARIANTS=(
     "cp2|2|--cp 2|graph eager reverse|K and V all-gathered over cp"
     "cp2p2p|2|--cp 2 --cp-comm p2p|graph eager reverse|ring attention: send/recv pairs in NCCL groups"
     "dp2cp2|4|--dp 2 --cp 2|reverse|4 ranks, three communicators (dp, cp, dp+cp)"
+    "tp2|2|--tp 2|graph eager|tensor + sequence parallel: GEMMs on operands below 256-byte alignment (cuBLASLt MIN_ALIGNMENT preferences)"
 )
 if ! command -v mpirun > /dev/null; then
     notok "several ranks: mpirun is not installed (make test installs Open MPI: tools/deps.sh)"
