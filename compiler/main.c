@@ -77,6 +77,7 @@ static void usage(FILE *f) {
           "       kiln plan    MODEL [--peak]             memory per rank: params, grads, optimizer, activations;\n"
           "                                               --peak: what is live where the activations peak\n"
           "                    [--pp N --pp-schedule S|all] [--timeline FILE.svg]   per pipeline stage; every schedule; the plan drawn\n"
+          "                    [--compare-tp-cp N]   tp N + sp vs cp N p2p: comm per layer, activations, GEMM shapes per rank\n"
           "       kiln compile MODEL --target cpu|cuda:sm_XX -o FILE [--emit llvm|cuda|schedule] [--attention kiln|cudnn|tc]\n"
           "       kiln run     MODEL --data FILE [--steps N] [--log FILE.jsonl] [--trace FILE.json] [--serial] [--threads N]\n"
           "       kiln run     MODEL --interp --data FILE [--steps N] [--log FILE.jsonl] [--export FILE.safetensors] [--f64]\n"
@@ -350,6 +351,9 @@ static void parse_args(Args *a, int argc, char **argv) {
         } else if (strcmp(f, "--test-offload-bug") == 0) {
             if (strcmp(argv[++i], "early-read")) die("--test-offload-bug: expected early-read, got \"%s\"", argv[i]);
             a->o.offload_bug = 1;
+        } else if (strcmp(f, "--compare-tp-cp") == 0) {
+            a->compare_tp_cp = parse_int_flag(f, argv[++i]); /* kiln plan: tp N vs cp N (plan_tp.c) */
+            if (a->compare_tp_cp < 2) die("--compare-tp-cp: expected a degree >= 2, got %d", a->compare_tp_cp);
         } else if (strcmp(f, "--tp") == 0) {
             a->o.tp = parse_int_flag(f, argv[++i]); /* tensor parallel (docs/parallel.md, issue 20) */
         } else if (strcmp(f, "--test-tp-bug") == 0) {

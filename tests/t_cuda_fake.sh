@@ -59,7 +59,9 @@
 #  7. several ranks: tiny.lua compiled with --dp 2 (ZeRO-1: reduce-scatter
 #     and all-gather), --dp 2 --zero 0 (all-reduce), --cp 2 (all-gather of K
 #     and V), --cp 2 --cp-comm p2p (ring attention: send/recv in NCCL
-#     groups) and --dp 2 --cp 2 (4 ranks), run for MSTEPS (3)
+#     groups), --dp 2 --cp 2 (4 ranks) and --tp 2 (tensor + sequence
+#     parallel: GEMM operands below 256-byte alignment, so the runtime's
+#     cuBLASLt MIN_ALIGNMENT preferences, which the fake honours), run for MSTEPS (3)
 #     steps under `mpirun -np N` on the fakes with the CUDA graph (replayed
 #     concurrently, a thread per stream), with
 #     KILN_NO_GRAPH=1 and with the graph replayed in reverse order (the
@@ -348,6 +350,7 @@ VARIANTS=(
     "cp2|2|--cp 2|graph eager reverse|K and V all-gathered over cp"
     "cp2p2p|2|--cp 2 --cp-comm p2p|graph eager reverse|ring attention: send/recv pairs in NCCL groups"
     "dp2cp2|4|--dp 2 --cp 2|reverse|4 ranks, three communicators (dp, cp, dp+cp)"
+    "tp2|2|--tp 2|graph eager|tensor + sequence parallel: GEMMs on operands below 256-byte alignment (cuBLASLt MIN_ALIGNMENT preferences)"
 )
 if ! command -v mpirun > /dev/null; then
     notok "several ranks: mpirun is not installed (make test installs Open MPI: tools/deps.sh)"

@@ -106,6 +106,31 @@ for args in "models/tiny.lua --tp 2" "models/tiny.lua --tp 2 --no-sp" "models/ti
     else notok "plan $args: '$line'"; fi
 done
 
+# kiln plan --compare-tp-cp N: the elements each rank sends per layer in
+# forward, measured from the planned programs' collectives, against the
+# formulas computed here from the model's shape (b s h kv_heads head_dim):
+# TP+SP 4 b s h (N-1)/N, CP (p2p ring) 2 b s kv_heads head_dim (N-1)/N
+cmp_tp_cp() { # N b s h kvh hd args...
+    local N=$1 b=$2 s=$3 h=$4 kvh=$5 hd=$6; shift 6
+    local out want_tp want_cp got
+    out=$("$K" plan "$@" --compare-tp-cp "$N" 2>&1)
+    want_tp=$((4 * b * s * h * (N - 1) / N)) want_cp=$((2 * b * s * kvh * hd * (N - 1) / N))
+    got=$(printf '%s\n' "$out" | sed -n 's/.*forward \([0-9]*\) elements ([0-9]* bytes; formula .* = \([0-9]*\)).*/\1 \2/p' | tr '\n' ' ')
+    if [ "$got" = "$want_tp $want_tp $want_cp $want_cp " ] && [ "$(printf '%s\n' "$out" | grep -c 'GEMMs per rank')" = 2 ]; then
+        ok "plan ${1##*/} --compare-tp-cp $N: forward elements per layer, measured = formula: tp $want_tp, cp $want_cp"
+    else notok "plan $* --compare-tp-cp $N: got '$got', want tp $want_tp cp $want_cp: $(printf '%s\n' "$out" | head -c 600)"; fi
+}
+cmp_tp_cp 2 8 64 64 4 16 models/tiny.lua
+cmp_tp_cp 4 8 64 64 4 16 models/tiny.lua
+cmp_tp_cp 2 4 16 64 2 8 $(llama 8 2)   # GQA: kv heads 2 of 8
+cmp_tp_cp 4 4 16 64 4 8 $(llama 8 4)
+# Llama-3 70B's layer (2 layers, seq 8192, planned only): its ZeRO param
+# all-gathers fall inside a layer's forward and must not be counted
+cmp_tp_cp 8 1 8192 8192 8 128 models/llama.lua --set dim=8192 --set layers=2 --set heads=64 --set kv_heads=8 --set ffn=28672 --set vocab=128256 --set seq=8192 --set batch=1
+out=$("$K" plan models/tiny.lua --compare-tp-cp 1 2>&1); rc=$?
+if [ $rc != 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [[ "$out" == *"--compare-tp-cp: expected a degree >= 2"* ]]; then ok "bad: $out"
+else notok "--compare-tp-cp 1: rc=$rc $out"; fi
+
 # planted bugs: backward without the all-reduce of the input gradient; the
 # vocab-parallel loss shifted by each rank's own max (not the row's)
 out=$("$K" check models/tiny.lua --tp 2 --test-tp-bug xent-max 2>&1)

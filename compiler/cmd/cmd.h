@@ -49,6 +49,7 @@ typedef struct {
     int interp, f64, print_every, serial, peak; /* peak: kiln plan --peak */
     int ignore_index;                           /* kiln run --ignore-index ID (issue 17); -1: none */
     int max_seq;                                /* kiln plan --max-seq (plan_offload.c) */
+    int compare_tp_cp;                          /* kiln plan --compare-tp-cp N (plan_tp.c); 0: off */
     double memory_gib;                          /* kiln plan --memory GiB: the device memory per rank */
 } Args;
 
@@ -111,6 +112,8 @@ void plan_pp_schedules(Args *a);
  * virtual stage; kiln plan --max-seq --memory GiB. */
 void plan_offload_report(Args *a, const Module *m);
 void plan_max_seq(Args *a);
+/* kiln plan --compare-tp-cp N: tp N + sp against cp N p2p (plan_tp.c) */
+void plan_compare_tp_cp(Args *a);
 
 /* ---- the commands (each returns the exit status) ---- */
 

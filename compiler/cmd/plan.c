@@ -165,6 +165,10 @@ int cmd_plan(Args *a) {
         plan_max_seq(a);
         return 0;
     }
+    if (a->compare_tp_cp) { /* plan_tp.c */
+        plan_compare_tp_cp(a);
+        return 0;
+    }
     if (a->o.recompute == RC_UNSET) {
         plan_recompute_table(a);
         return 0;

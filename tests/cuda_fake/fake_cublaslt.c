@@ -20,7 +20,7 @@
  * equal batch counts, C == D only with the same layout, attribute sizes
  * (an int32 attribute set from an int64 fails), only the contract's
  * attributes (TRANSA, TRANSB, BATCH_COUNT, STRIDED_BATCH_OFFSET,
- * MAX_WORKSPACE_BYTES; anything else is refused with its number).  And
+ * MAX_WORKSPACE_BYTES, MIN_ALIGNMENT_*_BYTES; anything else is refused with its number).  And
  * what a GPU would fault on: every matrix it reads or writes, all batches,
  * must lie inside one device allocation of the fake driver.
  *
@@ -67,6 +67,7 @@ typedef struct {
 typedef struct {
     unsigned magic;
     uint64_t max_workspace;
+    uint32_t align[4]; /* MIN_ALIGNMENT_{A,B,C,D}_BYTES: 256 unless set */
 } Pref;
 
 static cublasStatus_t fail(cublasStatus_t s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -226,6 +227,7 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) 
     Pref *p = new_object(sizeof *p);
     if (!p) return fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmulPreferenceCreate");
     p->magic = PREF_MAGIC;
+    for (int i = 0; i < 4; i++) p->align[i] = 256;
     *pref = (cublasLtMatmulPreference_t)p;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -249,8 +251,24 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     const char *call = "cublasLtMatmulPreferenceSetAttribute";
     Pref *p = pref_of(pref);
     if (!p) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: not a live preference", call);
+    static const struct {
+        cublasLtMatmulPreferenceAttributes_t attr;
+        const char *name;
+    } aligns[4] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, "MIN_ALIGNMENT_A_BYTES"},
+                   {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, "MIN_ALIGNMENT_B_BYTES"},
+                   {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, "MIN_ALIGNMENT_C_BYTES"},
+                   {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, "MIN_ALIGNMENT_D_BYTES"}};
+    for (int i = 0; i < 4; i++)
+        if (attr == aligns[i].attr) {
+            uint32_t v = 0;
+            cublasStatus_t s = attribute(call, aligns[i].name, buf, sizeInBytes, sizeof v, &v);
+            if (s) return s;
+            p->align[i] = v;
+            return CUBLAS_STATUS_SUCCESS;
+        }
     if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES)
-        return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: attribute %d is not emulated (the contract sets MAX_WORKSPACE_BYTES)",
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED,
+                    "%s: attribute %d is not emulated (the contract sets MAX_WORKSPACE_BYTES, MIN_ALIGNMENT_{A,B,C,D}_BYTES)",
                     call, (int)attr);
     return attribute(call, "MAX_WORKSPACE_BYTES", buf, sizeInBytes, sizeof p->max_workspace, &p->max_workspace);
 }
@@ -376,6 +394,21 @@ static cublasStatus_t check_memory(const char *call, const char *which, const vo
     return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: %s: %s", call, which, why);
 }
 
+/* An algorithm chosen for MIN_ALIGNMENT bytes assumes the matrix's base
+ * pointer is that aligned (the heuristic's default: 256); the real library
+ * refuses or faults otherwise, the fake refuses.  The batch strides are not
+ * checked: they are in the layout, which the heuristic sees (the pointers
+ * it does not). */
+static cublasStatus_t check_align(const char *call, char which, const void *p, uint64_t align) {
+    uint64_t base = (uint64_t)(uintptr_t)p;
+    if (align == 0) align = 256;
+    if (base % align == 0) return CUBLAS_STATUS_SUCCESS;
+    return fail(CUBLAS_STATUS_NOT_SUPPORTED,
+                "%s: %c at 0x%llx is not %llu-byte aligned, which its algorithm assumes "
+                "(MIN_ALIGNMENT_%c_BYTES: 256 unless the preference says less)",
+                call, which, (unsigned long long)base, (unsigned long long)align, which);
+}
+
 static int same_layout(const Layout *a, const Layout *b) {
     return a->type == b->type && a->rows == b->rows && a->cols == b->cols && a->ld == b->ld && a->batch == b->batch &&
            a->stride == b->stride;
@@ -398,8 +431,17 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     cublasStatus_t s = plan(call, desc_of(operationDesc), layout_of(Adesc), layout_of(Bdesc), layout_of(Cdesc),
                             layout_of(Ddesc), &g);
     if (s) return s;
+    const Pref *p = pref_of(preference);
+    const Layout *ls[4] = {layout_of(Adesc), layout_of(Bdesc), layout_of(Cdesc), layout_of(Ddesc)};
+    for (int i = 0; i < 4; i++) {
+        uint32_t a = p->align[i], es = ls[i]->type == CUDA_R_32F ? 4 : 2;
+        if (a < es || (a & (a - 1)))
+            return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: no algorithm: MIN_ALIGNMENT_%c_BYTES %u (want a power of two >= %u, the element size)",
+                        call, "ABCD"[i], a, es);
+    }
     memset(&heuristicResultsArray[0], 0, sizeof heuristicResultsArray[0]);
     heuristicResultsArray[0].algo.data[0] = ALGO_MAGIC;
+    for (int i = 0; i < 4; i++) heuristicResultsArray[0].algo.data[1 + i] = p->align[i];
     heuristicResultsArray[0].workspaceSize = 0;
     heuristicResultsArray[0].state = CUBLAS_STATUS_SUCCESS;
     heuristicResultsArray[0].wavesCount = 1.0f;
@@ -428,6 +470,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     g.a = A, g.b = B, g.c = C, g.d = D;
     if ((s = check_memory(call, "A", A, la)) || (s = check_memory(call, "B", B, lb)) ||
         (g.beta != 0.0f && (s = check_memory(call, "C", C, lc))) || (s = check_memory(call, "D", D, ld)))
+        return s;
+    if (algo && ((s = check_align(call, 'A', A, algo->data[1])) || (s = check_align(call, 'B', B, algo->data[2])) ||
+                 (g.beta != 0.0f && (s = check_align(call, 'C', C, algo->data[3]))) ||
+                 (s = check_align(call, 'D', D, algo->data[4]))))
         return s;
     char why[512];
     if (workspaceSizeInBytes && workspace &&
