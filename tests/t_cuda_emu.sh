@@ -23,6 +23,9 @@
 #     reductions unused), run, and shown able to fail with a copy of misc.cu
 #     whose attn_merge drops its __syncwarp (lane 0 then stores the merged
 #     lse before the other lanes have read lse_a: wrong in place).
+#  5b. xent_fused.cu (issue 23, the fused classifier): its cases run in
+#     check.cpp (family xent_fused); two planted bugs (the target's logit
+#     read after the barriers, wrong in place; no one-hot term).
 #  6. dropout.cu (issue 17): tests/cuda_emu/check_dropout.cpp against
 #     runtime/rng.h (the CPU's masks), shown able to fail with a copy whose
 #     hash reads the local token index instead of pos[] (what would break
@@ -146,6 +149,14 @@ else
     say 1 "build check_misc:"; head -40 "$tmp/log"
 fi
 plant misc.cu '        __syncwarp();' '' "attn_merge without its __syncwarp: lse stored before all lanes read it" build_misc attn_merge
+# the fused classifier (xent_fused.cu, issue 23): its cases are in check.cpp
+# (family xent_fused); planted bugs: the target's logit read after the lse's
+# barriers (in place, its column may already hold its gradient), and the
+# gradient without the one-hot term
+plant xent_fused.cu '        float xt = bad ? 0.0f : kiln_ld(x, t); /* before the barriers: dx may be x */
+        float L = fused_row_lse(x, V), d = dl[r * dl_stride];' '        float L = fused_row_lse(x, V), d = dl[r * dl_stride];
+        float xt = bad ? 0.0f : kiln_ld(x, t);' "xent_fused reads the target logit after the barriers: wrong in place" build xent_fused
+plant xent_fused.cu '            if (i == t) g -= d;' '' "xent_fused without the one-hot term of the gradient" build xent_fused
 # dropout.cu: the CPU's masks (runtime/rng.h), then a planted bug (issue 17)
 build_dropout() { "${CXX[@]}" -Wno-unused-function -Wno-unused-parameter -I"$1" -Iruntime tests/cuda_emu/check_dropout.cpp "$D/emu.o" -o "$2"; }
 if build_dropout "$D/src" "$D/check_dropout" > "$tmp/log" 2>&1; then

@@ -95,7 +95,7 @@ static int is_blank(const char *s) {
 }
 
 static void check_arch(int a) {
-    static const char *const want[] = {"adamw", "attention", "embedding", "layernorm", "rmsnorm", "rope", "xent"};
+    static const char *const want[] = {"adamw", "attention", "embedding", "layernorm", "rmsnorm", "rope", "xent", "xent_fused"};
     for (size_t w = 0; w < sizeof want / sizeof *want; w++) {
         char path[64];
         snprintf(path, sizeof path, KDIR "/%s.cu", want[w]);

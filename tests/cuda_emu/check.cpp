@@ -6,7 +6,7 @@
 // copies (found through -I).  It prints TAP, one line per property checked,
 // each with its measured error and tolerance, then the plan; it exits 1 when
 // any check fails.  `check NAME...` runs only the cases of those families
-// (emu layernorm rmsnorm rope xent embedding adamw).
+// (emu layernorm rmsnorm rope xent xent_fused embedding adamw).
 //
 // The references are written from compiler/ops.def and kernels/cuda/README.md
 // in double precision, from the same bf16 inputs the kernel reads, so the
@@ -37,6 +37,7 @@
 #include "rmsnorm.cu"
 #include "rope.cu"
 #include "xent.cu"
+#include "xent_fused.cu"
 
 #include <algorithm>
 #include <cstdarg>
@@ -355,6 +356,65 @@ static void case_xent(long long rows, long long V) {
     tap(xy.same_bits(dx), "backward in place (dlogits = logits): same bits");
 }
 
+// ---- the fused classifier (xent_fused.cu, issue 23) ----
+
+static std::string str(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// loss and dlogits in one kernel against the double reference, with dl
+// broadcast (stride 0: the mean seed 1/rows times a loss scale) and per row
+// (stride 1); bit for bit the unfused fwd + bwd(lse given); in place
+// (dlogits = logits); grid 2; rows > 3: row 1 has -inf logits, the last row
+// a target of V (NaN loss and row), row 2 its target at the last column
+static void case_xent_fused(long long rows, long long V) {
+    BV x = random_bf16(rows * V, -6, 6);
+    IV target(rows);
+    for (long long r = 0; r < rows; r++) target[r] = (int)(urand() * V);
+    const bool special_rows = rows > 3;
+    if (special_rows) {
+        x[1 * V + 0].bits = x[1 * V + 5].bits = 0xff80;
+        target[1] = 3;
+        target[2] = (int)V - 1;
+        target[rows - 1] = (int)V;
+    }
+    const long long good = special_rows ? rows - 1 : rows;
+    FV seed(1), dl_rows = random_f32(rows, 0.1, 1);
+    seed[0] = (float)(1024.0 / rows);  // mean over rows times a loss scale of 1024
+    for (int stride = 0; stride <= 1; stride++) {
+        const FV &dl = stride ? dl_rows : seed;
+        DV loss_ref(good), dx_ref(good * V);
+        for (long long r = 0; r < good; r++) {
+            double m = -INFINITY, s = 0, d = dl[r * stride];
+            for (long long i = 0; i < V; i++) m = std::max(m, val(x[r * V + i]));
+            for (long long i = 0; i < V; i++) s += exp(val(x[r * V + i]) - m);
+            double lse = m + log(s);
+            loss_ref[r] = lse - val(x[r * V + target[r]]);
+            for (long long i = 0; i < V; i++) dx_ref[r * V + i] = d * (exp(val(x[r * V + i]) - lse) - (i == target[r]));
+        }
+        FV loss = poison_f32(rows), loss2 = poison_f32(rows), lse = poison_f32(rows);
+        BV dx = poison_bf16(rows * V), dx2 = poison_bf16(rows * V), xy = x;
+        emu_launch(grid1(rows), BLOCK, 0, [&] {
+            kiln_cross_entropy_fused(x.data(), target.data(), dl.data(), stride, loss.data(), dx.data(), rows, V);
+        });
+        expect_close(str("loss (dl stride %d)", stride).c_str(), loss, loss_ref, 1e-5, 1e-6);
+        expect_close(str("dlogits (dl stride %d)", stride).c_str(), dx, dx_ref, BF16_RTOL, 1e-3);
+        if (special_rows)
+            tap(std::isnan(loss[rows - 1]) && all_nan_bf16(dx, (rows - 1) * V, V), "fused: target V: NaN loss and NaN dlogits row");
+        // the unfused pair with the same dl, per row
+        FV dl_full(rows);
+        for (long long r = 0; r < rows; r++) dl_full[r] = dl[r * stride];
+        emu_launch(grid1(rows), BLOCK, 0, [&] { kiln_cross_entropy_fwd(x.data(), target.data(), loss2.data(), lse.data(), rows, V); });
+        emu_launch(grid1(rows), BLOCK, 0, [&] {
+            kiln_cross_entropy_bwd(dl_full.data(), x.data(), target.data(), lse.data(), dx2.data(), rows, V);
+        });
+        tap(loss.same_bits(loss2) && dx.same_bits(dx2), "fused (dl stride %d): same bits as fwd + bwd(lse)", stride);
+        FV loss3 = poison_f32(rows);
+        emu_launch(grid1(2), BLOCK, 0, [&] {
+            kiln_cross_entropy_fused(xy.data(), target.data(), dl.data(), stride, loss3.data(), xy.data(), rows, V);
+        });
+        tap(xy.same_bits(dx) && loss3.same_bits(loss), "fused in place (dlogits = logits), grid 2 (dl stride %d): same bits", stride);
+    }
+}
+
 // ---- embedding ----
 
 static int radix_passes(long long V) {  // README: ceil(bitlen(V)/8)
@@ -607,6 +667,11 @@ int main(int argc, char **argv) {
     if (wanted("xent")) {
         run_case("cross_entropy rows=6 V=1000", [] { case_xent(6, 1000); });
         run_case("cross_entropy rows=3 V=50 (V < block)", [] { case_xent(3, 50); });
+    }
+    if (wanted("xent_fused")) {
+        run_case("cross_entropy_fused rows=5 V=50257 (GPT-2's odd vocabulary)", [] { case_xent_fused(5, 50257); });
+        run_case("cross_entropy_fused rows=3 V=50 (V < block)", [] { case_xent_fused(3, 50); });
+        run_case("cross_entropy_fused rows=7 V=1000", [] { case_xent_fused(7, 1000); });
     }
     if (wanted("embedding")) {
         run_case("embedding n=700 C=300 V=70000 (3 passes)", [] { case_embedding(700, 300, 70000, 50, 5); });
