@@ -127,8 +127,8 @@ static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
         for (int k = 0; k < nd->nout; k++) {
             int v = nd->out[k];
             if (L->root[v] != v) continue;
-            for (int t = 0; t < NS; t++)
-                if ((used >> t & 1) && t != s && known[s][t] + 1 < L->start[v]) L->start[v] = known[s][t] + 1;
+            for (int t = 0; t < NS; t++) /* not d2h: it writes host bytes only, and its reads end where s waited (read_end) */
+                if ((used >> t & 1) && t != s && t != IR_STREAM_D2H && known[s][t] + 1 < L->start[v]) L->start[v] = known[s][t] + 1;
         }
     }
     free(recpos), free(recstream);

@@ -21,11 +21,12 @@
  * `offload` on d2h, `reload` on h2d, where the offload pass put them, with
  * the data edges' events as for any node, and three fences that let memplan
  * reuse the bytes: {lag} nodes after an offload every other stream waits
- * for it (the device buffer is free from there), before a reload every
- * other stream records and h2d waits for them all (its buffer is written
- * only after the earlier readers of those bytes), and before a comm-stream
- * node that writes a buffer the comm stream waits for the copies issued so
- * far (else ir_live_build counts that buffer live from the step's start).
+ * for it (the device buffer is free from there), before a reload compute
+ * and comm record and h2d waits for them (its buffer is written only after
+ * the earlier readers of those bytes; not for d2h, so the two copy
+ * directions overlap), and before a comm-stream node that writes a buffer
+ * the comm stream waits for the reloads issued so far (else ir_live_build
+ * counts that buffer live from the step's start).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -135,13 +136,17 @@ static int new_event(Ev *E) {
     return E->nev++;
 }
 
-/* Before a reload (node i): every other stream records where it is and the
- * h2d stream waits for all of them, so the reload's device buffer is written
- * only after everything issued before it (memplan reuses the bytes of
- * buffers whose last readers came earlier on any stream). */
+/* Before a reload (node i): the compute and comm streams record where they
+ * are and the h2d stream waits for them, so the reload's device buffer is
+ * written only after everything they issued before it (memplan reuses the
+ * bytes of buffers whose last readers came earlier on any stream).  Not the
+ * d2h stream: the reload reads its own offload's host bytes (a data edge,
+ * with its own event), and a device buffer an offload reads is free only
+ * after h2d waited for that offload (live.c, read_end), so the reload does
+ * not queue behind later offloads (both copy directions overlap). */
 static void reload_fence(Ev *E, int i) {
     for (int t = 0; t < IR_NSTREAMS; t++) {
-        if (t == IR_STREAM_H2D || !(E->used >> t & 1)) continue;
+        if (t == IR_STREAM_H2D || t == IR_STREAM_D2H || !(E->used >> t & 1)) continue;
         int e = new_event(E);
         E->out[E->m++] = sync_node(E->g, OP_record, t, e, &E->g->nodes[i]);
         E->out[E->m++] = sync_node(E->g, OP_wait, IR_STREAM_H2D, e, &E->g->nodes[i]);
@@ -150,16 +155,18 @@ static void reload_fence(Ev *E, int i) {
 }
 
 /* Before a comm-stream node that writes a buffer (a recv, a collective):
- * the comm stream waits for the copy streams' work issued so far (dirty:
- * the copy streams with nodes since the last such fence), so that buffer is
- * not counted live from before the copies (ir_live_build pulls the start of
- * a buffer written off the compute stream back to the last position of each
- * stream its own stream has waited for). */
+ * the comm stream waits for the h2d stream's work issued so far (dirty: h2d
+ * has had nodes since the last such fence), so that buffer is not counted
+ * live from before the reloads (ir_live_build pulls the start of a buffer
+ * written off the compute stream back to the last position of each stream
+ * but d2h that its own stream has waited for).  Not for d2h: its offloads
+ * write host bytes only, and the device bytes an offload reads are free only
+ * after the comm stream waited for it at its release (release_fence), so a
+ * recv never queues behind an offload still in flight. */
 static void comm_fence(Ev *E, int i, unsigned *dirty) {
-    for (int t = IR_STREAM_D2H; t <= IR_STREAM_H2D; t++) {
-        if (!(*dirty >> t & 1)) continue;
+    if (*dirty >> IR_STREAM_H2D & 1) {
         int e = new_event(E);
-        E->out[E->m++] = sync_node(E->g, OP_record, t, e, &E->g->nodes[i]);
+        E->out[E->m++] = sync_node(E->g, OP_record, IR_STREAM_H2D, e, &E->g->nodes[i]);
         E->out[E->m++] = sync_node(E->g, OP_wait, IR_STREAM_COMM, e, &E->g->nodes[i]);
         E->waited[e] |= 1u << IR_STREAM_COMM;
     }
@@ -209,7 +216,7 @@ static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_
         if (due[j] >= 0) release_fence(&E, due[j], event[due[j]]);
         if (g->nodes[i].op == OP_reload) reload_fence(&E, i);
         if (stream[i] == IR_STREAM_COMM && g->nodes[i].nout) comm_fence(&E, i, &dirty);
-        if (stream[i] == IR_STREAM_D2H || stream[i] == IR_STREAM_H2D) dirty |= 1u << stream[i];
+        if (stream[i] == IR_STREAM_H2D) dirty |= 1u << stream[i];
         if (j >= end) { /* a fused group is one kernel: its members' waits go before its first member */
             int grp = ir_fused_group(&g->nodes[i]);
             for (end = j + 1; grp >= 0 && end < n && ir_fused_group(&g->nodes[order[end]]) == grp;) end++;

@@ -12,6 +12,8 @@
 #   (128 tokens) more does not;
 # - the copies' places chosen from a profile's times (fast and crawling
 #   copies, bf16 auto) pass kiln check (every rank == one device);
+# - no blanket fence: h2d and comm wait for an offload only at its release
+#   (after the compute stream), never for a fresh d2h record;
 # - bad input: --max-seq without --memory, --memory 0: one line, exit 1.
 . "$(dirname "$0")/lib.sh"
 GPT4="models/tiny.lua --set layers=4"
@@ -58,6 +60,29 @@ kc() { # what flags...
 kc "zb-v, all, h200's times" --pp-schedule zb-v --offload all --device-profile h200
 kc "1f1b, all, copies at 1 kB/s" --pp-schedule 1f1b --offload all --device-profile "$tmp/slow.profile"
 kc "interleaved, auto, bf16, h200" --vpp 2 --pp-schedule interleaved --offload auto --device-profile h200 --precision bf16
+
+# ---- no blanket fence on the copy streams (schedule.c) ----
+# The h2d and comm streams wait for an offload (an event recorded on d2h)
+# only where it is released (after the compute stream waited for it: its
+# device bytes are free from there), never for a fresh d2h record: a reload
+# does not queue behind later offloads, nor a recv behind copies in flight.
+# Checked in the dump after schedule of every stage, both profiles' places.
+fences() { # flags... -> "bad/total": waits on h2d or comm for d2h events the compute stream had not waited for
+    "$K" dump $P4 "$@" --after schedule 2>&1 | awk '
+        /^stage / { delete rec; delete cw }
+        /^ *(record|wait) \{event=/ {
+            match($0, /event=[0-9]+/); e = substr($0, RSTART + 6, RLENGTH - 6)
+            match($0, /stream[0-9]/); s = substr($0, RSTART + 6, 1)
+            if ($0 ~ /^ *record /) { rec[e] = s; next }
+            if (s == 0) cw[e] = 1
+            if ((s == 1 || s == 3) && rec[e] == 2) { tot++; if (!(e in cw)) bad++ }
+        }
+        END { printf "%d/%d", bad + 0, tot + 0 }'
+}
+for fl in "--offload all" "--offload all --device-profile h200"; do
+    r=$(fences $fl)
+    check "$fl: waits of h2d and comm for d2h events before their release: ${r%/*} of ${r#*/}" "[ \"${r%/*}\" = 0 ] && [ \"${r#*/}\" -gt 0 ]"
+done
 
 # ---- --max-seq ----
 MEM=0.004
