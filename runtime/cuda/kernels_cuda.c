@@ -316,70 +316,49 @@ static int attention_shape(rt_ctx *ctx, const char *op, long long H, long long K
     return 0;
 }
 
-/* args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos,
- * window (S = 0 still launches: o = 0, lse = -inf) */
-void rtk_attention(rt_ctx *ctx, const int64_t *a) {
-    CUdeviceptr q = dptr(a[0]), k = dptr(a[1]), v = dptr(a[2]), o = dptr(a[3]), lse = dptr(a[4]);
-    long long B = a[5], H = a[6], KH = a[7], T = a[8], S = a[9], D = a[10];
-    int causal = a[11] != 0;
-    double scale = rt_bits_f64(a[12]);
-    CUdeviceptr qpos = dptr(a[13]), kpos = dptr(a[14]);
-    long long window = a[15];
-    if (attention_shape(ctx, "attention", H, KH, D)) return;
-    void *params[] = {&q, &k, &v, &qpos, &kpos, &o, &lse, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
-    launch(ctx, "kiln_attention_fwd", min64(B * H * ceil_div(T, 64), GRID_X_MAX), 1, BLOCK, 512 * D + 18432, params);
-}
+/* The two attention kernel sets, attention.cu's and attention_tc.cu's
+ * (issue 23): the same arguments, their own names and launch geometry.
+ * Dynamic shared memory is smem_d * D + smem_c bytes per block. */
+typedef struct {
+    const char *fwd, *dkdv, *dq;
+    int block, q_rows, dq_rows; /* threads per block; query rows per fwd / dq block */
+    long long fwd_d, fwd_c, dkdv_d, dkdv_c, dq_d, dq_c;
+    int tc;                     /* head dims 16, 32, 64, 128 only */
+} AttnKernels;
 
-/* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale,
- * qpos, kpos, window.  prep (dt = do . o per row, in scratch), then dkdv and dq
- * (T = 0: dkdv still writes dk = dv = 0; S = 0: dq still writes dq = 0). */
-void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a) {
-    CUdeviceptr dout = dptr(a[0]), q = dptr(a[1]), k = dptr(a[2]), v = dptr(a[3]), o = dptr(a[4]), lse = dptr(a[5]);
-    CUdeviceptr dq = dptr(a[6]), dk = dptr(a[7]), dv = dptr(a[8]);
-    long long B = a[9], H = a[10], KH = a[11], T = a[12], S = a[13], D = a[14];
-    int causal = a[15] != 0;
-    double scale = rt_bits_f64(a[16]);
-    CUdeviceptr qpos = dptr(a[17]), kpos = dptr(a[18]);
-    long long window = a[19];
-    if (attention_shape(ctx, "attention_bwd", H, KH, D)) return;
-    long long rows = B * H * T;
-    CUdeviceptr dt;
-    if (scratch(ctx, rows * 4, &dt)) return;
-    void *prep[] = {&dout, &o, &dt, &rows, &D};
-    launch(ctx, "kiln_attention_bwd_prep", min64(ceil_div(rows, 8), GRID_X_MAX), 1, BLOCK, 0, prep);
-    void *dkdv[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dk, &dv, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
-    launch(ctx, "kiln_attention_bwd_dkdv", min64(B * KH * ceil_div(S, 64), GRID_X_MAX), 1, BLOCK, 768 * D + 18176,
-           dkdv);
-    void *dqp[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dq, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
-    launch(ctx, "kiln_attention_bwd_dq", min64(B * H * ceil_div(T, 32), GRID_X_MAX), 1, BLOCK, 768 * D + 9728, dqp);
-}
+static const AttnKernels attn_plain = {"kiln_attention_fwd", "kiln_attention_bwd_dkdv", "kiln_attention_bwd_dq",
+                                       BLOCK, 64, 32, 512, 18432, 768, 18176, 768, 9728, 0};
+/* block 128: 4 warps of 16 query rows; tiles padded to D + 8 */
+static const AttnKernels attn_tc = {"kiln_attention_tc_fwd", "kiln_attention_tc_bwd_dkdv", "kiln_attention_tc_bwd_dq",
+                                    128, 64, 64, 384, 384 * 8 + 512, 512, 512 * 8 + 1024, 512, 512 * 8 + 1024, 1};
 
-/* ---- attention_tc.cu (issue 23) ---- */
-
-static int attention_tc_shape(rt_ctx *ctx, const char *op, long long H, long long KH, long long D) {
-    if (D != 16 && D != 32 && D != 64 && D != 128) {
+static int attention_check(rt_ctx *ctx, const AttnKernels *K, const char *op, long long H, long long KH, long long D) {
+    if (K->tc && D != 16 && D != 32 && D != 64 && D != 128) {
         rt_fail(ctx, "%s: %s: head dim %lld: the tensor-core kernels take 16, 32, 64 or 128", rtc_launch_name(ctx), op, D);
         return -1;
     }
     return attention_shape(ctx, op, H, KH, D);
 }
 
-/* args as rtk_attention; block 128 (4 warps of 16 query rows) */
-void rtk_attention_tc(rt_ctx *ctx, const int64_t *a) {
+/* args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos,
+ * window (S = 0 still launches: o = 0, lse = -inf) */
+static void attention_fwd(rt_ctx *ctx, const AttnKernels *K, const int64_t *a) {
     CUdeviceptr q = dptr(a[0]), k = dptr(a[1]), v = dptr(a[2]), o = dptr(a[3]), lse = dptr(a[4]);
     long long B = a[5], H = a[6], KH = a[7], T = a[8], S = a[9], D = a[10];
     int causal = a[11] != 0;
     double scale = rt_bits_f64(a[12]);
     CUdeviceptr qpos = dptr(a[13]), kpos = dptr(a[14]);
     long long window = a[15];
-    if (attention_tc_shape(ctx, "attention", H, KH, D)) return;
+    if (attention_check(ctx, K, "attention", H, KH, D)) return;
     void *params[] = {&q, &k, &v, &qpos, &kpos, &o, &lse, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
-    launch(ctx, "kiln_attention_tc_fwd", min64(B * H * ceil_div(T, 64), GRID_X_MAX), 1, 128, 384 * (D + 8) + 512, params);
+    launch(ctx, K->fwd, min64(B * H * ceil_div(T, K->q_rows), GRID_X_MAX), 1, K->block, K->fwd_d * D + K->fwd_c, params);
 }
 
-/* args as rtk_attention_bwd: attention.cu's prep (dt scratch), then the
- * tensor cores' dkdv and dq */
-void rtk_attention_bwd_tc(rt_ctx *ctx, const int64_t *a) {
+/* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale,
+ * qpos, kpos, window.  prep (dt = do . o per row, in scratch; attention.cu's
+ * for both sets), then dkdv and dq (T = 0: dkdv still writes dk = dv = 0;
+ * S = 0: dq still writes dq = 0). */
+static void attention_bwd(rt_ctx *ctx, const AttnKernels *K, const int64_t *a) {
     CUdeviceptr dout = dptr(a[0]), q = dptr(a[1]), k = dptr(a[2]), v = dptr(a[3]), o = dptr(a[4]), lse = dptr(a[5]);
     CUdeviceptr dq = dptr(a[6]), dk = dptr(a[7]), dv = dptr(a[8]);
     long long B = a[9], H = a[10], KH = a[11], T = a[12], S = a[13], D = a[14];
@@ -387,17 +366,22 @@ void rtk_attention_bwd_tc(rt_ctx *ctx, const int64_t *a) {
     double scale = rt_bits_f64(a[16]);
     CUdeviceptr qpos = dptr(a[17]), kpos = dptr(a[18]);
     long long window = a[19];
-    if (attention_tc_shape(ctx, "attention_bwd", H, KH, D)) return;
+    if (attention_check(ctx, K, "attention_bwd", H, KH, D)) return;
     long long rows = B * H * T;
     CUdeviceptr dt;
     if (scratch(ctx, rows * 4, &dt)) return;
     void *prep[] = {&dout, &o, &dt, &rows, &D};
     launch(ctx, "kiln_attention_bwd_prep", min64(ceil_div(rows, 8), GRID_X_MAX), 1, BLOCK, 0, prep);
     void *dkdv[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dk, &dv, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
-    launch(ctx, "kiln_attention_tc_bwd_dkdv", min64(B * KH * ceil_div(S, 64), GRID_X_MAX), 1, 128, 512 * (D + 8) + 1024, dkdv);
+    launch(ctx, K->dkdv, min64(B * KH * ceil_div(S, 64), GRID_X_MAX), 1, K->block, K->dkdv_d * D + K->dkdv_c, dkdv);
     void *dqp[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dq, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
-    launch(ctx, "kiln_attention_tc_bwd_dq", min64(B * H * ceil_div(T, 64), GRID_X_MAX), 1, 128, 512 * (D + 8) + 1024, dqp);
+    launch(ctx, K->dq, min64(B * H * ceil_div(T, K->dq_rows), GRID_X_MAX), 1, K->block, K->dq_d * D + K->dq_c, dqp);
 }
+
+void rtk_attention(rt_ctx *ctx, const int64_t *a) { attention_fwd(ctx, &attn_plain, a); }
+void rtk_attention_bwd(rt_ctx *ctx, const int64_t *a) { attention_bwd(ctx, &attn_plain, a); }
+void rtk_attention_tc(rt_ctx *ctx, const int64_t *a) { attention_fwd(ctx, &attn_tc, a); }
+void rtk_attention_bwd_tc(rt_ctx *ctx, const int64_t *a) { attention_bwd(ctx, &attn_tc, a); }
 
 /* ---- misc.cu ---- */
 
