@@ -10,6 +10,10 @@
  * (a real lock only below MPI_THREAD_MULTIPLE) and every return code is
  * checked: a failure fails the step (rt_fail) with MPI_Error_string's text
  * and breaks the context (rt_comm_break), so later collectives fail at once.
+ * A wait that may be long, for a posted receive or a small all-reduce (the
+ * loss, the gradient norm: where ranks wait for each other), tests and
+ * sleeps (wait_posted) instead of MPI's spinning wait, which would take a
+ * core from a compute thread when ranks share cores.
  *
  * Dtypes.  The last arg of the three collectives is the elements' dtype.
  * The CPU sums f32 only (allreduce, reducescatter: RT_F32); allgather moves
@@ -65,6 +69,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "rt_private.h"
 
@@ -182,6 +189,57 @@ static int overlap(const void *a, int64_t na, const void *b, int64_t nb) {
     return na > 0 && nb > 0 && x < y + nb && y < x + na;
 }
 
+/* MPI_Waitall without spinning: MPI's blocking wait polls at full speed,
+ * and on a machine whose cores the ranks' compute threads already use
+ * (the CPU trainer: one rank per core) that poll takes the core from a
+ * compute thread for as long as the receive waits.  Test, then sleep,
+ * 5 us doubling up to 50 us between tests (the most it adds to a
+ * transfer; a test costs about a microsecond, so a waiting receive takes
+ * a few percent of a core), with the lock free in between.  The sleeping
+ * thread's timer slack is set to 1 us first (Linux rounds a sleep up by
+ * the slack, 50 us by default, which would double the poll's period). */
+static int wait_posted(int n, MPI_Request *req, MPI_Status *st) {
+    static _Thread_local int slack_set;
+#ifdef __linux__
+    if (!slack_set) slack_set = 1, (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL); /* best effort: a refusal only keeps the default */
+#endif
+    long ns = 5000;
+    for (;;) {
+        int done = 0;
+        rt_mpi_lock();
+        int rc = MPI_Testall(n, req, &done, st);
+        rt_mpi_unlock();
+        if (rc != MPI_SUCCESS || done) return rc;
+        struct timespec t = {0, ns};
+        nanosleep(&t, NULL);
+        if (ns < 50000) ns *= 2;
+    }
+}
+
+/* A small all-reduce (at most SMALL_ALLREDUCE elements, in one piece): the
+ * loss over pp, the global gradient norm's sum of squares.  These are
+ * where ranks wait for each other at the step's end (a pipeline rank that
+ * finished its actions waits for the last one), so MPI_Allreduce's
+ * spinning wait would take a core from a rank still computing whenever
+ * the ranks share cores; MPI_Iallreduce and wait_posted's sleeping test
+ * instead.  Every rank of the group decides alike (by n and the piece
+ * size, the same on all), as MPI requires: a blocking and a non-blocking
+ * collective do not match.  Larger all-reduces (data parallel's gradient
+ * buckets) keep the blocking call, whose tuned algorithms move bytes
+ * without waiting for this thread's next test. */
+enum { SMALL_ALLREDUCE = 1024 };
+
+static int small_allreduce(int64_t n) { return n <= SMALL_ALLREDUCE && n <= rt_comm_piece(); }
+
+static int allreduce_polled(MPI_Comm comm, const float *x, float *y, int64_t n) {
+    MPI_Request req;
+    MPI_Status st;
+    rt_mpi_lock();
+    int rc = MPI_Iallreduce(x ? (const void *)x : MPI_IN_PLACE, y, (int)n, MPI_FLOAT, MPI_SUM, comm, &req);
+    rt_mpi_unlock();
+    return rc == MPI_SUCCESS ? wait_posted(1, &req, &st) : rc;
+}
+
 /* ---- kernels ---- */
 
 typedef struct {
@@ -256,9 +314,14 @@ void rtk_allreduce(rt_ctx *c, const int64_t *a) {
         memmove(y, x, (size_t)n * 4);
         x = y;
     }
-    rt_mpi_lock();
-    int rc = allreduce_pieces(g.comm, x == y ? NULL : x, y, n);
-    rt_mpi_unlock();
+    int rc;
+    if (small_allreduce(n)) {
+        rc = allreduce_polled(g.comm, x == y ? NULL : x, y, n);
+    } else {
+        rt_mpi_lock();
+        rc = allreduce_pieces(g.comm, x == y ? NULL : x, y, n);
+        rt_mpi_unlock();
+    }
     finish(c, &g, rc, 2 * (int64_t)(g.size - 1) * n * 4 / g.size);
 }
 
@@ -611,27 +674,6 @@ void rtk_recv_start(rt_ctx *c, const int64_t *a) {
     *pp = q; /* even after a failed post: the posted pieces may still write y */
     unlock(g.coll);
     finish(c, &g, rc, 0);
-}
-
-/* MPI_Waitall without spinning: MPI's blocking wait polls at full speed,
- * and on a machine whose cores the ranks' compute threads already use
- * (the CPU trainer: one rank per core) that poll takes the core from a
- * compute thread for as long as the receive waits.  Test, then sleep,
- * 5 us doubling up to 50 us between tests (the most it adds to a
- * transfer; a test costs about a microsecond, so a waiting receive takes
- * a few percent of a core), with the lock free in between. */
-static int wait_posted(int n, MPI_Request *req, MPI_Status *st) {
-    long ns = 5000;
-    for (;;) {
-        int done = 0;
-        rt_mpi_lock();
-        int rc = MPI_Testall(n, req, &done, st);
-        rt_mpi_unlock();
-        if (rc != MPI_SUCCESS || done) return rc;
-        struct timespec t = {0, ns};
-        nanosleep(&t, NULL);
-        if (ns < 50000) ns *= 2;
-    }
 }
 
 /* args: y, bytes, mask, peer, tag (those of its rtk_recv_start) */
