@@ -11,6 +11,17 @@ with each k_r in 0..p, best first.
 
   python3 bench/zb_h1_placement.py P M F0,F1,.. B0,B1,.. W0,W1,..
   python3 bench/zb_h1_placement.py 2 8 446.1,463.5 8.421,522.5 900.8,421.3   # bench/pipeline.sh's model
+
+The first rank's B is nearly empty (8.4 MFLOP against W 900.8 above): its
+chunk sends no input gradient, so compiler/pp.c puts its whole backward in
+W.  That is exact and does not change the bubble: rank 0 runs each W right
+after its B (k_0 = 0), and splitting its backward as 500 + 409 MFLOP gives
+0.0613 against 0.0612.  The last rank's B / W (522.5 / 421.3) is the real
+one: the dX GEMMs equal the dW GEMMs, and B adds attention's backward and
+the norms'.  With B > W, zb-h1 idles (p-1)(F+B-W) per rank against 1f1b's
+(p-1)(F+B+W): 0.49 of 1f1b's bubble here, 0.54 at p 4 (m 8).
+bench/pp_trace_idle.py imports orders() and bubble() to time the same
+placements at the costs measured in the ranks' traces.
 """
 import itertools, sys
 
