@@ -29,7 +29,9 @@
 # keeps the traces, logs and plans (then `kiln plot --trace DIR/S.R.json
 # DIR/S.R.json.rank1 ...`).  The load average is printed at the start and
 # the end: on a shared machine the ranks are slowed unevenly and wait for
-# each other for reasons not the schedule's.
+# each other for reasons not the schedule's.  A warning line says when
+# kiln plot's idle and pp_trace_idle.py's (the same definition, read twice)
+# differ by 0.15 points or more.
 set -eu
 B=${BUILD:-build}
 P=${P:-4}
@@ -106,6 +108,14 @@ for s in $SCHEDULES; do
     echo "$s, last round: measured F/B/W ms per micro-batch per rank $c${l:+; transfer latency median/max/n $l us}"
 done
 if [ -n "$KEEP" ]; then mkdir -p "$KEEP" && cp "$tmp"/*.json* "$tmp"/*.plan "$KEEP"/; fi
+for s in $SCHEDULES; do # the two readings of the idle must agree (kiln plot's and pp_trace_idle.py's)
+    for r in $(seq 1 "$ROUNDS"); do
+        a="$tmp/$s.$r.json.a"
+        if ! awk -v x="$(val "$a" idle_plot)" -v y="$(val "$a" idle)" 'BEGIN {exit !(x - y < 0.15 && y - x < 0.15)}'; then
+            echo "warning: $s round $r: kiln plot says idle $(val "$a" idle_plot)%, pp_trace_idle.py $(val "$a" idle)%"
+        fi
+    done
+done
 if [ "$P" -gt "$(nproc)" ]; then
     echo "note: $P ranks on $(nproc) cores are oversubscribed (occ above): the idle is mostly time-slicing, not the schedule; P=$(nproc) runs a rank per core"
 fi
