@@ -57,6 +57,15 @@ done
 bubble() { plan $GPT4 --pp 2 --micro-batches 4 --pp-schedule "$1" | num '^  bubble \([0-9.]*\) from.*'; }
 b1=$(bubble 1f1b); bz=$(bubble zb-h1)
 check "zb-h1's bubble from the ops' costs ($bz) is below 1f1b's ($b1)" "awk -v a='$bz' -v b='$b1' 'BEGIN{exit !(a != \"\" && b != \"\" && a < b)}'"
+# A recompute node runs in the action that reads it: the first chunk sends
+# no input gradient, so its B is empty, and its recompute runs inside W;
+# without the recompute the first chunk's W grows by exactly the recompute's
+# FLOPs, never its B.
+row() { plan $GPT4 --pp 2 --micro-batches 4 --pp-schedule zb-h1 --recompute "$1" | sed -n "s/^  $2 per chunk and micro-batch (MFLOP): //p"; }
+b0=$(row full B | awk '{print $1}')
+check "zb-h1 --recompute full: the first chunk's B is empty ($b0 MFLOP)" "[ '$b0' = 0 ]"
+wf=$(row full W | awk '{print $1}'); wn=$(row none W | awk '{print $1}')
+check "its recompute is counted in W ($wf > $wn MFLOP)" "awk -v a='$wf' -v b='$wn' 'BEGIN{exit !(a != \"\" && a > b)}'"
 
 # a .ir dump (no schedule recorded) read with the flags it was built with
 "$K" dump $GPT4 --pp 2 --micro-batches 4 --pp-schedule zb-h1 -o "$tmp/zb.ir"

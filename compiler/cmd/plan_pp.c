@@ -78,7 +78,21 @@ static void pp_stats_free(PpStats *st) {
     free(st->sent);
 }
 
-static int phase_kind(Phase ph) { return ph == PH_FWD ? ACT_F : ph == PH_BWD || ph == PH_RECOMPUTE ? ACT_B : ph == PH_WGRAD ? ACT_W : -1; }
+static int phase_kind(Phase ph) { return ph == PH_FWD ? ACT_F : ph == PH_BWD ? ACT_B : ph == PH_WGRAD ? ACT_W : -1; }
+
+/* The action kind node i runs in.  A recompute node has no kind of its own:
+ * it runs in the action of the next node of its chunk and micro-batch that is
+ * not a recompute (B, or W when only the weight gradient reads it). */
+static int node_kind(const Graph *g, int i) {
+    const Node *n = &g->nodes[i];
+    if (n->phase != PH_RECOMPUTE) return phase_kind(n->phase);
+    for (int j = i + 1; j < g->nnodes; j++) {
+        const Node *x = &g->nodes[j];
+        if (x->phase != PH_RECOMPUTE && x->vstage == n->vstage && x->mb == n->mb && phase_kind(x->phase) >= 0)
+            return phase_kind(x->phase);
+    }
+    return ACT_B;
+}
 
 /* A .ir dump does not record its schedule: the flags must say it.  The
  * nodes' micro-batches must span m, W work (phase wgrad) must be there
@@ -110,7 +124,7 @@ static int pp_walk(const Module *m, PpStats *st, char *err, size_t errlen) {
                 if (q < 0 || q >= p || q == r) return snprintf(err, errlen, "stage %d: a send to pp rank %d of %d", r, q, p), -1;
                 st->sent[r * p + q] += ir_value_bytes(&g->vals[n->in[0]]);
             }
-            int k = phase_kind(n->phase);
+            int k = node_kind(g, i);
             if (k < 0) continue;
             if (n->vstage < 0 || n->vstage >= st->pl.v)
                 return snprintf(err, errlen, "stage %d: a node of virtual stage %d, but the schedule has %d per rank", r, n->vstage, st->pl.v), -1;
