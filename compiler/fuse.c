@@ -296,6 +296,6 @@ static void fuse_graph(Graph *g) {
 }
 
 void pass_fuse(Module *m, const Options *o) {
-    (void)o;
+    xent_fuse(m, o); /* the fused classifier first: its dl chain then fuses like any other */
     for (int s = 0; s < m->nstages; s++) fuse_graph(m->stages[s]);
 }

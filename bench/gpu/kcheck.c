@@ -620,6 +620,30 @@ static void add_xent(int64_t rows, int64_t V) {
     c->p[0] = rows, c->p[1] = V;
 }
 
+/* The fused classifier's twin: the CPU's forward then backward (no CPU
+ * kernel of its own; weak: the CPU runtime, --cpu, has none).
+ * args: dl, logits, targets, dlogits, loss, rows, V */
+#pragma weak rtk_cross_entropy_fused
+static void cpu_xent_fused(rt_ctx *ctx, const int64_t *a) {
+    int64_t f[] = {a[1], a[2], a[4], a[5], a[6]}, b[] = {a[0], a[1], a[2], a[3], a[5], a[6]};
+    cpu_rtk_cross_entropy(ctx, f);
+    cpu_rtk_cross_entropy_bwd(ctx, b);
+}
+static int args_xent_fused(const Case *c, void *const *p, int gpu, int64_t *a) {
+    PUT(P(0), P(1), P(2), P(3), P(4), c->p[0], c->p[1]);
+}
+
+static void add_xent_fused(int64_t rows, int64_t V) {
+    Case *c = new_case(rtk_cross_entropy_fused, cpu_xent_fused, args_xent_fused, "cross_entropy_fused rows=%lld V=%lld",
+                       (long long)rows, (long long)V);
+    ten(c, "dl", IN, RT_F32, rows, INIT_UNIFORM, 0.5 / (double)rows, 2.0 / (double)rows);
+    ten(c, "logits", IN, RT_BF16, rows * V, INIT_NORMAL, 0, 2);
+    ten(c, "targets", IN, RT_I32, rows, INIT_INTS, 0, (double)V);
+    ten(c, "dlogits", OUT, RT_BF16, rows * V, 0, 0, 0);
+    ten(c, "loss", OUT, RT_F32, rows, 0, 0, 0);
+    c->p[0] = rows, c->p[1] = V;
+}
+
 /* ---- optimizer ---- */
 
 /* args: p, g, m, v, lr, scale, t, p_out, m_out, v_out, n, b1, b2, eps, wd */
@@ -873,6 +897,10 @@ static void build_cases(int small) {
     add_embedding(0, 32, 100, 0);                       /* no rows: dtable = 0 */
     add_xent(small ? 8 : 512, V);
     add_xent(37, 1000);
+    if (rtk_cross_entropy_fused) {
+        add_xent_fused(small ? 8 : 512, V);
+        add_xent_fused(37, 1000);
+    }
     add_adamw(small ? 5000 : (1 << 20) + 3, 0.1, 5);
     add_adamw(1000, 0, 1);
     for (int i = 0; i < 5; i++) add_lr_cosine((double[]){1, 7, 10, 500, 2000}[i]);

@@ -671,7 +671,7 @@ static void emit_node(Em *e, int idx) {
         launch_io(e, n, ir_ops[n->op].name, ex, 3);
         return;
     }
-    case OP_cross_entropy: case OP_cross_entropy_bwd: {
+    case OP_cross_entropy: case OP_cross_entropy_bwd: case OP_cross_entropy_fused: { /* fused: args dl, logits, targets, dlogits, loss, rows, V */
         const Type *lg = TY(e, n->in[n->op == OP_cross_entropy ? 0 : 1]);
         LLVMValueRef ex[] = {I64(e, ir_numel(lg) / last(lg)), I64(e, last(lg))};
         launch_io(e, n, ir_ops[n->op].name, ex, 2);

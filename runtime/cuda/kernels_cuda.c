@@ -241,6 +241,16 @@ void rtk_cross_entropy_bwd(rt_ctx *ctx, const int64_t *a) {
     launch(ctx, "kiln_cross_entropy_bwd", grid_rows(rows), 1, BLOCK, 0, params);
 }
 
+/* ---- xent_fused.cu ---- */
+
+/* args: dl, logits, targets, dlogits, loss, rows, V: dl per row (stride 1) */
+void rtk_cross_entropy_fused(rt_ctx *ctx, const int64_t *a) {
+    CUdeviceptr dl = dptr(a[0]), logits = dptr(a[1]), targets = dptr(a[2]), dlogits = dptr(a[3]), loss = dptr(a[4]);
+    long long rows = a[5], V = a[6], stride = 1;
+    void *params[] = {&logits, &targets, &dl, &stride, &loss, &dlogits, &rows, &V};
+    launch(ctx, "kiln_cross_entropy_fused", grid_rows(rows), 1, BLOCK, 0, params);
+}
+
 /* ---- embedding.cu ---- */
 
 /* args: table, ids, out, n, C, V */
