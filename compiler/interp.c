@@ -478,6 +478,9 @@ static void ex_matmul(Ex *e) {
         }
         gemm(IN(0) + p * sa, tb ? bk : b, OUT(0) + p * M * N, M, K, N, ta);
     }
+    if (e->n->op == OP_matmul_bias) /* + bias[N] before the one rounding of the output */
+        for (int64_t r = 0; r < NOUT(0) / N; r++)
+            for (int64_t j = 0; j < N; j++) OUT(0)[r * N + j] += IN(2)[j];
 }
 
 /* ---- norms and softmax: x viewed as rows of its last dim C ---- */
@@ -874,7 +877,7 @@ static void exec_local(Ex *e) {
     case OP_broadcast: ex_broadcast(e); break;
     case OP_sumto: ex_sumto(e); break;
     case OP_cast: ex_cast(e); break;
-    case OP_matmul: ex_matmul(e); break;
+    case OP_matmul: case OP_matmul_bias: ex_matmul(e); break;
     case OP_layernorm: ex_layernorm(e); break;
     case OP_layernorm_bwd: ex_layernorm_bwd(e); break;
     case OP_rmsnorm: ex_rmsnorm(e); break;

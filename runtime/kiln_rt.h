@@ -322,6 +322,11 @@ void rtk_recv_done(rt_ctx *ctx, const int64_t *a);
  * bf16, C bf16 or f32, f32 accumulation).
  * args: A, B, C, batch, M, N, K, ta, tb, strideA, strideB, strideC, beta(bits), dtA, dtB, dtC */
 void rtk_gemm(rt_ctx *ctx, const int64_t *a);
+/* rtk_gemm + bias[N] added to every row of C before its rounding (IR
+ * matmul_bias; CUDA only: cuBLASLt's BIAS epilogue, the CPU runtime has
+ * none and the compiler never emits it there).  bias has C's dtype.
+ * args: rtk_gemm's 16, then bias */
+void rtk_gemm_bias(rt_ctx *ctx, const int64_t *a);
 
 /* args: x, w, b, y, rows, C, eps */
 void rtk_layernorm(rt_ctx *ctx, const int64_t *a);
