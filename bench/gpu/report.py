@@ -171,11 +171,12 @@ def cmd_table(argv):
             except ValueError:
                 pass
     speed = {}
-    for name in ("kiln", "kiln_tc", "eager", "compile"):
+    for name in ("kiln", "kiln_tc", "kiln_ep", "eager", "compile"):
         j = load_json(os.path.join(d, f"speed_{name}.json"))
         if j and "tokens_per_s" in j:
             speed[name] = j
-    for name, label in (("kiln", f"kiln GPT-2 124M B{B} T{T}"), ("kiln_tc", "kiln --attention tc"), ("eager", "PyTorch eager"),
+    for name, label in (("kiln", f"kiln GPT-2 124M B{B} T{T}"), ("kiln_tc", "kiln --attention tc"),
+                        ("kiln_ep", "kiln --gemm-epilogue bias"), ("eager", "PyTorch eager"),
                         ("compile", "PyTorch torch.compile")):
         j = speed.get(name)
         if not j:
@@ -202,6 +203,9 @@ def cmd_table(argv):
     rows.append(["llm.c (published, not run here)", "info",
                  f"~{LLMC['tokens_per_s']:,.0f} tok/s per {LLMC['gpu']} (T 1024), MFU ~{100 * llmc_mfu:.0f}% of its "
                  f"{LLMC['peak'] / 1e12:.0f} TFLOP/s; {LLMC['source']}"])
+    if "kiln_ep" in speed and "kiln" in speed:
+        r = speed["kiln_ep"]["tokens_per_s"] / speed["kiln"]["tokens_per_s"]
+        rows.append(["kiln --gemm-epilogue bias / kiln", "info", f"{r:.2f}x"])
     if "kiln" in speed:
         m = speed["kiln"]["tokens_per_s"] * fpt / PEAK_BF16
         rows.append(["kiln MFU", "PASS" if m >= 0.5 else "FAIL", f"{100 * m:.1f}% (target >= 50%)"])
