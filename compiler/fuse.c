@@ -296,6 +296,7 @@ static void fuse_graph(Graph *g) {
 }
 
 void pass_fuse(Module *m, const Options *o) {
-    (void)o;
+    xent_fuse(m, o); /* the fused classifier first: its dl chain then fuses like any other */
+    gemm_epilogue(m, o); /* bias adds into their GEMMs (cuBLASLt epilogues) */
     for (int s = 0; s < m->nstages; s++) fuse_graph(m->stages[s]);
 }

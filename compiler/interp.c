@@ -478,6 +478,9 @@ static void ex_matmul(Ex *e) {
         }
         gemm(IN(0) + p * sa, tb ? bk : b, OUT(0) + p * M * N, M, K, N, ta);
     }
+    if (e->n->op == OP_matmul_bias) /* + bias[N] before the one rounding of the output */
+        for (int64_t r = 0; r < NOUT(0) / N; r++)
+            for (int64_t j = 0; j < N; j++) OUT(0)[r * N + j] += IN(2)[j];
 }
 
 /* ---- norms and softmax: x viewed as rows of its last dim C ---- */
@@ -798,6 +801,18 @@ static void ex_cross_entropy_bwd(Ex *e) {
     }
 }
 
+/* (dl, logits, targets) -> dlogits, loss: the two above in one op (xent_fuse.c) */
+static void ex_cross_entropy_fused(Ex *e) {
+    int64_t V = last_dim(INT(1)), n = e->in[2]->n;
+    for (int64_t r = 0; r < n; r++) {
+        const double *x = IN(1) + r * V;
+        double *dx = OUT(0) + r * V, lse = logsumexp(x, V), dl = IN(0)[r];
+        int64_t tg = id_at(e, IN(2), r, V);
+        OUT(1)[r] = lse - x[tg]; /* before dx: dlogits may be the logits (F_INPLACE) */
+        for (int64_t i = 0; i < V; i++) dx[i] = dl * (exp(x[i] - lse) - (i == tg));
+    }
+}
+
 /* ---- optimizer ---- */
 
 static void ex_lr_cosine(Ex *e) {
@@ -862,7 +877,7 @@ static void exec_local(Ex *e) {
     case OP_broadcast: ex_broadcast(e); break;
     case OP_sumto: ex_sumto(e); break;
     case OP_cast: ex_cast(e); break;
-    case OP_matmul: ex_matmul(e); break;
+    case OP_matmul: case OP_matmul_bias: ex_matmul(e); break;
     case OP_layernorm: ex_layernorm(e); break;
     case OP_layernorm_bwd: ex_layernorm_bwd(e); break;
     case OP_rmsnorm: ex_rmsnorm(e); break;
@@ -878,6 +893,7 @@ static void exec_local(Ex *e) {
     case OP_embedding_bwd: ex_embedding_bwd(e); break;
     case OP_cross_entropy: ex_cross_entropy(e); break;
     case OP_cross_entropy_bwd: ex_cross_entropy_bwd(e); break;
+    case OP_cross_entropy_fused: ex_cross_entropy_fused(e); break;
     case OP_lr_cosine: ex_lr_cosine(e); break;
     case OP_clipscale: ex_clipscale(e); break;
     case OP_adamw: ex_adamw(e); break;

@@ -616,6 +616,11 @@ static int infer_matmul(const Infer *in, Type out[], char *err, size_t errlen) {
     out[0] = *a;
     out[0].dim[a->rank - 2] = M;
     out[0].dim[a->rank - 1] = N;
+    if (in->n->op == OP_matmul_bias) {
+        const Type *c = in->t[2];
+        if (c->dt != a->dt || c->rank != 1 || c->dim[0] != N)
+            FAIL("matmul_bias: bias %s must be %s[%lld]", tstr(c, x), ir_dtype_names[a->dt], (long long)N);
+    }
     return 0;
 }
 
@@ -791,7 +796,7 @@ static int infer_cross_entropy(const Infer *in, Type out[], char *err, size_t er
     const Type *const *t = in->t;
     const char *op = in->op;
     char x[96], y[96];
-    int fwd = in->n->op == OP_cross_entropy;
+    int fwd = in->n->op == OP_cross_entropy, fused = in->n->op == OP_cross_entropy_fused;
     const Type *lg = t[fwd ? 0 : 1], *tg = t[fwd ? 1 : 2];
     if (need_float(lg, op, "logits", err, errlen) || need_int(tg, op, "targets", err, errlen)) return -1;
     int ok = lg->rank == tg->rank + 1;
@@ -799,8 +804,9 @@ static int infer_cross_entropy(const Infer *in, Type out[], char *err, size_t er
     if (!ok) FAIL("%s: logits %s do not match targets %s", op, tstr(lg, x), tstr(tg, y));
     Type per_tok = *tg;
     per_tok.dt = DT_F32;
-    if (!fwd && !ir_type_eq(t[0], &per_tok)) FAIL("cross_entropy_bwd: dl must be %s", tstr(&per_tok, x));
+    if (!fwd && !ir_type_eq(t[0], &per_tok)) FAIL("%s: dl must be %s", op, tstr(&per_tok, x));
     out[0] = fwd ? per_tok : *lg;
+    if (fused) out[1] = per_tok;
     return 0;
 }
 
@@ -874,13 +880,13 @@ static const InferFn infer_op[OP_COUNT] = {
     [OP_sumsq] = infer_sumsq,
     [OP_reshape] = infer_reshape, [OP_transpose] = infer_transpose, [OP_slice] = infer_slice,
     [OP_concat] = infer_concat, [OP_broadcast] = infer_broadcast, [OP_sumto] = infer_sumto,
-    [OP_matmul] = infer_matmul,
+    [OP_matmul] = infer_matmul, [OP_matmul_bias] = infer_matmul,
     [OP_layernorm] = infer_norm, [OP_rmsnorm] = infer_norm, [OP_layernorm_bwd] = infer_norm_bwd,
     [OP_rmsnorm_bwd] = infer_norm_bwd, [OP_softmax] = infer_softmax, [OP_softmax_bwd] = infer_softmax_bwd,
     [OP_rope] = infer_rope, [OP_rope_bwd] = infer_rope, [OP_dropout] = infer_dropout,
     [OP_attention] = infer_attention, [OP_attention_bwd] = infer_attention_bwd, [OP_attn_merge] = infer_attn_merge,
     [OP_embedding] = infer_embedding, [OP_embedding_bwd] = infer_embedding_bwd,
-    [OP_cross_entropy] = infer_cross_entropy, [OP_cross_entropy_bwd] = infer_cross_entropy, [OP_loss] = infer_loss,
+    [OP_cross_entropy] = infer_cross_entropy, [OP_cross_entropy_bwd] = infer_cross_entropy, [OP_cross_entropy_fused] = infer_cross_entropy, [OP_loss] = infer_loss,
     [OP_lr_cosine] = infer_scalar_fn, [OP_clipscale] = infer_scalar_fn, [OP_adamw] = infer_adamw,
     [OP_allreduce] = infer_comm, [OP_reducescatter] = infer_comm, [OP_allgather] = infer_comm,
     [OP_shard] = infer_comm, [OP_send] = infer_comm, [OP_recv_done] = infer_comm,
@@ -1034,6 +1040,7 @@ static double per_element(Op op) {
     case OP_layernorm: return 8;
     case OP_layernorm_bwd: return 12;
     case OP_softmax: case OP_cross_entropy: case OP_cross_entropy_bwd: return 6;
+    case OP_cross_entropy_fused: return 12;
     case OP_softmax_bwd: case OP_attn_merge: return 4;
     case OP_adamw: return 12;
     default: return 0; /* sources, sinks, shape ops, casts, communication, sync */
@@ -1056,7 +1063,7 @@ double ir_node_flops(const Graph *g, const Node *n) {
         double f = 4.0 * (double)q->dim[0] * (double)q->dim[1] * pairs * (double)q->dim[3];
         return bwd ? 2.5 * f : f;
     }
-    const Type *t = n->nin ? &g->vals[n->in[n->op == OP_embedding_bwd || n->op == OP_cross_entropy_bwd ? 1 : 0]].t
+    const Type *t = n->nin ? &g->vals[n->in[n->op == OP_embedding_bwd || n->op == OP_cross_entropy_bwd || n->op == OP_cross_entropy_fused ? 1 : 0]].t
                            : n->nout ? &g->vals[n->out[0]].t : NULL;
     return t ? per_element(n->op) * (double)ir_numel(t) : 0;
 }
@@ -1069,8 +1076,8 @@ int64_t ir_index_bound(const Graph *g, int vid, int64_t dflt) {
             if (n->in[k] != vid) continue;
             int64_t b = INT64_MAX;
             if (n->op == OP_embedding) b = g->vals[n->in[0]].t.dim[0];
-            if (n->op == OP_cross_entropy) {
-                const Type *t = &g->vals[n->in[0]].t;
+            if ((n->op == OP_cross_entropy && k == 1) || (n->op == OP_cross_entropy_fused && k == 2)) {
+                const Type *t = &g->vals[n->in[n->op == OP_cross_entropy_fused]].t;
                 b = t->dim[t->rank - 1];
             }
             if (b < bound) bound = b;

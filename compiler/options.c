@@ -28,6 +28,7 @@ void opt_defaults(Options *o) {
     o->recompute = RC_GEMM_LAST;
     o->frontend_timeout = 10;
     o->offload_min_bytes = 1 << 20; /* the seeds' system skips tensors under 1 MiB */
+    o->xent_fused = -1;             /* on with --target cuda (main.c) */
 }
 
 /* Where key's value came from: a --set of it or its shorthand flag

@@ -71,6 +71,13 @@ typedef struct {
     int tp_bug;
     /* sequence parallel (issue 20): 0 default (on with tp > 1), 1 --sp, 2 --no-sp */
     int sp;
+    /* the fused classifier (issue 23, xent_fuse.c): cross_entropy and its
+     * cross_entropy_bwd become one cross_entropy_fused at the forward.
+     * -1 default (on with --target cuda), 0 --xent-fused off, 1 on */
+    int xent_fused;
+    /* cuBLASLt epilogues (issue 23, gemm_epilogue.c): 1 --gemm-epilogue
+     * bias (a bias add into its GEMM), 0 none (default) */
+    int gemm_epilogue;
 } Options;
 /* Options.offload for --offload auto: each (rank, virtual stage,
  * micro-batch) offloads the fraction of its candidates' bytes whose copies

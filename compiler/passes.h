@@ -22,6 +22,10 @@ void pass_offload(Module *m, const Options *o);
 void pass_optimizer(Module *m, const Options *o); /* optimizer.c */
 void pass_precision(Module *m, const Options *o); /* precision.c: bf16 mixed precision (o->precision_bf16) */
 void pass_fuse(Module *m, const Options *o);      /* fuse.c: elementwise chains -> generated kernels */
+/* xent_fuse.c: cross_entropy + its backward -> cross_entropy_fused (o->xent_fused == 1); run by pass_fuse first */
+void xent_fuse(Module *m, const Options *o);
+/* gemm_epilogue.c: matmul + broadcast bias add -> matmul_bias (o->gemm_epilogue == 1); run by pass_fuse */
+void gemm_epilogue(Module *m, const Options *o);
 void pass_schedule(Module *m, const Options *o);  /* schedule.c: streams, events, linear order */
 void pass_memplan(Module *m, const Options *o);   /* memplan.c: static offsets per memory space */
 void pass_forward(Module *m, const Options *o);   /* forward.c: keep what output "logits" needs (inference) */

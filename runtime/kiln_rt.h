@@ -322,6 +322,11 @@ void rtk_recv_done(rt_ctx *ctx, const int64_t *a);
  * bf16, C bf16 or f32, f32 accumulation).
  * args: A, B, C, batch, M, N, K, ta, tb, strideA, strideB, strideC, beta(bits), dtA, dtB, dtC */
 void rtk_gemm(rt_ctx *ctx, const int64_t *a);
+/* rtk_gemm + bias[N] added to every row of C before its rounding (IR
+ * matmul_bias; CUDA only: cuBLASLt's BIAS epilogue, the CPU runtime has
+ * none and the compiler never emits it there).  bias has C's dtype.
+ * args: rtk_gemm's 16, then bias */
+void rtk_gemm_bias(rt_ctx *ctx, const int64_t *a);
 
 /* args: x, w, b, y, rows, C, eps */
 void rtk_layernorm(rt_ctx *ctx, const int64_t *a);
@@ -375,6 +380,11 @@ void rtk_embedding_bwd(rt_ctx *ctx, const int64_t *a);
 void rtk_cross_entropy(rt_ctx *ctx, const int64_t *a);
 /* dlogits = dl[i] * (softmax - onehot).  args: dl, logits, targets, dlogits, rows, V */
 void rtk_cross_entropy_bwd(rt_ctx *ctx, const int64_t *a);
+/* The two in one pass (IR cross_entropy_fused; CUDA only: the CPU runtime
+ * has none and the compiler never emits it for the CPU): loss[i] as
+ * rtk_cross_entropy, dlogits as rtk_cross_entropy_bwd; dlogits may be
+ * logits.  args: dl, logits, targets, dlogits, loss, rows, V */
+void rtk_cross_entropy_fused(rt_ctx *ctx, const int64_t *a);
 /* torch AdamW on g*scale[0]; lr, scale, t point to f32 scalars.
  * args: p, g, m, v, lr, scale, t, p_out, m_out, v_out, n, b1, b2, eps, wd (may alias p_out=p etc.) */
 void rtk_adamw(rt_ctx *ctx, const int64_t *a);

@@ -351,6 +351,33 @@ static void add_gemm(int64_t batch, int64_t M, int64_t N, int64_t K, int ta, int
     c->d[0] = beta;
 }
 
+/* rtk_gemm_bias (--gemm-epilogue bias, cuBLASLt's BIAS epilogue; weak: the
+ * CPU runtime has none): the reference product, then + bias[j] on every
+ * row.  args: rtk_gemm's 16, then bias */
+#pragma weak rtk_gemm_bias
+static void ref_gemm_bias(rt_ctx *ctx, const int64_t *a) {
+    ref_gemm(ctx, a);
+    float *C = rt_arg_ptr(a[2]);
+    const float *bias = rt_arg_ptr(a[16]);
+    for (int64_t r = 0; r < a[3] * a[4]; r++)
+        for (int64_t j = 0; j < a[5]; j++) C[r * a[5] + j] += bias[j];
+}
+static int args_gemm_bias(const Case *c, void *const *p, int gpu, int64_t *a) {
+    const int64_t *q = c->p;
+    PUT(P(0), P(1), P(2), q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], F(0), DT(0), DT(1), DT(2), P(3));
+}
+
+static void add_gemm_bias(int64_t batch, int64_t M, int64_t N, int64_t K, int ta, int tb) {
+    Case *c = new_case(rtk_gemm_bias, ref_gemm_bias, args_gemm_bias, "gemm_bias batch=%lld %lldx%lldx%lld ta=%d tb=%d C=bf16",
+                       (long long)batch, (long long)M, (long long)N, (long long)K, ta, tb);
+    ten(c, "A", IN, RT_BF16, batch * M * K, INIT_NORMAL, 0, 1);
+    ten(c, "B", IN, RT_BF16, K * N, INIT_NORMAL, 0, 1);
+    ten(c, "C", OUT, RT_BF16, batch * M * N, 0, 0, 0);
+    ten(c, "bias", IN, RT_BF16, N, INIT_NORMAL, 0, 4);
+    int64_t q[] = {batch, M, N, K, ta, tb, batch > 1 ? M * K : 0, 0, M * N};
+    memcpy(c->p, q, sizeof q);
+}
+
 /* ---- norms ---- */
 
 static int args_layernorm(const Case *c, void *const *p, int gpu, int64_t *a) {
@@ -620,6 +647,30 @@ static void add_xent(int64_t rows, int64_t V) {
     c->p[0] = rows, c->p[1] = V;
 }
 
+/* The fused classifier's twin: the CPU's forward then backward (no CPU
+ * kernel of its own; weak: the CPU runtime, --cpu, has none).
+ * args: dl, logits, targets, dlogits, loss, rows, V */
+#pragma weak rtk_cross_entropy_fused
+static void cpu_xent_fused(rt_ctx *ctx, const int64_t *a) {
+    int64_t f[] = {a[1], a[2], a[4], a[5], a[6]}, b[] = {a[0], a[1], a[2], a[3], a[5], a[6]};
+    cpu_rtk_cross_entropy(ctx, f);
+    cpu_rtk_cross_entropy_bwd(ctx, b);
+}
+static int args_xent_fused(const Case *c, void *const *p, int gpu, int64_t *a) {
+    PUT(P(0), P(1), P(2), P(3), P(4), c->p[0], c->p[1]);
+}
+
+static void add_xent_fused(int64_t rows, int64_t V) {
+    Case *c = new_case(rtk_cross_entropy_fused, cpu_xent_fused, args_xent_fused, "cross_entropy_fused rows=%lld V=%lld",
+                       (long long)rows, (long long)V);
+    ten(c, "dl", IN, RT_F32, rows, INIT_UNIFORM, 0.5 / (double)rows, 2.0 / (double)rows);
+    ten(c, "logits", IN, RT_BF16, rows * V, INIT_NORMAL, 0, 2);
+    ten(c, "targets", IN, RT_I32, rows, INIT_INTS, 0, (double)V);
+    ten(c, "dlogits", OUT, RT_BF16, rows * V, 0, 0, 0);
+    ten(c, "loss", OUT, RT_F32, rows, 0, 0, 0);
+    c->p[0] = rows, c->p[1] = V;
+}
+
 /* ---- optimizer ---- */
 
 /* args: p, g, m, v, lr, scale, t, p_out, m_out, v_out, n, b1, b2, eps, wd */
@@ -809,6 +860,11 @@ static void build_cases(int small) {
     add_gemm(4, 33, 65, 17, 0, 0, 1, 0, RT_BF16);  /* shared weight */
     add_gemm(1, 96, 80, 200, 1, 0, 0, 1, RT_F32);  /* weight gradient, accumulated */
     add_gemm(1, 50, 70, 30, 0, 0, 0, 1, RT_F32);
+    if (rtk_gemm_bias) {
+        add_gemm_bias(1, 77, 130, 96, 0, 0);
+        add_gemm_bias(1, 77, 130, 96, 0, 1);
+        add_gemm_bias(4, 33, 65, 17, 0, 0); /* [batch*M, K] x B, folded */
+    }
     if (!small) {
         add_gemm(1, 2048, 3072, 768, 0, 0, 0, 0, RT_BF16); /* c_fc */
         add_gemm(1, 768, 3072, 2048, 1, 0, 0, 0, RT_F32);  /* its weight gradient */
@@ -873,6 +929,10 @@ static void build_cases(int small) {
     add_embedding(0, 32, 100, 0);                       /* no rows: dtable = 0 */
     add_xent(small ? 8 : 512, V);
     add_xent(37, 1000);
+    if (rtk_cross_entropy_fused) {
+        add_xent_fused(small ? 8 : 512, V);
+        add_xent_fused(37, 1000);
+    }
     add_adamw(small ? 5000 : (1 << 20) + 3, 0.1, 5);
     add_adamw(1000, 0, 1);
     for (int i = 0; i < 5; i++) add_lr_cosine((double[]){1, 7, 10, 500, 2000}[i]);

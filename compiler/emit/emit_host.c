@@ -374,8 +374,9 @@ static void emit_matmul(Em *e, const Node *n) {
     }
     LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->in[1], 0), P(e, n->out[0], 0), I64(e, batch), I64(e, M), I64(e, N),
                         I64(e, K), I64(e, ta), I64(e, tb), I64(e, sa), I64(e, sb), I64(e, M * N), F(e, 0),
-                        DT(e, n->in[0]), DT(e, n->in[1]), DT(e, n->out[0])};
-    launch_lib(e, n, "gemm", a, 16);
+                        DT(e, n->in[0]), DT(e, n->in[1]), DT(e, n->out[0]),
+                        n->op == OP_matmul_bias ? P(e, n->in[2], 0) : NULL}; /* gemm_bias: + the bias vector (CUDA) */
+    launch_lib(e, n, n->op == OP_matmul_bias ? "gemm_bias" : "gemm", a, n->op == OP_matmul_bias ? 17 : 16);
 }
 
 /* --attention cudnn: cuDNN's SDPA takes bf16 q, k, v and o, index
@@ -654,7 +655,7 @@ static void emit_node(Em *e, int idx) {
     case OP_concat: emit_concat(e, n); return;
     case OP_broadcast: emit_broadcast(e, n); return;
     case OP_sumto: emit_sumto(e, n); return;
-    case OP_matmul: emit_matmul(e, n); return;
+    case OP_matmul: case OP_matmul_bias: emit_matmul(e, n); return;
     case OP_layernorm: case OP_layernorm_bwd: case OP_rmsnorm: case OP_rmsnorm_bwd: emit_norm(e, n); return;
     case OP_softmax: case OP_softmax_bwd: {
         const Type *x = TY(e, n->in[0]);
@@ -671,7 +672,7 @@ static void emit_node(Em *e, int idx) {
         launch_io(e, n, ir_ops[n->op].name, ex, 3);
         return;
     }
-    case OP_cross_entropy: case OP_cross_entropy_bwd: {
+    case OP_cross_entropy: case OP_cross_entropy_bwd: case OP_cross_entropy_fused: { /* fused: args dl, logits, targets, dlogits, loss, rows, V */
         const Type *lg = TY(e, n->in[n->op == OP_cross_entropy ? 0 : 1]);
         LLVMValueRef ex[] = {I64(e, ir_numel(lg) / last(lg)), I64(e, last(lg))};
         launch_io(e, n, ir_ops[n->op].name, ex, 2);

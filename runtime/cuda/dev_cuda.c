@@ -96,8 +96,12 @@
  * drops stream 0's first N waits per step for an event recorded on stream
  * 3 (a reload's): the fake CUDA's happens-before check must report it.
  *
- * What is not here: --trace (no CUDA timeline yet: rt_new refuses it),
- * rt_options.threads and .serial (meaningless on this device).
+ * --trace (trace_cuda.c): every step runs eagerly, each launch between two
+ * timing events on its stream; the spans are read after the step's
+ * synchronisation and written at rt_free in the CPU's Chrome trace format.
+ *
+ * What is not here: rt_options.threads and .serial (meaningless on this
+ * device).
  */
 #include <cublasLt.h>
 #include <cuda.h>
@@ -181,6 +185,8 @@ struct rt_ctx {
     int *recorder;                  /* per event: the stream of its last rt_record */
     int drop_copy_wait, dropped;
     int64_t act_hw;                 /* -1: not measured */
+    const char *trace_path;         /* --trace: the context's (rt_options) */
+    RtcTrace *trace;                /* made once the rank is known (build) */
 };
 
 /* ---- errors ---- */
@@ -405,7 +411,10 @@ void rt_launch(rt_ctx *c, int stream, rt_kernel k, const int64_t *args, int narg
     c->cur = stream;
     c->name = name;
     if (k != rtk_send && k != rtk_recv) rtc_p2p_flush(c, c->streams[stream]); /* comm_nccl.c: noted sends go first */
+    if (c->trace && !step_ok(c, rtc_trace_launch_begin(c->trace, stream, c->streams[stream], name), "--trace: cuEventRecord"))
+        return;
     k(c, args);
+    if (c->trace) step_ok(c, rtc_trace_launch_end(c->trace, c->streams[stream]), "--trace: cuEventRecord");
 }
 
 void rt_record(rt_ctx *c, int stream, int event) {
@@ -516,6 +525,7 @@ int rt_step(rt_ctx *c, char *err, int errlen) {
     c->name = "kiln runtime";
     int ok = step_ok(c, cuCtxSetCurrent(c->cu), "cuCtxSetCurrent");
     if (ok && c->p->schedule) ok = step_ok(c, copy_in(c, c->schedule, c->p->schedule, sizeof(rt_schedule)), "copying the lr schedule to the GPU");
+    if (ok && c->trace) ok = step_ok(c, rtc_trace_step_begin(c->trace, c->streams[0], c->step), "--trace: cuEventRecord");
     if (ok && (c->eager || c->step == 1)) { /* step 1 warms up outside any capture */
         c->p->step(c, c->base);
         rtc_p2p_flush(c, NULL);
@@ -525,6 +535,7 @@ int rt_step(rt_ctx *c, char *err, int errlen) {
         rt_comm_count(c->comm, c->graph_bytes);
     }
     finish_streams(c);
+    if (c->trace && !has_failed(c)) step_ok(c, rtc_trace_step_end(c->trace), "--trace: cuEventElapsedTime");
     if (c->act_hw >= 0 && !has_failed(c)) measure_act(c);
     char sends[600];
     if (rt_comm_finish_sends(c->comm, sends, sizeof sends)) rt_fail(c, "%s", sends);
@@ -824,6 +835,13 @@ static int build(rt_ctx *c) {
         return 0;
     /* the memsets ran on the legacy stream, which the non-blocking streams do not wait for */
     if (!cu_ok(cuCtxSynchronize(), "cuCtxSynchronize")) return 0;
+    if (c->trace_path) {
+        char err[300];
+        if (!(c->trace = rtc_trace_new(c->trace_path, rt_world_rank(c), c->nstreams, err, sizeof err))) {
+            fprintf(stderr, "kiln runtime: --trace: %s\n", err);
+            return 0;
+        }
+    }
     return rt_world_size(c) == 1 || (c->nccl = rtc_nccl_new(c, c->p)) != NULL;
 }
 
@@ -831,10 +849,6 @@ rt_ctx *rt_new(const rt_program *p, const rt_options *o) {
     static const rt_options none;
     if (!o) o = &none;
     if (!rt_check_program(p, RT_DEV_CUDA) || !check_cuda_tables(p)) return NULL;
-    if (o->trace_path) {
-        fprintf(stderr, "kiln runtime: --trace is not supported on the CUDA device yet\n");
-        return NULL;
-    }
     rt_ctx *c = calloc(1, sizeof *c);
     if (!c || pthread_mutex_init(&c->err_mu, NULL)) {
         fprintf(stderr, "kiln runtime: cannot create a context\n");
@@ -844,7 +858,8 @@ rt_ctx *rt_new(const rt_program *p, const rt_options *o) {
     c->p = p;
     c->nstreams = p->nstreams > 0 ? p->nstreams : 1;
     c->nevents = p->nevents;
-    c->eager = !use_graph();
+    c->trace_path = o->trace_path;
+    c->eager = !use_graph() || o->trace_path; /* a traced step runs eagerly: events around every launch */
     c->act_hw = -1;
     const char *drop = getenv("KILN_TEST_DROP_COPY_WAIT");
     c->drop_copy_wait = drop ? atoi(drop) : 0;
@@ -911,6 +926,15 @@ void rt_free(rt_ctx *c) {
     if (c->cu) {
         free_ok(&reported, cuCtxSetCurrent(c->cu), "cuCtxSetCurrent");
         free_ok(&reported, cuCtxSynchronize(), "cuCtxSynchronize");
+    }
+    if (c->trace) { /* written as the CPU's are, at the end; a failure to write is the run's failure */
+        int bad = c->cu && rtc_trace_write(c->trace) != 0;
+        if (rtc_trace_free(c->trace) != 0 && !reported) {
+            fprintf(stderr, "kiln runtime: freeing the CUDA context: the trace's events: cuEventDestroy failed\n");
+            reported = 1;
+        }
+        c->trace = NULL;
+        if (bad) exit(1);
     }
     /* the graph first: a graph that captured NCCL calls holds its
      * communicators, and ncclCommDestroy waits for them */

@@ -241,6 +241,16 @@ void rtk_cross_entropy_bwd(rt_ctx *ctx, const int64_t *a) {
     launch(ctx, "kiln_cross_entropy_bwd", grid_rows(rows), 1, BLOCK, 0, params);
 }
 
+/* ---- xent_fused.cu ---- */
+
+/* args: dl, logits, targets, dlogits, loss, rows, V: dl per row (stride 1) */
+void rtk_cross_entropy_fused(rt_ctx *ctx, const int64_t *a) {
+    CUdeviceptr dl = dptr(a[0]), logits = dptr(a[1]), targets = dptr(a[2]), dlogits = dptr(a[3]), loss = dptr(a[4]);
+    long long rows = a[5], V = a[6], stride = 1;
+    void *params[] = {&logits, &targets, &dl, &stride, &loss, &dlogits, &rows, &V};
+    launch(ctx, "kiln_cross_entropy_fused", grid_rows(rows), 1, BLOCK, 0, params);
+}
+
 /* ---- embedding.cu ---- */
 
 /* args: table, ids, out, n, C, V */
@@ -590,6 +600,7 @@ typedef struct {
     int64_t batch, M, N, K, sA, sB, sC;
     int ta, tb, dtC;
     uint32_t alignA, alignB, alignC;
+    uint32_t alignBias; /* 0: no epilogue; else CUBLASLT_EPILOGUE_BIAS, the bias vector's alignment */
 } GemmKey;
 
 /* lt_a / lt_b are cuBLASLt's first and second operands: our B and our A. */
@@ -620,7 +631,8 @@ static void cache_lock(int lock) {
 static int key_equal(const GemmKey *x, const GemmKey *y) {
     return x->ctx == y->ctx && x->batch == y->batch && x->M == y->M && x->N == y->N && x->K == y->K &&
            x->sA == y->sA && x->sB == y->sB && x->sC == y->sC && x->ta == y->ta && x->tb == y->tb &&
-           x->dtC == y->dtC && x->alignA == y->alignA && x->alignB == y->alignB && x->alignC == y->alignC;
+           x->dtC == y->dtC && x->alignA == y->alignA && x->alignB == y->alignB && x->alignC == y->alignC &&
+           x->alignBias == y->alignBias;
 }
 
 /* A failed cuBLASLt call fails the step, naming the function (the call's
@@ -694,6 +706,17 @@ static int preference_new(rt_ctx *ctx, cublasLtMatmulPreference_t *pref, const G
     return 0;
 }
 
+/* The bias of rtk_gemm_bias: cuBLASLt's BIAS epilogue adds bias[r] to row r
+ * of its column-major D, our C^T [N, M]: bias[n] along our last dim.  Its
+ * heuristic reads the pointer's alignment, so the pointer is set before it
+ * and again before every call (the plan is shared by every call of its
+ * shape). */
+static int set_bias(rt_ctx *ctx, cublasLtMatmulDesc_t op, CUdeviceptr bias) {
+    const void *b = (const void *)(uintptr_t)bias;
+    return LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
+}
+static CUdeviceptr plan_bias; /* the bias pointer a new plan's heuristic sees (under the cache lock) */
+
 /* The descriptors of plan p for its key (see the essay for the mapping). */
 static int plan_descriptors(rt_ctx *ctx, GemmPlan *p) {
     const GemmKey *k = &p->key;
@@ -702,6 +725,12 @@ static int plan_descriptors(rt_ctx *ctx, GemmPlan *p) {
     if (LT_OK(ctx, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a)) ||
         LT_OK(ctx, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b)))
         return -1;
+    if (k->alignBias) {
+        uint32_t ep = CUBLASLT_EPILOGUE_BIAS;
+        if (LT_OK(ctx, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep)) ||
+            set_bias(ctx, p->op, plan_bias))
+            return -1;
+    }
     /* our B: row-major [K, N] is column-major [N, K] (tb: [N, K] -> [K, N]) */
     int64_t b_rows = k->tb ? k->K : k->N, b_cols = k->tb ? k->N : k->K;
     /* our A: row-major [M, K] is column-major [K, M] (ta: [K, M] -> [M, K]) */
@@ -806,8 +835,8 @@ static void gemm_zero(rt_ctx *ctx, CUdeviceptr C, const GemmKey *k, double beta)
 }
 
 /* args: A, B, C, batch, M, N, K, ta, tb, strideA, strideB, strideC,
- * beta(bits), dtA, dtB, dtC */
-void rtk_gemm(rt_ctx *ctx, const int64_t *a) {
+ * beta(bits), dtA, dtB, dtC; bias: 0, or rtk_gemm_bias's bias vector */
+static void gemm_run(rt_ctx *ctx, const int64_t *a, CUdeviceptr bias) {
     CUdeviceptr A = dptr(a[0]), B = dptr(a[1]), C = dptr(a[2]);
     GemmKey k = {.ctx = ctx, .batch = a[3], .M = a[4], .N = a[5], .K = a[6], .ta = a[7] != 0, .tb = a[8] != 0,
                  .sA = a[9], .sB = a[10], .sC = a[11], .dtC = (int)a[15]};
@@ -832,10 +861,16 @@ void rtk_gemm(rt_ctx *ctx, const int64_t *a) {
         k.batch = 1;
     }
     if (k.batch == 1) k.sA = k.sB = k.sC = 0;
+    if (bias && (k.dtC != RT_BF16 || beta != 0 || k.K <= 0)) {
+        rt_fail(ctx, "%s: gemm_bias: C %s, beta %g, K %lld (the BIAS epilogue here: bf16 C, beta 0, K > 0)", rtc_launch_name(ctx),
+                dtype_name(a[15]), beta, (long long)k.K);
+        return;
+    }
     if (k.K <= 0) {
         gemm_zero(ctx, C, &k, beta);
         return;
     }
+    if (bias) k.alignBias = operand_align(bias, 0, 1);
     k.alignA = operand_align(A, k.sA * 2, k.batch);
     k.alignB = operand_align(B, k.sB * 2, k.batch);
     k.alignC = operand_align(C, k.sC * (k.dtC == RT_BF16 ? 2 : 4), k.batch);
@@ -843,6 +878,7 @@ void rtk_gemm(rt_ctx *ctx, const int64_t *a) {
     size_t ws_bytes = 0;
     CUdeviceptr ws = rtc_gemm_workspace(ctx, &ws_bytes);
     cache_lock(1);
+    plan_bias = bias;
     const GemmPlan *p = plan_for(ctx, &k, ws_bytes);
     GemmPlan plan;
     if (p) plan = *p; /* a copy: the table may grow once unlocked */
@@ -853,9 +889,21 @@ void rtk_gemm(rt_ctx *ctx, const int64_t *a) {
                 plan.workspace, ws_bytes);
         return;
     }
+    if (bias && set_bias(ctx, plan.op, bias)) return;
     const float alpha = 1.0f, beta_f = (float)beta;
     void *c = (void *)(uintptr_t)C;
     LT_OK(ctx, cublasLtMatmul(rtc_cublaslt(ctx), plan.op, &alpha, (const void *)(uintptr_t)B, plan.lt_a,
                               (const void *)(uintptr_t)A, plan.lt_b, &beta_f, c, plan.lt_c, c, plan.lt_c, &plan.algo,
                               (void *)(uintptr_t)ws, ws_bytes, rtc_stream(ctx)));
+}
+
+void rtk_gemm(rt_ctx *ctx, const int64_t *a) { gemm_run(ctx, a, 0); }
+
+/* args: rtk_gemm's 16, then bias (C's dtype, [N]) */
+void rtk_gemm_bias(rt_ctx *ctx, const int64_t *a) {
+    if (!a[16]) {
+        rt_fail(ctx, "%s: gemm_bias: no bias vector", rtc_launch_name(ctx));
+        return;
+    }
+    gemm_run(ctx, a, dptr(a[16]));
 }

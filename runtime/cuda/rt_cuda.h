@@ -93,4 +93,16 @@ const char *rtc_error_string(CUresult r);
         if (rtc_r_ != CUDA_SUCCESS)                                                                       \
             rt_fail((ctx), "%s: %s: %s", rtc_launch_name(ctx), #call, rtc_error_string(rtc_r_));        \
     } while (0)
+/* trace_cuda.c: --trace from CUDA events (its essay says how).  new: NULL
+ * with one line in err; the others return the failing driver call's
+ * result; write and free: 0, or -1 after a line on stderr. */
+typedef struct RtcTrace RtcTrace;
+RtcTrace *rtc_trace_new(const char *path, int rank, int nstreams, char *err, size_t errlen);
+CUresult rtc_trace_step_begin(RtcTrace *t, CUstream s0, int64_t step);
+CUresult rtc_trace_launch_begin(RtcTrace *t, int stream, CUstream s, const char *name);
+CUresult rtc_trace_launch_end(RtcTrace *t, CUstream s);
+CUresult rtc_trace_step_end(RtcTrace *t);
+int rtc_trace_write(RtcTrace *t);
+int rtc_trace_free(RtcTrace *t);
+
 #endif

@@ -24,6 +24,16 @@
  * what a GPU would fault on: every matrix it reads or writes, all batches,
  * must lie inside one device allocation of the fake driver.
  *
+ * Epilogues (issue 23): CUBLASLT_MATMUL_DESC_EPILOGUE DEFAULT or BIAS,
+ * with BIAS_POINTER (required for BIAS: a device vector of D's rows, read
+ * like the matrices, inside one allocation) and BIAS_DATA_TYPE (-1, the
+ * default, is D's type; else it must be D's).  BIAS adds bias[i] to row i
+ * of every batch entry's alpha * op(A) op(B) + beta * C, in double, before
+ * the one rounding — the fake's own reading of the header's contract, not
+ * the runtime's.  KILN_FAKE_CUBLASLT_TEST_DROP_BIAS=1 (tests only) plants a
+ * bug: the bias is not added.  Other epilogues are refused with their
+ * number.
+ *
  * The work is enqueued on the stream through kiln_fake_cuda_enqueue
  * (fake_cuda.h) with its arguments copied, so a GEMM launched while the
  * stream captures is recorded and replayed by cuGraphLaunch like a kernel.
@@ -53,6 +63,9 @@ struct cublasLtContext {
 typedef struct {
     unsigned magic;
     int32_t compute, scale, transa, transb;
+    uint32_t epilogue;  /* CUBLASLT_EPILOGUE_DEFAULT or _BIAS */
+    const void *bias;   /* BIAS_POINTER */
+    int32_t bias_type;  /* BIAS_DATA_TYPE: -1 = D's */
 } Desc;
 
 typedef struct {
@@ -123,7 +136,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc, cublas
     if (!matmulDesc) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescCreate: NULL pointer");
     Desc *d = new_object(sizeof *d);
     if (!d) return fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmulDescCreate");
-    *d = (Desc){DESC_MAGIC, (int32_t)computeType, (int32_t)scaleType, CUBLAS_OP_N, CUBLAS_OP_N};
+    *d = (Desc){DESC_MAGIC, (int32_t)computeType, (int32_t)scaleType, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, -1};
     *matmulDesc = (cublasLtMatmulDesc_t)d;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -165,6 +178,18 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
         if (op != CUBLAS_OP_N && op != CUBLAS_OP_T) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: operation %d", call, op);
         *(attr == CUBLASLT_MATMUL_DESC_TRANSA ? &d->transa : &d->transb) = op;
         return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+        uint32_t ep = 0;
+        if ((s = attribute(call, "EPILOGUE", buf, sizeInBytes, sizeof ep, &ep))) return s;
+        if (ep != CUBLASLT_EPILOGUE_DEFAULT && ep != CUBLASLT_EPILOGUE_BIAS)
+            return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: epilogue %u is not emulated (DEFAULT, BIAS)", call, ep);
+        d->epilogue = ep;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        return attribute(call, "BIAS_POINTER", buf, sizeInBytes, sizeof d->bias, &d->bias);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        return attribute(call, "BIAS_DATA_TYPE", buf, sizeInBytes, sizeof d->bias_type, &d->bias_type);
     default:
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: attribute %d is not emulated (the contract sets TRANSA, TRANSB)", call,
                     (int)attr);
@@ -283,6 +308,7 @@ typedef struct {
     const void *c;
     void *d;
     float alpha, beta;
+    const void *bias; /* the BIAS epilogue's vector (D's type), or NULL */
 } Gemm;
 
 static double bf16_value(uint16_t v) {
@@ -325,6 +351,7 @@ static int run_gemm(void *data, char *err, size_t errlen) {
                 int64_t ci = bt * g->strc + i + j * g->ldc, di = bt * g->strd + i + j * g->ldd;
                 if (g->beta != 0.0f)
                     v += (double)g->beta * (g->d_bf16 ? bf16_value(((const uint16_t *)g->c)[ci]) : ((const float *)g->c)[ci]);
+                if (g->bias) v += g->d_bf16 ? bf16_value(((const uint16_t *)g->bias)[i]) : ((const float *)g->bias)[i];
                 if (g->d_bf16) ((uint16_t *)g->d)[di] = bf16_round((float)v);
                 else ((float *)g->d)[di] = (float)v;
             }
@@ -468,6 +495,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     memcpy(&g.alpha, alpha, sizeof g.alpha);
     memcpy(&g.beta, beta, sizeof g.beta);
     g.a = A, g.b = B, g.c = C, g.d = D;
+    const Desc *dd = desc_of(computeDesc);
+    size_t bias_bytes = 0;
+    if (dd->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+        if (!dd->bias) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: EPILOGUE_BIAS without a BIAS_POINTER", call);
+        if (dd->bias_type != -1 && dd->bias_type != ld->type)
+            return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: BIAS_DATA_TYPE %d, D is %d (the fake: D's type)", call, dd->bias_type, ld->type);
+        bias_bytes = (size_t)g.m * (ld->type == CUDA_R_32F ? 4 : 2);
+        char bwhy[512];
+        if (bias_bytes && kiln_fake_cuda_check_range((CUdeviceptr)(uintptr_t)dd->bias, bias_bytes, bwhy, sizeof bwhy) != 0)
+            return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: bias: %s", call, bwhy);
+        const char *drop = getenv("KILN_FAKE_CUBLASLT_TEST_DROP_BIAS");
+        g.bias = drop && strcmp(drop, "1") == 0 ? NULL : dd->bias;
+    }
     if ((s = check_memory(call, "A", A, la)) || (s = check_memory(call, "B", B, lb)) ||
         (g.beta != 0.0f && (s = check_memory(call, "C", C, lc))) || (s = check_memory(call, "D", D, ld)))
         return s;
@@ -486,8 +526,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                             {(CUdeviceptr)(uintptr_t)B, span_bytes(lb, eb), 0},
                             {(CUdeviceptr)(uintptr_t)C, g.beta != 0.0f ? span_bytes(lc, ec) : 0, 0},
                             {(CUdeviceptr)(uintptr_t)D, span_bytes(ld, ed), 1},
-                            {(CUdeviceptr)(uintptr_t)workspace, workspace ? workspaceSizeInBytes : 0, 1}};
-    CUresult r = kiln_fake_cuda_enqueue((CUstream)stream, "cublasLtMatmul", run_gemm, &g, sizeof g, acc, 5);
+                            {(CUdeviceptr)(uintptr_t)workspace, workspace ? workspaceSizeInBytes : 0, 1},
+                            {(CUdeviceptr)(uintptr_t)dd->bias, bias_bytes, 0}};
+    CUresult r = kiln_fake_cuda_enqueue((CUstream)stream, "cublasLtMatmul", run_gemm, &g, sizeof g, acc, bias_bytes ? 6 : 5);
     if (r != CUDA_SUCCESS) return fail(CUBLAS_STATUS_EXECUTION_FAILED, "%s: the fake driver refused the work (CUresult %d)", call, (int)r);
     return CUBLAS_STATUS_SUCCESS;
 }

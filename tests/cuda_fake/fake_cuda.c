@@ -326,6 +326,7 @@ struct CUstream_st {
     struct Work *head, *last; /* its queue (work_mu); the legacy stream has none */
     int busy, quit;           /* the worker runs head / is told to end */
     pthread_t worker;
+    double clock_ms;          /* its virtual clock (event_clock): what its enqueued work has cost */
 };
 
 struct CUevent_st {
@@ -1241,6 +1242,24 @@ static CUresult run_eager(struct CUstream_st *s, const Op *op) {
     return deferred(op, r) ? CUDA_SUCCESS : r;
 }
 
+/* Event times are virtual, so that a trace from events is the same every
+ * run: each stream keeps a clock that every op enqueued on it outside a
+ * capture advances by a cost of its own shape (a kernel 2 us plus 1 ns per
+ * thread, a copy or set 1 us plus 1 ns per 16 bytes, a host op 1 us); a
+ * record reads the stream's clock, a wait moves the waiting stream's clock
+ * up to the event's.  So cuEventElapsedTime is deterministic and ordered
+ * like the work, never the host's timing. */
+static double op_cost_ms(const Op *op) {
+    switch (op->kind) {
+    case OP_KERNEL: {
+        double threads = (double)op->grid[0] * op->grid[1] * op->grid[2] * op->block[0] * op->block[1] * op->block[2];
+        return 2e-3 + threads * 1e-6;
+    }
+    case OP_COPY: case OP_SET: return 1e-3 + (double)op->bytes / 16 * 1e-6;
+    default: return 1e-3;
+    }
+}
+
 /* Run op on stream h now, or record it when h captures. */
 static CUresult enqueue(CUstream h, const char *call, Op *op) {
     struct CUstream_st *s;
@@ -1261,6 +1280,7 @@ static CUresult enqueue(CUstream h, const char *call, Op *op) {
         return CUDA_SUCCESS;
     }
     if (s == &legacy_stream && (r = legacy_allowed(call))) return r;
+    s->clock_ms += op_cost_ms(op);
     return run_eager(s, op);
 }
 
@@ -1875,7 +1895,10 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
     Capture *c = hEvent->capture;
     if (!c) { /* the planted bug forgets the wait */
         if (s == &legacy_stream && (r = legacy_allowed(__func__))) return r;
-        if (!env_flag("KILN_FAKE_CUDA_TEST_DROP_WAIT")) wait_event(s, hEvent);
+        if (!env_flag("KILN_FAKE_CUDA_TEST_DROP_WAIT")) {
+            wait_event(s, hEvent);
+            if (hEvent->recorded && hEvent->time_ms > s->clock_ms) s->clock_ms = hEvent->time_ms;
+        }
         return CUDA_SUCCESS;
     }
     if (s->capture && s->capture != c)
@@ -1943,7 +1966,7 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
     hEvent->capture = NULL;
     hEvent->deps.n = 0;
     hEvent->recorded = 1;
-    hEvent->time_ms = now_seconds() * 1e3;
+    hEvent->time_ms = s->clock_ms; /* virtual (op_cost_ms) */
     return CUDA_SUCCESS;
 }
 

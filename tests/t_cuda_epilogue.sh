@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# cuBLASLt epilogues (issue 23, compiler/gemm_epilogue.c, rtk_gemm_bias in
+# runtime/cuda/kernels_cuda.c, the fake's own BIAS epilogue in
+# tests/cuda_fake/fake_cublaslt.c): `--gemm-epilogue bias` turns a GEMM
+# followed by the add of a broadcast bias into one matmul_bias, run as a
+# cuBLASLt matmul with CUBLASLT_EPILOGUE_BIAS.
+#  1. flags: a bad value and the CPU target are one line, exit 1;
+#  2. the rewrite: tiny.lua's bf16 step has 8 matmul_bias (2 layers x 4
+#     linear layers) with the flag and none without; `kiln check
+#     --precision bf16` of the rewritten step passes; the emitted step calls
+#     rtk_gemm_bias;
+#  3. the CUDA trainer on the fake stack (strict): tiny.lua, 10 steps,
+#     losses within 2^-8 and gradient norms within 2^-6 of the CPU (f32)
+#     trainer's at every step;
+#  4. a model whose biases start large (normal(0.5)), so that a bias
+#     matters from step 1: its epilogue trainer matches its CPU trainer
+#     over 3 steps, and the fake's planted bug
+#     (KILN_FAKE_CUBLASLT_TEST_DROP_BIAS=1: the epilogue adds nothing) must
+#     break that comparison.
+# The fakes and registries are cached by hash in $B/cuda_fake.  ~20 s warm.
+. "$(dirname "$0")/lib.sh"
+F=$B/cuda_fake
+STEPS=${STEPS:-10}
+SHAPE=(--set batch=2 --set seq=32)
+LOSS_RTOL=0.00390625 # 2^-8
+NORM_RTOL=0.015625   # 2^-6
+DATA=$tmp/data.txt
+cp README.md "$DATA" || exit 1
+mkdir -p "$F" || exit 1
+
+# ---- 1. flags ----
+"$K" dump models/tiny.lua --gemm-epilogue gelu > "$tmp/err" 2>&1; rc=$?
+check "--gemm-epilogue gelu: one line, exit 1 ($(head -1 "$tmp/err"))" \
+    "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q 'expected bias or none' '$tmp/err'"
+"$K" compile models/tiny.lua --gemm-epilogue bias -o "$tmp/x" > "$tmp/err" 2>&1; rc=$?
+check "--gemm-epilogue bias for the CPU target: one line, exit 1 ($(head -1 "$tmp/err"))" \
+    "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q 'no GEMM epilogues' '$tmp/err'"
+
+# ---- 2. the rewrite ----
+a=$("$K" dump models/tiny.lua "${SHAPE[@]}" --precision bf16 --gemm-epilogue bias 2>/dev/null | grep -c ' = matmul_bias ')
+b=$("$K" dump models/tiny.lua "${SHAPE[@]}" --precision bf16 2>/dev/null | grep -c ' = matmul_bias ')
+check "tiny.lua (bf16): $a matmul_bias with --gemm-epilogue bias, $b without (want 8 0)" "[ '$a $b' = '8 0' ]"
+"$K" check models/tiny.lua "${SHAPE[@]}" --precision bf16 --gemm-epilogue bias > "$tmp/check.out" 2>&1; rc=$?
+check "kiln check --precision bf16 --gemm-epilogue bias: exit $rc ($(tail -1 "$tmp/check.out" | grep -o 'worst err [^ ]*'))" "[ $rc -eq 0 ]"
+"$K" compile models/tiny.lua "${SHAPE[@]}" --target cuda:sm_90 --gemm-epilogue bias --emit llvm -o "$tmp/ll" > "$tmp/log" 2>&1
+check "the emitted step launches rtk_gemm_bias ($(grep -c '@rtk_gemm_bias(' "$tmp/ll.ll" 2>/dev/null) lines name it)" "grep -q '@rtk_gemm_bias(' '$tmp/ll.ll'"
+
+# ---- 3. the CUDA trainer on the fakes vs the CPU trainer ----
+start=$SECONDS
+# build NAME MODEL ARGS...: the CUDA trainer $tmp/NAME (with --gemm-epilogue bias) and its kernels' registry
+build() {
+    local name=$1 model=$2; shift 2
+    "$K" compile "$model" "$@" --target cuda:sm_90 --gemm-epilogue bias --emit cuda -o "$tmp/$name" >> "$tmp/log" 2>&1 &&
+        tests/cuda_fake/build_kernels.sh "$tmp/$name.cu" -o "$F/libep_$name.so" >> "$tmp/log" 2>&1
+}
+cat > "$tmp/bias.lua" <<'EOF'
+-- a linear layer and a GELU MLP whose biases start large (normal(0.5))
+local c = config{vocab = 256, dim = 32, seq = 16, batch = 2, lr = 1e-2, warmup = 0}
+local tokens = input("tokens", {c.batch, c.seq}, "i32")
+local targets = input("targets", {c.batch, c.seq}, "i32")
+local wte = param("wte.weight", {c.vocab, c.dim}, normal(0.02))
+local x = embedding(wte, tokens)
+local h = gelu(matmul(x, param("fc.weight", {c.dim, 2 * c.dim}, normal(0.1))) + param("fc.bias", {2 * c.dim}, normal(0.5)))
+local y = matmul(h, param("proj.weight", {2 * c.dim, c.dim}, normal(0.1))) + param("proj.bias", {c.dim}, normal(0.5))
+local logits = matmul(x + y, wte, {tb = true})
+loss(mean(cross_entropy(logits, targets)))
+EOF
+if ! tests/cuda_fake/build_libs.sh "$F" > "$tmp/log" 2>&1 || ! tests/cuda_fake/build_kernels.sh kernels/cuda/*.cu -o "$F/libkernels.so" >> "$tmp/log" 2>&1 ||
+    ! build tiny models/tiny.lua "${SHAPE[@]}" || ! build bias "$tmp/bias.lua"; then
+    say 1 "build the fakes, the kernel libraries and the trainers: $(tail -5 "$tmp/log" | tr '\n' ' ' | head -c 1000)"
+    echo "1..$n"; exit 1
+fi
+say 0 "fakes, kernel libraries and the two --gemm-epilogue bias trainers built ($((SECONDS - start)) s)"
+losses() { sed 's/.*"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/\1 \2/' "$1" 2>/dev/null; }
+# run NAME OUT STEPS ENV...: on the fakes (strict), "loss grad_norm" lines in $tmp/OUT.loss
+run() {
+    local name=$1 out=$2 steps=$3; shift 3
+    timeout 300 env LD_BIND_NOW=1 LD_LIBRARY_PATH="$F" KILN_FAKE_CUDA_KERNELS="$F/libkernels.so:$F/libep_$name.so" KILN_FAKE_CUDA_STRICT=1 \
+        "$@" "$tmp/$name" --data "$DATA" --steps "$steps" --log "$tmp/$out.log" > "$tmp/$out.out" 2>&1
+    local rc=$?
+    losses "$tmp/$out.log" > "$tmp/$out.loss"
+    return $rc
+}
+# cpu NAME MODEL STEPS ARGS...: the CPU trainer's "loss grad_norm" lines in $tmp/NAME_cpu.loss
+cpu() {
+    local name=$1 model=$2 steps=$3; shift 3
+    "$K" compile "$model" "$@" --target cpu -o "$tmp/${name}_cpu" > "$tmp/log" 2>&1 &&
+        "$tmp/${name}_cpu" --data "$DATA" --steps "$steps" --log "$tmp/${name}_cpu.log" > /dev/null 2>&1
+    losses "$tmp/${name}_cpu.log" > "$tmp/${name}_cpu.loss"
+}
+# worst C NAME REF N: worst relative difference of column C (1 loss, 2 grad norm) of NAME vs REF over N steps
+worst() {
+    paste -d' ' "$tmp/$2.loss" "$tmp/$3.loss" | awk -v n="$4" -v c="$1" '
+        NF == 4 && k < n { d = $c - $(c + 2); if (d < 0) d = -d; r = d / ($(c + 2) < 0 ? -$(c + 2) : $(c + 2)); if (r > w) w = r; k++ }
+        END { if (k != n) print "missing"; else printf "%.2e", w }'
+}
+within() { [ "$1" != missing ] && [ "$2" != missing ] && awk -v a="$1" -v b="$2" -v ta="$LOSS_RTOL" -v tb="$NORM_RTOL" 'BEGIN { exit !(a <= ta && b <= tb) }'; }
+start=$SECONDS
+run tiny tiny "$STEPS"; rc=$?
+cpu tiny models/tiny.lua "$STEPS" "${SHAPE[@]}"
+wl=$(worst 1 tiny tiny_cpu "$STEPS") wn=$(worst 2 tiny tiny_cpu "$STEPS")
+check "tiny.lua --gemm-epilogue bias on the fakes: exit $rc, $((SECONDS - start)) s; vs CPU over $STEPS steps: loss $wl (2^-8), gradient norm $wn (2^-6)" \
+    "[ $rc -eq 0 ] && within '$wl' '$wn'"
+
+# ---- 4. large biases, and the planted bug ----
+run bias bias 3; rc=$?
+cpu bias "$tmp/bias.lua" 3
+wl=$(worst 1 bias bias_cpu 3) wn=$(worst 2 bias bias_cpu 3)
+check "biases from normal(0.5), --gemm-epilogue bias on the fakes: exit $rc; vs CPU over 3 steps: loss $wl, gradient norm $wn" \
+    "[ $rc -eq 0 ] && within '$wl' '$wn'"
+run bias dropped 3 KILN_FAKE_CUBLASLT_TEST_DROP_BIAS=1
+ml=$(worst 1 dropped bias_cpu 3) mn=$(worst 2 dropped bias_cpu 3)
+check "planted bug (the fake's BIAS epilogue adds nothing) breaks that comparison: loss $ml, gradient norm $mn" \
+    "[ \$(wc -l < '$tmp/dropped.loss') -eq 3 ] && ! within '$ml' '$mn'"
+echo "1..$n"
