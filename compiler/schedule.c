@@ -28,6 +28,7 @@
  * the comm stream waits for the reloads issued so far (else ir_live_build
  * counts that buffer live from the step's start).
  */
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,16 +333,18 @@ static int64_t plan_peak(Graph *g, const Options *o) {
     return b;
 }
 
-/* Seconds per node from --device-profile (default cpu). */
-static double *node_seconds(const Graph *g, const Options *o) {
-    Profile p;
+/* --device-profile's device (default cpu): the node times lhs orders by. */
+static void load_profile(Profile *p, const Options *o) {
     char err[512];
-    if (profile_load(&p, o->device_profile ? o->device_profile : "cpu", err, sizeof err) != 0) {
+    if (profile_load(p, o->device_profile ? o->device_profile : "cpu", err, sizeof err) != 0) {
         fprintf(stderr, "kiln: --schedule lhs: %s\n", err);
         exit(1);
     }
+}
+
+static double *node_seconds(const Graph *g, const Profile *p) {
     double *dur = xcalloc((size_t)g->nnodes + 1, sizeof(double));
-    for (int i = 0; i < g->nnodes; i++) dur[i] = cost_node_seconds(&p, g, &g->nodes[i]);
+    for (int i = 0; i < g->nnodes; i++) dur[i] = cost_node_seconds(p, g, &g->nodes[i]);
     return dur;
 }
 
@@ -351,9 +354,9 @@ static int *copy_order(const int *order, int n) {
     return c;
 }
 
-static void lhs_schedule_graph(Graph *g, const Options *o, int *fixed) {
+static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int *fixed) {
     int n = g->nnodes, overlap = ir_world(g->m) > 1 && !o->no_overlap;
-    double *dur = node_seconds(g, o);
+    double *dur = node_seconds(g, p);
     Snap s = snap_take(g);
     finish(g, copy_order(fixed, n), o);
     int64_t limit = o->memory_budget > 0 ? (int64_t)o->memory_budget : plan_peak(g, o);
@@ -373,11 +376,39 @@ static void lhs_schedule_graph(Graph *g, const Options *o, int *fixed) {
     free(dur), free(s.nodes), free(s.vals);
 }
 
-static void schedule_graph(Graph *g, const Options *o) {
-    if (o->schedule == SCHED_LHS) lhs_schedule_graph(g, o, fixed_order(g));
-    else finish(g, fixed_order(g), o);
+/* The cost model's step for m as scheduled (DBL_MAX when it cannot say). */
+static double predicted_step(const Module *m, const Profile *p) {
+    CostSim sim;
+    char err[512];
+    if (cost_simulate(m, p, NULL, &sim, err, sizeof err) != 0) return DBL_MAX;
+    double t = sim.step;
+    cost_sim_free(&sim);
+    return t;
+}
+
+/* --schedule lhs: every stage by lhs_schedule_graph, kept only when the
+ * cost model predicts a step no longer than the fixed order's (all
+ * pipeline ranks simulated together: a rank that hides more may still make
+ * another wait); else the fixed order everywhere. */
+static void schedule_lhs(Module *m, const Options *o) {
+    Profile p;
+    load_profile(&p, o);
+    Snap *pre = xcalloc((size_t)m->nstages + 1, sizeof(Snap));
+    for (int s = 0; s < m->nstages; s++) pre[s] = snap_take(m->stages[s]);
+    for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
+    double fixed = predicted_step(m, &p);
+    for (int s = 0; s < m->nstages; s++) snap_restore(m->stages[s], &pre[s]);
+    for (int s = 0; s < m->nstages; s++) lhs_schedule_graph(m->stages[s], o, &p, fixed_order(m->stages[s]));
+    if (predicted_step(m, &p) > fixed) {
+        for (int s = 0; s < m->nstages; s++) snap_restore(m->stages[s], &pre[s]);
+        for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
+    }
+    for (int s = 0; s < m->nstages; s++) free(pre[s].nodes), free(pre[s].vals);
+    free(pre);
 }
 
 void pass_schedule(Module *m, const Options *o) {
-    for (int s = 0; s < m->nstages; s++) schedule_graph(m->stages[s], o);
+    if (o->schedule == SCHED_LHS) schedule_lhs(m, o);
+    else
+        for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
 }
