@@ -9,6 +9,9 @@
 #               cpu: exposed comm + exposed copy, mean over pipeline ranks, ms)
 #   step ms     the median over steps 2..STEPS of the batch's tokens over the
 #               trainer's logged tokens_per_s
+#   order       "same" when lhs kept the fixed order (kiln dump --after
+#               schedule is identical: the memory rule or the predicted step
+#               sent it back), else "moved"
 #   exposed     from the ranks' --trace files: the compute stream's idle time
 #               in the last step (the window and the rule of
 #               bench/tp_vs_cp.sh, mean over ranks, ms and % of the window)
@@ -56,8 +59,14 @@ predicted() { # kiln plan's per-rank lines -> mean (exposed comm + exposed copy)
 }
 echo "overlap ($(date -u '+%F %H:%M UTC')): tiny.lua dim $DIM, $LAYERS layers, $HEADS heads, seq $SEQ, batch $BATCH, $STEPS steps, 4 CPU ranks"
 echo "load: $(uptime | sed 's/.*load average/load average/')"
-printf '%-44s %-6s %14s %10s %16s %10s\n' config schedule "predicted ms" "step ms" "exposed ms" "exposed %"
+printf '%-44s %-6s %6s %14s %10s %16s %10s\n' config schedule order "predicted ms" "step ms" "exposed ms" "exposed %"
 for cfg in "--dp 4" "--cp 4 --cp-comm p2p" "--pp 4 --micro-batches 4" "--pp 2 --dp 2 --micro-batches 2 --offload all --offload-min-bytes 1"; do
+    # shellcheck disable=SC2086
+    "$B/kiln" dump $MODEL $cfg --after schedule --schedule fixed > "$tmp/fixed.ir" 2>&1
+    # shellcheck disable=SC2086
+    "$B/kiln" dump $MODEL $cfg --after schedule --schedule lhs > "$tmp/lhs.ir" 2>&1
+    order=moved
+    cmp -s "$tmp/fixed.ir" "$tmp/lhs.ir" && order=same
     for sched in fixed lhs; do
         bin=$tmp/t_$sched
         # shellcheck disable=SC2086 # the model and the layout are words
@@ -78,6 +87,8 @@ for cfg in "--dp 4" "--cp 4 --cp-comm p2p" "--pp 4 --micro-batches 4" "--pp 2 --
             exit 1
         fi
         read -r win idle pct <<< "$ex"
-        printf '%-44s %-6s %14s %10.1f %16s %10s\n' "$cfg" "$sched" "$pred" "$ms" "$idle" "$pct"
+        o=-
+        [ "$sched" = lhs ] && o=$order
+        printf '%-44s %-6s %6s %14s %10.1f %16s %10s\n' "$cfg" "$sched" "$o" "$pred" "$ms" "$idle" "$pct"
     done
 done

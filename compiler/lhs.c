@@ -234,7 +234,7 @@ static int pick_compute(const Lhs *L, const int *order, int lo) {
         if (best >= 0 && stall > best_stall) continue;
         if (best >= 0 && stall == best_stall) {
             if (stall && r >= best_t) continue;
-            if (!stall && L->next_xfer[u] >= L->next_xfer[best]) continue;
+            if (!stall && (!L->lim->prefer_transfer || L->next_xfer[u] >= L->next_xfer[best])) continue;
         }
         best = u, best_stall = stall, best_t = r;
     }

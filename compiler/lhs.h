@@ -32,11 +32,14 @@ static inline int sched_stream_for(const Node *n, int overlap) {
  *                as its inputs and the comm chain allow)
  *   inflight[s]  how many transfers on stream s that hold a device buffer
  *                (a collective's or a receive's output, a reload) may have
- *                been issued without their first consumer placed (0: any) */
+ *                been issued without their first consumer placed (0: any)
+ *   prefer_transfer  among compute that would not stall, the one leading
+ *                soonest to a transfer first (else the fixed order's) */
 typedef struct {
     int window;
     int xwindow[IR_NSTREAMS];
     int inflight[IR_NSTREAMS];
+    int prefer_transfer;
 } LhsLimits;
 
 /* order (g->nnodes node indices): in, the fixed order; out, lhs's order.

@@ -286,15 +286,23 @@ static void finish(Graph *g, int *order, const Options *o) {
  * memplan runs again after this pass, as for fixed.
  *
  * The attempts (lhs.h, LhsLimits: window, look-ahead per stream, in-flight
- * transfers per stream): 1. compute may move 64 positions, collectives are
+ * transfers per stream, transfer-first priority): 1. compute may move 64
+ * positions, preferring what leads soonest to a transfer; collectives are
  * issued as early as the fixed order's hoisting issues them (no limit: the
  * fixed order already has them all in flight), reloads at most 64 positions
- * early and 2 in flight; 2. 32 positions, 2 comm transfers in flight, 1
- * reload; 3. 8 positions, one transfer in flight per stream. */
+ * early and 2 in flight; 2. the same in the fixed order's priority (putting
+ * the input gradient before the weight gradient keeps the weight gradient's
+ * inputs alive longer: in pipeline programs that alone can break the rule);
+ * 3. 32 positions, 2 comm transfers in flight, 1 reload; 4. 8 positions, one
+ * transfer in flight per stream; 5. the same within 2 positions (memplan's
+ * first-fit packing can grow from any move, so the last attempt moves
+ * almost nothing). */
 static const LhsLimits lhs_attempts[] = {
-    {64, {0, 0, 0, 64}, {0, 0, 0, 2}},
-    {32, {0, 0, 0, 32}, {0, 2, 0, 1}},
-    {8, {0, 8, 0, 8}, {0, 1, 0, 1}},
+    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 1},
+    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 0},
+    {32, {0, 0, 0, 32}, {0, 2, 0, 1}, 0},
+    {8, {0, 8, 0, 8}, {0, 1, 0, 1}, 0},
+    {2, {0, 2, 0, 2}, {0, 1, 0, 1}, 0},
 };
 
 typedef struct {

@@ -125,7 +125,7 @@ static void test_inflight_limit(void **state) {
     double dur[64];
     assert_true(n <= 64);
     for (int i = 0; i < n; i++) dur[i] = b.g->nodes[i].op == OP_allreduce || b.g->nodes[i].op == OP_matmul;
-    LhsLimits any = {64, {0}, {0}}, one = {64, {0}, {0, 1, 0, 0}};
+    LhsLimits any = {64, {0}, {0}, 1}, one = {64, {0}, {0, 1, 0, 0}, 1};
     for (int i = 0; i < n; i++) order[i] = i;
     lhs_order(b.g, dur, 1, &any, order, NULL);
     assert_true(where(order, n, r2) < where(order, n, c1)); /* both in flight */
