@@ -36,7 +36,6 @@
 #include "cost.h"
 #include "lhs.h"
 #include "live.h"
-#include "memplan.h"
 #include "passes.h"
 #include "profile.h"
 
@@ -279,7 +278,8 @@ static void finish(Graph *g, int *order, const Options *o) {
  * order's, or --memory-budget's bytes when given.  Starting a transfer
  * early keeps its buffer alive longer and moving compute changes which
  * buffers overlap, so the rule is checked, not predicted: each attempt is
- * scheduled, planned (memplan, on this stage alone) and measured, from the
+ * scheduled, planned (memplan on this stage alone, through the cost
+ * model: cost_stage_plan_peak) and measured, from the
  * loosest limits to the tightest; the first that fits is kept, and when
  * none does the stage keeps the fixed order (so --schedule lhs is never
  * worse in memory, by construction).  The plan made here is thrown away:
@@ -330,17 +330,6 @@ static void unplan(Graph *g, const Snap *s) {
     for (int v = 0; v < s->nvals; v++) g->vals[v].space = s->vals[v].space, g->vals[v].offset = s->vals[v].offset;
 }
 
-/* memplan's device bytes for g alone (params + grads + opt + act). */
-static int64_t plan_peak(Graph *g, const Options *o) {
-    Module one = *g->m;
-    Graph *stage = g;
-    one.stages = &stage, one.nstages = 1;
-    pass_memplan(&one, o);
-    int64_t b = 0;
-    for (int sp = SPACE_PARAMS; sp <= SPACE_ACT; sp++) b += memplan_stage_peak(g, sp);
-    return b;
-}
-
 /* --device-profile's device (default cpu): the node times lhs orders by. */
 static void load_profile(Profile *p, const Options *o) {
     char err[512];
@@ -367,13 +356,13 @@ static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int
     double *dur = node_seconds(g, p);
     Snap s = snap_take(g);
     finish(g, copy_order(fixed, n), o);
-    int64_t limit = o->memory_budget > 0 ? (int64_t)o->memory_budget : plan_peak(g, o);
+    int64_t limit = o->memory_budget > 0 ? (int64_t)o->memory_budget : cost_stage_plan_peak(g, o);
     for (size_t a = 0; a < sizeof lhs_attempts / sizeof lhs_attempts[0]; a++) {
         snap_restore(g, &s);
         int *order = copy_order(fixed, n);
         lhs_order(g, dur, overlap, &lhs_attempts[a], order, NULL);
         finish(g, order, o);
-        if (plan_peak(g, o) <= limit) {
+        if (cost_stage_plan_peak(g, o) <= limit) {
             unplan(g, &s);
             free(fixed), free(dur), free(s.nodes), free(s.vals);
             return;
