@@ -242,9 +242,12 @@ static int pick_compute(const Lhs *L, const int *order, int lo) {
 }
 
 void lhs_order(const Graph *g, const double *dur, int overlap, const LhsLimits *lim, int *order, double *exposed) {
-    int nn = g->nnodes, na = 0;
-    while (na < nn && g->nodes[order[nn - 1 - na]].op == OP_assign) na++;
-    nn -= na;
+    int nn = 0, na = 0, *tail = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+    for (int j = 0; j < g->nnodes; j++) /* every assign last, in the fixed order (hoisting may have left one mid-way) */
+        if (g->nodes[order[j]].op == OP_assign) tail[na++] = order[j];
+        else order[nn++] = order[j];
+    memcpy(order + nn, tail, sizeof(int) * (size_t)na);
+    free(tail);
     Lhs L = {.g = g, .lim = lim};
     build_units(&L, order, nn, dur, overlap);
     build_edges(&L, order);
