@@ -258,7 +258,7 @@ void lhs_order(const Graph *g, const double *dur, int overlap, const LhsLimits *
     for (int lo = 0;;) {
         while (lo < L.n && L.done[lo]) lo++;
         if (lo == L.n) break;
-        int u = pick_transfer(&L, lo);
+        int u = L.pin[lo] ? lo : pick_transfer(&L, lo); /* a pinned node goes as soon as it may */
         if (u < 0) u = pick_compute(&L, order, lo);
         if (u < 0) u = lo; /* lo is always ready */
         if (L.indeg[u]) ICE("lhs: unit %d placed before its inputs", u);

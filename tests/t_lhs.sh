@@ -2,8 +2,9 @@
 # The latency-hiding schedule (--schedule lhs, compiler/lhs.c, docs/schedule.md):
 #  - `kiln check --schedule lhs` equals one device (f64, relative 1e-9) for one
 #    configuration per axis the suites check: dp (zero 1, micro-batches), cp
-#    ring (p2p) and all-gather, pp 1f1b, interleaved, zb-h1 and zb-v (with dp
-#    and cp), tp, offload (with pp), recompute none, full and gemm-last;
+#    ring (p2p, also --no-overlap: comm on the compute stream) and
+#    all-gather, pp 1f1b, interleaved, zb-h1 and zb-v (with dp and cp), tp,
+#    offload (with pp), recompute none, full and gemm-last;
 #  - lhs really reorders (the dump after schedule differs from fixed's) and
 #    its IR text dump round-trips (parse + verify + dump gives the same text);
 #  - under mpirun, the compiled CPU trainer's losses under lhs equal fixed's
@@ -22,6 +23,7 @@ kcheck() { # args...
 kcheck $LLAMA --dp 2 --micro-batches 2 --bucket-mb 0.02
 kcheck $LLAMA --dp 2 --cp 2 --cp-comm p2p --zero 0
 kcheck models/tiny.lua --cp 2 --cp-comm allgather
+kcheck models/tiny.lua --dp 2 --cp 2 --cp-comm p2p --no-overlap --micro-batches 2
 kcheck $GPT4 --pp 2 --micro-batches 4 --pp-schedule 1f1b
 kcheck $GPT4 --pp 2 --vpp 2 --micro-batches 4 --pp-schedule interleaved
 kcheck models/tiny.lua --pp 2 --dp 2 --micro-batches 2 --zero 0 --pp-schedule zb-h1
