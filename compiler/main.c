@@ -43,6 +43,7 @@
  *   --lr X --min-lr X --warmup N --steps N --weight-decay X --grad-clip X
  *     (shorthands for --set);
  *   --dp N --micro-batches M --zero 0|1 --bucket-mb X --no-overlap;
+ *   --schedule fixed|lhs (docs/schedule.md);
  *   --cp N --cp-layout dual|contiguous --cp-comm allgather|p2p;
  *   --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES;
  *   --precision f32|bf16 (bf16 with --target cuda:sm_XX, and for dump, check,
@@ -94,7 +95,7 @@ static void usage(FILE *f) {
           "PASS: front autodiff parallelize recompute optimizer precision fuse schedule memplan\n"
           "common (dump, check, plan, compile, run):\n"
           "        --set key=value  --frontend-timeout S (the model's run, default 10)  --seed N  --print-every N  --lr X --min-lr X --warmup N --steps N --weight-decay X --grad-clip X\n"
-          "        --dp N --micro-batches M --zero 0|1 --bucket-mb X --no-overlap\n"
+          "        --dp N --micro-batches M --zero 0|1 --bucket-mb X --no-overlap  --schedule fixed|lhs (docs/schedule.md)\n"
           "        --cp N --cp-layout dual|contiguous --cp-comm allgather|p2p\n"
           "        --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES\n"
           "        --device-profile FILE|NAME (cpu, h100, h200, a100, or a .profile file: docs/profiles.md)\n"
@@ -330,6 +331,10 @@ static void parse_args(Args *a, int argc, char **argv) {
             const char *v = argv[++i];
             if (strcmp(v, "on") && strcmp(v, "off")) die("--xent-fused: expected on or off, got \"%s\"", v);
             a->o.xent_fused = strcmp(v, "on") == 0;
+        } else if (strcmp(f, "--schedule") == 0) {
+            const char *v = argv[++i];
+            if (strcmp(v, "fixed") && strcmp(v, "lhs")) die("--schedule: expected fixed or lhs, got \"%s\"", v);
+            a->o.schedule = strcmp(v, "lhs") == 0 ? SCHED_LHS : SCHED_FIXED;
         } else if (strcmp(f, "--precision") == 0) {
             const char *v = argv[++i];
             if (strcmp(v, "f32") && strcmp(v, "bf16")) die("--precision: expected f32 or bf16, got \"%s\"", v);

@@ -21,6 +21,10 @@ typedef struct {
      * bucket size in MiB; no_overlap: collectives on the compute stream;
      * drop_event (tests only): the schedule forgets its first wait */
     int micro_batches, zero, no_overlap, drop_event;
+    /* --schedule fixed|lhs (schedule.c, lhs.c, docs/schedule.md): the
+     * order of each rank's program, SCHED_FIXED (the fixed order) or
+     * SCHED_LHS (the latency-hiding list scheduler) */
+    int schedule;
     double bucket_mb;
     /* context parallel: the sequence's layout over cp ranks (0: dual chunk,
      * load-balanced; 1: contiguous, for comparison) and how attention
@@ -84,6 +88,7 @@ typedef struct {
  * the compute between their forward and backward hides, by the device
  * profile (offload.c, profile.h offload_auto_fraction). */
 #define OFFLOAD_AUTO (-1.0)
+enum { SCHED_FIXED, SCHED_LHS };
 void opt_defaults(Options *o);
 /* The optimizer settings a trainer must not be compiled with, as its flags
  * refuse them at run time (and the values that make no sense): lr <= 0,

@@ -28,11 +28,16 @@
  * the comm stream waits for the reloads issued so far (else ir_live_build
  * counts that buffer live from the step's start).
  */
+#include <float.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cost.h"
+#include "lhs.h"
 #include "live.h"
 #include "passes.h"
+#include "profile.h"
 
 /* Nodes to issue as early as their inputs allow: collectives and the
  * optimizer's nodes that only feed collectives (a bucket's flatten and
@@ -113,14 +118,6 @@ static int sync_node(Graph *g, Op op, int stream, int64_t event, const Node *at)
     return i;
 }
 
-/* The stream a node runs on: offload's device-to-host copy on the d2h
- * stream, reload's host-to-device copy on h2d, collectives on the comm
- * stream when they overlap, the rest on compute. */
-static int stream_for(const Node *n, int overlap) {
-    if (n->op == OP_offload) return IR_STREAM_D2H;
-    if (n->op == OP_reload) return IR_STREAM_H2D;
-    return overlap && (ir_ops[n->op].flags & F_COMM) ? IR_STREAM_COMM : IR_STREAM_COMPUTE;
-}
 
 /* The events of add_events: out[] (the final order), the next event and
  * per event the streams that waited for it. */
@@ -197,7 +194,7 @@ static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_
     Ev E = {.g = g, .out = malloc(sizeof(int) * (size_t)(16 * n + 16))};
     if (!E.out) ICE("out of memory");
     for (int i = 0; i < n; i++) {
-        stream[i] = stream_for(&g->nodes[i], overlap);
+        stream[i] = sched_stream_for(&g->nodes[i], overlap); /* lhs.h */
         event[i] = due[i] = -1;
         cross[i] = g->nodes[i].op == OP_offload; /* its release fence waits for it */
         E.used |= 1u << stream[i];
@@ -251,8 +248,9 @@ static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_
     *final = E.out, *nfinal = E.m;
 }
 
-static void schedule_graph(Graph *g, const Options *o) {
-    int n = g->nnodes, k = 0, world = ir_world(g->m);
+/* The fixed order: fuse's, every assign moved last, then hoisted. */
+static int *fixed_order(Graph *g) {
+    int n = g->nnodes, k = 0;
     int *order = malloc(sizeof(int) * (size_t)(n ? n : 1));
     if (!order) ICE("out of memory");
     for (int i = 0; i < n; i++)
@@ -260,14 +258,154 @@ static void schedule_graph(Graph *g, const Options *o) {
     for (int i = 0; i < n; i++)
         if (g->nodes[i].op == OP_assign) order[k++] = i;
     hoist(g, order);
+    return order;
+}
+
+/* Streams and events for order (consumed), then the final order and numbering. */
+static void finish(Graph *g, int *order, const Options *o) {
     int *final, m;
-    add_events(g, order, n, world > 1 && !o->no_overlap, o->drop_event, &final, &m);
+    add_events(g, order, g->nnodes, ir_world(g->m) > 1 && !o->no_overlap, o->drop_event, &final, &m);
     free(order);
     ir_reorder(g, final);
     free(final);
     for (int i = 0; i < g->nnodes; i++) g->nodes[i].pos = i;
 }
 
+/* ---- --schedule lhs: lhs.c's order under the memory rule ----
+ *
+ * The plan's peak under lhs (memplan's bytes of params, grads, optimizer
+ * state and activations of this rank's program) must not exceed the fixed
+ * order's, or --memory-budget's bytes when given.  Starting a transfer
+ * early keeps its buffer alive longer and moving compute changes which
+ * buffers overlap, so the rule is checked, not predicted: each attempt is
+ * scheduled, planned (memplan on this stage alone, through the cost
+ * model: cost_stage_plan_peak) and measured, from the
+ * loosest limits to the tightest; the first that fits is kept, and when
+ * none does the stage keeps the fixed order (so --schedule lhs is never
+ * worse in memory, by construction).  The plan made here is thrown away:
+ * memplan runs again after this pass, as for fixed.
+ *
+ * The attempts (lhs.h, LhsLimits: window, look-ahead per stream, in-flight
+ * transfers per stream, transfer-first priority): 1. compute may move 64
+ * positions, preferring what leads soonest to a transfer; collectives are
+ * issued as early as the fixed order's hoisting issues them (no limit: the
+ * fixed order already has them all in flight), reloads at most 64 positions
+ * early and 2 in flight; 2. the same in the fixed order's priority (putting
+ * the input gradient before the weight gradient keeps the weight gradient's
+ * inputs alive longer: in pipeline programs that alone can break the rule);
+ * 3. 32 positions, 2 comm transfers in flight, 1 reload; 4. 8 positions, one
+ * transfer in flight per stream; 5. the same within 2 positions (memplan's
+ * first-fit packing can grow from any move, so the last attempt moves
+ * almost nothing). */
+static const LhsLimits lhs_attempts[] = {
+    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 1},
+    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 0},
+    {32, {0, 0, 0, 32}, {0, 2, 0, 1}, 0},
+    {8, {0, 8, 0, 8}, {0, 1, 0, 1}, 0},
+    {2, {0, 2, 0, 2}, {0, 1, 0, 1}, 0},
+};
+
+typedef struct {
+    Node *nodes;
+    Value *vals;
+    int nnodes, nvals;
+} Snap;
+
+static Snap snap_take(const Graph *g) {
+    Snap s = {xcalloc((size_t)g->nnodes + 1, sizeof(Node)), xcalloc((size_t)g->nvals + 1, sizeof(Value)), g->nnodes, g->nvals};
+    memcpy(s.nodes, g->nodes, sizeof(Node) * (size_t)g->nnodes);
+    memcpy(s.vals, g->vals, sizeof(Value) * (size_t)g->nvals);
+    return s;
+}
+
+/* g as it was (nodes only ever grow, so g->nodes has room). */
+static void snap_restore(Graph *g, const Snap *s) {
+    memcpy(g->nodes, s->nodes, sizeof(Node) * (size_t)s->nnodes);
+    memcpy(g->vals, s->vals, sizeof(Value) * (size_t)s->nvals);
+    g->nnodes = s->nnodes, g->nvals = s->nvals;
+}
+
+/* The values' memory marks as before the trial plans (the order stays). */
+static void unplan(Graph *g, const Snap *s) {
+    for (int v = 0; v < s->nvals; v++) g->vals[v].space = s->vals[v].space, g->vals[v].offset = s->vals[v].offset;
+}
+
+/* --device-profile's device (default cpu): the node times lhs orders by. */
+static void load_profile(Profile *p, const Options *o) {
+    char err[512];
+    if (profile_load(p, o->device_profile ? o->device_profile : "cpu", err, sizeof err) != 0) {
+        fprintf(stderr, "kiln: --schedule lhs: %s\n", err);
+        exit(1);
+    }
+}
+
+static double *node_seconds(const Graph *g, const Profile *p) {
+    double *dur = xcalloc((size_t)g->nnodes + 1, sizeof(double));
+    for (int i = 0; i < g->nnodes; i++) dur[i] = cost_node_seconds(p, g, &g->nodes[i]);
+    return dur;
+}
+
+static int *copy_order(const int *order, int n) {
+    int *c = xcalloc((size_t)n + 1, sizeof(int));
+    memcpy(c, order, sizeof(int) * (size_t)n);
+    return c;
+}
+
+static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int *fixed) {
+    int n = g->nnodes, overlap = ir_world(g->m) > 1 && !o->no_overlap;
+    double *dur = node_seconds(g, p);
+    Snap s = snap_take(g);
+    finish(g, copy_order(fixed, n), o);
+    int64_t limit = o->memory_budget > 0 ? (int64_t)o->memory_budget : cost_stage_plan_peak(g, o);
+    for (size_t a = 0; a < sizeof lhs_attempts / sizeof lhs_attempts[0]; a++) {
+        snap_restore(g, &s);
+        int *order = copy_order(fixed, n);
+        lhs_order(g, dur, overlap, &lhs_attempts[a], order, NULL);
+        finish(g, order, o);
+        if (cost_stage_plan_peak(g, o) <= limit) {
+            unplan(g, &s);
+            free(fixed), free(dur), free(s.nodes), free(s.vals);
+            return;
+        }
+    }
+    snap_restore(g, &s);
+    finish(g, fixed, o);
+    free(dur), free(s.nodes), free(s.vals);
+}
+
+/* The cost model's step for m as scheduled (DBL_MAX when it cannot say). */
+static double predicted_step(const Module *m, const Profile *p) {
+    CostSim sim;
+    char err[512];
+    if (cost_simulate(m, p, NULL, &sim, err, sizeof err) != 0) return DBL_MAX;
+    double t = sim.step;
+    cost_sim_free(&sim);
+    return t;
+}
+
+/* --schedule lhs: every stage by lhs_schedule_graph, kept only when the
+ * cost model predicts a step no longer than the fixed order's (all
+ * pipeline ranks simulated together: a rank that hides more may still make
+ * another wait); else the fixed order everywhere. */
+static void schedule_lhs(Module *m, const Options *o) {
+    Profile p;
+    load_profile(&p, o);
+    Snap *pre = xcalloc((size_t)m->nstages + 1, sizeof(Snap));
+    for (int s = 0; s < m->nstages; s++) pre[s] = snap_take(m->stages[s]);
+    for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
+    double fixed = predicted_step(m, &p);
+    for (int s = 0; s < m->nstages; s++) snap_restore(m->stages[s], &pre[s]);
+    for (int s = 0; s < m->nstages; s++) lhs_schedule_graph(m->stages[s], o, &p, fixed_order(m->stages[s]));
+    if (predicted_step(m, &p) > fixed) {
+        for (int s = 0; s < m->nstages; s++) snap_restore(m->stages[s], &pre[s]);
+        for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
+    }
+    for (int s = 0; s < m->nstages; s++) free(pre[s].nodes), free(pre[s].vals);
+    free(pre);
+}
+
 void pass_schedule(Module *m, const Options *o) {
-    for (int s = 0; s < m->nstages; s++) schedule_graph(m->stages[s], o);
+    if (o->schedule == SCHED_LHS) schedule_lhs(m, o);
+    else
+        for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
 }

@@ -7,8 +7,8 @@
 . "$(dirname "$0")/lib.sh"
 
 IR_LAYER="compiler/ir.h compiler/ir.c compiler/live.h compiler/live.c compiler/verify.c compiler/irtext.c"
-# the passes by object; parallelize and cp are one pass
-PASSES="autodiff parallelize+cp recompute pp optimizer precision fuse schedule memplan forward"
+# the passes by object; parallelize and cp are one pass, schedule and lhs another
+PASSES="autodiff parallelize+cp recompute pp optimizer precision fuse schedule+lhs memplan forward"
 
 # ir_includes FILES: the quoted includes of FILES that are not the IR layer's own
 ir_includes() {
@@ -38,12 +38,12 @@ compiler_includes() {
 mkdir -p "$tmp/ir" "$tmp/obj" "$tmp/rt"
 printf '#include "ir.h"\n#include "memplan.h"\n' > "$tmp/ir/bad.c"
 check "planted: an IR-layer file that includes memplan.h is caught" "ir_includes '$tmp/ir/bad.c' | grep -q memplan.h"
-for p in autodiff parallelize cp recompute pp optimizer precision fuse schedule memplan forward; do
+for p in autodiff parallelize cp recompute pp optimizer precision fuse schedule lhs memplan forward; do
     printf 'void pass_%s_fn(void) {}\n' "$p" > "$tmp/obj/$p.c"
 done
 printf 'void pass_fuse_fn(void);\nvoid pass_schedule_fn(void) { pass_fuse_fn(); }\n' > "$tmp/obj/schedule.c"
 for f in "$tmp"/obj/*.c; do cc -c "$f" -o "${f%.c}.o"; done
-check "planted: schedule calling a function of fuse.c is caught" "cross_calls '$tmp/obj' | grep -q \"schedule calls fuse's pass_fuse_fn\""
+check "planted: schedule calling a function of fuse.c is caught" "cross_calls '$tmp/obj' | grep -q \"schedule+lhs calls fuse's pass_fuse_fn\""
 printf '#include "memplan.h"\n' > "$tmp/rt/bad.c"
 check "planted: a runtime file that includes a compiler header is caught" "compiler_includes '$tmp/rt' | grep -q memplan.h"
 

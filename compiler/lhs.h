@@ -1,0 +1,55 @@
+/* lhs.h — the latency-hiding list scheduler (lhs.c) that `--schedule lhs`
+ * runs inside the schedule pass (schedule.c); docs/schedule.md for users.
+ *
+ * lhs_order takes one rank's program in the fixed order (schedule.c's: every
+ * assign last, collectives hoisted) and returns another topological order of
+ * the same nodes in which transfers (collectives, sends and receives, offload
+ * copies) start as early as their inputs, the comm chain and the limits
+ * allow, and the compute stream runs independent work while they are in
+ * flight.  Events and numbering stay schedule.c's business; so does the
+ * memory rule (schedule.c runs memplan on the result and backs off).
+ */
+#ifndef KILN_LHS_H
+#define KILN_LHS_H
+
+#include "ir.h"
+#include "live.h"
+
+/* The stream node n runs on: offload's device-to-host copy on the d2h
+ * stream, reload's host-to-device copy on h2d, collectives on the comm
+ * stream when they overlap (overlap: world > 1 and not --no-overlap), the
+ * rest on compute.  schedule.c and lhs.c both place by it. */
+static inline int sched_stream_for(const Node *n, int overlap) {
+    if (n->op == OP_offload) return IR_STREAM_D2H;
+    if (n->op == OP_reload) return IR_STREAM_H2D;
+    return overlap && (ir_ops[n->op].flags & F_COMM) ? IR_STREAM_COMM : IR_STREAM_COMPUTE;
+}
+
+/* The limits of one attempt (schedule.c tries looser ones first):
+ *   window       a compute node may run before nodes of the fixed order at
+ *                most window positions ahead of the first one not yet placed
+ *   xwindow[s]   the same for a transfer on stream s (0: no limit, as early
+ *                as its inputs and the comm chain allow)
+ *   inflight[s]  how many transfers on stream s that hold a device buffer
+ *                (a collective's or a receive's output, a reload) may have
+ *                been issued without their first consumer placed (0: any)
+ *   prefer_transfer  among compute that would not stall, the one leading
+ *                soonest to a transfer first (else the fixed order's) */
+typedef struct {
+    int window;
+    int xwindow[IR_NSTREAMS];
+    int inflight[IR_NSTREAMS];
+    int prefer_transfer;
+} LhsLimits;
+
+/* order (g->nnodes node indices): in, the fixed order; out, lhs's order.
+ * dur: seconds per node index (the cost model's, cost_node_seconds).
+ * Every data edge, the comm nodes' relative order (F_COMM: one chain, so the
+ * ranks of a group meet in the same order and a send keeps its recv), the
+ * runs of a fused group, the assigns at the end and each collective over pp
+ * where the fixed order has it (none of the nodes before it moves after
+ * it) hold.  *exposed (may be NULL): the compute stream's predicted idle
+ * time waiting for other streams, in the scheduler's own simulation. */
+void lhs_order(const Graph *g, const double *dur, int overlap, const LhsLimits *lim, int *order, double *exposed);
+
+#endif

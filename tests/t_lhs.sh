@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The latency-hiding schedule (--schedule lhs, compiler/lhs.c, docs/schedule.md):
+#  - `kiln check --schedule lhs` equals one device (f64, relative 1e-9) for one
+#    configuration per axis the suites check: dp (zero 1, micro-batches), cp
+#    ring (p2p, also --no-overlap: comm on the compute stream) and
+#    all-gather, pp 1f1b, interleaved, zb-h1 and zb-v (with dp and cp), tp,
+#    offload (with pp), recompute none, full and gemm-last;
+#  - lhs really reorders (the dump after schedule differs from fixed's) and
+#    its IR text dump round-trips (parse + verify + dump gives the same text);
+#  - under mpirun, the compiled CPU trainer's losses under lhs equal fixed's
+#    over 30 steps (--pp 2 --dp 2: send/recv, collectives; relative 1e-5);
+#  - a bad --schedule value is one line, exit 1.
+. "$(dirname "$0")/lib.sh"
+LR="--warmup 1 --lr 0.01"
+GPT4="models/tiny.lua --set layers=4"
+LLAMA="models/llama.lua --set vocab=128 --set dim=64 --set layers=2 --set heads=4 --set kv_heads=2 --set ffn=128 --set seq=32 --set batch=4"
+LLAMA4="models/llama.lua --set vocab=128 --set dim=64 --set layers=4 --set heads=4 --set kv_heads=2 --set ffn=128 --set seq=32 --set batch=8 $LR"
+kcheck() { # args...
+    out=$(timeout 300 "$K" check "$@" --schedule lhs 2>&1); rc=$?
+    if [ $rc = 0 ] && [[ "$out" == *", 0 mismatched"* ]]; then ok "check --schedule lhs $*: ${out##*: }"
+    else notok "check --schedule lhs $*: rc=$rc $out"; fi
+}
+kcheck $LLAMA --dp 2 --micro-batches 2 --bucket-mb 0.02
+kcheck $LLAMA --dp 2 --cp 2 --cp-comm p2p --zero 0
+kcheck models/tiny.lua --cp 2 --cp-comm allgather
+kcheck models/tiny.lua --dp 2 --cp 2 --cp-comm p2p --no-overlap --micro-batches 2
+kcheck $GPT4 --pp 2 --micro-batches 4 --pp-schedule 1f1b
+kcheck $GPT4 --pp 2 --vpp 2 --micro-batches 4 --pp-schedule interleaved
+kcheck models/tiny.lua --pp 2 --dp 2 --micro-batches 2 --zero 0 --pp-schedule zb-h1
+kcheck $LLAMA4 --pp 2 --cp 2 --cp-comm p2p --micro-batches 2 --pp-schedule zb-v
+kcheck models/tiny.lua --tp 2 --micro-batches 2 --zero 0
+kcheck $LLAMA --tp 2 --dp 2
+kcheck $GPT4 --pp 2 --micro-batches 4 --offload all --offload-min-bytes 1
+kcheck $LLAMA --offload all --offload-min-bytes 1
+kcheck models/tiny.lua --dp 2 --micro-batches 2 --recompute full
+kcheck $LLAMA --cp 2 --recompute none
+kcheck $LLAMA --dp 2 --cp 2 --cp-comm p2p --recompute gemm-last
+
+# lhs reorders; its dump round-trips
+F="$LLAMA --tp 2 --dp 2"
+# shellcheck disable=SC2086
+"$K" dump $F --after schedule --schedule fixed > "$tmp/fixed.ir" 2>&1
+# shellcheck disable=SC2086
+"$K" dump $F --after schedule --schedule lhs > "$tmp/lhs.ir" 2>&1
+check "dump --after schedule: lhs's order differs from fixed's ($(diff "$tmp/fixed.ir" "$tmp/lhs.ir" | grep -c '^>') lines)" \
+    "! cmp -s $tmp/fixed.ir $tmp/lhs.ir && [ \$(grep -c ' = ' $tmp/lhs.ir) = \$(grep -c ' = ' $tmp/fixed.ir) ]"
+"$K" dump "$tmp/lhs.ir" > "$tmp/lhs2.ir" 2>&1
+check "the lhs dump round-trips (parse, verify, dump: same text)" "cmp -s $tmp/lhs.ir $tmp/lhs2.ir"
+# shellcheck disable=SC2086
+"$K" dump $LLAMA --dp 2 --after memplan --schedule lhs > "$tmp/lhsm.ir" 2>&1
+"$K" dump "$tmp/lhsm.ir" > "$tmp/lhsm2.ir" 2>&1
+check "the lhs dump after memplan round-trips" "cmp -s $tmp/lhsm.ir $tmp/lhsm2.ir"
+
+err=$("$K" check models/tiny.lua --schedule fast 2>&1 >/dev/null); rc=$?
+check "--schedule fast is refused: $err" "[ $rc = 1 ] && [ \$(printf '%s\n' \"\$err\" | wc -l) = 1 ] && [[ \"\$err\" == *'expected fixed or lhs'* ]]"
+
+# the compiled trainer under mpirun: lhs's losses are fixed's
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+if ! command -v mpirun > /dev/null; then notok "mpirun is not installed (make test installs Open MPI: tools/deps.sh)"; exit 1; fi
+need_corpus
+D="--data $B/corpus.txt --threads 1"
+M="models/tiny.lua --set layers=2 --steps 30 --pp 2 --dp 2 --micro-batches 2 --weight-decay 0.1 --bucket-mb 0.05"
+# shellcheck disable=SC2086
+"$K" compile $M --schedule fixed -o "$tmp/fixed" > /dev/null 2>&1 && "$K" compile $M --schedule lhs -o "$tmp/lhs" > /dev/null 2>&1
+say $? "compile --pp 2 --dp 2 under fixed and lhs"
+MPI="timeout 300 mpirun --oversubscribe -np 4"
+$MPI "$tmp/fixed" $D --log "$tmp/lf" > /dev/null 2>&1
+$MPI "$tmp/lhs" $D --log "$tmp/ll" > /dev/null 2>&1
+losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
+worst() { paste <(losses "$1") <(losses "$2") | awk 'function abs(x){return x<0?-x:x} {d=abs($1-$2)/abs($2); if(d>w)w=d} END{printf "%.3g", w+0}'; }
+check "mpirun -np 4 --pp 2 --dp 2: lhs's losses == fixed's over 30 steps (worst $(worst "$tmp/ll" "$tmp/lf"))" \
+    "[ \$(wc -l < $tmp/lf) = 30 ] && [ \$(wc -l < $tmp/ll) = 30 ] && awk -v w=$(worst "$tmp/ll" "$tmp/lf") 'BEGIN{exit !(w <= 1e-5)}'"
