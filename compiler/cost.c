@@ -113,6 +113,14 @@ static double node_bytes(const Graph *g, const Node *n, const int *root) {
 
 static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root);
 
+/* 1 when memplan put assign n's value where its param or state lives (the
+ * back ends then launch nothing: emit_host.c's launch_memcpy). */
+static int assign_in_place(const Graph *g, const Node *n) {
+    int old = ir_assign_target(g, (int)(n - g->nodes));
+    const Value *a = &g->vals[n->in[0]];
+    return old >= 0 && a->space >= 0 && a->space == g->vals[old].space && a->offset == g->vals[old].offset;
+}
+
 double cost_node_seconds(const Profile *p, const Graph *g, const Node *n) { return node_seconds(p, g, n, NULL); }
 
 static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root) {
@@ -121,6 +129,7 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
     if (fl & F_COPY) return profile_copy_seconds(p, value_bytes(g, n->in[0]), n->op == OP_offload);
     if (fl & (F_SYNC | F_VIEW)) return 0;
     if (n->op == OP_output || ((fl & F_SOURCE) && n->op != OP_const && n->op != OP_iota)) return 0;
+    if (n->op == OP_assign && assign_in_place(g, n)) return 0; /* the value was computed into its param's buffer: no copy */
     double launch = fused_tail(g, n) ? 0 : p->launch_s;
     if (fl & F_GEMM) { /* the inputs' dtype picks the units (bf16 in, f32 out: tensor cores) */
         double f = ir_node_flops(g, n);
@@ -540,6 +549,19 @@ void cost_report(const Module *m, const Profile *p, const CostSim *s, FILE *f) {
         for (int c = 0; c < COST_NCLASS; c++) fprintf(f, " %9.3f", ms(s->rank[st].exposed.s[c]));
         fputc('\n', f);
     }
+    /* KILN_COST_NODES=FILE: every node's simulated start and end (tab-separated
+     * stage, node, op, stream, fused group, start s, end s), to set beside a
+     * trainer's --trace (bench/cost_model.sh's per-kernel check) */
+    const char *dump = getenv("KILN_COST_NODES");
+    FILE *nf = dump && *dump ? fopen(dump, "w") : NULL;
+    if (dump && *dump && !nf) fprintf(stderr, "KILN_COST_NODES: cannot open %s\n", dump);
+    for (int st = 0; nf && st < s->nstages; st++)
+        for (int i = 0; i < m->stages[st]->nnodes; i++) {
+            const Node *n = &m->stages[st]->nodes[i];
+            fprintf(nf, "%d\t%d\t%s\t%d\t%lld\t%.9g\t%.9g\n", st, i, ir_ops[n->op].name, n->stream, (long long)ir_fused_group(n),
+                    s->start[st][i], s->end[st][i]);
+        }
+    if (nf && fclose(nf) != 0) fprintf(stderr, "KILN_COST_NODES: cannot write %s\n", dump);
     /* stage 0's compute stream by op: where the predicted time goes */
     double by[OP_COUNT] = {0}, tot = 0;
     const Graph *g = m->stages[0];

@@ -22,7 +22,8 @@
  *                 (intra when the group fits in one node of node_size ranks)
  *   send          p2p α + bytes/β; recv 0 (its time is its sender's)
  *   offload/reload  bytes / d2h_bw or h2d_bw
- *   record, wait, sources but const/iota, output, views: 0
+ *   record, wait, sources but const/iota, output, views, an assign
+ *                 memplan placed in its param's buffer: 0
  *   the rest      bytes read and written / mem_bw + launch (a fused group
  *                 pays one launch: its first member; cost_simulate also
  *                 leaves out the values internal to a group, which never

@@ -4,7 +4,9 @@
  *
  * The file.  One field a line, `key value`, `#` to the end of the line a
  * comment (the shipped files name each number's source there), blank lines
- * ignored.  Every field of the table below is required, exactly once; a
+ * ignored.  Every field of the table below is required, exactly once (but
+ * the per-algorithm collective fields at its end: optional, α and β of an
+ * algorithm together); a
  * number must be all of its token, finite, and not negative (bandwidths,
  * peaks and memory not zero either: they divide).  gemm_eff is a table on
  * one line, SIZE:EFF pairs with M·N·K sizes strictly increasing and
@@ -77,8 +79,17 @@ static const struct {
     {"inter_alpha_s", F_NONNEG, offsetof(Profile, inter_alpha)},
     {"inter_beta", F_POS, offsetof(Profile, inter_beta)},
     {"node_size", F_INT, offsetof(Profile, node_size)},
+    /* optional (NREQUIRED below): per collective algorithm on the intra-node link, in pairs */
+    {"allreduce_alpha_s", F_NONNEG, offsetof(Profile, coll_alpha[COLL_ALL_REDUCE])},
+    {"allreduce_beta", F_POS, offsetof(Profile, coll_beta[COLL_ALL_REDUCE])},
+    {"allgather_alpha_s", F_NONNEG, offsetof(Profile, coll_alpha[COLL_ALL_GATHER])},
+    {"allgather_beta", F_POS, offsetof(Profile, coll_beta[COLL_ALL_GATHER])},
+    {"reducescatter_alpha_s", F_NONNEG, offsetof(Profile, coll_alpha[COLL_REDUCE_SCATTER])},
+    {"reducescatter_beta", F_POS, offsetof(Profile, coll_beta[COLL_REDUCE_SCATTER])},
+    {"p2p_alpha_s", F_NONNEG, offsetof(Profile, coll_alpha[COLL_P2P])},
+    {"p2p_beta", F_POS, offsetof(Profile, coll_beta[COLL_P2P])},
 };
-enum { NFIELDS = sizeof fields / sizeof fields[0] };
+enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
@@ -220,8 +231,12 @@ static int parse_file(Profile *p, FILE *f, const char *file, char *err, size_t e
         char *s = trim(buf);
         if (*s && parse_line(p, s, seen, file, line, err, errlen) != 0) return -1;
     }
-    for (int k = 0; k < NFIELDS; k++)
+    for (int k = 0; k < NREQUIRED; k++)
         if (!seen[k]) return fail(err, errlen, "%s: missing field \"%s\"", file, fields[k].key);
+    for (int k = NREQUIRED; k < NFIELDS; k += 2) /* the optional ones: α and β together */
+        if (!seen[k] != !seen[k + 1])
+            return fail(err, errlen, "%s:%d: field \"%s\" without \"%s\"", file, seen[k] ? seen[k] : seen[k + 1], fields[seen[k] ? k : k + 1].key,
+                        fields[seen[k] ? k + 1 : k].key);
     return 0;
 }
 
@@ -272,6 +287,7 @@ double profile_copy_seconds(const Profile *p, double bytes, int d2h) {
 double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int ranks, int intra) {
     if (ranks <= 1) return 0;
     double alpha = intra ? p->intra_alpha : p->inter_alpha, beta = intra ? p->intra_beta : p->inter_beta;
+    if (intra && p->coll_beta[kind] > 0) alpha = p->coll_alpha[kind], beta = p->coll_beta[kind];
     double n = ranks;
     switch (kind) {
     case COLL_ALL_REDUCE: return 2 * (n - 1) * alpha + 2 * (n - 1) / n * bytes / beta;

@@ -34,6 +34,10 @@ typedef struct {
     double intra_alpha, intra_beta; /* link inside a node: latency s, bytes/s */
     double inter_alpha, inter_beta; /* link between nodes */
     int node_size;          /* devices per node */
+    /* optional, per collective algorithm (CollKind order) on the intra-node
+     * link: α s and β bytes/s fitted to that algorithm alone (kiln calibrate
+     * under mpirun); beta 0 when absent: intra_alpha, intra_beta */
+    double coll_alpha[4], coll_beta[4];
 } Profile;
 
 /* Load a profile.  path_or_name is a path when it holds a '/' or ends in
@@ -68,7 +72,10 @@ typedef enum { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_P2P }
  *   all-reduce          2(n−1)·α + 2(n−1)/n · bytes/β
  *   all-gather, r-scat   (n−1)·α +  (n−1)/n · bytes/β
  *   p2p                        α +           bytes/β
- * 0 for one rank (nothing moves; p2p too). */
+ * 0 for one rank (nothing moves; p2p too).  On the intra-node link an
+ * algorithm's own α, β (the optional fields allreduce_alpha_s, _beta,
+ * allgather_*, reducescatter_*, p2p_*) replace intra's when the profile
+ * has them. */
 double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int ranks, int intra);
 
 /* ---- the offload pass's `auto` policy (issue 19) ---- */

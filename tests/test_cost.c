@@ -34,6 +34,9 @@
  *                              one on compute, an offload's wait, a pp
  *                              send after compute's end: each class's
  *                              seconds by hand; cost_node_class by group.
+ *   per-algorithm link fields  a profile's allgather_alpha_s/_beta replace
+ *                              intra's for all-gathers only; a lone
+ *                              p2p_beta is a one-line FILE:LINE error.
  * Each rank's split (compute + comm + bubble + copy) must add up to the
  * step, and its exposed classes to comm + bubble + copy.
  */
@@ -421,10 +424,46 @@ static void test_fused_group(void **state) {
     prog_free(&P);
 }
 
+/* The optional per-algorithm link fields: both of a pair replace intra's
+ * for that algorithm only; one without the other is a one-line error. */
+static void test_coll_fields(void **state) {
+    (void)state;
+    Profile p, q;
+    char err[1200], path[] = "/tmp/test_cost_XXXXXX";
+    if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w"), *in = fopen(p.path, "r");
+    assert_non_null(f), assert_non_null(in);
+    char line[2048];
+    while (fgets(line, sizeof line, in)) fputs(line, f);
+    fclose(in);
+    fputs("allgather_alpha_s 1e-3\nallgather_beta 1e6\n", f);
+    fclose(f);
+    char named[64];
+    snprintf(named, sizeof named, "%s.profile", path);
+    assert_int_equal(rename(path, named), 0);
+    if (profile_load(&q, named, err, sizeof err)) fail_msg("%s", err);
+    NEAR(profile_coll_seconds(&q, COLL_ALL_GATHER, 4e6, 4, 1), 3 * 1e-3 + 0.75 * 4e6 / 1e6);
+    NEAR(profile_coll_seconds(&q, COLL_ALL_REDUCE, 4e6, 4, 1), profile_coll_seconds(&p, COLL_ALL_REDUCE, 4e6, 4, 1));
+    NEAR(profile_coll_seconds(&q, COLL_ALL_GATHER, 4e6, 4, 0), profile_coll_seconds(&p, COLL_ALL_GATHER, 4e6, 4, 0)); /* inter: unchanged */
+    f = fopen(named, "a");
+    assert_non_null(f);
+    fputs("p2p_beta 1e9\n", f);
+    fclose(f);
+    assert_int_equal(profile_load(&q, named, err, sizeof err), -1);
+    char want[256];
+    snprintf(want, sizeof want, "%s:", named);
+    if (strncmp(err, want, strlen(want)) || !strstr(err, "field \"p2p_beta\" without \"p2p_alpha_s\"") || strchr(err, '\n'))
+        fail_msg("error: %s", err);
+    remove(named);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_streams), cmocka_unit_test(test_exposed_classes), cmocka_unit_test(test_node_class), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds), cmocka_unit_test(test_fused_group),
+        cmocka_unit_test(test_coll_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

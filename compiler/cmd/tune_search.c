@@ -539,8 +539,12 @@ void tune_free(Tune *T) { free(T->probes); }
 
 void tune_refusal(const Tune *T, const TuneCand *c, char *why, size_t n) {
     why[0] = 0;
-    if (c->tp != 1) {
-        snprintf(why, n, "tp %d: the compiler has no tensor parallelism in this build (--tp 1 only)", c->tp);
+    if (c->tp > 1 && (T->heads % c->tp || T->kv_heads % c->tp)) {
+        snprintf(why, n, "tp %d: heads %d and kv heads %d must be multiples of tp (tp.c)", c->tp, T->heads, T->kv_heads);
+        return;
+    }
+    if (c->tp > 1 && c->tp > T->prof.node_size) {
+        snprintf(why, n, "tp %d: over the node's %d devices (tp's all-reduces stay on the intra-node link)", c->tp, T->prof.node_size);
         return;
     }
     if (c->tp * c->cp * c->dp * c->pp != T->gpus) snprintf(why, n, "tp x cp x dp x pp = %d, not %d", c->tp * c->cp * c->dp * c->pp, T->gpus);
@@ -561,6 +565,7 @@ const char *tune_flags(const Tune *T, const TuneCand *c, char *buf, size_t n) {
     for (int i = 0; i < T->nsets && k < n; i++)
         if (strcmp(T->sets[i].key, "batch") && strcmp(T->sets[i].key, "seq"))
             k += (size_t)snprintf(buf + k, n - k, " --set %s=%s", T->sets[i].key, T->sets[i].value);
+    if (c->tp > 1 && k < n) k += (size_t)snprintf(buf + k, n - k, " --tp %d", c->tp);
     if (c->dp > 1 && k < n) k += (size_t)snprintf(buf + k, n - k, " --dp %d", c->dp);
     if (c->cp > 1 && k < n) k += (size_t)snprintf(buf + k, n - k, " --cp %d --cp-comm %s", c->cp, c->cp_comm ? "p2p" : "allgather");
     if (c->pp > 1 && k < n) {
