@@ -10,7 +10,9 @@
  * peak of their dtype times an efficiency — the profile's GEMM table at the
  * GEMM's M·N·K, its attn_eff for attention; the inputs' dtype picks the
  * peak — and everything else by the
- * bytes it reads and writes at the memory bandwidth; every kernel pays the
+ * bytes it reads and writes at the memory bandwidth (the profile's
+ * mem_bw_table at that many bytes when it has one: a small kernel's bytes
+ * stay in the caches); every kernel pays the
  * launch overhead once (a fused group once for all its members).
  * Collectives are the ring algorithms' α + β·bytes (profile_coll_seconds),
  * on the intra-node link when the group's ranks share a node of node_size
@@ -139,7 +141,8 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
         DType qt = g->vals[n->in[n->op == OP_attention_bwd]].t.dt;
         return ir_node_flops(g, n) / (peak_of(p, qt) * p->attn_eff) + launch;
     }
-    return node_bytes(g, n, root) / p->mem_bw + launch;
+    double bytes = node_bytes(g, n, root);
+    return bytes / profile_mem_bw(p, bytes) + launch;
 }
 
 /* ---- the replay ---- */

@@ -24,7 +24,7 @@
  *   offload/reload  bytes / d2h_bw or h2d_bw
  *   record, wait, sources but const/iota, output, views, an assign
  *                 memplan placed in its param's buffer: 0
- *   the rest      bytes read and written / mem_bw + launch (a fused group
+ *   the rest      bytes read and written / profile_mem_bw(bytes) + launch (a fused group
  *                 pays one launch: its first member; cost_simulate also
  *                 leaves out the values internal to a group, which never
  *                 reach memory)  */

@@ -38,6 +38,11 @@ typedef struct {
      * link: α s and β bytes/s fitted to that algorithm alone (kiln calibrate
      * under mpirun); beta 0 when absent: intra_alpha, intra_beta */
     double coll_alpha[4], coll_beta[4];
+    /* optional: memory bandwidth by the bytes a kernel moves (the caches:
+     * a small kernel's bytes never leave them), nbw points, sizes strictly
+     * increasing; 0 points: mem_bw at every size */
+    int nbw;
+    double bw_size[PROFILE_MAX_EFF], bw[PROFILE_MAX_EFF];
 } Profile;
 
 /* Load a profile.  path_or_name is a path when it holds a '/' or ends in
@@ -60,6 +65,11 @@ double profile_gemm_eff(const Profile *p, double mnk);
 /* Seconds of an [M,K]x[K,N] GEMM in dtype (bf16, else f32's peak):
  * 2·M·N·K / (peak · eff(M·N·K)) + launch overhead. */
 double profile_gemm_seconds(const Profile *p, DType dt, double m, double n, double k);
+
+/* The memory bandwidth a kernel moving `bytes` sees: mem_bw_table's,
+ * linear in log(bytes) between its points, the end points' outside them;
+ * mem_bw without a table. */
+double profile_mem_bw(const Profile *p, double bytes);
 
 /* Seconds to copy bytes to the host (d2h != 0) or back: bytes / bandwidth. */
 double profile_copy_seconds(const Profile *p, double bytes, int d2h);

@@ -12,7 +12,7 @@ first=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | head 
 check "the written profile reads back: $first" "[[ '$first' == 'device calib1 ($tmp/c.profile)'* ]]"
 pred=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | grep '^predicted step')
 check "kiln plan predicts on it: $pred" "[[ '$pred' == 'predicted step '*' on calib1, MFU '* ]]"
-for f in peak_flops_f32 gemm_eff attn_eff mem_bw launch_overhead_s h2d_bw; do
+for f in peak_flops_f32 gemm_eff attn_eff mem_bw mem_bw_table launch_overhead_s h2d_bw; do
     check "$f measured, with its source" "grep -q '^$f .*# ' '$tmp/c.profile'"
 done
 check "one rank: the links say they are not measured" "grep -q '^intra_alpha_s .*not measured' '$tmp/c.profile'"

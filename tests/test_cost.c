@@ -34,9 +34,10 @@
  *                              one on compute, an offload's wait, a pp
  *                              send after compute's end: each class's
  *                              seconds by hand; cost_node_class by group.
- *   per-algorithm link fields  a profile's allgather_alpha_s/_beta replace
+ *   optional profile fields    a profile's allgather_alpha_s/_beta replace
  *                              intra's for all-gathers only; a lone
- *                              p2p_beta is a one-line FILE:LINE error.
+ *                              p2p_beta is a one-line FILE:LINE error;
+ *                              mem_bw_table interpolates in log(bytes).
  * Each rank's split (compute + comm + bubble + copy) must add up to the
  * step, and its exposed classes to comm + bubble + copy.
  */
@@ -438,7 +439,7 @@ static void test_coll_fields(void **state) {
     char line[2048];
     while (fgets(line, sizeof line, in)) fputs(line, f);
     fclose(in);
-    fputs("allgather_alpha_s 1e-3\nallgather_beta 1e6\n", f);
+    fputs("allgather_alpha_s 1e-3\nallgather_beta 1e6\nmem_bw_table 1000:1e10 1e6:1e9\n", f);
     fclose(f);
     char named[64];
     snprintf(named, sizeof named, "%s.profile", path);
@@ -447,6 +448,11 @@ static void test_coll_fields(void **state) {
     NEAR(profile_coll_seconds(&q, COLL_ALL_GATHER, 4e6, 4, 1), 3 * 1e-3 + 0.75 * 4e6 / 1e6);
     NEAR(profile_coll_seconds(&q, COLL_ALL_REDUCE, 4e6, 4, 1), profile_coll_seconds(&p, COLL_ALL_REDUCE, 4e6, 4, 1));
     NEAR(profile_coll_seconds(&q, COLL_ALL_GATHER, 4e6, 4, 0), profile_coll_seconds(&p, COLL_ALL_GATHER, 4e6, 4, 0)); /* inter: unchanged */
+    /* mem_bw_table: its end points outside, linear in log(bytes) between; none: mem_bw */
+    NEAR(profile_mem_bw(&q, 10), 1e10);
+    NEAR(profile_mem_bw(&q, 1e9), 1e9);
+    NEAR(profile_mem_bw(&q, sqrt(1e3 * 1e6)), 5.5e9);
+    NEAR(profile_mem_bw(&p, 10), p.mem_bw);
     f = fopen(named, "a");
     assert_non_null(f);
     fputs("p2p_beta 1e9\n", f);

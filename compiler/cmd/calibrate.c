@@ -130,6 +130,8 @@ typedef struct {
     double peak, launch, attn_rate, elem_bw, copy_bw, alpha, beta;
     double calpha[4], cbeta[4], csmall[4], clarge[4]; /* per CollKind */
     double ln_bw, tr_bw; /* mem_bw's two kernels alone */
+    double bw_bytes[8], bw_rate[8]; /* mem_bw_table */
+    int nbw;
     size_t big;
     char note_links[1400];
 } Cal;
@@ -200,22 +202,38 @@ static void measure_attention(Cal *C, rt_ctx *ctx) {
 }
 
 /* The rate of the kernels the model prices by bytes: a layernorm and a
- * transpose (rtk_copy with the strides swapped: every transpose and slice)
- * of a [rows, 512] tensor the size of a layer's activations (2 MiB: in L2
+ * transpose (rtk_copy: every transpose and slice; here the attention's
+ * head permute) of a [rows, 512] tensor the size of a layer's activations (2 MiB: in L2
  * and L3 as theirs are; the model's small tensors never reach DRAM), timed
  * as one step each, the median; bytes read + written over the two times. */
-static void measure_memory(Cal *C, rt_ctx *ctx) {
-    int64_t rows = 1024, cols = 512, n = rows * cols;
+/* The two kernels on a [rows, 512] f32 tensor: bytes a second over both. */
+static double elem_rate(Cal *C, rt_ctx *ctx, int64_t rows, double *ln_bw, double *tr_bw) {
+    int64_t cols = 512, n = rows * cols;
     float *x = filled(n), *y = filled(n), *w = filled(cols), *b = filled(cols);
     int64_t ln[] = {rt_ptr_arg(x), rt_ptr_arg(w), rt_ptr_arg(b), rt_ptr_arg(y), rows, cols, rt_f64_bits(1e-5)};
-    int64_t tr[] = {rt_ptr_arg(x), rt_ptr_arg(y), 4, 2, rows, cols, 1, 1, 1, cols, 1, 0, 0, 0, 1, rows, 0, 0, 0};
-    int reps = C->quick ? 5 : 21;
-    cur_launches = 8;
-    double tl = best_step(ctx, rtk_layernorm, ln, 7, reps) / 8, tt = best_step(ctx, rtk_copy, tr, 19, reps) / 8;
-    cur_launches = 1;
+    /* the attention's head permute [T, H, D] -> [H, T, D] (H 8, D 64): runs of D floats */
+    int64_t tr[] = {rt_ptr_arg(x), rt_ptr_arg(y), 4, 3, rows, 8, cols / 8, 1, 1, cols, cols / 8, 1, 0, 0, cols / 8, rows * (cols / 8), 1, 0, 0};
+    int reps = C->quick ? 5 : 15;
+    double tl = best_step(ctx, rtk_layernorm, ln, 7, reps), tt = best_step(ctx, rtk_copy, tr, 19, reps);
     double fixed = 2 * C->launch, t = tl + tt;
-    C->elem_bw = 4.0 * (double)n * 4 / (t - fixed > t / 2 ? t - fixed : t);
-    C->ln_bw = 2.0 * (double)n * 4 / tl, C->tr_bw = 2.0 * (double)n * 4 / tt;
+    if (ln_bw) *ln_bw = 2.0 * (double)n * 4 / tl, *tr_bw = 2.0 * (double)n * 4 / tt;
+    free(x), free(y), free(w), free(b);
+    return 4.0 * (double)n * 4 / (t - fixed > t / 2 ? t - fixed : t);
+}
+
+/* The rate of the kernels the model prices by bytes: a layernorm and a
+ * transpose (rtk_copy: every transpose and slice; here the attention's
+ * head permute) of a [rows, 512] f32 tensor, each timed as steps of many
+ * launches, the median; bytes read + written over the two times.  mem_bw:
+ * at 1024 rows (2 MiB, a layer's activations: in L2 and L3 as theirs are);
+ * the table: at 8 .. 32768 rows (16 KiB .. 64 MiB, each kernel moving
+ * twice that), the caches' rates to DRAM's. */
+static void measure_memory(Cal *C, rt_ctx *ctx) {
+    C->elem_bw = elem_rate(C, ctx, 1024, &C->ln_bw, &C->tr_bw);
+    static const int64_t rows_full[] = {8, 64, 512, 4096, 32768}, rows_quick[] = {8, 64, 512};
+    const int64_t *rows = C->quick ? rows_quick : rows_full;
+    C->nbw = C->quick ? 3 : 5;
+    for (int i = 0; i < C->nbw; i++) C->bw_bytes[i] = 2.0 * rows[i] * 512 * 4, C->bw_rate[i] = elem_rate(C, ctx, rows[i], NULL, NULL);
     int64_t big = (int64_t)16 << 20; /* host copies: 64 MiB memcpys (the offloaded activations are large) */
     float *bx = filled(big), *by = filled(big);
     double best = INFINITY;
@@ -226,7 +244,7 @@ static void measure_memory(Cal *C, rt_ctx *ctx) {
         if (dt < best) best = dt;
     }
     C->copy_bw = (double)big * 4 / best;
-    free(x), free(y), free(w), free(b), free(bx), free(by);
+    free(bx), free(by);
 }
 
 /* One collective of kind k (CollKind) over every rank moving `bytes` (the
@@ -346,8 +364,11 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     for (int i = 0; i < C->ngemm; i++) fprintf(f, " n %d %.2f GFLOP/s%s", C->gemm_n[i], C->gemm_rate[i] / 1e9, i + 1 < C->ngemm ? "," : "");
     fprintf(f, "\nattn_eff          %.4f   # rtk_attention fwd+bwd causal: %.2f GFLOP/s over the peak\n", fmin(1, C->attn_rate / C->peak),
             C->attn_rate / 1e9);
-    fprintf(f, "mem_bw            %.6g   # rtk_layernorm + rtk_copy transposing [1024,512] f32: bytes read + written a second (%.3g, %.3g GB/s) x share\n",
+    fprintf(f, "mem_bw            %.6g   # rtk_layernorm of [1024,512] + rtk_copy [1024,8,64]->[8,1024,64] f32: bytes read + written a second (%.3g, %.3g GB/s) x share\n",
             C->elem_bw * C->share, C->ln_bw / 1e9, C->tr_bw / 1e9);
+    fprintf(f, "mem_bw_table     ");
+    for (int i = 0; i < C->nbw; i++) fprintf(f, " %.6g:%.6g", C->bw_bytes[i], C->bw_rate[i] * C->share);
+    fprintf(f, "   # the same two kernels by the bytes one moves (16 KiB .. 64 MiB tensors), x share\n");
     fprintf(f, "launch_overhead_s %.4g   # (a step of 256 4x4x4 rtk_gemms - a step of 1) / 255, over share\n", C->launch / C->share);
     fprintf(f, "h2d_bw            %.6g   # memcpy (the CPU's host copies are memcpys) x share\n", C->copy_bw * C->share);
     fprintf(f, "d2h_bw            %.6g   # as h2d_bw\n", C->copy_bw * C->share);
