@@ -68,7 +68,8 @@ tune_check() {
     while read -r row; do
         i=$((i + 1))
         set -- $row
-        local dp=$4 cp=$3 pp=$5 sched=$6 m=$7 rc=$9 cpc=${11} pred=${14} f=""
+        local tp=$2 dp=$4 cp=$3 pp=$5 sched=$6 m=$7 rc=$9 cpc=${11} pred=${14} f=""
+        [ "$tp" -gt 1 ] && f="$f --tp $tp"
         [ "$dp" -gt 1 ] && f="$f --dp $dp"
         [ "$cp" -gt 1 ] && f="$f --cp $cp --cp-comm $([ "$cpc" = ag ] && echo allgather || echo p2p)"
         if [ "$pp" -gt 1 ]; then
