@@ -154,6 +154,15 @@ static void probe_cut(TuneProbe *P, const Module *m, const CostSim *s) {
     char *isb = b_set(g, L);
     int seen_layer_f = 0, seen_layer_b = 0;
     double total = 0, per_mb = 0;
+    /* schedule's waits carry their node's layer and phase but micro-batch 0:
+     * a wait on compute takes the micro-batch of the work it precedes */
+    int *mb_of = xcalloc((size_t)g->nnodes + 1, sizeof(int)), next_mb = 0;
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const Node *n = &g->nodes[i];
+        if (n->stream > IR_STREAM_COMPUTE) continue;
+        if (n->op != OP_wait) next_mb = n->mb;
+        mb_of[i] = n->op == OP_wait ? next_mb : n->mb;
+    }
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if (n->stream > IR_STREAM_COMPUTE) continue;
@@ -165,7 +174,7 @@ static void probe_cut(TuneProbe *P, const Module *m, const CostSim *s) {
             continue;
         }
         int fwd = n->phase == PH_FWD, bwd = n->phase == PH_BWD || n->phase == PH_RECOMPUTE || n->phase == PH_WGRAD;
-        if (n->mb != 1) continue;
+        if (mb_of[i] != 1) continue;
         if (n->layer >= 0) seen_layer_f |= fwd, seen_layer_b |= bwd;
         if (!w) per_mb += el;
         int k = fwd ? KF : (n->layer == L && !isb[i] && n->phase != PH_RECOMPUTE) || n->phase == PH_WGRAD ? KW : KB;
@@ -179,7 +188,7 @@ static void probe_cut(TuneProbe *P, const Module *m, const CostSim *s) {
         else c[k] += el;
     }
     P->once = fmax(0, total - 2 * per_mb);
-    free(isb);
+    free(isb), free(mb_of);
 }
 
 static void probe_measure(TuneProbe *P, const Module *m) {
