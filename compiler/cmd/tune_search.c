@@ -435,7 +435,8 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
             act += C.saved[ch] / C.pl.v; /* the in-flight pairs spread over the rank's chunks */
         }
         /* the embedding's parameters on the first stage, the head's on the last (a tied one on both) */
-        pc = nr * P->pcount_layer + (first ? T->p_pre : 0) + (last ? T->p_post : 0);
+        double shrink = 1 - 1.0 / c->tp;
+        pc = nr * P->pcount_layer + (first ? T->p_pre - shrink * T->p_pre_tp : 0) + (last ? T->p_post - shrink * T->p_post_tp : 0);
         if (p == 1) pc = P->pcount - P->nl * P->pcount_layer + nr * P->pcount_layer;
         double ratio = pc / P->pcount;
         fl = c->m * (nr * P->fl_layer + (first ? P->fl_extra / 2 : 0) + (last ? P->fl_extra / 2 : 0));
@@ -535,8 +536,9 @@ void tune_init(Tune *T, const char *model, KeyVal *sets, int nsets, const Profil
             for (int k = 0; k < g->nodes[j].nin; k++)
                 if (g->nodes[j].in[k] == nd->out[0]) pre |= j < lo, post |= j > hi;
         double e = (double)ir_numel(&g->vals[nd->out[0]].t);
-        if (pre || !post) T->p_pre += e;
-        if (post) T->p_post += e;
+        int split = ir_attr(nd, "tp") != NULL; /* split over tp (the vocab-parallel embedding): 1/tp of it a rank */
+        if (pre || !post) T->p_pre += e, T->p_pre_tp += split ? e : 0;
+        if (post) T->p_post += e, T->p_post_tp += split ? e : 0;
     }
     ir_free(m);
     free(s);
