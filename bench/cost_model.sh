@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # bench/cost_model.sh — the cost model (compiler/cost.c) against the CPU
 # trainer on this machine (issue 21): every configuration below is compiled
-# and run for STEPS steps; the predicted step (kiln plan's "predicted step",
-# on a profile that `kiln calibrate` measures first under the same number of
-# ranks, so the cores are shared the same way) beside the measured one (the
-# mean of the steps after the first: the JSONL log's elapsed seconds), and
-# the predicted memory per rank (memplan's, the largest stage) beside the
-# largest rank's measured peak resident set (/usr/bin/time %M: the arena
-# plus the process's own: binary, OpenBLAS buffers, MPI).
+# and run for STEPS steps; the predicted step (kiln plan's "predicted step")
+# beside the measured one (the mean of the steps after the first: the JSONL
+# log's elapsed seconds), and the predicted activation space (memplan's
+# arena, the largest stage's) beside the largest rank's measured high-water
+# mark of it (KILN_MEASURE_PEAK=1: the runtime fills the space with 0xff
+# and finds the highest byte written; equal up to the last value's
+# alignment padding, a few bytes).
 #   small:  tiny GPT, 4 layers, dim 64, seq 64, batch 8 (byte level)
 #   medium: 4 layers, dim 256, 8 heads, seq 256, batch 8
-# Prints one row per configuration and the median and largest |error| of
-# the step time.  Then the tune check: `kiln tune` on 2 ranks (small model,
-# the np 2 profile), its first TOP rows compiled and run, and the first
-# choice's measured step against the best measured of them (the issue's
-# goal: within 5%).  TUNE_ONLY=1 runs that part alone.  The machine is
-# shared: `uptime` is printed first and last.
+# The profile: `kiln calibrate` under the configuration's number of ranks
+# (each rank's share of the 2 cores is then the trainer's: compiler/cmd/
+# calibrate.c), measured again at each change of model size or rank count
+# (CALIBRATE=once: once per rank count for the whole run), so that it sees
+# the load the runs see; the 1-minute load average is printed on every row
+# (other sessions share the machine: state it).  Prints one row per
+# configuration and the median and largest |error| of the step time.  Then
+# the tune check: `kiln tune` on 2 ranks (small model, the np 2 profile),
+# its first TOP rows compiled and run, and the first choice's measured step
+# against the best measured of them (the issue's goal: within 5%).
+# TUNE_ONLY=1 runs that part alone.  bench/cost_kernels.py splits one
+# configuration's error by kernel kind.  About 3-4 minutes on a quiet machine.
 set -u
 B=${BUILD:-build}
 STEPS=${STEPS:-8}
@@ -23,11 +29,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null || exit 1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 echo "uptime before: $(uptime)"
+calib() { # NP NAME: a profile measured under NP ranks, $tmp/NAME.profile
+    if [ "$1" = 1 ]; then "$B/kiln" calibrate --device cpu -o "$tmp/$2.profile" --name "$2" > /dev/null || exit 1
+    else mpirun --oversubscribe -np "$1" "$B/kiln" calibrate --device cpu -o "$tmp/$2.profile" --name "$2" > /dev/null || exit 1; fi
+}
 nps="1 2 4"; [ -n "${TUNE_ONLY:-}" ] && nps=2
-for np in $nps; do # a profile per rank count
-    if [ $np = 1 ]; then "$B/kiln" calibrate --device cpu -o "$tmp/cpu$np.profile" --name cpu-np$np > /dev/null || exit 1
-    else mpirun --oversubscribe -np $np "$B/kiln" calibrate --device cpu -o "$tmp/cpu$np.profile" --name cpu-np$np > /dev/null || exit 1; fi
-done
+for np in $nps; do calib $np cpu$np; done
 SMALL="models/tiny.lua --set layers=4"
 MEDIUM="models/tiny.lua --set layers=4 --set dim=256 --set heads=8 --set seq=256 --set batch=8"
 CONFIGS=(
@@ -61,7 +68,8 @@ tune_check() {
     while read -r row; do
         i=$((i + 1))
         set -- $row
-        local dp=$4 cp=$3 pp=$5 sched=$6 m=$7 rc=$9 cpc=${11} pred=${14} f=""
+        local tp=$2 dp=$4 cp=$3 pp=$5 sched=$6 m=$7 rc=$9 cpc=${11} pred=${14} f=""
+        [ "$tp" -gt 1 ] && f="$f --tp $tp"
         [ "$dp" -gt 1 ] && f="$f --dp $dp"
         [ "$cp" -gt 1 ] && f="$f --cp $cp --cp-comm $([ "$cpc" = ag ] && echo allgather || echo p2p)"
         if [ "$pp" -gt 1 ]; then
@@ -79,29 +87,33 @@ tune_check() {
     awk -v f="$first" -v b="$best" 'BEGIN{printf "  first choice %.3f ms, best measured %.3f ms: %+.1f%% (goal: within 5%%)\n", f, b, 100 * (f / b - 1)}'
 }
 if [ -n "${TUNE_ONLY:-}" ]; then tune_check; echo "uptime after: $(uptime)"; exit 0; fi
-printf '%-7s %3s %-46s %10s %10s %8s %10s %10s\n' model np flags "pred ms" "meas ms" "error" "pred MiB" "RSS MiB"
+printf '%-7s %3s %-46s %10s %10s %8s %12s %12s %5s\n' model np flags "pred ms" "meas ms" "error" "pred act B" "meas act B" load
 errs=$tmp/errs
-for size in small medium; do
+for size in ${SIZES:-small medium}; do
     model=$SMALL; [ $size = medium ] && model=$MEDIUM
+    last=""
     for c in "${CONFIGS[@]}"; do
         np=${c%%|*} flags=${c#*|}
+        if [ "${CALIBRATE:-group}" != once ] && [ "$last" != "$np" ]; then calib $np cpu$np; fi
+        last=$np
         # shellcheck disable=SC2086
         "$B/kiln" compile $model $flags -o "$tmp/tr" > /dev/null 2>&1 || { echo "$size $flags: compile failed"; continue; }
         # shellcheck disable=SC2086
         "$B/kiln" plan $model $flags --device-profile "$tmp/cpu$np.profile" > "$tmp/plan" 2>&1
         pred=$(sed -n 's/^predicted step \([0-9.]*\) ms.*/\1/p' "$tmp/plan")
-        pmem=$(awk '/^  stage  compute ms/{on=1; next} on && $1 ~ /^[0-9]+$/ {if ($7 > m) m = $7} on && $1 !~ /^[0-9]+$/ {on=0} END{print m}' "$tmp/plan")
-        rm -f "$tmp/log.jsonl" "$tmp"/rss.*
-        if [ $np = 1 ]; then /usr/bin/time -f %M -o "$tmp/rss.0" "$tmp/tr" --data "$B/corpus.txt" --steps "$STEPS" --log "$tmp/log.jsonl" > /dev/null 2>&1
-        else mpirun --oversubscribe -np $np bash -c "/usr/bin/time -f %M -o $tmp/rss.\$OMPI_COMM_WORLD_RANK $tmp/tr --data $B/corpus.txt --steps $STEPS --log $tmp/log.jsonl" > /dev/null 2>&1; fi
+        pact=$(awk '$1 == "activations" && $5 == "bytes" {print $4}' "$tmp/plan" | sort -g | tail -1)
+        rm -f "$tmp/log.jsonl" "$tmp/err"
+        load=$(cut -d' ' -f1 /proc/loadavg)
+        if [ $np = 1 ]; then KILN_MEASURE_PEAK=1 "$tmp/tr" --data "$B/corpus.txt" --steps "$STEPS" --log "$tmp/log.jsonl" > /dev/null 2> "$tmp/err"
+        else KILN_MEASURE_PEAK=1 mpirun --oversubscribe -x KILN_MEASURE_PEAK -np $np "$tmp/tr" --data "$B/corpus.txt" --steps "$STEPS" --log "$tmp/log.jsonl" < /dev/null > /dev/null 2> "$tmp/err"; fi
         # the mean step after the first: the log's elapsed seconds (since the first step's start)
         meas=$(grep -o '"elapsed":[0-9.e+]*' "$tmp/log.jsonl" | cut -d: -f2 | awk '{e[NR] = $1} END {if (NR > 1) printf "%.3f", 1000 * (e[NR] - e[1]) / (NR - 1)}')
-        rss=$(cat "$tmp"/rss.* 2>/dev/null | awk '$1+0 > m {m = $1+0} END{printf "%.1f", m / 1024}')
+        mact=$(sed -n 's/.*act high-water mark \([0-9]*\) bytes.*/\1/p' "$tmp/err" | sort -g | tail -1)
         err=$(awk -v p="$pred" -v m="$meas" 'BEGIN{if (m > 0 && p > 0) printf "%+.1f%%", 100 * (p / m - 1); else print "?"}')
         [ "$err" != "?" ] && echo "${err%\%}" >> "$errs"
-        printf '%-7s %3s %-46s %10s %10s %8s %10s %10s\n' "$size" "$np" "${flags:-(defaults)}" "$pred" "$meas" "$err" "$pmem" "$rss"
+        printf '%-7s %3s %-46s %10s %10s %8s %12s %12s %5s\n' "$size" "$np" "${flags:-(defaults)}" "$pred" "$meas" "$err" "$pact" "$mact" "$load"
     done
 done
 awk '{print ($1 < 0 ? -$1 : $1)}' "$errs" | sort -g | awk '{v[NR] = $1} END {n = NR; printf "time |error|: median %.1f%%, max %.1f%% over %d configurations\n", (n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2), v[n], n}'
-tune_check
+[ -z "${NO_TUNE:-}" ] && tune_check
 echo "uptime after: $(uptime)"

@@ -10,7 +10,9 @@
  * peak of their dtype times an efficiency — the profile's GEMM table at the
  * GEMM's M·N·K, its attn_eff for attention; the inputs' dtype picks the
  * peak — and everything else by the
- * bytes it reads and writes at the memory bandwidth; every kernel pays the
+ * bytes it reads and writes at the memory bandwidth (the profile's
+ * mem_bw_table at that many bytes when it has one: a small kernel's bytes
+ * stay in the caches); every kernel pays the
  * launch overhead once (a fused group once for all its members).
  * Collectives are the ring algorithms' α + β·bytes (profile_coll_seconds),
  * on the intra-node link when the group's ranks share a node of node_size
@@ -114,6 +116,14 @@ static double node_bytes(const Graph *g, const Node *n, const int *root) {
 
 static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root);
 
+/* 1 when memplan put assign n's value where its param or state lives (the
+ * back ends then launch nothing: emit_host.c's launch_memcpy). */
+static int assign_in_place(const Graph *g, const Node *n) {
+    int old = ir_assign_target(g, (int)(n - g->nodes));
+    const Value *a = &g->vals[n->in[0]];
+    return old >= 0 && a->space >= 0 && a->space == g->vals[old].space && a->offset == g->vals[old].offset;
+}
+
 double cost_node_seconds(const Profile *p, const Graph *g, const Node *n) { return node_seconds(p, g, n, NULL); }
 
 static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root) {
@@ -122,6 +132,7 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
     if (fl & F_COPY) return profile_copy_seconds(p, value_bytes(g, n->in[0]), n->op == OP_offload);
     if (fl & (F_SYNC | F_VIEW)) return 0;
     if (n->op == OP_output || ((fl & F_SOURCE) && n->op != OP_const && n->op != OP_iota)) return 0;
+    if (n->op == OP_assign && assign_in_place(g, n)) return 0; /* the value was computed into its param's buffer: no copy */
     double launch = fused_tail(g, n) ? 0 : p->launch_s;
     if (fl & F_GEMM) { /* the inputs' dtype picks the units (bf16 in, f32 out: tensor cores) */
         double f = ir_node_flops(g, n);
@@ -131,7 +142,8 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
         DType qt = g->vals[n->in[n->op == OP_attention_bwd]].t.dt;
         return ir_node_flops(g, n) / (peak_of(p, qt) * p->attn_eff) + launch;
     }
-    return node_bytes(g, n, root) / p->mem_bw + launch;
+    double bytes = node_bytes(g, n, root);
+    return bytes / profile_mem_bw(p, bytes) + launch;
 }
 
 /* ---- the replay ---- */
@@ -355,36 +367,81 @@ static int work_before(const Graph *g, int r) {
     return -1;
 }
 
+const char *const cost_class_names[COST_NCLASS] = {"dp", "cp", "pp", "tp", "d2h", "h2d", "bubble"};
+
+int cost_node_class(const Node *n) {
+    unsigned fl = ir_ops[n->op].flags;
+    if (fl & F_COPY) return n->op == OP_offload ? COST_D2H : COST_H2D;
+    if (!(fl & F_COMM)) return -1;
+    int mask = ir_group_mask(ir_attr_s(n, "group", ""));
+    static const int axis_class[IR_NAXES] = {COST_PP, COST_DP, COST_CP, COST_TP}; /* the mesh's axis order */
+    if (mask <= 0) return COST_DP;
+    for (int a = 0; a < IR_NAXES; a++)
+        if (mask == 1 << a) return axis_class[a];
+    return mask & 2 ? COST_DP : mask & 4 ? COST_CP : mask & 8 ? COST_TP : COST_PP;
+}
+
+/* Split `amount` seconds of the compute stream's idle time [b, e], spent
+ * waiting for the record at node r of stream k, over the classes of the
+ * work that stream ran in [b, e] (each node's active part: after the time
+ * it was blocked on another rank), in proportion; none overlapping: the
+ * class of the work just before r (a stream's own wait, say).  Walks back
+ * from r while the nodes end after b (a stream's times only grow). */
+static void attribute(const Sim *S, int st, int r, double b, double e, double amount, double *cls) {
+    if (amount <= 0) return;
+    const Graph *g = S->m->stages[st];
+    int k = g->nodes[r].stream;
+    double w[COST_NCLASS] = {0}, tot = 0;
+    for (int j = r - 1; j >= 0; j--) {
+        const Node *n = &g->nodes[j];
+        if (n->stream != k) continue;
+        if (S->s->end[st][j] <= b) break;
+        int c = cost_node_class(n);
+        if (c < 0) continue;
+        double lo = fmax(b, S->s->start[st][j] + S->blocked[st][j]), hi = fmin(e, S->s->end[st][j]);
+        if (hi > lo) w[c] += hi - lo, tot += hi - lo;
+    }
+    if (tot <= 0) {
+        int j = work_before(g, r), c = j >= 0 ? cost_node_class(&g->nodes[j]) : -1;
+        cls[c >= 0 ? c : k == IR_STREAM_D2H ? COST_D2H : k == IR_STREAM_H2D ? COST_H2D : COST_DP] += amount;
+        return;
+    }
+    for (int c = 0; c < COST_NCLASS; c++) cls[c] += amount * w[c] / tot;
+}
+
 static void split_rank(Sim *S, int st) {
     const Graph *g = S->m->stages[st];
     CostRank *R = &S->s->rank[st];
-    double *b = S->s->start[st], *e = S->s->end[st], cend = 0, last = 0;
-    int last_stream = IR_STREAM_COMPUTE;
+    double *b = S->s->start[st], *e = S->s->end[st], cend = 0, last = 0, *cls = R->exposed.s;
+    int last_stream = IR_STREAM_COMPUTE, last_node = -1;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        if (e[i] > last) last = e[i], last_stream = n->stream;
+        if (e[i] > last) last = e[i], last_stream = n->stream, last_node = i;
         unsigned fl = ir_ops[n->op].flags;
         if ((fl & (F_GEMM)) || n->op == OP_attention || n->op == OP_attention_bwd)
             if (n->phase != PH_RECOMPUTE) R->flops += ir_node_flops(g, n);
         if (n->stream != IR_STREAM_COMPUTE && n->stream >= 0) continue;
         cend = e[i];
         double gap = e[i] - b[i];
-        if (n->op == OP_wait) {
+        if (n->op == OP_wait) { /* idle for another stream: split by what that stream ran meanwhile */
             int ev = (int)ir_attr_i(n, "event", 0), r = S->rec_node[st][ev];
-            int ks = r >= 0 ? g->nodes[r].stream : IR_STREAM_COMM;
-            if (ks == IR_STREAM_D2H || ks == IR_STREAM_H2D) {
-                R->copy += gap;
-            } else {
-                int w = r >= 0 ? work_before(g, r) : -1;
-                double bl = w >= 0 ? S->blocked[st][w] : 0;
-                bl = bl < gap ? bl : gap;
-                R->bubble += bl, R->comm += gap - bl;
+            int w = r >= 0 ? work_before(g, r) : -1;
+            double bl = w >= 0 ? S->blocked[st][w] : 0, part[COST_NCLASS] = {0};
+            bl = bl < gap ? bl : gap;
+            if (r >= 0) attribute(S, st, r, b[i], e[i], gap - bl, part);
+            else part[COST_DP] += gap - bl;
+            R->bubble += bl, cls[COST_BUBBLE] += bl;
+            for (int c = 0; c < COST_BUBBLE; c++) {
+                cls[c] += part[c];
+                if (c == COST_D2H || c == COST_H2D) R->copy += part[c];
+                else R->comm += part[c];
             }
         } else if (fl & F_COMM) {
             double bl = S->blocked[st][i] < gap ? S->blocked[st][i] : gap;
             R->bubble += bl, R->comm += gap - bl;
+            cls[COST_BUBBLE] += bl, cls[cost_node_class(n)] += gap - bl;
         } else if (fl & F_COPY) {
-            R->copy += gap;
+            R->copy += gap, cls[cost_node_class(n)] += gap;
         } else {
             R->compute += gap;
         }
@@ -393,6 +450,16 @@ static void split_rank(Sim *S, int st) {
     double tail = last - cend;
     if (last_stream == IR_STREAM_D2H || last_stream == IR_STREAM_H2D) R->copy += tail;
     else R->comm += tail;
+    if (tail > 0) {
+        int c = last_node >= 0 ? cost_node_class(&g->nodes[last_node]) : -1;
+        if (c < 0) { /* a record or wait ended last: the work before it */
+            int j = work_before(g, last_node);
+            c = j >= 0 ? cost_node_class(&g->nodes[j]) : -1;
+        }
+        if (last_stream == IR_STREAM_D2H || last_stream == IR_STREAM_H2D) c = last_stream == IR_STREAM_D2H ? COST_D2H : COST_H2D;
+        else if (c < 0 || c == COST_D2H || c == COST_H2D) c = COST_DP;
+        cls[c] += tail;
+    }
     R->peak = memplan_stage_peak(g, SPACE_PARAMS) + memplan_stage_peak(g, SPACE_GRADS) + memplan_stage_peak(g, SPACE_OPT) +
               memplan_stage_peak(g, SPACE_ACT);
     R->host = memplan_stage_peak(g, SPACE_HOST);
@@ -445,7 +512,10 @@ int cost_simulate(const Module *m, const Profile *p, double *const *dur, CostSim
         for (int st = 0; st < P; st++) split_rank(&S, st);
         for (int st = 0; st < P; st++) out->step = out->rank[st].end > out->step ? out->rank[st].end : out->step;
         double flops = 0;
-        for (int st = 0; st < P; st++) out->rank[st].bubble += out->step - out->rank[st].end, flops += out->rank[st].flops;
+        for (int st = 0; st < P; st++) {
+            CostRank *R = &out->rank[st];
+            R->bubble += out->step - R->end, R->exposed.s[COST_BUBBLE] += out->step - R->end, flops += R->flops;
+        }
         out->peak_flops = p ? peak_of(p, gemm_dtype(m)) : 0;
         out->mfu = out->step > 0 && out->peak_flops > 0 ? flops / (P * out->step * out->peak_flops) : 0;
     }
@@ -474,6 +544,28 @@ void cost_report(const Module *m, const Profile *p, const CostSim *s, FILE *f) {
         fprintf(f, "  %5d %11.3f %11.3f %11.3f %11.3f %11.3f %12.2f\n", st, ms(r->compute), ms(r->comm), ms(r->bubble), ms(r->copy),
                 ms(r->compute + r->comm + r->bubble + r->copy), (double)r->peak / (1 << 20));
     }
+    /* exposed time per class: what the compute stream waited for */
+    fprintf(f, "  exposed ms by class (compute stream idle, not hidden):\n  %5s", "stage");
+    for (int c = 0; c < COST_NCLASS; c++) fprintf(f, " %9s", cost_class_names[c]);
+    fputc('\n', f);
+    for (int st = 0; st < s->nstages; st++) {
+        fprintf(f, "  %5d", st);
+        for (int c = 0; c < COST_NCLASS; c++) fprintf(f, " %9.3f", ms(s->rank[st].exposed.s[c]));
+        fputc('\n', f);
+    }
+    /* KILN_COST_NODES=FILE: every node's simulated start and end (tab-separated
+     * stage, node, op, stream, fused group, start s, end s), to set beside a
+     * trainer's --trace (bench/cost_model.sh's per-kernel check) */
+    const char *dump = getenv("KILN_COST_NODES");
+    FILE *nf = dump && *dump ? fopen(dump, "w") : NULL;
+    if (dump && *dump && !nf) fprintf(stderr, "KILN_COST_NODES: cannot open %s\n", dump);
+    for (int st = 0; nf && st < s->nstages; st++)
+        for (int i = 0; i < m->stages[st]->nnodes; i++) {
+            const Node *n = &m->stages[st]->nodes[i];
+            fprintf(nf, "%d\t%d\t%s\t%d\t%lld\t%.9g\t%.9g\n", st, i, ir_ops[n->op].name, n->stream, (long long)ir_fused_group(n),
+                    s->start[st][i], s->end[st][i]);
+        }
+    if (nf && fclose(nf) != 0) fprintf(stderr, "KILN_COST_NODES: cannot write %s\n", dump);
     /* stage 0's compute stream by op: where the predicted time goes */
     double by[OP_COUNT] = {0}, tot = 0;
     const Graph *g = m->stages[0];

@@ -23,12 +23,32 @@
  *                 (intra when the group fits in one node of node_size ranks)
  *   send          p2p α + bytes/β; recv 0 (its time is its sender's)
  *   offload/reload  bytes / d2h_bw or h2d_bw
- *   record, wait, sources but const/iota, output, views: 0
- *   the rest      bytes read and written / mem_bw + launch (a fused group
+ *   record, wait, sources but const/iota, output, views, an assign
+ *                 memplan placed in its param's buffer: 0
+ *   the rest      bytes read and written / profile_mem_bw(bytes) + launch (a fused group
  *                 pays one launch: its first member; cost_simulate also
  *                 leaves out the values internal to a group, which never
  *                 reach memory)  */
 double cost_node_seconds(const Profile *p, const Graph *g, const Node *n);
+
+/* The traffic classes of exposed time (issue 22's per-stream report):
+ * collectives and transfers by their mesh axis (a group over one axis is
+ * that axis's; over several, dp when it has dp — the gradient and loss
+ * reductions over dp+cp, pp+dp+cp —, else cp, else tp, else pp), host
+ * copies by direction, and the pipeline bubble. */
+typedef enum { COST_DP, COST_CP, COST_PP, COST_TP, COST_D2H, COST_H2D, COST_BUBBLE, COST_NCLASS } CostClass;
+extern const char *const cost_class_names[COST_NCLASS]; /* "dp", "cp", "pp", "tp", "d2h", "h2d", "bubble" */
+
+/* Per class, seconds of the step during which this rank's compute stream
+ * sat idle because of that class (not hidden behind compute).  Σ over the
+ * classes = CostRank.comm + copy + bubble. */
+typedef struct {
+    double s[COST_NCLASS];
+} CostExposed;
+
+/* The class of a comm or copy node (its group's axes, its direction); -1
+ * for any other node. */
+int cost_node_class(const Node *n);
 
 /* One pipeline rank's (stage's) step, split (they sum to CostSim.step):
  *   compute   busy time of the compute stream's own work (no comm, no waits)
@@ -41,6 +61,7 @@ double cost_node_seconds(const Profile *p, const Graph *g, const Node *n);
 typedef struct {
     double end;     /* this rank's last node's end */
     double compute, comm, bubble, copy;
+    CostExposed exposed; /* comm, copy and bubble by class (cost_node_class) */
     double flops;   /* model FLOPs of this rank's program (GEMMs, attention; not recompute) */
     int64_t peak;   /* memplan's bytes: params + grads + optimizer + activations */
     int64_t host;   /* memplan's host space (offloaded activations) */
@@ -69,7 +90,8 @@ typedef struct {
 int cost_simulate(const Module *m, const Profile *p, double *const *dur, CostSim *out, char *err, size_t errlen);
 void cost_sim_free(CostSim *s);
 
-/* kiln plan's lines: the predicted step, MFU and per rank the split and memory. */
+/* kiln plan's lines: the predicted step, MFU, per rank the split and memory,
+ * and per rank the exposed time by class. */
 void cost_report(const Module *m, const Profile *p, const CostSim *s, FILE *f);
 
 /* The schedule's memory rule (issue 22, schedule.c): memplan's device bytes

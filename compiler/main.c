@@ -91,7 +91,7 @@ static void usage(FILE *f) {
           "                    [--temperature T] [--top-k K] [--seed S] [--threads N]\n"
           "       kiln calibrate --device cpu -o FILE.profile [--quick] [--threads N] [--name NAME]   measure a device profile (docs/profiles.md)\n"
           "       kiln tune    MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B] [--seq S] [--top K] [--check K]\n"
-          "                    the best dp x cp x pp x schedule x micro-batches x recompute x offload by the cost model (docs/tune.md)\n"
+          "                    the best tp x dp x cp x pp x schedule x micro-batches x recompute x offload by the cost model (docs/tune.md)\n"
           "PASS: front autodiff parallelize recompute optimizer precision fuse schedule memplan\n"
           "common (dump, check, plan, compile, run):\n"
           "        --set key=value  --frontend-timeout S (the model's run, default 10)  --seed N  --print-every N  --lr X --min-lr X --warmup N --steps N --weight-decay X --grad-clip X\n"

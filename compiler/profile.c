@@ -4,7 +4,9 @@
  *
  * The file.  One field a line, `key value`, `#` to the end of the line a
  * comment (the shipped files name each number's source there), blank lines
- * ignored.  Every field of the table below is required, exactly once; a
+ * ignored.  Every field of the table below is required, exactly once (but
+ * the optional ones at its end: per-algorithm collective α and β, a pair
+ * together, and mem_bw_table, BYTES:BYTES_PER_S pairs like gemm_eff's); a
  * number must be all of its token, finite, and not negative (bandwidths,
  * peaks and memory not zero either: they divide).  gemm_eff is a table on
  * one line, SIZE:EFF pairs with M·N·K sizes strictly increasing and
@@ -77,8 +79,18 @@ static const struct {
     {"inter_alpha_s", F_NONNEG, offsetof(Profile, inter_alpha)},
     {"inter_beta", F_POS, offsetof(Profile, inter_beta)},
     {"node_size", F_INT, offsetof(Profile, node_size)},
+    /* optional (NREQUIRED below): per collective algorithm on the intra-node link, in pairs */
+    {"allreduce_alpha_s", F_NONNEG, offsetof(Profile, coll_alpha[COLL_ALL_REDUCE])},
+    {"allreduce_beta", F_POS, offsetof(Profile, coll_beta[COLL_ALL_REDUCE])},
+    {"allgather_alpha_s", F_NONNEG, offsetof(Profile, coll_alpha[COLL_ALL_GATHER])},
+    {"allgather_beta", F_POS, offsetof(Profile, coll_beta[COLL_ALL_GATHER])},
+    {"reducescatter_alpha_s", F_NONNEG, offsetof(Profile, coll_alpha[COLL_REDUCE_SCATTER])},
+    {"reducescatter_beta", F_POS, offsetof(Profile, coll_beta[COLL_REDUCE_SCATTER])},
+    {"p2p_alpha_s", F_NONNEG, offsetof(Profile, coll_alpha[COLL_P2P])},
+    {"p2p_beta", F_POS, offsetof(Profile, coll_beta[COLL_P2P])},
+    {"mem_bw_table", F_TABLE, 1}, /* optional, alone (off 1: the bandwidth table) */
 };
-enum { NFIELDS = sizeof fields / sizeof fields[0] };
+enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15, NPAIRED = NFIELDS - 1 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
@@ -138,21 +150,22 @@ static int parse_number(const char *s, double *x) {
     return end != s && *end == 0 && errno == 0 && isfinite(*x);
 }
 
-/* "SIZE:EFF SIZE:EFF ...", sizes increasing, efficiencies in (0, 1]. */
-static int parse_table(Profile *p, char *v) {
-    p->neff = 0;
+/* "SIZE:V SIZE:V ...", sizes increasing, values positive and at most max,
+ * into size[], val[], *n. */
+static int parse_pairs(char *v, double max, double *size_out, double *val_out, int *n) {
+    *n = 0;
     for (char *tok = strtok(v, " \t"); tok; tok = strtok(NULL, " \t")) {
         char *colon = strchr(tok, ':');
-        if (!colon || p->neff == PROFILE_MAX_EFF) return 0;
+        if (!colon || *n == PROFILE_MAX_EFF) return 0;
         *colon = 0;
-        double size, eff;
-        if (!parse_number(tok, &size) || !parse_number(colon + 1, &eff)) return 0;
-        if (!(size > 0) || !(eff > 0) || eff > 1) return 0;
-        if (p->neff && size <= p->eff_size[p->neff - 1]) return 0;
-        p->eff_size[p->neff] = size;
-        p->eff[p->neff++] = eff;
+        double size, val;
+        if (!parse_number(tok, &size) || !parse_number(colon + 1, &val)) return 0;
+        if (!(size > 0) || !(val > 0) || val > max) return 0;
+        if (*n && size <= size_out[*n - 1]) return 0;
+        size_out[*n] = size;
+        val_out[(*n)++] = val;
     }
-    return p->neff > 0;
+    return *n > 0;
 }
 
 /* One field's value into p; -1 with err naming file:line and the field. */
@@ -168,9 +181,11 @@ static int set_field(Profile *p, int f, char *v, const char *file, int line, cha
     if (fields[f].kind == F_TABLE) {
         char copy[1024];
         snprintf(copy, sizeof copy, "%s", v);
-        if (!parse_table(p, copy))
-            return fail(err, errlen, "%s:%d: field \"gemm_eff\": expected up to %d SIZE:EFF pairs, sizes positive and increasing, efficiencies in (0, 1], got \"%s\"",
-                        file, line, PROFILE_MAX_EFF, v);
+        int bw = fields[f].off == 1;
+        if (bw ? !parse_pairs(copy, INFINITY, p->bw_size, p->bw, &p->nbw) : !parse_pairs(copy, 1, p->eff_size, p->eff, &p->neff))
+            return fail(err, errlen, bw ? "%s:%d: field \"%s\": expected up to %d BYTES:BYTES_PER_S pairs, sizes positive and increasing, rates positive, got \"%s\""
+                                        : "%s:%d: field \"%s\": expected up to %d SIZE:EFF pairs, sizes positive and increasing, efficiencies in (0, 1], got \"%s\"",
+                        file, line, key, PROFILE_MAX_EFF, v);
         return 0;
     }
     double x;
@@ -220,8 +235,12 @@ static int parse_file(Profile *p, FILE *f, const char *file, char *err, size_t e
         char *s = trim(buf);
         if (*s && parse_line(p, s, seen, file, line, err, errlen) != 0) return -1;
     }
-    for (int k = 0; k < NFIELDS; k++)
+    for (int k = 0; k < NREQUIRED; k++)
         if (!seen[k]) return fail(err, errlen, "%s: missing field \"%s\"", file, fields[k].key);
+    for (int k = NREQUIRED; k < NPAIRED; k += 2) /* the optional pairs: α and β together */
+        if (!seen[k] != !seen[k + 1])
+            return fail(err, errlen, "%s:%d: field \"%s\" without \"%s\"", file, seen[k] ? seen[k] : seen[k + 1], fields[seen[k] ? k : k + 1].key,
+                        fields[seen[k] ? k + 1 : k].key);
     return 0;
 }
 
@@ -259,6 +278,17 @@ double profile_gemm_eff(const Profile *p, double mnk) {
     return p->eff[p->neff - 1];
 }
 
+double profile_mem_bw(const Profile *p, double bytes) {
+    if (p->nbw == 0) return p->mem_bw;
+    if (bytes <= p->bw_size[0]) return p->bw[0];
+    for (int i = 1; i < p->nbw; i++) {
+        if (bytes > p->bw_size[i]) continue;
+        double t = log(bytes / p->bw_size[i - 1]) / log(p->bw_size[i] / p->bw_size[i - 1]);
+        return p->bw[i - 1] + t * (p->bw[i] - p->bw[i - 1]);
+    }
+    return p->bw[p->nbw - 1];
+}
+
 double profile_gemm_seconds(const Profile *p, DType dt, double m, double n, double k) {
     double peak = dt == DT_BF16 ? p->peak_flops_bf16 : p->peak_flops_f32;
     double mnk = m * n * k;
@@ -272,6 +302,7 @@ double profile_copy_seconds(const Profile *p, double bytes, int d2h) {
 double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int ranks, int intra) {
     if (ranks <= 1) return 0;
     double alpha = intra ? p->intra_alpha : p->inter_alpha, beta = intra ? p->intra_beta : p->inter_beta;
+    if (intra && p->coll_beta[kind] > 0) alpha = p->coll_alpha[kind], beta = p->coll_beta[kind];
     double n = ranks;
     switch (kind) {
     case COLL_ALL_REDUCE: return 2 * (n - 1) * alpha + 2 * (n - 1) / n * bytes / beta;

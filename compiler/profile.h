@@ -34,6 +34,15 @@ typedef struct {
     double intra_alpha, intra_beta; /* link inside a node: latency s, bytes/s */
     double inter_alpha, inter_beta; /* link between nodes */
     int node_size;          /* devices per node */
+    /* optional, per collective algorithm (CollKind order) on the intra-node
+     * link: α s and β bytes/s fitted to that algorithm alone (kiln calibrate
+     * under mpirun); beta 0 when absent: intra_alpha, intra_beta */
+    double coll_alpha[4], coll_beta[4];
+    /* optional: memory bandwidth by the bytes a kernel moves (the caches:
+     * a small kernel's bytes never leave them), nbw points, sizes strictly
+     * increasing; 0 points: mem_bw at every size */
+    int nbw;
+    double bw_size[PROFILE_MAX_EFF], bw[PROFILE_MAX_EFF];
 } Profile;
 
 /* Load a profile.  path_or_name is a path when it holds a '/' or ends in
@@ -57,6 +66,11 @@ double profile_gemm_eff(const Profile *p, double mnk);
  * 2·M·N·K / (peak · eff(M·N·K)) + launch overhead. */
 double profile_gemm_seconds(const Profile *p, DType dt, double m, double n, double k);
 
+/* The memory bandwidth a kernel moving `bytes` sees: mem_bw_table's,
+ * linear in log(bytes) between its points, the end points' outside them;
+ * mem_bw without a table. */
+double profile_mem_bw(const Profile *p, double bytes);
+
 /* Seconds to copy bytes to the host (d2h != 0) or back: bytes / bandwidth. */
 double profile_copy_seconds(const Profile *p, double bytes, int d2h);
 
@@ -68,7 +82,10 @@ typedef enum { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_P2P }
  *   all-reduce          2(n−1)·α + 2(n−1)/n · bytes/β
  *   all-gather, r-scat   (n−1)·α +  (n−1)/n · bytes/β
  *   p2p                        α +           bytes/β
- * 0 for one rank (nothing moves; p2p too). */
+ * 0 for one rank (nothing moves; p2p too).  On the intra-node link an
+ * algorithm's own α, β (the optional fields allreduce_alpha_s, _beta,
+ * allgather_*, reducescatter_*, p2p_*) replace intra's when the profile
+ * has them. */
 double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int ranks, int intra);
 
 /* ---- the offload pass's `auto` policy (issue 19) ---- */

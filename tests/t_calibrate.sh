@@ -2,7 +2,8 @@
 # kiln calibrate (issue 21): --quick on this CPU writes a profile that the
 # loader reads back (kiln plan runs on it and names it), with every field
 # measured and its source in a comment; under mpirun the links are
-# measured; bad flags are one line with exit status 1.
+# measured, each collective algorithm's own α and β, and the ranks' share
+# of the cores is stated; bad flags are one line with exit status 1.
 . "$(dirname "$0")/lib.sh"
 
 out=$("$K" calibrate --device cpu --quick -o "$tmp/c.profile" --name calib1 2>&1)
@@ -11,7 +12,7 @@ first=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | head 
 check "the written profile reads back: $first" "[[ '$first' == 'device calib1 ($tmp/c.profile)'* ]]"
 pred=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | grep '^predicted step')
 check "kiln plan predicts on it: $pred" "[[ '$pred' == 'predicted step '*' on calib1, MFU '* ]]"
-for f in peak_flops_f32 gemm_eff attn_eff mem_bw launch_overhead_s h2d_bw; do
+for f in peak_flops_f32 gemm_eff attn_eff mem_bw mem_bw_table launch_overhead_s h2d_bw; do
     check "$f measured, with its source" "grep -q '^$f .*# ' '$tmp/c.profile'"
 done
 check "one rank: the links say they are not measured" "grep -q '^intra_alpha_s .*not measured' '$tmp/c.profile'"
@@ -25,6 +26,12 @@ if command -v mpirun > /dev/null; then
     out=$($MPI -np 2 "$K" calibrate --device cpu --quick -o "$tmp/m.profile" 2>&1)
     say $? "calibrate --quick under mpirun -np 2: $out"
     check "the links are measured over 2 ranks" "grep -q '^intra_alpha_s .*MPI_Allreduce over 2 local ranks' '$tmp/m.profile' && grep -q '^node_size *2 ' '$tmp/m.profile'"
+    for c in allreduce allgather reducescatter p2p; do
+        check "$c's own alpha and beta are measured" "grep -q '^${c}_alpha_s .* 2 ranks' '$tmp/m.profile' && grep -q '^${c}_beta ' '$tmp/m.profile'"
+    done
+    check "the ranks' share of the cores is measured and stated" "grep -q '^# one rank alone on .* ranks on it, [0-9.]*\$' '$tmp/m.profile'"
+    pm=$("$K" plan models/tiny.lua --dp 2 --device-profile "$tmp/m.profile" 2>&1 | grep -c '^predicted step')
+    check "kiln plan reads the per-algorithm fields" "[ '$pm' = 1 ]"
 else
     notok "mpirun is not installed (make test installs Open MPI: tools/deps.sh)"
 fi

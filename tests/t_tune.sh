@@ -6,7 +6,7 @@
 # the buffers' overlap taken from formulas, not from the program; measured
 # worst 5.8% and 8.8%); the table is ranked by the
 # predicted step; the best's `kiln compile` command compiles; memory
-# pruning, tp's note and bad flags.
+# pruning, tp searched (and refused where the heads do not divide) and bad flags.
 . "$(dirname "$0")/lib.sh"
 
 # the worst |error| of the check's rows: column 4 (time) or 7 (memory)
@@ -26,11 +26,15 @@ run_check "dp, cp, recompute, 4 ranks" 1 $G --gpus 4 --global-batch 8 --seq 256 
 run_check "pp 2: every schedule" 1 $G --gpus 2 --global-batch 8 --seq 256 --pp 2
 run_check "pp 2 x dp 2, 1f1b" 1 $G --gpus 4 --global-batch 8 --seq 256 --pp 2 --pp-schedule 1f1b
 run_check "llama, cp 2" 1 models/llama.lua --set layers=4 --gpus 4 --global-batch 4 --seq 256 --cp 2
+run_check "tp 2 x dp 2" 1 $G --gpus 4 --global-batch 8 --seq 256 --tp 2 --pp 1
 
 out=$("$K" tune $G --gpus 4 --global-batch 8 --seq 256 --device cpu --top 50 2>&1)
 printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 15 {print $14}' > "$tmp/steps"
 check "the table is ranked by predicted step ($(wc -l < "$tmp/steps") rows)" "[ -s '$tmp/steps' ] && sort -g '$tmp/steps' | cmp -s - '$tmp/steps'"
-check "tp is a dimension with a note" "printf '%s\n' \"\$out\" | grep -q '^note: tp 2: the compiler has no tensor parallelism in this build'"
+tps=$(printf '%s\n' "$out" | awk '$1 ~ /^[0-9]+$/ && NF > 15 {print $2}' | sort -u | tr '\n' ' ')
+check "tp is searched: the table's tp values ($tps) include 2 and 4" "printf '%s\n' '$tps' | grep -q '2 4'"
+out2=$("$K" tune models/gpt2.lua --set layers=4 --set dim=128 --set heads=2 --gpus 4 --global-batch 8 --seq 256 --device cpu --top 3 --pp 1 --cp 1 --recompute none 2>&1)
+check "tp 4 over 2 heads is refused, named in the note" "printf '%s\n' \"\$out2\" | grep -q '^note: tp 4: heads 2 and kv heads 2 must be multiples of tp'"
 best=$(printf '%s\n' "$out" | sed -n 's/^best: kiln compile //p')
 check "the best's command is printed: $best" "[ -n '$best' ]"
 "$K" plan ${best% --target*} > "$tmp/plan.txt" 2>&1
@@ -50,7 +54,7 @@ check "every kept row fits the budget" "[ $mem_ok = 0 ]"
 "$K" plan $G --set batch=8 --set seq=256 --pp 2 --micro-batches 4 --dp 2 --device-profile cpu > "$tmp/pplan.txt" 2>&1
 say $? "kiln plan --pp 2 --dp 2 --device-profile cpu runs"
 step=$(sed -n 's/^predicted step \([0-9.]*\) ms on cpu, MFU [0-9.]*%.*/\1/p' "$tmp/pplan.txt")
-rows=$(awk -v s="$step" '/^  stage  compute ms/{on=1; next} on && $1 ~ /^[0-9]+$/ {n++; d = $2 + $3 + $4 + $5 - s; if (d < 0) d = -d; if (d > 0.002 || $6 != s) bad = 1} END{print (bad ? "bad" : n + 0)}' "$tmp/pplan.txt")
+rows=$(awk -v s="$step" '/^  stage  compute ms/{on=1; next} /^  exposed/{on=0} on && $1 ~ /^[0-9]+$/ {n++; d = $2 + $3 + $4 + $5 - s; if (d < 0) d = -d; if (d > 0.002 || $6 != s) bad = 1} END{print (bad ? "bad" : n + 0)}' "$tmp/pplan.txt")
 check "its 2 stages' compute + comm + bubble + copy = the step $step ms" "[ -n '$step' ] && [ '$rows' = 2 ]"
 "$K" plan $G --set batch=8 --set seq=256 > "$tmp/noprof.txt" 2>&1
 check "without --device-profile kiln plan predicts nothing" "! grep -q '^predicted step' '$tmp/noprof.txt'"

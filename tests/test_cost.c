@@ -29,8 +29,17 @@
  *                              all-reduce against the profile's formulas;
  *                              a fused group of two: its input and last
  *                              output once, one launch.
+ *   exposed time by class      a dp then a cp all-reduce behind one wait
+ *                              (split by what ran during the wait), a tp
+ *                              one on compute, an offload's wait, a pp
+ *                              send after compute's end: each class's
+ *                              seconds by hand; cost_node_class by group.
+ *   optional profile fields    a profile's allgather_alpha_s/_beta replace
+ *                              intra's for all-gathers only; a lone
+ *                              p2p_beta is a one-line FILE:LINE error;
+ *                              mem_bw_table interpolates in log(bytes).
  * Each rank's split (compute + comm + bubble + copy) must add up to the
- * step.
+ * step, and its exposed classes to comm + bubble + copy.
  */
 #include "testutil.h"
 #include "cost.h"
@@ -111,6 +120,11 @@ static CostSim simulate(Prog *P) {
     for (int r = 0; r < s.nstages; r++) { /* the split adds up to the step */
         const CostRank *R = &s.rank[r];
         NEAR(R->compute + R->comm + R->bubble + R->copy, s.step);
+        double cls = 0; /* and the classes add up to the idle time */
+        for (int c = 0; c < COST_NCLASS; c++) cls += R->exposed.s[c];
+        NEAR(cls, R->comm + R->bubble + R->copy);
+        NEAR(R->exposed.s[COST_BUBBLE], R->bubble);
+        NEAR(R->exposed.s[COST_D2H] + R->exposed.s[COST_H2D], R->copy);
     }
     return s;
 }
@@ -146,6 +160,68 @@ static void test_two_streams(void **state) {
     two_streams(2, 6, 0); /* C ends at 4: hidden behind B */
 }
 
+/* ---- exposed time by class ---- */
+
+/* compute A (2 s) records e0; the comm stream waits e0, runs a dp
+ * all-reduce (3 s) then a cp one (1 s), records e1; compute B (1 s) waits
+ * e1 over [3, 6]: the dp one ran 2 s of that, the cp one 1 s.  D (1 s), a
+ * tp all-reduce on compute (0.5 s), record e2; d2h waits e2, an offload
+ * (2 s), e3; compute waits e3 (2 s of d2h), E (1 s), e4; the comm stream
+ * waits e4 and sends over pp (1.5 s) after compute's last node: a tail of
+ * 1.5 s of pp.  Step 12 = compute 5 + dp 2 + cp 1 + tp 0.5 + d2h 2 + pp 1.5. */
+static void test_exposed_classes(void **state) {
+    (void)state;
+    Prog P = prog_new(1);
+    int x = scalar(&P, 0);
+    work(&P, 0, IR_STREAM_COMPUTE, 2, x); /* A */
+    sync(&P, 0, OP_record, IR_STREAM_COMPUTE, 0);
+    sync(&P, 0, OP_wait, IR_STREAM_COMM, 0);
+    coll(&P, 0, IR_STREAM_COMM, 3, x, "dp");
+    coll(&P, 0, IR_STREAM_COMM, 1, x, "cp");
+    sync(&P, 0, OP_record, IR_STREAM_COMM, 1);
+    work(&P, 0, IR_STREAM_COMPUTE, 1, x); /* B */
+    sync(&P, 0, OP_wait, IR_STREAM_COMPUTE, 1);
+    work(&P, 0, IR_STREAM_COMPUTE, 1, x); /* D */
+    coll(&P, 0, IR_STREAM_COMPUTE, 0.5, x, "tp");
+    sync(&P, 0, OP_record, IR_STREAM_COMPUTE, 2);
+    sync(&P, 0, OP_wait, IR_STREAM_D2H, 2);
+    add(&P, 0, OP_offload, IR_STREAM_D2H, 2, 1, &x, 0, NULL);
+    sync(&P, 0, OP_record, IR_STREAM_D2H, 3);
+    sync(&P, 0, OP_wait, IR_STREAM_COMPUTE, 3);
+    work(&P, 0, IR_STREAM_COMPUTE, 1, x); /* E */
+    sync(&P, 0, OP_record, IR_STREAM_COMPUTE, 4);
+    sync(&P, 0, OP_wait, IR_STREAM_COMM, 4);
+    p2p(&P, 0, OP_send, IR_STREAM_COMM, 1.5, x, 1, 0);
+    CostSim s = simulate(&P);
+    const CostRank *R = &s.rank[0];
+    NEAR(s.step, 12);
+    NEAR(R->compute, 5);
+    static const double want[COST_NCLASS] = {[COST_DP] = 2, [COST_CP] = 1, [COST_TP] = 0.5, [COST_D2H] = 2, [COST_PP] = 1.5};
+    for (int c = 0; c < COST_NCLASS; c++)
+        if (fabs(R->exposed.s[c] - want[c]) > TOL) fail_msg("exposed %s = %.17g, want %g", cost_class_names[c], R->exposed.s[c], want[c]);
+    cost_sim_free(&s);
+    prog_free(&P);
+}
+
+/* cost_node_class: a group over one axis is that axis's, several: dp first. */
+static void test_node_class(void **state) {
+    (void)state;
+    Prog P = prog_new(1);
+    int x = scalar(&P, 0);
+    static const struct { const char *g; int c; } cases[] = {
+        {"dp", COST_DP}, {"cp", COST_CP}, {"pp", COST_PP}, {"tp", COST_TP}, {"dp+cp", COST_DP}, {"pp+dp+cp", COST_DP}, {"pp+cp", COST_CP}, {"pp+tp", COST_TP},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int n = coll(&P, 0, IR_STREAM_COMM, 0, x, cases[i].g);
+        if (cost_node_class(&P.m->stages[0]->nodes[n]) != cases[i].c) fail_msg("group %s: class %d, want %d", cases[i].g, cost_node_class(&P.m->stages[0]->nodes[n]), cases[i].c);
+    }
+    assert_int_equal(cost_node_class(&P.m->stages[0]->nodes[work(&P, 0, 0, 0, x)]), -1);
+    int off = add(&P, 0, OP_offload, IR_STREAM_D2H, 0, 1, &x, 0, NULL), h = ir_out(P.m->stages[0], off);
+    assert_int_equal(cost_node_class(&P.m->stages[0]->nodes[off]), COST_D2H);
+    assert_int_equal(cost_node_class(&P.m->stages[0]->nodes[add(&P, 0, OP_reload, IR_STREAM_H2D, 0, 1, &h, 0, NULL)]), COST_H2D);
+    prog_free(&P);
+}
+
 /* ---- a collective with a straggler ---- */
 
 static void test_straggler(void **state) {
@@ -166,6 +242,9 @@ static void test_straggler(void **state) {
     }
     NEAR(s.step, 4.5);
     NEAR(s.rank[0].bubble, 2);
+    NEAR(s.rank[0].exposed.s[COST_BUBBLE], 2);
+    NEAR(s.rank[0].exposed.s[COST_PP], 0.5); /* the all-reduce over pp itself */
+    NEAR(s.rank[1].exposed.s[COST_PP], 0.5);
     NEAR(s.rank[0].compute, 2);
     NEAR(s.rank[1].bubble, 0);
     NEAR(s.rank[1].compute, 4);
@@ -346,10 +425,51 @@ static void test_fused_group(void **state) {
     prog_free(&P);
 }
 
+/* The optional per-algorithm link fields: both of a pair replace intra's
+ * for that algorithm only; one without the other is a one-line error. */
+static void test_coll_fields(void **state) {
+    (void)state;
+    Profile p, q;
+    char err[1200], path[] = "/tmp/test_cost_XXXXXX";
+    if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w"), *in = fopen(p.path, "r");
+    assert_non_null(f), assert_non_null(in);
+    char line[2048];
+    while (fgets(line, sizeof line, in)) fputs(line, f);
+    fclose(in);
+    fputs("allgather_alpha_s 1e-3\nallgather_beta 1e6\nmem_bw_table 1000:1e10 1e6:1e9\n", f);
+    fclose(f);
+    char named[64];
+    snprintf(named, sizeof named, "%s.profile", path);
+    assert_int_equal(rename(path, named), 0);
+    if (profile_load(&q, named, err, sizeof err)) fail_msg("%s", err);
+    NEAR(profile_coll_seconds(&q, COLL_ALL_GATHER, 4e6, 4, 1), 3 * 1e-3 + 0.75 * 4e6 / 1e6);
+    NEAR(profile_coll_seconds(&q, COLL_ALL_REDUCE, 4e6, 4, 1), profile_coll_seconds(&p, COLL_ALL_REDUCE, 4e6, 4, 1));
+    NEAR(profile_coll_seconds(&q, COLL_ALL_GATHER, 4e6, 4, 0), profile_coll_seconds(&p, COLL_ALL_GATHER, 4e6, 4, 0)); /* inter: unchanged */
+    /* mem_bw_table: its end points outside, linear in log(bytes) between; none: mem_bw */
+    NEAR(profile_mem_bw(&q, 10), 1e10);
+    NEAR(profile_mem_bw(&q, 1e9), 1e9);
+    NEAR(profile_mem_bw(&q, sqrt(1e3 * 1e6)), 5.5e9);
+    NEAR(profile_mem_bw(&p, 10), p.mem_bw);
+    f = fopen(named, "a");
+    assert_non_null(f);
+    fputs("p2p_beta 1e9\n", f);
+    fclose(f);
+    assert_int_equal(profile_load(&q, named, err, sizeof err), -1);
+    char want[256];
+    snprintf(want, sizeof want, "%s:", named);
+    if (strncmp(err, want, strlen(want)) || !strstr(err, "field \"p2p_beta\" without \"p2p_alpha_s\"") || strchr(err, '\n'))
+        fail_msg("error: %s", err);
+    remove(named);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_two_streams), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_two_streams), cmocka_unit_test(test_exposed_classes), cmocka_unit_test(test_node_class), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds), cmocka_unit_test(test_fused_group),
+        cmocka_unit_test(test_coll_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

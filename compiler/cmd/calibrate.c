@@ -48,6 +48,7 @@
  * profiles are datasheets and estimates, marked so).
  */
 #include <errno.h>
+#include <sched.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -78,18 +79,32 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The median of reps rt_steps running kernel k on args, in seconds. */
+/* Seconds a step is stretched to (0: off, for the launch measurement):
+ * a step's fixed cost (waking the stream's thread, a few us alone, up to a
+ * time slice of milliseconds on a loaded machine) must not count in a
+ * kernel's time, as it does not in a trainer's step of hundreds of kernels. */
+static double step_target = 0.02;
+
+/* The median of reps rt_steps running kernel k on args, in seconds a step
+ * of cur_launches launches: each timed step repeats the launches until it
+ * lasts about step_target (the warm-up step says how many), its time
+ * scaled back. */
 static double best_step(rt_ctx *ctx, rt_kernel k, const int64_t *args, int n, int reps) {
     char err[512];
     cur_kernel = k, cur_nargs = n;
     memcpy(cur_args, args, sizeof(int64_t) * (size_t)n);
     double t[1024];
+    int l0 = cur_launches;
     reps = reps < 1024 ? reps : 1024;
     for (int r = 0; r < reps + 1; r++) { /* the first is a warm-up */
         double t0 = cmd_now();
         if (rt_step(ctx, err, sizeof err) != 0) die("calibrate: a kernel failed: %s", err);
-        if (r > 0) t[r - 1] = cmd_now() - t0;
+        double dt = cmd_now() - t0;
+        if (r > 0) t[r - 1] = dt * l0 / cur_launches;
+        else if (step_target > 0 && dt < step_target)
+            cur_launches = (int)fmin(4096.0 * l0, ceil(cur_launches * step_target / fmax(dt, 1e-7)));
     }
+    cur_launches = l0;
     qsort(t, (size_t)reps, sizeof t[0], cmp_d);
     return t[reps / 2];
 }
@@ -108,47 +123,63 @@ typedef struct {
     int quick, threads, world, rank;
     Profile base;
     double gemm_rate[8], gemm_mnk[8];
-    int ngemm;
+    int gemm_n[8], ngemm;
+    int cores, local;  /* the host's cores; the ranks on this host */
+    double share;      /* each rank's share of the host's compute (measure_share) */
+    double share_solo, share_conc; /* its GEMM alone, on every rank at once: seconds */
     double peak, launch, attn_rate, elem_bw, copy_bw, alpha, beta;
+    double calpha[4], cbeta[4], csmall[4], clarge[4]; /* per CollKind */
+    double ln_bw, tr_bw; /* mem_bw's two kernels alone */
+    double bw_bytes[8], bw_rate[8]; /* mem_bw_table */
+    int nbw;
+    size_t big;
     char note_links[1400];
 } Cal;
 
-static double gemm_seconds(rt_ctx *ctx, int n, int reps) {
-    float *a = filled((int64_t)n * n), *b = filled((int64_t)n * n), *c = filled((int64_t)n * n);
-    int64_t args[] = {rt_ptr_arg(a), rt_ptr_arg(b), rt_ptr_arg(c), 1, n, n, n, 0, 0, 0, 0, 0, rt_f64_bits(0.0)};
+/* The median step of an [m,k]x[k,n] GEMM, seconds. */
+static double gemm_seconds(rt_ctx *ctx, int m, int n, int k, int reps) {
+    float *a = filled((int64_t)m * k), *b = filled((int64_t)k * n), *c = filled((int64_t)m * n);
+    int64_t args[] = {rt_ptr_arg(a), rt_ptr_arg(b), rt_ptr_arg(c), 1, m, n, k, 0, 0, 0, 0, 0, rt_f64_bits(0.0)};
     double t = best_step(ctx, rtk_gemm, args, 13, reps);
     free(a), free(b), free(c);
     return t;
 }
 
-/* The GEMM sizes are measured round by round, one timing of each size a
- * round (a step of `launches` GEMMs, long enough to time), so that the
- * machine's load changes hit every size alike, then each size's median. */
+/* The GEMM shapes are a transformer's: tall, M = 8n rows (tokens) by
+ * N = K = n (the model's widths), n 32..512 (--quick: 32..128) — a square
+ * GEMM of the same M·N·K runs faster on OpenBLAS than the layers' tall ones,
+ * and the model's GEMMs are these.  They are measured round by round, one
+ * timing of each size a round (a step of `launches` GEMMs, long enough to
+ * time), so that the machine's load changes hit every size alike, then
+ * each size's median. */
 static void measure_gemm(Cal *C, rt_ctx *ctx) {
-    static const int full[] = {128, 256, 512, 1024}, quick[] = {64, 128, 256};
-    static const int lfull[] = {64, 16, 4, 1}, lquick[] = {4, 2, 1};
+    static const int full[] = {32, 64, 128, 256, 512}, quick[] = {32, 64, 128};
+    static const int lfull[] = {256, 64, 16, 4, 1}, lquick[] = {64, 16, 4};
     const int *sz = C->quick ? quick : full, *ln = C->quick ? lquick : lfull;
-    int n = C->quick ? 3 : 4, rounds = C->quick ? 3 : 9;
+    int n = C->quick ? 3 : 5, rounds = C->quick ? 3 : 9;
     /* the cost of one more kernel in a step: a step of 256 tiny GEMMs less a
      * step of one, over 255 (the step's own start and end cancel) */
-    double one = gemm_seconds(ctx, 4, C->quick ? 20 : 100);
+    double target = step_target;
+    step_target = 0; /* the step's own cost must cancel here */
+    double one = gemm_seconds(ctx, 4, 4, 4, C->quick ? 20 : 100);
     cur_launches = 256;
-    double many = gemm_seconds(ctx, 4, C->quick ? 5 : 20);
+    double many = gemm_seconds(ctx, 4, 4, 4, C->quick ? 5 : 20);
     cur_launches = 1;
+    step_target = target;
     C->launch = fmax(1e-9, (many - one) / 255);
-    double t[4][16];
+    double t[5][16];
     for (int r = 0; r < rounds; r++)
         for (int i = 0; i < n; i++) {
             cur_launches = ln[i];
-            t[i][r] = gemm_seconds(ctx, sz[i], 1) / ln[i];
+            t[i][r] = gemm_seconds(ctx, 8 * sz[i], sz[i], sz[i], 1) / ln[i];
             cur_launches = 1;
         }
     C->peak = 0;
     for (int i = 0; i < n; i++) {
         qsort(t[i], (size_t)rounds, sizeof(double), cmp_d);
-        double mnk = (double)sz[i] * sz[i] * sz[i], ti = t[i][rounds / 2];
+        double mnk = 8.0 * sz[i] * sz[i] * sz[i], ti = t[i][rounds / 2];
         double rate = 2 * mnk / (ti - C->launch > ti / 2 ? ti - C->launch : ti); /* the fixed cost is the launch field's */
-        C->gemm_mnk[i] = mnk, C->gemm_rate[i] = rate;
+        C->gemm_mnk[i] = mnk, C->gemm_rate[i] = rate, C->gemm_n[i] = sz[i];
         if (rate > C->peak) C->peak = rate;
     }
     C->ngemm = n;
@@ -170,54 +201,134 @@ static void measure_attention(Cal *C, rt_ctx *ctx) {
     free(q), free(k), free(v), free(o), free(lse), free(dO), free(dq), free(dk), free(dv);
 }
 
-static void measure_memory(Cal *C, rt_ctx *ctx) {
-    int64_t rows = C->quick ? 1024 : 16384, cols = 1024, n = rows * cols;
+/* The rate of the kernels the model prices by bytes: a layernorm and a
+ * transpose (rtk_copy: every transpose and slice; here the attention's
+ * head permute) of a [rows, 512] tensor the size of a layer's activations (2 MiB: in L2
+ * and L3 as theirs are; the model's small tensors never reach DRAM), timed
+ * as one step each, the median; bytes read + written over the two times. */
+/* The two kernels on a [rows, 512] f32 tensor: bytes a second over both. */
+static double elem_rate(Cal *C, rt_ctx *ctx, int64_t rows, double *ln_bw, double *tr_bw) {
+    int64_t cols = 512, n = rows * cols;
     float *x = filled(n), *y = filled(n), *w = filled(cols), *b = filled(cols);
     int64_t ln[] = {rt_ptr_arg(x), rt_ptr_arg(w), rt_ptr_arg(b), rt_ptr_arg(y), rows, cols, rt_f64_bits(1e-5)};
-    double t = best_step(ctx, rtk_layernorm, ln, 7, C->quick ? 3 : 10);
-    C->elem_bw = 2.0 * (double)n * 4 / (t - C->launch > t / 2 ? t - C->launch : t);
+    /* the attention's head permute [T, H, D] -> [H, T, D] (H 8, D 64): runs of D floats */
+    int64_t tr[] = {rt_ptr_arg(x), rt_ptr_arg(y), 4, 3, rows, 8, cols / 8, 1, 1, cols, cols / 8, 1, 0, 0, cols / 8, rows * (cols / 8), 1, 0, 0};
+    int reps = C->quick ? 5 : 15;
+    double tl = best_step(ctx, rtk_layernorm, ln, 7, reps), tt = best_step(ctx, rtk_copy, tr, 19, reps);
+    double fixed = 2 * C->launch, t = tl + tt;
+    if (ln_bw) *ln_bw = 2.0 * (double)n * 4 / tl, *tr_bw = 2.0 * (double)n * 4 / tt;
+    free(x), free(y), free(w), free(b);
+    return 4.0 * (double)n * 4 / (t - fixed > t / 2 ? t - fixed : t);
+}
+
+/* The rate of the kernels the model prices by bytes: a layernorm and a
+ * transpose (rtk_copy: every transpose and slice; here the attention's
+ * head permute) of a [rows, 512] f32 tensor, each timed as steps of many
+ * launches, the median; bytes read + written over the two times.  mem_bw:
+ * at 1024 rows (2 MiB, a layer's activations: in L2 and L3 as theirs are);
+ * the table: at 8 .. 32768 rows (16 KiB .. 64 MiB, each kernel moving
+ * twice that), the caches' rates to DRAM's. */
+static void measure_memory(Cal *C, rt_ctx *ctx) {
+    C->elem_bw = elem_rate(C, ctx, 1024, &C->ln_bw, &C->tr_bw);
+    static const int64_t rows_full[] = {8, 64, 512, 4096, 32768}, rows_quick[] = {8, 64, 512};
+    const int64_t *rows = C->quick ? rows_quick : rows_full;
+    C->nbw = C->quick ? 3 : 5;
+    for (int i = 0; i < C->nbw; i++) C->bw_bytes[i] = 2.0 * rows[i] * 512 * 4, C->bw_rate[i] = elem_rate(C, ctx, rows[i], NULL, NULL);
+    int64_t big = (int64_t)16 << 20; /* host copies: 64 MiB memcpys (the offloaded activations are large) */
+    float *bx = filled(big), *by = filled(big);
     double best = INFINITY;
     for (int r = 0; r < (C->quick ? 3 : 10); r++) {
         double t0 = cmd_now();
-        memcpy(y, x, (size_t)n * 4);
+        memcpy(by, bx, (size_t)big * 4);
         double dt = cmd_now() - t0;
         if (dt < best) best = dt;
     }
-    C->copy_bw = (double)n * 4 / best;
-    free(x), free(y), free(w), free(b);
+    C->copy_bw = (double)big * 4 / best;
+    free(bx), free(by);
 }
 
-/* All-reduce of bytes over every rank: the best of reps, seconds (rank 0's view: a barrier first). */
-static double allreduce_seconds(size_t bytes, int reps) {
-    size_t n = bytes / 4 ? bytes / 4 : 1;
+/* One collective of kind k (CollKind) over every rank moving `bytes` (the
+ * full buffer: all-reduce's, the gathered output, the scattered input, a
+ * p2p message to the next rank in a ring): the median of reps of the
+ * slowest rank's time, seconds (a barrier before each). */
+static double coll_seconds(int k, size_t bytes, int reps) {
+    int world, rank;
+    MPI_Comm_size(MPI_COMM_WORLD, &world), MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    size_t n = bytes / 4 / (size_t)world * (size_t)world;
+    n = n ? n : (size_t)world;
     float *a = filled((int64_t)n), *b = filled((int64_t)n);
-    double best = INFINITY;
+    double t[256];
+    reps = reps < 256 ? reps : 256;
     for (int r = 0; r < reps + 1; r++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
-        if (MPI_Allreduce(a, b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) die("calibrate: MPI_Allreduce failed");
-        double t = MPI_Wtime() - t0, tmax;
-        MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        if (r > 0 && tmax < best) best = tmax;
+        int rc, c = (int)(n / (size_t)world);
+        if (k == COLL_ALL_REDUCE) rc = MPI_Allreduce(a, b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else if (k == COLL_ALL_GATHER) rc = MPI_Allgather(a, c, MPI_FLOAT, b, c, MPI_FLOAT, MPI_COMM_WORLD);
+        else if (k == COLL_REDUCE_SCATTER) rc = MPI_Reduce_scatter_block(a, b, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else rc = MPI_Sendrecv(a, (int)n, MPI_FLOAT, (rank + 1) % world, 7, b, (int)n, MPI_FLOAT, (rank + world - 1) % world, 7,
+                               MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) die("calibrate: MPI collective %d of %zu bytes failed", k, n * 4);
+        double dt = MPI_Wtime() - t0, tmax;
+        MPI_Allreduce(&dt, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (r > 0) t[r - 1] = tmax;
     }
     free(a), free(b);
-    return best;
+    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+    return t[reps / 2];
 }
 
+/* Per algorithm, α from a tiny message (steps·α) and β from a large one
+ * (the ring formula's factor·bytes over the rest), as profile_coll_seconds
+ * prices them; intra_* are all-reduce's. */
 static void measure_links(Cal *C) {
     if (C->world < 2) {
         C->alpha = C->base.intra_alpha, C->beta = C->base.intra_beta;
         snprintf(C->note_links, sizeof C->note_links, "not measured (one rank: run under mpirun -np 2 or more); from %s", C->base.path);
         return;
     }
-    double n = C->world, small = allreduce_seconds(8, C->quick ? 20 : 200);
-    size_t big = C->quick ? (size_t)1 << 20 : (size_t)16 << 20;
-    double large = allreduce_seconds(big, C->quick ? 3 : 10);
-    C->alpha = small / (2 * (n - 1));
-    double xfer = large - 2 * (n - 1) * C->alpha;
-    C->beta = 2 * (n - 1) / n * (double)big / (xfer > 0 ? xfer : large);
-    snprintf(C->note_links, sizeof C->note_links, "MPI_Allreduce over %d local ranks: 8 bytes %.3g s, %zu bytes %.3g s (ring formula)",
-             C->world, small, big, large);
+    double n = C->world;
+    size_t big = C->quick ? (size_t)1 << 20 : (size_t)4 << 20, len = 0;
+    for (int k = 0; k < 4; k++) {
+        double steps = k == COLL_ALL_REDUCE ? 2 * (n - 1) : k == COLL_P2P ? 1 : n - 1;
+        double factor = k == COLL_ALL_REDUCE ? 2 * (n - 1) / n : k == COLL_P2P ? 1 : (n - 1) / n;
+        double small = coll_seconds(k, (size_t)(64 * C->world), C->quick ? 20 : 100), large = coll_seconds(k, big, C->quick ? 3 : 10);
+        C->calpha[k] = small / steps;
+        double xfer = large - small;
+        C->cbeta[k] = factor * (double)big / (xfer > 0 ? xfer : large);
+        C->csmall[k] = small, C->clarge[k] = large;
+    }
+    C->alpha = C->calpha[COLL_ALL_REDUCE], C->beta = C->cbeta[COLL_ALL_REDUCE];
+    len += (size_t)snprintf(C->note_links, sizeof C->note_links, "MPI_Allreduce over %d local ranks: %d bytes %.3g s, %zu bytes %.3g s (ring formula)",
+                            C->world, 64 * C->world, C->csmall[0], big, C->clarge[0]);
+    C->big = big;
+    (void)len;
+}
+
+/* Each rank's share of the host under mpirun: the tall GEMM of n 128
+ * (measure_gemm's) timed on every rank at once, its median step against
+ * rank 0's alone.  Measured rather than counted (1 / max(1, ranks ·
+ * threads / cores)) because it is not that on a loaded machine: the
+ * kernel shares cores thread by thread, so N ranks of T threads take
+ * N·T/(N·T + L) of the cores against L other runnable threads, more than
+ * N times one rank's T/(T + L).  1 for one rank. */
+static void measure_share(Cal *C, rt_ctx *ctx) {
+    if (C->world < 2) return;
+    int i = 0;
+    while (i < C->ngemm - 1 && C->gemm_n[i] < 128) i++;
+    double solo = 0;
+    if (C->rank == 0) solo = 2 * C->gemm_mnk[i] / C->gemm_rate[i] + C->launch;
+    MPI_Bcast(&solo, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    int n = i < C->ngemm ? 128 : 64, launches = 4;
+    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    cur_launches = launches;
+    double t = gemm_seconds(ctx, 8 * n, n, n, C->quick ? 9 : 31) / launches, mean;
+    cur_launches = 1;
+    MPI_Allreduce(&t, &mean, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    mean /= C->world;
+    C->share_solo = solo, C->share_conc = mean;
+    C->share = solo > 0 && mean > solo ? solo / mean : 1;
 }
 
 /* ---- the file ---- */
@@ -239,25 +350,40 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     }
     fprintf(f, "# Measured by `kiln calibrate --device cpu%s` on %s at %s, %d thread%s, %d rank%s, load average %.2f.\n",
             C->quick ? " --quick" : "", host, when, C->threads, C->threads == 1 ? "" : "s", C->world, C->world == 1 ? "" : "s", load[0]);
-    fprintf(f, "# Each number: the median of a few timed rt_steps of one runtime kernel (compiler/cmd/calibrate.c).\n");
+    fprintf(f, "# Each number: the median of a few timed rt_steps of one runtime kernel (compiler/cmd/calibrate.c), measured by\n"
+               "# one rank alone on %d thread%s, then times this rank's share of the host's %d cores with %d ranks on it, %.4g\n"
+               "# (a [1024,128]x[128,128] GEMM %.3g s alone, %.3g s on every rank at once), for the rates; over it for the launch.\n",
+            C->threads, C->threads == 1 ? "" : "s", C->cores, C->local, C->share, C->share_solo, C->share_conc);
     fprintf(f, "name              %s\n", name);
     fprintf(f, "memory_bytes      %.6g   # sysconf: physical memory\n", (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE));
-    fprintf(f, "peak_flops_f32    %.6g   # rtk_gemm (OpenBLAS sgemm): the best size's median rate\n", C->peak);
-    fprintf(f, "peak_flops_bf16   %.6g   # the CPU target computes in f32: as f32\n", C->peak);
+    fprintf(f, "peak_flops_f32    %.6g   # rtk_gemm (OpenBLAS sgemm): the best size's median rate x share\n", C->peak * C->share);
+    fprintf(f, "peak_flops_bf16   %.6g   # the CPU target computes in f32: as f32\n", C->peak * C->share);
     fprintf(f, "gemm_eff         ");
     for (int i = 0; i < C->ngemm; i++) fprintf(f, " %.6g:%.4f", C->gemm_mnk[i], fmin(1, C->gemm_rate[i] / C->peak));
-    fprintf(f, "   # rtk_gemm n^3 =");
-    for (int i = 0; i < C->ngemm; i++) fprintf(f, " %.0f^3 %.2f GFLOP/s%s", cbrt(C->gemm_mnk[i]), C->gemm_rate[i] / 1e9, i + 1 < C->ngemm ? "," : "");
+    fprintf(f, "   # rtk_gemm [8n,n]x[n,n], one rank alone:");
+    for (int i = 0; i < C->ngemm; i++) fprintf(f, " n %d %.2f GFLOP/s%s", C->gemm_n[i], C->gemm_rate[i] / 1e9, i + 1 < C->ngemm ? "," : "");
     fprintf(f, "\nattn_eff          %.4f   # rtk_attention fwd+bwd causal: %.2f GFLOP/s over the peak\n", fmin(1, C->attn_rate / C->peak),
             C->attn_rate / 1e9);
-    fprintf(f, "mem_bw            %.6g   # rtk_layernorm: bytes read + written a second\n", C->elem_bw);
-    fprintf(f, "launch_overhead_s %.4g   # (a step of 256 4x4x4 rtk_gemms - a step of 1) / 255\n", C->launch);
-    fprintf(f, "h2d_bw            %.6g   # memcpy (the CPU's host copies are memcpys)\n", C->copy_bw);
-    fprintf(f, "d2h_bw            %.6g   # as h2d_bw\n", C->copy_bw);
+    fprintf(f, "mem_bw            %.6g   # rtk_layernorm of [1024,512] + rtk_copy [1024,8,64]->[8,1024,64] f32: bytes read + written a second (%.3g, %.3g GB/s) x share\n",
+            C->elem_bw * C->share, C->ln_bw / 1e9, C->tr_bw / 1e9);
+    fprintf(f, "mem_bw_table     ");
+    for (int i = 0; i < C->nbw; i++) fprintf(f, " %.6g:%.6g", C->bw_bytes[i], C->bw_rate[i] * C->share);
+    fprintf(f, "   # the same two kernels by the bytes one moves (16 KiB .. 64 MiB tensors), x share\n");
+    fprintf(f, "launch_overhead_s %.4g   # (a step of 256 4x4x4 rtk_gemms - a step of 1) / 255, over share\n", C->launch / C->share);
+    fprintf(f, "h2d_bw            %.6g   # memcpy (the CPU's host copies are memcpys) x share\n", C->copy_bw * C->share);
+    fprintf(f, "d2h_bw            %.6g   # as h2d_bw\n", C->copy_bw * C->share);
     fprintf(f, "intra_alpha_s     %.4g   # %s\n", C->alpha, C->note_links);
     fprintf(f, "intra_beta        %.6g   # as intra_alpha_s\n", C->beta);
     fprintf(f, "inter_alpha_s     %.4g   # one host: as intra\n", C->alpha);
     fprintf(f, "inter_beta        %.6g   # one host: as intra\n", C->beta);
+    static const char *const coll[4] = {"allreduce", "allgather", "reducescatter", "p2p"};
+    static const char *const mpi[4] = {"MPI_Allreduce", "MPI_Allgather", "MPI_Reduce_scatter_block", "MPI_Sendrecv around the ring"};
+    for (int k = 0; k < 4 && C->world > 1; k++) {
+        fprintf(f, "%s_alpha_s %.4g   # %s, %d ranks: %d bytes in %.3g s over %s steps\n", coll[k], C->calpha[k], mpi[k], C->world,
+                64 * C->world, C->csmall[k], k == 0 ? "2(n-1)" : k == 3 ? "1" : "n-1");
+        fprintf(f, "%s_beta %.6g   # the same, %zu bytes in %.3g s: %s of them a link, less the small one's time\n", coll[k], C->cbeta[k], C->big,
+                C->clarge[k], k == 0 ? "2(n-1)/n" : k == 3 ? "all" : "(n-1)/n");
+    }
     fprintf(f, "node_size         %d   # %s\n", C->world > 1 ? C->world : C->base.node_size,
             C->world > 1 ? "the ranks under mpirun" : "from the base profile");
     if (fclose(f) != 0) die("-o: cannot write %s: %s", tmp, strerror(errno));
@@ -268,6 +394,28 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
         die("calibrate: the profile written does not read back: %s", err);
     }
     if (rename(tmp, path) != 0) die("-o: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+}
+
+/* The runtime's default thread count (dev_cpu.c's cores()): the cores this
+ * process may run on.  mpirun binds each of up to `cores` ranks to one core
+ * (one thread each) and leaves more ranks unbound (every core each). */
+static int affinity_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* A barrier that sleeps while it waits (MPI_Barrier polls at full speed). */
+static void sleeping_barrier(void) {
+    MPI_Request rq;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &rq) != MPI_SUCCESS) die("calibrate: MPI_Ibarrier failed");
+    for (int done = 0;;) {
+        if (MPI_Test(&rq, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) die("calibrate: MPI_Test failed");
+        if (done) return;
+        struct timespec t = {0, 1000000};
+        nanosleep(&t, NULL);
+    }
 }
 
 static void usage_die(void) {
@@ -293,6 +441,7 @@ int kiln_calibrate_main(int argc, char **argv) {
         } else die("calibrate: %s: unknown flag", f);
     }
     if (!device) usage_die();
+    if (C.quick) step_target = 0.005;
     if (strcmp(device, "cuda") == 0)
         die("calibrate --device cuda: not available yet (it needs a GPU and the CUDA device's one-kernel programs; "
             "the shipped h100/h200/a100 profiles are datasheets and marked estimates: docs/profiles.md)");
@@ -302,7 +451,7 @@ int kiln_calibrate_main(int argc, char **argv) {
     cmd_check_output("-o", out, NULL, 0);
     char err[1200];
     if (profile_load(&C.base, base, err, sizeof err) != 0) die("--base: %s", err);
-    if (C.threads == 0) C.threads = (int)sysconf(_SC_NPROCESSORS_ONLN) > 0 ? (int)sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    if (C.threads == 0) C.threads = affinity_cores();
     const char *ws = getenv("OMPI_COMM_WORLD_SIZE"); /* under mpirun: a program of that many (dp) ranks */
     if (ws && atoi(ws) > 1) one_kernel.mesh[1] = atoi(ws);
     rt_options o = {.threads = C.threads};
@@ -311,17 +460,26 @@ int kiln_calibrate_main(int argc, char **argv) {
     int inited = 0;
     C.world = 1;
     if (MPI_Initialized(&inited) == MPI_SUCCESS && inited) MPI_Comm_size(MPI_COMM_WORLD, &C.world), MPI_Comm_rank(MPI_COMM_WORLD, &C.rank);
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    C.local = ls && atoi(ls) > 0 ? atoi(ls) : C.world;
+    C.cores = (int)sysconf(_SC_NPROCESSORS_ONLN) > 0 ? (int)sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    C.share = 1;
     double t0 = cmd_now();
-    measure_gemm(&C, ctx);
-    measure_attention(&C, ctx);
-    measure_memory(&C, ctx);
+    if (C.rank == 0) { /* the kernels: rank 0 alone, the others asleep (a spinning barrier would take a core) */
+        measure_gemm(&C, ctx);
+        measure_attention(&C, ctx);
+        measure_memory(&C, ctx);
+    }
+    if (C.world > 1) sleeping_barrier();
+    measure_share(&C, ctx);
     measure_links(&C);
     rt_free(ctx);
     if (C.rank == 0) {
         write_profile(&C, out, name);
         printf("calibrate: %s in %.1f s: sgemm peak %.2f GFLOP/s, attention %.2f GFLOP/s, elementwise %.2f GB/s, memcpy %.2f GB/s, "
                "launch %.3g s, links %.3g s + %.3g GB/s%s\n",
-               out, cmd_now() - t0, C.peak / 1e9, C.attn_rate / 1e9, C.elem_bw / 1e9, C.copy_bw / 1e9, C.launch, C.alpha, C.beta / 1e9,
+               out, cmd_now() - t0, C.peak * C.share / 1e9, C.attn_rate * C.share / 1e9, C.elem_bw * C.share / 1e9, C.copy_bw * C.share / 1e9,
+               C.launch / C.share, C.alpha, C.beta / 1e9,
                C.world > 1 ? "" : " (not measured: one rank)");
     }
     return 0;

@@ -4,12 +4,14 @@
  *
  *   kiln tune MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B]
  *             [--seq S] [--set k=v ...] [--top K] [--check K] [--precision f32|bf16]
- *             [--pp N] [--cp N] [--pp-schedule S] [--recompute R] [--micro-batches M]
- *   (the last five fix that dimension instead of searching it)
+ *             [--tp N] [--pp N] [--cp N] [--pp-schedule S] [--recompute R] [--micro-batches M]
+ *   (the last six fix that dimension instead of searching it)
  *
  * The search (every product tp·cp·dp·pp = N):
- *   tp         1 only: the compiler has no tensor parallelism in this build;
- *              the table's note says so (tune_refusal names it per value);
+ *   tp         divisors of N up to the profile's node size (tp's all-reduces
+ *              stay on the intra-node link) with heads and kv heads
+ *              multiples of tp (tp.c's rule; refused ones: the note), with
+ *              sequence parallelism (the compiler's default under tp);
  *   cp         powers of two with seq a multiple of 2·cp, both cp-comm;
  *   pp         divisors of N up to the layer count; schedules 1f1b, zb-h1
  *              (v 1), interleaved (v 2 and 4), zb-v (v 2);
@@ -55,13 +57,13 @@ typedef struct {
     int n, cap, tried, refused, nofit;
     char first_refusal[600];
     /* --pp, --cp, --pp-schedule, --recompute, --micro-batches: fixed (-1: searched) */
-    int fix_pp, fix_cp, fix_sched, fix_rc, fix_m;
+    int fix_pp, fix_cp, fix_sched, fix_rc, fix_m, fix_tp;
 } Search;
 
 static int fixed_out(const Search *S, const TuneCand *c) {
     return (S->fix_pp >= 0 && c->pp != S->fix_pp) || (S->fix_cp >= 0 && c->cp != S->fix_cp) ||
            (S->fix_sched >= 0 && (c->pp == 1 || c->sched != S->fix_sched)) || (S->fix_rc >= 0 && c->rc != S->fix_rc) ||
-           (S->fix_m >= 0 && c->m != S->fix_m);
+           (S->fix_m >= 0 && c->m != S->fix_m) || (S->fix_tp >= 0 && c->tp != S->fix_tp);
 }
 
 static void push(Search *S, const TuneCand *c, const TunePred *p) {
@@ -80,7 +82,7 @@ static int try_one(Tune *T, Search *S, const TuneCand *c) {
     tune_refusal(T, c, why, sizeof why);
     S->tried++;
     if (why[0]) {
-        if (!S->first_refusal[0] && c->tp > 1) snprintf(S->first_refusal, sizeof S->first_refusal, "%s", why);
+        if (!S->first_refusal[0] && strncmp(why, "tp ", 3) == 0) snprintf(S->first_refusal, sizeof S->first_refusal, "%s", why); /* tp's rules: the note */
         S->refused++;
         return 0;
     }
@@ -99,7 +101,8 @@ static void search(Tune *T, Search *S) {
     static const int rcs[] = {RC_NONE, RC_SELECTIVE, RC_GEMM_LAST, RC_FULL};
     static const struct { int sched, v; } scheds[] = {{PS_1F1B, 1}, {PS_ZBH1, 1}, {PS_INTERLEAVED, 2}, {PS_INTERLEAVED, 4}, {PS_ZBV, 2}};
     int N = T->gpus;
-    for (int tp = 1; tp <= 1; tp++) /* tp > 1: tune_refusal's note (no TP in this build) */
+    for (int tp = 1; tp <= N && tp <= T->prof.node_size; tp++) { /* tp within a node, heads divisible (tune_refusal) */
+        if (N % tp) continue;
         for (int cp = 1; cp <= N / tp && cp <= 32; cp *= 2) { /* cp > 32: a ring of that many steps a layer; not searched */
             if ((N / tp) % cp || (cp > 1 && T->seq % (2 * cp))) continue;
             for (int pp = 1; pp <= N / (tp * cp) && pp <= T->layers; pp++) {
@@ -121,13 +124,6 @@ static void search(Tune *T, Search *S) {
                 }
             }
         }
-    TuneCand t2 = {2, 1, N / 2, 1, 1, 1, 0, RC_GEMM_LAST, 0, 0};
-    if (N % 2 == 0) { /* tp's note */
-        Search none = *S;
-        none.fix_pp = none.fix_cp = none.fix_sched = none.fix_rc = none.fix_m = -1;
-        try_one(T, &none, &t2);
-        S->tried = none.tried, S->refused = none.refused;
-        snprintf(S->first_refusal, sizeof S->first_refusal, "%s", none.first_refusal);
     }
 }
 
@@ -157,7 +153,7 @@ int kiln_tune_main(int argc, char **argv) {
     double memory = 0;
     KeyVal *sets = NULL;
     int nsets = 0;
-    Search S = {.fix_pp = -1, .fix_cp = -1, .fix_sched = -1, .fix_rc = -1, .fix_m = -1};
+    Search S = {.fix_pp = -1, .fix_cp = -1, .fix_sched = -1, .fix_rc = -1, .fix_m = -1, .fix_tp = -1};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (f[0] != '-') {
@@ -175,6 +171,7 @@ int kiln_tune_main(int argc, char **argv) {
         else if (strcmp(f, "--seq") == 0) seq = (int)parse_pos(f, v, 1 << 24);
         else if (strcmp(f, "--pp") == 0) S.fix_pp = (int)parse_pos(f, v, 1 << 20);
         else if (strcmp(f, "--cp") == 0) S.fix_cp = (int)parse_pos(f, v, 1 << 20);
+        else if (strcmp(f, "--tp") == 0) S.fix_tp = (int)parse_pos(f, v, 1 << 20);
         else if (strcmp(f, "--micro-batches") == 0) S.fix_m = (int)parse_pos(f, v, 1 << 24);
         else if (strcmp(f, "--pp-schedule") == 0) {
             if ((S.fix_sched = pp_schedule_lookup(v)) < 0) die("--pp-schedule: expected 1f1b, interleaved, zb-h1 or zb-v, got \"%s\"", v);

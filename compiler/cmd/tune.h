@@ -41,6 +41,7 @@ typedef struct {
      * embedding: the first stage's) and after them (the head: the last
      * stage's); a tied one counts in both */
     double p_pre, p_post;
+    double p_pre_tp, p_post_tp; /* of them, those split over tp (a param's {tp = dim}) */
     /* the probes, cached by key */
     TuneProbe *probes;
     int nprobes, capprobes;

@@ -154,6 +154,15 @@ static void probe_cut(TuneProbe *P, const Module *m, const CostSim *s) {
     char *isb = b_set(g, L);
     int seen_layer_f = 0, seen_layer_b = 0;
     double total = 0, per_mb = 0;
+    /* schedule's waits carry their node's layer and phase but micro-batch 0:
+     * a wait on compute takes the micro-batch of the work it precedes */
+    int *mb_of = xcalloc((size_t)g->nnodes + 1, sizeof(int)), next_mb = 0;
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        const Node *n = &g->nodes[i];
+        if (n->stream > IR_STREAM_COMPUTE) continue;
+        if (n->op != OP_wait) next_mb = n->mb;
+        mb_of[i] = n->op == OP_wait ? next_mb : n->mb;
+    }
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if (n->stream > IR_STREAM_COMPUTE) continue;
@@ -165,7 +174,7 @@ static void probe_cut(TuneProbe *P, const Module *m, const CostSim *s) {
             continue;
         }
         int fwd = n->phase == PH_FWD, bwd = n->phase == PH_BWD || n->phase == PH_RECOMPUTE || n->phase == PH_WGRAD;
-        if (n->mb != 1) continue;
+        if (mb_of[i] != 1) continue;
         if (n->layer >= 0) seen_layer_f |= fwd, seen_layer_b |= bwd;
         if (!w) per_mb += el;
         int k = fwd ? KF : (n->layer == L && !isb[i] && n->phase != PH_RECOMPUTE) || n->phase == PH_WGRAD ? KW : KB;
@@ -179,7 +188,7 @@ static void probe_cut(TuneProbe *P, const Module *m, const CostSim *s) {
         else c[k] += el;
     }
     P->once = fmax(0, total - 2 * per_mb);
-    free(isb);
+    free(isb), free(mb_of);
 }
 
 static void probe_measure(TuneProbe *P, const Module *m) {
@@ -426,7 +435,8 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
             act += C.saved[ch] / C.pl.v; /* the in-flight pairs spread over the rank's chunks */
         }
         /* the embedding's parameters on the first stage, the head's on the last (a tied one on both) */
-        pc = nr * P->pcount_layer + (first ? T->p_pre : 0) + (last ? T->p_post : 0);
+        double shrink = 1 - 1.0 / c->tp;
+        pc = nr * P->pcount_layer + (first ? T->p_pre - shrink * T->p_pre_tp : 0) + (last ? T->p_post - shrink * T->p_post_tp : 0);
         if (p == 1) pc = P->pcount - P->nl * P->pcount_layer + nr * P->pcount_layer;
         double ratio = pc / P->pcount;
         fl = c->m * (nr * P->fl_layer + (first ? P->fl_extra / 2 : 0) + (last ? P->fl_extra / 2 : 0));
@@ -526,8 +536,9 @@ void tune_init(Tune *T, const char *model, KeyVal *sets, int nsets, const Profil
             for (int k = 0; k < g->nodes[j].nin; k++)
                 if (g->nodes[j].in[k] == nd->out[0]) pre |= j < lo, post |= j > hi;
         double e = (double)ir_numel(&g->vals[nd->out[0]].t);
-        if (pre || !post) T->p_pre += e;
-        if (post) T->p_post += e;
+        int split = ir_attr(nd, "tp") != NULL; /* split over tp (the vocab-parallel embedding): 1/tp of it a rank */
+        if (pre || !post) T->p_pre += e, T->p_pre_tp += split ? e : 0;
+        if (post) T->p_post += e, T->p_post_tp += split ? e : 0;
     }
     ir_free(m);
     free(s);
@@ -539,8 +550,12 @@ void tune_free(Tune *T) { free(T->probes); }
 
 void tune_refusal(const Tune *T, const TuneCand *c, char *why, size_t n) {
     why[0] = 0;
-    if (c->tp != 1) {
-        snprintf(why, n, "tp %d: the compiler has no tensor parallelism in this build (--tp 1 only)", c->tp);
+    if (c->tp > 1 && (T->heads % c->tp || T->kv_heads % c->tp)) {
+        snprintf(why, n, "tp %d: heads %d and kv heads %d must be multiples of tp (tp.c)", c->tp, T->heads, T->kv_heads);
+        return;
+    }
+    if (c->tp > 1 && c->tp > T->prof.node_size) {
+        snprintf(why, n, "tp %d: over the node's %d devices (tp's all-reduces stay on the intra-node link)", c->tp, T->prof.node_size);
         return;
     }
     if (c->tp * c->cp * c->dp * c->pp != T->gpus) snprintf(why, n, "tp x cp x dp x pp = %d, not %d", c->tp * c->cp * c->dp * c->pp, T->gpus);
@@ -561,6 +576,7 @@ const char *tune_flags(const Tune *T, const TuneCand *c, char *buf, size_t n) {
     for (int i = 0; i < T->nsets && k < n; i++)
         if (strcmp(T->sets[i].key, "batch") && strcmp(T->sets[i].key, "seq"))
             k += (size_t)snprintf(buf + k, n - k, " --set %s=%s", T->sets[i].key, T->sets[i].value);
+    if (c->tp > 1 && k < n) k += (size_t)snprintf(buf + k, n - k, " --tp %d", c->tp);
     if (c->dp > 1 && k < n) k += (size_t)snprintf(buf + k, n - k, " --dp %d", c->dp);
     if (c->cp > 1 && k < n) k += (size_t)snprintf(buf + k, n - k, " --cp %d --cp-comm %s", c->cp, c->cp_comm ? "p2p" : "allgather");
     if (c->pp > 1 && k < n) {
