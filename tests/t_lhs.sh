@@ -9,6 +9,8 @@
 #    its IR text dump round-trips (parse + verify + dump gives the same text);
 #  - under mpirun, the compiled CPU trainer's losses under lhs equal fixed's
 #    over 30 steps (--pp 2 --dp 2: send/recv, collectives; relative 1e-5);
+#  - kiln plan --device-profile prints both orders' exposed time by class per
+#    rank, each row equal to that order's own plan;
 #  - a bad --schedule value is one line, exit 1.
 . "$(dirname "$0")/lib.sh"
 LR="--warmup 1 --lr 0.01"
@@ -53,6 +55,16 @@ check "the lhs dump after memplan round-trips" "cmp -s $tmp/lhsm.ir $tmp/lhsm2.i
 
 err=$("$K" check models/tiny.lua --schedule fast 2>&1 >/dev/null); rc=$?
 check "--schedule fast is refused: $err" "[ $rc = 1 ] && [ \$(printf '%s\n' \"\$err\" | wc -l) = 1 ] && [[ \"\$err\" == *'expected fixed or lhs'* ]]"
+
+# kiln plan --device-profile: both orders' exposed time by class per rank;
+# each row equals the class table of the plan under that --schedule
+class_row() { awk -v st="$2" '/^  exposed ms by class \(compute/{t=1; next} t && $1==st {$1=""; print; exit}' <<< "$1"; }
+cmp_row() { awk -v st="$2" -v k="$3" '/^  exposed ms by class, --schedule fixed against lhs/{t=1; next} t && $1==st && $2==k {$1=$2=$NF=$(NF-1)=""; print; exit}' <<< "$1"; }
+pf=$("$K" plan $F --device-profile cpu --schedule fixed 2>&1); pl=$("$K" plan $F --device-profile cpu --schedule lhs 2>&1)
+for st in 0; do
+    a=$(class_row "$pf" $st | xargs); b=$(cmp_row "$pl" $st fixed | xargs); c=$(class_row "$pl" $st | xargs); d=$(cmp_row "$pf" $st lhs | xargs)
+    check "plan's fixed-against-lhs rows equal each order's own table (stage $st: fixed [$a], lhs [$c])" "[ -n '$a' ] && [ '$a' = '$b' ] && [ -n '$c' ] && [ '$c' = '$d' ]"
+done
 
 # the compiled trainer under mpirun: lhs's losses are fixed's
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader

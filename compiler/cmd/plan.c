@@ -120,12 +120,31 @@ static void plan_recompute_table(Args *a) {
  * no prediction; the report stays the memory plan's). */
 static void plan_cost_report(const Args *a, const Module *m) {
     Profile p;
-    CostSim s;
+    CostSim s, o;
     char err[1200];
     if (!a->o.device_profile) return;
     if (profile_load(&p, a->o.device_profile, err, sizeof err) != 0) die("--device-profile: %s", err);
     if (cost_simulate(m, &p, NULL, &s, err, sizeof err) != 0) die("plan: cost model: %s", err);
     cost_report(m, &p, &s, stdout);
+    /* the same program under the other --schedule (docs/schedule.md): both
+     * orders' exposed time by class, per rank, side by side */
+    Args other = *a;
+    other.o.schedule = a->o.schedule == SCHED_LHS ? SCHED_FIXED : SCHED_LHS;
+    Module *m2 = compile(&other);
+    if (cost_simulate(m2, &p, NULL, &o, err, sizeof err) != 0) die("plan: cost model: %s", err);
+    const CostSim *by[2] = {a->o.schedule == SCHED_LHS ? &o : &s, a->o.schedule == SCHED_LHS ? &s : &o};
+    printf("  exposed ms by class, --schedule fixed against lhs:\n  %5s %6s", "stage", "order");
+    for (int c = 0; c < COST_NCLASS; c++) printf(" %9s", cost_class_names[c]);
+    printf(" %9s %9s\n", "total", "step");
+    for (int st = 0; st < s.nstages; st++)
+        for (int k = 0; k < 2; k++) {
+            double t = 0;
+            printf("  %5d %6s", st, k ? "lhs" : "fixed");
+            for (int c = 0; c < COST_NCLASS; c++) printf(" %9.3f", 1e3 * by[k]->rank[st].exposed.s[c]), t += by[k]->rank[st].exposed.s[c];
+            printf(" %9.3f %9.3f\n", 1e3 * t, 1e3 * by[k]->step);
+        }
+    cost_sim_free(&o);
+    ir_free(m2);
     cost_sim_free(&s);
 }
 
