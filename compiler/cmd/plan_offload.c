@@ -266,6 +266,8 @@ typedef struct {
     int64_t peak; /* the largest device peak over ranks */
     int rank;     /* where */
     double exposed, step; /* offload: the binding rank's */
+    double worst;         /* offload: the largest exposed share of the step over the ranks */
+    int worst_rank;
 } Fit;
 
 static Fit fit_at(Args *base, Recompute rc, double offload, int64_t seq) {
@@ -277,7 +279,7 @@ static Fit fit_at(Args *base, Recompute rc, double offload, int64_t seq) {
     snprintf(val, sizeof val, "%lld", (long long)seq);
     a.o.sets[a.o.nsets++] = (KeyVal){"seq", val};
     Module *m = compile(&a);
-    Fit f = {0, 0, 0, 0};
+    Fit f = {0, 0, 0, 0, 0, 0};
     for (int s = 0; s < m->nstages; s++) {
         int64_t pk = device_peak(m->stages[s]);
         if (pk > f.peak) f.peak = pk, f.rank = s;
@@ -285,7 +287,11 @@ static Fit fit_at(Args *base, Recompute rc, double offload, int64_t seq) {
     if (offload != 0) {
         Profile p = load_profile(base);
         double **start = offload_pp_starts(m, &a.o, &p);
-        f.exposed = exposed(&p, m->stages[f.rank], start ? start[f.rank] : NULL, &f.step);
+        for (int s = 0; s < m->nstages; s++) {
+            double st, e = exposed(&p, m->stages[s], start ? start[s] : NULL, &st), share = st > 0 ? e / st : 0;
+            if (s == f.rank) f.exposed = e, f.step = st;
+            if (share > f.worst) f.worst = share, f.worst_rank = s;
+        }
         offload_pp_starts_free(start, m->nstages);
     }
     ir_free(m);
@@ -327,14 +333,16 @@ void plan_max_seq(Args *a) {
     printf("  %-28s %10s %8s %16s %6s %12s\n", "policy", "max seq", "vs gl", "device peak GiB", "rank", "exposed copy");
     int64_t gl = 0;
     for (int k = 0; k < 3; k++) {
-        Fit best = {0, 0, 0, 0};
+        Fit best = {0, 0, 0, 0, 0, 0};
         int compiles = 0;
         int64_t seq = search(a, pol[k].rc, pol[k].off, step, limit, &best, &compiles);
         if (k == 1) gl = seq;
-        char vs[16] = "", ex[48] = "";
+        char vs[16] = "", ex[96] = "";
         if (k == 2 && gl) snprintf(vs, sizeof vs, "%.2fx", (double)seq / (double)gl);
         if (k == 1) snprintf(vs, sizeof vs, "1.00x");
-        if (k == 2 && seq) snprintf(ex, sizeof ex, "%.2f%% of step", best.step > 0 ? 100.0 * best.exposed / best.step : 0.0);
+        if (k == 2 && seq)
+            snprintf(ex, sizeof ex, "%.2f%% of step (worst rank %d: %.2f%%)", best.step > 0 ? 100.0 * best.exposed / best.step : 0.0,
+                     best.worst_rank, 100.0 * best.worst);
         if (seq) printf("  %-28s %10lld %8s %16.2f %6d %12s   (%d plans)\n", pol[k].name, (long long)seq, vs, (double)best.peak / (1 << 30), best.rank, ex, compiles);
         else printf("  %-28s %10s %8s %16s %6s %12s   (%d plans: not even seq %lld fits)\n", pol[k].name, "-", "", "", "", "", compiles, (long long)step);
         fflush(stdout);
