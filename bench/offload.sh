@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # bench/offload.sh — activation offload on the CPU trainer (issue 19): 4 ranks,
 # pp 4 (1f1b, M micro-batches), the same model compiled with --offload none,
-# auto and all; for each, the step time (the median over the steps after the
-# first of the trainer's per-step time, every policy's run alternating in
-# ROUNDS rounds so they share the machine's noise) and the device act
-# arena's high-water mark per rank, measured by the runtime
-# (KILN_MEASURE_PEAK=1, a separate short run: its scan costs time), beside
-# the plan's.  The CPU's copies are memcpys on the d2h/h2d streams' threads
+# auto and all; for each, the step time and the device act arena's
+# high-water mark per rank, measured by the runtime (KILN_MEASURE_PEAK=1, a
+# separate short run: its scan costs time), beside the plan's.
+# Noise: the policies run interleaved, ROUNDS rounds of one run each, the
+# order rotated every round (none auto all, auto all none, ...); a run's
+# step is the median of its per-step times after the first; each round gives
+# the ratio of auto's (all's) step to none's of the same round, and the
+# result is the median of those ratios over the rounds (with their range):
+# a peer measured minutes apart on a shared machine is no baseline.  The
+# load average is printed at the start and the end.
+# The CPU's copies are memcpys on the d2h/h2d streams' threads
 # (runtime/cpu/dev_cpu.c), the profile `cpu` (profiles/cpu.profile).
 #   GPT (models/tiny.lua): 8 layers, dim 256, 4 heads, seq 256, global batch
 #   16, vocab 256; --offload-min-bytes 64 KiB (the default 1 MiB takes
@@ -17,7 +22,7 @@ set -eu
 B=${BUILD:-build}
 M=${M:-8}
 STEPS=${STEPS:-6}
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-5}
 SHAPE="--set layers=8 --set dim=256 --set heads=4 --set seq=256 --set batch=16"
 FLAGS="--pp 4 --micro-batches $M --offload-min-bytes 65536"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
@@ -33,24 +38,34 @@ done
 run() { # policy round
     mpirun --oversubscribe -np 4 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps "$STEPS" --log "$tmp/$1.$2.log" > /dev/null 2>&1
 }
-for r in $(seq 1 "$ROUNDS"); do for p in $POLICIES; do run "$p" "$r"; done; done
-# per-step seconds from "elapsed" (cumulative), steps 2.., all rounds; the median
-median_step() {
-    for f in "$tmp/$1".*.log; do
-        awk -F'"elapsed":' '{split($2, a, ","); t = a[1] + 0; if (NR > 1) print t - prev; prev = t}' "$f"
-    done | sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+load() { uptime | sed 's/.*load average: //'; }
+load0=$(load)
+set -- $POLICIES
+for r in $(seq 1 "$ROUNDS"); do # rotate the order each round
+    k=$(( (r - 1) % 3 )); order="$*"
+    for _ in $(seq 1 $k); do order="${order#* } ${order%% *}"; done
+    for p in $order; do run "$p" "$r"; done
+done
+load1=$(load)
+# a run's step: the median of its per-step seconds ("elapsed" is cumulative) after the first
+median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+run_step() { awk -F'"elapsed":' '{split($2, a, ","); t = a[1] + 0; if (NR > 1) print t - prev; prev = t}' "$tmp/$1.$2.log" | median; }
+median_step() { for r in $(seq 1 "$ROUNDS"); do run_step "$1" "$r"; done | median; }
+ratios() { # policy -> per-round step / none's step of the same round, one a line
+    for r in $(seq 1 "$ROUNDS"); do awk -v a="$(run_step "$1" "$r")" -v b="$(run_step none "$r")" 'BEGIN {print a / b}'; done
 }
 marks() { # policy -> measured act high-water per rank, rank order
     mpirun --oversubscribe -np 4 -x KILN_MEASURE_PEAK=1 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps 2 > /dev/null 2> "$tmp/$1.peak"
     sed -n 's/^kiln runtime: rank \([0-9]*\) stage [0-9]*: act high-water mark \([0-9]*\) bytes.*host space \([0-9]*\)).*/\1 \2 \3/p' "$tmp/$1.peak" | sort -n
 }
 plan_act() { awk '/^  activations/ {for (i = 1; i <= NF; i++) if ($i == "bytes") {print $(i-1); break}}' "$tmp/$1.plan" | paste -sd' '; }
-echo "offload ($(date -u +%F), $(uptime | sed 's/.*load average: //;s/,.*//') load): 4 ranks, pp 4, $M micro-batches, $STEPS steps x $ROUNDS rounds"
-base=$(median_step none)
-printf '%-6s %12s %10s   %s\n' policy "step (s)" "vs none" "act high-water per rank, measured (plan) bytes; host bytes"
+echo "offload ($(date -u +%F), load average $load0 at the start, $load1 at the end): 4 ranks, pp 4, $M micro-batches, $STEPS steps, $ROUNDS rounds interleaved"
+printf '%-6s %12s %22s   %s\n' policy "step (s)" "vs none (median, range)" "act high-water per rank, measured (plan) bytes; host bytes"
 for p in $POLICIES; do
     s=$(median_step "$p")
+    rs=$(ratios "$p" | sort -g)
+    med=$(echo "$rs" | median) lo=$(echo "$rs" | head -1) hi=$(echo "$rs" | tail -1)
     m=$(marks "$p" | awk '{printf "%s%s", (NR > 1 ? " " : ""), $2} END {print ""}')
     h=$(sed -n 's/.*host space \([0-9]*\)).*/\1/p' "$tmp/$p.peak" | awk '{t += $1} END {print t + 0}')
-    printf '%-6s %12.4f %9.1f%%   %s (%s); %s\n' "$p" "$s" "$(awk -v a="$s" -v b="$base" 'BEGIN{print 100 * (a / b - 1)}')" "$m" "$(plan_act "$p")" "$h"
+    printf '%-6s %12.4f %22s   %s (%s); %s\n' "$p" "$s" "$(awk -v a="$med" -v l="$lo" -v h="$hi" 'BEGIN{printf "%+.1f%% (%+.1f..%+.1f)", 100 * (a - 1), 100 * (l - 1), 100 * (h - 1)}')" "$m" "$(plan_act "$p")" "$h"
 done

@@ -9,8 +9,12 @@
 #   Llama-3 70B  --pp 8 --dp 8 --zero 1, 16 micro-batches (global batch 128)
 #   GPT-3 175B   (gpt2.lua at 96 x 12288, 96 heads) --pp 16 --dp 8 --zero 1,
 #                16 micro-batches (global batch 128)
-# The offload row also gives the predicted exposed copy time at its length.
+# The offload row also gives the predicted exposed copy time at its length
+# (of the binding rank, against its step with the pipeline's bubble).
 # Each shape takes minutes of compiling (MODELS="8b 70b 175b" picks).
+# COPY_BW=B (bytes/s, e.g. 50e9) runs with a copy of the h200 profile whose
+# h2d and d2h rates are B instead of its 20 GB/s (an experiment: the seeds
+# quote PCIe Gen5 x16 at 64 GB/s a direction).
 set -eu
 B=${BUILD:-build}
 MEM=${MEM:-131}
@@ -19,8 +23,13 @@ make -s "$B/kiln" BUILD="$B" > /dev/null
 L8="models/llama.lua --set dim=4096 --set layers=32 --set heads=32 --set kv_heads=8 --set ffn=14336 --set vocab=128256 --set batch=8 --pp 4 --micro-batches 8"
 L70="models/llama.lua --set dim=8192 --set layers=80 --set heads=64 --set kv_heads=8 --set ffn=28672 --set vocab=128256 --set batch=128 --pp 8 --dp 8 --zero 1 --micro-batches 16"
 G175="models/gpt2.lua --set layers=96 --set dim=12288 --set heads=96 --set batch=128 --pp 16 --dp 8 --zero 1 --micro-batches 16"
-COMMON="--precision bf16 --device-profile h200 --max-seq --memory $MEM"
-echo "offload max-seq ($(date -u +%F), $(uptime | sed 's/.*load average: //;s/,.*//') load), --memory $MEM GiB per rank, profile h200-sxm, bf16"
+PROF=h200
+if [ -n "${COPY_BW:-}" ]; then
+    PROF=$(mktemp); trap 'rm -f "$PROF"' EXIT
+    sed "s/^h2d_bw .*/h2d_bw $COPY_BW/; s/^d2h_bw .*/d2h_bw $COPY_BW/; s/^name .*/name h200-sxm-copy-$COPY_BW/" profiles/h200-sxm.profile > "$PROF"
+fi
+COMMON="--precision bf16 --device-profile $PROF --max-seq --memory $MEM"
+echo "offload max-seq ($(date -u +%F), $(uptime | sed 's/.*load average: //;s/,.*//') load), --memory $MEM GiB per rank, profile $PROF${COPY_BW:+ (h200-sxm with copies at $COPY_BW B/s)}, bf16"
 for m in $MODELS; do
     case $m in
     8b) args=$L8 name="Llama-3 8B, pp 4, m 8" ;;

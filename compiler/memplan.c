@@ -592,6 +592,41 @@ static int by_bytes(const void *a, const void *b) {
 
 enum { PEAK_ROWS = 24 };
 
+/* What the buffers live at the peak are, in bytes (docs/memory.md "kiln
+ * plan --peak"): saved activations still on the device (made in forward,
+ * last read in backward), per micro-batch; values waiting for their d2h
+ * copy (last read by an offload: held until its release); reloads; values
+ * received over pp; bf16 copies of parameters (a cast of a param); the
+ * forward's working set (made and last read in forward); the backward's
+ * (made in backward or recompute); the rest. */
+static void peak_breakdown(const Graph *g, const LiveBuf *live, int nb, const int *reader, FILE *f) {
+    enum { SAVED, OFFQ, RELOAD, RECV, PCOPY, FWD, BWD, OTHER, NC };
+    static const char *const name[NC] = {"saved activations kept", "waiting for their d2h copy", "reloaded", "received over pp",
+                                         "bf16 parameter copies", "forward working set", "backward working set", "other"};
+    enum { MAXMB = 64 };
+    int64_t sum[NC] = {0}, mb[MAXMB] = {0};
+    for (int k = 0; k < nb; k++) {
+        int v = live[k].v;
+        const Node *d = &g->nodes[g->vals[v].def], *r = reader[v] >= 0 ? &g->nodes[reader[v]] : NULL;
+        int bwd_r = r && (r->phase == PH_BWD || r->phase == PH_RECOMPUTE || r->phase == PH_WGRAD), c = OTHER;
+        if (d->op == OP_reload) c = RELOAD;
+        else if (d->op == OP_recv_start || d->op == OP_recv_done) c = RECV;
+        else if (d->op == OP_cast && d->nin && g->vals[d->in[0]].space == SPACE_PARAMS) c = PCOPY;
+        else if (r && r->op == OP_offload) c = OFFQ;
+        else if (d->phase == PH_FWD && bwd_r) c = SAVED;
+        else if (d->phase == PH_FWD) c = FWD;
+        else if (d->phase == PH_BWD || d->phase == PH_RECOMPUTE || d->phase == PH_WGRAD) c = BWD;
+        sum[c] += live[k].bytes;
+        if (c == SAVED && d->mb >= 0 && d->mb < MAXMB) mb[d->mb] += live[k].bytes;
+    }
+    fprintf(f, "  at the peak, MiB:");
+    for (int c = 0; c < NC; c++) fprintf(f, "%s %s %.2f", c ? "," : "", name[c], (double)sum[c] / (1 << 20));
+    fprintf(f, "\n  saved activations kept, per micro-batch (MiB):");
+    for (int k = 0; k < MAXMB; k++)
+        if (mb[k]) fprintf(f, " mb %d %.2f", k, (double)mb[k] / (1 << 20));
+    fprintf(f, "\n");
+}
+
 static void stage_peak_report(const Graph *g, FILE *f) {
     MemLive L;
     ir_live_build(g, &L);
@@ -620,6 +655,7 @@ static void stage_peak_report(const Graph *g, FILE *f) {
                 ir_type_str(&g->vals[v].t, type, sizeof type), ir_ops[d->op].name, node_line(g, g->vals[v].def, where, sizeof where), why);
     }
     if (nb > PEAK_ROWS) fprintf(f, "  %10.2f MiB  in %d smaller buffers\n", (double)rest / (1 << 20), nb - PEAK_ROWS);
+    peak_breakdown(g, live, nb, reader, f);
     free(live), free(reader), free(end);
     ir_live_free(&L);
 }

@@ -5,6 +5,7 @@
 #define KILN_OFFLOAD_H
 
 #include "ir.h"
+#include "options.h"
 #include "profile.h"
 
 /* The profile's seconds for node n, as --offload auto counts them: GEMMs
@@ -17,5 +18,14 @@ double offload_node_seconds(const Profile *p, const Graph *g, const Node *n);
  * in forward by a non-source op (a recv counts) from the step's data, and
  * read by a backward, recompute or weight-gradient node. */
 void offload_saved_values(const Graph *g, char *saved);
+
+/* With --pp and a profile: per rank, per node the time its pipeline action
+ * (F, B or W of a chunk and micro-batch) starts in ppsched_simulate over
+ * the ranks' node seconds (offload_node_seconds; communication free), -1
+ * for a node of no action; the offload pass and `kiln plan --offload` start
+ * a node no earlier (the bubble the rank's own program does not show).
+ * NULL without --pp.  Free with offload_pp_starts_free(st, m->nstages). */
+double **offload_pp_starts(const Module *m, const Options *o, const Profile *p);
+void offload_pp_starts_free(double **st, int n);
 
 #endif

@@ -91,6 +91,9 @@ say $rc "kiln plan --max-seq --memory $MEM GiB: $(awk '/^  (none|gemm-last)/ {pr
 seqs=($(awk '/^  none/ {print $2} /^  gemm-last  / {print $2} /^  gemm-last \+/ {print $5}' "$tmp/ms"))
 check "none (${seqs[0]:-?}) <= gemm-last (${seqs[1]:-?}) <= gemm-last + offload auto (${seqs[2]:-?})" \
     "[ ${#seqs[@]} = 3 ] && [ ${seqs[0]} -le ${seqs[1]} ] && [ ${seqs[1]} -le ${seqs[2]} ]"
+ex=$(sed -n 's/^  gemm-last + .* \([0-9.]*\)% of step (worst rank \([0-9]*\): \([0-9.]*\)%).*/\1 \2 \3/p' "$tmp/ms")
+check "the offload row's exposed copy time: the binding rank's share, the worst rank and its share ($ex), worst >= binding" \
+    "[ -n \"$ex\" ] && awk -v a=\"${ex%% *}\" -v b=\"${ex##* }\" 'BEGIN {exit !(b >= a)}'"
 limit=$(awk -v g=$MEM 'BEGIN{printf "%d", g * 1073741824}')
 maxtotal() { "$K" plan $GPT4 --pp 4 --micro-batches 8 --offload-min-bytes 1 "$@" 2>/dev/null | awk '/^  total/ {if ($(NF-1) > m) m = $(NF-1)} END {print m + 0}'; }
 pols=("--recompute none" "--recompute gemm-last" "--recompute gemm-last --offload auto")

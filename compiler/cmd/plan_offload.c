@@ -78,7 +78,7 @@ typedef struct {
 
 /* skip_comm_fence: the comm stream's waits for the copy streams' events
  * are left out (what the comm stream's release and comm fences cost). */
-static Sim simulate(const Profile *p, const Graph *g, int copies_cost, int skip_comm_fence) {
+static Sim simulate(const Profile *p, const Graph *g, const double *start, int copies_cost, int skip_comm_fence) {
     enum { NS = 8 };
     Sim r = {0};
     double t[NS] = {0};
@@ -103,6 +103,7 @@ static Sim simulate(const Profile *p, const Graph *g, int copies_cost, int skip_
             t[s] += copies_cost ? copy_seconds(p, g, n) : 0;
             last_vs[s] = n->vstage;
         } else {
+            if (s == 0 && start && start[i] > t[s]) t[s] = start[i]; /* its pipeline action's start: the bubble */
             t[s] += offload_node_seconds(p, g, n);
         }
     }
@@ -112,15 +113,15 @@ static Sim simulate(const Profile *p, const Graph *g, int copies_cost, int skip_
 }
 
 /* Predicted exposed copy seconds of g and its step (with the copies). */
-static double exposed(const Profile *p, const Graph *g, double *step) {
-    Sim with = simulate(p, g, 1, 0), without = simulate(p, g, 0, 0);
+static double exposed(const Profile *p, const Graph *g, const double *start, double *step) {
+    Sim with = simulate(p, g, start, 1, 0), without = simulate(p, g, start, 0, 0);
     *step = with.step;
     return with.step - without.step;
 }
 
 /* The same without the comm stream's waits for the copies. */
-static double exposed_no_comm_fence(const Profile *p, const Graph *g) {
-    return simulate(p, g, 1, 1).step - simulate(p, g, 0, 1).step;
+static double exposed_no_comm_fence(const Profile *p, const Graph *g, const double *start) {
+    return simulate(p, g, start, 1, 1).step - simulate(p, g, start, 0, 1).step;
 }
 
 /* ---- per (rank, virtual stage) ---- */
@@ -134,11 +135,13 @@ typedef struct {
 } VsRow;
 
 /* Compute-stream seconds before node i (prefix sums) of g. */
-static double *compute_prefix(const Profile *p, const Graph *g) {
+static double *compute_prefix(const Profile *p, const Graph *g, const double *start) {
     double *sec = xcalloc((size_t)g->nnodes + 1, sizeof(double));
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        sec[i + 1] = sec[i] + (n->stream <= 0 && !is_copy(n) ? offload_node_seconds(p, g, n) : 0);
+        int on = n->stream <= 0 && !is_copy(n);
+        double t0 = on && start && start[i] > sec[i] ? start[i] : sec[i];
+        sec[i + 1] = t0 + (on ? offload_node_seconds(p, g, n) : 0);
     }
     return sec;
 }
@@ -153,7 +156,7 @@ static int *first_readers(const Graph *g) {
 }
 
 /* Rows of rank graph g (with offload) and g0 (the same rank without). */
-static int vs_rows(const Profile *p, const Graph *g, const Graph *g0, VsRow *row) {
+static int vs_rows(const Profile *p, const Graph *g, const Graph *g0, const double *start, VsRow *row) {
     int nvs = 0;
     memset(row, 0, sizeof(VsRow) * MAX_VS);
     char *saved = xcalloc((size_t)g0->nvals + 1, 1);
@@ -165,7 +168,7 @@ static int vs_rows(const Profile *p, const Graph *g, const Graph *g0, VsRow *row
         if (vs + 1 > nvs) nvs = vs + 1;
     }
     free(saved);
-    double *sec = compute_prefix(p, g);
+    double *sec = compute_prefix(p, g, start);
     int *first = first_readers(g);
     enum { MAXMB = 4096 };
     double *mb_copy = xcalloc((size_t)MAX_VS * MAXMB, sizeof(double)), *mb_hide = xcalloc((size_t)MAX_VS * MAXMB, sizeof(double));
@@ -218,11 +221,11 @@ static const char *policy_name(double off, char *buf, size_t n) {
     return buf;
 }
 
-static void rank_report(const Profile *p, const Graph *g, const Graph *g0, int rank) {
+static void rank_report(const Profile *p, const Graph *g, const Graph *g0, const double *start, int rank) {
     VsRow row[MAX_VS];
-    int nvs = vs_rows(p, g, g0, row);
-    Sim sim = simulate(p, g, 1, 0);
-    double step, exp_s = exposed(p, g, &step);
+    int nvs = vs_rows(p, g, g0, start, row);
+    Sim sim = simulate(p, g, start, 1, 0);
+    double step, exp_s = exposed(p, g, start, &step);
     for (int vs = 0; vs < nvs; vs++) {
         const VsRow *r = &row[vs];
         char ratio[32] = "-", hide[48] = "-";
@@ -235,7 +238,7 @@ static void rank_report(const Profile *p, const Graph *g, const Graph *g0, int r
     printf("  rank %d: device peak %.2f MiB with offload, %.2f MiB without (%+.1f%%); host %.2f MiB; step %.3f ms, exposed copy "
            "time %.3f ms (%.2f%% of the step; %.3f ms without the comm stream's waits for copies)\n",
            rank, mib(with), mib(without), without ? 100.0 * ((double)with / (double)without - 1) : 0.0, mib(host), step * 1e3,
-           exp_s * 1e3, step > 0 ? 100.0 * exp_s / step : 0.0, exposed_no_comm_fence(p, g) * 1e3);
+           exp_s * 1e3, step > 0 ? 100.0 * exp_s / step : 0.0, exposed_no_comm_fence(p, g, start) * 1e3);
 }
 
 void plan_offload_report(Args *a, const Module *m) {
@@ -251,7 +254,9 @@ void plan_offload_report(Args *a, const Module *m) {
     printf("  (rank: the pp rank, whose dp and cp ranks run the same program; vs: its virtual stage)\n");
     printf("  %4s %3s %12s %12s %4s %11s %17s %8s %10s\n", "rank", "vs", "saved MiB", "offload MiB", "mbs", "copy ms", "interval ms",
            "ratio", "stall ms");
-    for (int s = 0; s < m->nstages && s < m0->nstages; s++) rank_report(&p, m->stages[s], m0->stages[s], s);
+    double **start = offload_pp_starts(m, &a->o, &p);
+    for (int s = 0; s < m->nstages && s < m0->nstages; s++) rank_report(&p, m->stages[s], m0->stages[s], start ? start[s] : NULL, s);
+    offload_pp_starts_free(start, m->nstages);
     ir_free(m0);
 }
 
@@ -261,6 +266,8 @@ typedef struct {
     int64_t peak; /* the largest device peak over ranks */
     int rank;     /* where */
     double exposed, step; /* offload: the binding rank's */
+    double worst;         /* offload: the largest exposed share of the step over the ranks */
+    int worst_rank;
 } Fit;
 
 static Fit fit_at(Args *base, Recompute rc, double offload, int64_t seq) {
@@ -272,14 +279,20 @@ static Fit fit_at(Args *base, Recompute rc, double offload, int64_t seq) {
     snprintf(val, sizeof val, "%lld", (long long)seq);
     a.o.sets[a.o.nsets++] = (KeyVal){"seq", val};
     Module *m = compile(&a);
-    Fit f = {0, 0, 0, 0};
+    Fit f = {0, 0, 0, 0, 0, 0};
     for (int s = 0; s < m->nstages; s++) {
         int64_t pk = device_peak(m->stages[s]);
         if (pk > f.peak) f.peak = pk, f.rank = s;
     }
     if (offload != 0) {
         Profile p = load_profile(base);
-        f.exposed = exposed(&p, m->stages[f.rank], &f.step);
+        double **start = offload_pp_starts(m, &a.o, &p);
+        for (int s = 0; s < m->nstages; s++) {
+            double st, e = exposed(&p, m->stages[s], start ? start[s] : NULL, &st), share = st > 0 ? e / st : 0;
+            if (s == f.rank) f.exposed = e, f.step = st;
+            if (share > f.worst) f.worst = share, f.worst_rank = s;
+        }
+        offload_pp_starts_free(start, m->nstages);
     }
     ir_free(m);
     free(a.o.sets);
@@ -320,14 +333,16 @@ void plan_max_seq(Args *a) {
     printf("  %-28s %10s %8s %16s %6s %12s\n", "policy", "max seq", "vs gl", "device peak GiB", "rank", "exposed copy");
     int64_t gl = 0;
     for (int k = 0; k < 3; k++) {
-        Fit best = {0, 0, 0, 0};
+        Fit best = {0, 0, 0, 0, 0, 0};
         int compiles = 0;
         int64_t seq = search(a, pol[k].rc, pol[k].off, step, limit, &best, &compiles);
         if (k == 1) gl = seq;
-        char vs[16] = "", ex[48] = "";
+        char vs[16] = "", ex[96] = "";
         if (k == 2 && gl) snprintf(vs, sizeof vs, "%.2fx", (double)seq / (double)gl);
         if (k == 1) snprintf(vs, sizeof vs, "1.00x");
-        if (k == 2 && seq) snprintf(ex, sizeof ex, "%.2f%% of step", best.step > 0 ? 100.0 * best.exposed / best.step : 0.0);
+        if (k == 2 && seq)
+            snprintf(ex, sizeof ex, "%.2f%% of step (worst rank %d: %.2f%%)", best.step > 0 ? 100.0 * best.exposed / best.step : 0.0,
+                     best.worst_rank, 100.0 * best.worst);
         if (seq) printf("  %-28s %10lld %8s %16.2f %6d %12s   (%d plans)\n", pol[k].name, (long long)seq, vs, (double)best.peak / (1 << 30), best.rank, ex, compiles);
         else printf("  %-28s %10s %8s %16s %6s %12s   (%d plans: not even seq %lld fits)\n", pol[k].name, "-", "", "", "", "", compiles, (long long)step);
         fflush(stdout);
