@@ -1,4 +1,4 @@
-/* gemm_epilogue.c — a GEMM's bias add as a cuBLASLt epilogue (issue 23).
+/* gemm_epilogue.c — a GEMM's bias add (and GELU) as a cuBLASLt epilogue (issue 23).
  *
  * What it rewrites.  A linear layer is, after precision,
  *
@@ -20,7 +20,8 @@
  * other than bf16 (the CUDA program's activations), a batched b.
  *
  * Where it runs: at the start of `fuse`, when Options.gemm_epilogue is 1
- * (--gemm-epilogue bias; CUDA only: the CPU runtime has no rtk_gemm_bias).
+ * (--gemm-epilogue bias) or 2 (gelu); CUDA only: the CPU runtime has no
+ * rtk_gemm_bias / rtk_gemm_bias_gelu.
  * Opt-in until a GPU has checked it (bench/gpu/check.sh), as --attention tc.
  *
  * GELU (--gemm-epilogue gelu, which implies bias).  A matmul_bias whose
