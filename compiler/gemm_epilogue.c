@@ -1,4 +1,4 @@
-/* gemm_epilogue.c — a GEMM's bias add as a cuBLASLt epilogue (issue 23).
+/* gemm_epilogue.c — a GEMM's bias add (and GELU) as a cuBLASLt epilogue (issue 23).
  *
  * What it rewrites.  A linear layer is, after precision,
  *
@@ -20,10 +20,20 @@
  * other than bf16 (the CUDA program's activations), a batched b.
  *
  * Where it runs: at the start of `fuse`, when Options.gemm_epilogue is 1
- * (--gemm-epilogue bias; CUDA only: the CPU runtime has no rtk_gemm_bias).
+ * (--gemm-epilogue bias) or 2 (gelu); CUDA only: the CPU runtime has no
+ * rtk_gemm_bias / rtk_gemm_bias_gelu.
  * Opt-in until a GPU has checked it (bench/gpu/check.sh), as --attention tc.
- * GELU with its aux output and the backward's DGELU + bias gradient
- * (GELU_AUX_BIAS, DGELU_BGRAD) are not made yet.
+ *
+ * GELU (--gemm-epilogue gelu, which implies bias).  A matmul_bias whose
+ * output feeds a gelu of its own phase becomes `h, z = matmul_bias_gelu`
+ * (rewrite_gelu): cuBLASLt's GELU_AUX_BIAS epilogue writes h = gelu(z) and
+ * the pre-activation z as its aux output, the tensor gelu_bwd (and
+ * gemm-last recompute's gelu copy) reads.  Sound because kiln's gelu op is
+ * the tanh approximation (ops.def, interp.c gelu()), the form cuBLASLt's
+ * GELU epilogues compute; an erf GELU would have to be refused here.  The
+ * GELU is taken of the f32 accumulator + bias before rounding (where the
+ * unfused pair took it of the bf16 z): the interpreter does the same.  The
+ * backward's DGELU_BGRAD / BGRADB are not made yet (docs/decisions.md).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -76,13 +86,44 @@ static int rewrite(Graph *g, Ep *E, int j) {
     return 0;
 }
 
-static void epilogue_graph(Graph *g) {
+/* With --gemm-epilogue gelu: matmul_bias node j whose output z is read by a
+ * gelu of the same phase, stage and micro-batch becomes
+ * (h, z) = matmul_bias_gelu at j, h the gelu's output, the gelu dropped:
+ * cuBLASLt's GELU_AUX_BIAS writes h = gelu(z) and z itself (the aux output)
+ * that gelu_bwd and gemm-last's recomputed gelu read.  Its aux leading
+ * dimension must be a multiple of 8: N % 8.  1 if done. */
+static int rewrite_gelu(Graph *g, Ep *E, int j) {
+    Node *n = &g->nodes[j];
+    if (n->op != OP_matmul_bias || E->dead[j]) return 0;
+    int z = n->out[0];
+    const Type *zt = &g->vals[z].t;
+    if (zt->dim[zt->rank - 1] % 8 || ir_attr_i(n, "ta", 0)) return 0; /* ta: batches stay apart (no aux stride) */
+    for (int k = j + 1; k < g->nnodes; k++) {
+        Node *q = &g->nodes[k];
+        if (E->dead[k] || q->op != OP_gelu || q->nin != 1 || q->in[0] != z) continue;
+        if (q->phase != n->phase || q->stage != n->stage || q->vstage != n->vstage || q->mb != n->mb) continue;
+        if (!ir_type_eq(&g->vals[q->out[0]].t, zt)) continue;
+        int *out = ir_alloc(g->m, 2 * sizeof(int));
+        out[0] = q->out[0], out[1] = z;
+        n->op = OP_matmul_bias_gelu;
+        n->nout = 2, n->out = out;
+        g->vals[out[0]].def = j, g->vals[out[0]].defout = 0;
+        g->vals[z].defout = 1;
+        E->dead[k] = 1;
+        q->nin = q->nout = 0;
+        return 1;
+    }
+    return 0;
+}
+
+static void epilogue_graph(Graph *g, int gelu) {
     int n = g->nnodes, ndead = 0, k = 0;
     Ep E = {xcalloc((size_t)g->nvals + 1, sizeof(int)), xcalloc((size_t)n + 1, 1)};
     for (int i = 0; i < n; i++)
         for (int a = 0; a < g->nodes[i].nin; a++) E.uses[g->nodes[i].in[a]]++;
     int any = 0;
     for (int j = 0; j < n; j++) any |= rewrite(g, &E, j);
+    for (int j = 0; gelu && j < n; j++) any |= rewrite_gelu(g, &E, j);
     if (any) {
         int *order = xcalloc((size_t)n, sizeof(int));
         for (int i = 0; i < n; i++)
@@ -97,6 +138,6 @@ static void epilogue_graph(Graph *g) {
 }
 
 void gemm_epilogue(Module *m, const Options *o) {
-    if (o->gemm_epilogue != 1) return;
-    for (int s = 0; s < m->nstages; s++) epilogue_graph(m->stages[s]);
+    if (o->gemm_epilogue < 1) return;
+    for (int s = 0; s < m->nstages; s++) epilogue_graph(m->stages[s], o->gemm_epilogue == 2);
 }

@@ -481,6 +481,9 @@ static void ex_matmul(Ex *e) {
     if (e->n->op == OP_matmul_bias) /* + bias[N] before the one rounding of the output */
         for (int64_t r = 0; r < NOUT(0) / N; r++)
             for (int64_t j = 0; j < N; j++) OUT(0)[r * N + j] += IN(2)[j];
+    if (e->n->op == OP_matmul_bias_gelu) /* GELU_AUX_BIAS: aux p = acc + bias, out gelu(p), each rounded once */
+        for (int64_t i = 0, r = 0; r < NOUT(0) / N; r++)
+            for (int64_t j = 0; j < N; j++, i++) OUT(1)[i] = OUT(0)[i] + IN(2)[j], OUT(0)[i] = gelu(OUT(1)[i]);
 }
 
 /* ---- norms and softmax: x viewed as rows of its last dim C ---- */
@@ -877,7 +880,7 @@ static void exec_local(Ex *e) {
     case OP_broadcast: ex_broadcast(e); break;
     case OP_sumto: ex_sumto(e); break;
     case OP_cast: ex_cast(e); break;
-    case OP_matmul: case OP_matmul_bias: ex_matmul(e); break;
+    case OP_matmul: case OP_matmul_bias: case OP_matmul_bias_gelu: ex_matmul(e); break;
     case OP_layernorm: ex_layernorm(e); break;
     case OP_layernorm_bwd: ex_layernorm_bwd(e); break;
     case OP_rmsnorm: ex_rmsnorm(e); break;

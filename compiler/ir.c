@@ -616,11 +616,12 @@ static int infer_matmul(const Infer *in, Type out[], char *err, size_t errlen) {
     out[0] = *a;
     out[0].dim[a->rank - 2] = M;
     out[0].dim[a->rank - 1] = N;
-    if (in->n->op == OP_matmul_bias) {
+    if (in->n->op == OP_matmul_bias || in->n->op == OP_matmul_bias_gelu) {
         const Type *c = in->t[2];
         if (c->dt != a->dt || c->rank != 1 || c->dim[0] != N)
-            FAIL("matmul_bias: bias %s must be %s[%lld]", tstr(c, x), ir_dtype_names[a->dt], (long long)N);
+            FAIL("%s: bias %s must be %s[%lld]", ir_ops[in->n->op].name, tstr(c, x), ir_dtype_names[a->dt], (long long)N);
     }
+    if (in->n->op == OP_matmul_bias_gelu) out[1] = out[0]; /* the aux output: the pre-activation */
     return 0;
 }
 
@@ -880,7 +881,7 @@ static const InferFn infer_op[OP_COUNT] = {
     [OP_sumsq] = infer_sumsq,
     [OP_reshape] = infer_reshape, [OP_transpose] = infer_transpose, [OP_slice] = infer_slice,
     [OP_concat] = infer_concat, [OP_broadcast] = infer_broadcast, [OP_sumto] = infer_sumto,
-    [OP_matmul] = infer_matmul, [OP_matmul_bias] = infer_matmul,
+    [OP_matmul] = infer_matmul, [OP_matmul_bias] = infer_matmul, [OP_matmul_bias_gelu] = infer_matmul,
     [OP_layernorm] = infer_norm, [OP_rmsnorm] = infer_norm, [OP_layernorm_bwd] = infer_norm_bwd,
     [OP_rmsnorm_bwd] = infer_norm_bwd, [OP_softmax] = infer_softmax, [OP_softmax_bwd] = infer_softmax_bwd,
     [OP_rope] = infer_rope, [OP_rope_bwd] = infer_rope, [OP_dropout] = infer_dropout,

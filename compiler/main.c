@@ -103,7 +103,7 @@ static void usage(FILE *f) {
           "        the CPU runs f32)\n"
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
           "        --offload none|all|auto|F (F in (0,1]; auto: from --device-profile, default cpu) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
-          "        --gemm-epilogue bias|none (bias adds as cuBLASLt BIAS epilogues; default none, CUDA only)\n"
+          "        --gemm-epilogue bias|gelu|none (bias adds, gelu: and bias + GELU, as cuBLASLt epilogues; default none, CUDA only)\n"
           "        --xent-fused on|off (the fused classifier: cross-entropy's loss and logits' gradient at the forward; default on with --target cuda)\n"
           "        --tp N (tensor parallel: Megatron's layout) --sp|--no-sp (sequence parallel, default on with tp > 1)  --test-drop-event --test-pp-bug drop-tied|swap-recv|late-post\n"
           "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce|xent-max|norm-grad (tests only)\n"
@@ -325,8 +325,9 @@ static void parse_args(Args *a, int argc, char **argv) {
             a->o.memory_budget = parse_bytes_flag(f, argv[++i]);
         } else if (strcmp(f, "--gemm-epilogue") == 0) {
             const char *v = argv[++i];
-            if (strcmp(v, "bias") && strcmp(v, "none")) die("--gemm-epilogue: expected bias or none, got \"%s\"", v);
-            a->o.gemm_epilogue = strcmp(v, "bias") == 0;
+            if (strcmp(v, "bias") && strcmp(v, "gelu") && strcmp(v, "none"))
+                die("--gemm-epilogue: expected bias, gelu or none, got \"%s\"", v);
+            a->o.gemm_epilogue = strcmp(v, "bias") == 0 ? 1 : strcmp(v, "gelu") == 0 ? 2 : 0;
         } else if (strcmp(f, "--xent-fused") == 0) {
             const char *v = argv[++i];
             if (strcmp(v, "on") && strcmp(v, "off")) die("--xent-fused: expected on or off, got \"%s\"", v);
@@ -404,7 +405,7 @@ static void check_args(Args *a) {
     if (a->o.xent_fused == 1 && !a->cuda_arch && (strcmp(a->cmd, "compile") == 0 || (strcmp(a->cmd, "run") == 0 && !a->interp)))
         die("--xent-fused on: the CPU target has no fused classifier (use --target cuda:sm_XX, or dump, check, plan or run --interp)");
     if (a->o.gemm_epilogue && !a->cuda_arch && (strcmp(a->cmd, "compile") == 0 || (strcmp(a->cmd, "run") == 0 && !a->interp)))
-        die("--gemm-epilogue bias: the CPU target has no GEMM epilogues (use --target cuda:sm_XX, or dump, check, plan or run --interp)");
+        die("--gemm-epilogue: the CPU target has no GEMM epilogues (use --target cuda:sm_XX, or dump, check, plan or run --interp)");
     if (a->o.xent_fused < 0) a->o.xent_fused = a->cuda_arch != NULL; /* default: on for the GPU */
     if (a->o.precision_bf16 && !a->cuda_arch && (strcmp(a->cmd, "compile") == 0 || (strcmp(a->cmd, "run") == 0 && !a->interp)))
         die("--precision bf16: the CPU target is f32 (use --target cuda:sm_XX, or bf16 with dump, check, plan or run --interp)");

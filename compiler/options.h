@@ -80,7 +80,8 @@ typedef struct {
      * -1 default (on with --target cuda), 0 --xent-fused off, 1 on */
     int xent_fused;
     /* cuBLASLt epilogues (issue 23, gemm_epilogue.c): 1 --gemm-epilogue
-     * bias (a bias add into its GEMM), 0 none (default) */
+     * bias (a bias add into its GEMM), 2 gelu (and bias + GELU with its
+     * aux output), 0 none (default) */
     int gemm_epilogue;
 } Options;
 /* Options.offload for --offload auto: each (rank, virtual stage,

@@ -327,6 +327,10 @@ void rtk_gemm(rt_ctx *ctx, const int64_t *a);
  * none and the compiler never emits it there).  bias has C's dtype.
  * args: rtk_gemm's 16, then bias */
 void rtk_gemm_bias(rt_ctx *ctx, const int64_t *a);
+/* rtk_gemm_bias, then C = gelu (tanh form) of that sum, the sum itself
+ * (rounded to C's dtype) written to aux (IR matmul_bias_gelu; CUDA only:
+ * cuBLASLt's GELU_AUX_BIAS epilogue).  args: rtk_gemm_bias's 17, then aux */
+void rtk_gemm_bias_gelu(rt_ctx *ctx, const int64_t *a);
 
 /* args: x, w, b, y, rows, C, eps */
 void rtk_layernorm(rt_ctx *ctx, const int64_t *a);

@@ -17,7 +17,18 @@
 #     over 3 steps, and the fake's planted bug
 #     (KILN_FAKE_CUBLASLT_TEST_DROP_BIAS=1: the epilogue adds nothing) must
 #     break that comparison.
-# The fakes and registries are cached by hash in $B/cuda_fake.  ~20 s warm.
+#  5. --gemm-epilogue gelu (bias + GELU as CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+#     the pre-activation as its aux output; rtk_gemm_bias_gelu, the fake's
+#     own tanh-GELU epilogue): tiny.lua's step has 2 matmul_bias_gelu (the
+#     MLPs' c_fc) and 6 matmul_bias; `kiln check` passes; an MLP whose
+#     width is not a multiple of 8 is left unfused; the step launches
+#     rtk_gemm_bias_gelu; tiny.lua's trainer matches the CPU over 10 steps,
+#     the large-bias model's (with an untied head) over 3, and the fake's
+#     planted bug
+#     (KILN_FAKE_CUBLASLT_TEST_GELU_AUX=post: aux holds GELU's output, which
+#     gelu_bwd and the recomputed GELU then read) breaks that comparison.
+# The fakes and registries are cached by hash in $B/cuda_fake.  ~50 s warm on a
+# loaded 2-core machine, about half of it the gelu part (5).
 . "$(dirname "$0")/lib.sh"
 F=$B/cuda_fake
 STEPS=${STEPS:-10}
@@ -29,9 +40,9 @@ cp README.md "$DATA" || exit 1
 mkdir -p "$F" || exit 1
 
 # ---- 1. flags ----
-"$K" dump models/tiny.lua --gemm-epilogue gelu > "$tmp/err" 2>&1; rc=$?
-check "--gemm-epilogue gelu: one line, exit 1 ($(head -1 "$tmp/err"))" \
-    "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q 'expected bias or none' '$tmp/err'"
+"$K" dump models/tiny.lua --gemm-epilogue relu > "$tmp/err" 2>&1; rc=$?
+check "--gemm-epilogue relu: one line, exit 1 ($(head -1 "$tmp/err"))" \
+    "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q 'expected bias, gelu or none' '$tmp/err'"
 "$K" compile models/tiny.lua --gemm-epilogue bias -o "$tmp/x" > "$tmp/err" 2>&1; rc=$?
 check "--gemm-epilogue bias for the CPU target: one line, exit 1 ($(head -1 "$tmp/err"))" \
     "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q 'no GEMM epilogues' '$tmp/err'"
@@ -50,7 +61,7 @@ start=$SECONDS
 # build NAME MODEL ARGS...: the CUDA trainer $tmp/NAME (with --gemm-epilogue bias) and its kernels' registry
 build() {
     local name=$1 model=$2; shift 2
-    "$K" compile "$model" "$@" --target cuda:sm_90 --gemm-epilogue bias --emit cuda -o "$tmp/$name" >> "$tmp/log" 2>&1 &&
+    "$K" compile "$model" "$@" --target cuda:sm_90 --gemm-epilogue "${EPI:-bias}" --emit cuda -o "$tmp/$name" >> "$tmp/log" 2>&1 &&
         tests/cuda_fake/build_kernels.sh "$tmp/$name.cu" -o "$F/libep_$name.so" >> "$tmp/log" 2>&1
 }
 cat > "$tmp/bias.lua" <<'EOF'
@@ -112,4 +123,39 @@ run bias dropped 3 KILN_FAKE_CUBLASLT_TEST_DROP_BIAS=1
 ml=$(worst 1 dropped bias_cpu 3) mn=$(worst 2 dropped bias_cpu 3)
 check "planted bug (the fake's BIAS epilogue adds nothing) breaks that comparison: loss $ml, gradient norm $mn" \
     "[ \$(wc -l < '$tmp/dropped.loss') -eq 3 ] && ! within '$ml' '$mn'"
+
+# ---- 5. --gemm-epilogue gelu ----
+a=$("$K" dump models/tiny.lua "${SHAPE[@]}" --precision bf16 --gemm-epilogue gelu 2>/dev/null | grep -c ' = matmul_bias_gelu ')
+b=$("$K" dump models/tiny.lua "${SHAPE[@]}" --precision bf16 --gemm-epilogue gelu 2>/dev/null | grep -c ' = matmul_bias ')
+check "tiny.lua (bf16) --gemm-epilogue gelu: $a matmul_bias_gelu, $b matmul_bias (want 2 6)" "[ '$a $b' = '2 6' ]"
+"$K" check models/tiny.lua "${SHAPE[@]}" --precision bf16 --gemm-epilogue gelu > "$tmp/check.out" 2>&1; rc=$?
+check "kiln check --precision bf16 --gemm-epilogue gelu: exit $rc ($(tail -1 "$tmp/check.out" | grep -o 'worst err [^ ]*'))" "[ $rc -eq 0 ]"
+# the large-bias model with an untied head normal(0.3): the MLP's gradients then
+# weigh in the gradient norm (with the tied wte normal(0.02) they do not)
+sed -e 's/^local logits = .*/local logits = matmul(x + y, param("head.weight", {c.vocab, c.dim}, normal(0.3)), {tb = true})/' \
+    "$tmp/bias.lua" > "$tmp/gelu.lua"
+sed -e 's/2 \* c.dim/2 * c.dim + 4/g' "$tmp/gelu.lua" > "$tmp/gelu68.lua"
+a=$("$K" dump "$tmp/gelu68.lua" --precision bf16 --gemm-epilogue gelu 2>/dev/null | grep -c ' = matmul_bias_gelu ')
+b=$("$K" dump "$tmp/gelu68.lua" --precision bf16 --gemm-epilogue gelu 2>/dev/null | grep -c ' = matmul_bias ')
+check "an MLP 68 wide (not a multiple of 8: AUX_LD's rule) keeps its gelu: $a matmul_bias_gelu, $b matmul_bias (want 0 2)" "[ '$a $b' = '0 2' ]"
+start=$SECONDS
+if ! EPI=gelu build tinyg models/tiny.lua "${SHAPE[@]}" || ! EPI=gelu build biasg "$tmp/gelu.lua"; then
+    say 1 "build the two --gemm-epilogue gelu trainers: $(tail -5 "$tmp/log" | tr '\n' ' ' | head -c 1000)"
+    echo "1..$n"; exit 1
+fi
+check "the gelu step launches rtk_gemm_bias_gelu ($((SECONDS - start)) s to build both)" "grep -q 'rtk_gemm_bias_gelu' '$tmp/tinyg.cu' '$tmp/tinyg' 2>/dev/null || strings '$tmp/tinyg' | grep -q rtk_gemm_bias_gelu"
+start=$SECONDS
+run tinyg tinyg "$STEPS"; rc=$?
+wl=$(worst 1 tinyg tiny_cpu "$STEPS") wn=$(worst 2 tinyg tiny_cpu "$STEPS")
+check "tiny.lua --gemm-epilogue gelu on the fakes: exit $rc, $((SECONDS - start)) s; vs CPU over $STEPS steps: loss $wl (2^-8), gradient norm $wn (2^-6)" \
+    "[ $rc -eq 0 ] && within '$wl' '$wn'"
+run biasg biasg 3; rc=$?
+cpu gelu "$tmp/gelu.lua" 3
+wl=$(worst 1 biasg gelu_cpu 3) wn=$(worst 2 biasg gelu_cpu 3)
+check "biases from normal(0.5), untied head, --gemm-epilogue gelu on the fakes: exit $rc; vs CPU over 3 steps: loss $wl, gradient norm $wn" \
+    "[ $rc -eq 0 ] && within '$wl' '$wn'"
+run biasg gelupost 3 KILN_FAKE_CUBLASLT_TEST_GELU_AUX=post
+ml=$(worst 1 gelupost gelu_cpu 3) mn=$(worst 2 gelupost gelu_cpu 3)
+check "planted bug (the fake's GELU_AUX_BIAS stores GELU's output as aux) breaks that comparison: loss $ml, gradient norm $mn" \
+    "[ \$(wc -l < '$tmp/gelupost.loss') -eq 3 ] && ! within '$ml' '$mn'"
 echo "1..$n"

@@ -601,6 +601,7 @@ typedef struct {
     int ta, tb, dtC;
     uint32_t alignA, alignB, alignC;
     uint32_t alignBias; /* 0: no epilogue; else CUBLASLT_EPILOGUE_BIAS, the bias vector's alignment */
+    uint32_t alignAux;  /* 0: no aux; else CUBLASLT_EPILOGUE_GELU_AUX_BIAS, the aux matrix's alignment */
 } GemmKey;
 
 /* lt_a / lt_b are cuBLASLt's first and second operands: our B and our A. */
@@ -632,7 +633,7 @@ static int key_equal(const GemmKey *x, const GemmKey *y) {
     return x->ctx == y->ctx && x->batch == y->batch && x->M == y->M && x->N == y->N && x->K == y->K &&
            x->sA == y->sA && x->sB == y->sB && x->sC == y->sC && x->ta == y->ta && x->tb == y->tb &&
            x->dtC == y->dtC && x->alignA == y->alignA && x->alignB == y->alignB && x->alignC == y->alignC &&
-           x->alignBias == y->alignBias;
+           x->alignBias == y->alignBias && x->alignAux == y->alignAux;
 }
 
 /* A failed cuBLASLt call fails the step, naming the function (the call's
@@ -717,6 +718,16 @@ static int set_bias(rt_ctx *ctx, cublasLtMatmulDesc_t op, CUdeviceptr bias) {
 }
 static CUdeviceptr plan_bias; /* the bias pointer a new plan's heuristic sees (under the cache lock) */
 
+/* The aux output of rtk_gemm_bias_gelu (GELU_AUX_BIAS): the pre-activation
+ * matrix, laid out as D (column-major [N, M], leading dimension N, which
+ * the header wants a multiple of 8), D's type (AUX_DATA_TYPE left at -1).
+ * Set like the bias: before the heuristic and before every call. */
+static int set_aux(rt_ctx *ctx, cublasLtMatmulDesc_t op, CUdeviceptr aux) {
+    void *x = (void *)(uintptr_t)aux;
+    return LT_OK(ctx, cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x, sizeof x));
+}
+static CUdeviceptr plan_aux; /* as plan_bias, for the aux pointer */
+
 /* The descriptors of plan p for its key (see the essay for the mapping). */
 static int plan_descriptors(rt_ctx *ctx, GemmPlan *p) {
     const GemmKey *k = &p->key;
@@ -726,9 +737,13 @@ static int plan_descriptors(rt_ctx *ctx, GemmPlan *p) {
         LT_OK(ctx, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b)))
         return -1;
     if (k->alignBias) {
-        uint32_t ep = CUBLASLT_EPILOGUE_BIAS;
+        uint32_t ep = k->alignAux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
         if (LT_OK(ctx, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep)) ||
             set_bias(ctx, p->op, plan_bias))
+            return -1;
+        int64_t ld = k->N;
+        if (k->alignAux && (set_aux(ctx, p->op, plan_aux) ||
+                            LT_OK(ctx, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld))))
             return -1;
     }
     /* our B: row-major [K, N] is column-major [N, K] (tb: [N, K] -> [K, N]) */
@@ -836,7 +851,7 @@ static void gemm_zero(rt_ctx *ctx, CUdeviceptr C, const GemmKey *k, double beta)
 
 /* args: A, B, C, batch, M, N, K, ta, tb, strideA, strideB, strideC,
  * beta(bits), dtA, dtB, dtC; bias: 0, or rtk_gemm_bias's bias vector */
-static void gemm_run(rt_ctx *ctx, const int64_t *a, CUdeviceptr bias) {
+static void gemm_run(rt_ctx *ctx, const int64_t *a, CUdeviceptr bias, CUdeviceptr aux) {
     CUdeviceptr A = dptr(a[0]), B = dptr(a[1]), C = dptr(a[2]);
     GemmKey k = {.ctx = ctx, .batch = a[3], .M = a[4], .N = a[5], .K = a[6], .ta = a[7] != 0, .tb = a[8] != 0,
                  .sA = a[9], .sB = a[10], .sC = a[11], .dtC = (int)a[15]};
@@ -866,11 +881,17 @@ static void gemm_run(rt_ctx *ctx, const int64_t *a, CUdeviceptr bias) {
                 dtype_name(a[15]), beta, (long long)k.K);
         return;
     }
+    if (aux && (k.batch != 1 || k.N % 8)) {
+        rt_fail(ctx, "%s: gemm_bias_gelu: batch %lld, N %lld (GELU_AUX_BIAS here: one batch, N a multiple of 8)",
+                rtc_launch_name(ctx), (long long)k.batch, (long long)k.N);
+        return;
+    }
     if (k.K <= 0) {
         gemm_zero(ctx, C, &k, beta);
         return;
     }
     if (bias) k.alignBias = operand_align(bias, 0, 1);
+    if (aux) k.alignAux = operand_align(aux, 0, 1);
     k.alignA = operand_align(A, k.sA * 2, k.batch);
     k.alignB = operand_align(B, k.sB * 2, k.batch);
     k.alignC = operand_align(C, k.sC * (k.dtC == RT_BF16 ? 2 : 4), k.batch);
@@ -878,7 +899,7 @@ static void gemm_run(rt_ctx *ctx, const int64_t *a, CUdeviceptr bias) {
     size_t ws_bytes = 0;
     CUdeviceptr ws = rtc_gemm_workspace(ctx, &ws_bytes);
     cache_lock(1);
-    plan_bias = bias;
+    plan_bias = bias, plan_aux = aux;
     const GemmPlan *p = plan_for(ctx, &k, ws_bytes);
     GemmPlan plan;
     if (p) plan = *p; /* a copy: the table may grow once unlocked */
@@ -890,6 +911,7 @@ static void gemm_run(rt_ctx *ctx, const int64_t *a, CUdeviceptr bias) {
         return;
     }
     if (bias && set_bias(ctx, plan.op, bias)) return;
+    if (aux && set_aux(ctx, plan.op, aux)) return;
     const float alpha = 1.0f, beta_f = (float)beta;
     void *c = (void *)(uintptr_t)C;
     LT_OK(ctx, cublasLtMatmul(rtc_cublaslt(ctx), plan.op, &alpha, (const void *)(uintptr_t)B, plan.lt_a,
@@ -897,7 +919,7 @@ static void gemm_run(rt_ctx *ctx, const int64_t *a, CUdeviceptr bias) {
                               (void *)(uintptr_t)ws, ws_bytes, rtc_stream(ctx)));
 }
 
-void rtk_gemm(rt_ctx *ctx, const int64_t *a) { gemm_run(ctx, a, 0); }
+void rtk_gemm(rt_ctx *ctx, const int64_t *a) { gemm_run(ctx, a, 0, 0); }
 
 /* args: rtk_gemm's 16, then bias (C's dtype, [N]) */
 void rtk_gemm_bias(rt_ctx *ctx, const int64_t *a) {
@@ -905,5 +927,15 @@ void rtk_gemm_bias(rt_ctx *ctx, const int64_t *a) {
         rt_fail(ctx, "%s: gemm_bias: no bias vector", rtc_launch_name(ctx));
         return;
     }
-    gemm_run(ctx, a, dptr(a[16]));
+    gemm_run(ctx, a, dptr(a[16]), 0);
+}
+
+/* args: rtk_gemm's 16, then bias (C's dtype, [N]), aux (C's dtype and
+ * shape: the pre-activation; C gets its GELU, tanh form) */
+void rtk_gemm_bias_gelu(rt_ctx *ctx, const int64_t *a) {
+    if (!a[16] || !a[17]) {
+        rt_fail(ctx, "%s: gemm_bias_gelu: no %s", rtc_launch_name(ctx), a[16] ? "aux matrix" : "bias vector");
+        return;
+    }
+    gemm_run(ctx, a, dptr(a[16]), dptr(a[17]));
 }

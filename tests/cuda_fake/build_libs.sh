@@ -29,7 +29,7 @@ rm -f "$dir/fakes.key"
     > "$dir/build.log" 2>&1 || { echo "build_libs.sh: libcuda.so.1: $(head -c 2000 "$dir/build.log")" >&2; exit 1; }
 printf 'libcublasLt.so.13 { global: cublasLt*; local: *; };\n' > "$dir/cublasLt.map"
 "$CC" "${FLAGS[@]}" -Wl,-soname,libcublasLt.so.13 -Wl,--version-script="$dir/cublasLt.map" -o "$dir/libcublasLt.so.13" \
-    "$HERE/fake_cublaslt.c" -L"$dir" -l:libcuda.so.1 -Wl,-rpath,'$ORIGIN' \
+    "$HERE/fake_cublaslt.c" -L"$dir" -l:libcuda.so.1 -lm -Wl,-rpath,'$ORIGIN' \
     > "$dir/build.log" 2>&1 || { echo "build_libs.sh: libcublasLt.so.13: $(head -c 2000 "$dir/build.log")" >&2; exit 1; }
 "$CC" "${FLAGS[@]}" -Wl,-soname,libnccl.so.2 -o "$dir/libnccl.so.2" "$HERE/fake_nccl.c" -L"$dir" -l:libcuda.so.1 \
     -Wl,-rpath,'$ORIGIN' > "$dir/build.log" 2>&1 ||

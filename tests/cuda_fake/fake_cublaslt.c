@@ -31,8 +31,19 @@
  * of every batch entry's alpha * op(A) op(B) + beta * C, in double, before
  * the one rounding — the fake's own reading of the header's contract, not
  * the runtime's.  KILN_FAKE_CUBLASLT_TEST_DROP_BIAS=1 (tests only) plants a
- * bug: the bias is not added.  Other epilogues are refused with their
- * number.
+ * bug: the bias is not added.
+ *
+ * GELU_AUX_BIAS (issue 23): as BIAS, then D = GELU(v) of the unrounded sum v,
+ * the GELU being the tanh approximation the header's GELU epilogues name
+ * (x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), written here from that
+ * formula), and v itself, rounded to the aux type, stored to
+ * EPILOGUE_AUX_POINTER with EPILOGUE_AUX_LD (required: a multiple of 8, at
+ * least D's rows; the aux matrix lies in one allocation);
+ * EPILOGUE_AUX_DATA_TYPE must be -1 or D's type; one batch only (no
+ * AUX_BATCH_STRIDE).  KILN_FAKE_CUBLASLT_TEST_GELU_AUX (tests only) plants
+ * a bug: =post, the aux output holds GELU(v), not v; =nobias, it holds v
+ * without the bias.  Other epilogues are
+ * refused with their number.
  *
  * The work is enqueued on the stream through kiln_fake_cuda_enqueue
  * (fake_cuda.h) with its arguments copied, so a GEMM launched while the
@@ -42,6 +53,7 @@
  * so a binary linked against the real library loads this one.
  */
 #include <cublasLt.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,6 +78,9 @@ typedef struct {
     uint32_t epilogue;  /* CUBLASLT_EPILOGUE_DEFAULT or _BIAS */
     const void *bias;   /* BIAS_POINTER */
     int32_t bias_type;  /* BIAS_DATA_TYPE: -1 = D's */
+    void *aux;          /* EPILOGUE_AUX_POINTER (GELU_AUX_BIAS) */
+    int64_t aux_ld;     /* EPILOGUE_AUX_LD: 0 = unset */
+    int32_t aux_type;   /* EPILOGUE_AUX_DATA_TYPE: -1 = D's */
 } Desc;
 
 typedef struct {
@@ -136,7 +151,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc, cublas
     if (!matmulDesc) return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmulDescCreate: NULL pointer");
     Desc *d = new_object(sizeof *d);
     if (!d) return fail(CUBLAS_STATUS_ALLOC_FAILED, "cublasLtMatmulDescCreate");
-    *d = (Desc){DESC_MAGIC, (int32_t)computeType, (int32_t)scaleType, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, -1};
+    *d = (Desc){DESC_MAGIC, (int32_t)computeType, (int32_t)scaleType, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, -1, NULL, 0, -1};
     *matmulDesc = (cublasLtMatmulDesc_t)d;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -181,8 +196,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
     case CUBLASLT_MATMUL_DESC_EPILOGUE: {
         uint32_t ep = 0;
         if ((s = attribute(call, "EPILOGUE", buf, sizeInBytes, sizeof ep, &ep))) return s;
-        if (ep != CUBLASLT_EPILOGUE_DEFAULT && ep != CUBLASLT_EPILOGUE_BIAS)
-            return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: epilogue %u is not emulated (DEFAULT, BIAS)", call, ep);
+        if (ep != CUBLASLT_EPILOGUE_DEFAULT && ep != CUBLASLT_EPILOGUE_BIAS && ep != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+            return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: epilogue %u is not emulated (DEFAULT, BIAS, GELU_AUX_BIAS)", call, ep);
         d->epilogue = ep;
         return CUBLAS_STATUS_SUCCESS;
     }
@@ -190,6 +205,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
         return attribute(call, "BIAS_POINTER", buf, sizeInBytes, sizeof d->bias, &d->bias);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
         return attribute(call, "BIAS_DATA_TYPE", buf, sizeInBytes, sizeof d->bias_type, &d->bias_type);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        return attribute(call, "EPILOGUE_AUX_POINTER", buf, sizeInBytes, sizeof d->aux, &d->aux);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        return attribute(call, "EPILOGUE_AUX_LD", buf, sizeInBytes, sizeof d->aux_ld, &d->aux_ld);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+        return attribute(call, "EPILOGUE_AUX_DATA_TYPE", buf, sizeInBytes, sizeof d->aux_type, &d->aux_type);
     default:
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: attribute %d is not emulated (the contract sets TRANSA, TRANSB)", call,
                     (int)attr);
@@ -309,7 +330,16 @@ typedef struct {
     void *d;
     float alpha, beta;
     const void *bias; /* the BIAS epilogue's vector (D's type), or NULL */
+    void *aux;        /* GELU_AUX_BIAS: the GELU input (D's type), or NULL */
+    int64_t aux_ld;
+    int aux_bug;      /* the planted bugs: 1 aux gets the GELU's output, 2 the sum without the bias */
 } Gemm;
+
+/* GELU, tanh approximation (cublasLt.h's GELU epilogues). */
+static double gelu_tanh(double x) {
+    const double c = sqrt(2.0 / 3.14159265358979323846);
+    return 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x)));
+}
 
 static double bf16_value(uint16_t v) {
     uint32_t u = (uint32_t)v << 16;
@@ -351,7 +381,16 @@ static int run_gemm(void *data, char *err, size_t errlen) {
                 int64_t ci = bt * g->strc + i + j * g->ldc, di = bt * g->strd + i + j * g->ldd;
                 if (g->beta != 0.0f)
                     v += (double)g->beta * (g->d_bf16 ? bf16_value(((const uint16_t *)g->c)[ci]) : ((const float *)g->c)[ci]);
-                if (g->bias) v += g->d_bf16 ? bf16_value(((const uint16_t *)g->bias)[i]) : ((const float *)g->bias)[i];
+                double bv = 0;
+                if (g->bias) bv = g->d_bf16 ? bf16_value(((const uint16_t *)g->bias)[i]) : ((const float *)g->bias)[i];
+                v += bv;
+                if (g->aux) {
+                    double gv = gelu_tanh(v), av = g->aux_bug == 1 ? gv : g->aux_bug == 2 ? v - bv : v;
+                    int64_t xi = i + j * g->aux_ld;
+                    if (g->d_bf16) ((uint16_t *)g->aux)[xi] = bf16_round((float)av);
+                    else ((float *)g->aux)[xi] = (float)av;
+                    v = gv;
+                }
                 if (g->d_bf16) ((uint16_t *)g->d)[di] = bf16_round((float)v);
                 else ((float *)g->d)[di] = (float)v;
             }
@@ -476,6 +515,26 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* GELU_AUX_BIAS's aux matrix: its attributes checked, g->aux set (its
+ * bytes in *bytes for the access list). */
+static cublasStatus_t gelu_aux(const char *call, const Desc *dd, const Layout *ld, Gemm *g, size_t *bytes) {
+    if (!dd->aux) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: GELU_AUX_BIAS without an EPILOGUE_AUX_POINTER", call);
+    if (dd->aux_ld <= 0 || dd->aux_ld % 8 || dd->aux_ld < g->m)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: EPILOGUE_AUX_LD %lld (a multiple of 8, >= D's %lld rows)", call,
+                    (long long)dd->aux_ld, (long long)g->m);
+    if (dd->aux_type != -1 && dd->aux_type != ld->type)
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: EPILOGUE_AUX_DATA_TYPE %d, D is %d (the fake: D's type)", call,
+                    dd->aux_type, ld->type);
+    if (g->batch != 1) return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: GELU_AUX_BIAS with %lld batches (the fake: one)", call, (long long)g->batch);
+    *bytes = g->n ? (size_t)(dd->aux_ld * (g->n - 1) + g->m) * (ld->type == CUDA_R_32F ? 4 : 2) : 0;
+    char why[512];
+    if (*bytes && kiln_fake_cuda_check_range((CUdeviceptr)(uintptr_t)dd->aux, *bytes, why, sizeof why) != 0)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: aux: %s", call, why);
+    const char *bug = getenv("KILN_FAKE_CUBLASLT_TEST_GELU_AUX");
+    g->aux = dd->aux, g->aux_ld = dd->aux_ld, g->aux_bug = !bug ? 0 : strcmp(bug, "post") == 0 ? 1 : strcmp(bug, "nobias") == 0 ? 2 : 0;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
                               const void *A, cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
                               const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
@@ -496,8 +555,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     memcpy(&g.beta, beta, sizeof g.beta);
     g.a = A, g.b = B, g.c = C, g.d = D;
     const Desc *dd = desc_of(computeDesc);
-    size_t bias_bytes = 0;
-    if (dd->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+    size_t bias_bytes = 0, aux_bytes = 0;
+    g.aux = NULL;
+    if (dd->epilogue == CUBLASLT_EPILOGUE_BIAS || dd->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
         if (!dd->bias) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: EPILOGUE_BIAS without a BIAS_POINTER", call);
         if (dd->bias_type != -1 && dd->bias_type != ld->type)
             return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: BIAS_DATA_TYPE %d, D is %d (the fake: D's type)", call, dd->bias_type, ld->type);
@@ -508,6 +568,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         const char *drop = getenv("KILN_FAKE_CUBLASLT_TEST_DROP_BIAS");
         g.bias = drop && strcmp(drop, "1") == 0 ? NULL : dd->bias;
     }
+    if (dd->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS && (s = gelu_aux(call, dd, ld, &g, &aux_bytes))) return s;
     if ((s = check_memory(call, "A", A, la)) || (s = check_memory(call, "B", B, lb)) ||
         (g.beta != 0.0f && (s = check_memory(call, "C", C, lc))) || (s = check_memory(call, "D", D, ld)))
         return s;
@@ -527,8 +588,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                             {(CUdeviceptr)(uintptr_t)C, g.beta != 0.0f ? span_bytes(lc, ec) : 0, 0},
                             {(CUdeviceptr)(uintptr_t)D, span_bytes(ld, ed), 1},
                             {(CUdeviceptr)(uintptr_t)workspace, workspace ? workspaceSizeInBytes : 0, 1},
-                            {(CUdeviceptr)(uintptr_t)dd->bias, bias_bytes, 0}};
-    CUresult r = kiln_fake_cuda_enqueue((CUstream)stream, "cublasLtMatmul", run_gemm, &g, sizeof g, acc, bias_bytes ? 6 : 5);
+                            {(CUdeviceptr)(uintptr_t)dd->bias, bias_bytes, 0},
+                            {(CUdeviceptr)(uintptr_t)dd->aux, aux_bytes, 1}};
+    int nacc = 5;
+    if (bias_bytes) acc[nacc++] = acc[5];
+    if (aux_bytes) acc[nacc++] = acc[6];
+    CUresult r = kiln_fake_cuda_enqueue((CUstream)stream, "cublasLtMatmul", run_gemm, &g, sizeof g, acc, nacc);
     if (r != CUDA_SUCCESS) return fail(CUBLAS_STATUS_EXECUTION_FAILED, "%s: the fake driver refused the work (CUresult %d)", call, (int)r);
     return CUBLAS_STATUS_SUCCESS;
 }
