@@ -20,6 +20,9 @@ ok() { n=$((n + 1)); echo "ok $n - $*"; }
 notok() { n=$((n + 1)); echo "not ok $n - $*"; }
 check() { if eval "$2"; then ok "$1"; else notok "$1"; fi; }
 say() { if [ "$1" = 0 ]; then ok "$2"; else notok "$2"; fi; }
-need_corpus() { [ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" >/dev/null; }
+# (under a lock: tests/run.sh runs tests at once, and make writes it in place)
+need_corpus() {
+    (flock 8 && { [ -e "$B/corpus.txt" ] || make -s "$B/corpus.txt" BUILD="$B" > /dev/null; }) 8> "$B/.corpus.lock"
+}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
