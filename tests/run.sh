@@ -25,7 +25,8 @@
 # scripts); the rest share nothing but the read-only build.
 #
 # Env: KILN_JOBS (see above), KILN_RUN_ONLY="tests/t_x.sh ..." (run these
-# scripts only; tests/t_runner.sh uses it), BUILD (default build).
+# scripts only; tests/t_runner.sh uses it), BUILD (default build),
+# KILN_CACHE_DIR (the NVRTC cache; default: a new one for the run).
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -40,6 +41,11 @@ LONG="t_cuda_fake.sh:129 t_fuzz.sh:123 t_cuda_target.sh:94 test_nvrtc:69 t_cuda_
 TIMES=$BUILD/test-times.txt
 dir=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
+# one NVRTC cache for the run (compiler/emit/nvrtc_cache.c), empty at the
+# start: the library kernels are compiled once, not per test, and nothing
+# depends on what an earlier run left in ~/.cache; KILN_CACHE_DIR set by the
+# caller is used as it is (a kept cache makes reruns faster)
+export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$dir/nvrtc}
 
 # ---- the tests, in the printing order ----
 names=() cmds=()
