@@ -81,10 +81,12 @@ job() {
     local i=$1 start=$SECONDS rc
     eval "${cmds[i]}" > "$dir/$i.log" 2>&1 < /dev/null
     rc=$?
-    # the children's user and system time (the second line of `times`)
-    times | awk -v rc=$rc -v wall=$((SECONDS - start)) 'NR == 2 {
+    # the children's user and system time (the second line of `times`; not
+    # in a pipe: a forked shell's children are not this one's)
+    times > "$dir/$i.cpu"
+    awk -v rc=$rc -v wall=$((SECONDS - start)) 'NR == 2 {
         u = $1; s = $2; sub(/s$/, "", u); sub(/s$/, "", s); split(u, a, "m"); split(s, b, "m")
-        printf "%d %d %.1f\n", rc, wall, a[1] * 60 + a[2] + b[1] * 60 + b[2] }' > "$dir/$i.tmp"
+        printf "%d %d %.1f\n", rc, wall, a[1] * 60 + a[2] + b[1] * 60 + b[2] }' "$dir/$i.cpu" > "$dir/$i.tmp"
     mv "$dir/$i.tmp" "$dir/$i.done"
 }
 
