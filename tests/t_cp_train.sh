@@ -8,20 +8,11 @@
 # --cp-comm allgather (the default) and p2p (ring attention: rtk_send /
 # rtk_recv of K, V, positions and dK, dV around the cp ring, attn_merge).
 . "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
-MPI="timeout 300 mpirun --oversubscribe"
+need_mpi
 # under SAN=1: Open MPI's own allocations are still held at exit (as t_mpi.sh's nolsan)
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-if ! command -v mpirun > /dev/null; then echo "not ok 1 - mpirun is not installed (make test installs Open MPI: tools/deps.sh)"; exit 1; fi
-need_corpus
-D="--data $B/corpus.txt --threads 1"
 M="models/tiny.lua --set layers=1 --steps 30"
 "$K" compile $M -o "$tmp/one" > /dev/null || echo "not ok 0 - kiln compile $M"
-losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
-worst() { paste <(losses "$1") <(losses "$2") | awk 'function abs(x){return x<0?-x:x} {d=abs($1-$2)/abs($2); if(d>w)w=d} END{printf "%.3g", w+0}'; }
-same() { # log a, log b, lines
-    [ "$(wc -l < "$1")" = "$3" ] && [ "$(wc -l < "$2")" = "$3" ] && awk -v w="$(worst "$1" "$2")" 'BEGIN{exit !(w <= 1e-5)}'
-}
 "$tmp/one" $D --log "$tmp/l1" > /dev/null
 run() { # name, ranks, compile flags...
     local name=$1 np=$2; shift 2

@@ -10,7 +10,7 @@
 # fragment index in a copy of attention_tc.cu, in a library listed first)
 # must break that comparison.  Flag errors are one line.
 . "$(dirname "$0")/lib.sh"
-export KILN_CACHE_DIR=$tmp/cache
+export KILN_CACHE_DIR=${KILN_CACHE_DIR:-$tmp/cache} # tests/run.sh: the run's, shared
 F=$B/cuda_fake
 STEPS=${STEPS:-6}
 SHAPE=(--set batch=2 --set seq=32)

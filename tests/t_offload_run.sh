@@ -19,11 +19,7 @@
 #   KILN_COPY_DELAY_US) fails the step through the copy check; the same run
 #   without the plant passes (the control).
 . "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
-MPI="timeout 300 mpirun --oversubscribe"
-if ! command -v mpirun > /dev/null; then echo "not ok 1 - mpirun is not installed (make test installs Open MPI: tools/deps.sh)"; exit 1; fi
-need_corpus
-D="--data $B/corpus.txt --threads 1"
+need_mpi
 MIN="--offload-min-bytes 1"
 GPT4="models/tiny.lua --set layers=4 --steps 20"
 GPT8="models/tiny.lua --set layers=8 --set dim=32 --set heads=2 --steps 20"

@@ -13,22 +13,13 @@
 # stages; a loss mask (an input of the last stage only) with --ignore-index
 # and --val gives the 1-rank losses; a wrong process count is one line.
 . "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
-MPI="timeout 300 mpirun --oversubscribe"
-if ! command -v mpirun > /dev/null; then echo "not ok 1 - mpirun is not installed (make test installs Open MPI: tools/deps.sh)"; exit 1; fi
-need_corpus
-D="--data $B/corpus.txt --threads 1"
+need_mpi
 GPT4="models/tiny.lua --set layers=4 --steps 30"
 GPT8="models/tiny.lua --set layers=8 --set dim=32 --set heads=2 --steps 30"
 LLAMA="models/llama.lua --set vocab=256 --set dim=64 --set layers=2 --set heads=4 --set kv_heads=2 --set ffn=128 --set seq=32 --set batch=8 --steps 30"
 comp() { # out flags...
     local o=$1; shift
     "$K" compile "$@" -o "$tmp/$o" > /dev/null 2> "$tmp/$o.err" || echo "# compile $o: $(head -1 "$tmp/$o.err")"
-}
-losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
-worst() { paste <(losses "$1") <(losses "$2") | awk 'function abs(x){return x<0?-x:x} {d=abs($1-$2)/abs($2); if(d>w)w=d} END{printf "%.3g", w+0}'; }
-same() { # log a, log b, lines
-    [ "$(wc -l < "$1")" = "$3" ] && [ "$(wc -l < "$2")" = "$3" ] && awk -v w="$(worst "$1" "$2")" 'BEGIN{exit !(w <= 1e-5)}'
 }
 # the tensors of a checkpoint, "name dtype shape" sorted (the safetensors header)
 tensors() {

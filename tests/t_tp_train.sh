@@ -8,11 +8,7 @@
 # from the same weights.  Checkpoints hold the logical tensors: a tp 2
 # checkpoint resumes at tp 4, at 1 rank and at tp 2 x dp 2.
 . "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
-MPI="timeout 300 mpirun --oversubscribe"
-if ! command -v mpirun > /dev/null; then echo "not ok 1 - mpirun is not installed (make test installs Open MPI: tools/deps.sh)"; exit 1; fi
-need_corpus
-D="--data $B/corpus.txt --threads 1"
+need_mpi
 M="models/tiny.lua --set layers=1 --steps 30 --weight-decay 0.1"
 L="models/llama.lua --set vocab=256 --set dim=64 --set layers=1 --set heads=4 --set kv_heads=2 --set ffn=128 --set seq=32 --set batch=4 --steps 30 --warmup 2 --lr 0.003"
 "$K" compile $M -o "$tmp/t1" > /dev/null
@@ -21,11 +17,6 @@ L="models/llama.lua --set vocab=256 --set dim=64 --set layers=1 --set heads=4 --
 "$K" compile $M --tp 2 --no-sp -o "$tmp/tp2n" > /dev/null
 "$K" compile $L -o "$tmp/l1" > /dev/null
 "$K" compile $L --tp 2 -o "$tmp/ltp2" > /dev/null
-losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
-worst() { paste <(losses "$1") <(losses "$2") | awk 'function abs(x){return x<0?-x:x} {d=abs($1-$2)/abs($2); if(d>w)w=d} END{printf "%.3g", w+0}'; }
-same() { # log a, log b, lines
-    [ "$(wc -l < "$1")" = "$3" ] && [ "$(wc -l < "$2")" = "$3" ] && awk -v w="$(worst "$1" "$2")" 'BEGIN{exit !(w <= 1e-5)}'
-}
 "$tmp/t1" $D --log "$tmp/g1" > /dev/null
 $MPI -np 4 "$tmp/tp4" $D --log "$tmp/g4" > /dev/null 2>"$tmp/err4"
 check "mpirun -np 4 --tp 4 (sp) == 1 rank over 30 steps (worst $(worst "$tmp/g4" "$tmp/g1"))" "same $tmp/g4 $tmp/g1 30"
