@@ -37,7 +37,8 @@ export BUILD CMOCKA_MESSAGE_OUTPUT=tap
 # start order when $BUILD/test-times.txt is not there yet
 LONG="t_cuda_fake.sh:129 t_fuzz.sh:123 t_cuda_target.sh:94 test_nvrtc:69 t_cuda_attention_tc.sh:65
       t_pp_train.sh:50 t_offload_run.sh:45 t_tp_train.sh:40 t_dp_train.sh:40 t_cp_train.sh:40
-      t_offload_cuda.sh:40 t_window.sh:35 t_cuda_emu.sh:35 t_cuda_attention.sh:30"
+      t_offload_cuda.sh:40 t_window.sh:35 t_cuda_emu.sh:35 t_cuda_attention.sh:30
+      t_cuda_xent.sh:40 t_cuda_epilogue.sh:40 t_lhs.sh:30 t_cuda_trace.sh:15"
 TIMES=$BUILD/test-times.txt
 dir=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT

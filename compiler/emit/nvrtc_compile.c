@@ -27,6 +27,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -224,12 +225,20 @@ static int is_dir(const char *path) {
     return *path && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-const char *kiln_cuda_kernel_dir(void) {
+static const char *kernel_dir_as_given(void) {
     const char *kernels = getenv("KILN_CUDA_KERNELS");
     if (kernels && *kernels) return kernels;
     if (is_dir(KILN_CUDA_KERNEL_DIR)) return KILN_CUDA_KERNEL_DIR;
     const char *beside = beside_binary();
     return is_dir(beside) ? beside : KILN_CUDA_KERNEL_DIR;
+}
+
+/* The directory canonical (realpath), so the NVRTC cache's key, which holds
+ * the include path, is the same whichever directory kiln runs from. */
+const char *kiln_cuda_kernel_dir(void) {
+    static char canon[PATH_MAX];
+    const char *dir = kernel_dir_as_given();
+    return realpath(dir, canon) ? canon : dir;
 }
 
 char *kiln_read_source(const char *path, char *err, size_t errlen) {
