@@ -327,3 +327,16 @@ int rt_launch_ok(rt_ctx *c, int stream, int nstreams, rt_kernel k, int nargs, co
     rt_fail(c, "rt_launch %s: bad kernel or nargs %d", name ? name : "?", nargs);
     return 0;
 }
+
+/* s up to end (NULL: its end) as a JSON string */
+void rt_json_string(FILE *f, const char *s, const char *end) {
+    fputc('"', f);
+    for (; s && *s && s != end; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+

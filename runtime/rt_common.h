@@ -11,6 +11,7 @@
 #ifndef KILN_RT_COMMON_H
 #define KILN_RT_COMMON_H
 #include <stddef.h>
+#include <stdio.h>
 
 #include "rt_private.h"
 
@@ -66,4 +67,8 @@ int rt_launch_ok(rt_ctx *c, int stream, int nstreams, rt_kernel k, int nargs, co
  * in blocks on rt_parallel_for.  A param with an unknown init, or "ones" /
  * "normal" on a tensor that is not f32, prints one line and exits 1. */
 void rt_init_host(rt_ctx *c, const rt_program *p, uint64_t seed);
+/* s up to end (NULL: its end) to f as a JSON string: the --trace writers
+ * (runtime/cpu/dev_cpu.c, runtime/cuda/trace_cuda.c) */
+void rt_json_string(FILE *f, const char *s, const char *end);
+
 #endif

@@ -689,18 +689,6 @@ rt_ctx *rt_new(const rt_program *p, const rt_options *o) {
 
 /* ---- the trace ---- */
 
-/* s up to end (NULL: its end) as a JSON string */
-static void json_string(FILE *f, const char *s, const char *end) {
-    fputc('"', f);
-    for (; s && *s && s != end; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 static void write_trace(rt_ctx *c) {
     static const char *stream_name[] = {"compute", "comm", "d2h", "h2d"};
     FILE *f = c->trace;
@@ -716,11 +704,11 @@ static void write_trace(rt_ctx *c) {
             const Span *sp = &c->streams[i].span[k];
             const char *name = sp->name ? sp->name : "kernel", *at = strchr(name, '@');
             fprintf(f, ",\n{\"name\":");
-            json_string(f, name, at);
+            rt_json_string(f, name, at);
             fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d", sp->start, sp->end - sp->start, pid, i);
             if (at || sp->bytes) {
                 fprintf(f, ",\"args\":{");
-                if (at) fprintf(f, "\"at\":"), json_string(f, at + 1, NULL);
+                if (at) fprintf(f, "\"at\":"), rt_json_string(f, at + 1, NULL);
                 if (sp->bytes) fprintf(f, "%s\"bytes\":%lld", at ? "," : "", (long long)sp->bytes);
                 fputc('}', f);
             }

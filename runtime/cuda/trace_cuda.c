@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "rt_cuda.h"
+#include "rt_common.h"
 
 typedef struct {
     const char *name; /* the launch name: outlives the context (the program's) */
@@ -145,18 +146,6 @@ CUresult rtc_trace_step_end(RtcTrace *t) {
     return CUDA_SUCCESS;
 }
 
-/* s up to end (NULL: its end) as a JSON string */
-static void json_string(FILE *f, const char *s, const char *end) {
-    fputc('"', f);
-    for (; s && *s && s != end; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 static void write_events(const RtcTrace *t, FILE *f) {
     static const char *stream_name[] = {"compute", "comm", "d2h", "h2d"};
     fprintf(f, "{\"traceEvents\":[");
@@ -169,9 +158,9 @@ static void write_events(const RtcTrace *t, FILE *f) {
         const Span *sp = &t->span[k];
         const char *name = sp->name ? sp->name : "kernel", *at = strchr(name, '@');
         fprintf(f, ",\n{\"name\":");
-        json_string(f, name, at);
+        rt_json_string(f, name, at);
         fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d", sp->ts, sp->dur, t->rank, sp->stream);
-        if (at) fprintf(f, ",\"args\":{\"at\":"), json_string(f, at + 1, NULL), fputc('}', f);
+        if (at) fprintf(f, ",\"args\":{\"at\":"), rt_json_string(f, at + 1, NULL), fputc('}', f);
         fputc('}', f);
     }
     fprintf(f, "\n]}\n");
