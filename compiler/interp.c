@@ -793,27 +793,26 @@ static void ex_cross_entropy(Ex *e) {
     }
 }
 
+/* One row of cross-entropy's backward: dx = dl*(softmax(x) - onehot(tg));
+ * returns the row's loss, read before dx is written (dx may be x: F_INPLACE). */
+static double xent_row_grad(const double *x, int64_t V, int64_t tg, double dl, double *dx) {
+    double lse = logsumexp(x, V), loss = lse - x[tg];
+    for (int64_t i = 0; i < V; i++) dx[i] = dl * (exp(x[i] - lse) - (i == tg));
+    return loss;
+}
+
 /* (dl, logits, targets) -> dl*(softmax - onehot) */
 static void ex_cross_entropy_bwd(Ex *e) {
     int64_t V = last_dim(INT(1)), n = e->in[2]->n;
-    for (int64_t r = 0; r < n; r++) {
-        const double *x = IN(1) + r * V;
-        double *dx = OUT(0) + r * V, lse = logsumexp(x, V), dl = IN(0)[r];
-        int64_t tg = id_at(e, IN(2), r, V);
-        for (int64_t i = 0; i < V; i++) dx[i] = dl * (exp(x[i] - lse) - (i == tg));
-    }
+    for (int64_t r = 0; r < n; r++)
+        (void)xent_row_grad(IN(1) + r * V, V, id_at(e, IN(2), r, V), IN(0)[r], OUT(0) + r * V);
 }
 
 /* (dl, logits, targets) -> dlogits, loss: the two above in one op (xent_fuse.c) */
 static void ex_cross_entropy_fused(Ex *e) {
     int64_t V = last_dim(INT(1)), n = e->in[2]->n;
-    for (int64_t r = 0; r < n; r++) {
-        const double *x = IN(1) + r * V;
-        double *dx = OUT(0) + r * V, lse = logsumexp(x, V), dl = IN(0)[r];
-        int64_t tg = id_at(e, IN(2), r, V);
-        OUT(1)[r] = lse - x[tg]; /* before dx: dlogits may be the logits (F_INPLACE) */
-        for (int64_t i = 0; i < V; i++) dx[i] = dl * (exp(x[i] - lse) - (i == tg));
-    }
+    for (int64_t r = 0; r < n; r++)
+        OUT(1)[r] = xent_row_grad(IN(1) + r * V, V, id_at(e, IN(2), r, V), IN(0)[r], OUT(0) + r * V);
 }
 
 /* ---- optimizer ---- */
