@@ -484,6 +484,19 @@ static void ex_matmul(Ex *e) {
     if (e->n->op == OP_matmul_bias_gelu) /* GELU_AUX_BIAS: aux p = acc + bias, out gelu(p), each rounded once */
         for (int64_t i = 0, r = 0; r < NOUT(0) / N; r++)
             for (int64_t j = 0; j < N; j++, i++) OUT(1)[i] = OUT(0)[i] + IN(2)[j], OUT(0)[i] = gelu(OUT(1)[i]);
+    if (e->n->op == OP_matmul_dgelu_bgrad) { /* DGELU_BGRAD: dz = p gelu'(z), db = column sums of dz, each rounded once */
+        memset(OUT(1), 0, sizeof(double) * (size_t)N);
+        for (int64_t i = 0, r = 0; r < NOUT(0) / N; r++)
+            for (int64_t j = 0; j < N; j++, i++) OUT(0)[i] *= gelu_d(IN(2)[i]), OUT(1)[j] += OUT(0)[i];
+    }
+    if (e->n->op == OP_matmul_bgrad) { /* BGRADA/B: the sum over K of b [K,N] (bgrad=1) or of a [K,M] (0) */
+        int of_b = ir_attr_i(e->n, "bgrad", 1) != 0;
+        int64_t X = of_b ? N : M;
+        const double *v = IN(of_b ? 1 : 0);
+        memset(OUT(1), 0, sizeof(double) * (size_t)X);
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < X; j++) OUT(1)[j] += v[k * X + j];
+    }
 }
 
 /* ---- norms and softmax: x viewed as rows of its last dim C ---- */
@@ -879,7 +892,9 @@ static void exec_local(Ex *e) {
     case OP_broadcast: ex_broadcast(e); break;
     case OP_sumto: ex_sumto(e); break;
     case OP_cast: ex_cast(e); break;
-    case OP_matmul: case OP_matmul_bias: case OP_matmul_bias_gelu: ex_matmul(e); break;
+    case OP_matmul: case OP_matmul_bias: case OP_matmul_bias_gelu: case OP_matmul_dgelu_bgrad: case OP_matmul_bgrad:
+        ex_matmul(e);
+        break;
     case OP_layernorm: ex_layernorm(e); break;
     case OP_layernorm_bwd: ex_layernorm_bwd(e); break;
     case OP_rmsnorm: ex_rmsnorm(e); break;

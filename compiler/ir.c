@@ -622,6 +622,18 @@ static int infer_matmul(const Infer *in, Type out[], char *err, size_t errlen) {
             FAIL("%s: bias %s must be %s[%lld]", ir_ops[in->n->op].name, tstr(c, x), ir_dtype_names[a->dt], (long long)N);
     }
     if (in->n->op == OP_matmul_bias_gelu) out[1] = out[0]; /* the aux output: the pre-activation */
+    if (in->n->op == OP_matmul_dgelu_bgrad) { /* (dy, b, z): dz as z, db[N] */
+        if (!ir_type_eq(in->t[2], &out[0])) FAIL("matmul_dgelu_bgrad: z %s must be the product's %s", tstr(in->t[2], x), tstr(&out[0], y));
+        out[1] = out[0];
+        out[1].rank = 1, out[1].dim[0] = N;
+    }
+    if (in->n->op == OP_matmul_bgrad) { /* db: the sum over K of b ([N], tb = 0) or of a ([M], ta = 1) */
+        int of_b = ir_attr_i(in->n, "bgrad", 1) != 0;
+        if (a->rank != 2 || b->rank != 2) FAIL("matmul_bgrad: %s x %s: rank-2 operands only", tstr(a, x), tstr(b, y));
+        if (of_b ? tb : !ta) FAIL("matmul_bgrad: the bias gradient of %s needs %s", of_b ? "b" : "a", of_b ? "tb = 0" : "ta = 1");
+        out[1] = out[0];
+        out[1].rank = 1, out[1].dim[0] = of_b ? N : M;
+    }
     return 0;
 }
 
@@ -882,6 +894,7 @@ static const InferFn infer_op[OP_COUNT] = {
     [OP_reshape] = infer_reshape, [OP_transpose] = infer_transpose, [OP_slice] = infer_slice,
     [OP_concat] = infer_concat, [OP_broadcast] = infer_broadcast, [OP_sumto] = infer_sumto,
     [OP_matmul] = infer_matmul, [OP_matmul_bias] = infer_matmul, [OP_matmul_bias_gelu] = infer_matmul,
+    [OP_matmul_dgelu_bgrad] = infer_matmul, [OP_matmul_bgrad] = infer_matmul,
     [OP_layernorm] = infer_norm, [OP_rmsnorm] = infer_norm, [OP_layernorm_bwd] = infer_norm_bwd,
     [OP_rmsnorm_bwd] = infer_norm_bwd, [OP_softmax] = infer_softmax, [OP_softmax_bwd] = infer_softmax_bwd,
     [OP_rope] = infer_rope, [OP_rope_bwd] = infer_rope, [OP_dropout] = infer_dropout,

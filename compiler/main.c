@@ -103,7 +103,8 @@ static void usage(FILE *f) {
           "        the CPU runs f32)\n"
           "        --pp N --vpp V --pp-schedule 1f1b|interleaved|zb-h1|zb-v (plan: all) --pp-layers A,B,... (layers per chunk)\n"
           "        --offload none|all|auto|F (F in (0,1]; auto: from --device-profile, default cpu) --offload-stages LIST --offload-min-bytes BYTES (docs/offload.md)\n"
-          "        --gemm-epilogue bias|gelu|none (bias adds, gelu: and bias + GELU, as cuBLASLt epilogues; default none, CUDA only)\n"
+          "        --gemm-epilogue bias|gelu|bgrad|all|none (cuBLASLt epilogues, each value adding to the one before: bias adds, bias + GELU,\n"
+          "          weight-gradient GEMMs' bias gradients (BGRADA/B), dGELU + bias gradient (DGELU_BGRAD); default none, CUDA only)\n"
           "        --xent-fused on|off (the fused classifier: cross-entropy's loss and logits' gradient at the forward; default on with --target cuda)\n"
           "        --tp N (tensor parallel: Megatron's layout) --sp|--no-sp (sequence parallel, default on with tp > 1)  --test-drop-event --test-pp-bug drop-tied|swap-recv|late-post\n"
           "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce|xent-max|norm-grad (tests only)\n"
@@ -325,9 +326,11 @@ static void parse_args(Args *a, int argc, char **argv) {
             a->o.memory_budget = parse_bytes_flag(f, argv[++i]);
         } else if (strcmp(f, "--gemm-epilogue") == 0) {
             const char *v = argv[++i];
-            if (strcmp(v, "bias") && strcmp(v, "gelu") && strcmp(v, "none"))
-                die("--gemm-epilogue: expected bias, gelu or none, got \"%s\"", v);
-            a->o.gemm_epilogue = strcmp(v, "bias") == 0 ? 1 : strcmp(v, "gelu") == 0 ? 2 : 0;
+            static const char *const levels[] = {"none", "bias", "gelu", "bgrad", "all"};
+            int l = 0;
+            while (l < 5 && strcmp(v, levels[l])) l++;
+            if (l == 5) die("--gemm-epilogue: expected bias, gelu, bgrad, all or none, got \"%s\"", v);
+            a->o.gemm_epilogue = l;
         } else if (strcmp(f, "--xent-fused") == 0) {
             const char *v = argv[++i];
             if (strcmp(v, "on") && strcmp(v, "off")) die("--xent-fused: expected on or off, got \"%s\"", v);

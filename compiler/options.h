@@ -81,7 +81,8 @@ typedef struct {
     int xent_fused;
     /* cuBLASLt epilogues (issue 23, gemm_epilogue.c): 1 --gemm-epilogue
      * bias (a bias add into its GEMM), 2 gelu (and bias + GELU with its
-     * aux output), 0 none (default) */
+     * aux output), 3 bgrad (and bias gradients on weight-gradient GEMMs),
+     * 4 all (and dGELU + bias gradient), 0 none (default) */
     int gemm_epilogue;
 } Options;
 /* Options.offload for --offload auto: each (rank, virtual stage,

@@ -24,7 +24,8 @@ void pass_precision(Module *m, const Options *o); /* precision.c: bf16 mixed pre
 void pass_fuse(Module *m, const Options *o);      /* fuse.c: elementwise chains -> generated kernels */
 /* xent_fuse.c: cross_entropy + its backward -> cross_entropy_fused (o->xent_fused == 1); run by pass_fuse first */
 void xent_fuse(Module *m, const Options *o);
-/* gemm_epilogue.c: matmul + broadcast bias add -> matmul_bias (o->gemm_epilogue >= 1), and with 2 (gelu)
+/* gemm_epilogue.c: matmul + broadcast bias add -> matmul_bias (o->gemm_epilogue >= 1), with 3 (bgrad) a weight
+ * gradient GEMM + its bias's sumto -> matmul_bgrad, with 4 (all) matmul + gelu_bwd + sumto -> matmul_dgelu_bgrad; with 2 (gelu)
  * matmul_bias + gelu -> matmul_bias_gelu; run by pass_fuse */
 void gemm_epilogue(Module *m, const Options *o);
 void pass_schedule(Module *m, const Options *o);  /* schedule.c: streams, events, linear order */

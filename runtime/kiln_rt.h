@@ -53,8 +53,11 @@
  * 12: the host space RT_SPACE_HOST (activation offload, issue 19):
  * space_bytes has RT_NSPACES = 5 entries.
  * 13: rtk_recv_start and rtk_recv_done (a receive posted early).
- * 14: rt_tensor gained tp_split and tp_blocks (tensor parallelism). */
-#define RT_ABI_VERSION 14
+ * 14: rt_tensor gained tp_split and tp_blocks (tensor parallelism).
+ * 15: the CUDA launchers rtk_cross_entropy_fused, rtk_gemm_bias and
+ * rtk_gemm_bias_gelu (issue 23, added at 14 without a bump), and
+ * rtk_gemm_dgelu_bgrad and rtk_gemm_bgrad. */
+#define RT_ABI_VERSION 15
 
 typedef struct rt_ctx rt_ctx;
 typedef void (*rt_kernel)(rt_ctx *ctx, const int64_t *args);
@@ -331,6 +334,17 @@ void rtk_gemm_bias(rt_ctx *ctx, const int64_t *a);
  * (rounded to C's dtype) written to aux (IR matmul_bias_gelu; CUDA only:
  * cuBLASLt's GELU_AUX_BIAS epilogue).  args: rtk_gemm_bias's 17, then aux */
 void rtk_gemm_bias_gelu(rt_ctx *ctx, const int64_t *a);
+/* rtk_gemm (one batch, beta 0), then C = p * gelu'(aux) (tanh form) of the
+ * unrounded product p, and db[N] = the sum of that over C's rows, both in
+ * C's dtype (IR matmul_dgelu_bgrad; CUDA only: cuBLASLt's DGELU_BGRAD
+ * epilogue, aux its input, the pre-activation rtk_gemm_bias_gelu saved).
+ * args: rtk_gemm's 16, then aux (C's dtype and shape), db */
+void rtk_gemm_dgelu_bgrad(rt_ctx *ctx, const int64_t *a);
+/* rtk_gemm (one batch, beta 0), and db = the sum over K of B ([K,N], tb 0:
+ * db[N], of_b 1) or of A ([K,M], ta 1: db[M], of_b 0), in C's dtype (IR
+ * matmul_bgrad; CUDA only: cuBLASLt's BGRADA / BGRADB).
+ * args: rtk_gemm's 16, then db, of_b */
+void rtk_gemm_bgrad(rt_ctx *ctx, const int64_t *a);
 
 /* args: x, w, b, y, rows, C, eps */
 void rtk_layernorm(rt_ctx *ctx, const int64_t *a);

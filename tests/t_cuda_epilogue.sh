@@ -42,7 +42,7 @@ mkdir -p "$F" || exit 1
 # ---- 1. flags ----
 "$K" dump models/tiny.lua --gemm-epilogue relu > "$tmp/err" 2>&1; rc=$?
 check "--gemm-epilogue relu: one line, exit 1 ($(head -1 "$tmp/err"))" \
-    "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q 'expected bias, gelu or none' '$tmp/err'"
+    "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q 'expected bias, gelu, bgrad, all or none' '$tmp/err'"
 "$K" compile models/tiny.lua --gemm-epilogue bias -o "$tmp/x" > "$tmp/err" 2>&1; rc=$?
 check "--gemm-epilogue bias for the CPU target: one line, exit 1 ($(head -1 "$tmp/err"))" \
     "[ $rc -eq 1 ] && [ \$(wc -l < '$tmp/err') -eq 1 ] && grep -q 'no GEMM epilogues' '$tmp/err'"

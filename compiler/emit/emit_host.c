@@ -375,10 +375,21 @@ static void emit_matmul(Em *e, const Node *n) {
     LLVMValueRef a[] = {P(e, n->in[0], 0), P(e, n->in[1], 0), P(e, n->out[0], 0), I64(e, batch), I64(e, M), I64(e, N),
                         I64(e, K), I64(e, ta), I64(e, tb), I64(e, sa), I64(e, sb), I64(e, M * N), F(e, 0),
                         DT(e, n->in[0]), DT(e, n->in[1]), DT(e, n->out[0]),
-                        n->nin > 2 ? P(e, n->in[2], 0) : NULL,  /* gemm_bias: + the bias vector (CUDA) */
-                        n->nout > 1 ? P(e, n->out[1], 0) : NULL}; /* gemm_bias_gelu: + the aux output */
-    const char *fn = n->op == OP_matmul_bias_gelu ? "gemm_bias_gelu" : n->op == OP_matmul_bias ? "gemm_bias" : "gemm";
-    launch_lib(e, n, fn, a, 16 + (n->nin > 2) + (n->nout > 1));
+                        NULL, NULL};
+    int na = 16;
+    switch (n->op) { /* the epilogues' operands (CUDA) */
+    case OP_matmul_bias: a[na++] = P(e, n->in[2], 0); break;                                  /* bias */
+    case OP_matmul_bias_gelu: a[na++] = P(e, n->in[2], 0), a[na++] = P(e, n->out[1], 0); break; /* bias, aux out */
+    case OP_matmul_dgelu_bgrad: a[na++] = P(e, n->in[2], 0), a[na++] = P(e, n->out[1], 0); break; /* aux in, db */
+    case OP_matmul_bgrad: a[na++] = P(e, n->out[1], 0), a[na++] = I64(e, ir_attr_i(n, "bgrad", 1) != 0); break; /* db, of b */
+    default: break;
+    }
+    const char *fn = n->op == OP_matmul_bias_gelu     ? "gemm_bias_gelu"
+                     : n->op == OP_matmul_bias        ? "gemm_bias"
+                     : n->op == OP_matmul_dgelu_bgrad ? "gemm_dgelu_bgrad"
+                     : n->op == OP_matmul_bgrad       ? "gemm_bgrad"
+                                                      : "gemm";
+    launch_lib(e, n, fn, a, na);
 }
 
 /* --attention cudnn: cuDNN's SDPA takes bf16 q, k, v and o, index
@@ -657,7 +668,9 @@ static void emit_node(Em *e, int idx) {
     case OP_concat: emit_concat(e, n); return;
     case OP_broadcast: emit_broadcast(e, n); return;
     case OP_sumto: emit_sumto(e, n); return;
-    case OP_matmul: case OP_matmul_bias: case OP_matmul_bias_gelu: emit_matmul(e, n); return;
+    case OP_matmul: case OP_matmul_bias: case OP_matmul_bias_gelu: case OP_matmul_dgelu_bgrad: case OP_matmul_bgrad:
+        emit_matmul(e, n);
+        return;
     case OP_layernorm: case OP_layernorm_bwd: case OP_rmsnorm: case OP_rmsnorm_bwd: emit_norm(e, n); return;
     case OP_softmax: case OP_softmax_bwd: {
         const Type *x = TY(e, n->in[0]);

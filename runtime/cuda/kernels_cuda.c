@@ -600,9 +600,18 @@ typedef struct {
     int64_t batch, M, N, K, sA, sB, sC;
     int ta, tb, dtC;
     uint32_t alignA, alignB, alignC;
-    uint32_t alignBias; /* 0: no epilogue; else CUBLASLT_EPILOGUE_BIAS, the bias vector's alignment */
-    uint32_t alignAux;  /* 0: no aux; else CUBLASLT_EPILOGUE_GELU_AUX_BIAS, the aux matrix's alignment */
+    uint32_t epilogue;  /* 0: none; else the cublasLtEpilogue_t (BIAS, GELU_AUX_BIAS, DGELU_BGRAD, BGRADA, BGRADB) */
+    uint32_t alignBias; /* the bias (or bias gradient) vector's alignment, 0 without */
+    uint32_t alignAux;  /* the aux matrix's alignment (GELU_AUX_BIAS's output, DGELU_BGRAD's input), 0 without */
 } GemmKey;
+
+/* What a launcher asks of the epilogue: the cublasLtEpilogue_t (0: none),
+ * the BIAS_POINTER (the bias, or where the bias gradient goes) and the
+ * EPILOGUE_AUX_POINTER. */
+typedef struct {
+    uint32_t ep;
+    CUdeviceptr bias, aux;
+} Epi;
 
 /* lt_a / lt_b are cuBLASLt's first and second operands: our B and our A. */
 typedef struct {
@@ -633,7 +642,7 @@ static int key_equal(const GemmKey *x, const GemmKey *y) {
     return x->ctx == y->ctx && x->batch == y->batch && x->M == y->M && x->N == y->N && x->K == y->K &&
            x->sA == y->sA && x->sB == y->sB && x->sC == y->sC && x->ta == y->ta && x->tb == y->tb &&
            x->dtC == y->dtC && x->alignA == y->alignA && x->alignB == y->alignB && x->alignC == y->alignC &&
-           x->alignBias == y->alignBias && x->alignAux == y->alignAux;
+           x->epilogue == y->epilogue && x->alignBias == y->alignBias && x->alignAux == y->alignAux;
 }
 
 /* A failed cuBLASLt call fails the step, naming the function (the call's
@@ -736,8 +745,8 @@ static int plan_descriptors(rt_ctx *ctx, GemmPlan *p) {
     if (LT_OK(ctx, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof trans_a)) ||
         LT_OK(ctx, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof trans_b)))
         return -1;
-    if (k->alignBias) {
-        uint32_t ep = k->alignAux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    if (k->epilogue) {
+        uint32_t ep = k->epilogue;
         if (LT_OK(ctx, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep)) ||
             set_bias(ctx, p->op, plan_bias))
             return -1;
@@ -849,9 +858,34 @@ static void gemm_zero(rt_ctx *ctx, CUdeviceptr C, const GemmKey *k, double beta)
     }
 }
 
+/* The shape and operand rules of epilogue x (after the batch fold), as
+ * cuBLASLt states them (docs/decisions.md, "Backward GEMM epilogues"):
+ * 0, or -1 after rt_fail. */
+static int epilogue_fits(rt_ctx *ctx, const GemmKey *k, double beta, const Epi *x) {
+    const char *name = x->ep == CUBLASLT_EPILOGUE_BIAS            ? "BIAS"
+                       : x->ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "GELU_AUX_BIAS"
+                       : x->ep == CUBLASLT_EPILOGUE_DGELU_BGRAD   ? "DGELU_BGRAD"
+                       : x->ep == CUBLASLT_EPILOGUE_BGRADA        ? "BGRADA"
+                                                                  : "BGRADB";
+    int bgrad = x->ep == CUBLASLT_EPILOGUE_BGRADA || x->ep == CUBLASLT_EPILOGUE_BGRADB;
+    const char *why = NULL;
+    if (beta != 0 || k->K <= 0) why = "beta 0 and K > 0";
+    else if (!bgrad && k->dtC != RT_BF16) why = "a bf16 C";
+    else if ((x->aux || bgrad) && k->batch != 1) why = "one batch";
+    else if (x->aux && k->N % 8) why = "N a multiple of 8 (AUX_LD)";
+    else if (x->ep == CUBLASLT_EPILOGUE_BGRADA && k->tb) why = "B not transposed (cuBLASLt's A)";
+    else if (x->ep == CUBLASLT_EPILOGUE_BGRADB && !k->ta) why = "A transposed (cuBLASLt's B)";
+    if (!why) return 0;
+    rt_fail(ctx, "%s: gemm %s: batch %lld M %lld N %lld K %lld ta %d tb %d C %s beta %g (the epilogue here needs %s)",
+            rtc_launch_name(ctx), name, (long long)k->batch, (long long)k->M, (long long)k->N, (long long)k->K, k->ta, k->tb,
+            dtype_name(k->dtC), beta, why);
+    return -1;
+}
+
 /* args: A, B, C, batch, M, N, K, ta, tb, strideA, strideB, strideC,
- * beta(bits), dtA, dtB, dtC; bias: 0, or rtk_gemm_bias's bias vector */
-static void gemm_run(rt_ctx *ctx, const int64_t *a, CUdeviceptr bias, CUdeviceptr aux) {
+ * beta(bits), dtA, dtB, dtC; x: the epilogue (x->ep 0: none) */
+static void gemm_run(rt_ctx *ctx, const int64_t *a, const Epi *x) {
+    CUdeviceptr bias = x->bias, aux = x->aux;
     CUdeviceptr A = dptr(a[0]), B = dptr(a[1]), C = dptr(a[2]);
     GemmKey k = {.ctx = ctx, .batch = a[3], .M = a[4], .N = a[5], .K = a[6], .ta = a[7] != 0, .tb = a[8] != 0,
                  .sA = a[9], .sB = a[10], .sC = a[11], .dtC = (int)a[15]};
@@ -876,20 +910,12 @@ static void gemm_run(rt_ctx *ctx, const int64_t *a, CUdeviceptr bias, CUdevicept
         k.batch = 1;
     }
     if (k.batch == 1) k.sA = k.sB = k.sC = 0;
-    if (bias && (k.dtC != RT_BF16 || beta != 0 || k.K <= 0)) {
-        rt_fail(ctx, "%s: gemm_bias: C %s, beta %g, K %lld (the BIAS epilogue here: bf16 C, beta 0, K > 0)", rtc_launch_name(ctx),
-                dtype_name(a[15]), beta, (long long)k.K);
-        return;
-    }
-    if (aux && (k.batch != 1 || k.N % 8)) {
-        rt_fail(ctx, "%s: gemm_bias_gelu: batch %lld, N %lld (GELU_AUX_BIAS here: one batch, N a multiple of 8)",
-                rtc_launch_name(ctx), (long long)k.batch, (long long)k.N);
-        return;
-    }
+    if (x->ep && epilogue_fits(ctx, &k, beta, x)) return;
     if (k.K <= 0) {
         gemm_zero(ctx, C, &k, beta);
         return;
     }
+    k.epilogue = x->ep;
     if (bias) k.alignBias = operand_align(bias, 0, 1);
     if (aux) k.alignAux = operand_align(aux, 0, 1);
     k.alignA = operand_align(A, k.sA * 2, k.batch);
@@ -919,7 +945,10 @@ static void gemm_run(rt_ctx *ctx, const int64_t *a, CUdeviceptr bias, CUdevicept
                               (void *)(uintptr_t)ws, ws_bytes, rtc_stream(ctx)));
 }
 
-void rtk_gemm(rt_ctx *ctx, const int64_t *a) { gemm_run(ctx, a, 0, 0); }
+void rtk_gemm(rt_ctx *ctx, const int64_t *a) {
+    Epi none = {0, 0, 0};
+    gemm_run(ctx, a, &none);
+}
 
 /* args: rtk_gemm's 16, then bias (C's dtype, [N]) */
 void rtk_gemm_bias(rt_ctx *ctx, const int64_t *a) {
@@ -927,7 +956,8 @@ void rtk_gemm_bias(rt_ctx *ctx, const int64_t *a) {
         rt_fail(ctx, "%s: gemm_bias: no bias vector", rtc_launch_name(ctx));
         return;
     }
-    gemm_run(ctx, a, dptr(a[16]), 0);
+    Epi x = {CUBLASLT_EPILOGUE_BIAS, dptr(a[16]), 0};
+    gemm_run(ctx, a, &x);
 }
 
 /* args: rtk_gemm's 16, then bias (C's dtype, [N]), aux (C's dtype and
@@ -937,5 +967,28 @@ void rtk_gemm_bias_gelu(rt_ctx *ctx, const int64_t *a) {
         rt_fail(ctx, "%s: gemm_bias_gelu: no %s", rtc_launch_name(ctx), a[16] ? "aux matrix" : "bias vector");
         return;
     }
-    gemm_run(ctx, a, dptr(a[16]), dptr(a[17]));
+    Epi x = {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, dptr(a[16]), dptr(a[17])};
+    gemm_run(ctx, a, &x);
+}
+
+/* args: rtk_gemm's 16, then aux (the pre-activation, C's dtype and shape:
+ * DGELU_BGRAD's input), db (C's dtype, [N]: the bias gradient) */
+void rtk_gemm_dgelu_bgrad(rt_ctx *ctx, const int64_t *a) {
+    if (!a[16] || !a[17]) {
+        rt_fail(ctx, "%s: gemm_dgelu_bgrad: no %s", rtc_launch_name(ctx), a[16] ? "bias gradient vector" : "aux matrix");
+        return;
+    }
+    Epi x = {CUBLASLT_EPILOGUE_DGELU_BGRAD, dptr(a[17]), dptr(a[16])};
+    gemm_run(ctx, a, &x);
+}
+
+/* args: rtk_gemm's 16, then db (C's dtype), of_b: 1 the sum over K of our
+ * B (cuBLASLt's A: BGRADA, db[N]), 0 of our A (its B: BGRADB, db[M]) */
+void rtk_gemm_bgrad(rt_ctx *ctx, const int64_t *a) {
+    if (!a[16]) {
+        rt_fail(ctx, "%s: gemm_bgrad: no bias gradient vector", rtc_launch_name(ctx));
+        return;
+    }
+    Epi x = {a[17] ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB, dptr(a[16]), 0};
+    gemm_run(ctx, a, &x);
 }
