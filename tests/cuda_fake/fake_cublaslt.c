@@ -42,8 +42,28 @@
  * EPILOGUE_AUX_DATA_TYPE must be -1 or D's type; one batch only (no
  * AUX_BATCH_STRIDE).  KILN_FAKE_CUBLASLT_TEST_GELU_AUX (tests only) plants
  * a bug: =post, the aux output holds GELU(v), not v; =nobias, it holds v
- * without the bias.  Other epilogues are
- * refused with their number.
+ * without the bias.
+ *
+ * The backward epilogues (issue 23), from the header (cublasLt.h) and the
+ * library's own error messages (strings of libcublasLt.so.13; sources in
+ * docs/decisions.md, "Backward GEMM epilogues"):
+ *   DGELU_BGRAD: D = v * GELU'(aux) of the unrounded v (aux, the GELU input,
+ *     read with EPILOGUE_AUX_LD: a multiple of 8, >= D's rows; its type -1
+ *     or D's), and the bias gradient (BIAS_POINTER: required, D's rows long,
+ *     in D's type, the header's rule; BIAS_DATA_TYPE -1 or D's) = the sum of
+ *     those unrounded values over each row of D, rounded once;
+ *   BGRADA: the bias gradient (D's rows long) = the sum over k of op(A),
+ *     which must not be transposed ("BGRADA only works with non-transposed
+ *     A"); BGRADB: D's columns long, the sum over k of op(B), which must be
+ *     transposed ("BGRADB only works with transposed B"); D is computed as
+ *     without an epilogue.
+ * All three: one batch (the fake sets no BIAS_BATCH_STRIDE), the bias
+ * gradient inside one allocation and aligned to D's element size ("The
+ * bias vector pointer must be aligned to output data type").  Planted bugs
+ * (tests only): KILN_FAKE_CUBLASLT_TEST_DGELU_AUX_LD=1 reads aux with the
+ * leading dimension 8 short; KILN_FAKE_CUBLASLT_TEST_BGRAD=half sums only
+ * the first half of k (BGRADA/B) or of D's columns (DGELU_BGRAD).  Other
+ * epilogues are refused with their number.
  *
  * The work is enqueued on the stream through kiln_fake_cuda_enqueue
  * (fake_cuda.h) with its arguments copied, so a GEMM launched while the
@@ -196,8 +216,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
     case CUBLASLT_MATMUL_DESC_EPILOGUE: {
         uint32_t ep = 0;
         if ((s = attribute(call, "EPILOGUE", buf, sizeInBytes, sizeof ep, &ep))) return s;
-        if (ep != CUBLASLT_EPILOGUE_DEFAULT && ep != CUBLASLT_EPILOGUE_BIAS && ep != CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-            return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: epilogue %u is not emulated (DEFAULT, BIAS, GELU_AUX_BIAS)", call, ep);
+        if (ep != CUBLASLT_EPILOGUE_DEFAULT && ep != CUBLASLT_EPILOGUE_BIAS && ep != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+            ep != CUBLASLT_EPILOGUE_DGELU_BGRAD && ep != CUBLASLT_EPILOGUE_BGRADA && ep != CUBLASLT_EPILOGUE_BGRADB)
+            return fail(CUBLAS_STATUS_NOT_SUPPORTED,
+                        "%s: epilogue %u is not emulated (DEFAULT, BIAS, GELU_AUX_BIAS, DGELU_BGRAD, BGRADA, BGRADB)", call, ep);
         d->epilogue = ep;
         return CUBLAS_STATUS_SUCCESS;
     }
@@ -333,12 +355,27 @@ typedef struct {
     void *aux;        /* GELU_AUX_BIAS: the GELU input (D's type), or NULL */
     int64_t aux_ld;
     int aux_bug;      /* the planted bugs: 1 aux gets the GELU's output, 2 the sum without the bias */
+    uint32_t bgrad;   /* 0, or DGELU_BGRAD, BGRADA, BGRADB: the bias gradient goes to bgrad */
+    void *bgrad_out;  /* D's type */
+    const void *daux; /* DGELU_BGRAD: the GELU input (D's type), read with aux_ld */
+    int bgrad_bug;    /* planted: 1 sums half of the reduced dim */
+    int dgelu_ld_bug; /* planted: 1 reads daux with aux_ld - 8 */
 } Gemm;
+
+static cublasStatus_t check_bgrad(const char *call, const Desc *dd, const Layout *ld, const Gemm *g);
 
 /* GELU, tanh approximation (cublasLt.h's GELU epilogues). */
 static double gelu_tanh(double x) {
     const double c = sqrt(2.0 / 3.14159265358979323846);
     return 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x)));
+}
+
+/* Its derivative, from the same formula: with u = c (x + 0.044715 x^3),
+ * d/dx = (1 + tanh u) / 2 + x (1 - tanh^2 u) c (1 + 3 * 0.044715 x^2) / 2. */
+static double gelu_tanh_grad(double x) {
+    const double c = sqrt(2.0 / 3.14159265358979323846);
+    double t = tanh(c * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
 static double bf16_value(uint16_t v) {
@@ -356,12 +393,36 @@ static uint16_t bf16_round(float f) { /* nearest even; NaN -> 0x7fff (as emu.h a
     return (uint16_t)(u >> 16);
 }
 
+/* The stored value of element i of a D-typed buffer. */
+static double d_value(const Gemm *g, const void *p, int64_t i) {
+    return g->d_bf16 ? bf16_value(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static void d_store(const Gemm *g, void *p, int64_t i, double v) {
+    if (g->d_bf16) ((uint16_t *)p)[i] = bf16_round((float)v);
+    else ((float *)p)[i] = (float)v;
+}
+
+/* BGRADA / BGRADB: the sums over k of op(A) (rows i) or op(B) (columns j),
+ * from ar / br as run_gemm lays them out; sums[] gets len entries. */
+static void operand_sums(const Gemm *g, const double *ar, const double *br, double *sums) {
+    int a = g->bgrad == CUBLASLT_EPILOGUE_BGRADA;
+    int64_t len = a ? g->m : g->n, kk = g->bgrad_bug ? g->k / 2 : g->k;
+    for (int64_t i = 0; i < len; i++) {
+        double s = 0;
+        for (int64_t l = 0; l < kk; l++) s += (a ? ar : br)[i * g->k + l];
+        sums[i] = s;
+    }
+}
+
 static int run_gemm(void *data, char *err, size_t errlen) {
     const Gemm *g = data;
     double *ar = malloc(sizeof(double) * (size_t)(g->m * g->k + 1)), *br = malloc(sizeof(double) * (size_t)(g->n * g->k + 1));
-    if (!ar || !br) {
+    double *sums = calloc((size_t)(g->m > g->n ? g->m : g->n) + 1, sizeof(double));
+    if (!ar || !br || !sums) {
         free(ar);
         free(br);
+        free(sums);
         snprintf(err, errlen, "out of host memory");
         return -1;
     }
@@ -391,12 +452,19 @@ static int run_gemm(void *data, char *err, size_t errlen) {
                     else ((float *)g->aux)[xi] = (float)av;
                     v = gv;
                 }
-                if (g->d_bf16) ((uint16_t *)g->d)[di] = bf16_round((float)v);
-                else ((float *)g->d)[di] = (float)v;
+                if (g->daux) { /* DGELU_BGRAD: the GELU's gradient at its input, summed per row of D */
+                    v *= gelu_tanh_grad(d_value(g, g->daux, i + j * (g->aux_ld - 8 * g->dgelu_ld_bug)));
+                    if (!g->bgrad_bug || j < g->n / 2) sums[i] += v;
+                }
+                d_store(g, g->d, di, v);
             }
+        if (g->bgrad == CUBLASLT_EPILOGUE_BGRADA || g->bgrad == CUBLASLT_EPILOGUE_BGRADB) operand_sums(g, ar, br, sums);
     }
+    if (g->bgrad) /* one batch (checked) */
+        for (int64_t i = 0, len = g->bgrad == CUBLASLT_EPILOGUE_BGRADB ? g->n : g->m; i < len; i++) d_store(g, g->bgrad_out, i, sums[i]);
     free(ar);
     free(br);
+    free(sums);
     return 0;
 }
 
@@ -497,6 +565,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     cublasStatus_t s = plan(call, desc_of(operationDesc), layout_of(Adesc), layout_of(Bdesc), layout_of(Cdesc),
                             layout_of(Ddesc), &g);
     if (s) return s;
+    const Desc *dd = desc_of(operationDesc);
+    if ((dd->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD || dd->epilogue == CUBLASLT_EPILOGUE_BGRADA ||
+         dd->epilogue == CUBLASLT_EPILOGUE_BGRADB) &&
+        (s = check_bgrad(call, dd, layout_of(Ddesc), &g)))
+        return s;
     const Pref *p = pref_of(preference);
     const Layout *ls[4] = {layout_of(Adesc), layout_of(Bdesc), layout_of(Cdesc), layout_of(Ddesc)};
     for (int i = 0; i < 4; i++) {
@@ -535,6 +608,58 @@ static cublasStatus_t gelu_aux(const char *call, const Desc *dd, const Layout *l
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* The backward epilogues' rules (the essay): 0 or the failure. */
+static cublasStatus_t check_bgrad(const char *call, const Desc *dd, const Layout *ld, const Gemm *g) {
+    uint32_t ep = dd->epilogue;
+    if (ep == CUBLASLT_EPILOGUE_BGRADA && g->transa)
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: BGRADA only works with non-transposed A", call);
+    if (ep == CUBLASLT_EPILOGUE_BGRADB && !g->transb)
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: BGRADB only works with transposed B", call);
+    if (g->batch != 1) return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: a bias gradient with %lld batches (the fake: one)", call, (long long)g->batch);
+    if (!dd->bias) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: epilogue %u without a BIAS_POINTER (the bias gradient)", call, ep);
+    if (dd->bias_type != -1 && dd->bias_type != ld->type)
+        return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: BIAS_DATA_TYPE %d for a bias gradient, D is %d (the header: D's type)", call,
+                    dd->bias_type, ld->type);
+    size_t es = ld->type == CUDA_R_32F ? 4 : 2;
+    if ((uintptr_t)dd->bias % es)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: the bias gradient at %p is not aligned to D's %zu-byte type", call, dd->bias, es);
+    if (ep == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+        if (!dd->aux) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: DGELU_BGRAD without an EPILOGUE_AUX_POINTER (the GELU input)", call);
+        if (dd->aux_ld <= 0 || dd->aux_ld % 8 || dd->aux_ld < g->m)
+            return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: EPILOGUE_AUX_LD %lld (a multiple of 8, >= D's %lld rows)", call,
+                        (long long)dd->aux_ld, (long long)g->m);
+        if (dd->aux_type != -1 && dd->aux_type != ld->type)
+            return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: EPILOGUE_AUX_DATA_TYPE %d, D is %d (the fake: D's type)", call,
+                        dd->aux_type, ld->type);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* A backward epilogue's buffers: checked against the allocations, set in g,
+ * their bytes in *bias_bytes (written) and *aux_bytes (read). */
+static cublasStatus_t bgrad_buffers(const char *call, const Desc *dd, const Layout *ld, Gemm *g, size_t *bias_bytes,
+                                    size_t *aux_bytes) {
+    cublasStatus_t s = check_bgrad(call, dd, ld, g);
+    if (s) return s;
+    size_t es = ld->type == CUDA_R_32F ? 4 : 2;
+    char why[512];
+    *bias_bytes = (size_t)(dd->epilogue == CUBLASLT_EPILOGUE_BGRADB ? g->n : g->m) * es;
+    if (*bias_bytes && kiln_fake_cuda_check_range((CUdeviceptr)(uintptr_t)dd->bias, *bias_bytes, why, sizeof why) != 0)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: bias gradient: %s", call, why);
+    *aux_bytes = 0;
+    if (dd->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+        *aux_bytes = g->n ? (size_t)(dd->aux_ld * (g->n - 1) + g->m) * es : 0;
+        if (*aux_bytes && kiln_fake_cuda_check_range((CUdeviceptr)(uintptr_t)dd->aux, *aux_bytes, why, sizeof why) != 0)
+            return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: aux: %s", call, why);
+        g->daux = dd->aux, g->aux_ld = dd->aux_ld;
+        const char *ldbug = getenv("KILN_FAKE_CUBLASLT_TEST_DGELU_AUX_LD");
+        g->dgelu_ld_bug = ldbug && strcmp(ldbug, "1") == 0 && dd->aux_ld > 8;
+    }
+    const char *bug = getenv("KILN_FAKE_CUBLASLT_TEST_BGRAD");
+    g->bgrad = dd->epilogue, g->bgrad_out = (void *)(uintptr_t)dd->bias, g->bgrad_bug = bug && strcmp(bug, "half") == 0;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
                               const void *A, cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
                               const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
@@ -555,8 +680,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     memcpy(&g.beta, beta, sizeof g.beta);
     g.a = A, g.b = B, g.c = C, g.d = D;
     const Desc *dd = desc_of(computeDesc);
-    size_t bias_bytes = 0, aux_bytes = 0;
-    g.aux = NULL;
+    size_t bias_bytes = 0, aux_bytes = 0, daux_bytes = 0;
+    g.aux = NULL, g.daux = NULL, g.bgrad = 0, g.bgrad_out = NULL, g.bias = NULL;
+    int backward = dd->epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD || dd->epilogue == CUBLASLT_EPILOGUE_BGRADA ||
+                   dd->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+    if (backward && (s = bgrad_buffers(call, dd, ld, &g, &bias_bytes, &daux_bytes))) return s;
     if (dd->epilogue == CUBLASLT_EPILOGUE_BIAS || dd->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
         if (!dd->bias) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: EPILOGUE_BIAS without a BIAS_POINTER", call);
         if (dd->bias_type != -1 && dd->bias_type != ld->type)
@@ -588,11 +716,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                             {(CUdeviceptr)(uintptr_t)C, g.beta != 0.0f ? span_bytes(lc, ec) : 0, 0},
                             {(CUdeviceptr)(uintptr_t)D, span_bytes(ld, ed), 1},
                             {(CUdeviceptr)(uintptr_t)workspace, workspace ? workspaceSizeInBytes : 0, 1},
-                            {(CUdeviceptr)(uintptr_t)dd->bias, bias_bytes, 0},
-                            {(CUdeviceptr)(uintptr_t)dd->aux, aux_bytes, 1}};
+                            {(CUdeviceptr)(uintptr_t)dd->bias, bias_bytes, backward},
+                            {(CUdeviceptr)(uintptr_t)dd->aux, aux_bytes ? aux_bytes : daux_bytes, !backward}};
     int nacc = 5;
     if (bias_bytes) acc[nacc++] = acc[5];
-    if (aux_bytes) acc[nacc++] = acc[6];
+    if (aux_bytes || daux_bytes) acc[nacc++] = acc[6];
     CUresult r = kiln_fake_cuda_enqueue((CUstream)stream, "cublasLtMatmul", run_gemm, &g, sizeof g, acc, nacc);
     if (r != CUDA_SUCCESS) return fail(CUBLAS_STATUS_EXECUTION_FAILED, "%s: the fake driver refused the work (CUresult %d)", call, (int)r);
     return CUBLAS_STATUS_SUCCESS;
