@@ -20,8 +20,8 @@
  * other than bf16 (the CUDA program's activations), a batched b.
  *
  * Where it runs: at the start of `fuse`, when Options.gemm_epilogue is 1
- * (--gemm-epilogue bias) or 2 (gelu); CUDA only: the CPU runtime has no
- * rtk_gemm_bias / rtk_gemm_bias_gelu.
+ * (--gemm-epilogue bias), 2 (gelu), 3 (bgrad) or 4 (all); CUDA only: the
+ * CPU runtime has no rtk_gemm_bias / _bias_gelu / _bgrad / _dgelu_bgrad.
  * Opt-in until a GPU has checked it (bench/gpu/check.sh), as --attention tc.
  *
  * GELU (--gemm-epilogue gelu, which implies bias).  A matmul_bias whose
@@ -32,8 +32,19 @@
  * the tanh approximation (ops.def, interp.c gelu()), the form cuBLASLt's
  * GELU epilogues compute; an erf GELU would have to be refused here.  The
  * GELU is taken of the f32 accumulator + bias before rounding (where the
- * unfused pair took it of the bf16 z): the interpreter does the same.  The
- * backward's DGELU_BGRAD / BGRADB are not made yet (docs/decisions.md).
+ * unfused pair took it of the bf16 z): the interpreter does the same.
+ *
+ * The backward (issue 23, session 6).  With --gemm-epilogue bgrad (3) a
+ * bias' gradient, `db = sumto dy {shape = [N]}`, goes into the weight-
+ * gradient GEMM that reads the same dy as its b [K, N] (dW = x^T dy):
+ * `dW, db = matmul_bgrad x, dy {bgrad = 1}`, cuBLASLt's BGRADA (the sum
+ * over K of its A, our b, which must not be transposed); dy read as a
+ * [K, M] with ta is BGRADB's (bgrad = 0).  With all (4) first the MLP's
+ * `dh = matmul dy, W`, `dz = gelu_bwd dh, z` and `db = sumto dz` become
+ * `dz, db16 = matmul_dgelu_bgrad dy, W, z` at the matmul's place and the
+ * sumto a cast of db16: DGELU_BGRAD reads z as its aux input and writes the
+ * bias gradient in D's type (bf16), the header's rule.  The facts and their
+ * sources: docs/decisions.md, "Backward GEMM epilogues".
  */
 #include <stdlib.h>
 #include <string.h>

@@ -55,6 +55,15 @@
  * leaves it (beta 1) without cuBLASLt.  A batch into one C (stride 0) is
  * refused: its products would race.
  *
+ * Epilogues (issue 23): rtk_gemm_bias (BIAS), rtk_gemm_bias_gelu
+ * (GELU_AUX_BIAS), rtk_gemm_dgelu_bgrad (DGELU_BGRAD) and rtk_gemm_bgrad
+ * (BGRADA / BGRADB) are rtk_gemm with the epilogue, its BIAS_POINTER (the
+ * bias, or where the bias gradient goes: a vector in C's dtype) and its
+ * AUX_POINTER (AUX_LD = N), part of the plan's key; epilogue_fits checks
+ * the library's rules (one batch for aux and bias gradients, beta 0, BGRADA
+ * an untransposed cuBLASLt A = our B, BGRADB a transposed B = our A) before
+ * cuBLASLt is asked (docs/decisions.md, "Backward GEMM epilogues").
+ *
  * cuBLASLt's heuristic costs far more than a small GEMM, so each distinct
  * call shape (batch, M, N, K, transposes, strides, C's dtype, the
  * pointers' alignments) gets a plan once: the matmul descriptor, the three
