@@ -18,7 +18,7 @@
 #      flash SDPA); MFU by one formula for all three (report.py);
 #   6. the tensor-core attention (--attention tc, issue 23): tiny.lua's 10
 #      steps against the CPU as in 3, and GPT-2's speed run as in 5; then
-#      the same for cuBLASLt's BIAS epilogue (--gemm-epilogue bias);
+#      the same for cuBLASLt's epilogues (--gemm-epilogue all: BIAS, GELU_AUX_BIAS, BGRADA, DGELU_BGRAD);
 #   7. compute-sanitizer, where it is installed: memcheck and racecheck on 2
 #      tiny steps (eager: KILN_NO_GRAPH=1), memcheck on kcheck --small.
 # It ends with ONE table (report.py table) and leaves under $OUT (the device
@@ -80,7 +80,7 @@ main() {
         leg_train tiny_tc "$G/bin/tiny_tc_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
         leg_speed_kiln kiln_tc "$G/bin/gpt2_tc_cuda"
     fi
-    if [ -x "$G/bin/tiny_ep_cuda" ]; then # --gemm-epilogue bias (cuBLASLt's BIAS epilogue)
+    if [ -x "$G/bin/tiny_ep_cuda" ]; then # --gemm-epilogue all (cuBLASLt's forward and backward epilogues)
         leg_train tiny_ep "$G/bin/tiny_ep_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
         leg_speed_kiln kiln_ep "$G/bin/gpt2_ep_cuda"
     fi

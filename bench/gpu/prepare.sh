@@ -12,8 +12,8 @@
 #   bin/gpt2_cuda        models/gpt2.lua, batch BATCH (32), seq 1024: the speed run
 #   bin/tiny_tc_cuda, bin/gpt2_tc_cuda   the same with --attention tc (the
 #                        tensor-core attention, kernels/cuda/attention_tc.cu)
-#   bin/tiny_ep_cuda, bin/gpt2_ep_cuda   the same with --gemm-epilogue bias
-#                        (cuBLASLt's BIAS epilogue, opt-in until checked here)
+#   bin/tiny_ep_cuda, bin/gpt2_ep_cuda   the same with --gemm-epilogue all
+#                        (cuBLASLt's forward and backward epilogues, opt-in until checked here)
 #   bin/kcheck           the kernel checker (kcheck.c), linked like a CUDA trainer
 #   cubins/*.cubin       the library kernels, compiled as kiln compile embeds them (cubins.c)
 #   ref/*_cpu.jsonl      the CPU trainers' logs on the same programs, weights,
@@ -96,8 +96,8 @@ mv "$G/bin/tiny_cuda.cu" "$W/tiny_cuda.cu"
 "$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --set batch="$BATCH" -o "$G/bin/gpt2_cuda"
 "$B/kiln" compile models/tiny.lua --target "cuda:$ARCH" --attention tc -o "$G/bin/tiny_tc_cuda"
 "$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --attention tc --set batch="$BATCH" -o "$G/bin/gpt2_tc_cuda"
-"$B/kiln" compile models/tiny.lua --target "cuda:$ARCH" --gemm-epilogue bias -o "$G/bin/tiny_ep_cuda"
-"$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --gemm-epilogue bias --set batch="$BATCH" -o "$G/bin/gpt2_ep_cuda"
+"$B/kiln" compile models/tiny.lua --target "cuda:$ARCH" --gemm-epilogue all -o "$G/bin/tiny_ep_cuda"
+"$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --gemm-epilogue all --set batch="$BATCH" -o "$G/bin/gpt2_ep_cuda"
 
 say "CPU reference losses (10 steps each; GPT-2 takes minutes unless cached)"
 # reference NAME BINARY DATA FLAGS: ref/NAME_cpu.jsonl, from the cache when the binary, data and flags are the same
