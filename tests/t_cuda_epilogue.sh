@@ -27,17 +27,12 @@
 #     planted bug
 #     (KILN_FAKE_CUBLASLT_TEST_GELU_AUX=post: aux holds GELU's output, which
 #     gelu_bwd and the recomputed GELU then read) breaks that comparison.
-# The fakes and registries are cached by hash in $B/cuda_fake.  ~50 s warm on a
-# loaded 2-core machine, about half of it the gelu part (5).
+# The fakes and registries are cached by hash in $B/cuda_fake (cuda_lib.sh,
+# which has the helpers).  ~50 s warm on a loaded 2-core machine, about half
+# of it the gelu part (5).
 . "$(dirname "$0")/lib.sh"
-F=$B/cuda_fake
+. "$(dirname "$0")/cuda_lib.sh"
 STEPS=${STEPS:-10}
-SHAPE=(--set batch=2 --set seq=32)
-LOSS_RTOL=0.00390625 # 2^-8
-NORM_RTOL=0.015625   # 2^-6
-DATA=$tmp/data.txt
-cp README.md "$DATA" || exit 1
-mkdir -p "$F" || exit 1
 
 # ---- 1. flags ----
 "$K" dump models/tiny.lua --gemm-epilogue relu > "$tmp/err" 2>&1; rc=$?
@@ -61,8 +56,7 @@ start=$SECONDS
 # build NAME MODEL ARGS...: the CUDA trainer $tmp/NAME (with --gemm-epilogue bias) and its kernels' registry
 build() {
     local name=$1 model=$2; shift 2
-    "$K" compile "$model" "$@" --target cuda:sm_90 --gemm-epilogue "${EPI:-bias}" --emit cuda -o "$tmp/$name" >> "$tmp/log" 2>&1 &&
-        tests/cuda_fake/build_kernels.sh "$tmp/$name.cu" -o "$F/libep_$name.so" >> "$tmp/log" 2>&1
+    cuda_trainer "$name" "libep_$name" "$model" "$@" --gemm-epilogue "${EPI:-bias}"
 }
 cat > "$tmp/bias.lua" <<'EOF'
 -- a linear layer and a GELU MLP whose biases start large (normal(0.5))
@@ -76,46 +70,24 @@ local y = matmul(h, param("proj.weight", {2 * c.dim, c.dim}, normal(0.1))) + par
 local logits = matmul(x + y, wte, {tb = true})
 loss(mean(cross_entropy(logits, targets)))
 EOF
-if ! tests/cuda_fake/build_libs.sh "$F" > "$tmp/log" 2>&1 || ! tests/cuda_fake/build_kernels.sh kernels/cuda/*.cu -o "$F/libkernels.so" >> "$tmp/log" 2>&1 ||
-    ! build tiny models/tiny.lua "${SHAPE[@]}" || ! build bias "$tmp/bias.lua"; then
-    say 1 "build the fakes, the kernel libraries and the trainers: $(tail -5 "$tmp/log" | tr '\n' ' ' | head -c 1000)"
-    echo "1..$n"; exit 1
-fi
+cuda_fakes && build tiny models/tiny.lua "${SHAPE[@]}" && build bias "$tmp/bias.lua" ||
+    build_failed "build the fakes, the kernel libraries and the trainers"
 say 0 "fakes, kernel libraries and the two --gemm-epilogue bias trainers built ($((SECONDS - start)) s)"
-losses() { sed 's/.*"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/\1 \2/' "$1" 2>/dev/null; }
-# run NAME OUT STEPS ENV...: on the fakes (strict), "loss grad_norm" lines in $tmp/OUT.loss
+# run NAME OUT STEPS ENV...: $tmp/NAME on the fakes (strict) with its registry
 run() {
     local name=$1 out=$2 steps=$3; shift 3
-    timeout 300 env LD_BIND_NOW=1 LD_LIBRARY_PATH="$F" KILN_FAKE_CUDA_KERNELS="$F/libkernels.so:$F/libep_$name.so" KILN_FAKE_CUDA_STRICT=1 \
-        "$@" "$tmp/$name" --data "$DATA" --steps "$steps" --log "$tmp/$out.log" > "$tmp/$out.out" 2>&1
-    local rc=$?
-    losses "$tmp/$out.log" > "$tmp/$out.loss"
-    return $rc
+    fake_run "$tmp/$name" "$out" "$F/libkernels.so:$F/libep_$name.so" "$steps" "$@"
 }
-# cpu NAME MODEL STEPS ARGS...: the CPU trainer's "loss grad_norm" lines in $tmp/NAME_cpu.loss
-cpu() {
-    local name=$1 model=$2 steps=$3; shift 3
-    "$K" compile "$model" "$@" --target cpu -o "$tmp/${name}_cpu" > "$tmp/log" 2>&1 &&
-        "$tmp/${name}_cpu" --data "$DATA" --steps "$steps" --log "$tmp/${name}_cpu.log" > /dev/null 2>&1
-    losses "$tmp/${name}_cpu.log" > "$tmp/${name}_cpu.loss"
-}
-# worst C NAME REF N: worst relative difference of column C (1 loss, 2 grad norm) of NAME vs REF over N steps
-worst() {
-    paste -d' ' "$tmp/$2.loss" "$tmp/$3.loss" | awk -v n="$4" -v c="$1" '
-        NF == 4 && k < n { d = $c - $(c + 2); if (d < 0) d = -d; r = d / ($(c + 2) < 0 ? -$(c + 2) : $(c + 2)); if (r > w) w = r; k++ }
-        END { if (k != n) print "missing"; else printf "%.2e", w }'
-}
-within() { [ "$1" != missing ] && [ "$2" != missing ] && awk -v a="$1" -v b="$2" -v ta="$LOSS_RTOL" -v tb="$NORM_RTOL" 'BEGIN { exit !(a <= ta && b <= tb) }'; }
 start=$SECONDS
 run tiny tiny "$STEPS"; rc=$?
-cpu tiny models/tiny.lua "$STEPS" "${SHAPE[@]}"
+cpu_losses tiny_cpu models/tiny.lua "$STEPS" "${SHAPE[@]}"
 wl=$(worst 1 tiny tiny_cpu "$STEPS") wn=$(worst 2 tiny tiny_cpu "$STEPS")
 check "tiny.lua --gemm-epilogue bias on the fakes: exit $rc, $((SECONDS - start)) s; vs CPU over $STEPS steps: loss $wl (2^-8), gradient norm $wn (2^-6)" \
     "[ $rc -eq 0 ] && within '$wl' '$wn'"
 
 # ---- 4. large biases, and the planted bug ----
 run bias bias 3; rc=$?
-cpu bias "$tmp/bias.lua" 3
+cpu_losses bias_cpu "$tmp/bias.lua" 3
 wl=$(worst 1 bias bias_cpu 3) wn=$(worst 2 bias bias_cpu 3)
 check "biases from normal(0.5), --gemm-epilogue bias on the fakes: exit $rc; vs CPU over 3 steps: loss $wl, gradient norm $wn" \
     "[ $rc -eq 0 ] && within '$wl' '$wn'"
@@ -139,10 +111,8 @@ a=$("$K" dump "$tmp/gelu68.lua" --precision bf16 --gemm-epilogue gelu 2>/dev/nul
 b=$("$K" dump "$tmp/gelu68.lua" --precision bf16 --gemm-epilogue gelu 2>/dev/null | grep -c ' = matmul_bias ')
 check "an MLP 68 wide (not a multiple of 8: AUX_LD's rule) keeps its gelu: $a matmul_bias_gelu, $b matmul_bias (want 0 2)" "[ '$a $b' = '0 2' ]"
 start=$SECONDS
-if ! EPI=gelu build tinyg models/tiny.lua "${SHAPE[@]}" || ! EPI=gelu build biasg "$tmp/gelu.lua"; then
-    say 1 "build the two --gemm-epilogue gelu trainers: $(tail -5 "$tmp/log" | tr '\n' ' ' | head -c 1000)"
-    echo "1..$n"; exit 1
-fi
+EPI=gelu build tinyg models/tiny.lua "${SHAPE[@]}" && EPI=gelu build biasg "$tmp/gelu.lua" ||
+    build_failed "build the two --gemm-epilogue gelu trainers"
 check "the gelu step launches rtk_gemm_bias_gelu ($((SECONDS - start)) s to build both)" "grep -q 'rtk_gemm_bias_gelu' '$tmp/tinyg.cu' '$tmp/tinyg' 2>/dev/null || strings '$tmp/tinyg' | grep -q rtk_gemm_bias_gelu"
 start=$SECONDS
 run tinyg tinyg "$STEPS"; rc=$?
@@ -150,7 +120,7 @@ wl=$(worst 1 tinyg tiny_cpu "$STEPS") wn=$(worst 2 tinyg tiny_cpu "$STEPS")
 check "tiny.lua --gemm-epilogue gelu on the fakes: exit $rc, $((SECONDS - start)) s; vs CPU over $STEPS steps: loss $wl (2^-8), gradient norm $wn (2^-6)" \
     "[ $rc -eq 0 ] && within '$wl' '$wn'"
 run biasg biasg 3; rc=$?
-cpu gelu "$tmp/gelu.lua" 3
+cpu_losses gelu_cpu "$tmp/gelu.lua" 3
 wl=$(worst 1 biasg gelu_cpu 3) wn=$(worst 2 biasg gelu_cpu 3)
 check "biases from normal(0.5), untied head, --gemm-epilogue gelu on the fakes: exit $rc; vs CPU over 3 steps: loss $wl, gradient norm $wn" \
     "[ $rc -eq 0 ] && within '$wl' '$wn'"

@@ -16,21 +16,13 @@
 #  4. a second run writes the same bytes (deterministic timestamps);
 #  5. `kiln plot --trace` draws it.
 # The fakes and kernel registries are shared with t_cuda_xent.sh (cached
-# by hash in $B/cuda_fake).  ~10 s warm.
+# by hash in $B/cuda_fake; the helpers are cuda_lib.sh's).  ~10 s warm.
 . "$(dirname "$0")/lib.sh"
-F=$B/cuda_fake
-SHAPE=(--set batch=2 --set seq=32)
-DATA=$tmp/data.txt
-cp README.md "$DATA" || exit 1
-mkdir -p "$F" || exit 1
+. "$(dirname "$0")/cuda_lib.sh"
 T=$tmp/tiny_cuda
 start=$SECONDS
-if ! tests/cuda_fake/build_libs.sh "$F" > "$tmp/log" 2>&1 || ! tests/cuda_fake/build_kernels.sh kernels/cuda/*.cu -o "$F/libkernels.so" >> "$tmp/log" 2>&1 ||
-    ! "$K" compile models/tiny.lua "${SHAPE[@]}" --target cuda:sm_90 --emit cuda -o "$T" >> "$tmp/log" 2>&1 ||
-    ! tests/cuda_fake/build_kernels.sh "$T.cu" -o "$F/libtiny_xent.so" >> "$tmp/log" 2>&1; then
-    say 1 "build the fakes, the kernel libraries and the trainer: $(tail -5 "$tmp/log" | tr '\n' ' ' | head -c 1000)"
-    echo "1..$n"; exit 1
-fi
+cuda_fakes && cuda_trainer tiny_cuda libtiny_xent models/tiny.lua "${SHAPE[@]}" ||
+    build_failed "build the fakes, the kernel libraries and the trainer"
 say 0 "fakes, kernel libraries and tiny.lua for cuda:sm_90 built ($((SECONDS - start)) s)"
 # run NAME: 2 traced steps on the fakes (strict) into $tmp/NAME.json
 run() {

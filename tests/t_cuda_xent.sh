@@ -24,17 +24,12 @@
 #  5. a planted bug (the fused kernel without its -dl at the target, in a
 #     library listed first) fails that comparison within 2 steps.
 # The fakes and the kernel registries are cached by hash in $B/cuda_fake
-# (shared with t_cuda_fake.sh's libkernels.so); NVRTC's cache is the
-# default one.  ~15 s warm on the shared 2-core machine.
+# (shared with t_cuda_fake.sh's libkernels.so; the helpers are
+# cuda_lib.sh's); NVRTC's cache is the default one.  ~15 s warm on the
+# shared 2-core machine.
 . "$(dirname "$0")/lib.sh"
-F=$B/cuda_fake
+. "$(dirname "$0")/cuda_lib.sh"
 STEPS=${STEPS:-10}
-SHAPE=(--set batch=2 --set seq=32)
-LOSS_RTOL=0.00390625 # 2^-8
-NORM_RTOL=0.015625   # 2^-6
-DATA=$tmp/data.txt
-cp README.md "$DATA" || exit 1
-mkdir -p "$F" || exit 1
 
 # ---- 1. flags ----
 "$K" dump models/tiny.lua --xent-fused maybe > "$tmp/err" 2>&1; rc=$?
@@ -91,39 +86,19 @@ check "kiln check --xent-fused on --precision bf16: exit $rc ($(tail -1 "$tmp/ch
 # ---- 4. the CUDA trainer on the fakes vs the CPU trainer ----
 T=$tmp/tiny_cuda
 start=$SECONDS
-if ! tests/cuda_fake/build_libs.sh "$F" > "$tmp/log" 2>&1 || ! tests/cuda_fake/build_kernels.sh kernels/cuda/*.cu -o "$F/libkernels.so" >> "$tmp/log" 2>&1 ||
-    ! "$K" compile models/tiny.lua "${SHAPE[@]}" --target cuda:sm_90 --emit cuda -o "$T" >> "$tmp/log" 2>&1 ||
-    ! tests/cuda_fake/build_kernels.sh "$T.cu" -o "$F/libtiny_xent.so" >> "$tmp/log" 2>&1; then
-    say 1 "build the fakes, the kernel libraries and the trainer: $(tail -5 "$tmp/log" | tr '\n' ' ' | head -c 1000)"
-    echo "1..$n"; exit 1
-fi
+cuda_fakes && cuda_trainer tiny_cuda libtiny_xent models/tiny.lua "${SHAPE[@]}" ||
+    build_failed "build the fakes, the kernel libraries and the trainer"
 say 0 "fakes, kernel libraries and tiny.lua for cuda:sm_90 (fused by default) built ($((SECONDS - start)) s)"
-losses() { sed 's/.*"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/\1 \2/' "$1" 2>/dev/null; }
 # run NAME LIBS STEPS: on the fakes (strict), "loss grad_norm" lines in $tmp/NAME.loss
-run() {
-    timeout 300 env LD_BIND_NOW=1 LD_LIBRARY_PATH="$F" KILN_FAKE_CUDA_KERNELS="$2" KILN_FAKE_CUDA_STRICT=1 KILN_FAKE_CUDA_PROFILE=1 \
-        "$T" --data "$DATA" --steps "$3" --log "$tmp/$1.log" > "$tmp/$1.out" 2>&1
-    local rc=$?
-    losses "$tmp/$1.log" > "$tmp/$1.loss"
-    return $rc
-}
+run() { fake_run "$T" "$@"; }
 start=$SECONDS
 run fused "$F/libkernels.so:$F/libtiny_xent.so" "$STEPS"; rc=$?
 check "the fused trainer: $STEPS steps on the fakes (strict), exit $rc, $((SECONDS - start)) s, losses $(cut -d' ' -f1 "$tmp/fused.loss" | tr '\n' ' ')" \
     "[ $rc -eq 0 ] && [ \$(wc -l < '$tmp/fused.loss') -eq $STEPS ]"
 check "it ran kiln_cross_entropy_fused ($(grep -o '[0-9]* x  kiln_cross_entropy_fused$' "$tmp/fused.out")) and neither kiln_cross_entropy_fwd nor _bwd" \
     "grep -q '$STEPS x  kiln_cross_entropy_fused\$' '$tmp/fused.out' && ! grep -q 'kiln_cross_entropy_fwd\|kiln_cross_entropy_bwd' '$tmp/fused.out'"
-"$K" compile models/tiny.lua "${SHAPE[@]}" --target cpu -o "$tmp/tiny_cpu" > "$tmp/log" 2>&1 &&
-    "$tmp/tiny_cpu" --data "$DATA" --steps "$STEPS" --log "$tmp/cpu.log" > /dev/null 2>&1
-losses "$tmp/cpu.log" > "$tmp/cpu.loss"
-# worst C NAME N: worst relative difference of column C (1 loss, 2 grad norm) vs the CPU over N steps
-worst() {
-    paste -d' ' "$tmp/$2.loss" "$tmp/cpu.loss" | awk -v n="$3" -v c="$1" '
-        NF == 4 && k < n { d = $c - $(c + 2); if (d < 0) d = -d; r = d / ($(c + 2) < 0 ? -$(c + 2) : $(c + 2)); if (r > w) w = r; k++ }
-        END { if (k != n) print "missing"; else printf "%.2e", w }'
-}
-within() { [ "$1" != missing ] && [ "$2" != missing ] && awk -v a="$1" -v b="$2" -v ta="$LOSS_RTOL" -v tb="$NORM_RTOL" 'BEGIN { exit !(a <= ta && b <= tb) }'; }
-wl=$(worst 1 fused "$STEPS") wn=$(worst 2 fused "$STEPS")
+cpu_losses cpu models/tiny.lua "$STEPS" "${SHAPE[@]}"
+wl=$(worst 1 fused cpu "$STEPS") wn=$(worst 2 fused cpu "$STEPS")
 check "fused classifier (bf16, fakes) vs CPU (f32) over $STEPS steps: worst relative difference loss $wl (tolerance 2^-8), gradient norm $wn (2^-6)" \
     "within '$wl' '$wn'"
 
@@ -137,7 +112,7 @@ elif ! { perl -pi -e "s/\Q$FROM\E//" "$tmp/mutant/xent_fused.cu" &&
     say 1 "planted bug: build: $(tr '\n' ' ' < "$tmp/log" | head -c 1000)"
 else
     run mutant "$F/libmutant_xent.so:$F/libkernels.so:$F/libtiny_xent.so" 2
-    ml=$(worst 1 mutant 2) mn=$(worst 2 mutant 2)
+    ml=$(worst 1 mutant cpu 2) mn=$(worst 2 mutant cpu 2)
     check "planted bug (xent_fused.cu without the target's -dl) breaks the comparison: loss $ml, gradient norm $mn" \
         "[ \$(wc -l < '$tmp/mutant.loss') -eq 2 ] && ! within '$ml' '$mn'"
 fi
