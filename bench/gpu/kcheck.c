@@ -847,6 +847,70 @@ static void add_iota(int64_t n) {
 
 /* ---- the case table ---- */
 
+/* rtk_gemm_bgrad (--gemm-epilogue bgrad, cuBLASLt's BGRADA; weak): the
+ * weight gradient C = A^T B (ta, f32) and db[j] = the sum over K of B's
+ * column j.  args: rtk_gemm's 16, then db, of_b (1) */
+#pragma weak rtk_gemm_bgrad
+static void ref_gemm_bgrad(rt_ctx *ctx, const int64_t *a) {
+    ref_gemm(ctx, a);
+    const float *B = rt_arg_ptr(a[1]);
+    float *db = rt_arg_ptr(a[16]);
+    for (int64_t j = 0; j < a[5]; j++) {
+        double s = 0;
+        for (int64_t k = 0; k < a[6]; k++) s += B[k * a[5] + j];
+        db[j] = (float)s;
+    }
+}
+static int args_gemm_bgrad(const Case *c, void *const *p, int gpu, int64_t *a) {
+    const int64_t *q = c->p;
+    PUT(P(0), P(1), P(2), q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], F(0), DT(0), DT(1), DT(2), P(3), 1);
+}
+static void add_gemm_bgrad(int64_t M, int64_t N, int64_t K) {
+    Case *c = new_case(rtk_gemm_bgrad, ref_gemm_bgrad, args_gemm_bgrad, "gemm_bgrad %lldx%lldx%lld ta=1 C=f32 (BGRADA)",
+                       (long long)M, (long long)N, (long long)K);
+    ten(c, "A", IN, RT_BF16, K * M, INIT_NORMAL, 0, 1);
+    ten(c, "B", IN, RT_BF16, K * N, INIT_NORMAL, 0, 1);
+    ten(c, "C", OUT, RT_F32, M * N, 0, 0, 0);
+    ten(c, "db", OUT, RT_F32, N, 0, 0, 0);
+    int64_t q[] = {1, M, N, K, 1, 0, 0, 0, M * N};
+    memcpy(c->p, q, sizeof q);
+}
+
+/* rtk_gemm_dgelu_bgrad (--gemm-epilogue all, DGELU_BGRAD; weak): C = (A
+ * B^T) * gelu'(aux) (tanh form, written here from its formula), db[j] =
+ * the sum of C's column j, both bf16.  args: rtk_gemm's 16, then aux, db */
+#pragma weak rtk_gemm_dgelu_bgrad
+static void ref_gemm_dgelu_bgrad(rt_ctx *ctx, const int64_t *a) {
+    ref_gemm(ctx, a);
+    float *C = rt_arg_ptr(a[2]), *db = rt_arg_ptr(a[17]);
+    const float *aux = rt_arg_ptr(a[16]);
+    int64_t rows = a[3] * a[4], N = a[5];
+    const double k0 = 0.7978845608028654, k1 = 0.044715;
+    for (int64_t j = 0; j < N; j++) db[j] = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < N; j++) {
+            double x = aux[r * N + j], t = tanh(k0 * (x + k1 * x * x * x));
+            double g = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k0 * (1 + 3 * k1 * x * x);
+            C[r * N + j] = (float)(C[r * N + j] * g);
+            db[j] += C[r * N + j];
+        }
+}
+static int args_gemm_dgelu_bgrad(const Case *c, void *const *p, int gpu, int64_t *a) {
+    const int64_t *q = c->p;
+    PUT(P(0), P(1), P(2), q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], F(0), DT(0), DT(1), DT(2), P(3), P(4));
+}
+static void add_gemm_dgelu_bgrad(int64_t M, int64_t N, int64_t K) {
+    Case *c = new_case(rtk_gemm_dgelu_bgrad, ref_gemm_dgelu_bgrad, args_gemm_dgelu_bgrad,
+                       "gemm_dgelu_bgrad %lldx%lldx%lld tb=1 C=bf16 (DGELU_BGRAD)", (long long)M, (long long)N, (long long)K);
+    ten(c, "A", IN, RT_BF16, M * K, INIT_NORMAL, 0, 1);
+    ten(c, "B", IN, RT_BF16, N * K, INIT_NORMAL, 0, 1);
+    ten(c, "C", OUT, RT_BF16, M * N, 0, 0, 0);
+    ten(c, "aux", IN, RT_BF16, M * N, INIT_NORMAL, 0, 1);
+    ten(c, "db", OUT, RT_BF16, N, 0, 0, 0);
+    int64_t q[] = {1, M, N, K, 0, 1, 0, 0, M * N};
+    memcpy(c->p, q, sizeof q);
+}
+
 /* s: 1 full size (a GPU), small > 1 divides the big dimensions (the fake
  * CUDA stack's emulator runs every CUDA thread as a host fiber) */
 static void build_cases(int small) {
@@ -865,6 +929,8 @@ static void build_cases(int small) {
         add_gemm_bias(1, 77, 130, 96, 0, 1);
         add_gemm_bias(4, 33, 65, 17, 0, 0); /* [batch*M, K] x B, folded */
     }
+    if (rtk_gemm_bgrad) add_gemm_bgrad(96, 80, 200);          /* a weight gradient and its bias' */
+    if (rtk_gemm_dgelu_bgrad) add_gemm_dgelu_bgrad(77, 136, 96); /* N a multiple of 8 (AUX_LD) */
     if (!small) {
         add_gemm(1, 2048, 3072, 768, 0, 0, 0, 0, RT_BF16); /* c_fc */
         add_gemm(1, 768, 3072, 2048, 1, 0, 0, 0, RT_F32);  /* its weight gradient */
