@@ -398,7 +398,7 @@ static int run_stream(Sim *S, int st, int k) {
 typedef struct {
     int *dom;      /* [stage] its domain */
     double *w;     /* [stage] its replicas in that domain */
-    int ndom;
+    int ndom, g;   /* domains; ranks a domain */
     double cores;  /* a domain's cores */
     double threads; /* a compute kernel's demand: the profile's thread_speedup */
 } Share;
@@ -423,6 +423,7 @@ static int share_init(Share *sh, const Module *m, const Profile *p, double *cons
     int th = shared ? (p->threads > 0 ? p->threads : p->cores) : 1, node = shared ? p->node_size : 1, local = world < node ? world : node;
     int g = shared ? (int)((int64_t)local * th / p->cores) : 1;
     g = g < 1 ? 1 : g;
+    sh->g = g;
     sh->cores = shared ? th : INFINITY, sh->threads = shared && p->thread_speedup > 0 ? p->thread_speedup : th;
     sh->dom = xcalloc((size_t)P, sizeof(int));
     sh->w = xcalloc((size_t)P, sizeof(double));
@@ -667,6 +668,7 @@ int cost_simulate(const Module *m, const Profile *p, double *const *dur, CostSim
     int rc = 0;
     Share sh;
     if (share_init(&sh, m, p, dur)) {
+        out->shared = 1, out->domains = sh.ndom, out->domain_ranks = sh.g;
         run_shared(&S, &sh);
         share_free(&sh);
     } else
@@ -707,6 +709,10 @@ static double ms(double s) { return s * 1e3; }
 void cost_report(const Module *m, const Profile *p, const CostSim *s, FILE *f) {
     fprintf(f, "predicted step %.3f ms on %s, MFU %.1f%% (model FLOPs against %.4g TFLOP/s per device)\n", ms(s->step), p->name,
             100 * s->mfu, s->peak_flops / 1e12);
+    if (s->shared)
+        fprintf(f, "  processor sharing: %d rank%s on %d core%s (a domain; %d domain%s), a computing rank keeping %.3g busy (profile: cores %d, threads %d)\n",
+                s->domain_ranks, s->domain_ranks == 1 ? "" : "s", p->threads, p->threads == 1 ? "" : "s", s->domains, s->domains == 1 ? "" : "s",
+                p->thread_speedup, p->cores, p->threads);
     fprintf(f, "  %5s %11s %11s %11s %11s %11s %12s\n", "stage", "compute ms", "exp. comm", "bubble", "exp. copy", "step ms", "memory MiB");
     for (int st = 0; st < s->nstages; st++) {
         const CostRank *r = &s->rank[st];

@@ -74,6 +74,8 @@ typedef struct {
     double step;           /* the slowest rank's end */
     double mfu;            /* Σ flops / (pp · step · peak of the GEMMs' dtype) */
     double peak_flops;     /* that peak */
+    int shared;            /* replayed under processor sharing (cost.c): ranks sharing cores */
+    int domains, domain_ranks; /* then: sharing domains, ranks in each */
 } CostSim;
 
 /* Simulate module m (after schedule; after memplan for the peaks).  dur:
