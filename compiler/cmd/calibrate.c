@@ -40,6 +40,18 @@
  *                             shipped cpu profile) and the file says so;
  *   memory_bytes              physical memory (sysconf);
  *   node_size                 the ranks under mpirun, else --base's.
+ *   cores                     sysconf(_SC_NPROCESSORS_ONLN): the host's cores;
+ *   threads                   the threads the rates were measured on (the
+ *                             runtime's default: this process's affinity);
+ *   thread_speedup            OpenBLAS sgemm on 1 thread over on `threads`
+ *                             (measure_speedup): the cores a computing rank
+ *                             keeps busy.
+ *
+ * Every rate is one rank's alone (rank 0 measures while the others sleep):
+ * how ranks share the cores is the cost model's (cost.c, processor
+ * sharing), not priced into the rates.  Only the links cannot be timed
+ * alone; when the ranks share cores their times are scaled to one rank's
+ * alone by the model's own rule (link_speed).
  *
  * The file is written atomically (a temporary file, then rename) and read
  * back with profile_load before the command succeeds: what calibrate
