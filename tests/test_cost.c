@@ -49,7 +49,8 @@
  *                              1: half); the fields and their errors.
  * Each rank's split (compute + comm + bubble + copy) must add up to the
  * step, and its exposed classes to comm + bubble + copy.  Every program
- * without a profile is also replayed by the event-driven simulation
+ * without a profile is also simulated on the shipped h100 profile (no
+ * cores: every start and end bit for bit the same) and replayed by the event-driven simulation
  * (cost_force_shared): every node's start and end and every split equal
  * the sweep's to 1e-12 (the GPU profiles' case: no sharing, unchanged).
  */
@@ -147,6 +148,18 @@ static CostSim simulate_on(Prog *P, const Profile *p) {
     if (cost_simulate(P->m, p, P->dur, &s, err, sizeof err)) fail_msg("cost_simulate: %s", err);
     check_split(&s);
     if (p) return s;
+    /* a GPU profile (no cores: not applicable) leaves every number as it is */
+    Profile gpu;
+    CostSim gs;
+    if (profile_load(&gpu, "h100", err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(gpu.cores, 0);
+    if (cost_simulate(P->m, &gpu, P->dur, &gs, err, sizeof err)) fail_msg("cost_simulate, h100: %s", err);
+    assert_int_equal(gs.shared, 0);
+    for (int r = 0; r < s.nstages; r++)
+        for (int i = 0; i < P->m->stages[r]->nnodes; i++)
+            if (gs.start[r][i] != s.start[r][i] || gs.end[r][i] != s.end[r][i]) fail_msg("h100: stage %d node %d moved", r, i);
+    assert_true(gs.step == s.step);
+    cost_sim_free(&gs);
     cost_force_shared = 1;
     int rc = cost_simulate(P->m, NULL, P->dur, &f, err, sizeof err);
     cost_force_shared = 0;
