@@ -452,9 +452,10 @@ static int share_init(Share *sh, const Module *m, const Profile *p, double *cons
 
 static void share_free(Share *sh) { free(sh->dom), free(sh->w); }
 
-/* Start what can start on lane q at time now: instant nodes end at once,
+/* Start what can start on lane q now (its clock is at or before now, and
+ * whatever it waits on has happened by now): instant nodes end at once,
  * the first with work becomes running (rem its work, dem its demand). */
-static int lane_start(Sim *S, const Share *sh, int q, double now, int *run, double *rem, double *dem) {
+static int lane_start(Sim *S, const Share *sh, int q, int *run, double *rem, double *dem) {
     int st = q / NS, moved = 0;
     while (!run[q] && S->ptr[q] < S->nlist[q]) {
         int i = S->list[q][S->ptr[q]];
@@ -468,7 +469,6 @@ static int lane_start(Sim *S, const Share *sh, int q, double now, int *run, doub
         }
         S->s->start[st][i] = t; /* from when its stream reached it, as the sweep counts it */
         run[q] = 1, rem[q] = w, dem[q] = sh->w[st] * node_demand(sh, S->m->stages[st], i);
-        (void)now;
     }
     return moved;
 }
@@ -481,7 +481,7 @@ static int run_shared(Sim *S, const Share *sh) {
     for (;;) {
         for (int moved = 1; moved;) {
             moved = 0;
-            for (int q = 0; q < L; q++) moved |= lane_start(S, sh, q, now, run, rem, dem);
+            for (int q = 0; q < L; q++) moved |= lane_start(S, sh, q, run, rem, dem);
         }
         memset(load, 0, sizeof(double) * (size_t)sh->ndom);
         int nrun = 0;

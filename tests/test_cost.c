@@ -405,6 +405,12 @@ static void test_deadlock(void **state) {
     assert_int_equal(cost_simulate(P.m, NULL, P.dur, &s, err, sizeof err), -1);
     assert_string_equal(err, "the programs deadlock in the simulation: stage 0 stream 0 at node 1 (wait)");
     cost_sim_free(&s);
+    cost_force_shared = 1; /* the event-driven replay: the same line */
+    int rc = cost_simulate(P.m, NULL, P.dur, &s, err, sizeof err);
+    cost_force_shared = 0;
+    assert_int_equal(rc, -1);
+    assert_string_equal(err, "the programs deadlock in the simulation: stage 0 stream 0 at node 1 (wait)");
+    cost_sim_free(&s);
     prog_free(&P);
 }
 
