@@ -11,11 +11,14 @@
 #   small:  tiny GPT, 4 layers, dim 64, seq 64, batch 8 (byte level)
 #   medium: 4 layers, dim 256, 8 heads, seq 256, batch 8
 # The profile: `kiln calibrate` under the configuration's number of ranks
-# (each rank's share of the 2 cores is then the trainer's: compiler/cmd/
-# calibrate.c), measured again at each change of model size or rank count
+# (its `threads` is then the trainer's binding: 1 under -np 2, 2 under -np 1
+# and -np 4; the rates are one rank's alone and the cost model shares the
+# node's `cores` among what runs at once: compiler/cost.c), measured again at each change of model size or rank count
 # (CALIBRATE=once: once per rank count for the whole run), so that it sees
 # the load the runs see; the 1-minute load average is printed on every row
-# (other sessions share the machine: state it).  Prints one row per
+# (other sessions share the machine: state it).  The "unshared" column is
+# the same profile without its cores (no processor sharing: each rank as
+# if on cores of its own), for the sharing model's effect.  Prints one row per
 # configuration and the median and largest |error| of the step time.  Then
 # the tune check: `kiln tune` on 2 ranks (small model, the np 2 profile),
 # its first TOP rows compiled and run, and the first choice's measured step
@@ -29,9 +32,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null || exit 1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 echo "uptime before: $(uptime)"
-calib() { # NP NAME: a profile measured under NP ranks, $tmp/NAME.profile
+calib() { # NP NAME: a profile measured under NP ranks, $tmp/NAME.profile (and NAME-u.profile without sharing)
     if [ "$1" = 1 ]; then "$B/kiln" calibrate --device cpu -o "$tmp/$2.profile" --name "$2" > /dev/null || exit 1
     else mpirun --oversubscribe -np "$1" "$B/kiln" calibrate --device cpu -o "$tmp/$2.profile" --name "$2" > /dev/null || exit 1; fi
+    grep -v '^\(cores\|threads\|thread_speedup\) ' "$tmp/$2.profile" > "$tmp/$2-u.profile"
 }
 nps="1 2 4"; [ -n "${TUNE_ONLY:-}" ] && nps=2
 for np in $nps; do calib $np cpu$np; done
@@ -87,7 +91,7 @@ tune_check() {
     awk -v f="$first" -v b="$best" 'BEGIN{printf "  first choice %.3f ms, best measured %.3f ms: %+.1f%% (goal: within 5%%)\n", f, b, 100 * (f / b - 1)}'
 }
 if [ -n "${TUNE_ONLY:-}" ]; then tune_check; echo "uptime after: $(uptime)"; exit 0; fi
-printf '%-7s %3s %-46s %10s %10s %8s %12s %12s %5s\n' model np flags "pred ms" "meas ms" "error" "pred act B" "meas act B" load
+printf '%-7s %3s %-46s %10s %10s %8s %12s %12s %5s %10s %8s\n' model np flags "pred ms" "meas ms" "error" "pred act B" "meas act B" load "unshared" "error"
 errs=$tmp/errs
 for size in ${SIZES:-small medium}; do
     model=$SMALL; [ $size = medium ] && model=$MEDIUM
@@ -101,6 +105,8 @@ for size in ${SIZES:-small medium}; do
         # shellcheck disable=SC2086
         "$B/kiln" plan $model $flags --device-profile "$tmp/cpu$np.profile" > "$tmp/plan" 2>&1
         pred=$(sed -n 's/^predicted step \([0-9.]*\) ms.*/\1/p' "$tmp/plan")
+        # shellcheck disable=SC2086
+        upred=$("$B/kiln" plan $model $flags --device-profile "$tmp/cpu$np-u.profile" 2>&1 | sed -n 's/^predicted step \([0-9.]*\) ms.*/\1/p')
         pact=$(awk '$1 == "activations" && $5 == "bytes" {print $4}' "$tmp/plan" | sort -g | tail -1)
         rm -f "$tmp/log.jsonl" "$tmp/err"
         load=$(cut -d' ' -f1 /proc/loadavg)
@@ -110,10 +116,14 @@ for size in ${SIZES:-small medium}; do
         meas=$(grep -o '"elapsed":[0-9.e+]*' "$tmp/log.jsonl" | cut -d: -f2 | awk '{e[NR] = $1} END {if (NR > 1) printf "%.3f", 1000 * (e[NR] - e[1]) / (NR - 1)}')
         mact=$(sed -n 's/.*act high-water mark \([0-9]*\) bytes.*/\1/p' "$tmp/err" | sort -g | tail -1)
         err=$(awk -v p="$pred" -v m="$meas" 'BEGIN{if (m > 0 && p > 0) printf "%+.1f%%", 100 * (p / m - 1); else print "?"}')
+        uerr=$(awk -v p="$upred" -v m="$meas" 'BEGIN{if (m > 0 && p > 0) printf "%+.1f%%", 100 * (p / m - 1); else print "?"}')
         [ "$err" != "?" ] && echo "${err%\%}" >> "$errs"
-        printf '%-7s %3s %-46s %10s %10s %8s %12s %12s %5s\n' "$size" "$np" "${flags:-(defaults)}" "$pred" "$meas" "$err" "$pact" "$mact" "$load"
+        [ "$uerr" != "?" ] && echo "${uerr%\%}" >> "$errs.u"
+        printf '%-7s %3s %-46s %10s %10s %8s %12s %12s %5s %10s %8s\n' "$size" "$np" "${flags:-(defaults)}" "$pred" "$meas" "$err" "$pact" "$mact" "$load" "$upred" "$uerr"
     done
 done
-awk '{print ($1 < 0 ? -$1 : $1)}' "$errs" | sort -g | awk '{v[NR] = $1} END {n = NR; printf "time |error|: median %.1f%%, max %.1f%% over %d configurations\n", (n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2), v[n], n}'
+summary() { awk '{print ($1 < 0 ? -$1 : $1)}' "$1" | sort -g | awk -v w="$2" '{v[NR] = $1} END {n = NR; printf "time |error|%s: median %.1f%%, max %.1f%% over %d configurations\n", w, (n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2), v[n], n}'; }
+summary "$errs" ""
+summary "$errs.u" " unshared (the same profiles without cores)"
 [ -z "${NO_TUNE:-}" ] && tune_check
 echo "uptime after: $(uptime)"

@@ -39,6 +39,17 @@
  * next blocked node, until every node has run; a sweep that moves nothing
  * is a deadlock, reported with the node each stream is stuck at.
  *
+ * Processor sharing.  On a CPU host kiln's ranks are processes sharing
+ * the node's cores, and a node's time is not fixed: while three of four
+ * ranks sit in a pipeline bubble the fourth gets the cores to itself.  A
+ * profile with `cores` (kiln calibrate writes it; GPU profiles have none)
+ * makes the replay event-driven: each node's profile time is its speed
+ * alone, and when the activities running at once on a domain of shared
+ * cores demand more cores than it has, each proceeds at cores/demand of
+ * that speed — advance to the next completion, start what can start,
+ * recompute the rates (the section below says what demands what).  Where
+ * that can never happen the sweep runs, so GPU results are unchanged.
+ *
  * The split (CostRank).  The compute stream's own work is compute.  Its
  * idle time happens inside waits (and inside comm nodes it runs itself,
  * world 1 or --no-overlap): a wait on a copy stream's event is exposed
@@ -159,6 +170,7 @@ typedef struct {
     int **rec_node;     /* [stage][event]: the record node */
     int *nev;
     double **blocked;   /* [stage][node]: time spent waiting for another stage */
+    char **done;        /* [stage][node]: it has run */
     /* pp sends: (from, to, tag) -> end, an open-addressing table */
     int64_t *pp_key;    /* -1: empty */
     double *pp_end;
@@ -206,6 +218,7 @@ static void sim_init(Sim *S, const Module *m, double *const *dur, CostSim *s) {
     S->rec_node = xcalloc((size_t)P, sizeof(int *));
     S->nev = xcalloc((size_t)P, sizeof(int));
     S->blocked = xcalloc((size_t)P, sizeof(double *));
+    S->done = xcalloc((size_t)P, sizeof(char *));
     S->ccount = xcalloc((size_t)P, sizeof(int *));
     S->cnode_k = xcalloc((size_t)P, sizeof(int *));
     S->cgroup = xcalloc(16, sizeof(char *));
@@ -236,6 +249,7 @@ static void sim_init(Sim *S, const Module *m, double *const *dur, CostSim *s) {
         S->rec_node[st] = xcalloc((size_t)S->nev[st] + 1, sizeof(int));
         for (int e = 0; e < S->nev[st]; e++) S->rec[st][e] = -1, S->rec_node[st][e] = -1;
         S->blocked[st] = xcalloc((size_t)g->nnodes + 1, sizeof(double));
+        S->done[st] = xcalloc((size_t)g->nnodes + 1, 1);
         S->cnode_k[st] = xcalloc((size_t)g->nnodes + 1, sizeof(int));
         for (int i = 0; i < g->nnodes; i++) S->cnode_k[st][i] = -1;
     }
@@ -251,9 +265,9 @@ static void sim_init(Sim *S, const Module *m, double *const *dur, CostSim *s) {
 static void sim_free(Sim *S) {
     int P = S->m->nstages;
     for (int i = 0; i < P * NS; i++) free(S->list[i]);
-    for (int st = 0; st < P; st++) free(S->rec[st]), free(S->rec_node[st]), free(S->blocked[st]), free(S->ccount[st]), free(S->cnode_k[st]);
+    for (int st = 0; st < P; st++) free(S->rec[st]), free(S->rec_node[st]), free(S->blocked[st]), free(S->done[st]), free(S->ccount[st]), free(S->cnode_k[st]);
     for (int gI = 0; gI < 16; gI++) free(S->carr[gI]);
-    free(S->list), free(S->nlist), free(S->ptr), free(S->clock), free(S->rec), free(S->rec_node), free(S->nev), free(S->blocked);
+    free(S->list), free(S->nlist), free(S->ptr), free(S->clock), free(S->rec), free(S->rec_node), free(S->nev), free(S->blocked), free(S->done);
     free(S->ccount), free(S->cnode_k), free(S->cgroup), free(S->pp_key), free(S->pp_end), free(S->carr), free(S->cap_k);
 }
 
@@ -271,31 +285,15 @@ static double *arrival(Sim *S, int gi, int k) {
     return &S->carr[gi][k * P];
 }
 
-/* A collective over pp at time t on stage st: its end, or -1 while a
- * participant has not arrived. */
-static double pp_collective(Sim *S, int st, int i, double t, double d) {
-    const Node *n = &S->m->stages[st]->nodes[i];
-    int gi = cgroup_id(S, ir_attr_s(n, "group", "")), P = S->m->nstages;
-    if (gi < 0) ICE("cost: a collective over pp of an unknown group");
-    if (S->cnode_k[st][i] < 0) {
-        S->cnode_k[st][i] = S->ccount[st][gi]++;
-        arrival(S, gi, S->cnode_k[st][i])[st] = t;
-    }
-    double *a = arrival(S, gi, S->cnode_k[st][i]), last = 0;
-    for (int q = 0; q < P; q++) {
-        if (a[q] < 0) return -1;
-        if (a[q] > last) last = a[q];
-    }
-    S->blocked[st][i] = last - t;
-    return last + d;
-}
-
-/* Try node i of stage st on its stream at time t: its end, or -1 if blocked. */
-static double try_node(Sim *S, int st, int i, double t) {
+/* When node i of stage st, reached by its stream at time t, can begin its
+ * own work: t, or later for what it waits on (an event's record, a recv's
+ * send, a collective over pp's last participant); -1 while blocked.  Notes
+ * the time it spent blocked on another rank, a record's time, a
+ * collective's arrival. */
+static double node_begin(Sim *S, int st, int i, double t) {
     const Module *m = S->m;
     const Graph *g = m->stages[st];
     const Node *n = &g->nodes[i];
-    double d = S->dur[st][i];
     if (n->op == OP_wait) {
         int e = (int)ir_attr_i(n, "event", 0);
         return S->rec[st][e] < 0 ? -1 : S->rec[st][e] > t ? S->rec[st][e] : t;
@@ -305,43 +303,210 @@ static double try_node(Sim *S, int st, int i, double t) {
         S->rec[st][e] = t, S->rec_node[st][e] = i;
         return t;
     }
-    if (n->op == OP_recv_start) return t + d; /* posting does not wait */
-    if (n->op == OP_recv || n->op == OP_recv_done) { /* a posted receive waits at its done */
+    if (n->op == OP_recv || n->op == OP_recv_done) { /* a posted receive waits at its done (recv_start does not wait) */
         double sent;
         if (over_pp(m, n)) { /* from the stage (i + peer) mod p */
             int P = m->nstages, from = (int)(((st + ir_attr_i(n, "peer", 0)) % P + P) % P);
             sent = S->pp_end[pp_slot(S, from, st, ir_attr_i(n, "tag", 0))];
         } else {
             int q = ir_p2p_peer(g, i);
-            sent = q < 0 ? t : S->s->end[st][q];
+            sent = q < 0 ? t : S->done[st][q] ? S->s->end[st][q] : -1;
         }
         if (sent < 0) return -1;
         S->blocked[st][i] = sent > t ? sent - t : 0;
-        return (sent > t ? sent : t) + d;
+        return sent > t ? sent : t;
     }
-    if (n->op == OP_send) {
-        if (over_pp(m, n)) {
-            int P = m->nstages, to = (int)(((st + ir_attr_i(n, "peer", 0)) % P + P) % P);
-            S->pp_end[pp_slot(S, st, to, ir_attr_i(n, "tag", 0))] = t + d;
+    if ((ir_ops[n->op].flags & F_COMM) && n->op != OP_send && n->op != OP_recv_start && over_pp(m, n)) {
+        const char *grp = ir_attr_s(n, "group", "");
+        int gi = cgroup_id(S, grp), P = m->nstages;
+        if (gi < 0) ICE("cost: a collective over pp of an unknown group");
+        if (S->cnode_k[st][i] < 0) {
+            S->cnode_k[st][i] = S->ccount[st][gi]++;
+            arrival(S, gi, S->cnode_k[st][i])[st] = t;
         }
-        return t + d;
+        double *a = arrival(S, gi, S->cnode_k[st][i]), last = 0;
+        for (int q = 0; q < P; q++) {
+            if (a[q] < 0) return -1;
+            if (a[q] > last) last = a[q];
+        }
+        S->blocked[st][i] = last - t;
+        return last;
     }
-    if ((ir_ops[n->op].flags & F_COMM) && over_pp(m, n)) return pp_collective(S, st, i, t, d);
-    return t + d;
+    return t;
 }
 
-/* Run stream k of stage st as far as it goes; 1 if it moved. */
+/* Its own seconds once begun (a wait and a record: none). */
+static double node_work(const Sim *S, int st, int i) {
+    Op op = S->m->stages[st]->nodes[i].op;
+    return op == OP_wait || op == OP_record ? 0 : S->dur[st][i];
+}
+
+/* Node i of stage st ended at e: a send over pp publishes its end. */
+static void node_done(Sim *S, int st, int i, double b, double e) {
+    const Node *n = &S->m->stages[st]->nodes[i];
+    S->s->start[st][i] = b, S->s->end[st][i] = e, S->done[st][i] = 1;
+    if (n->op == OP_send && over_pp(S->m, n)) {
+        int P = S->m->nstages, to = (int)(((st + ir_attr_i(n, "peer", 0)) % P + P) % P);
+        S->pp_end[pp_slot(S, st, to, ir_attr_i(n, "tag", 0))] = e;
+    }
+}
+
+/* Run stream k of stage st as far as it goes; 1 if it moved.  Each node
+ * lasts its duration from when it can begin (no processor sharing). */
 static int run_stream(Sim *S, int st, int k) {
     int q = st * NS + k, moved = 0;
     while (S->ptr[q] < S->nlist[q]) {
         int i = S->list[q][S->ptr[q]];
-        double t = S->clock[q], e = try_node(S, st, i, t);
-        if (e < 0) break;
-        S->s->start[st][i] = t, S->s->end[st][i] = e;
+        double t = S->clock[q], b = node_begin(S, st, i, t);
+        if (b < 0) break;
+        double e = b + node_work(S, st, i);
+        node_done(S, st, i, t, e);
         S->clock[q] = e;
         S->ptr[q]++, moved = 1;
     }
     return moved;
+}
+
+/* ---- processor sharing (a CPU node's cores) ----
+ *
+ * A profile with `cores` describes ranks whose threads share a node's
+ * cores (the CPU target: kiln's ranks are processes on one host).  Ranks
+ * are grouped into sharing domains: a rank may run on `threads` cores
+ * (its affinity); local = min(world, node_size) ranks a node; when they
+ * are bound to disjoint cores (local·threads <= cores) each rank is its
+ * own domain, else local·threads/cores ranks share one set of `threads`
+ * cores (unbound ranks: all of a node's).  A stage's program stands for its
+ * R = world/pp replicas, so each of its activities counts w = min(R,
+ * ranks a domain) times in its domain (the domain of its first rank).
+ *
+ * Every node with work of its own is an activity while it runs, of demand
+ * (cores it keeps busy) thread_speedup for a kernel on the compute stream
+ * (its pool and OpenBLAS run `threads` threads, which go thread_speedup
+ * times as fast as one: so many cores' worth of work), 1 for a collective
+ * or a host copy (the comm or copy stream's one thread: MPI's
+ * shared-memory collectives spin and copy, memcpy is CPU work), 0 for a
+ * send or a recv (the CPU runtime stages a send and posts MPI_Isend; its
+ * receives sleep between tests, coll_mpi.c's wait_posted); a node waiting
+ * (an event, a recv's send, a pp collective's partner) demands nothing.  When a domain's
+ * running activities demand D > c of its c cores, each proceeds at c/D of
+ * its speed alone (the profile's times are one rank's alone).  The
+ * simulation is then event-driven: advance to the next completion at the
+ * current rates, start what can start, recompute the rates.  Where no
+ * domain can ever demand more than its cores (a GPU profile: no `cores`;
+ * one rank computing alone) the sweep above runs instead, unchanged. */
+
+typedef struct {
+    int *dom;      /* [stage] its domain */
+    double *w;     /* [stage] its replicas in that domain */
+    int ndom, g;   /* domains; ranks a domain */
+    double cores;  /* a domain's cores */
+    double threads; /* a compute kernel's demand: the profile's thread_speedup */
+} Share;
+
+/* Demand of node i of stage st while it runs (one replica). */
+static double node_demand(const Share *sh, const Graph *g, int i) {
+    Op op = g->nodes[i].op;
+    unsigned fl = ir_ops[op].flags;
+    if (op == OP_send || op == OP_recv || op == OP_recv_start || op == OP_recv_done) return 0; /* MPI_Isend of a staged copy; receives sleep */
+    return fl & (F_COMM | F_COPY) ? 1 : g->nodes[i].stream == IR_STREAM_COMPUTE || g->nodes[i].stream < 0 ? sh->threads : 1;
+}
+
+/* 1 when the profile makes ranks share cores and some domain can demand
+ * more than it has (else the sweep is exact). */
+int cost_force_shared;
+
+static int share_init(Share *sh, const Module *m, const Profile *p, double *const *dur) {
+    memset(sh, 0, sizeof *sh);
+    int shared = p && p->cores > 0;
+    if (!shared && !cost_force_shared) return 0;
+    int P = m->nstages, world = ir_world(m), R = world / P > 0 ? world / P : 1;
+    int th = shared ? (p->threads > 0 ? p->threads : p->cores) : 1, node = shared ? p->node_size : 1, local = world < node ? world : node;
+    int g = shared ? (int)((int64_t)local * th / p->cores) : 1;
+    g = g < 1 ? 1 : g;
+    sh->g = g;
+    sh->cores = shared ? th : INFINITY, sh->threads = shared && p->thread_speedup > 0 ? p->thread_speedup : th;
+    sh->dom = xcalloc((size_t)P, sizeof(int));
+    sh->w = xcalloc((size_t)P, sizeof(double));
+    double *most = xcalloc((size_t)P + 1, sizeof(double)); /* per domain: the most its activities can demand at once */
+    int over = 0;
+    for (int st = 0, prev = -1; st < P; st++) { /* the domains numbered in order: stages share one when their first ranks do */
+        int d = (int)((int64_t)st * R / g);
+        if (d != prev) sh->ndom++, prev = d;
+        sh->dom[st] = sh->ndom - 1;
+        sh->w[st] = R < g ? R : g;
+        const Graph *gr = m->stages[st];
+        double lane[NS] = {0};
+        for (int i = 0; i < gr->nnodes; i++) {
+            int k = gr->nodes[i].stream >= 0 && gr->nodes[i].stream < NS ? gr->nodes[i].stream : 0;
+            Op op = gr->nodes[i].op;
+            double d = dur[st][i] > 0 && op != OP_wait && op != OP_record ? node_demand(sh, gr, i) : 0;
+            if (d > lane[k]) lane[k] = d;
+        }
+        for (int k = 0; k < NS; k++) most[sh->dom[st]] += sh->w[st] * lane[k];
+    }
+    for (int d = 0; d < sh->ndom; d++) over |= most[d] > sh->cores;
+    free(most);
+    if (!over && !cost_force_shared) free(sh->dom), free(sh->w), memset(sh, 0, sizeof *sh);
+    return over || cost_force_shared;
+}
+
+static void share_free(Share *sh) { free(sh->dom), free(sh->w); }
+
+/* Start what can start on lane q now (its clock is at or before now, and
+ * whatever it waits on has happened by now): instant nodes end at once,
+ * the first with work becomes running (rem its work, dem its demand). */
+static int lane_start(Sim *S, const Share *sh, int q, int *run, double *rem, double *dem) {
+    int st = q / NS, moved = 0;
+    while (!run[q] && S->ptr[q] < S->nlist[q]) {
+        int i = S->list[q][S->ptr[q]];
+        double t = S->clock[q], b = node_begin(S, st, i, t), w = b < 0 ? 0 : node_work(S, st, i);
+        if (b < 0) break;
+        moved = 1;
+        if (w <= 0) {
+            node_done(S, st, i, t, b);
+            S->clock[q] = b, S->ptr[q]++;
+            continue;
+        }
+        S->s->start[st][i] = t; /* from when its stream reached it, as the sweep counts it */
+        run[q] = 1, rem[q] = w, dem[q] = sh->w[st] * node_demand(sh, S->m->stages[st], i);
+    }
+    return moved;
+}
+
+/* The event-driven replay under processor sharing; 0, or -1 on a deadlock. */
+static int run_shared(Sim *S, const Share *sh) {
+    int L = S->m->nstages * NS, *run = xcalloc((size_t)L, sizeof(int));
+    double *rem = xcalloc((size_t)L, sizeof(double)), *dem = xcalloc((size_t)L, sizeof(double));
+    double *load = xcalloc((size_t)sh->ndom + 1, sizeof(double)), *rate = xcalloc((size_t)L, sizeof(double)), now = 0;
+    for (;;) {
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int q = 0; q < L; q++) moved |= lane_start(S, sh, q, run, rem, dem);
+        }
+        memset(load, 0, sizeof(double) * (size_t)sh->ndom);
+        int nrun = 0;
+        for (int q = 0; q < L; q++)
+            if (run[q]) load[sh->dom[q / NS]] += dem[q], nrun++;
+        if (!nrun) break;
+        double dt = INFINITY;
+        for (int q = 0; q < L; q++) {
+            if (!run[q]) continue;
+            double D = load[sh->dom[q / NS]];
+            rate[q] = D > sh->cores ? sh->cores / D : 1;
+            if (rem[q] / rate[q] < dt) dt = rem[q] / rate[q];
+        }
+        now += dt;
+        for (int q = 0; q < L; q++) {
+            if (!run[q]) continue;
+            if (rem[q] / rate[q] <= dt * (1 + 1e-12)) { /* ends now */
+                int st = q / NS, i = S->list[q][S->ptr[q]];
+                node_done(S, st, i, S->s->start[st][i], now);
+                S->clock[q] = now, S->ptr[q]++, run[q] = 0;
+            } else rem[q] -= dt * rate[q];
+        }
+    }
+    free(run), free(rem), free(dem), free(load), free(rate);
+    return 0;
 }
 
 static int deadlock(Sim *S, char *err, size_t errlen) {
@@ -501,11 +666,17 @@ int cost_simulate(const Module *m, const Profile *p, double *const *dur, CostSim
     Sim S;
     sim_init(&S, m, dur, out);
     int rc = 0;
-    for (int moved = 1; moved;) {
-        moved = 0;
-        for (int st = 0; st < P; st++)
-            for (int k = 0; k < NS; k++) moved |= run_stream(&S, st, k);
-    }
+    Share sh;
+    if (share_init(&sh, m, p, dur)) {
+        out->shared = 1, out->domains = sh.ndom, out->domain_ranks = sh.g;
+        run_shared(&S, &sh);
+        share_free(&sh);
+    } else
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int st = 0; st < P; st++)
+                for (int k = 0; k < NS; k++) moved |= run_stream(&S, st, k);
+        }
     for (int q = 0; q < P * NS && rc == 0; q++)
         if (S.ptr[q] < S.nlist[q]) rc = deadlock(&S, err, errlen);
     if (rc == 0) {
@@ -538,6 +709,10 @@ static double ms(double s) { return s * 1e3; }
 void cost_report(const Module *m, const Profile *p, const CostSim *s, FILE *f) {
     fprintf(f, "predicted step %.3f ms on %s, MFU %.1f%% (model FLOPs against %.4g TFLOP/s per device)\n", ms(s->step), p->name,
             100 * s->mfu, s->peak_flops / 1e12);
+    if (s->shared)
+        fprintf(f, "  processor sharing: %d rank%s on %d core%s (a domain; %d domain%s), a computing rank keeping %.3g busy (profile: cores %d, threads %d)\n",
+                s->domain_ranks, s->domain_ranks == 1 ? "" : "s", p->threads, p->threads == 1 ? "" : "s", s->domains, s->domains == 1 ? "" : "s",
+                p->thread_speedup, p->cores, p->threads);
     fprintf(f, "  %5s %11s %11s %11s %11s %11s %12s\n", "stage", "compute ms", "exp. comm", "bubble", "exp. copy", "step ms", "memory MiB");
     for (int st = 0; st < s->nstages; st++) {
         const CostRank *r = &s->rank[st];

@@ -74,6 +74,8 @@ typedef struct {
     double step;           /* the slowest rank's end */
     double mfu;            /* Σ flops / (pp · step · peak of the GEMMs' dtype) */
     double peak_flops;     /* that peak */
+    int shared;            /* replayed under processor sharing (cost.c): ranks sharing cores */
+    int domains, domain_ranks; /* then: sharing domains, ranks in each */
 } CostSim;
 
 /* Simulate module m (after schedule; after memplan for the peaks).  dur:
@@ -88,6 +90,16 @@ typedef struct {
  * send ir_p2p_peer pairs it with) has ended.  0, or -1 with one line in
  * err (a deadlock names the stuck nodes). */
 int cost_simulate(const Module *m, const Profile *p, double *const *dur, CostSim *out, char *err, size_t errlen);
+
+/* Processor sharing (cost.c's "processor sharing" section): when the
+ * profile has `cores` (a CPU node's, shared by its ranks' threads) and
+ * some node's activities can demand more than it has, cost_simulate
+ * replays the programs event by event, each activity at min(1, cores /
+ * demand) of its speed alone; else (GPU profiles, no `cores`) it sweeps
+ * with fixed durations.  Tests set cost_force_shared to run the
+ * event-driven replay anyway: with no domain over its cores it must equal
+ * the sweep. */
+extern int cost_force_shared;
 void cost_sim_free(CostSim *s);
 
 /* kiln plan's lines: the predicted step, MFU, per rank the split and memory,

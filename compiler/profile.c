@@ -14,6 +14,11 @@
  * the field; a missing field names the file and the field.  The reader
  * stops at the first error: one line, as everywhere in kiln.
  *
+ * Optional too: cores, threads and thread_speedup (a CPU host's cores
+ * shared by its ranks, the cores one rank runs on, its threads' speedup
+ * over one: cost.c's processor sharing); threads and thread_speedup only
+ * with cores, threads at most cores, thread_speedup in [1, threads].
+ *
  * Finding a shipped profile by name: profile.h says where it looks.  A
  * fresh clone's build/kiln finds <repo>/profiles through the binary's own
  * path, as the CUDA kernels are found (nvrtc_compile.c), and the tests in
@@ -89,8 +94,12 @@ static const struct {
     {"p2p_alpha_s", F_NONNEG, offsetof(Profile, coll_alpha[COLL_P2P])},
     {"p2p_beta", F_POS, offsetof(Profile, coll_beta[COLL_P2P])},
     {"mem_bw_table", F_TABLE, 1}, /* optional, alone (off 1: the bandwidth table) */
+    /* optional: the cores the ranks of a node share (cost.c's processor sharing) */
+    {"cores", F_INT, offsetof(Profile, cores)},
+    {"threads", F_INT, offsetof(Profile, threads)},
+    {"thread_speedup", F_POS, offsetof(Profile, thread_speedup)},
 };
-enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15, NPAIRED = NFIELDS - 1 };
+enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15, NPAIRED = 23, F_CORES = 24, F_THREADS = 25, F_SPEEDUP = 26 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
@@ -241,6 +250,14 @@ static int parse_file(Profile *p, FILE *f, const char *file, char *err, size_t e
         if (!seen[k] != !seen[k + 1])
             return fail(err, errlen, "%s:%d: field \"%s\" without \"%s\"", file, seen[k] ? seen[k] : seen[k + 1], fields[seen[k] ? k : k + 1].key,
                         fields[seen[k] ? k + 1 : k].key);
+    if (seen[F_THREADS] && !seen[F_CORES]) return fail(err, errlen, "%s:%d: field \"threads\" without \"cores\"", file, seen[F_THREADS]);
+    if (seen[F_CORES] && !seen[F_THREADS]) p->threads = p->cores;
+    if (p->threads > p->cores)
+        return fail(err, errlen, "%s:%d: field \"threads\" (%d) is more than \"cores\" (%d)", file, seen[F_THREADS], p->threads, p->cores);
+    if (seen[F_SPEEDUP] && !seen[F_CORES]) return fail(err, errlen, "%s:%d: field \"thread_speedup\" without \"cores\"", file, seen[F_SPEEDUP]);
+    if (seen[F_SPEEDUP] && (p->thread_speedup < 1 || p->thread_speedup > p->threads))
+        return fail(err, errlen, "%s:%d: field \"thread_speedup\": expected 1 .. threads (%d), got %g", file, seen[F_SPEEDUP], p->threads, p->thread_speedup);
+    if (!seen[F_SPEEDUP]) p->thread_speedup = p->threads;
     return 0;
 }
 

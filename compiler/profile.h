@@ -43,6 +43,15 @@ typedef struct {
      * increasing; 0 points: mem_bw at every size */
     int nbw;
     double bw_size[PROFILE_MAX_EFF], bw[PROFILE_MAX_EFF];
+    /* optional: processor sharing (cost.c).  cores: the node's cores, which
+     * its ranks' threads share; threads: the cores one rank may run on (its
+     * affinity) and the compute threads it runs there, the rates above
+     * being that rank's alone (default: cores).  0 cores: not applicable
+     * (a GPU: one device a rank, nothing shared); thread_speedup: a compute
+     * kernel's speed on `threads` threads over its speed on one, in [1,
+     * threads] (default threads): the cores a computing rank keeps busy */
+    int cores, threads;
+    double thread_speedup;
 } Profile;
 
 /* Load a profile.  path_or_name is a path when it holds a '/' or ends in

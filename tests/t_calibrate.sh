@@ -2,8 +2,9 @@
 # kiln calibrate (issue 21): --quick on this CPU writes a profile that the
 # loader reads back (kiln plan runs on it and names it), with every field
 # measured and its source in a comment; under mpirun the links are
-# measured, each collective algorithm's own α and β, and the ranks' share
-# of the cores is stated; bad flags are one line with exit status 1.
+# measured, each collective algorithm's own α and β, and the cores the
+# ranks share (cores, threads, thread_speedup) are stated; bad flags are
+# one line with exit status 1.
 . "$(dirname "$0")/lib.sh"
 
 out=$("$K" calibrate --device cpu --quick -o "$tmp/c.profile" --name calib1 2>&1)
@@ -29,7 +30,8 @@ if command -v mpirun > /dev/null; then
     for c in allreduce allgather reducescatter p2p; do
         check "$c's own alpha and beta are measured" "grep -q '^${c}_alpha_s .* 2 ranks' '$tmp/m.profile' && grep -q '^${c}_beta ' '$tmp/m.profile'"
     done
-    check "the ranks' share of the cores is measured and stated" "grep -q '^# one rank alone on .* ranks on it, [0-9.]*\$' '$tmp/m.profile'"
+    check "the cores the ranks share and a rank's threads are stated, with their sources" "grep -q '^cores  *[0-9][0-9]*  *# sysconf' '$tmp/m.profile' && grep -q '^threads  *[0-9][0-9]*  *# sched_getaffinity' '$tmp/m.profile' && grep -q '^thread_speedup  *[0-9.]*  *# OpenBLAS' '$tmp/m.profile'"
+    check "the links' times are scaled to one rank's alone, the factor stated" "grep -q '^intra_alpha_s .*times x [0-9.]*: one rank' '$tmp/m.profile'"
     pm=$("$K" plan models/tiny.lua --dp 2 --device-profile "$tmp/m.profile" 2>&1 | grep -c '^predicted step')
     check "kiln plan reads the per-algorithm fields" "[ '$pm' = 1 ]"
 else

@@ -38,8 +38,21 @@
  *                              intra's for all-gathers only; a lone
  *                              p2p_beta is a one-line FILE:LINE error;
  *                              mem_bw_table interpolates in log(bytes).
+ *   processor sharing          (a profile with cores; cost.c) two ranks on
+ *                              one core: two 1 s ops take 2 s each; a rank
+ *                              waiting on a recv gives its core away (the
+ *                              other's op runs at full speed once it
+ *                              waits: 2 s of work ends at 3, not 4); one
+ *                              rank's comm thread and compute share its
+ *                              core; dp replicas count (dp 4 of 2 threads
+ *                              on 2 cores: a quarter speed; thread_speedup
+ *                              1: half); the fields and their errors.
  * Each rank's split (compute + comm + bubble + copy) must add up to the
- * step, and its exposed classes to comm + bubble + copy.
+ * step, and its exposed classes to comm + bubble + copy.  Every program
+ * without a profile is also simulated on the shipped h100 profile (no
+ * cores: every start and end bit for bit the same) and replayed by the event-driven simulation
+ * (cost_force_shared): every node's start and end and every split equal
+ * the sweep's to 1e-12 (the GPU profiles' case: no sharing, unchanged).
  */
 #include "testutil.h"
 #include "cost.h"
@@ -113,10 +126,8 @@ static void p2p(Prog *P, int s, Op op, int k, double d, int x, int peer, int tag
     add(P, s, op, k, d, op == OP_send, &x, 3, a);
 }
 
-static CostSim simulate(Prog *P) {
-    CostSim s;
-    char err[512];
-    if (cost_simulate(P->m, NULL, P->dur, &s, err, sizeof err)) fail_msg("cost_simulate: %s", err);
+static void check_split(const CostSim *sp) {
+    CostSim s = *sp;
     for (int r = 0; r < s.nstages; r++) { /* the split adds up to the step */
         const CostRank *R = &s.rank[r];
         NEAR(R->compute + R->comm + R->bubble + R->copy, s.step);
@@ -126,8 +137,50 @@ static CostSim simulate(Prog *P) {
         NEAR(R->exposed.s[COST_BUBBLE], R->bubble);
         NEAR(R->exposed.s[COST_D2H] + R->exposed.s[COST_H2D], R->copy);
     }
+}
+
+/* Simulate P on profile p (NULL: none, the sweep).  Without a profile the
+ * event-driven replay (cost_force_shared, no domain over its cores) must
+ * give every node the sweep's start and end, and each rank the same split. */
+static CostSim simulate_on(Prog *P, const Profile *p) {
+    CostSim s, f;
+    char err[512];
+    if (cost_simulate(P->m, p, P->dur, &s, err, sizeof err)) fail_msg("cost_simulate: %s", err);
+    check_split(&s);
+    if (p) return s;
+    /* a GPU profile (no cores: not applicable) leaves every number as it is */
+    Profile gpu;
+    CostSim gs;
+    if (profile_load(&gpu, "h100", err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(gpu.cores, 0);
+    if (cost_simulate(P->m, &gpu, P->dur, &gs, err, sizeof err)) fail_msg("cost_simulate, h100: %s", err);
+    assert_int_equal(gs.shared, 0);
+    for (int r = 0; r < s.nstages; r++)
+        for (int i = 0; i < P->m->stages[r]->nnodes; i++)
+            if (gs.start[r][i] != s.start[r][i] || gs.end[r][i] != s.end[r][i]) fail_msg("h100: stage %d node %d moved", r, i);
+    assert_true(gs.step == s.step);
+    cost_sim_free(&gs);
+    cost_force_shared = 1;
+    int rc = cost_simulate(P->m, NULL, P->dur, &f, err, sizeof err);
+    cost_force_shared = 0;
+    if (rc) fail_msg("cost_simulate, event-driven: %s", err);
+    for (int r = 0; r < s.nstages; r++) {
+        for (int i = 0; i < P->m->stages[r]->nnodes; i++) {
+            NEAR(f.start[r][i], s.start[r][i]);
+            NEAR(f.end[r][i], s.end[r][i]);
+        }
+        NEAR(f.rank[r].compute, s.rank[r].compute);
+        NEAR(f.rank[r].comm, s.rank[r].comm);
+        NEAR(f.rank[r].bubble, s.rank[r].bubble);
+        NEAR(f.rank[r].copy, s.rank[r].copy);
+        for (int c = 0; c < COST_NCLASS; c++) NEAR(f.rank[r].exposed.s[c], s.rank[r].exposed.s[c]);
+    }
+    NEAR(f.step, s.step);
+    cost_sim_free(&f);
     return s;
 }
+
+static CostSim simulate(Prog *P) { return simulate_on(P, NULL); }
 
 /* ---- two streams and an event ---- */
 
@@ -352,6 +405,12 @@ static void test_deadlock(void **state) {
     assert_int_equal(cost_simulate(P.m, NULL, P.dur, &s, err, sizeof err), -1);
     assert_string_equal(err, "the programs deadlock in the simulation: stage 0 stream 0 at node 1 (wait)");
     cost_sim_free(&s);
+    cost_force_shared = 1; /* the event-driven replay: the same line */
+    int rc = cost_simulate(P.m, NULL, P.dur, &s, err, sizeof err);
+    cost_force_shared = 0;
+    assert_int_equal(rc, -1);
+    assert_string_equal(err, "the programs deadlock in the simulation: stage 0 stream 0 at node 1 (wait)");
+    cost_sim_free(&s);
     prog_free(&P);
 }
 
@@ -425,6 +484,156 @@ static void test_fused_group(void **state) {
     prog_free(&P);
 }
 
+/* ---- processor sharing ---- */
+
+/* A profile of a node of `cores` cores, each rank on `threads` of them,
+ * node_size ranks; the rest zero (the durations are given). */
+static Profile shared_profile(int cores, int threads, int node_size) {
+    Profile p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.name, sizeof p.name, "shared");
+    p.cores = cores, p.threads = threads, p.node_size = node_size;
+    return p;
+}
+
+/* Two ranks on one core, each one 1 s op: both run at half speed, 2 s;
+ * on two cores (their own each) 1 s, the sweep's answer. */
+static void test_share_two_ranks(void **state) {
+    (void)state;
+    for (int cores = 1; cores <= 2; cores++) {
+        Prog P = prog_new(2);
+        int a[2];
+        for (int s = 0; s < 2; s++) a[s] = work(&P, s, IR_STREAM_COMPUTE, 1, scalar(&P, s));
+        Profile p = shared_profile(cores, 1, 2);
+        CostSim s = simulate_on(&P, &p);
+        for (int r = 0; r < 2; r++) {
+            NEAR(s.end[r][a[r]], cores == 1 ? 2 : 1);
+            NEAR(s.rank[r].compute, cores == 1 ? 2 : 1);
+        }
+        NEAR(s.step, cores == 1 ? 2 : 1);
+        cost_sim_free(&s);
+        prog_free(&P);
+    }
+}
+
+/* One core, two pipeline ranks.  Rank 0: A (2 s), then sends.  Rank 1: X
+ * (1 s), a recv of A's send, then B (1 s).  A and X share the core until
+ * X ends at 2 (A half done); rank 1 then waits on its recv, which demands
+ * nothing, so A runs alone at full speed and ends at 3; B 3..4.  Rank 1's
+ * recv waited 1 s for rank 0: bubble. */
+static void test_share_idle_rank(void **state) {
+    (void)state;
+    Prog P = prog_new(2);
+    int x0 = scalar(&P, 0), x1 = scalar(&P, 1);
+    int A = work(&P, 0, IR_STREAM_COMPUTE, 2, x0);
+    sync(&P, 0, OP_record, IR_STREAM_COMPUTE, 0);
+    sync(&P, 0, OP_wait, IR_STREAM_COMM, 0);
+    p2p(&P, 0, OP_send, IR_STREAM_COMM, 0, x0, 1, 7);
+    int X = work(&P, 1, IR_STREAM_COMPUTE, 1, x1);
+    p2p(&P, 1, OP_recv, IR_STREAM_COMM, 0, x1, -1, 7);
+    sync(&P, 1, OP_record, IR_STREAM_COMM, 0);
+    sync(&P, 1, OP_wait, IR_STREAM_COMPUTE, 0);
+    int B = work(&P, 1, IR_STREAM_COMPUTE, 1, x1);
+    Profile p = shared_profile(1, 1, 2);
+    CostSim s = simulate_on(&P, &p);
+    NEAR(s.end[1][X], 2);
+    NEAR(s.end[0][A], 3);
+    NEAR(s.start[1][B], 3);
+    NEAR(s.end[1][B], 4);
+    NEAR(s.step, 4);
+    NEAR(s.rank[1].compute, 3); /* X took 2 s of the shared core, B 1 */
+    NEAR(s.rank[1].bubble, 1);
+    NEAR(s.rank[0].compute, 3);
+    NEAR(s.rank[0].bubble, 1); /* from its end at 3 to the step's 4 */
+    cost_sim_free(&s);
+    prog_free(&P);
+}
+
+/* One rank: its compute A (2 s) and a collective C (1 s) on the comm
+ * stream from the start.  On one core (threads 1) they take it in turns,
+ * both at half speed until C ends at 2, then A alone: 3.  On two cores
+ * with two compute threads (demand 2 + 1 on 2): both at 2/3 until C ends
+ * at 1.5 (A has 1 s left), A alone to 2.5.  With no cores in the profile
+ * (a GPU's) the sweep: C 1, A 2. */
+static void test_share_comm_thread(void **state) {
+    (void)state;
+    static const struct { int cores; double c, a; } cases[] = {{1, 2, 3}, {2, 1.5, 2.5}, {0, 1, 2}};
+    for (int k = 0; k < 3; k++) {
+        Prog P = prog_new(1);
+        int x = scalar(&P, 0);
+        int A = work(&P, 0, IR_STREAM_COMPUTE, 2, x);
+        int C = coll(&P, 0, IR_STREAM_COMM, 1, x, "dp");
+        Profile p = shared_profile(cases[k].cores, cases[k].cores, 1);
+        CostSim s = simulate_on(&P, cases[k].cores ? &p : NULL);
+        NEAR(s.end[0][C], cases[k].c);
+        NEAR(s.end[0][A], cases[k].a);
+        cost_sim_free(&s);
+        prog_free(&P);
+    }
+}
+
+/* Replicas count: dp 4 on a node of 2 cores, each rank on both (threads
+ * 2, unbound): one stage's 1 s kernel stands for 4 ranks' of 2 threads,
+ * demand 8 on 2 cores, a quarter speed: 4 s.  At dp 1 on the same node
+ * the rank is alone (demand 2 on 2): 1 s.  With thread_speedup 1 (its
+ * two threads go no faster than one: one core's worth of work) dp 4
+ * demands 4: half speed, 2 s. */
+static void test_share_replicas(void **state) {
+    (void)state;
+    static const struct { int dp; double speedup, end; } cases[] = {{1, 0, 1}, {4, 0, 4}, {4, 1, 2}, {4, 2, 4}};
+    for (int k = 0; k < 4; k++) {
+        Prog P = prog_new(1);
+        P.m->mesh[1] = cases[k].dp;
+        int A = work(&P, 0, IR_STREAM_COMPUTE, 1, scalar(&P, 0));
+        Profile p = shared_profile(2, 2, 4);
+        p.thread_speedup = cases[k].speedup;
+        CostSim s = simulate_on(&P, &p);
+        NEAR(s.end[0][A], cases[k].end);
+        cost_sim_free(&s);
+        prog_free(&P);
+    }
+}
+
+/* The fields: cores alone (threads = cores), both, and the one-line errors. */
+static void test_share_fields(void **state) {
+    (void)state;
+    Profile p;
+    char err[1200];
+    static const struct { const char *add, *want; int cores, threads; } cases[] = {
+        {"cores 2\n", NULL, 2, 2},
+        {"cores 2\nthreads 1\n", NULL, 2, 1},
+        {"threads 1\n", "field \"threads\" without \"cores\"", 0, 0},
+        {"cores 2\nthreads 4\n", "field \"threads\" (4) is more than \"cores\" (2)", 0, 0},
+        {"cores 0\n", "field \"cores\": expected a whole number of at least 1", 0, 0},
+        {"cores 2\nthread_speedup 2.5\n", "field \"thread_speedup\": expected 1 .. threads (2), got 2.5", 0, 0},
+        {"thread_speedup 1.5\n", "field \"thread_speedup\" without \"cores\"", 0, 0},
+    };
+    if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
+    assert_int_equal(p.cores, 0); /* the shipped cpu profile predicts without sharing */
+    char base[1024];
+    snprintf(base, sizeof base, "%s", p.path);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char named[] = "/tmp/test_cost_share_XXXXXX.profile";
+        int fd = mkstemps(named, 8);
+        assert_true(fd >= 0);
+        FILE *f = fdopen(fd, "w"), *in = fopen(base, "r");
+        assert_non_null(f), assert_non_null(in);
+        char line[2048];
+        while (fgets(line, sizeof line, in)) fputs(line, f);
+        fclose(in);
+        fputs(cases[c].add, f);
+        fclose(f);
+        int rc = profile_load(&p, named, err, sizeof err);
+        if (!cases[c].want) {
+            if (rc) fail_msg("%s", err);
+            assert_int_equal(p.cores, cases[c].cores), assert_int_equal(p.threads, cases[c].threads);
+            NEAR(p.thread_speedup, cases[c].threads); /* default: threads */
+        } else if (rc != -1 || strncmp(err, named, strlen(named)) || !strstr(err, cases[c].want) || strchr(err, '\n'))
+            fail_msg("case %zu: rc %d, error: %s", c, rc, err);
+        remove(named);
+    }
+}
+
 /* The optional per-algorithm link fields: both of a pair replace intra's
  * for that algorithm only; one without the other is a one-line error. */
 static void test_coll_fields(void **state) {
@@ -469,7 +678,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_streams), cmocka_unit_test(test_exposed_classes), cmocka_unit_test(test_node_class), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds), cmocka_unit_test(test_fused_group),
-        cmocka_unit_test(test_coll_fields),
+        cmocka_unit_test(test_coll_fields), cmocka_unit_test(test_share_two_ranks), cmocka_unit_test(test_share_idle_rank),
+        cmocka_unit_test(test_share_comm_thread), cmocka_unit_test(test_share_replicas), cmocka_unit_test(test_share_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,6 +40,18 @@
  *                             shipped cpu profile) and the file says so;
  *   memory_bytes              physical memory (sysconf);
  *   node_size                 the ranks under mpirun, else --base's.
+ *   cores                     sysconf(_SC_NPROCESSORS_ONLN): the host's cores;
+ *   threads                   the threads the rates were measured on (the
+ *                             runtime's default: this process's affinity);
+ *   thread_speedup            OpenBLAS sgemm on 1 thread over on `threads`
+ *                             (measure_speedup): the cores a computing rank
+ *                             keeps busy.
+ *
+ * Every rate is one rank's alone (rank 0 measures while the others sleep):
+ * how ranks share the cores is the cost model's (cost.c, processor
+ * sharing), not priced into the rates.  Only the links cannot be timed
+ * alone; when the ranks share cores their times are scaled to one rank's
+ * alone by the model's own rule (link_speed).
  *
  * The file is written atomically (a temporary file, then rename) and read
  * back with profile_load before the command succeeds: what calibrate
@@ -47,6 +59,7 @@
  * one-kernel programs; it is refused in one line for now (the shipped GPU
  * profiles are datasheets and estimates, marked so).
  */
+#include <cblas.h>
 #include <errno.h>
 #include <sched.h>
 #include <math.h>
@@ -125,8 +138,8 @@ typedef struct {
     double gemm_rate[8], gemm_mnk[8];
     int gemm_n[8], ngemm;
     int cores, local;  /* the host's cores; the ranks on this host */
-    double share;      /* each rank's share of the host's compute (measure_share) */
-    double share_solo, share_conc; /* its GEMM alone, on every rank at once: seconds */
+    int threads_given; /* --threads was given */
+    double speedup, sp_one[2], sp_all[2]; /* thread_speedup; OpenBLAS GEMM seconds on 1 and on threads threads, n 64 and 128 */
     double peak, launch, attn_rate, elem_bw, copy_bw, alpha, beta;
     double calpha[4], cbeta[4], csmall[4], clarge[4]; /* per CollKind */
     double ln_bw, tr_bw; /* mem_bw's two kernels alone */
@@ -183,6 +196,41 @@ static void measure_gemm(Cal *C, rt_ctx *ctx) {
         if (rate > C->peak) C->peak = rate;
     }
     C->ngemm = n;
+}
+
+/* thread_speedup: how much faster a kernel runs on `threads` threads than
+ * on one, so the cores a computing rank keeps busy (cost.c's processor
+ * sharing: k ranks computing on c cores each get c/k cores, at one
+ * thread's speed each).  OpenBLAS sgemm on the tall shapes of n 64 and 128
+ * (the layers' GEMMs), round by round on 1 and on `threads` threads
+ * (openblas_set_num_threads, as rt_new sets it), each size's median time
+ * on one over its median on all, the mean of the two sizes, within [1,
+ * threads].  1 thread: 1. */
+static void measure_speedup(Cal *C) {
+    C->speedup = 1;
+    if (C->threads < 2) return;
+    static const int sz[2] = {64, 128};
+    int rounds = C->quick ? 5 : 11;
+    double sum = 0;
+    for (int s = 0; s < 2; s++) {
+        int n = sz[s], m = 8 * n, reps = s ? 8 : 64;
+        float *a = filled((int64_t)m * n), *b = filled((int64_t)n * n), *c = filled((int64_t)m * n);
+        double t[2][16];
+        for (int r = 0; r < rounds; r++)
+            for (int k = 0; k < 2; k++) {
+                openblas_set_num_threads(k ? 1 : C->threads);
+                double t0 = cmd_now();
+                for (int i = 0; i < reps; i++) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+                t[k][r] = (cmd_now() - t0) / reps;
+            }
+        qsort(t[0], (size_t)rounds, sizeof(double), cmp_d);
+        qsort(t[1], (size_t)rounds, sizeof(double), cmp_d);
+        C->sp_all[s] = t[0][rounds / 2], C->sp_one[s] = t[1][rounds / 2];
+        sum += C->sp_one[s] / C->sp_all[s];
+        free(a), free(b), free(c);
+    }
+    openblas_set_num_threads(C->threads);
+    C->speedup = fmin(C->threads, fmax(1, sum / 2));
 }
 
 static void measure_attention(Cal *C, rt_ctx *ctx) {
@@ -278,6 +326,19 @@ static double coll_seconds(int k, size_t bytes, int reps) {
     return t[reps / 2];
 }
 
+/* The sharing domain calibrate itself ran in (cost.c's processor
+ * sharing): ranks on this host bound to disjoint cores (local·threads <=
+ * cores) each have their own `threads` cores, else local·threads/cores
+ * of them share `threads` cores.  During the link measurements every
+ * rank's MPI call keeps one thread busy, so each ran at min(1, threads /
+ * ranks a domain) of its speed alone: the factor that turns the measured
+ * times into one rank's alone, as the profile's other times are. */
+static double link_speed(const Cal *C) {
+    int g = C->local * C->threads / C->cores;
+    g = g < 1 ? 1 : g;
+    return g > C->threads ? (double)C->threads / g : 1;
+}
+
 /* Per algorithm, α from a tiny message (steps·α) and β from a large one
  * (the ring formula's factor·bytes over the rest), as profile_coll_seconds
  * prices them; intra_* are all-reduce's. */
@@ -298,37 +359,14 @@ static void measure_links(Cal *C) {
         C->cbeta[k] = factor * (double)big / (xfer > 0 ? xfer : large);
         C->csmall[k] = small, C->clarge[k] = large;
     }
+    double f = link_speed(C); /* the times alone: α shorter, β faster */
+    for (int k = 0; k < 4; k++) C->calpha[k] *= f, C->cbeta[k] /= f;
     C->alpha = C->calpha[COLL_ALL_REDUCE], C->beta = C->cbeta[COLL_ALL_REDUCE];
-    len += (size_t)snprintf(C->note_links, sizeof C->note_links, "MPI_Allreduce over %d local ranks: %d bytes %.3g s, %zu bytes %.3g s (ring formula)",
-                            C->world, 64 * C->world, C->csmall[0], big, C->clarge[0]);
+    len += (size_t)snprintf(C->note_links, sizeof C->note_links, "MPI_Allreduce over %d local ranks: %d bytes %.3g s, %zu bytes %.3g s (ring formula), times x %.3g: one rank's alone (%s)",
+                            C->world, 64 * C->world, C->csmall[0], big, C->clarge[0], f,
+                            f < 1 ? "every rank's MPI thread busy on shared cores during the measurement" : "each rank on cores of its own");
     C->big = big;
     (void)len;
-}
-
-/* Each rank's share of the host under mpirun: the tall GEMM of n 128
- * (measure_gemm's) timed on every rank at once, its median step against
- * rank 0's alone.  Measured rather than counted (1 / max(1, ranks ·
- * threads / cores)) because it is not that on a loaded machine: the
- * kernel shares cores thread by thread, so N ranks of T threads take
- * N·T/(N·T + L) of the cores against L other runnable threads, more than
- * N times one rank's T/(T + L).  1 for one rank. */
-static void measure_share(Cal *C, rt_ctx *ctx) {
-    if (C->world < 2) return;
-    int i = 0;
-    while (i < C->ngemm - 1 && C->gemm_n[i] < 128) i++;
-    double solo = 0;
-    if (C->rank == 0) solo = 2 * C->gemm_mnk[i] / C->gemm_rate[i] + C->launch;
-    MPI_Bcast(&solo, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    int n = i < C->ngemm ? 128 : 64, launches = 4;
-    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    MPI_Barrier(MPI_COMM_WORLD);
-    cur_launches = launches;
-    double t = gemm_seconds(ctx, 8 * n, n, n, C->quick ? 9 : 31) / launches, mean;
-    cur_launches = 1;
-    MPI_Allreduce(&t, &mean, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    mean /= C->world;
-    C->share_solo = solo, C->share_conc = mean;
-    C->share = solo > 0 && mean > solo ? solo / mean : 1;
 }
 
 /* ---- the file ---- */
@@ -351,27 +389,27 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     fprintf(f, "# Measured by `kiln calibrate --device cpu%s` on %s at %s, %d thread%s, %d rank%s, load average %.2f.\n",
             C->quick ? " --quick" : "", host, when, C->threads, C->threads == 1 ? "" : "s", C->world, C->world == 1 ? "" : "s", load[0]);
     fprintf(f, "# Each number: the median of a few timed rt_steps of one runtime kernel (compiler/cmd/calibrate.c), measured by\n"
-               "# one rank alone on %d thread%s, then times this rank's share of the host's %d cores with %d ranks on it, %.4g\n"
-               "# (a [1024,128]x[128,128] GEMM %.3g s alone, %.3g s on every rank at once), for the rates; over it for the launch.\n",
-            C->threads, C->threads == 1 ? "" : "s", C->cores, C->local, C->share, C->share_solo, C->share_conc);
+               "# one rank alone on %d thread%s (the others asleep): one rank's speed alone.  The %d ranks on this host share its\n"
+               "# %d cores; the cost model divides them among what runs at once (cores, threads below; cost.c).\n",
+            C->threads, C->threads == 1 ? "" : "s", C->local, C->cores);
     fprintf(f, "name              %s\n", name);
     fprintf(f, "memory_bytes      %.6g   # sysconf: physical memory\n", (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE));
-    fprintf(f, "peak_flops_f32    %.6g   # rtk_gemm (OpenBLAS sgemm): the best size's median rate x share\n", C->peak * C->share);
-    fprintf(f, "peak_flops_bf16   %.6g   # the CPU target computes in f32: as f32\n", C->peak * C->share);
+    fprintf(f, "peak_flops_f32    %.6g   # rtk_gemm (OpenBLAS sgemm): the best size's median rate\n", C->peak);
+    fprintf(f, "peak_flops_bf16   %.6g   # the CPU target computes in f32: as f32\n", C->peak);
     fprintf(f, "gemm_eff         ");
     for (int i = 0; i < C->ngemm; i++) fprintf(f, " %.6g:%.4f", C->gemm_mnk[i], fmin(1, C->gemm_rate[i] / C->peak));
     fprintf(f, "   # rtk_gemm [8n,n]x[n,n], one rank alone:");
     for (int i = 0; i < C->ngemm; i++) fprintf(f, " n %d %.2f GFLOP/s%s", C->gemm_n[i], C->gemm_rate[i] / 1e9, i + 1 < C->ngemm ? "," : "");
     fprintf(f, "\nattn_eff          %.4f   # rtk_attention fwd+bwd causal: %.2f GFLOP/s over the peak\n", fmin(1, C->attn_rate / C->peak),
             C->attn_rate / 1e9);
-    fprintf(f, "mem_bw            %.6g   # rtk_layernorm of [1024,512] + rtk_copy [1024,8,64]->[8,1024,64] f32: bytes read + written a second (%.3g, %.3g GB/s) x share\n",
-            C->elem_bw * C->share, C->ln_bw / 1e9, C->tr_bw / 1e9);
+    fprintf(f, "mem_bw            %.6g   # rtk_layernorm of [1024,512] + rtk_copy [1024,8,64]->[8,1024,64] f32: bytes read + written a second (%.3g, %.3g GB/s)\n",
+            C->elem_bw, C->ln_bw / 1e9, C->tr_bw / 1e9);
     fprintf(f, "mem_bw_table     ");
-    for (int i = 0; i < C->nbw; i++) fprintf(f, " %.6g:%.6g", C->bw_bytes[i], C->bw_rate[i] * C->share);
-    fprintf(f, "   # the same two kernels by the bytes one moves (16 KiB .. 64 MiB tensors), x share\n");
-    fprintf(f, "launch_overhead_s %.4g   # (a step of 256 4x4x4 rtk_gemms - a step of 1) / 255, over share\n", C->launch / C->share);
-    fprintf(f, "h2d_bw            %.6g   # memcpy (the CPU's host copies are memcpys) x share\n", C->copy_bw * C->share);
-    fprintf(f, "d2h_bw            %.6g   # as h2d_bw\n", C->copy_bw * C->share);
+    for (int i = 0; i < C->nbw; i++) fprintf(f, " %.6g:%.6g", C->bw_bytes[i], C->bw_rate[i]);
+    fprintf(f, "   # the same two kernels by the bytes one moves (16 KiB .. 64 MiB tensors)\n");
+    fprintf(f, "launch_overhead_s %.4g   # (a step of 256 4x4x4 rtk_gemms - a step of 1) / 255\n", C->launch);
+    fprintf(f, "h2d_bw            %.6g   # memcpy (the CPU's host copies are memcpys)\n", C->copy_bw);
+    fprintf(f, "d2h_bw            %.6g   # as h2d_bw\n", C->copy_bw);
     fprintf(f, "intra_alpha_s     %.4g   # %s\n", C->alpha, C->note_links);
     fprintf(f, "intra_beta        %.6g   # as intra_alpha_s\n", C->beta);
     fprintf(f, "inter_alpha_s     %.4g   # one host: as intra\n", C->alpha);
@@ -381,11 +419,16 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     for (int k = 0; k < 4 && C->world > 1; k++) {
         fprintf(f, "%s_alpha_s %.4g   # %s, %d ranks: %d bytes in %.3g s over %s steps\n", coll[k], C->calpha[k], mpi[k], C->world,
                 64 * C->world, C->csmall[k], k == 0 ? "2(n-1)" : k == 3 ? "1" : "n-1");
-        fprintf(f, "%s_beta %.6g   # the same, %zu bytes in %.3g s: %s of them a link, less the small one's time\n", coll[k], C->cbeta[k], C->big,
+        fprintf(f, "%s_beta %.6g   # the same, %zu bytes in %.3g s: %s of them a link, less the small one's time; x intra_alpha_s's factor\n", coll[k], C->cbeta[k], C->big,
                 C->clarge[k], k == 0 ? "2(n-1)/n" : k == 3 ? "all" : "(n-1)/n");
     }
     fprintf(f, "node_size         %d   # %s\n", C->world > 1 ? C->world : C->base.node_size,
             C->world > 1 ? "the ranks under mpirun" : "from the base profile");
+    fprintf(f, "cores             %d   # sysconf(_SC_NPROCESSORS_ONLN): the host's cores, which its ranks' threads share\n", C->cores);
+    fprintf(f, "threads           %d   # %s: the cores one rank may run on, its compute threads (the rates above: on that many)\n", C->threads < C->cores ? C->threads : C->cores,
+            C->threads_given ? "--threads" : "sched_getaffinity (the runtime's default thread count)");
+    fprintf(f, "thread_speedup    %.4g   # OpenBLAS sgemm [8n,n]x[n,n] on 1 thread over on %d: n 64 %.3g/%.3g s, n 128 %.3g/%.3g s (the mean, in 1..threads)\n",
+            fmin(C->speedup, C->threads < C->cores ? C->threads : C->cores), C->threads, C->sp_one[0], C->sp_all[0], C->sp_one[1], C->sp_all[1]);
     if (fclose(f) != 0) die("-o: cannot write %s: %s", tmp, strerror(errno));
     Profile back;
     char err[1200];
@@ -437,7 +480,7 @@ int kiln_calibrate_main(int argc, char **argv) {
             char *e;
             long t = strtol(argv[++i], &e, 10);
             if (*e || t < 1 || t > 1024) die("--threads: expected a whole number in 1..1024, got \"%s\"", argv[i]);
-            C.threads = (int)t;
+            C.threads = (int)t, C.threads_given = 1;
         } else die("calibrate: %s: unknown flag", f);
     }
     if (!device) usage_die();
@@ -463,23 +506,22 @@ int kiln_calibrate_main(int argc, char **argv) {
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     C.local = ls && atoi(ls) > 0 ? atoi(ls) : C.world;
     C.cores = (int)sysconf(_SC_NPROCESSORS_ONLN) > 0 ? (int)sysconf(_SC_NPROCESSORS_ONLN) : 1;
-    C.share = 1;
     double t0 = cmd_now();
     if (C.rank == 0) { /* the kernels: rank 0 alone, the others asleep (a spinning barrier would take a core) */
         measure_gemm(&C, ctx);
+        measure_speedup(&C);
         measure_attention(&C, ctx);
         measure_memory(&C, ctx);
     }
     if (C.world > 1) sleeping_barrier();
-    measure_share(&C, ctx);
     measure_links(&C);
     rt_free(ctx);
     if (C.rank == 0) {
         write_profile(&C, out, name);
         printf("calibrate: %s in %.1f s: sgemm peak %.2f GFLOP/s, attention %.2f GFLOP/s, elementwise %.2f GB/s, memcpy %.2f GB/s, "
                "launch %.3g s, links %.3g s + %.3g GB/s%s\n",
-               out, cmd_now() - t0, C.peak * C.share / 1e9, C.attn_rate * C.share / 1e9, C.elem_bw * C.share / 1e9, C.copy_bw * C.share / 1e9,
-               C.launch / C.share, C.alpha, C.beta / 1e9,
+               out, cmd_now() - t0, C.peak / 1e9, C.attn_rate / 1e9, C.elem_bw / 1e9, C.copy_bw / 1e9,
+               C.launch, C.alpha, C.beta / 1e9,
                C.world > 1 ? "" : " (not measured: one rank)");
     }
     return 0;
