@@ -89,8 +89,9 @@ static const struct {
     {"p2p_alpha_s", F_NONNEG, offsetof(Profile, coll_alpha[COLL_P2P])},
     {"p2p_beta", F_POS, offsetof(Profile, coll_beta[COLL_P2P])},
     {"mem_bw_table", F_TABLE, 1}, /* optional, alone (off 1: the bandwidth table) */
+    {"host_memory_bytes", F_POS, offsetof(Profile, host_memory_bytes)}, /* optional, alone: host memory per device (offload's host space) */
 };
-enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15, NPAIRED = NFIELDS - 1 };
+enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15, NPAIRED = NFIELDS - 2 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...) {

@@ -43,6 +43,9 @@ typedef struct {
      * increasing; 0 points: mem_bw at every size */
     int nbw;
     double bw_size[PROFILE_MAX_EFF], bw[PROFILE_MAX_EFF];
+    /* optional: host memory per device, bytes (what offload's host space
+     * may use: a node's memory over its devices); 0 when absent: unchecked */
+    double host_memory_bytes;
 } Profile;
 
 /* Load a profile.  path_or_name is a path when it holds a '/' or ends in

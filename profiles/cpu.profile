@@ -18,3 +18,4 @@ intra_beta        1.86e9     # the same ping-pong, 16 MiB: 0.009 s one way, 1.86
 inter_alpha_s     2.8e-7     # one host, no network: as intra_alpha_s
 inter_beta        1.86e9     # one host, no network: as intra_beta
 node_size         4          # the tests run up to 4 ranks on this host (mpirun --oversubscribe)
+host_memory_bytes 6.3e9      # host memory per rank for offload (issue 19): this machine's 25.2 GB of RAM (memory_bytes) over node_size 4 ranks

@@ -84,6 +84,52 @@ for fl in "--offload all" "--offload all --device-profile h200"; do
     check "$fl: waits of h2d and comm for d2h events before their release: ${r%/*} of ${r#*/}" "[ \"${r%/*}\" = 0 ] && [ \"${r#*/}\" -gt 0 ]"
 done
 
+# ---- the host space: packed by lifetime, the peak of live offloaded bytes ----
+# A host buffer lives from its offload until the d2h stream knows its reload
+# done (live.c), so later offloads reuse its bytes.  In 1F1B with p 4 and m 8,
+# stage r (not the last) holds p - r micro-batches of saved activations at
+# once, every micro-batch offloading the same tensors: the host space must
+# be (p - r) / m of the offloaded bytes' sum (what it was before the reuse),
+# and equal the live peak memplan reports beside it.
+"$K" dump $P4 --offload all --after memplan > "$tmp/dump" 2>&1
+sums=$(python3 - "$tmp/dump" <<'EOF2'
+import re, sys
+st, s = -1, {}
+for line in open(sys.argv[1]):
+    if line.startswith("stage "): st = int(line.split()[1])
+    m = re.match(r"\s*%\d+:f32\[([\d,]+)\]@host\+\d+ = offload ", line)
+    if m:
+        n = 4
+        for d in m.group(1).split(","): n *= int(d)
+        s[st] = s.get(st, 0) + (n + 63) // 64 * 64
+print(" ".join(str(s.get(r, 0)) for r in range(4)))
+EOF2
+)
+hosts=$(awk '/^memory per rank of pipeline stage/ {st = $NF; sub(":", "", st); h[st] = 0} /^  host \(offload\)/ {h[st] = $5} END {for (r = 0; r < 4; r++) printf "%s ", h[r] + 0}' "$tmp/all")
+lives=$(sed -n 's/^  host (offload).*live peak \([0-9.]*\) MiB.*/\1/p' "$tmp/all" | paste -sd' ')
+hmib=$(awk '/^  host \(offload\)/ {print $3}' "$tmp/all" | paste -sd' ')
+python3 - "$sums" "$hosts" <<'EOF2'
+import sys
+s = list(map(int, sys.argv[1].split())); h = list(map(int, sys.argv[2].split()))
+assert all(s[r] > 0 and s[r] % 8 == 0 and h[r] == (4 - r) * s[r] // 8 for r in range(3)) and s[3] == h[3] == 0, (s, h)
+EOF2
+say $? "host space per stage ($hosts bytes) = (4 - r) of 8 micro-batches of the offloaded bytes ($sums, their sum)"
+check "host space = its live peak per stage ($hmib = $lives MiB)" "[ -n \"$lives\" ] && [ \"$hmib\" = \"$lives\" ]"
+
+# ---- the host capacity (profile field host_memory_bytes) ----
+sed 's/^host_memory_bytes .*/host_memory_bytes 400000/' profiles/cpu.profile > "$tmp/smallhost.profile"
+out=$("$K" compile $P4 --offload all --device-profile "$tmp/smallhost.profile" -o "$tmp/x" 2>&1); rc=$?
+check "kiln compile refuses a host space above host_memory_bytes: one line ($out)" \
+    "[ $rc = 1 ] && [ \$(echo \"\$out\" | wc -l) = 1 ] && [[ \"\$out\" == *'host space of pipeline rank 0 needs'*'host_memory_bytes'* ]]"
+out=$("$K" plan $P4 --offload all --device-profile "$tmp/smallhost.profile" 2>&1); rc=$?
+w=$(grep -c "warning: host space" <<< "$out")
+check "kiln plan warns instead, for the ranks above it (ranks 0, 1: $w lines, rc $rc)" "[ $rc = 0 ] && [ $w = 2 ]"
+out=$("$K" plan $P4 --offload all --device-profile profiles/cpu.profile 2>&1 | grep -c "warning: host space")
+check "no warning within the cpu profile's host memory ($out)" "[ $out = 0 ]"
+sed 's/^host_memory_bytes .*/host_memory_bytes -1/' profiles/cpu.profile > "$tmp/neghost.profile"
+out=$("$K" plan $P4 --offload auto --device-profile "$tmp/neghost.profile" 2>&1); rc=$?
+check "a negative host_memory_bytes: one line ($out)" "[ $rc = 1 ] && [ \$(echo \"\$out\" | wc -l) = 1 ] && [[ \"\$out\" == *'neghost.profile:'*'host_memory_bytes'*'negative'* ]]"
+
 # ---- --max-seq ----
 MEM=0.004
 "$K" plan $GPT4 --pp 4 --micro-batches 8 --offload-min-bytes 1 --max-seq --memory $MEM > "$tmp/ms" 2>&1; rc=$?
