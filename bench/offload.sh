@@ -16,6 +16,9 @@
 #   GPT (models/tiny.lua): 8 layers, dim 256, 4 heads, seq 256, global batch
 #   16, vocab 256; --offload-min-bytes 64 KiB (the default 1 MiB takes
 #   nothing at this size).
+# KILN_BEFORE=PATH (another kiln binary, e.g. the commit before a change):
+# a fourth policy "auto0", --offload auto compiled by that binary, in the
+# same interleaved rounds (a before/after comparison on a shared machine).
 # With 4 ranks on a 2-core machine the ranks are oversubscribed (a rank that
 # waits frees its core): compare the policies, not the absolute times.
 set -eu
@@ -28,12 +31,14 @@ FLAGS="--pp 4 --micro-batches $M --offload-min-bytes 65536"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-POLICIES="none auto all"
+POLICIES="none auto all${KILN_BEFORE:+ auto0}"
 for p in $POLICIES; do
+    kiln="$B/kiln" pol=$p
+    [ "$p" = auto0 ] && kiln=$KILN_BEFORE pol=auto
     # shellcheck disable=SC2086
-    "$B/kiln" compile models/tiny.lua $SHAPE $FLAGS --offload "$p" -o "$tmp/$p" > /dev/null
+    "$kiln" compile models/tiny.lua $SHAPE $FLAGS --offload "$pol" -o "$tmp/$p" > /dev/null
     # shellcheck disable=SC2086
-    "$B/kiln" plan models/tiny.lua $SHAPE $FLAGS --offload "$p" > "$tmp/$p.plan" 2>&1
+    "$kiln" plan models/tiny.lua $SHAPE $FLAGS --offload "$pol" > "$tmp/$p.plan" 2>&1
 done
 run() { # policy round
     mpirun --oversubscribe -np 4 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps "$STEPS" --log "$tmp/$1.$2.log" > /dev/null 2>&1
@@ -42,7 +47,7 @@ load() { uptime | sed 's/.*load average: //'; }
 load0=$(load)
 set -- $POLICIES
 for r in $(seq 1 "$ROUNDS"); do # rotate the order each round
-    k=$(( (r - 1) % 3 )); order="$*"
+    k=$(( (r - 1) % $# )); order="$*"
     for _ in $(seq 1 $k); do order="${order#* } ${order%% *}"; done
     for p in $order; do run "$p" "$r"; done
 done
