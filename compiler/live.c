@@ -35,6 +35,15 @@
  * written off the compute stream may be written as soon as its stream gets
  * there, so it counts as live from just after the last position of each
  * other stream that its stream has waited for.
+ *
+ * Host buffers (the outputs of `offload`, issue 19) follow a rule of their
+ * own: only the d2h stream writes host bytes and only reloads read them,
+ * so a host buffer lives from its offload until the d2h stream knows its
+ * reload done through any chain of events (host_order_build, vector
+ * clocks: events are transitive on every back end), and its start is not
+ * pulled back.  So a later offload reuses the bytes of a reload the
+ * compute stream has waited for, with no event added (docs/offload.md,
+ * "Host memory").
  */
 #include <stdlib.h>
 #include <string.h>

@@ -11,7 +11,10 @@
  *   opt     the state values (AdamW moments, the step counter);
  *   act     everything else, packed by liveness;
  *   host    the outputs of `offload` (offload.c): saved activations waiting
- *           in host memory between forward and backward, packed the same way.
+ *           in host memory between forward and backward, packed the same way
+ *           over their own lifetimes (live.c: until the d2h stream knows the
+ *           reload done), so the space is the peak of live offloaded bytes;
+ *           memplan_host_check holds it to the profile's host memory.
  *
  * In-place updates.  The optimizer step computes a new value for every param
  * and state (AdamW's p', m', v', the step counter; under --zero 1 the

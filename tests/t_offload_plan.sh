@@ -48,7 +48,7 @@ check "rank 0's exposed copy time: free copies ${fast:-?}% of the step, 1 kB/s c
     "[ \"$fast\" = 0.00 ] && awk -v s=\"${slow:-0}\" 'BEGIN{exit !(s > 90)}'"
 
 # ---- the copies' places from a profile pass kiln check ----
-# (fast copies: release 1 node later, reload right before its reader; 1 kB/s
+# (fast copies: release and reload at the 8-node floor, OFFLOAD_MIN_NODES; 1 kB/s
 # copies: releases at the first backward reader, reloads at their release)
 G8="models/tiny.lua --set layers=8 --set dim=32 --set heads=2 --pp 4 --micro-batches 4 --offload-min-bytes 1"
 kc() { # what flags...
@@ -60,6 +60,30 @@ kc() { # what flags...
 kc "zb-v, all, h200's times" --pp-schedule zb-v --offload all --device-profile h200
 kc "1f1b, all, copies at 1 kB/s" --pp-schedule 1f1b --offload all --device-profile "$tmp/slow.profile"
 kc "interleaved, auto, bf16, h200" --vpp 2 --pp-schedule interleaved --offload auto --device-profile h200 --precision bf16
+
+# ---- the fences' floor (offload.c, OFFLOAD_MIN_NODES): with free copies the
+# times alone put the release 1 node after the offload and the reload right
+# before its reader; a copy stream may not have begun by then (on the CPU a
+# thread without a core), so both stay at least 8 nodes from their copy ----
+"$K" dump $P4 --offload all --device-profile "$tmp/fast.profile" --after offload > "$tmp/fdump" 2>&1
+floor=$(python3 - "$tmp/fdump" <<'EOF2'
+import re, sys
+lags, leads, pos, reload_at = [], [], {}, {}
+for i, line in enumerate(open(sys.argv[1])):
+    if line.startswith("stage "): reload_at = {}
+    m = re.match(r"\s*%(\d+)[^=]* = (\w+)(.*)", line)
+    if not m: continue
+    out, op, rest = m.group(1), m.group(2), m.group(3)
+    if op == "offload": lags.append(int(re.search(r"lag=(\d+)", rest).group(1)))
+    for v in re.findall(r"%(\d+)", rest.split("#")[0]):
+        if v in reload_at: leads.append(i - reload_at.pop(v))
+    if op == "reload": reload_at[out] = i
+print(len(lags), min(lags or [0]), len(leads), min(leads or [0]))
+EOF2
+)
+set -- $floor
+check "free copies: $1 offloads released at least 8 nodes later (least lag ${2:-?}), $3 reloads issued at least 8 nodes before their first reader (least ${4:-?})" \
+    "[ \"${1:-0}\" -gt 0 ] && [ \"$2\" -ge 8 ] && [ \"${3:-0}\" -gt 0 ] && [ \"$4\" -ge 8 ]"
 
 # ---- no blanket fence on the copy streams (schedule.c) ----
 # The h2d and comm streams wait for an offload (an event recorded on d2h)
