@@ -14,6 +14,11 @@
 #   copies, bf16 auto) pass kiln check (every rank == one device);
 # - no blanket fence: h2d and comm wait for an offload only at its release
 #   (after the compute stream), never for a fresh d2h record;
+# - the host space: (p - r)/m of the offloaded bytes on stage r (host buffers
+#   reused by lifetime), equal to its live peak; a host space above the
+#   profile's host_memory_bytes: kiln compile refuses (one line), kiln plan
+#   warns per rank; a negative field is one line;
+# - the fences' 8-node floor under free copies;
 # - bad input: --max-seq without --memory, --memory 0: one line, exit 1.
 . "$(dirname "$0")/lib.sh"
 GPT4="models/tiny.lua --set layers=4"
