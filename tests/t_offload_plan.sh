@@ -145,6 +145,32 @@ EOF2
 say $? "host space per stage ($hosts bytes) = (4 - r) of 8 micro-batches of the offloaded bytes ($sums, their sum)"
 check "host space = its live peak per stage ($hmib = $lives MiB)" "[ -n \"$lives\" ] && [ \"$hmib\" = \"$lives\" ]"
 
+# The plan read back as it is (a .ir model is parsed and verified) passes
+# with its reused host bytes; planted: stage 0's first micro-batch-1 offload
+# moved onto the bytes of micro-batch 0's offload of that type, which is
+# still waiting for its reload then (stage 0 holds 4 micro-batches): the
+# verifier rejects the two host buffers sharing bytes while both are live.
+"$K" dump $P4 --offload all --after memplan > "$tmp/p4.ir" 2>&1
+reused=$(awk '/^stage 0/ {s = 1} /^stage 1/ {s = 0} s && /@host\+[0-9]* = offload/ {match($0, /@host\+[0-9]+/); o[substr($0, RSTART, RLENGTH)]++; n++} END {print n - length(o)}' "$tmp/p4.ir")
+"$K" plan "$tmp/p4.ir" > /dev/null 2>&1
+say $? "the plan read back verifies, stage 0's host bytes reused by $reused of its offloads"
+python3 - "$tmp/p4.ir" "$tmp/planted.ir" <<'EOF2'
+import re, sys
+lines, st, first, done = open(sys.argv[1]).read().split("\n"), None, {}, False
+for i, l in enumerate(lines):
+    if l.startswith("stage "): st = l.split()[1]
+    m = re.match(r"(%\d+:(\S+)@host\+)(\d+)( = offload .*)", l)
+    if st != "0" or not m or done: continue
+    if " mb" not in m.group(4): first.setdefault(m.group(2), m.group(3))
+    elif " mb1 " in m.group(4) and m.group(2) in first:
+        lines[i] = m.group(1) + first[m.group(2)] + m.group(4); done = True
+open(sys.argv[2], "w").write("\n".join(lines))
+sys.exit(0 if done else 1)
+EOF2
+out=$("$K" plan "$tmp/planted.ir" 2>&1); rc=$?
+check "planted: a micro-batch-1 offload on micro-batch 0's live host bytes is rejected (${out:0:240})" \
+    "[ $rc = 1 ] && [[ \"\$out\" == *'of the host space while both are live'* ]]"
+
 # ---- the host capacity (profile field host_memory_bytes) ----
 sed 's/^host_memory_bytes .*/host_memory_bytes 400000/' profiles/cpu.profile > "$tmp/smallhost.profile"
 out=$("$K" compile $P4 --offload all --device-profile "$tmp/smallhost.profile" -o "$tmp/x" 2>&1); rc=$?
