@@ -16,6 +16,15 @@
 #   GPT (models/tiny.lua): 8 layers, dim 256, 4 heads, seq 256, global batch
 #   16, vocab 256; --offload-min-bytes 64 KiB (the default 1 MiB takes
 #   nothing at this size).
+# KILN_BEFORE=PATH (another kiln binary, e.g. the commit before a change):
+# a fourth policy "auto0", --offload auto compiled by that binary, in the
+# same interleaved rounds (a before/after comparison on a shared machine).
+# TRACE=1: every run also writes --trace files, and a last column gives
+# the compute stream's idle time that ends with a copy (an idle gap of
+# ranks 0-2 after which a d2h or h2d copy was the last thing to finish
+# before the next kernel: the compute waited for a copy), ms a step, the
+# median over the rounds: what the copies' fences cost, with less noise
+# than the step time.
 # With 4 ranks on a 2-core machine the ranks are oversubscribed (a rank that
 # waits frees its core): compare the policies, not the absolute times.
 set -eu
@@ -28,21 +37,46 @@ FLAGS="--pp 4 --micro-batches $M --offload-min-bytes 65536"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-POLICIES="none auto all"
+POLICIES="none auto all${KILN_BEFORE:+ auto0}"
 for p in $POLICIES; do
+    kiln="$B/kiln" pol=$p
+    [ "$p" = auto0 ] && kiln=$KILN_BEFORE pol=auto
     # shellcheck disable=SC2086
-    "$B/kiln" compile models/tiny.lua $SHAPE $FLAGS --offload "$p" -o "$tmp/$p" > /dev/null
+    "$kiln" compile models/tiny.lua $SHAPE $FLAGS --offload "$pol" -o "$tmp/$p" > /dev/null
     # shellcheck disable=SC2086
-    "$B/kiln" plan models/tiny.lua $SHAPE $FLAGS --offload "$p" > "$tmp/$p.plan" 2>&1
+    "$kiln" plan models/tiny.lua $SHAPE $FLAGS --offload "$pol" > "$tmp/$p.plan" 2>&1
 done
 run() { # policy round
-    mpirun --oversubscribe -np 4 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps "$STEPS" --log "$tmp/$1.$2.log" > /dev/null 2>&1
+    mpirun --oversubscribe -np 4 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps "$STEPS" --log "$tmp/$1.$2.log" \
+        ${TRACE:+--trace "$tmp/$1.$2.json"} > /dev/null 2>&1
+}
+copy_stalls() { # policy -> ms a step (median over rounds) the compute stream of ranks 0-2 waited for copies
+    [ -n "${TRACE:-}" ] || return 0
+    for r in $(seq 1 "$ROUNDS"); do
+        python3 - "$tmp/$1.$r.json" "$STEPS" <<'PY'
+import bisect, json, sys
+def xs(f):
+    ev = json.load(open(f)); ev = ev.get("traceEvents", ev) if isinstance(ev, dict) else ev
+    return [e for e in ev if e.get("ph") == "X"]
+total = 0.0
+for r in range(3):
+    x = xs(sys.argv[1] + ("" if r == 0 else ".rank%d" % r))
+    comp = sorted((e for e in x if e["tid"] == 0), key=lambda e: e["ts"])
+    ends = {t: sorted(e["ts"] + e["dur"] for e in x if e["tid"] == t) for t in (1, 2, 3)}
+    for a, b in zip(comp, comp[1:]):
+        g0 = a["ts"] + a["dur"]
+        if b["ts"] - g0 < 20: continue
+        last = max(((ends[t][i], t) for t in (1, 2, 3) for i in [bisect.bisect_right(ends[t], b["ts"] + 5) - 1] if i >= 0 and ends[t][i] > g0 - 1), default=None)
+        if last and last[1] in (2, 3): total += b["ts"] - g0
+print("%.1f" % (total / 1e3 / int(sys.argv[2])))
+PY
+    done | median
 }
 load() { uptime | sed 's/.*load average: //'; }
 load0=$(load)
 set -- $POLICIES
 for r in $(seq 1 "$ROUNDS"); do # rotate the order each round
-    k=$(( (r - 1) % 3 )); order="$*"
+    k=$(( (r - 1) % $# )); order="$*"
     for _ in $(seq 1 $k); do order="${order#* } ${order%% *}"; done
     for p in $order; do run "$p" "$r"; done
 done
@@ -60,12 +94,12 @@ marks() { # policy -> measured act high-water per rank, rank order
 }
 plan_act() { awk '/^  activations/ {for (i = 1; i <= NF; i++) if ($i == "bytes") {print $(i-1); break}}' "$tmp/$1.plan" | paste -sd' '; }
 echo "offload ($(date -u +%F), load average $load0 at the start, $load1 at the end): 4 ranks, pp 4, $M micro-batches, $STEPS steps, $ROUNDS rounds interleaved"
-printf '%-6s %12s %22s   %s\n' policy "step (s)" "vs none (median, range)" "act high-water per rank, measured (plan) bytes; host bytes"
+printf '%-6s %12s %22s   %s\n' policy "step (s)" "vs none (median, range)" "act high-water per rank, measured (plan) bytes; host bytes${TRACE:+; copy stalls ms/step ranks 0-2}"
 for p in $POLICIES; do
     s=$(median_step "$p")
     rs=$(ratios "$p" | sort -g)
     med=$(echo "$rs" | median) lo=$(echo "$rs" | head -1) hi=$(echo "$rs" | tail -1)
     m=$(marks "$p" | awk '{printf "%s%s", (NR > 1 ? " " : ""), $2} END {print ""}')
     h=$(sed -n 's/.*host space \([0-9]*\)).*/\1/p' "$tmp/$p.peak" | awk '{t += $1} END {print t + 0}')
-    printf '%-6s %12.4f %22s   %s (%s); %s\n' "$p" "$s" "$(awk -v a="$med" -v l="$lo" -v h="$hi" 'BEGIN{printf "%+.1f%% (%+.1f..%+.1f)", 100 * (a - 1), 100 * (l - 1), 100 * (h - 1)}')" "$m" "$(plan_act "$p")" "$h"
+    printf '%-6s %12.4f %22s   %s (%s); %s%s\n' "$p" "$s" "$(awk -v a="$med" -v l="$lo" -v h="$hi" 'BEGIN{printf "%+.1f%% (%+.1f..%+.1f)", 100 * (a - 1), 100 * (l - 1), 100 * (h - 1)}')" "$m" "$(plan_act "$p")" "$h" "${TRACE:+; $(copy_stalls "$p")}"
 done

@@ -9,6 +9,9 @@
 #   Llama-3 70B  --pp 8 --dp 8 --zero 1, 16 micro-batches (global batch 128)
 #   GPT-3 175B   (gpt2.lua at 96 x 12288, 96 heads) --pp 16 --dp 8 --zero 1,
 #                16 micro-batches (global batch 128)
+# Also (MODELS=8b-pp8, 8b-vpp2): the 8B shape at --pp 8 with 16
+# micro-batches of 1 sequence (global batch 16), 1f1b and interleaved
+# --vpp 2 (2 layers a chunk).
 # The offload row also gives the predicted exposed copy time at its length
 # (of the binding rank, against its step with the pipeline's bubble).
 # Each shape takes minutes of compiling (MODELS="8b 70b 175b" picks).
@@ -35,7 +38,9 @@ for m in $MODELS; do
     8b) args=$L8 name="Llama-3 8B, pp 4, m 8" ;;
     70b) args=$L70 name="Llama-3 70B, pp 8, dp 8, zero 1, m 16" ;;
     175b) args=$G175 name="GPT-3 175B, pp 16, dp 8, zero 1, m 16" ;;
-    *) echo "unknown model $m (8b, 70b, 175b)"; exit 1 ;;
+    8b-pp8) args="${L8/--set batch=8 --pp 4 --micro-batches 8/--set batch=16 --pp 8 --micro-batches 16}" name="Llama-3 8B, pp 8, m 16" ;;
+    8b-vpp2) args="${L8/--set batch=8 --pp 4 --micro-batches 8/--set batch=16 --pp 8 --vpp 2 --pp-schedule interleaved --micro-batches 16}" name="Llama-3 8B, pp 8, vpp 2 interleaved, m 16" ;;
+    *) echo "unknown model $m (8b, 70b, 175b, 8b-pp8, 8b-vpp2)"; exit 1 ;;
     esac
     echo "== $name"
     t0=$SECONDS

@@ -35,6 +35,15 @@
  * written off the compute stream may be written as soon as its stream gets
  * there, so it counts as live from just after the last position of each
  * other stream that its stream has waited for.
+ *
+ * Host buffers (the outputs of `offload`, issue 19) follow a rule of their
+ * own: only the d2h stream writes host bytes and only reloads read them,
+ * so a host buffer lives from its offload until the d2h stream knows its
+ * reload done through any chain of events (host_order_build, vector
+ * clocks: events are transitive on every back end), and its start is not
+ * pulled back.  So a later offload reuses the bytes of a reload the
+ * compute stream has waited for, with no event added (docs/offload.md,
+ * "Host memory").
  */
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +109,66 @@ static int ordered_end(const Graph *g, int u, int su, int sd) {
 
 static int max_i(int a, int b) { return a > b ? a : b; }
 
+/* Host buffers (the outputs of `offload`, written only by the d2h stream,
+ * read only by `reload`s) by happens-before, transitively: events chain
+ * (a stream that waits for an event waits for everything the recording
+ * stream had waited for before it records, on the CPU's worker threads as
+ * on CUDA), so a reload is done before a later offload when, say, the
+ * compute stream waited for the reload (its reader's data edge) and the
+ * d2h stream then waited for a compute event recorded after that (the
+ * offload's data edge).  Vector clocks over the program: clk[s][t] is the
+ * last position of stream t known done where stream s is; after each wait
+ * of stream s, its clock is kept (hbpos[s][k], hbclk[s][k]). */
+typedef struct {
+    int n[IR_NSTREAMS], *pos[IR_NSTREAMS], *clk[IR_NSTREAMS]; /* per stream its waits: position, clock after it (IR_NSTREAMS a wait) */
+} HostOrder;
+
+static void host_order_build(const Graph *g, HostOrder *H) {
+    enum { NS = IR_NSTREAMS };
+    int n = g->nnodes, clk[NS][NS];
+    int64_t maxev = -1;
+    for (int i = 0; i < n; i++)
+        if (g->nodes[i].op == OP_record) maxev = ir_attr_i(&g->nodes[i], "event", -1) > maxev ? ir_attr_i(&g->nodes[i], "event", -1) : maxev;
+    int *snap = xcalloc((size_t)(maxev + 2) * NS, sizeof(int));
+    for (int e = 0; e < (maxev + 2) * NS; e++) snap[e] = -1;
+    for (int s = 0; s < NS; s++) {
+        H->n[s] = 0, H->pos[s] = xcalloc((size_t)n + 1, sizeof(int)), H->clk[s] = xcalloc(((size_t)n + 1) * NS, sizeof(int));
+        for (int t = 0; t < NS; t++) clk[s][t] = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const Node *nd = &g->nodes[i];
+        int s = nd->stream;
+        int64_t e = ir_attr_i(nd, "event", -1);
+        if (s < 0 || s >= NS) continue;
+        if (nd->op == OP_record && e >= 0 && e <= maxev) {
+            for (int t = 0; t < NS; t++) snap[e * NS + t] = clk[s][t];
+            snap[e * NS + s] = i; /* everything stream s issued before the record */
+        } else if (nd->op == OP_wait && e >= 0 && e <= maxev) {
+            for (int t = 0; t < NS; t++) clk[s][t] = max_i(clk[s][t], snap[e * NS + t]);
+            H->pos[s][H->n[s]] = i;
+            memcpy(H->clk[s] + (size_t)H->n[s]++ * NS, clk[s], sizeof clk[s]);
+        }
+    }
+    free(snap);
+}
+
+static void host_order_free(HostOrder *H) {
+    for (int s = 0; s < IR_NSTREAMS; s++) free(H->pos[s]), free(H->clk[s]);
+}
+
+/* The first position at which stream sd knows (transitively) that position
+ * u of stream su is done: its first wait after which clk[sd][su] >= u; n
+ * if none (clocks only grow: a binary search). */
+static int hb_end(const Graph *g, const HostOrder *H, int u, int su, int sd) {
+    int lo = 0, hi = H->n[sd];
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (H->clk[sd][(size_t)mid * IR_NSTREAMS + su] >= u) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo < H->n[sd] && H->pos[sd][lo] > u ? H->pos[sd][lo] : g->nnodes;
+}
+
 /* A buffer written off the compute stream (a collective's or a recv's
  * output) may be written as soon as its stream gets there, before the other
  * streams have finished with the bytes' earlier owners: it counts as live
@@ -123,7 +192,7 @@ static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
         int64_t e = ir_attr_i(nd, "event", -1);
         if (nd->op == OP_record && e >= 0 && e <= maxev) recpos[e] = i, recstream[e] = s;
         if (nd->op == OP_wait && e >= 0 && e <= maxev && recstream[e] != s) known[s][recstream[e]] = max_i(known[s][recstream[e]], recpos[e]);
-        if (s == IR_STREAM_COMPUTE) continue;
+        if (s == IR_STREAM_COMPUTE || nd->op == OP_offload) continue; /* host bytes: their earlier owners end by the d2h stream's order (host_order_build) */
         for (int k = 0; k < nd->nout; k++) {
             int v = nd->out[k];
             if (L->root[v] != v) continue;
@@ -147,6 +216,16 @@ static int read_end(const Graph *g, const MemLive *L, int i, int sd) {
     for (int t = 0; su > IR_STREAM_COMPUTE && t < 32; t++)
         if ((L->used >> t & 1) && t != su) e = max_i(e, ordered_end(g, u, su, t));
     return e;
+}
+
+/* A read of a host buffer (an offload's output, by a reload on node i):
+ * only the stream that writes host bytes, sd (the offload's, d2h), can
+ * overwrite it, so the read ends where sd knows it done, transitively
+ * (hb_end); unscheduled or on sd itself: read_end's rule. */
+static int host_read_end(const Graph *g, const MemLive *L, const HostOrder *H, int i, int sd) {
+    int su = g->nodes[i].stream;
+    if (su < 0 || sd < 0 || su == sd || su >= IR_NSTREAMS || sd >= IR_NSTREAMS) return read_end(g, L, i, sd);
+    return max_i(L->last[i], hb_end(g, H, L->last[i], su, sd));
 }
 
 void ir_live_build(const Graph *g, MemLive *L) {
@@ -193,6 +272,8 @@ void ir_live_build(const Graph *g, MemLive *L) {
         }
     }
 
+    HostOrder H;
+    host_order_build(g, &H);
     L->used = 0; /* streams with nodes */
     for (int i = 0; i < n; i++)
         if (g->nodes[i].stream >= 0 && g->nodes[i].stream < 32) L->used |= 1u << g->nodes[i].stream;
@@ -201,11 +282,13 @@ void ir_live_build(const Graph *g, MemLive *L) {
         for (int k = 0; k < nd->nin; k++) {
             int r = L->root[nd->in[k]];
             if (r < 0) continue;
-            int e = nd->op == OP_output ? n : read_end(g, L, i, g->nodes[g->vals[r].def].stream);
+            const Node *w = &g->nodes[g->vals[r].def];
+            int e = nd->op == OP_output ? n : w->op == OP_offload ? host_read_end(g, L, &H, i, w->stream) : read_end(g, L, i, w->stream);
             L->end[r] = max_i(L->end[r], e);
         }
     }
     pull_back_starts(g, L, L->used);
+    host_order_free(&H);
     free(kern), free(outside), free(read);
 }
 

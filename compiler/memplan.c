@@ -11,7 +11,10 @@
  *   opt     the state values (AdamW moments, the step counter);
  *   act     everything else, packed by liveness;
  *   host    the outputs of `offload` (offload.c): saved activations waiting
- *           in host memory between forward and backward, packed the same way.
+ *           in host memory between forward and backward, packed the same way
+ *           over their own lifetimes (live.c: until the d2h stream knows the
+ *           reload done), so the space is the peak of live offloaded bytes;
+ *           memplan_host_check holds it to the profile's host memory.
  *
  * In-place updates.  The optimizer step computes a new value for every param
  * and state (AdamW's p', m', v', the step counter; under --zero 1 the
@@ -87,6 +90,7 @@
 #include "live.h"
 #include "memplan.h"
 #include "passes.h"
+#include "profile.h"
 
 static int64_t align_up(int64_t x) { return (x + IR_MEM_ALIGN - 1) / IR_MEM_ALIGN * IR_MEM_ALIGN; }
 
@@ -427,6 +431,48 @@ int64_t memplan_lower_bound(const Module *m) {
     return lb;
 }
 
+/* ---- the host space (--offload) ----
+ *
+ * The offloads' outputs are packed by liveness like the act arena: a host
+ * buffer lives from its offload (d2h) until the d2h stream knows its reload
+ * done, through any chain of events (live.c, host_read_end: the compute
+ * stream waits for the reload, and d2h waits for a compute event recorded
+ * after that), so a later offload reuses its bytes and no copy in flight
+ * loses them.  The host space is then about the peak of live offloaded
+ * bytes (memplan_host_bound), not their sum: in 1F1B a pipeline stage r of
+ * p holds p − r micro-batches' offloads, where the sum held all of them. */
+
+int64_t memplan_host_bound(const Graph *g) {
+    MemLive L;
+    ir_live_build(g, &L);
+    int64_t *delta = xcalloc((size_t)g->nnodes + 2, sizeof(int64_t)), live = 0, peak = 0;
+    for (int v = 0; v < g->nvals; v++)
+        if (L.root[v] == v && g->vals[v].space == SPACE_HOST) {
+            delta[L.start[v]] += ir_value_bytes(&g->vals[v]);
+            delta[L.end[v] + 1] -= ir_value_bytes(&g->vals[v]);
+        }
+    for (int i = 0; i <= g->nnodes; i++)
+        if ((live += delta[i]) > peak) peak = live;
+    free(delta);
+    ir_live_free(&L);
+    return peak;
+}
+
+int memplan_host_check(const Module *m, const Options *o, char *err, size_t n) {
+    if (!(o->offload == OFFLOAD_AUTO || o->device_profile) || memplan_peak(m, SPACE_HOST) == 0) return 0;
+    Profile p;
+    char perr[512];
+    if (profile_load(&p, o->device_profile ? o->device_profile : "cpu", perr, sizeof perr) != 0) return snprintf(err, n, "--device-profile: %s", perr), -1;
+    for (int s = 0; s < m->nstages && p.host_memory_bytes > 0; s++) {
+        int64_t h = memplan_stage_peak(m->stages[s], SPACE_HOST);
+        if ((double)h > p.host_memory_bytes)
+            return snprintf(err, n, "--offload: the host space of pipeline rank %d needs %.3g GiB, above the %.3g GiB of host memory per device of profile %s "
+                            "(host_memory_bytes, %s): offload less (--offload F) or shorten the sequence",
+                            s, (double)h / (1 << 30), p.host_memory_bytes / (1 << 30), p.name, p.path), -1;
+    }
+    return 0;
+}
+
 static void put_bytes(FILE *f, const char *what, int64_t b, const char *note) {
     fprintf(f, "  %-16s %12.2f MiB %16lld bytes%s%s\n", what, (double)b / (1 << 20), (long long)b, note ? "   " : "", note ? note : "");
 }
@@ -708,8 +754,8 @@ void memplan_report(const Module *m, FILE *f) {
         if (host) { /* --offload: what went to the host, and the device bound it lowered */
             int copies;
             int64_t kept = kept_bound(g, &copies);
-            snprintf(note, sizeof note, "(%d values offloaded; device act bound %.2f MiB with offload, %.2f MiB without)", copies,
-                     (double)lb / (1 << 20), (double)kept / (1 << 20));
+            snprintf(note, sizeof note, "(%d values offloaded, live peak %.2f MiB; device act bound %.2f MiB with offload, %.2f MiB without)",
+                     copies, (double)memplan_host_bound(g) / (1 << 20), (double)lb / (1 << 20), (double)kept / (1 << 20));
             put_bytes(f, "host (offload)", host, note);
         }
         put_bytes(f, "workspace", 0, "(scratch of library kernels beyond their outputs: none on the CPU)");

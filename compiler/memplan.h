@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "ir.h"
+#include "options.h"
 
 /* Bytes of a space per rank (max over stages): the end of its last buffer,
  * rounded up to IR_MEM_ALIGN. */
@@ -33,5 +34,15 @@ void memplan_report(const Module *m, FILE *f);
  * buffers live there, largest first, each with its producer's line and why
  * it is still live (written there, or its last reader and where). */
 void memplan_peak_report(const Module *m, FILE *f);
+
+/* The host space's bound (--offload): the largest sum of live host
+ * buffer bytes at one position of g (a host buffer lives from its offload
+ * until the d2h stream knows its reload done, live.c). */
+int64_t memplan_host_bound(const Graph *g);
+/* The host capacity check (docs/decisions.md): when the offload pass used a
+ * device profile (--offload auto, or --device-profile) that gives
+ * host_memory_bytes, a rank whose host space exceeds it: -1 with one line
+ * in err; else 0.  kiln compile and run refuse; kiln plan warns. */
+int memplan_host_check(const Module *m, const Options *o, char *err, size_t n);
 
 #endif

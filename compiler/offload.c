@@ -337,6 +337,18 @@ static int next_bwd(const int *b, int nb, int i) {
  * step to 1-2% on the first two ranks for 2-5% more device peak;
  * bench/RESULTS.md). */
 #define OFFLOAD_SLACK 1.1
+/* The fences keep at least this many nodes of the rank's program from
+ * their copy, whatever the times say: the release fence (the compute and
+ * comm streams wait for the d2h copy) this many after the offload, the
+ * reload issued this many before its first reader.  A copy stream starts a
+ * copy only when it gets to it: on the CPU a worker thread that must get a
+ * core first, on 2 cores shared by 4 ranks 0.05-5 ms after the compute
+ * stream issued it (bench/offload.sh traces), where the profile's copy of
+ * 64 KiB takes 9 µs; with the times alone the compute stream waited for
+ * copies not yet begun at most fences (+10.7% step time against none,
+ * bench/RESULTS.md).  On a GPU the copy engine starts at once and 8 nodes
+ * hold a buffer a few kernels longer. */
+#define OFFLOAD_MIN_NODES OFFLOAD_PREFETCH
 /* One pass of the two copy streams over the taken candidates (see
  * timed_places); with admit (auto), a copy that cannot end in time is
  * dropped (take[k] = 0) and leaves its stream's time to the others.
@@ -362,6 +374,8 @@ static int stream_pass(const Off *S, Cand **t, int nt, char *takeflag, const Can
         }
         free_at = end;
         t[k]->release = first_at(S->sec, from + 2, t[k]->firstb, free_at);
+        if (t[k]->release < from + 1 + OFFLOAD_MIN_NODES) /* no sooner than a copy stream gets to it (OFFLOAD_MIN_NODES) */
+            t[k]->release = from + 1 + OFFLOAD_MIN_NODES < t[k]->firstb ? from + 1 + OFFLOAD_MIN_NODES : t[k]->firstb;
     }
     qsort(t, (size_t)nt, sizeof(Cand *), by_firstb_desc);
     double next = 1e300;
@@ -382,6 +396,7 @@ static int stream_pass(const Off *S, Cand **t, int nt, char *takeflag, const Can
         next = start;
         int at = first_at(S->sec, t[k]->lastf + 1, t[k]->firstb, start); /* sec[at] >= start: the one before starts by it */
         if (at > t[k]->lastf + 1 && S->sec[at] > start) at--;
+        if (at > t[k]->firstb - OFFLOAD_MIN_NODES) at = t[k]->firstb - OFFLOAD_MIN_NODES; /* OFFLOAD_MIN_NODES */
         if (at < t[k]->release) at = t[k]->release; /* never both buffers on the device (the copy streams are behind) */
         t[k]->issue = at < t[k]->firstb ? at : t[k]->firstb - 1;
     }

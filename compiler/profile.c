@@ -98,6 +98,7 @@ static const struct {
     {"cores", F_INT, offsetof(Profile, cores)},
     {"threads", F_INT, offsetof(Profile, threads)},
     {"thread_speedup", F_POS, offsetof(Profile, thread_speedup)},
+    {"host_memory_bytes", F_POS, offsetof(Profile, host_memory_bytes)}, /* optional, alone: host memory per device (offload's host space) */
 };
 enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15, NPAIRED = 23, F_CORES = 24, F_THREADS = 25, F_SPEEDUP = 26 };
 

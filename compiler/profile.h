@@ -52,6 +52,9 @@ typedef struct {
      * threads] (default threads): the cores a computing rank keeps busy */
     int cores, threads;
     double thread_speedup;
+    /* optional: host memory per device, bytes (what offload's host space
+     * may use: a node's memory over its devices); 0 when absent: unchecked */
+    double host_memory_bytes;
 } Profile;
 
 /* Load a profile.  path_or_name is a path when it holds a '/' or ends in

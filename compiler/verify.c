@@ -556,7 +556,7 @@ static int check_overlaps(Checker *c, const MemLive *L, const char *inplace, con
     for (int v = 0; v < g->nvals; v++) {
         const Value *x = &g->vals[v];
         if (x->def < 0 || L->root[v] != v || inplace[v]) continue;
-        int act = x->space == SPACE_ACT || into[v] >= 0;
+        int act = x->space == SPACE_ACT || x->space == SPACE_HOST || into[v] >= 0; /* host: packed by liveness too (live.c, host_read_end) */
         sp[ns++] = (Span){v, act ? L->start[v] : 0, act ? L->end[v] : g->nnodes, x->space, x->offset, ir_value_bytes(x)};
     }
     qsort(sp, (size_t)ns, sizeof(Span), span_cmp);

@@ -22,3 +22,4 @@ node_size         4          # the tests run up to 4 ranks on this host (mpirun 
 # profile predicts without it (the tests' numbers and kiln tune's fast path,
 # which does not model sharing, stay as they were); `kiln calibrate` writes
 # them (2 cores on this machine) and bench/cost_model.sh predicts with those.
+host_memory_bytes 6.3e9      # host memory per rank for offload (issue 19): this machine's 25.2 GB of RAM (memory_bytes) over node_size 4 ranks

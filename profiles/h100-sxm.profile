@@ -17,3 +17,4 @@ inter_alpha_s     9.6e-6     # NCCL src/graph/tuning.cc hwLat[NET][Ring][Simple]
 inter_beta        50e9       # one ConnectX-7 NDR 400 Gb/s InfiniBand port a GPU in HGX H100 systems: 50 GB/s (link rate)
 node_size         8          # HGX H100: 8 GPUs a node
 # cores, threads: not applicable (one device a rank, nothing shared): left out.
+host_memory_bytes 250e9      # host memory per GPU for offload (issue 19): NVIDIA DGX H100 datasheet, system memory 2 TB for 8 GPUs

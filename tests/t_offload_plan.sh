@@ -14,6 +14,11 @@
 #   copies, bf16 auto) pass kiln check (every rank == one device);
 # - no blanket fence: h2d and comm wait for an offload only at its release
 #   (after the compute stream), never for a fresh d2h record;
+# - the host space: (p - r)/m of the offloaded bytes on stage r (host buffers
+#   reused by lifetime), equal to its live peak; a host space above the
+#   profile's host_memory_bytes: kiln compile refuses (one line), kiln plan
+#   warns per rank; a negative field is one line;
+# - the fences' 8-node floor under free copies;
 # - bad input: --max-seq without --memory, --memory 0: one line, exit 1.
 . "$(dirname "$0")/lib.sh"
 GPT4="models/tiny.lua --set layers=4"
@@ -48,7 +53,7 @@ check "rank 0's exposed copy time: free copies ${fast:-?}% of the step, 1 kB/s c
     "[ \"$fast\" = 0.00 ] && awk -v s=\"${slow:-0}\" 'BEGIN{exit !(s > 90)}'"
 
 # ---- the copies' places from a profile pass kiln check ----
-# (fast copies: release 1 node later, reload right before its reader; 1 kB/s
+# (fast copies: release and reload at the 8-node floor, OFFLOAD_MIN_NODES; 1 kB/s
 # copies: releases at the first backward reader, reloads at their release)
 G8="models/tiny.lua --set layers=8 --set dim=32 --set heads=2 --pp 4 --micro-batches 4 --offload-min-bytes 1"
 kc() { # what flags...
@@ -60,6 +65,30 @@ kc() { # what flags...
 kc "zb-v, all, h200's times" --pp-schedule zb-v --offload all --device-profile h200
 kc "1f1b, all, copies at 1 kB/s" --pp-schedule 1f1b --offload all --device-profile "$tmp/slow.profile"
 kc "interleaved, auto, bf16, h200" --vpp 2 --pp-schedule interleaved --offload auto --device-profile h200 --precision bf16
+
+# ---- the fences' floor (offload.c, OFFLOAD_MIN_NODES): with free copies the
+# times alone put the release 1 node after the offload and the reload right
+# before its reader; a copy stream may not have begun by then (on the CPU a
+# thread without a core), so both stay at least 8 nodes from their copy ----
+"$K" dump $P4 --offload all --device-profile "$tmp/fast.profile" --after offload > "$tmp/fdump" 2>&1
+floor=$(python3 - "$tmp/fdump" <<'EOF2'
+import re, sys
+lags, leads, pos, reload_at = [], [], {}, {}
+for i, line in enumerate(open(sys.argv[1])):
+    if line.startswith("stage "): reload_at = {}
+    m = re.match(r"\s*%(\d+)[^=]* = (\w+)(.*)", line)
+    if not m: continue
+    out, op, rest = m.group(1), m.group(2), m.group(3)
+    if op == "offload": lags.append(int(re.search(r"lag=(\d+)", rest).group(1)))
+    for v in re.findall(r"%(\d+)", rest.split("#")[0]):
+        if v in reload_at: leads.append(i - reload_at.pop(v))
+    if op == "reload": reload_at[out] = i
+print(len(lags), min(lags or [0]), len(leads), min(leads or [0]))
+EOF2
+)
+set -- $floor
+check "free copies: $1 offloads released at least 8 nodes later (least lag ${2:-?}), $3 reloads issued at least 8 nodes before their first reader (least ${4:-?})" \
+    "[ \"${1:-0}\" -gt 0 ] && [ \"$2\" -ge 8 ] && [ \"${3:-0}\" -gt 0 ] && [ \"$4\" -ge 8 ]"
 
 # ---- no blanket fence on the copy streams (schedule.c) ----
 # The h2d and comm streams wait for an offload (an event recorded on d2h)
@@ -83,6 +112,78 @@ for fl in "--offload all" "--offload all --device-profile h200"; do
     r=$(fences $fl)
     check "$fl: waits of h2d and comm for d2h events before their release: ${r%/*} of ${r#*/}" "[ \"${r%/*}\" = 0 ] && [ \"${r#*/}\" -gt 0 ]"
 done
+
+# ---- the host space: packed by lifetime, the peak of live offloaded bytes ----
+# A host buffer lives from its offload until the d2h stream knows its reload
+# done (live.c), so later offloads reuse its bytes.  In 1F1B with p 4 and m 8,
+# stage r (not the last) holds p - r micro-batches of saved activations at
+# once, every micro-batch offloading the same tensors: the host space must
+# be (p - r) / m of the offloaded bytes' sum (what it was before the reuse),
+# and equal the live peak memplan reports beside it.
+"$K" dump $P4 --offload all --after memplan > "$tmp/dump" 2>&1
+sums=$(python3 - "$tmp/dump" <<'EOF2'
+import re, sys
+st, s = -1, {}
+for line in open(sys.argv[1]):
+    if line.startswith("stage "): st = int(line.split()[1])
+    m = re.match(r"\s*%\d+:f32\[([\d,]+)\]@host\+\d+ = offload ", line)
+    if m:
+        n = 4
+        for d in m.group(1).split(","): n *= int(d)
+        s[st] = s.get(st, 0) + (n + 63) // 64 * 64
+print(" ".join(str(s.get(r, 0)) for r in range(4)))
+EOF2
+)
+hosts=$(awk '/^memory per rank of pipeline stage/ {st = $NF; sub(":", "", st); h[st] = 0} /^  host \(offload\)/ {h[st] = $5} END {for (r = 0; r < 4; r++) printf "%s ", h[r] + 0}' "$tmp/all")
+lives=$(sed -n 's/^  host (offload).*live peak \([0-9.]*\) MiB.*/\1/p' "$tmp/all" | paste -sd' ')
+hmib=$(awk '/^  host \(offload\)/ {print $3}' "$tmp/all" | paste -sd' ')
+python3 - "$sums" "$hosts" <<'EOF2'
+import sys
+s = list(map(int, sys.argv[1].split())); h = list(map(int, sys.argv[2].split()))
+assert all(s[r] > 0 and s[r] % 8 == 0 and h[r] == (4 - r) * s[r] // 8 for r in range(3)) and s[3] == h[3] == 0, (s, h)
+EOF2
+say $? "host space per stage ($hosts bytes) = (4 - r) of 8 micro-batches of the offloaded bytes ($sums, their sum)"
+check "host space = its live peak per stage ($hmib = $lives MiB)" "[ -n \"$lives\" ] && [ \"$hmib\" = \"$lives\" ]"
+
+# The plan read back as it is (a .ir model is parsed and verified) passes
+# with its reused host bytes; planted: stage 0's first micro-batch-1 offload
+# moved onto the bytes of micro-batch 0's offload of that type, which is
+# still waiting for its reload then (stage 0 holds 4 micro-batches): the
+# verifier rejects the two host buffers sharing bytes while both are live.
+"$K" dump $P4 --offload all --after memplan > "$tmp/p4.ir" 2>&1
+reused=$(awk '/^stage 0/ {s = 1} /^stage 1/ {s = 0} s && /@host\+[0-9]* = offload/ {match($0, /@host\+[0-9]+/); o[substr($0, RSTART, RLENGTH)]++; n++} END {print n - length(o)}' "$tmp/p4.ir")
+"$K" plan "$tmp/p4.ir" > /dev/null 2>&1
+say $? "the plan read back verifies, stage 0's host bytes reused by $reused of its offloads"
+python3 - "$tmp/p4.ir" "$tmp/planted.ir" <<'EOF2'
+import re, sys
+lines, st, first, done = open(sys.argv[1]).read().split("\n"), None, {}, False
+for i, l in enumerate(lines):
+    if l.startswith("stage "): st = l.split()[1]
+    m = re.match(r"(%\d+:(\S+)@host\+)(\d+)( = offload .*)", l)
+    if st != "0" or not m or done: continue
+    if " mb" not in m.group(4): first.setdefault(m.group(2), m.group(3))
+    elif " mb1 " in m.group(4) and m.group(2) in first:
+        lines[i] = m.group(1) + first[m.group(2)] + m.group(4); done = True
+open(sys.argv[2], "w").write("\n".join(lines))
+sys.exit(0 if done else 1)
+EOF2
+out=$("$K" plan "$tmp/planted.ir" 2>&1); rc=$?
+check "planted: a micro-batch-1 offload on micro-batch 0's live host bytes is rejected (${out:0:240})" \
+    "[ $rc = 1 ] && [[ \"\$out\" == *'of the host space while both are live'* ]]"
+
+# ---- the host capacity (profile field host_memory_bytes) ----
+sed 's/^host_memory_bytes .*/host_memory_bytes 400000/' profiles/cpu.profile > "$tmp/smallhost.profile"
+out=$("$K" compile $P4 --offload all --device-profile "$tmp/smallhost.profile" -o "$tmp/x" 2>&1); rc=$?
+check "kiln compile refuses a host space above host_memory_bytes: one line ($out)" \
+    "[ $rc = 1 ] && [ \$(echo \"\$out\" | wc -l) = 1 ] && [[ \"\$out\" == *'host space of pipeline rank 0 needs'*'host_memory_bytes'* ]]"
+out=$("$K" plan $P4 --offload all --device-profile "$tmp/smallhost.profile" 2>&1); rc=$?
+w=$(grep -c "warning: host space" <<< "$out")
+check "kiln plan warns instead, for the ranks above it (ranks 0, 1: $w lines, rc $rc)" "[ $rc = 0 ] && [ $w = 2 ]"
+out=$("$K" plan $P4 --offload all --device-profile profiles/cpu.profile 2>&1 | grep -c "warning: host space")
+check "no warning within the cpu profile's host memory ($out)" "[ $out = 0 ]"
+sed 's/^host_memory_bytes .*/host_memory_bytes -1/' profiles/cpu.profile > "$tmp/neghost.profile"
+out=$("$K" plan $P4 --offload auto --device-profile "$tmp/neghost.profile" 2>&1); rc=$?
+check "a negative host_memory_bytes: one line ($out)" "[ $rc = 1 ] && [ \$(echo \"\$out\" | wc -l) = 1 ] && [[ \"\$out\" == *'neghost.profile:'*'host_memory_bytes'*'negative'* ]]"
 
 # ---- --max-seq ----
 MEM=0.004

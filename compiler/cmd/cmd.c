@@ -1,5 +1,6 @@
 /* cmd.c — the commands' one way to fail and the helpers they share (cmd.h). */
 #include "cmd.h"
+#include "memplan.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -47,6 +48,7 @@ Module *cmd_compile_checked(Args *a) {
     Module *m = compile(a);
     char err[1024];
     if (opt_check(&a->o, err, sizeof err) != 0) die("%s", err);
+    if (memplan_host_check(m, &a->o, err, sizeof err) != 0) die("%s", err); /* offload's host space vs the profile's host memory */
     return m;
 }
 

@@ -239,6 +239,9 @@ static void rank_report(const Profile *p, const Graph *g, const Graph *g0, const
            "time %.3f ms (%.2f%% of the step; %.3f ms without the comm stream's waits for copies)\n",
            rank, mib(with), mib(without), without ? 100.0 * ((double)with / (double)without - 1) : 0.0, mib(host), step * 1e3,
            exp_s * 1e3, step > 0 ? 100.0 * exp_s / step : 0.0, exposed_no_comm_fence(p, g, start) * 1e3);
+    if (p->host_memory_bytes > 0 && (double)host > p->host_memory_bytes) /* a warning here; kiln compile and run refuse (memplan_host_check) */
+        printf("  rank %d: warning: host space %.3g GiB exceeds the profile's %.3g GiB of host memory per device (host_memory_bytes, %s); "
+               "kiln compile would refuse it\n", rank, (double)host / (1 << 30), p->host_memory_bytes / (1 << 30), p->path);
 }
 
 void plan_offload_report(Args *a, const Module *m) {
@@ -268,6 +271,8 @@ typedef struct {
     double exposed, step; /* offload: the binding rank's */
     double worst;         /* offload: the largest exposed share of the step over the ranks */
     int worst_rank;
+    int64_t host; /* the largest host space over ranks */
+    int host_over; /* above the profile's host_memory_bytes: does not fit */
 } Fit;
 
 static Fit fit_at(Args *base, Recompute rc, double offload, int64_t seq) {
@@ -279,13 +284,15 @@ static Fit fit_at(Args *base, Recompute rc, double offload, int64_t seq) {
     snprintf(val, sizeof val, "%lld", (long long)seq);
     a.o.sets[a.o.nsets++] = (KeyVal){"seq", val};
     Module *m = compile(&a);
-    Fit f = {0, 0, 0, 0, 0, 0};
+    Fit f = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int s = 0; s < m->nstages; s++) {
-        int64_t pk = device_peak(m->stages[s]);
+        int64_t pk = device_peak(m->stages[s]), h = memplan_stage_peak(m->stages[s], SPACE_HOST);
         if (pk > f.peak) f.peak = pk, f.rank = s;
+        if (h > f.host) f.host = h;
     }
     if (offload != 0) {
         Profile p = load_profile(base);
+        f.host_over = p.host_memory_bytes > 0 && (double)f.host > p.host_memory_bytes;
         double **start = offload_pp_starts(m, &a.o, &p);
         for (int s = 0; s < m->nstages; s++) {
             double st, e = exposed(&p, m->stages[s], start ? start[s] : NULL, &st), share = st > 0 ? e / st : 0;
@@ -305,7 +312,7 @@ static int64_t search(Args *a, Recompute rc, double offload, int64_t step, int64
     Fit f;
     for (;;) { /* double until it does not fit */
         f = fit_at(a, rc, offload, hi), ++*compiles;
-        if (f.peak > limit) break;
+        if (f.peak > limit || f.host_over) break;
         lo = hi, *best = f;
         if (hi > ((int64_t)1 << 40)) die("--max-seq: still fits at seq %lld: is the sequence in the model's memory?", (long long)hi);
         hi *= 2;
@@ -313,7 +320,7 @@ static int64_t search(Args *a, Recompute rc, double offload, int64_t step, int64
     while (hi - lo > step) {
         int64_t mid = (lo + hi) / 2 / step * step;
         f = fit_at(a, rc, offload, mid), ++*compiles;
-        if (f.peak <= limit) lo = mid, *best = f;
+        if (f.peak <= limit && !f.host_over) lo = mid, *best = f;
         else hi = mid;
     }
     return lo;
@@ -329,20 +336,20 @@ void plan_max_seq(Args *a) {
     snprintf(name, sizeof name, "gemm-last + offload %s", policy_name(off, pn, sizeof pn));
     pol[2].name = name;
     printf("longest sequence per rank within %.2f GiB of device memory (device peak = params + grads + optimizer state + activation "
-           "arena, the largest over the ranks; seq in steps of %lld):\n", a->memory_gib, (long long)step);
+           "arena, the largest over the ranks; seq in steps of %lld; with offload each rank's host space within the profile's host_memory_bytes too):\n", a->memory_gib, (long long)step);
     printf("  %-28s %10s %8s %16s %6s %12s\n", "policy", "max seq", "vs gl", "device peak GiB", "rank", "exposed copy");
     int64_t gl = 0;
     for (int k = 0; k < 3; k++) {
-        Fit best = {0, 0, 0, 0, 0, 0};
+        Fit best = {0, 0, 0, 0, 0, 0, 0, 0};
         int compiles = 0;
         int64_t seq = search(a, pol[k].rc, pol[k].off, step, limit, &best, &compiles);
         if (k == 1) gl = seq;
-        char vs[16] = "", ex[96] = "";
+        char vs[16] = "", ex[128] = "";
         if (k == 2 && gl) snprintf(vs, sizeof vs, "%.2fx", (double)seq / (double)gl);
         if (k == 1) snprintf(vs, sizeof vs, "1.00x");
         if (k == 2 && seq)
-            snprintf(ex, sizeof ex, "%.2f%% of step (worst rank %d: %.2f%%)", best.step > 0 ? 100.0 * best.exposed / best.step : 0.0,
-                     best.worst_rank, 100.0 * best.worst);
+            snprintf(ex, sizeof ex, "%.2f%% of step (worst rank %d: %.2f%%); host %.2f GiB", best.step > 0 ? 100.0 * best.exposed / best.step : 0.0,
+                     best.worst_rank, 100.0 * best.worst, (double)best.host / (1 << 30));
         if (seq) printf("  %-28s %10lld %8s %16.2f %6d %12s   (%d plans)\n", pol[k].name, (long long)seq, vs, (double)best.peak / (1 << 30), best.rank, ex, compiles);
         else printf("  %-28s %10s %8s %16s %6s %12s   (%d plans: not even seq %lld fits)\n", pol[k].name, "-", "", "", "", "", compiles, (long long)step);
         fflush(stdout);
