@@ -22,6 +22,34 @@
  * global order and each stream runs in that order, so by induction every
  * command completes.
  *
+ * Helping (issue 19).  On an oversubscribed machine (the offload bench: 4
+ * ranks of 4 streams on 2 cores) a copy stream's worker gets a core only
+ * once the compute thread blocks, so a wait for a 50 µs copy used to last
+ * 0.05-5 ms.  So a worker about to block on an event first looks at the
+ * stream that records it (the wait's `src`, noted by rt_wait): while that
+ * stream's next command is a copy launch (rtk_offload, rtk_reload), a record
+ * or a wait that is already satisfied, the waiter claims it and runs it
+ * itself, then looks again, until its own event is done.  The claim is the
+ * stream's `running` flag, set under the stream's mutex by whoever (its
+ * worker or a helper) takes the command at `next`; nobody takes a command
+ * while it is set, and whoever set it clears it and advances `next` in one
+ * critical section.  So each command runs exactly once, one at a time, in
+ * the queue's order, and a record still runs exactly once: the stream's
+ * in-order semantics are those of one worker that happened to run on
+ * another thread.  A worker blocked in a wait of its own holds no claim
+ * (so a helper can pass that wait once it is satisfied, without waiting
+ * for the worker to get a core); on waking the worker advances `next`
+ * only if no command of its stream finished meanwhile (`finished`).  When the next command is a wait that is not satisfied,
+ * the helper blocks on that wait's event (recorded, in program order,
+ * before the copy stream's wait and so before its own wait: the deadlock
+ * argument above still holds) and looks again; when it is running or is
+ * a launch of another kernel, the helper sleeps until the stream makes
+ * progress (`progress`, broadcast at every advance of `next`).  Only
+ * memcpys are run by helpers: they are short, have no effect besides their
+ * bytes, and use no thread-local state of their stream (a kernel that
+ * calls rt_parallel_for or MPI stays on its own thread).  A helped launch's
+ * trace span sits on its own stream's row with args {"by": helper stream}.
+ *
  * The pool.  rt_parallel_for splits [0,n) into at most 4 chunks per thread
  * and puts the job on a mutex-protected queue; the idle pool workers and the
  * calling thread claim chunks until none is left, then the caller sleeps
@@ -118,12 +146,14 @@ typedef struct {
     int nargs;
     int64_t seq;     /* launch: its place in the step's program order (the copy check) */
     int64_t copy;    /* launch of rtk_offload/rtk_reload: its index in ctx->copies; -1 */
+    int src;         /* wait: the stream that records its event (the helping) */
 } Cmd;
 
 typedef struct {
     const char *name;
     double start, end; /* µs since rt_new */
     int64_t bytes;     /* sent to other ranks */
+    int by;            /* the stream whose thread ran it when it helped; -1 */
 } Span;
 
 typedef struct {
@@ -131,9 +161,12 @@ typedef struct {
     int id;
     pthread_t th;
     pthread_mutex_t mu;
-    pthread_cond_t work, idle; /* work: commands arrived or quit; idle: drained */
+    pthread_cond_t work, idle; /* work: commands arrived, quit or a helper finished; idle: drained */
+    pthread_cond_t progress;   /* next advanced (helpers sleep on it) */
     Cmd *cmd;
     int64_t ncmd, capcmd, next; /* next: the command the worker runs next */
+    int running;                /* the claim: command `next` is being run (by the worker or a helper) */
+    int64_t finished;           /* commands finished since rt_new (a waiting worker's check) */
     int64_t *args;
     int64_t nargs, capargs;
     int64_t *local; /* the worker's copy of the running launch's args */
@@ -323,7 +356,7 @@ static void pool_stop(Pool *P) {
 /* The copy the running launch is (rtk_offload/rtk_reload find their entry). */
 static __thread int64_t tl_copy = -1;
 
-static void run_launch(rt_ctx *c, Stream *s, const Cmd *cmd, const int64_t *args) {
+static void run_launch(rt_ctx *c, Stream *s, const Cmd *cmd, const int64_t *args, int by) {
     rt_kernel k = cmd->k;
     const char *name = cmd->name;
     if (c->check_copies) check_copies(c, cmd, args, 0);
@@ -338,7 +371,7 @@ static void run_launch(rt_ctx *c, Stream *s, const Cmd *cmd, const int64_t *args
     k(c, args);
     if (c->check_copies) check_copies(c, cmd, args, 1);
     grow((void **)&s->span, &s->capspan, s->nspan + 1, sizeof(Span));
-    s->span[s->nspan++] = (Span){name, t, now_us(c), rt_comm_thread_bytes() - sent};
+    s->span[s->nspan++] = (Span){name, t, now_us(c), rt_comm_thread_bytes() - sent, by};
 }
 
 static void run_record(Event *e, int64_t step) {
@@ -354,24 +387,95 @@ static void run_wait(Event *e, int64_t step) {
     PT(pthread_mutex_unlock(&e->mu));
 }
 
+static int event_done(Event *e, int64_t step) {
+    PT(pthread_mutex_lock(&e->mu));
+    int done = e->done >= step;
+    PT(pthread_mutex_unlock(&e->mu));
+    return done;
+}
+
+/* Under s->mu: the command at next has run (its claim, if any, ends). */
+static void finish_cmd(Stream *s) {
+    s->running = 0;
+    s->finished++;
+    if (++s->next == s->ncmd) PT(pthread_cond_broadcast(&s->idle));
+    PT(pthread_cond_broadcast(&s->progress));
+    PT(pthread_cond_signal(&s->work)); /* the worker may sleep on a helper's claim */
+}
+
+/* s's worker waits for cmd's event, running the copies, records and
+ * satisfied waits that the recording stream r has next (see "Helping"). */
+static void wait_helping(rt_ctx *c, Stream *s, const Cmd *cmd) {
+    Event *e = &c->events[cmd->event];
+    Stream *r = &c->streams[cmd->src];
+    int64_t local[8];
+    PT(pthread_mutex_lock(&r->mu));
+    while (!event_done(e, cmd->step)) {
+        if (r->next == r->ncmd) { /* not reached: e's record is queued on r */
+            PT(pthread_cond_wait(&r->progress, &r->mu));
+            continue;
+        }
+        Cmd x = r->cmd[r->next];
+        if (x.kind == CMD_LAUNCH && ((x.k != rtk_offload && x.k != rtk_reload) || x.nargs > 8)) {
+            PT(pthread_mutex_unlock(&r->mu)); /* not a copy: no help, the plain wait */
+            run_wait(e, cmd->step);
+            return;
+        }
+        if (x.kind == CMD_WAIT && !event_done(&c->events[x.event], x.step)) {
+            PT(pthread_mutex_unlock(&r->mu)); /* r is blocked: wait for what r waits for */
+            run_wait(&c->events[x.event], x.step);
+            PT(pthread_mutex_lock(&r->mu));
+            continue;
+        }
+        if (r->running) { /* r's worker or another helper runs it */
+            PT(pthread_cond_wait(&r->progress, &r->mu));
+            continue;
+        }
+        r->running = 1; /* the claim */
+        if (x.kind == CMD_LAUNCH && x.nargs) memcpy(local, r->args + x.arg0, sizeof(int64_t) * (size_t)x.nargs);
+        PT(pthread_mutex_unlock(&r->mu));
+        if (x.kind == CMD_LAUNCH) run_launch(c, r, &x, local, s->id);
+        else if (x.kind == CMD_RECORD) run_record(&c->events[x.event], x.step);
+        PT(pthread_mutex_lock(&r->mu)); /* a satisfied wait: nothing to run */
+        finish_cmd(r);
+    }
+    PT(pthread_mutex_unlock(&r->mu));
+}
+
+/* A wait is not claimed while its worker blocks (a helper may pass it once
+ * it is satisfied); the worker then advances next only if no one else has
+ * finished a command of s meanwhile. */
+static void worker_wait(rt_ctx *c, Stream *s, const Cmd *cmd) {
+    int64_t finished = s->finished;
+    PT(pthread_mutex_unlock(&s->mu));
+    if (cmd->src >= 0 && cmd->src != s->id) wait_helping(c, s, cmd);
+    else run_wait(&c->events[cmd->event], cmd->step);
+    PT(pthread_mutex_lock(&s->mu));
+    if (s->finished == finished && !s->running) finish_cmd(s);
+}
+
 static void *stream_worker(void *arg) {
     Stream *s = arg;
     rt_ctx *c = s->ctx;
     PT(pthread_mutex_lock(&s->mu));
     for (;;) {
-        while (s->next == s->ncmd && !s->quit) PT(pthread_cond_wait(&s->work, &s->mu));
+        while ((s->next == s->ncmd && !s->quit) || s->running) PT(pthread_cond_wait(&s->work, &s->mu));
         if (s->next == s->ncmd) break; /* quit */
         Cmd cmd = s->cmd[s->next];
+        if (cmd.kind == CMD_WAIT) {
+            worker_wait(c, s, &cmd);
+            continue;
+        }
+        s->running = 1; /* the claim */
         if (cmd.kind == CMD_LAUNCH) {
             grow((void **)&s->local, &s->caplocal, cmd.nargs, sizeof(int64_t));
             if (cmd.nargs) memcpy(s->local, s->args + cmd.arg0, sizeof(int64_t) * (size_t)cmd.nargs);
         }
         PT(pthread_mutex_unlock(&s->mu));
-        if (cmd.kind == CMD_LAUNCH) run_launch(c, s, &cmd, s->local);
-        else if (cmd.kind == CMD_RECORD) run_record(&c->events[cmd.event], cmd.step);
-        else run_wait(&c->events[cmd.event], cmd.step);
+        if (cmd.kind == CMD_LAUNCH) run_launch(c, s, &cmd, s->local, -1);
+        else run_record(&c->events[cmd.event], cmd.step);
         PT(pthread_mutex_lock(&s->mu));
-        if (++s->next == s->ncmd) PT(pthread_cond_broadcast(&s->idle));
+        finish_cmd(s);
     }
     PT(pthread_mutex_unlock(&s->mu));
     return NULL;
@@ -408,7 +512,7 @@ void rt_launch(rt_ctx *c, int stream, rt_kernel k, const int64_t *args, int narg
     if (!rt_launch_ok(c, stream, c->nstreams, k, nargs, name)) return;
     Cmd cmd = {.kind = CMD_LAUNCH, .k = k, .name = name, .nargs = nargs, .seq = ++c->seq, .copy = -1};
     if (c->check_copies) cmd.copy = note_copy(c, k, args, nargs, name);
-    if (c->serial) run_launch(c, &c->streams[stream], &cmd, args);
+    if (c->serial) run_launch(c, &c->streams[stream], &cmd, args, -1);
     else enqueue(&c->streams[stream], cmd, args);
 }
 
@@ -435,7 +539,8 @@ void rt_wait(rt_ctx *c, int stream, int event) {
         c->dropped++; /* KILN_TEST_DROP_COPY_WAIT: the planted bug (see "copies") */
         return;
     }
-    if (!c->serial) enqueue(&c->streams[stream], (Cmd){.kind = CMD_WAIT, .event = event, .step = c->step}, NULL);
+    if (!c->serial)
+        enqueue(&c->streams[stream], (Cmd){.kind = CMD_WAIT, .event = event, .step = c->step, .src = c->events[event].recorder}, NULL);
 }
 
 static void measure_act(rt_ctx *c);
@@ -553,6 +658,7 @@ static void check_copies(rt_ctx *c, const Cmd *cmd, const int64_t *args, int whe
 static void run_copy(rt_ctx *c, const int64_t *a) {
     if (c->check_copies && tl_copy >= 0) {
         PT(pthread_mutex_lock(&c->copy_mu));
+        if (c->copies[tl_copy].started) rt_fail(c, "copy check: %s ran twice", c->copies[tl_copy].name ? c->copies[tl_copy].name : "a copy");
         c->copies[tl_copy].started = 1;
         PT(pthread_mutex_unlock(&c->copy_mu));
     }
@@ -618,6 +724,7 @@ static void start_streams(rt_ctx *c) {
         PT(pthread_mutex_init(&s->mu, NULL));
         PT(pthread_cond_init(&s->work, NULL));
         PT(pthread_cond_init(&s->idle, NULL));
+        PT(pthread_cond_init(&s->progress, NULL));
         PT(pthread_create(&s->th, NULL, stream_worker, s));
     }
 }
@@ -632,6 +739,7 @@ static void stop_streams(rt_ctx *c) {
             PT(pthread_mutex_unlock(&s->mu));
             PT(pthread_join(s->th, NULL));
             PT(pthread_cond_destroy(&s->idle));
+            PT(pthread_cond_destroy(&s->progress));
             PT(pthread_cond_destroy(&s->work));
             PT(pthread_mutex_destroy(&s->mu));
         }
@@ -706,10 +814,11 @@ static void write_trace(rt_ctx *c) {
             fprintf(f, ",\n{\"name\":");
             rt_json_string(f, name, at);
             fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d", sp->start, sp->end - sp->start, pid, i);
-            if (at || sp->bytes) {
+            if (at || sp->bytes || sp->by >= 0) {
                 fprintf(f, ",\"args\":{");
                 if (at) fprintf(f, "\"at\":"), rt_json_string(f, at + 1, NULL);
                 if (sp->bytes) fprintf(f, "%s\"bytes\":%lld", at ? "," : "", (long long)sp->bytes);
+                if (sp->by >= 0) fprintf(f, "%s\"by\":%d", at || sp->bytes ? "," : "", sp->by);
                 fputc('}', f);
             }
             fputc('}', f);
