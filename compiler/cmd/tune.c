@@ -209,7 +209,7 @@ int kiln_tune_main(int argc, char **argv) {
     printf("kiln tune %s: %d layers, %d heads (%d kv), batch %d, seq %d, %s, on %d x %s (%.4g GiB each, %d a node)\n", model, T.layers, T.heads,
            T.kv_heads, T.batch, T.seq, bf16 ? "bf16" : "f32", gpus, p.name, memory / (1 << 30), p.node_size);
     search(&T, &S);
-    qsort(S.rows, (size_t)S.n, sizeof(Row), cmp_row);
+    if (S.n > 0) qsort(S.rows, (size_t)S.n, sizeof(Row), cmp_row); /* rows is NULL when nothing fits */
     printf("searched %d configurations in %.1f s (%d probes compiled, %.1f s): %d fit, %d do not fit %.4g GiB, %d refused by the rules\n", S.tried,
            cmd_now() - t0, T.nprobes, T.probe_seconds, S.n, S.nofit, memory / (1 << 30), S.refused);
     if (S.first_refusal[0]) printf("note: %s\n", S.first_refusal);
