@@ -460,5 +460,6 @@ int main(int argc, char **argv) {
     if (a.o.device_profile && strcmp(a.cmd, "plan") == 0) profile_describe(stdout, &device_profile);
     int rc = find_command(a.cmd)->run(&a);
     free(a.o.sets);
+    free(a.o.pp_layers);
     return rc;
 }

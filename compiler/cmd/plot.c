@@ -1014,7 +1014,7 @@ static int by_start(const void *a, const void *b) {
  * next one. */
 static int tr_steps(TrRank *r) {
     qsort(r->comp, (size_t)r->ncomp, sizeof *r->comp, by_start);
-    qsort(r->other, (size_t)r->nother, sizeof *r->other, by_start);
+    if (r->nother > 0) qsort(r->other, (size_t)r->nother, sizeof *r->other, by_start); /* NULL when none: qsort's base must not be */
     if (!(r->step = malloc(((size_t)r->ncomp + 1) * sizeof *r->step))) return cmd_error("out of memory reading %s", r->path), -1;
     r->nsteps = 0;
     for (int i = 0; i < r->ncomp; i++)

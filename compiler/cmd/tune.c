@@ -187,9 +187,9 @@ int kiln_tune_main(int argc, char **argv) {
             if (!*v || *e || !(memory > 0) || !isfinite(memory)) die("--memory: expected GiB, a positive number, got \"%s\"", v);
             memory *= 1024.0 * 1024 * 1024;
         } else if (strcmp(f, "--set") == 0) {
-            const char *eq = strchr(v, '=');
-            if (!eq || eq == v) die("--set: expected key=value, got \"%s\"", v);
-            char *key = strndup(v, (size_t)(eq - v));
+            char *key = argv[i], *eq = strchr(key, '='); /* cut in place, as main.c's --set */
+            if (!eq || eq == key) die("--set: expected key=value, got \"%s\"", v);
+            *eq = 0;
             if (!strcmp(key, "batch") || !strcmp(key, "seq")) die("--set %s: use --global-batch / --seq with kiln tune", key);
             cmd_add_set(&sets, &nsets, key, eq + 1);
         } else die("tune: %s: unknown flag", f);
@@ -209,12 +209,14 @@ int kiln_tune_main(int argc, char **argv) {
     printf("kiln tune %s: %d layers, %d heads (%d kv), batch %d, seq %d, %s, on %d x %s (%.4g GiB each, %d a node)\n", model, T.layers, T.heads,
            T.kv_heads, T.batch, T.seq, bf16 ? "bf16" : "f32", gpus, p.name, memory / (1 << 30), p.node_size);
     search(&T, &S);
-    qsort(S.rows, (size_t)S.n, sizeof(Row), cmp_row);
+    if (S.n > 0) qsort(S.rows, (size_t)S.n, sizeof(Row), cmp_row); /* rows is NULL when nothing fits */
     printf("searched %d configurations in %.1f s (%d probes compiled, %.1f s): %d fit, %d do not fit %.4g GiB, %d refused by the rules\n", S.tried,
            cmd_now() - t0, T.nprobes, T.probe_seconds, S.n, S.nofit, memory / (1 << 30), S.refused);
     if (S.first_refusal[0]) printf("note: %s\n", S.first_refusal);
     if (S.n == 0) {
+        free(S.rows);
         tune_free(&T);
+        free(sets);
         fflush(stdout);
         return cmd_error("tune: no configuration fits %.4g GiB per device (raise --memory, or more --gpus)", memory / (1 << 30));
     }

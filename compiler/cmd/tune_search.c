@@ -92,10 +92,11 @@ struct TuneProbe {
 
 /* ---- building programs ---- */
 
-static void add_set(KeyVal **s, int *n, const char *k, long v) {
-    char buf[32];
-    snprintf(buf, sizeof buf, "%ld", v);
-    cmd_add_set(s, n, k, strdup(buf)); /* lives as long as the process (a few per program) */
+/* A --set k=v with v written in buf, which must outlive the sets (the
+ * caller's, beside its KeyVal array). */
+static void add_set(KeyVal **s, int *n, const char *k, long v, char buf[32]) {
+    snprintf(buf, 32, "%ld", v);
+    cmd_add_set(s, n, k, buf);
 }
 
 /* The candidate's program with `layers` layers (0: the model's), a batch
@@ -105,10 +106,11 @@ static Module *build(const Tune *T, const TuneCand *c, int layers, int batch, in
     opt_defaults(&o);
     KeyVal *sets = NULL;
     int n = 0;
+    char num[3][32];
     for (int i = 0; i < T->nsets; i++) cmd_add_set(&sets, &n, T->sets[i].key, T->sets[i].value);
-    if (layers > 0) add_set(&sets, &n, "layers", layers);
-    add_set(&sets, &n, "batch", batch);
-    add_set(&sets, &n, "seq", T->seq);
+    if (layers > 0) add_set(&sets, &n, "layers", layers, num[0]);
+    add_set(&sets, &n, "batch", batch, num[1]);
+    add_set(&sets, &n, "seq", T->seq, num[2]);
     o.sets = sets, o.nsets = n;
     o.dp = c->dp, o.cp = c->cp, o.tp = c->tp, o.pp = pp;
     o.vpp = pp > 1 ? c->v : 0, o.pp_schedule = pp > 1 ? c->sched : 0, o.micro_batches = m;
@@ -509,9 +511,10 @@ void tune_init(Tune *T, const char *model, KeyVal *sets, int nsets, const Profil
     opt_defaults(&o);
     KeyVal *s = NULL;
     int n = 0;
+    char num[2][32];
     for (int i = 0; i < nsets; i++) cmd_add_set(&s, &n, sets[i].key, sets[i].value);
-    if (batch > 0) add_set(&s, &n, "batch", batch);
-    if (seq > 0) add_set(&s, &n, "seq", seq);
+    if (batch > 0) add_set(&s, &n, "batch", batch, num[0]);
+    if (seq > 0) add_set(&s, &n, "seq", seq, num[1]);
     o.sets = s, o.nsets = n;
     Module *m = pipeline_front(model, &o);
     const Graph *g = m->stages[0];
