@@ -387,7 +387,21 @@ static double predicted_step(const Module *m, const Profile *p) {
  * cost model predicts a step no longer than the fixed order's (all
  * pipeline ranks simulated together: a rank that hides more may still make
  * another wait); else the fixed order everywhere. */
+/* Whether any stage has a node off the compute stream (a transfer or a
+ * copy): without one lhs's order is the fixed order (nothing to hide, no
+ * stall to avoid, every tie goes to the fixed order), so lhs is skipped. */
+static int has_transfer(const Module *m, int overlap) {
+    for (int s = 0; s < m->nstages; s++)
+        for (int i = 0; i < m->stages[s]->nnodes; i++)
+            if (sched_stream_for(&m->stages[s]->nodes[i], overlap) != IR_STREAM_COMPUTE) return 1;
+    return 0;
+}
+
 static void schedule_lhs(Module *m, const Options *o) {
+    if (!has_transfer(m, ir_world(m) > 1 && !o->no_overlap)) {
+        for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
+        return;
+    }
     Profile p;
     load_profile(&p, o);
     Snap *pre = xcalloc((size_t)m->nstages + 1, sizeof(Snap));
