@@ -760,15 +760,3 @@ void cost_report(const Module *m, const Profile *p, const CostSim *s, FILE *f) {
     }
     fputc('\n', f);
 }
-
-/* ---- added for the latency-hiding schedule (issue 22, schedule.c) ---- */
-
-int64_t cost_stage_plan_peak(Graph *g, const Options *o) {
-    Module one = *g->m;
-    Graph *stage = g;
-    one.stages = &stage, one.nstages = 1;
-    pass_memplan(&one, o);
-    int64_t b = 0;
-    for (int sp = SPACE_PARAMS; sp <= SPACE_ACT; sp++) b += memplan_stage_peak(g, sp);
-    return b;
-}

@@ -106,11 +106,4 @@ void cost_sim_free(CostSim *s);
  * and per rank the exposed time by class. */
 void cost_report(const Module *m, const Profile *p, const CostSim *s, FILE *f);
 
-/* The schedule's memory rule (issue 22, schedule.c): memplan's device bytes
- * (params + grads + optimizer + activations) of stage graph g as scheduled
- * now, g planned alone (pass_memplan on a module of g only; g's values keep
- * that placement until memplan runs again).  The cost model answers for
- * memory as for time, so a pass asks it, not memplan. */
-int64_t cost_stage_plan_peak(Graph *g, const Options *o);
-
 #endif

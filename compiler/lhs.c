@@ -45,7 +45,11 @@
  * stream runs exactly the fixed order's sequence.  A collective over pp (a
  * meeting point of ranks that run different programs) is issued only when
  * every node before it in the fixed order is placed, as the fixed order
- * never hoists it.  Assigns stay last (schedule.c appends them).
+ * never hoists it.  A posted receive (recv_start) is never posted later
+ * than the fixed order posts it: no compute unit after it in the fixed
+ * order is placed before it (next_post), so a pipeline action's receive is
+ * still posted before the previous action computes (tests/t_pp_post.sh).
+ * Assigns stay last (schedule.c appends them).
  */
 #include <float.h>
 #include <stdlib.h>
@@ -63,7 +67,8 @@ typedef struct {
     double *dur, *end;
     int *succ_off, *succ, *indeg;
     int *next_xfer;     /* per unit: the smallest unit index of a transfer it reaches (n: none) */
-    char *pin, *holds, *open, *done;
+    char *pin, *holds, *open, *done, *post;
+    int next_post;      /* the first posted receive (recv_start) not yet placed (n: none) */
     int *rx, nrx;       /* the transfers whose inputs are all placed, not yet placed */
     int infl[IR_NSTREAMS];
     double tfree[IR_NSTREAMS], exposed;
@@ -92,11 +97,12 @@ static void build_units(Lhs *L, const int *order, int nn, const double *dur, int
     L->stream = xcalloc((size_t)nn + 1, sizeof(int));
     L->dur = xcalloc((size_t)nn + 1, sizeof(double)), L->end = xcalloc((size_t)nn + 1, sizeof(double));
     L->pin = xcalloc((size_t)nn + 1, 1), L->holds = xcalloc((size_t)nn + 1, 1);
-    L->open = xcalloc((size_t)nn + 1, 1), L->done = xcalloc((size_t)nn + 1, 1);
+    L->open = xcalloc((size_t)nn + 1, 1), L->done = xcalloc((size_t)nn + 1, 1), L->post = xcalloc((size_t)nn + 1, 1);
     for (int j = 0; j < nn;) {
         const Node *nd = &g->nodes[order[j]];
         int64_t grp = ir_fused_group(nd), u = L->n++;
         L->first[u] = j, L->stream[u] = sched_stream_for(nd, overlap), L->pin[u] = (char)pinned(nd);
+        L->post[u] = nd->op == OP_recv_start;
         L->holds[u] = (char)(L->stream[u] != IR_STREAM_COMPUTE && nd->nout > 0 && nd->op != OP_offload);
         do {
             L->unit_of[order[j]] = (int)u, L->dur[u] += dur[order[j]], j++;
@@ -203,6 +209,7 @@ static void place(Lhs *L, const int *order, int u, int *out, int *k) {
     }
     if (L->holds[u]) L->open[u] = 1, L->infl[s]++;
     L->done[u] = 1;
+    while (L->next_post < L->n && (!L->post[L->next_post] || L->done[L->next_post])) L->next_post++;
     for (int q = 0; q < L->nrx; q++)
         if (L->rx[q] == u) L->rx[q--] = L->rx[--L->nrx];
     for (int q = L->succ_off[u]; q < L->succ_off[u + 1]; q++)
@@ -227,6 +234,7 @@ static int pick_transfer(const Lhs *L, int lo) {
 static int pick_compute(const Lhs *L, const int *order, int lo) {
     int best = -1, best_stall = 1, hi = lo + (L->lim->window > 0 ? L->lim->window : 1);
     double best_t = DBL_MAX, tf = L->tfree[IR_STREAM_COMPUTE];
+    if (hi > L->next_post) hi = L->next_post; /* no compute moves above a posted receive */
     for (int u = lo; u < L->n && u < hi; u++) {
         if (L->done[u] || L->indeg[u] || L->stream[u] != IR_STREAM_COMPUTE || L->pin[u]) continue;
         double r = inputs_ready(L, order, u);
@@ -253,6 +261,7 @@ void lhs_order(const Graph *g, const double *dur, int overlap, const LhsLimits *
     build_edges(&L, order);
     int *out = xcalloc((size_t)g->nnodes + 1, sizeof(int)), k = 0;
     L.rx = xcalloc((size_t)L.n + 1, sizeof(int));
+    while (L.next_post < L.n && !L.post[L.next_post]) L.next_post++;
     for (int u = 0; u < L.n; u++)
         if (!L.indeg[u] && L.stream[u] != IR_STREAM_COMPUTE) L.rx[L.nrx++] = u;
     for (int lo = 0;;) {
@@ -269,5 +278,5 @@ void lhs_order(const Graph *g, const double *dur, int overlap, const LhsLimits *
     memcpy(order, out, sizeof(int) * (size_t)g->nnodes);
     if (exposed) *exposed = L.exposed;
     free(out), free(L.first), free(L.len), free(L.unit_of), free(L.stream), free(L.dur), free(L.end);
-    free(L.succ_off), free(L.succ), free(L.indeg), free(L.next_xfer), free(L.pin), free(L.holds), free(L.open), free(L.done), free(L.rx);
+    free(L.succ_off), free(L.succ), free(L.indeg), free(L.next_xfer), free(L.pin), free(L.holds), free(L.open), free(L.done), free(L.post), free(L.rx);
 }

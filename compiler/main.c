@@ -43,7 +43,7 @@
  *   --lr X --min-lr X --warmup N --steps N --weight-decay X --grad-clip X
  *     (shorthands for --set);
  *   --dp N --micro-batches M --zero 0|1 --bucket-mb X --no-overlap;
- *   --schedule fixed|lhs (docs/schedule.md);
+ *   --schedule lhs|fixed (default lhs; docs/schedule.md);
  *   --cp N --cp-layout dual|contiguous --cp-comm allgather|p2p;
  *   --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES;
  *   --precision f32|bf16 (bf16 with --target cuda:sm_XX, and for dump, check,
@@ -95,7 +95,7 @@ static void usage(FILE *f) {
           "PASS: front autodiff parallelize recompute optimizer precision fuse schedule memplan\n"
           "common (dump, check, plan, compile, run):\n"
           "        --set key=value  --frontend-timeout S (the model's run, default 10)  --seed N  --print-every N  --lr X --min-lr X --warmup N --steps N --weight-decay X --grad-clip X\n"
-          "        --dp N --micro-batches M --zero 0|1 --bucket-mb X --no-overlap  --schedule fixed|lhs (docs/schedule.md)\n"
+          "        --dp N --micro-batches M --zero 0|1 --bucket-mb X --no-overlap  --schedule lhs|fixed (default lhs; docs/schedule.md)\n"
           "        --cp N --cp-layout dual|contiguous --cp-comm allgather|p2p\n"
           "        --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES\n"
           "        --device-profile FILE|NAME (cpu, h100, h200, a100, or a .profile file: docs/profiles.md)\n"

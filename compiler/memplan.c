@@ -764,3 +764,23 @@ void memplan_report(const Module *m, FILE *f) {
         if (m->mesh[2] > 1) report_cp(m, g, f);
     }
 }
+
+/* ======================================================================
+ * The plan's peak, without planning (schedule.c's memory rule)
+ * ====================================================================== */
+
+/* The same placement as pass_memplan on a private copy of g's values (the
+ * only thing plan_graph writes: each value's space and offset), so g is
+ * unchanged: the bytes of params, grads, optimizer state and activations
+ * that pass_memplan would give this stage, memplan_stage_peak's sum. */
+int64_t memplan_stage_total(const Graph *g, const Options *o) {
+    (void)o;
+    Graph copy = *g;
+    copy.vals = xcalloc((size_t)g->nvals + 1, sizeof(Value));
+    memcpy(copy.vals, g->vals, sizeof(Value) * (size_t)g->nvals);
+    plan_graph(&copy);
+    int64_t b = 0;
+    for (int sp = SPACE_PARAMS; sp <= SPACE_ACT; sp++) b += stage_peak(&copy, sp);
+    free(copy.vals);
+    return b;
+}

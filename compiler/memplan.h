@@ -19,6 +19,12 @@
 int64_t memplan_peak(const Module *m, int space);
 /* The same for one stage's program (kiln plan --pp: per pipeline stage). */
 int64_t memplan_stage_peak(const Graph *g, int space);
+/* What pass_memplan would make of one stage's program, without planning it
+ * (g is not changed: an analysis, schedule.c's memory rule calls it on
+ * candidate orders): the device bytes per rank, params + grads + optimizer
+ * state + activations, the sum of memplan_stage_peak over those spaces
+ * after pass_memplan.  o: the options pass_memplan would get. */
+int64_t memplan_stage_total(const Graph *g, const Options *o);
 /* The best any placement could do for ACT: the largest sum of live ACT
  * buffer bytes at one position (max over stages). */
 int64_t memplan_lower_bound(const Module *m);

@@ -29,6 +29,7 @@ void opt_defaults(Options *o) {
     o->frontend_timeout = 10;
     o->offload_min_bytes = 1 << 20; /* the seeds' system skips tensors under 1 MiB */
     o->xent_fused = -1;             /* on with --target cuda (main.c) */
+    o->schedule = SCHED_LHS;        /* --schedule fixed for the fixed order (docs/schedule.md) */
 }
 
 /* Where key's value came from: a --set of it or its shorthand flag

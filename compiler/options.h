@@ -23,7 +23,7 @@ typedef struct {
     int micro_batches, zero, no_overlap, drop_event;
     /* --schedule fixed|lhs (schedule.c, lhs.c, docs/schedule.md): the
      * order of each rank's program, SCHED_FIXED (the fixed order) or
-     * SCHED_LHS (the latency-hiding list scheduler) */
+     * SCHED_LHS (the latency-hiding list scheduler, the default) */
     int schedule;
     double bucket_mb;
     /* context parallel: the sequence's layout over cp ranks (0: dual chunk,

@@ -36,6 +36,7 @@
 #include "cost.h"
 #include "lhs.h"
 #include "live.h"
+#include "memplan.h"
 #include "passes.h"
 #include "profile.h"
 
@@ -278,12 +279,12 @@ static void finish(Graph *g, int *order, const Options *o) {
  * order's, or --memory-budget's bytes when given.  Starting a transfer
  * early keeps its buffer alive longer and moving compute changes which
  * buffers overlap, so the rule is checked, not predicted: each attempt is
- * scheduled, planned (memplan on this stage alone, through the cost
- * model: cost_stage_plan_peak) and measured, from the
+ * scheduled and its plan's peak measured (memplan_stage_total, memplan.h:
+ * pass_memplan's placement on a copy of the values, g unchanged), from the
  * loosest limits to the tightest; the first that fits is kept, and when
  * none does the stage keeps the fixed order (so --schedule lhs is never
- * worse in memory, by construction).  The plan made here is thrown away:
- * memplan runs again after this pass, as for fixed.
+ * worse in memory, by construction).  memplan itself runs after this
+ * pass, as for fixed.
  *
  * The attempts (lhs.h, LhsLimits: window, look-ahead per stream, in-flight
  * transfers per stream, transfer-first priority): 1. compute may move 64
@@ -325,11 +326,6 @@ static void snap_restore(Graph *g, const Snap *s) {
     g->nnodes = s->nnodes, g->nvals = s->nvals;
 }
 
-/* The values' memory marks as before the trial plans (the order stays). */
-static void unplan(Graph *g, const Snap *s) {
-    for (int v = 0; v < s->nvals; v++) g->vals[v].space = s->vals[v].space, g->vals[v].offset = s->vals[v].offset;
-}
-
 /* --device-profile's device (default cpu): the node times lhs orders by. */
 static void load_profile(Profile *p, const Options *o) {
     char err[512];
@@ -356,14 +352,13 @@ static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int
     double *dur = node_seconds(g, p);
     Snap s = snap_take(g);
     finish(g, copy_order(fixed, n), o);
-    int64_t limit = o->memory_budget > 0 ? (int64_t)o->memory_budget : cost_stage_plan_peak(g, o);
+    int64_t limit = o->memory_budget > 0 ? (int64_t)o->memory_budget : memplan_stage_total(g, o);
     for (size_t a = 0; a < sizeof lhs_attempts / sizeof lhs_attempts[0]; a++) {
         snap_restore(g, &s);
         int *order = copy_order(fixed, n);
         lhs_order(g, dur, overlap, &lhs_attempts[a], order, NULL);
         finish(g, order, o);
-        if (cost_stage_plan_peak(g, o) <= limit) {
-            unplan(g, &s);
+        if (memplan_stage_total(g, o) <= limit) {
             free(fixed), free(dur), free(s.nodes), free(s.vals);
             return;
         }
@@ -387,7 +382,21 @@ static double predicted_step(const Module *m, const Profile *p) {
  * cost model predicts a step no longer than the fixed order's (all
  * pipeline ranks simulated together: a rank that hides more may still make
  * another wait); else the fixed order everywhere. */
+/* Whether any stage has a node off the compute stream (a transfer or a
+ * copy): without one lhs's order is the fixed order (nothing to hide, no
+ * stall to avoid, every tie goes to the fixed order), so lhs is skipped. */
+static int has_transfer(const Module *m, int overlap) {
+    for (int s = 0; s < m->nstages; s++)
+        for (int i = 0; i < m->stages[s]->nnodes; i++)
+            if (sched_stream_for(&m->stages[s]->nodes[i], overlap) != IR_STREAM_COMPUTE) return 1;
+    return 0;
+}
+
 static void schedule_lhs(Module *m, const Options *o) {
+    if (!has_transfer(m, ir_world(m) > 1 && !o->no_overlap)) {
+        for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
+        return;
+    }
     Profile p;
     load_profile(&p, o);
     Snap *pre = xcalloc((size_t)m->nstages + 1, sizeof(Snap));

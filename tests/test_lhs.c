@@ -23,11 +23,22 @@
  *                                 kept); with a large budget lhs keeps both
  *                                 in flight and its peak is above the fixed
  *                                 one's (so the rule had work to do).
+ *   the peak without planning     memplan_stage_total (memplan.h, the
+ *                                 rule's measure) on models/tiny.lua's
+ *                                 programs after schedule (dp 2 under lhs;
+ *                                 pp 2 with two micro-batches, both stages;
+ *                                 one device with --offload all: a host
+ *                                 space; --memory-budget's recompute) equals
+ *                                 the sum of memplan_stage_peak over params,
+ *                                 grads, opt and act after pass_memplan, and
+ *                                 leaves every value's space and offset as
+ *                                 they were.
  * Every program passes the verifier (events, buffers) after schedule and
  * memplan.
  */
 #include "testutil.h"
 #include "graphbuild.h"
+#include "cmd.h"
 #include "cost.h"
 #include "lhs.h"
 #include "live.h"
@@ -168,11 +179,58 @@ static void test_memory_rule(void **state) {
     ir_free(f.m), ir_free(big.m), ir_free(lim.m), ir_free(dflt.m);
 }
 
+/* models/tiny.lua through schedule under o, then memplan_stage_total
+ * against pass_memplan, stage by stage. */
+static void total_matches(Options *o, const char *what) {
+    char err[1024];
+    Module *m = fe_load("models/tiny.lua", o, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    pipeline_run(m, PIPE_TRAIN, o, "schedule");
+    int64_t want[8];
+    assert_true(m->nstages <= 8);
+    for (int s = 0; s < m->nstages; s++) {
+        Graph *g = m->stages[s];
+        Value *before = malloc(sizeof(Value) * (size_t)g->nvals);
+        memcpy(before, g->vals, sizeof(Value) * (size_t)g->nvals);
+        want[s] = memplan_stage_total(g, o);
+        assert_memory_equal(before, g->vals, sizeof(Value) * (size_t)g->nvals); /* g unchanged */
+        free(before);
+    }
+    pass_memplan(m, o);
+    if (ir_verify_module(m, err, sizeof err)) fail_msg("%s: after memplan: %s", what, err);
+    for (int s = 0; s < m->nstages; s++) {
+        int64_t got = 0;
+        for (int sp = SPACE_PARAMS; sp <= SPACE_ACT; sp++) got += memplan_stage_peak(m->stages[s], sp);
+        print_message("%s, stage %d: memplan_stage_total %lld, pass_memplan %lld\n", what, s, (long long)want[s], (long long)got);
+        assert_true(got > 0);
+        assert_int_equal(want[s], got);
+    }
+    ir_free(m);
+}
+
+static void test_stage_total(void **state) {
+    (void)state;
+    Options o;
+    opt_defaults(&o);
+    o.dp = 2, o.micro_batches = 2;
+    total_matches(&o, "dp 2, lhs");
+    opt_defaults(&o);
+    o.pp = 2, o.micro_batches = 2;
+    total_matches(&o, "pp 2, m 2");
+    opt_defaults(&o);
+    o.offload = 1, o.offload_min_bytes = 1;
+    total_matches(&o, "offload all");
+    opt_defaults(&o);
+    o.dp = 2, o.memory_budget = 4e6;
+    total_matches(&o, "dp 2, --memory-budget 4e6");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_gemm),
         cmocka_unit_test(test_inflight_limit),
         cmocka_unit_test(test_memory_rule),
+        cmocka_unit_test(test_stage_total),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

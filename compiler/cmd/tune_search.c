@@ -116,6 +116,10 @@ static Module *build(const Tune *T, const TuneCand *c, int layers, int batch, in
     o.vpp = pp > 1 ? c->v : 0, o.pp_schedule = pp > 1 ? c->sched : 0, o.micro_batches = m;
     o.recompute = c->rc, o.cp_comm = c->cp_comm, o.offload = pp > 1 && c->offload ? 1.0 : 0;
     o.precision_bf16 = T->bf16, o.device_profile = T->prof.path;
+    /* the fixed order: probe_cut reads its shape (micro-batches and layers
+     * in sequence), and the --check compares like with like; lhs, compile's
+     * default, is kept only where its predicted step is no longer */
+    o.schedule = SCHED_FIXED;
     Module *mod = pipeline_front(T->model, &o);
     pipeline_run(mod, PIPE_TRAIN, &o, NULL);
     free(sets);
