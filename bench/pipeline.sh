@@ -31,7 +31,8 @@
 # the end: on a shared machine the ranks are slowed unevenly and wait for
 # each other for reasons not the schedule's.  A warning line says when
 # kiln plot's idle and pp_trace_idle.py's (the same definition, read twice)
-# differ by 0.15 points or more.
+# differ by 0.15 points or more.  EXTRA="FLAGS" adds kiln flags to every
+# compile and plan (e.g. EXTRA="--schedule fixed" against the default lhs).
 set -eu
 B=${BUILD:-build}
 P=${P:-4}
@@ -39,6 +40,7 @@ M=${M:-8}
 STEPS=${STEPS:-4}
 ROUNDS=${ROUNDS:-3}
 SCHEDULES=${SCHEDULES:-1f1b interleaved zb-h1 zb-v}
+EXTRA=${EXTRA:-} # more kiln flags for every compile and plan (e.g. --schedule fixed)
 SHAPE="--set layers=8 --set dim=128 --set heads=4 --set seq=128 --set batch=16"
 HERE=$(cd "$(dirname "$0")" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -49,9 +51,9 @@ load0=$(uptime | sed 's/.*load average: //')
 flags() { [ "$1" = interleaved ] && echo "--vpp 2"; true; }
 for s in $SCHEDULES; do
     # shellcheck disable=SC2046,SC2086
-    "$B/kiln" compile models/tiny.lua --pp "$P" --micro-batches "$M" --pp-schedule "$s" $(flags "$s") $SHAPE -o "$tmp/$s" > /dev/null
+    "$B/kiln" compile models/tiny.lua --pp "$P" --micro-batches "$M" --pp-schedule "$s" $(flags "$s") $SHAPE $EXTRA -o "$tmp/$s" > /dev/null
     # shellcheck disable=SC2046,SC2086
-    "$B/kiln" plan models/tiny.lua --pp "$P" --micro-batches "$M" --pp-schedule "$s" $(flags "$s") $SHAPE > "$tmp/$s.plan"
+    "$B/kiln" plan models/tiny.lua --pp "$P" --micro-batches "$M" --pp-schedule "$s" $(flags "$s") $SHAPE $EXTRA > "$tmp/$s.plan"
 done
 traces() { # stem: the P trace files of a run, rank order
     echo "$1"; for r in $(seq 1 $((P - 1))); do echo "$1.rank$r"; done
