@@ -590,14 +590,22 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
 
 /* GELU_AUX_BIAS's aux matrix: its attributes checked, g->aux set (its
  * bytes in *bytes for the access list). */
-static cublasStatus_t gelu_aux(const char *call, const Desc *dd, const Layout *ld, Gemm *g, size_t *bytes) {
-    if (!dd->aux) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: GELU_AUX_BIAS without an EPILOGUE_AUX_POINTER", call);
+/* The aux matrix's attributes, for the epilogue named ep (GELU_AUX_BIAS's
+ * output, DGELU_BGRAD's input): 0 or the failure. */
+static cublasStatus_t check_aux(const char *call, const char *ep, const Desc *dd, const Layout *ld, const Gemm *g) {
+    if (!dd->aux) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: %s without an EPILOGUE_AUX_POINTER", call, ep);
     if (dd->aux_ld <= 0 || dd->aux_ld % 8 || dd->aux_ld < g->m)
         return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: EPILOGUE_AUX_LD %lld (a multiple of 8, >= D's %lld rows)", call,
                     (long long)dd->aux_ld, (long long)g->m);
     if (dd->aux_type != -1 && dd->aux_type != ld->type)
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: EPILOGUE_AUX_DATA_TYPE %d, D is %d (the fake: D's type)", call,
                     dd->aux_type, ld->type);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t gelu_aux(const char *call, const Desc *dd, const Layout *ld, Gemm *g, size_t *bytes) {
+    cublasStatus_t st = check_aux(call, "GELU_AUX_BIAS", dd, ld, g);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
     if (g->batch != 1) return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: GELU_AUX_BIAS with %lld batches (the fake: one)", call, (long long)g->batch);
     *bytes = g->n ? (size_t)(dd->aux_ld * (g->n - 1) + g->m) * (ld->type == CUDA_R_32F ? 4 : 2) : 0;
     char why[512];
@@ -623,15 +631,7 @@ static cublasStatus_t check_bgrad(const char *call, const Desc *dd, const Layout
     size_t es = ld->type == CUDA_R_32F ? 4 : 2;
     if ((uintptr_t)dd->bias % es)
         return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: the bias gradient at %p is not aligned to D's %zu-byte type", call, dd->bias, es);
-    if (ep == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
-        if (!dd->aux) return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: DGELU_BGRAD without an EPILOGUE_AUX_POINTER (the GELU input)", call);
-        if (dd->aux_ld <= 0 || dd->aux_ld % 8 || dd->aux_ld < g->m)
-            return fail(CUBLAS_STATUS_INVALID_VALUE, "%s: EPILOGUE_AUX_LD %lld (a multiple of 8, >= D's %lld rows)", call,
-                        (long long)dd->aux_ld, (long long)g->m);
-        if (dd->aux_type != -1 && dd->aux_type != ld->type)
-            return fail(CUBLAS_STATUS_NOT_SUPPORTED, "%s: EPILOGUE_AUX_DATA_TYPE %d, D is %d (the fake: D's type)", call,
-                        dd->aux_type, ld->type);
-    }
+    if (ep == CUBLASLT_EPILOGUE_DGELU_BGRAD) return check_aux(call, "DGELU_BGRAD (the GELU input)", dd, ld, g);
     return CUBLAS_STATUS_SUCCESS;
 }
 
