@@ -90,19 +90,26 @@ def split(ws, kernels, other):
 
 def costs(comp, starts, m):
     """A recompute kernel counts in the action it runs in: that of the next
-    kernel of another phase (a W action recomputes what only W reads)."""
+    kernel of another phase (a W action recomputes what only W reads).  A
+    kernel's median is taken over the kernels of its kind, name and place
+    in its run of one kind (its ordinal among that name's kernels there):
+    one median per name would put every matmul, whatever its shape, under
+    one number (it overcounted rank 0's W by 2 ms of 17 here)."""
     kind = {"fwd": "F", "bwd": "B", "wgrad": "W"}
     ks = comp[starts[1] if len(starts) > 2 else 0:]
-    d, nxt = collections.defaultdict(list), None
+    d, nxt, nth = collections.defaultdict(list), None, collections.Counter()
     for e in reversed(ks):
         ph = phase(e)
         if ph in kind:
+            if kind[ph] != nxt:
+                nth.clear()  # a new run of one kind: ordinals from its end
             nxt = kind[ph]
         if (ph in kind or ph == "recompute") and nxt:
-            d[(nxt, e["name"])].append(e["dur"])
+            nth[e["name"]] += 1
+            d[(nxt, e["name"], nth[e["name"]])].append(e["dur"])
     steps = max(1, len(starts) - 2)
     c = collections.Counter()
-    for (k, _), v in d.items():
+    for (k, _, _), v in d.items():
         c[k] += statistics.median(v) * len(v) / (m * steps) / 1e3
     return c["F"], c["B"], c["W"]
 
