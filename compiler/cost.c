@@ -459,8 +459,9 @@ static int lane_start(Sim *S, const Share *sh, int q, int *run, double *rem, dou
     int st = q / NS, moved = 0;
     while (!run[q] && S->ptr[q] < S->nlist[q]) {
         int i = S->list[q][S->ptr[q]];
-        double t = S->clock[q], b = node_begin(S, st, i, t), w = b < 0 ? 0 : node_work(S, st, i);
+        double t = S->clock[q], b = node_begin(S, st, i, t);
         if (b < 0) break;
+        double w = node_work(S, st, i);
         moved = 1;
         if (w <= 0) {
             node_done(S, st, i, t, b);
@@ -473,8 +474,9 @@ static int lane_start(Sim *S, const Share *sh, int q, int *run, double *rem, dou
     return moved;
 }
 
-/* The event-driven replay under processor sharing; 0, or -1 on a deadlock. */
-static int run_shared(Sim *S, const Share *sh) {
+/* The event-driven replay under processor sharing, until nothing runs (a
+ * deadlock leaves a lane short of its end: cost_simulate reports it). */
+static void run_shared(Sim *S, const Share *sh) {
     int L = S->m->nstages * NS, *run = xcalloc((size_t)L, sizeof(int));
     double *rem = xcalloc((size_t)L, sizeof(double)), *dem = xcalloc((size_t)L, sizeof(double));
     double *load = xcalloc((size_t)sh->ndom + 1, sizeof(double)), *rate = xcalloc((size_t)L, sizeof(double)), now = 0;
@@ -506,7 +508,6 @@ static int run_shared(Sim *S, const Share *sh) {
         }
     }
     free(run), free(rem), free(dem), free(load), free(rate);
-    return 0;
 }
 
 static int deadlock(Sim *S, char *err, size_t errlen) {

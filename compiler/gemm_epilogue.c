@@ -191,8 +191,8 @@ static int rewrite_dgelu(Graph *g, Ep *E, int k) {
     return 1;
 }
 
-/* v itself or a reshape of v to [numel / last, last] read by the GEMM: the
- * operand value when operand `op` of matmul node w is that, else -1. */
+/* 1 when a GEMM operand is v itself or a reshape of v (to [numel / last,
+ * last]), else 0. */
 static int is_rows_of(const Graph *g, int operand, int v) {
     if (operand == v) return 1;
     int d = g->vals[operand].def;

@@ -773,8 +773,7 @@ void memplan_report(const Module *m, FILE *f) {
  * only thing plan_graph writes: each value's space and offset), so g is
  * unchanged: the bytes of params, grads, optimizer state and activations
  * that pass_memplan would give this stage, memplan_stage_peak's sum. */
-int64_t memplan_stage_total(const Graph *g, const Options *o) {
-    (void)o;
+int64_t memplan_stage_total(const Graph *g) {
     Graph copy = *g;
     copy.vals = xcalloc((size_t)g->nvals + 1, sizeof(Value));
     memcpy(copy.vals, g->vals, sizeof(Value) * (size_t)g->nvals);

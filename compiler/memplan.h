@@ -23,8 +23,8 @@ int64_t memplan_stage_peak(const Graph *g, int space);
  * (g is not changed: an analysis, schedule.c's memory rule calls it on
  * candidate orders): the device bytes per rank, params + grads + optimizer
  * state + activations, the sum of memplan_stage_peak over those spaces
- * after pass_memplan.  o: the options pass_memplan would get. */
-int64_t memplan_stage_total(const Graph *g, const Options *o);
+ * after pass_memplan. */
+int64_t memplan_stage_total(const Graph *g);
 /* The best any placement could do for ACT: the largest sum of live ACT
  * buffer bytes at one position (max over stages). */
 int64_t memplan_lower_bound(const Module *m);

@@ -352,13 +352,13 @@ static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int
     double *dur = node_seconds(g, p);
     Snap s = snap_take(g);
     finish(g, copy_order(fixed, n), o);
-    int64_t limit = o->memory_budget > 0 ? (int64_t)o->memory_budget : memplan_stage_total(g, o);
+    int64_t limit = o->memory_budget > 0 ? (int64_t)o->memory_budget : memplan_stage_total(g);
     for (size_t a = 0; a < sizeof lhs_attempts / sizeof lhs_attempts[0]; a++) {
         snap_restore(g, &s);
         int *order = copy_order(fixed, n);
         lhs_order(g, dur, overlap, &lhs_attempts[a], order, NULL);
         finish(g, order, o);
-        if (memplan_stage_total(g, o) <= limit) {
+        if (memplan_stage_total(g) <= limit) {
             free(fixed), free(dur), free(s.nodes), free(s.vals);
             return;
         }
@@ -378,10 +378,6 @@ static double predicted_step(const Module *m, const Profile *p) {
     return t;
 }
 
-/* --schedule lhs: every stage by lhs_schedule_graph, kept only when the
- * cost model predicts a step no longer than the fixed order's (all
- * pipeline ranks simulated together: a rank that hides more may still make
- * another wait); else the fixed order everywhere. */
 /* Whether any stage has a node off the compute stream (a transfer or a
  * copy): without one lhs's order is the fixed order (nothing to hide, no
  * stall to avoid, every tie goes to the fixed order), so lhs is skipped. */
@@ -392,6 +388,10 @@ static int has_transfer(const Module *m, int overlap) {
     return 0;
 }
 
+/* --schedule lhs: every stage by lhs_schedule_graph, kept only when the
+ * cost model predicts a step no longer than the fixed order's (all
+ * pipeline ranks simulated together: a rank that hides more may still make
+ * another wait); else the fixed order everywhere. */
 static void schedule_lhs(Module *m, const Options *o) {
     if (!has_transfer(m, ir_world(m) > 1 && !o->no_overlap)) {
         for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
