@@ -30,7 +30,10 @@ zb-h1 traces (one chunk per rank: the kinds are per rank) the schedule is
 then simulated from those costs at zero latency, as bench/zb_h1_placement.py
 does (1f1b: B+W as one backward; zb-h1: rank r keeps r W's pending):
 the bubble the schedule would have at the measured costs, with no
-transfer latency and no host overhead.
+transfer latency and no host overhead; and for zb-h1 (best_zbh1) the bubble
+below which no order within zb-h1's in-flight bound can go at those costs
+(zb_h1_placement.best, ppsched_makespan_bound): when sim_zbh1 equals it,
+the W placement is already the best one and the rest is the stages' costs.
 
 Latency (2 ranks, one chunk each: 1f1b, zb-h1): the ranks' clocks differ
 by an unknown offset d; for the transfers 0->1 (activations) and 1->0
@@ -159,6 +162,7 @@ def main():
     if sched == "zb-h1":
         split_ = lambda k, r: {"F": F[r], "B": B[r], "W": W[r]}[k]
         print("sim_zbh1", f"{100 * zp.bubble(p, [zp.orders(p, m, r, r) for r in range(p)], split_):.1f}")
+        print("best_zbh1", f"{100 * zp.best(p, m, F, B, W, [p] * p):.1f}")
     if p == 2:
         lat = latency([(comp, [e for e in other if e["ts"] >= window(comp, other, st, s)[0]]) for comp, other, st in ranks])
         if lat:

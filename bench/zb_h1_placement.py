@@ -21,7 +21,18 @@ one: the dX GEMMs equal the dW GEMMs, and B adds attention's backward and
 the norms'.  With B > W, zb-h1 idles (p-1)(F+B-W) per rank against 1f1b's
 (p-1)(F+B+W): 0.49 of 1f1b's bubble here, 0.54 at p 4 (m 8).
 bench/pp_trace_idle.py imports orders() and bubble() to time the same
-placements at the costs measured in the ranks' traces.
+placements at the costs measured in the ranks' traces, and best() for the
+bubble below which no order at all can go.
+
+best(): ppsched_makespan_bound (compiler/ppsched.h) at these costs, as a
+bubble.  Rank r starts after the forwards before it (S_r) and works busy_r;
+after its last B at most K_r W's are left on it (K_r = its in-flight bound:
+p for zb-h1, 1f1b's p - r with W = 0), and then the backward chain runs
+through ranks r-1 .. 0 and ends with rank 0's W:
+    T >= S_r + busy_r,   T >= S_r + busy_r - K_r W_r + sum_{q<r} B_q + W_0.
+No order within the bound is faster; where zb-h1's simulated bubble equals
+it (this model at P=2 and 4, equal costs) the rest of the bubble is the
+stages' unequal costs, not the W placement.
 """
 import itertools, sys
 
@@ -56,11 +67,26 @@ def bubble(p, acts, cost):
             sys.exit("deadlock")
     return 1 - sum(busy) / (p * max(t))
 
+def best(p, m, F, B, W, K):
+    """The bubble at ppsched_makespan_bound's makespan (one chunk per rank;
+    K[r]: rank r's in-flight bound; zero latency)."""
+    T = S = chain = 0.0
+    for r in range(p):
+        busy = m * (F[r] + B[r] + W[r])
+        T = max(T, S + busy)
+        if r > 0:
+            T = max(T, S + busy - min(K[r], m) * W[r] + chain + W[0])
+        S += F[r]
+        chain += B[r]
+    return 1 - sum(m * (F[r] + B[r] + W[r]) for r in range(p)) / (p * T)
+
+
 def main():
     p, m = int(sys.argv[1]), int(sys.argv[2])
     F, B, W = ([float(x) for x in a.split(",")] for a in sys.argv[3:6])
     one = lambda k, r: {"F": F[r], "B": B[r] + W[r], "W": 0.0}[k]
     print(f"1f1b: {bubble(p, [orders(p, m, r, 0) for r in range(p)], one):.4f}")
+    print(f"no order under zb-h1's in-flight bound (p per rank) below: {best(p, m, F, B, W, [p] * p):.4f}")
     split = lambda k, r: {"F": F[r], "B": B[r], "W": W[r]}[k]
     rows = [(bubble(p, [orders(p, m, r, ks[r]) for r in range(p)], split), ks) for ks in itertools.product(range(p + 1), repeat=p)]
     for b, ks in sorted(rows):

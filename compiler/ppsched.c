@@ -417,6 +417,32 @@ void ppsched_times_free(PpTimes *t) {
     memset(t, 0, sizeof *t);
 }
 
+/* ---- the lower bound ---- */
+
+/* The derivation is in ppsched.h; zero-bubble schedules read W, the others
+ * count their B as the whole backward and never read cost[ACT_W]. */
+double ppsched_makespan_bound(const PpPlan *pl, const double *const cost[3], double latency) {
+    int zb = zero_bubble(pl->kind);
+    double T = 0, S = 0, chain = 0; /* S: rank r's earliest start; chain: sum over q < r of B_q + latency */
+    for (int r = 0; r < pl->p; r++) {
+        double busy = 0;
+        for (int vs = 0; vs < pl->v; vs++) {
+            int c = pp_chunk(pl, r, vs);
+            busy += pl->m * (cost[ACT_F][c] + cost[ACT_B][c] + (zb ? cost[ACT_W][c] : 0));
+        }
+        if (S + busy > T) T = S + busy;
+        if (pl->v == 1 && r > 0) {
+            int k = ppsched_inflight_bound(pl, r) < pl->m ? ppsched_inflight_bound(pl, r) : pl->m;
+            double w = zb ? cost[ACT_W][r] : 0, w0 = zb ? cost[ACT_W][0] : 0;
+            double t = S + busy - k * w + chain + w0;
+            if (t > T) T = t;
+        }
+        S += cost[ACT_F][r] + latency; /* chunk r is rank r's first: pp_chunk(pl, r, 0) == r */
+        chain += cost[ACT_B][r] + latency;
+    }
+    return T;
+}
+
 /* ---- closed forms ---- */
 
 double ppsched_bubble_formula(PpSchedule s, int p, int v, int m, double tf, double tb, double tw) {

@@ -91,6 +91,22 @@ typedef struct {
 int ppsched_simulate(const PpPlan *pl, const double *const cost[3], double latency, PpTimes *out);
 void ppsched_times_free(PpTimes *t);
 
+/* A lower bound on the makespan of any order of the plan's actions that
+ * keeps every rank within ppsched_inflight_bound, at the same per-chunk
+ * costs and latency as ppsched_simulate (docs/pipeline.md "How close
+ * zb-h1 is to the best order").  Rank r starts no earlier than the
+ * forwards of the chunks before its first one (S_r) and works busy_r; for
+ * one chunk per rank (1f1b, zb-h1) its last B is followed on rank r by at
+ * most K_r = min(bound, m) W's, and after it the backward chain through the
+ * earlier ranks and rank 0's W:
+ *   T >= S_r + busy_r
+ *   T >= S_r + busy_r - K_r·W_r + sum_{q<r} (B_q + latency) + W_0   (r >= 1)
+ * (1f1b and interleaved: B is the whole backward and W is 0.)  With v > 1
+ * only the first line, over each rank's chunks.  When ppsched_simulate's
+ * makespan equals it, no order under the same bound is faster: what is
+ * left of the bubble is the stages' costs, not the schedule. */
+double ppsched_makespan_bound(const PpPlan *pl, const double *const cost[3], double latency);
+
 /* The closed-form bubble of schedule s with equal per-chunk costs
  * (tf, tb, tw per chunk; 1f1b (p−1)/(m+p−1) of the step...) for reports
  * beside the simulated one. */

@@ -300,6 +300,105 @@ static void test_zero_bubble_wins(void **state) {
         }
 }
 
+/* ---- the lower bound on any order ---- */
+
+/* Per-chunk costs (kind-major, nch chunks each) from a fixed LCG: F in
+ * [0.2, 2], B and W in [0, 2]; with half the seeds chunk 0's B is 0 (the
+ * first chunk sends no input gradient). */
+static void random_costs(unsigned *seed, int nch, double *c[3]) {
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < nch; i++) {
+            *seed = *seed * 1103515245u + 12345u;
+            double u = (double)((*seed >> 8) & 0xffff) / 65536.0;
+            c[k][i] = k == ACT_F ? 0.2 + 1.8 * u : 2 * u;
+        }
+    if (*seed & 0x100) c[ACT_B][0] = 0;
+}
+
+/* Rank r of a one-chunk zero-bubble plan rewritten (written here, not by
+ * the generator) as 1F1B's F and B with W(i) after B(i + keep), the rest at
+ * the end: keep = r is ZB-H1, keep = 0 runs each W right after its B. */
+static void keep_order(PpPlan *pl, int r, int keep) {
+    int m = pl->m, w = pl->p - r - 1 < m ? pl->p - r - 1 : m, n = 0, nw = 0;
+    Action *a = pl->act[r];
+    for (int i = 0; i < w; i++) a[n++] = (Action){ACT_F, r, i};
+    for (int b = 0; b < m; b++) {
+        if (w + b < m) a[n++] = (Action){ACT_F, r, w + b};
+        a[n++] = (Action){ACT_B, r, b};
+        if (b - nw >= keep) a[n++] = (Action){ACT_W, r, nw++};
+    }
+    while (nw < m) a[n++] = (Action){ACT_W, r, nw++};
+    assert_int_equal(n, pl->nact[r]);
+}
+
+static double makespan(const PpPlan *pl, double *c[3], double latency) {
+    PpTimes t;
+    assert_int_equal(ppsched_simulate(pl, (const double *const *)c, latency, &t), 0);
+    double T = t.makespan;
+    ppsched_times_free(&t);
+    return T;
+}
+
+/* Valid: no order is faster than ppsched_makespan_bound — every schedule
+ * at p <= 6 with random costs and latencies, and every one-chunk
+ * zero-bubble order of the keep family (each rank's keep in 0..r, all
+ * proven) at p <= 4. */
+static void test_bound_valid(void **state) {
+    unsigned seed = 7;
+    char err[256];
+    for (int s = 0; s < PS_COUNT; s++)
+        for (int p = 2; p <= 6; p++)
+            for (int m = p; m <= 2 * p + 2; m++) {
+                if (s == PS_INTERLEAVED && m % p) continue;
+                PpPlan pl = build(s, p, s == PS_INTERLEAVED ? 2 : 0, m);
+                int nch = p * pl.v;
+                double *c[3];
+                for (int k = 0; k < 3; k++) c[k] = malloc(nch * sizeof(double));
+                for (int trial = 0; trial < 4; trial++) {
+                    random_costs(&seed, nch, c);
+                    double lat = 0.1 * (trial & 1), T = makespan(&pl, c, lat), lb = ppsched_makespan_bound(&pl, (const double *const *)c, lat);
+                    if (lb > T * (1 + 1e-12)) fail_msg("%s p=%d m=%d: bound %.17g above the makespan %.17g", pp_schedule_names[s], p, m, lb, T);
+                    if (s != PS_ZBH1 || p > 4) continue;
+                    for (int code = 0, nk = 1; code < nk; code++) { /* every (keep_1, ..., keep_{p-1}) */
+                        int x = code;
+                        nk = 1;
+                        for (int r = 0; r < p; r++) keep_order(&pl, r, x % (r + 1)), x /= r + 1, nk *= r + 1;
+                        if (ppsched_prove(&pl, err, sizeof err)) fail_msg("keep variant %d of p=%d m=%d: %s", code, p, m, err);
+                        double Tk = makespan(&pl, c, lat);
+                        if (lb > Tk * (1 + 1e-12)) fail_msg("zb-h1 keep variant %d p=%d m=%d: bound %.17g above %.17g", code, p, m, lb, Tk);
+                    }
+                    for (int r = 0; r < p; r++) keep_order(&pl, r, r);
+                }
+                for (int k = 0; k < 3; k++) free(c[k]);
+                ppsched_free(&pl);
+            }
+}
+
+/* Tight: zb-h1 reaches the bound — no order under its in-flight bound is
+ * faster — at equal costs, at bench/pipeline.sh's measured costs (P=2, ms
+ * per micro-batch: rank 0 F 8.3 B 0 W 16.4, rank 1 8.6/9.85/7.75) and at
+ * kiln plan's FLOPs for the same model at P=4 (MFLOP: F 223.1 223 223
+ * 240.5, B 0 248.1 248.1 265.7, W 454.7 206.5 206.5 223.5).  And the
+ * comparison can fail: the last rank running each W right after its B
+ * (keep 0) is slower than the bound. */
+static void test_bound_tight(void **state) {
+    const double f2[] = {8.3, 8.6}, b2[] = {0, 9.85}, w2[] = {16.4, 7.75};
+    const double f4[] = {223.1, 223, 223, 240.5}, b4[] = {0, 248.1, 248.1, 265.7}, w4[] = {454.7, 206.5, 206.5, 223.5};
+    const double one[] = {1, 1, 1, 1};
+    const double *const cs[][3] = {{f2, b2, w2}, {f4, b4, w4}, {one, one, one}};
+    const int ps[] = {2, 4, 4};
+    for (int i = 0; i < 3; i++)
+        for (int m = ps[i]; m <= 32; m *= 2) {
+            PpPlan pl = build(PS_ZBH1, ps[i], 0, m);
+            double *c[3] = {(double *)cs[i][0], (double *)cs[i][1], (double *)cs[i][2]};
+            double T = makespan(&pl, c, 0), lb = ppsched_makespan_bound(&pl, cs[i], 0);
+            if (fabs(T - lb) > 1e-9 * T) fail_msg("zb-h1 p=%d m=%d costs %d: makespan %.17g, bound %.17g", ps[i], m, i, T, lb);
+            keep_order(&pl, ps[i] - 1, 0);
+            if (!(makespan(&pl, c, 0) > lb * (1 + 1e-6))) fail_msg("keep 0 on the last rank p=%d m=%d costs %d meets the bound", ps[i], m, i);
+            ppsched_free(&pl);
+        }
+}
+
 /* ---- planted bugs: the proof must fail ---- */
 
 static void swap(PpPlan *pl, int r, int i, int j) {
@@ -426,6 +525,8 @@ int main(void) {
         cmocka_unit_test(test_simulate_by_hand),
         cmocka_unit_test(test_formula_costs),
         cmocka_unit_test(test_zero_bubble_wins),
+        cmocka_unit_test(test_bound_valid),
+        cmocka_unit_test(test_bound_tight),
         cmocka_unit_test(test_planted),
         cmocka_unit_test(test_tables),
     };
