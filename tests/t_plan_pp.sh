@@ -4,7 +4,9 @@
 # its columns and equals memplan's "total" line for that stage (0.02 MiB:
 # the table rounds four columns to 0.01); the closed-form bubble of 1f1b at
 # p=2, m=4 is (p-1)/(m+p-1) = 0.2 exactly; zb-h1's bubble from the ops'
-# costs is below 1f1b's on the same model; the bytes each rank sends over pp
+# costs is below 1f1b's on the same model, and equals the bubble no order
+# within its in-flight bound can go below (ppsched_makespan_bound), which
+# interleaved's stays above; the bytes each rank sends over pp
 # equal awk's count over `kiln dump`'s send lines (the sent value's shape x
 # its dtype's bytes), exactly.  --pp-schedule all: a row per schedule (4 on
 # a 4-layer GPT at pp 2, m 4; 2 rows and 2 refusals on the 2-layer one),
@@ -57,6 +59,15 @@ done
 bubble() { plan $GPT4 --pp 2 --micro-batches 4 --pp-schedule "$1" | num '^  bubble \([0-9.]*\) from.*'; }
 b1=$(bubble 1f1b); bz=$(bubble zb-h1)
 check "zb-h1's bubble from the ops' costs ($bz) is below 1f1b's ($b1)" "awk -v a='$bz' -v b='$b1' 'BEGIN{exit !(a != \"\" && b != \"\" && a < b)}'"
+# The bubble no order within the in-flight bounds can go below
+# (ppsched_makespan_bound): zb-h1 reaches it on this model (its W placement
+# is the best at these costs); interleaved does not, and its bound is below
+# its bubble.
+lbz=$(plan $GPT4 --pp 2 --micro-batches 4 --pp-schedule zb-h1 | grep '^  no order within')
+check "zb-h1 reaches the bound ($lbz)" "grep -q 'below bubble $bz at these costs.*: this order reaches it' <<< '$lbz'"
+plan $GPT4 --pp 2 --micro-batches 4 --pp-schedule interleaved | grep -e '^  bubble' -e '^  no order within' > "$tmp/lbi"
+check "interleaved's bound is below its bubble ($(cut -c1-60 "$tmp/lbi" | paste -sd' ' -))" \
+    "awk '/^  bubble/{b=\$2} /^  no order/{l=\$9; r=/reaches/} END{exit !(l != \"\" && l + 0 < b + 0 && !r)}' '$tmp/lbi'"
 # A recompute node runs in the action that reads it: the first chunk sends
 # no input gradient, so its B is empty, and its recompute runs inside W;
 # without the recompute the first chunk's W grows by exactly the recompute's

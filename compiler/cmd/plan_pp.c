@@ -21,7 +21,10 @@
  *            Beside it ppsched_bubble_formula's closed form, at equal costs
  *            per chunk (the means of the same costs).  The two differ where
  *            the chunks differ: the embedding and the head make the first
- *            and the last chunk heavier than the rest.
+ *            and the last chunk heavier than the rest.  And the bubble no
+ *            order within the schedule's in-flight bounds can go below at
+ *            these costs (ppsched_makespan_bound): where the simulated one
+ *            equals it, the order is the best and the rest is the stages.
  *   traffic  bytes sent over pp per step: each send of group "pp" counts
  *            its input's bytes, per sending rank and per rank pair
  *            (rank + attr peer is the receiver): activations forward,
@@ -198,6 +201,11 @@ static void pp_print_memory(const PpStats *st, FILE *f) {
 static void pp_print_costs(const PpStats *st, FILE *f) {
     fprintf(f, "  bubble %.4f from the ops' costs (simulated, latency 0); closed form %.4f at equal costs per chunk "
                "(F %.4g, B %.4g, W %.4g %s)\n", st->t.bubble, st->closed, st->mean[0], st->mean[1], st->mean[2], st->unit);
+    const double *const cost[3] = {st->cost[0], st->cost[1], st->cost[2]};
+    double lb = ppsched_makespan_bound(&st->pl, cost, 0), busy = (1 - st->t.bubble) * st->pl.p * st->t.makespan;
+    double lbb = lb > 0 ? 1 - busy / (st->pl.p * lb) : 0;
+    fprintf(f, "  no order within the in-flight bounds below bubble %.4f at these costs (ppsched_makespan_bound)%s\n", lbb,
+            st->t.makespan <= lb * (1 + 1e-9) ? ": this order reaches it" : "");
     const double *t = st->mean;
     if (st->pl.kind == PS_ZBH1 && (t[2] > t[0] || t[2] > t[1]))
         fprintf(f, "  (zb-h1's closed form is exact only for W <= F and W <= B: here it is the paper's estimate)\n");
