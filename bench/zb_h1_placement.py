@@ -26,10 +26,12 @@ bubble below which no order at all can go.
 
 best(): ppsched_makespan_bound (compiler/ppsched.h) at these costs, as a
 bubble.  Rank r starts after the forwards before it (S_r) and works busy_r;
-after its last B at most K_r W's are left on it (K_r = its in-flight bound:
-p for zb-h1, 1f1b's p - r with W = 0), and then the backward chain runs
-through ranks r-1 .. 0 and ends with rank 0's W:
-    T >= S_r + busy_r,   T >= S_r + busy_r - K_r W_r + sum_{q<r} B_q + W_0.
+its first W waits for a micro-batch's whole chain E_r (all F, B_q for
+q >= r), before which it can run at most K_r F's and B's (K_r its in-flight
+bound: p for zb-h1); after its last B at most K_r W's are left on it, and
+then the backward goes on through ranks r-1 .. 0 and rank 0's W:
+    idle_r = max(S_r, E_r - K_r (F_r + B_r)),   T >= idle_r + busy_r,
+    T >= idle_r + busy_r - K_r W_r + sum_{q<r} B_q + W_0.
 No order within the bound is faster; where zb-h1's simulated bubble equals
 it (this model at P=2 and 4, equal costs) the rest of the bubble is the
 stages' unequal costs, not the W placement.
@@ -68,14 +70,16 @@ def bubble(p, acts, cost):
     return 1 - sum(busy) / (p * max(t))
 
 def best(p, m, F, B, W, K):
-    """The bubble at ppsched_makespan_bound's makespan (one chunk per rank;
-    K[r]: rank r's in-flight bound; zero latency)."""
+    """The bubble at ppsched_makespan_bound's makespan (one chunk per rank,
+    zero-bubble; K[r]: rank r's in-flight bound; zero latency)."""
     T = S = chain = 0.0
     for r in range(p):
         busy = m * (F[r] + B[r] + W[r])
-        T = max(T, S + busy)
+        k = min(K[r], m)
+        idle = max(S, sum(F) + sum(B[r:]) - k * (F[r] + B[r]))
+        T = max(T, idle + busy)
         if r > 0:
-            T = max(T, S + busy - min(K[r], m) * W[r] + chain + W[0])
+            T = max(T, (idle if m > K[r] else S) + busy - k * W[r] + chain + W[0])
         S += F[r]
         chain += B[r]
     return 1 - sum(m * (F[r] + B[r] + W[r]) for r in range(p)) / (p * T)

@@ -422,21 +422,26 @@ void ppsched_times_free(PpTimes *t) {
 /* The derivation is in ppsched.h; zero-bubble schedules read W, the others
  * count their B as the whole backward and never read cost[ACT_W]. */
 double ppsched_makespan_bound(const PpPlan *pl, const double *const cost[3], double latency) {
-    int zb = zero_bubble(pl->kind);
-    double T = 0, S = 0, chain = 0; /* S: rank r's earliest start; chain: sum over q < r of B_q + latency */
-    for (int r = 0; r < pl->p; r++) {
+    int zb = zero_bubble(pl->kind), p = pl->p, m = pl->m;
+    double T = 0, S = 0, chain = 0, sum_f = 0; /* S: rank r's earliest start; chain: sum over q < r of B_q + latency */
+    for (int c = 0; c < p; c++) sum_f += cost[ACT_F][c];
+    for (int r = 0; r < p; r++) {
         double busy = 0;
         for (int vs = 0; vs < pl->v; vs++) {
             int c = pp_chunk(pl, r, vs);
-            busy += pl->m * (cost[ACT_F][c] + cost[ACT_B][c] + (zb ? cost[ACT_W][c] : 0));
+            busy += m * (cost[ACT_F][c] + cost[ACT_B][c] + (zb ? cost[ACT_W][c] : 0));
         }
-        if (S + busy > T) T = S + busy;
-        if (pl->v == 1 && r > 0) {
-            int k = ppsched_inflight_bound(pl, r) < pl->m ? ppsched_inflight_bound(pl, r) : pl->m;
-            double w = zb ? cost[ACT_W][r] : 0, w0 = zb ? cost[ACT_W][0] : 0;
-            double t = S + busy - k * w + chain + w0;
-            if (t > T) T = t;
+        double idle = S, drain_idle = S;
+        if (pl->v == 1) { /* before its first W (1f1b: B), rank r runs at most K_r F's (and B's) */
+            int k = ppsched_inflight_bound(pl, r) < m ? ppsched_inflight_bound(pl, r) : m;
+            double e = sum_f + (2 * p - 2 - r) * latency, w = zb ? cost[ACT_W][r] : 0;
+            for (int q = zb ? r : r + 1; q < p; q++) e += cost[ACT_B][q];
+            if (e - k * (cost[ACT_F][r] + (zb ? cost[ACT_B][r] : 0)) > idle) idle = e - k * (cost[ACT_F][r] + (zb ? cost[ACT_B][r] : 0));
+            drain_idle = zb && m <= ppsched_inflight_bound(pl, r) ? S : idle; /* a W before the last B only when m > K_r */
+            double t = drain_idle + busy - k * w + chain + (zb ? cost[ACT_W][0] : 0);
+            if (r > 0 && t > T) T = t;
         }
+        if (idle + busy > T) T = idle + busy;
         S += cost[ACT_F][r] + latency; /* chunk r is rank r's first: pp_chunk(pl, r, 0) == r */
         chain += cost[ACT_B][r] + latency;
     }

@@ -93,18 +93,24 @@ void ppsched_times_free(PpTimes *t);
 
 /* A lower bound on the makespan of any order of the plan's actions that
  * keeps every rank within ppsched_inflight_bound, at the same per-chunk
- * costs and latency as ppsched_simulate (docs/pipeline.md "How close
- * zb-h1 is to the best order").  Rank r starts no earlier than the
- * forwards of the chunks before its first one (S_r) and works busy_r; for
- * one chunk per rank (1f1b, zb-h1) its last B is followed on rank r by at
- * most K_r = min(bound, m) W's, and after it the backward chain through the
- * earlier ranks and rank 0's W:
- *   T >= S_r + busy_r
- *   T >= S_r + busy_r - K_r·W_r + sum_{q<r} (B_q + latency) + W_0   (r >= 1)
- * (1f1b and interleaved: B is the whole backward and W is 0.)  With v > 1
- * only the first line, over each rank's chunks.  When ppsched_simulate's
- * makespan equals it, no order under the same bound is faster: what is
- * left of the bubble is the stages' costs, not the schedule. */
+ * costs and latency L as ppsched_simulate (docs/pipeline.md "How close
+ * zb-h1 is to the best order").  Rank r starts no earlier than S_r, the
+ * forwards of the chunks before its first one (and r·L), and works busy_r.
+ * With one chunk per rank (1f1b, zb-h1), K_r = min(in-flight bound, m):
+ *   - its first W (1f1b: its first B) waits for a micro-batch's whole chain,
+ *     E_r = sum of all F + sum_{q>=r} B_q (1f1b: q>r) + (2p−2−r)·L, and
+ *     before it rank r can run at most K_r F's and K_r B's (1f1b: K_r F's):
+ *     idle_r >= max(S_r, E_r − K_r·(F_r + B_r)) (1f1b: E_r − K_r·F_r);
+ *   - after its last B at most K_r W's are left on it, and the last
+ *     backward goes on through ranks r−1 .. 0 and rank 0's W.
+ *   T >= idle_r + busy_r
+ *   T >= idle_r + busy_r − K_r·W_r + sum_{q<r} (B_q + L) + W_0   (r >= 1;
+ *        zb-h1 with m <= K_r: S_r for idle_r, no W need run before the
+ *        last B)
+ * (1f1b and interleaved: B is the whole backward, W is 0.)  With v > 1 only
+ * S_r + busy_r.  When ppsched_simulate's makespan equals it, no order under
+ * the same bounds is faster: what is left of the bubble is the stages'
+ * costs, not the order. */
 double ppsched_makespan_bound(const PpPlan *pl, const double *const cost[3], double latency);
 
 /* The closed-form bubble of schedule s with equal per-chunk costs
