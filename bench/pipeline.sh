@@ -23,7 +23,9 @@
 # blocking receives, the ranks' clock offset taken from the transfers'
 # minima both ways).  Beside zb-h1's ratio at the measured costs, the ratio
 # no order within zb-h1's in-flight bound can beat at those costs
-# (ppsched_makespan_bound): equal, the W placement is not what is left.
+# (ppsched_makespan_bound): equal, the W placement is not what is left;
+# and the ratio with the ranks' measured costs scaled to equal totals (the
+# stages balanced in time).
 # With P = 4 on a 2-core machine the ranks are oversubscribed: two run
 # while two are descheduled, a kernel's span includes the time its thread
 # waited for a core, and a rank waiting for a descheduled peer counts as
@@ -104,6 +106,7 @@ if echo " $SCHEDULES " | grep -q ' 1f1b '; then
                 echo "$(val "$tmp/zb-h1.$r.json.a" sim_zbh1) $(val "$tmp/zb-h1.$r.json.a" sim_1f1b)"; done | awk '{printf "%.2f\n", $1 / $2}' | med %.2f)"
             line="$line, no order under its in-flight bound below $(for r in $(seq 1 "$ROUNDS"); do
                 echo "$(val "$tmp/zb-h1.$r.json.a" best_zbh1) $(val "$tmp/zb-h1.$r.json.a" sim_1f1b)"; done | awk '{printf "%.2f\n", $1 / $2}' | med %.2f)"
+            line="$line, with the stages equal in time $(across zb-h1 equal_ratio | med %.2f)"
         fi
         echo "$line"
     done

@@ -33,7 +33,10 @@ the bubble the schedule would have at the measured costs, with no
 transfer latency and no host overhead; and for zb-h1 (best_zbh1) the bubble
 below which no order within zb-h1's in-flight bound can go at those costs
 (zb_h1_placement.best, ppsched_makespan_bound): when sim_zbh1 equals it,
-the W placement is already the best one and the rest is the stages' costs.
+the W placement is already the best one and the rest is the stages' costs;
+and equal_ratio, zb-h1's bubble over 1f1b's with each rank's F, B, W
+scaled so that every rank's total is the ranks' mean (the stages balanced
+in time, each keeping its own F:B:W): what a perfect cut would give.
 
 Latency (2 ranks, one chunk each: 1f1b, zb-h1): the ranks' clocks differ
 by an unknown offset d; for the transfers 0->1 (activations) and 1->0
@@ -163,6 +166,14 @@ def main():
         split_ = lambda k, r: {"F": F[r], "B": B[r], "W": W[r]}[k]
         print("sim_zbh1", f"{100 * zp.bubble(p, [zp.orders(p, m, r, r) for r in range(p)], split_):.1f}")
         print("best_zbh1", f"{100 * zp.best(p, m, F, B, W, [p] * p):.1f}")
+        # the stages made equal in time: each rank's F, B, W scaled to the ranks' mean total
+        tot = [F[r] + B[r] + W[r] for r in range(p)]
+        k = [sum(tot) / p / t if t > 0 else 1.0 for t in tot]
+        eq = lambda kind, r: k[r] * {"F": F[r], "B": B[r], "W": W[r]}[kind]
+        eq1 = lambda kind, r: k[r] * {"F": F[r], "B": B[r] + W[r], "W": 0.0}[kind]
+        b1 = zp.bubble(p, [zp.orders(p, m, r, 0) for r in range(p)], eq1)
+        bh = zp.bubble(p, [zp.orders(p, m, r, r) for r in range(p)], eq)
+        print("equal_ratio", f"{bh / b1:.2f}" if b1 > 0 else "-")
     if p == 2:
         lat = latency([(comp, [e for e in other if e["ts"] >= window(comp, other, st, s)[0]]) for comp, other, st in ranks])
         if lat:
