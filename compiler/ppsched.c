@@ -421,25 +421,36 @@ void ppsched_times_free(PpTimes *t) {
 
 /* The derivation is in ppsched.h; zero-bubble schedules read W, the others
  * count their B as the whole backward and never read cost[ACT_W]. */
+
+/* cost of (kind, chunk), W being 0 where B is the whole backward */
+static double cost_of(const PpPlan *pl, const double *const cost[3], ActKind k, int c) {
+    return k == ACT_W && !zero_bubble(pl->kind) ? 0 : cost[k][c];
+}
+
+/* One chunk per rank: the idle of rank r before its first W (1f1b: B),
+ * which waits for a micro-batch's whole chain while the in-flight bound
+ * lets r run at most k F's (and k B's) — at least s, its start. */
+static double first_wait(const PpPlan *pl, const double *const cost[3], double latency, int r, int k, double s) {
+    int zb = zero_bubble(pl->kind), p = pl->p;
+    double e = (2 * p - 2 - r) * latency, work = k * (cost[ACT_F][r] + (zb ? cost[ACT_B][r] : 0));
+    for (int c = 0; c < p; c++) e += cost[ACT_F][c];
+    for (int q = zb ? r : r + 1; q < p; q++) e += cost[ACT_B][q];
+    return e - work > s ? e - work : s;
+}
+
 double ppsched_makespan_bound(const PpPlan *pl, const double *const cost[3], double latency) {
-    int zb = zero_bubble(pl->kind), p = pl->p, m = pl->m;
-    double T = 0, S = 0, chain = 0, sum_f = 0; /* S: rank r's earliest start; chain: sum over q < r of B_q + latency */
-    for (int c = 0; c < p; c++) sum_f += cost[ACT_F][c];
+    int p = pl->p, m = pl->m;
+    double T = 0, S = 0, chain = 0; /* S: rank r's earliest start; chain: sum over q < r of B_q + latency */
     for (int r = 0; r < p; r++) {
-        double busy = 0;
-        for (int vs = 0; vs < pl->v; vs++) {
-            int c = pp_chunk(pl, r, vs);
-            busy += m * (cost[ACT_F][c] + cost[ACT_B][c] + (zb ? cost[ACT_W][c] : 0));
-        }
-        double idle = S, drain_idle = S;
-        if (pl->v == 1) { /* before its first W (1f1b: B), rank r runs at most K_r F's (and B's) */
-            int k = ppsched_inflight_bound(pl, r) < m ? ppsched_inflight_bound(pl, r) : m;
-            double e = sum_f + (2 * p - 2 - r) * latency, w = zb ? cost[ACT_W][r] : 0;
-            for (int q = zb ? r : r + 1; q < p; q++) e += cost[ACT_B][q];
-            if (e - k * (cost[ACT_F][r] + (zb ? cost[ACT_B][r] : 0)) > idle) idle = e - k * (cost[ACT_F][r] + (zb ? cost[ACT_B][r] : 0));
-            drain_idle = zb && m <= ppsched_inflight_bound(pl, r) ? S : idle; /* a W before the last B only when m > K_r */
-            double t = drain_idle + busy - k * w + chain + (zb ? cost[ACT_W][0] : 0);
-            if (r > 0 && t > T) T = t;
+        double busy = 0, idle = S;
+        for (int vs = 0; vs < pl->v; vs++)
+            for (int k = ACT_F; k <= ACT_W; k++) busy += m * cost_of(pl, cost, (ActKind)k, pp_chunk(pl, r, vs));
+        if (pl->v == 1) {
+            int bound = ppsched_inflight_bound(pl, r), k = bound < m ? bound : m;
+            idle = first_wait(pl, cost, latency, r, k, S);
+            /* after the last B: at most k W's on r, then the chain to rank 0 and its W; some W ran before that B only when m > bound */
+            double drain = (zero_bubble(pl->kind) && m <= bound ? S : idle) + busy - k * cost_of(pl, cost, ACT_W, r) + chain + cost_of(pl, cost, ACT_W, 0);
+            if (r > 0 && drain > T) T = drain;
         }
         if (idle + busy > T) T = idle + busy;
         S += cost[ACT_F][r] + latency; /* chunk r is rank r's first: pp_chunk(pl, r, 0) == r */
