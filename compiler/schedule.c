@@ -290,10 +290,11 @@ static void finish(Graph *g, int *order, const Options *o) {
  * transfers per stream, transfer-first priority): 1. compute may move 64
  * positions, preferring what leads soonest to a transfer; collectives are
  * issued as early as the fixed order's hoisting issues them (no limit: the
- * fixed order already has them all in flight), reloads at most 64 positions
- * early and 2 in flight; 2. the same in the fixed order's priority (putting
- * the input gradient before the weight gradient keeps the weight gradient's
- * inputs alive longer: in pipeline programs that alone can break the rule);
+ * fixed order already has them all in flight; the reload limits, 64
+ * positions early and 2 in flight, no longer act: lhs.c pins reloads);
+ * 2. the same in the fixed order's priority (putting the input gradient
+ * before the weight gradient keeps the weight gradient's inputs alive
+ * longer: in pipeline programs that alone can break the rule);
  * 3. 32 positions, 2 comm transfers in flight, 1 reload; 4. 8 positions, one
  * transfer in flight per stream; 5. the same within 2 positions (memplan's
  * first-fit packing can grow from any move, so the last attempt moves
@@ -319,12 +320,17 @@ static Snap snap_take(const Graph *g) {
     return s;
 }
 
-/* g as it was (nodes only ever grow, so g->nodes has room). */
+/* g as it was (room made when the snapshot is longer: ir_reorder leaves
+ * g->nodes exactly as long as the order it was given). */
 static void snap_restore(Graph *g, const Snap *s) {
+    if (s->nnodes > g->capnodes) g->nodes = ir_alloc(g->m, sizeof(Node) * (size_t)s->nnodes), g->capnodes = s->nnodes;
+    if (s->nvals > g->capvals) g->vals = ir_alloc(g->m, sizeof(Value) * (size_t)s->nvals), g->capvals = s->nvals;
     memcpy(g->nodes, s->nodes, sizeof(Node) * (size_t)s->nnodes);
     memcpy(g->vals, s->vals, sizeof(Value) * (size_t)s->nvals);
     g->nnodes = s->nnodes, g->nvals = s->nvals;
 }
+
+static void snap_free(Snap *s) { free(s->nodes), free(s->vals); }
 
 /* --device-profile's device (default cpu): the node times lhs orders by. */
 static void load_profile(Profile *p, const Options *o) {
@@ -359,13 +365,14 @@ static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int
         lhs_order(g, dur, overlap, &lhs_attempts[a], order, NULL);
         finish(g, order, o);
         if (memplan_stage_total(g) <= limit) {
-            free(fixed), free(dur), free(s.nodes), free(s.vals);
+            if (getenv("KILN_LHS_TRACE")) fprintf(stderr, "lhs: attempt %zu kept\n", a + 1); /* docs/schedule.md */
+            free(fixed), free(dur), snap_free(&s);
             return;
         }
     }
     snap_restore(g, &s);
     finish(g, fixed, o);
-    free(dur), free(s.nodes), free(s.vals);
+    free(dur), snap_free(&s);
 }
 
 /* The cost model's step for m as scheduled (DBL_MAX when it cannot say). */
@@ -388,10 +395,22 @@ static int has_transfer(const Module *m, int overlap) {
     return 0;
 }
 
+/* Whether two scheduled programs are the same (lhs kept the fixed order). */
+static int snap_same(const Snap *a, const Snap *b) {
+    if (a->nnodes != b->nnodes) return 0;
+    for (int i = 0; i < a->nnodes; i++)
+        if (a->nodes[i].op != b->nodes[i].op || a->nodes[i].out != b->nodes[i].out || a->nodes[i].in != b->nodes[i].in) return 0;
+    return 1;
+}
+
 /* --schedule lhs: every stage by lhs_schedule_graph, kept only when the
  * cost model predicts a step no longer than the fixed order's (all
  * pipeline ranks simulated together: a rank that hides more may still make
- * another wait); else the fixed order everywhere. */
+ * another wait).  When lhs on every rank at once is slower, rank by rank
+ * from the first: a rank keeps its lhs order when the module's predicted
+ * step with it (and the ranks kept so far) is no longer than without it,
+ * so one rank whose earlier transfers delay a peer does not cost the others
+ * theirs (one simulation per rank whose lhs order differs). */
 static void schedule_lhs(Module *m, const Options *o) {
     if (!has_transfer(m, ir_world(m) > 1 && !o->no_overlap)) {
         for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
@@ -399,18 +418,31 @@ static void schedule_lhs(Module *m, const Options *o) {
     }
     Profile p;
     load_profile(&p, o);
-    Snap *pre = xcalloc((size_t)m->nstages + 1, sizeof(Snap));
-    for (int s = 0; s < m->nstages; s++) pre[s] = snap_take(m->stages[s]);
-    for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
-    double fixed = predicted_step(m, &p);
-    for (int s = 0; s < m->nstages; s++) snap_restore(m->stages[s], &pre[s]);
-    for (int s = 0; s < m->nstages; s++) lhs_schedule_graph(m->stages[s], o, &p, fixed_order(m->stages[s]));
-    if (predicted_step(m, &p) > fixed) {
-        for (int s = 0; s < m->nstages; s++) snap_restore(m->stages[s], &pre[s]);
-        for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
+    int ns = m->nstages, trace = getenv("KILN_LHS_TRACE") != NULL;
+    Snap *pre = xcalloc((size_t)ns + 1, sizeof(Snap)), *fix = xcalloc((size_t)ns + 1, sizeof(Snap)), *lhs = xcalloc((size_t)ns + 1, sizeof(Snap));
+    for (int s = 0; s < ns; s++) pre[s] = snap_take(m->stages[s]);
+    for (int s = 0; s < ns; s++) finish(m->stages[s], fixed_order(m->stages[s]), o), fix[s] = snap_take(m->stages[s]);
+    double best = predicted_step(m, &p), fixed = best;
+    for (int s = 0; s < ns; s++) snap_restore(m->stages[s], &pre[s]);
+    for (int s = 0; s < ns; s++) lhs_schedule_graph(m->stages[s], o, &p, fixed_order(m->stages[s])), lhs[s] = snap_take(m->stages[s]);
+    for (int s = 0; s < ns; s++) snap_free(&pre[s]);
+    double all = predicted_step(m, &p);
+    if (trace) fprintf(stderr, "lhs: predicted step, fixed %.3f ms, lhs on every rank %.3f ms\n", fixed * 1e3, all * 1e3);
+    if (all <= best) best = all;
+    if (all > best) {
+        for (int s = 0; s < ns; s++) snap_restore(m->stages[s], &fix[s]);
+        for (int s = 0; s < ns; s++) {
+            if (snap_same(&fix[s], &lhs[s])) continue;
+            snap_restore(m->stages[s], &lhs[s]);
+            double t = predicted_step(m, &p);
+            if (trace) fprintf(stderr, "lhs: rank %d under lhs: %.3f ms (best %.3f)\n", s, t * 1e3, best * 1e3);
+            if (t <= best) best = t;
+            else snap_restore(m->stages[s], &fix[s]);
+        }
     }
-    for (int s = 0; s < m->nstages; s++) free(pre[s].nodes), free(pre[s].vals);
-    free(pre);
+    if (trace) fprintf(stderr, "lhs: kept %.3f ms\n", best * 1e3);
+    for (int s = 0; s < ns; s++) snap_free(&fix[s]), snap_free(&lhs[s]);
+    free(pre), free(fix), free(lhs);
 }
 
 void pass_schedule(Module *m, const Options *o) {
