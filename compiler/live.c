@@ -268,7 +268,16 @@ static int hb_end(const Graph *g, const HostOrder *H, int u, int su, int sd) {
  * output) may be written as soon as its stream gets there, before the other
  * streams have finished with the bytes' earlier owners: it counts as live
  * from just after the last position of each other stream that its stream
- * has waited for (an event recorded there), 0 if none. */
+ * has waited for (an event recorded there), 0 if none.  Not for d2h (it
+ * writes host bytes only, and its reads of device bytes end where the other
+ * streams waited for them, read_end) nor for h2d: it reads host bytes only,
+ * and the device bytes a reload writes are read on compute (or comm, or
+ * d2h) after a wait for its event, so a stream that has waited for those
+ * reads (the rule for their streams here, read_end's for comm and d2h) has
+ * transitively waited for the write.  (Until 2026-12-03 h2d counted too,
+ * and schedule.c's comm fence made every collective and receive wait for
+ * the reloads issued so far to keep its buffer from living from the step's
+ * start.) */
 static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
     enum { NS = IR_NSTREAMS };
     int known[NS][NS], n = g->nnodes;
@@ -291,8 +300,8 @@ static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
         for (int k = 0; k < nd->nout; k++) {
             int v = nd->out[k];
             if (L->root[v] != v) continue;
-            for (int t = 0; t < NS; t++) /* not d2h: it writes host bytes only, and its reads end where s waited (read_end) */
-                if ((used >> t & 1) && t != s && t != IR_STREAM_D2H && known[s][t] + 1 < L->start[v]) L->start[v] = known[s][t] + 1;
+            for (int t = 0; t < NS; t++) /* not d2h nor h2d: see above */
+                if ((used >> t & 1) && t != s && t != IR_STREAM_D2H && t != IR_STREAM_H2D && known[s][t] + 1 < L->start[v]) L->start[v] = known[s][t] + 1;
         }
     }
     free(recpos), free(recstream);

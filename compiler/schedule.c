@@ -126,8 +126,7 @@ typedef struct {
     Graph *g;
     int *out, m, nev;
     unsigned *waited, used; /* used: the streams that have nodes, a bit each */
-    int h2d_seen;           /* the last h2d event the compute stream waited for (-1: none) */
-    int late;               /* comm_fence's late variant */
+    int nofence;            /* no comm_fence (--schedule lhs) */
 } Ev;
 
 static int new_event(Ev *E) {
@@ -156,32 +155,21 @@ static void reload_fence(Ev *E, int i) {
 
 /* Before a comm-stream node that writes a buffer (a recv, a collective):
  * the comm stream waits for the h2d stream's work issued so far (dirty: h2d
- * has had nodes since the last such fence), so that buffer is not counted
- * live from before the reloads (ir_live_build pulls the start of a buffer
- * written off the compute stream back to the last position of each stream
- * but d2h that its own stream has waited for).  Not for d2h: its offloads
- * write host bytes only, and the device bytes an offload reads are free only
+ * has had nodes since the last such fence).  This kept that buffer from
+ * being counted live from before the reloads while ir_live_build pulled the
+ * start of a buffer written off the compute stream back to the last h2d
+ * position its stream had waited for; it no longer does (live.c,
+ * pull_back_starts), and the fence costs time: each tensor-parallel
+ * all-reduce and pipeline receive queues behind the reloads just prefetched
+ * for later layers (at 15 GB/s, milliseconds each; in the GPT-3 175B slice
+ * with offload all tp's exposed time was 4.8% of the step against 1.8%
+ * without offload).  So --schedule lhs drops it (E->nofence); --schedule
+ * fixed keeps it, its events as they were.  Not for d2h: its offloads write
+ * host bytes only, and the device bytes an offload reads are free only
  * after the comm stream waited for it at its release (release_fence), so a
- * recv never queues behind an offload still in flight.
- *
- * Late (E->late, tried by --schedule lhs first): the comm stream waits only
- * for the last reload the compute stream has already waited for (h2d_seen),
- * not for every reload issued so far.  The fence above makes each tensor-
- * parallel all-reduce and each pipeline receive queue behind the reloads
- * just prefetched for later layers (at 15 GB/s, milliseconds each): in the
- * GPT-3 175B slice with offload all it tripled tp's exposed time (4.8% of
- * the step against 1.8% without offload).  The price is memory: a buffer
- * the comm stream writes counts as live from that earlier reload on, so lhs
- * keeps the late fence only where the memory rule holds. */
+ * recv never queues behind an offload still in flight. */
 static void comm_fence(Ev *E, int i, unsigned *dirty) {
-    if (E->late) { /* lhs's variant: only reloads the compute stream has already waited for */
-        int e = E->h2d_seen;
-        if (e >= 0 && !(E->waited[e] >> IR_STREAM_COMM & 1)) {
-            E->out[E->m++] = sync_node(E->g, OP_wait, IR_STREAM_COMM, e, &E->g->nodes[i]);
-            E->waited[e] |= 1u << IR_STREAM_COMM;
-        }
-        return;
-    }
+    if (E->nofence) return;
     if (*dirty >> IR_STREAM_H2D & 1) {
         int e = new_event(E);
         E->out[E->m++] = sync_node(E->g, OP_record, IR_STREAM_H2D, e, &E->g->nodes[i]);
@@ -207,12 +195,12 @@ static void release_fence(Ev *E, int i, int e) {
  * another stream waits (once per stream) for an event its producer's
  * stream records right after the producer.  Offload's copies add three fences
  * (reload_fence, release_fence, comm_fence). */
-static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_wait, int late, int **final, int *nfinal) {
+static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_wait, int nofence, int **final, int *nfinal) {
     int *stream = malloc(sizeof(int) * (size_t)(n ? n : 1)), *event = malloc(sizeof(int) * (size_t)(n ? n : 1));
     int *due = malloc(sizeof(int) * (size_t)(n ? n : 1)); /* per order index: an offload released there, or -1 */
     char *cross = calloc((size_t)(n ? n : 1), 1);
     if (!stream || !event || !cross || !due) ICE("out of memory");
-    Ev E = {.g = g, .out = malloc(sizeof(int) * (size_t)(16 * n + 16)), .h2d_seen = -1, .late = late};
+    Ev E = {.g = g, .out = malloc(sizeof(int) * (size_t)(16 * n + 16)), .nofence = nofence};
     if (!E.out) ICE("out of memory");
     for (int i = 0; i < n; i++) {
         stream[i] = sched_stream_for(&g->nodes[i], overlap); /* lhs.h */
@@ -246,7 +234,6 @@ static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_
                     E.waited[event[p]] |= 1u << sq;
                     if (!dropped) { dropped = 1; continue; } /* --test-drop-event: forget this wait */
                     E.out[E.m++] = sync_node(g, OP_wait, sq, event[p], q);
-                    if (sq == IR_STREAM_COMPUTE && stream[p] == IR_STREAM_H2D) E.h2d_seen = event[p]; /* comm_fence */
                 }
             }
         }
@@ -284,10 +271,10 @@ static int *fixed_order(Graph *g) {
 }
 
 /* Streams and events for order (consumed), then the final order and
- * numbering; late: comm_fence's late variant. */
-static void finish_fenced(Graph *g, int *order, const Options *o, int late) {
+ * numbering; nofence: without comm_fence (lhs). */
+static void finish_fenced(Graph *g, int *order, const Options *o, int nofence) {
     int *final, m;
-    add_events(g, order, g->nnodes, ir_world(g->m) > 1 && !o->no_overlap, o->drop_event, late, &final, &m);
+    add_events(g, order, g->nnodes, ir_world(g->m) > 1 && !o->no_overlap, o->drop_event, nofence, &final, &m);
     free(order);
     ir_reorder(g, final);
     free(final);
@@ -377,19 +364,14 @@ static int *copy_order(const int *order, int n) {
     return c;
 }
 
-/* order (consumed) with the late comm fence, else the usual one, kept when
- * its plan fits limit (s: g before; 1 when kept, else g as before). */
+/* order (consumed) without the comm fence, kept when its plan fits limit
+ * (s: g before; 1 when kept, else g as before). */
 static int try_order(Graph *g, const Options *o, const Snap *s, int *order, int64_t limit) {
-    for (int late = 1; late >= 0; late--) {
-        snap_restore(g, s);
-        finish_fenced(g, late ? copy_order(order, g->nnodes) : order, o, late);
-        int64_t got = memplan_stage_total(g);
-        if (getenv("KILN_LHS_TRACE")) fprintf(stderr, "lhs: %s fence: plan %lld of %lld bytes\n", late ? "late" : "usual", (long long)got, (long long)limit);
-        if (got <= limit) {
-            if (late) free(order);
-            return 1;
-        }
-    }
+    snap_restore(g, s);
+    finish_fenced(g, order, o, 1);
+    int64_t got = memplan_stage_total(g);
+    if (getenv("KILN_LHS_TRACE")) fprintf(stderr, "lhs: plan %lld of %lld bytes\n", (long long)got, (long long)limit);
+    if (got <= limit) return 1;
     snap_restore(g, s);
     return 0;
 }
