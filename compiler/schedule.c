@@ -311,11 +311,11 @@ static void finish(Graph *g, int *order, const Options *o) { finish_fenced(g, or
  * first-fit packing can grow from any move, so the last attempt moves
  * almost nothing). */
 static const LhsLimits lhs_attempts[] = {
-    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 1},
-    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 0},
-    {32, {0, 0, 0, 32}, {0, 2, 0, 1}, 0},
-    {8, {0, 8, 0, 8}, {0, 1, 0, 1}, 0},
-    {2, {0, 2, 0, 2}, {0, 1, 0, 1}, 0},
+    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 1, 0},
+    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 0, 0},
+    {32, {0, 0, 0, 32}, {0, 2, 0, 1}, 0, 0},
+    {8, {0, 8, 0, 8}, {0, 1, 0, 1}, 0, 0},
+    {2, {0, 2, 0, 2}, {0, 1, 0, 1}, 0, 0},
 };
 
 typedef struct {
@@ -376,7 +376,7 @@ static int try_order(Graph *g, const Options *o, const Snap *s, int *order, int6
     return 0;
 }
 
-static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int *fixed) {
+static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int *fixed, int move_reloads) {
     int n = g->nnodes, overlap = ir_world(g->m) > 1 && !o->no_overlap;
     double *dur = node_seconds(g, p);
     Snap s = snap_take(g);
@@ -385,7 +385,9 @@ static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int
     for (size_t a = 0; a < sizeof lhs_attempts / sizeof lhs_attempts[0]; a++) {
         int *order = copy_order(fixed, n);
         snap_restore(g, &s);
-        lhs_order(g, dur, overlap, &lhs_attempts[a], order, NULL);
+        LhsLimits lim = lhs_attempts[a];
+        lim.move_reloads = move_reloads;
+        lhs_order(g, dur, overlap, &lim, order, NULL);
         if (try_order(g, o, &s, order, limit)) {
             if (getenv("KILN_LHS_TRACE")) fprintf(stderr, "lhs: attempt %zu kept\n", a + 1); /* docs/schedule.md */
             free(fixed), free(dur), snap_free(&s);
@@ -424,14 +426,15 @@ static int snap_same(const Snap *a, const Snap *b) {
     return 1;
 }
 
-/* --schedule lhs: every stage by lhs_schedule_graph, kept only when the
- * cost model predicts a step no longer than the fixed order's (all
- * pipeline ranks simulated together: a rank that hides more may still make
- * another wait).  When lhs on every rank at once is slower, rank by rank
- * from the first: a rank keeps its lhs order when the module's predicted
- * step with it (and the ranks kept so far) is no longer than without it,
- * so one rank whose earlier transfers delay a peer does not cost the others
- * theirs (one simulation per rank whose lhs order differs). */
+/* --schedule lhs: every stage by lhs_schedule_graph twice, with reloads
+ * pinned and moving (lhs.c: pinned wins where the pipeline's sends bind,
+ * moving where the copies do), kept only when the cost model predicts a
+ * step no longer than the fixed order's (all pipeline ranks simulated
+ * together: a rank that hides more may still make another wait).  The
+ * module takes the faster of the two on every rank; when both are slower
+ * than fixed, rank by rank from the first: each rank tries its two lhs
+ * orders and keeps one when the module's predicted step with it (and the
+ * ranks kept so far) is shorter (one simulation per order that differs). */
 static void schedule_lhs(Module *m, const Options *o) {
     if (!has_transfer(m, ir_world(m) > 1 && !o->no_overlap)) {
         for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
@@ -439,31 +442,49 @@ static void schedule_lhs(Module *m, const Options *o) {
     }
     Profile p;
     load_profile(&p, o);
-    int ns = m->nstages, trace = getenv("KILN_LHS_TRACE") != NULL;
-    Snap *pre = xcalloc((size_t)ns + 1, sizeof(Snap)), *fix = xcalloc((size_t)ns + 1, sizeof(Snap)), *lhs = xcalloc((size_t)ns + 1, sizeof(Snap));
+    enum { NC = 3 }; /* candidates per rank: fixed, lhs with reloads pinned, lhs with reloads moving */
+    int ns = m->nstages, trace = getenv("KILN_LHS_TRACE") != NULL, *cur = xcalloc((size_t)ns + 1, sizeof(int));
+    Snap *pre = xcalloc((size_t)ns + 1, sizeof(Snap)), *cand[NC];
+    double step[NC];
+    for (int c = 0; c < NC; c++) cand[c] = xcalloc((size_t)ns + 1, sizeof(Snap));
     for (int s = 0; s < ns; s++) pre[s] = snap_take(m->stages[s]);
-    for (int s = 0; s < ns; s++) finish(m->stages[s], fixed_order(m->stages[s]), o), fix[s] = snap_take(m->stages[s]);
-    double best = predicted_step(m, &p), fixed = best;
-    for (int s = 0; s < ns; s++) snap_restore(m->stages[s], &pre[s]);
-    for (int s = 0; s < ns; s++) lhs_schedule_graph(m->stages[s], o, &p, fixed_order(m->stages[s])), lhs[s] = snap_take(m->stages[s]);
-    for (int s = 0; s < ns; s++) snap_free(&pre[s]);
-    double all = predicted_step(m, &p);
-    if (trace) fprintf(stderr, "lhs: predicted step, fixed %.3f ms, lhs on every rank %.3f ms\n", fixed * 1e3, all * 1e3);
-    if (all <= best) best = all;
-    if (all > best) {
-        for (int s = 0; s < ns; s++) snap_restore(m->stages[s], &fix[s]);
-        for (int s = 0; s < ns; s++) {
-            if (snap_same(&fix[s], &lhs[s])) continue;
-            snap_restore(m->stages[s], &lhs[s]);
-            double t = predicted_step(m, &p);
-            if (trace) fprintf(stderr, "lhs: rank %d under lhs: %.3f ms (best %.3f)\n", s, t * 1e3, best * 1e3);
-            if (t <= best) best = t;
-            else snap_restore(m->stages[s], &fix[s]);
+    int reloads = 0;
+    for (int s = 0; s < ns; s++)
+        for (int i = 0; i < m->stages[s]->nnodes; i++) reloads |= m->stages[s]->nodes[i].op == OP_reload;
+    for (int c = 0; c < NC; c++) {
+        if (c == 2 && !reloads) { /* no reload: the same orders as pinned */
+            for (int s = 0; s < ns; s++) cand[2][s] = snap_take(m->stages[s]);
+            step[2] = step[1];
+            continue;
         }
+        for (int s = 0; s < ns; s++) {
+            snap_restore(m->stages[s], &pre[s]);
+            if (c == 0) finish(m->stages[s], fixed_order(m->stages[s]), o);
+            else lhs_schedule_graph(m->stages[s], o, &p, fixed_order(m->stages[s]), c == 2);
+            cand[c][s] = snap_take(m->stages[s]);
+        }
+        step[c] = predicted_step(m, &p);
     }
+    if (trace) fprintf(stderr, "lhs: predicted step, fixed %.3f ms, lhs on every rank %.3f ms (reloads pinned), %.3f ms (moving)\n", step[0] * 1e3, step[1] * 1e3, step[2] * 1e3);
+    int base = step[1] <= step[0] && step[1] <= step[2] ? 1 : step[2] <= step[0] ? 2 : 0;
+    double best = step[base];
+    for (int s = 0; s < ns; s++) snap_restore(m->stages[s], &cand[base][s]), cur[s] = base;
+    for (int s = 0; s < ns && base == 0; s++) /* rank by rank only when both are slower (each trial is a simulation) */
+        for (int c = 0; c < NC; c++) {
+            if (c == cur[s] || snap_same(&cand[c][s], &cand[cur[s]][s])) continue;
+            snap_restore(m->stages[s], &cand[c][s]);
+            double t = predicted_step(m, &p);
+            if (trace) fprintf(stderr, "lhs: rank %d, candidate %d: %.3f ms (best %.3f)\n", s, c, t * 1e3, best * 1e3);
+            if (t < best) best = t, cur[s] = c;
+            else snap_restore(m->stages[s], &cand[cur[s]][s]);
+        }
     if (trace) fprintf(stderr, "lhs: kept %.3f ms\n", best * 1e3);
-    for (int s = 0; s < ns; s++) snap_free(&fix[s]), snap_free(&lhs[s]);
-    free(pre), free(fix), free(lhs);
+    for (int s = 0; s < ns; s++) {
+        snap_free(&pre[s]);
+        for (int c = 0; c < NC; c++) snap_free(&cand[c][s]);
+    }
+    for (int c = 0; c < NC; c++) free(cand[c]);
+    free(pre), free(cur);
 }
 
 void pass_schedule(Module *m, const Options *o) {

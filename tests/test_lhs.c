@@ -44,7 +44,9 @@
  *                                 order's: the peer waits for it), every node
  *                                 before a reload in the given order is before
  *                                 it in lhs's (reloads stay where offload put
- *                                 them), and lhs did reorder.
+ *                                 them), and lhs did reorder; with
+ *                                 move_reloads (schedule.c's other
+ *                                 candidate) some reload is issued early.
  *   no comm fence under lhs       the same model, pp 2 interleaved (vpp 2,
  *                                 m 4) with offload all, through memplan:
  *                                 under fixed the comm stream waits for the
@@ -156,7 +158,7 @@ static void test_inflight_limit(void **state) {
     double dur[64];
     assert_true(n <= 64);
     for (int i = 0; i < n; i++) dur[i] = b.g->nodes[i].op == OP_allreduce || b.g->nodes[i].op == OP_matmul;
-    LhsLimits any = {64, {0}, {0}, 1}, one = {64, {0}, {0, 1, 0, 0}, 1};
+    LhsLimits any = {64, {0}, {0}, 1, 0}, one = {64, {0}, {0, 1, 0, 0}, 1, 0};
     for (int i = 0; i < n; i++) order[i] = i;
     lhs_order(b.g, dur, 1, &any, order, NULL);
     assert_true(where(order, n, r2) < where(order, n, c1)); /* both in flight */
@@ -251,8 +253,8 @@ static void sends_and_reloads(Options *o, const char *what) {
     Module *m = fe_load("models/tiny.lua", o, err, sizeof err);
     if (!m) fail_msg("%s", err);
     pipeline_run(m, PIPE_TRAIN, o, "fuse");
-    LhsLimits first = {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 1};
-    int sends = 0, reloads = 0, moved = 0;
+    LhsLimits first = {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 1, 0};
+    int sends = 0, reloads = 0, moved = 0, early = 0;
     for (int s = 0; s < m->nstages; s++) {
         Graph *g = m->stages[s];
         int n = g->nnodes, *order = xcalloc((size_t)n + 1, sizeof(int)), *at = xcalloc((size_t)n + 1, sizeof(int));
@@ -272,10 +274,21 @@ static void sends_and_reloads(Options *o, const char *what) {
             for (int j = 0; j < i; j++)
                 if (g->nodes[j].op != OP_assign && at[j] > at[i]) fail_msg("%s, stage %d: node %d placed after the reload %d, before it in the given order", what, s, j, i);
         }
+        LhsLimits moving = first; /* the other candidate: reloads move */
+        moving.move_reloads = 1;
+        for (int i = 0; i < n; i++) order[i] = i;
+        lhs_order(g, dur, 1, &moving, order, NULL);
+        for (int k = 0; k < n; k++) at[order[k]] = k;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; g->nodes[i].op == OP_reload && j < i; j++)
+                if (g->nodes[j].op != OP_assign && at[j] > at[i]) {
+                    early++;
+                    break;
+                }
         free(order), free(at), free(dur);
     }
-    print_message("%s: %d sends, %d reloads, %d nodes moved\n", what, sends, reloads, moved);
-    assert_true(sends > 0 && reloads > 0 && moved > 0);
+    print_message("%s: %d sends, %d reloads, %d nodes moved; with move_reloads %d reloads issued early\n", what, sends, reloads, moved, early);
+    assert_true(sends > 0 && reloads > 0 && moved > 0 && early > 0);
     ir_free(m);
 }
 
