@@ -60,7 +60,7 @@
  * every rank of the GPT-3 slice predicted 2248 ms against 1958 ms pinned).
  * But where the step is bound by the copies (the Llama-3 70B plan with
  * offload all: 16 s of exposed h2d in a 37 s step), an earlier reload is a
- * longer prefetch and wins (36.3 s against 37.3 s pinned), so the limits
+ * longer prefetch and wins (35.4 s against 37.3 s pinned), so the limits
  * say which (move_reloads) and schedule.c tries both.
  * Assigns stay last (schedule.c appends them).
  */

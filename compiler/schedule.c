@@ -301,8 +301,8 @@ static void finish(Graph *g, int *order, const Options *o) { finish_fenced(g, or
  * transfers per stream, transfer-first priority): 1. compute may move 64
  * positions, preferring what leads soonest to a transfer; collectives are
  * issued as early as the fixed order's hoisting issues them (no limit: the
- * fixed order already has them all in flight; the reload limits, 64
- * positions early and 2 in flight, no longer act: lhs.c pins reloads);
+ * fixed order already has them all in flight), reloads (when they move:
+ * schedule_lhs tries both) at most 64 positions early and 2 in flight;
  * 2. the same in the fixed order's priority (putting the input gradient
  * before the weight gradient keeps the weight gradient's inputs alive
  * longer: in pipeline programs that alone can break the rule);
