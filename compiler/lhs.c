@@ -49,6 +49,19 @@
  * than the fixed order posts it: no compute unit after it in the fixed
  * order is placed before it (next_post), so a pipeline action's receive is
  * still posted before the previous action computes (tests/t_pp_post.sh).
+ * A send likewise (the same next_post): the peer rank waits for it, and a
+ * send issued after more compute than the fixed order's delays the whole
+ * pipeline even when this rank's own simulation hides more (GPT-3 175B's
+ * slice, zb-v without offload: the module's predicted step 1649 ms against
+ * fixed's 1641 before, 1586 with the rule).  A reload is pinned (it stays
+ * where the offload pass put it, with its prefetch lead): issued earlier it
+ * made the pipelined slices slower, not faster (the h2d stream's fences tie
+ * it to the compute and comm streams' positions; with offload all, lhs on
+ * every rank of the GPT-3 slice predicted 2248 ms against 1958 ms pinned).
+ * But where the step is bound by the copies (the Llama-3 70B plan with
+ * offload all: 16 s of exposed h2d in a 37 s step), an earlier reload is a
+ * longer prefetch and wins (35.4 s against 37.3 s pinned), so the limits
+ * say which (move_reloads) and schedule.c tries both.
  * Assigns stay last (schedule.c appends them).
  */
 #include <float.h>
@@ -84,9 +97,10 @@ static int over_pp_collective(const Node *n) {
  * them placed): a collective over pp; a blocking receive (recv, recv_done:
  * the comm stream stops there until the peer's send, and every stream that
  * later fences on the comm stream with it); an offload (its {lag} counts
- * nodes from where offload.c put it). */
-static int pinned(const Node *n) {
-    return over_pp_collective(n) || n->op == OP_recv || n->op == OP_recv_done || n->op == OP_offload;
+ * nodes from where offload.c put it); a reload unless the limits move
+ * reloads (see the top). */
+static int pinned(const Node *n, const LhsLimits *lim) {
+    return over_pp_collective(n) || n->op == OP_recv || n->op == OP_recv_done || n->op == OP_offload || (n->op == OP_reload && !lim->move_reloads);
 }
 
 /* Units: consecutive nodes of the fixed order in one fused group. */
@@ -101,8 +115,8 @@ static void build_units(Lhs *L, const int *order, int nn, const double *dur, int
     for (int j = 0; j < nn;) {
         const Node *nd = &g->nodes[order[j]];
         int64_t grp = ir_fused_group(nd), u = L->n++;
-        L->first[u] = j, L->stream[u] = sched_stream_for(nd, overlap), L->pin[u] = (char)pinned(nd);
-        L->post[u] = nd->op == OP_recv_start;
+        L->first[u] = j, L->stream[u] = sched_stream_for(nd, overlap), L->pin[u] = (char)pinned(nd, L->lim);
+        L->post[u] = nd->op == OP_recv_start || nd->op == OP_send;
         L->holds[u] = (char)(L->stream[u] != IR_STREAM_COMPUTE && nd->nout > 0 && nd->op != OP_offload);
         do {
             L->unit_of[order[j]] = (int)u, L->dur[u] += dur[order[j]], j++;

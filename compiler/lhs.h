@@ -34,12 +34,15 @@ static inline int sched_stream_for(const Node *n, int overlap) {
  *                (a collective's or a receive's output, a reload) may have
  *                been issued without their first consumer placed (0: any)
  *   prefer_transfer  among compute that would not stall, the one leading
- *                soonest to a transfer first (else the fixed order's) */
+ *                soonest to a transfer first (else the fixed order's)
+ *   move_reloads  reloads move like other transfers (else each stays where
+ *                the fixed order has it, every node before it placed first) */
 typedef struct {
     int window;
     int xwindow[IR_NSTREAMS];
     int inflight[IR_NSTREAMS];
     int prefer_transfer;
+    int move_reloads;
 } LhsLimits;
 
 /* order (g->nnodes node indices): in, the fixed order; out, lhs's order.

@@ -83,10 +83,7 @@ int ir_p2p_peer(const Graph *g, int i) {
     return -1;
 }
 
-/* The first position at which stream sd has waited for an event that stream
- * su recorded after position u; n if there is none.  One scan forward: the
- * events su records after u, then the first wait of sd for one of them. */
-static int ordered_end(const Graph *g, int u, int su, int sd) {
+int ir_ordered_end_scan(const Graph *g, int u, int su, int sd) {
     int n = g->nnodes, nrec = 0, cap = 16;
     int64_t *rec = xcalloc((size_t)cap, sizeof(int64_t));
     for (int w = u + 1; w < n; w++) {
@@ -105,6 +102,104 @@ static int ordered_end(const Graph *g, int u, int su, int sd) {
     }
     free(rec);
     return n;
+}
+
+/* ir_p2p_peer for every send at once (L->peer; -1 elsewhere), by sorting
+ * the sends and receives on (group, tag, position): a send's peer is the
+ * next receive of its run.  The keys are p2p_pair's exactly: a recv's tag
+ * defaults to -1 and a send's to -2, so one without a tag pairs with none. */
+typedef struct {
+    const char *group;
+    int64_t tag;
+    int pos, is_send;
+} P2pKey;
+
+static int p2p_key_cmp(const void *a, const void *b) {
+    const P2pKey *x = a, *y = b;
+    int c = strcmp(x->group, y->group);
+    if (c) return c;
+    if (x->tag != y->tag) return x->tag < y->tag ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+static void peers_build(const Graph *g, MemLive *L) {
+    int n = g->nnodes, k = 0;
+    P2pKey *key = xcalloc((size_t)n + 1, sizeof(P2pKey));
+    L->peer = xcalloc((size_t)n + 1, sizeof(int));
+    for (int i = 0; i < n; i++) {
+        const Node *nd = &g->nodes[i];
+        L->peer[i] = -1;
+        int send = nd->op == OP_send;
+        if (send || nd->op == OP_recv || nd->op == OP_recv_done)
+            key[k++] = (P2pKey){ir_attr_s(nd, "group", ""), ir_attr_i(nd, "tag", send ? -2 : -1), i, send};
+    }
+    qsort(key, (size_t)k, sizeof *key, p2p_key_cmp);
+    for (int j = k - 1, next = -1; j >= 0; j--) {
+        if (j == k - 1 || p2p_key_cmp(&(P2pKey){key[j].group, key[j].tag, 0, 0}, &(P2pKey){key[j + 1].group, key[j + 1].tag, 0, 0}))
+            next = -1; /* a new run */
+        if (key[j].is_send) L->peer[key[j].pos] = next;
+        else next = key[j].pos;
+    }
+    free(key);
+}
+
+/* ordered_end's answers for every position at once (L->oend), in linear
+ * time per pair of streams.  For a wait w of stream sd on event e, let
+ * R(w) be the last position before w where stream su recorded e (-1 if
+ * none).  The scan from u stops at the first wait w with R(w) > u (a
+ * record of its event between u and w), so
+ *     ordered_end(u, su, sd) = min { w : R(w) > u },
+ * a suffix minimum over R: at[r] = the first wait whose R is r, then
+ * oend[u] = min over r > u of at[r].  Events are ids >= 0 (ir.c checks
+ * it); a graph with one outside [0, 4n + 16) keeps the scan (oend NULL). */
+static void oend_build(const Graph *g, MemLive *L) {
+    enum { NS = IR_NSTREAMS };
+    int n = g->nnodes;
+    int64_t *ev = xcalloc((size_t)n + 1, sizeof(int64_t)), maxev = -1;
+    L->oend = NULL;
+    for (int i = 0; i < n; i++) {
+        const Node *nd = &g->nodes[i];
+        if (nd->op != OP_record && nd->op != OP_wait) continue;
+        ev[i] = ir_attr_i(nd, "event", -1);
+        if (ev[i] < 0 || ev[i] >= 4 * (int64_t)n + 16 || nd->stream < 0 || nd->stream >= NS) { /* keep the scan */
+            free(ev);
+            return;
+        }
+        if (ev[i] > maxev) maxev = ev[i];
+    }
+    int *lastrec = xcalloc((size_t)(maxev + 1) * NS + 1, sizeof(int)), *at = xcalloc((size_t)n + 1, sizeof(int));
+    L->oend = xcalloc((size_t)NS * NS * ((size_t)n + 1), sizeof(int));
+    for (int su = 0; su < NS; su++) {
+        for (int sd = 0; sd < NS; sd++) {
+            int *oe = L->oend + ((size_t)su * NS + (size_t)sd) * ((size_t)n + 1);
+            if (!(L->used >> su & 1) || !(L->used >> sd & 1) || su == sd) {
+                for (int u = 0; u <= n; u++) oe[u] = n; /* no record or no wait: never; su == sd: not asked */
+                continue;
+            }
+            for (int64_t e = 0; e <= maxev; e++) lastrec[e] = -1;
+            for (int r = 0; r <= n; r++) at[r] = n;
+            for (int w = 0; w < n; w++) {
+                const Node *nd = &g->nodes[w];
+                if (nd->op == OP_record && nd->stream == su) lastrec[ev[w]] = w;
+                else if (nd->op == OP_wait && nd->stream == sd && lastrec[ev[w]] >= 0 && at[lastrec[ev[w]]] == n) at[lastrec[ev[w]]] = w;
+            }
+            int best = n;
+            for (int u = n; u >= 0; u--) {
+                oe[u] = best; /* min over r > u */
+                if (u < n && at[u] < best) best = at[u];
+            }
+        }
+    }
+    free(ev), free(lastrec), free(at);
+}
+
+/* The first position at which stream sd has waited for an event that stream
+ * su recorded after position u; n if there is none (oend_build's table, or
+ * the scan). */
+static int ordered_end(const Graph *g, const MemLive *L, int u, int su, int sd) {
+    if (!L->oend || su < 0 || sd < 0 || su >= IR_NSTREAMS || sd >= IR_NSTREAMS || su == sd || u < 0 || u >= g->nnodes)
+        return ir_ordered_end_scan(g, u, su, sd);
+    return L->oend[((size_t)su * IR_NSTREAMS + (size_t)sd) * ((size_t)g->nnodes + 1) + (size_t)u];
 }
 
 static int max_i(int a, int b) { return a > b ? a : b; }
@@ -173,7 +268,16 @@ static int hb_end(const Graph *g, const HostOrder *H, int u, int su, int sd) {
  * output) may be written as soon as its stream gets there, before the other
  * streams have finished with the bytes' earlier owners: it counts as live
  * from just after the last position of each other stream that its stream
- * has waited for (an event recorded there), 0 if none. */
+ * has waited for (an event recorded there), 0 if none.  Not for d2h (it
+ * writes host bytes only, and its reads of device bytes end where the other
+ * streams waited for them, read_end) nor for h2d: it reads host bytes only,
+ * and the device bytes a reload writes are read on compute (or comm, or
+ * d2h) after a wait for its event, so a stream that has waited for those
+ * reads (the rule for their streams here, read_end's for comm and d2h) has
+ * transitively waited for the write.  (Until 2026-12-03 h2d counted too,
+ * and schedule.c's comm fence made every collective and receive wait for
+ * the reloads issued so far to keep its buffer from living from the step's
+ * start.) */
 static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
     enum { NS = IR_NSTREAMS };
     int known[NS][NS], n = g->nnodes;
@@ -196,8 +300,8 @@ static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
         for (int k = 0; k < nd->nout; k++) {
             int v = nd->out[k];
             if (L->root[v] != v) continue;
-            for (int t = 0; t < NS; t++) /* not d2h: it writes host bytes only, and its reads end where s waited (read_end) */
-                if ((used >> t & 1) && t != s && t != IR_STREAM_D2H && known[s][t] + 1 < L->start[v]) L->start[v] = known[s][t] + 1;
+            for (int t = 0; t < NS; t++) /* not d2h nor h2d: see above */
+                if ((used >> t & 1) && t != s && t != IR_STREAM_D2H && t != IR_STREAM_H2D && known[s][t] + 1 < L->start[v]) L->start[v] = known[s][t] + 1;
         }
     }
     free(recpos), free(recstream);
@@ -210,11 +314,11 @@ static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
  * reads nothing); a read off the compute stream counts as done only when
  * every other stream is past it too. */
 static int read_end(const Graph *g, const MemLive *L, int i, int sd) {
-    int peer = g->nodes[i].op == OP_send ? ir_p2p_peer(g, i) : -1, u = peer >= 0 ? peer : i; /* where the read happens */
+    int peer = g->nodes[i].op == OP_send ? (L->peer ? L->peer[i] : ir_p2p_peer(g, i)) : -1, u = peer >= 0 ? peer : i; /* where the read happens */
     int su = g->nodes[i].stream, e = L->last[u];
-    if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, ordered_end(g, u, su, sd));
+    if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, ordered_end(g, L, u, su, sd));
     for (int t = 0; su > IR_STREAM_COMPUTE && t < 32; t++)
-        if ((L->used >> t & 1) && t != su) e = max_i(e, ordered_end(g, u, su, t));
+        if ((L->used >> t & 1) && t != su) e = max_i(e, ordered_end(g, L, u, su, t));
     return e;
 }
 
@@ -228,9 +332,9 @@ static int host_read_end(const Graph *g, const MemLive *L, const HostOrder *H, i
     return max_i(L->last[i], hb_end(g, H, L->last[i], su, sd));
 }
 
-void ir_live_build(const Graph *g, MemLive *L) {
+static void live_build(const Graph *g, MemLive *L, int fast) {
     int n = g->nnodes, nv = g->nvals;
-    L->nnodes = n, L->nvals = nv;
+    L->nnodes = n, L->nvals = nv, L->oend = L->peer = NULL;
     L->root = xcalloc((size_t)nv, sizeof(int));
     L->start = xcalloc((size_t)nv, sizeof(int));
     L->end = xcalloc((size_t)nv, sizeof(int));
@@ -277,6 +381,7 @@ void ir_live_build(const Graph *g, MemLive *L) {
     L->used = 0; /* streams with nodes */
     for (int i = 0; i < n; i++)
         if (g->nodes[i].stream >= 0 && g->nodes[i].stream < 32) L->used |= 1u << g->nodes[i].stream;
+    if (fast) oend_build(g, L), peers_build(g, L);
     for (int i = 0; i < n; i++) {
         const Node *nd = &g->nodes[i];
         for (int k = 0; k < nd->nin; k++) {
@@ -292,7 +397,12 @@ void ir_live_build(const Graph *g, MemLive *L) {
     free(kern), free(outside), free(read);
 }
 
+void ir_live_build(const Graph *g, MemLive *L) { live_build(g, L, 1); }
+
+void ir_live_build_scan(const Graph *g, MemLive *L) { live_build(g, L, 0); }
+
 void ir_live_free(MemLive *L) {
+    free(L->oend), free(L->peer);
     free(L->root), free(L->start), free(L->end), free(L->first), free(L->last);
     memset(L, 0, sizeof *L);
 }

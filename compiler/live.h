@@ -53,9 +53,22 @@ typedef struct {
     int *start, *end; /* per value with root[v] == v: live over [start, end] */
     int *first, *last; /* per node: the positions its fused group spans (itself when not fused) */
     unsigned used;    /* the streams that have nodes, a bit each */
+    int *oend;        /* ordered_end's table (live.c, oend_build); NULL: the scan */
+    int *peer;        /* per node: ir_p2p_peer of a send, -1 otherwise; NULL: ir_p2p_peer */
 } MemLive;
 void ir_live_build(const Graph *g, MemLive *L);
 void ir_live_free(MemLive *L);
+
+/* The reference for ir_live_build's tables: the same MemLive by the
+ * definition, scanning forward from every cross-stream read for the first
+ * wait on an event recorded after it, and pairing sends by ir_p2p_peer
+ * (quadratic in the program's length; tests compare the two). */
+void ir_live_build_scan(const Graph *g, MemLive *L);
+
+/* The first position at which stream sd has waited for an event that stream
+ * su recorded after position u (nnodes if none): the scan that the
+ * table of ir_live_build replaces, kept as its reference. */
+int ir_ordered_end_scan(const Graph *g, int u, int su, int sd);
 
 /* The value of the param or state node that `assign` node i names; -1 when
  * none does. */

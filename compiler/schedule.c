@@ -126,6 +126,7 @@ typedef struct {
     Graph *g;
     int *out, m, nev;
     unsigned *waited, used; /* used: the streams that have nodes, a bit each */
+    int nofence;            /* no comm_fence (--schedule lhs) */
 } Ev;
 
 static int new_event(Ev *E) {
@@ -154,14 +155,21 @@ static void reload_fence(Ev *E, int i) {
 
 /* Before a comm-stream node that writes a buffer (a recv, a collective):
  * the comm stream waits for the h2d stream's work issued so far (dirty: h2d
- * has had nodes since the last such fence), so that buffer is not counted
- * live from before the reloads (ir_live_build pulls the start of a buffer
- * written off the compute stream back to the last position of each stream
- * but d2h that its own stream has waited for).  Not for d2h: its offloads
- * write host bytes only, and the device bytes an offload reads are free only
+ * has had nodes since the last such fence).  This kept that buffer from
+ * being counted live from before the reloads while ir_live_build pulled the
+ * start of a buffer written off the compute stream back to the last h2d
+ * position its stream had waited for; it no longer does (live.c,
+ * pull_back_starts), and the fence costs time: each tensor-parallel
+ * all-reduce and pipeline receive queues behind the reloads just prefetched
+ * for later layers (at 15 GB/s, milliseconds each; in the GPT-3 175B slice
+ * with offload all tp's exposed time was 4.8% of the step against 1.8%
+ * without offload).  So --schedule lhs drops it (E->nofence); --schedule
+ * fixed keeps it, its events as they were.  Not for d2h: its offloads write
+ * host bytes only, and the device bytes an offload reads are free only
  * after the comm stream waited for it at its release (release_fence), so a
  * recv never queues behind an offload still in flight. */
 static void comm_fence(Ev *E, int i, unsigned *dirty) {
+    if (E->nofence) return;
     if (*dirty >> IR_STREAM_H2D & 1) {
         int e = new_event(E);
         E->out[E->m++] = sync_node(E->g, OP_record, IR_STREAM_H2D, e, &E->g->nodes[i]);
@@ -187,12 +195,12 @@ static void release_fence(Ev *E, int i, int e) {
  * another stream waits (once per stream) for an event its producer's
  * stream records right after the producer.  Offload's copies add three fences
  * (reload_fence, release_fence, comm_fence). */
-static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_wait, int **final, int *nfinal) {
+static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_wait, int nofence, int **final, int *nfinal) {
     int *stream = malloc(sizeof(int) * (size_t)(n ? n : 1)), *event = malloc(sizeof(int) * (size_t)(n ? n : 1));
     int *due = malloc(sizeof(int) * (size_t)(n ? n : 1)); /* per order index: an offload released there, or -1 */
     char *cross = calloc((size_t)(n ? n : 1), 1);
     if (!stream || !event || !cross || !due) ICE("out of memory");
-    Ev E = {.g = g, .out = malloc(sizeof(int) * (size_t)(16 * n + 16))};
+    Ev E = {.g = g, .out = malloc(sizeof(int) * (size_t)(16 * n + 16)), .nofence = nofence};
     if (!E.out) ICE("out of memory");
     for (int i = 0; i < n; i++) {
         stream[i] = sched_stream_for(&g->nodes[i], overlap); /* lhs.h */
@@ -262,15 +270,18 @@ static int *fixed_order(Graph *g) {
     return order;
 }
 
-/* Streams and events for order (consumed), then the final order and numbering. */
-static void finish(Graph *g, int *order, const Options *o) {
+/* Streams and events for order (consumed), then the final order and
+ * numbering; nofence: without comm_fence (lhs). */
+static void finish_fenced(Graph *g, int *order, const Options *o, int nofence) {
     int *final, m;
-    add_events(g, order, g->nnodes, ir_world(g->m) > 1 && !o->no_overlap, o->drop_event, &final, &m);
+    add_events(g, order, g->nnodes, ir_world(g->m) > 1 && !o->no_overlap, o->drop_event, nofence, &final, &m);
     free(order);
     ir_reorder(g, final);
     free(final);
     for (int i = 0; i < g->nnodes; i++) g->nodes[i].pos = i;
 }
+
+static void finish(Graph *g, int *order, const Options *o) { finish_fenced(g, order, o, 0); }
 
 /* ---- --schedule lhs: lhs.c's order under the memory rule ----
  *
@@ -290,20 +301,21 @@ static void finish(Graph *g, int *order, const Options *o) {
  * transfers per stream, transfer-first priority): 1. compute may move 64
  * positions, preferring what leads soonest to a transfer; collectives are
  * issued as early as the fixed order's hoisting issues them (no limit: the
- * fixed order already has them all in flight), reloads at most 64 positions
- * early and 2 in flight; 2. the same in the fixed order's priority (putting
- * the input gradient before the weight gradient keeps the weight gradient's
- * inputs alive longer: in pipeline programs that alone can break the rule);
+ * fixed order already has them all in flight), reloads (when they move:
+ * schedule_lhs tries both) at most 64 positions early and 2 in flight;
+ * 2. the same in the fixed order's priority (putting the input gradient
+ * before the weight gradient keeps the weight gradient's inputs alive
+ * longer: in pipeline programs that alone can break the rule);
  * 3. 32 positions, 2 comm transfers in flight, 1 reload; 4. 8 positions, one
  * transfer in flight per stream; 5. the same within 2 positions (memplan's
  * first-fit packing can grow from any move, so the last attempt moves
  * almost nothing). */
 static const LhsLimits lhs_attempts[] = {
-    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 1},
-    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 0},
-    {32, {0, 0, 0, 32}, {0, 2, 0, 1}, 0},
-    {8, {0, 8, 0, 8}, {0, 1, 0, 1}, 0},
-    {2, {0, 2, 0, 2}, {0, 1, 0, 1}, 0},
+    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 1, 0},
+    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 0, 0},
+    {32, {0, 0, 0, 32}, {0, 2, 0, 1}, 0, 0},
+    {8, {0, 8, 0, 8}, {0, 1, 0, 1}, 0, 0},
+    {2, {0, 2, 0, 2}, {0, 1, 0, 1}, 0, 0},
 };
 
 typedef struct {
@@ -319,12 +331,17 @@ static Snap snap_take(const Graph *g) {
     return s;
 }
 
-/* g as it was (nodes only ever grow, so g->nodes has room). */
+/* g as it was (room made when the snapshot is longer: ir_reorder leaves
+ * g->nodes exactly as long as the order it was given). */
 static void snap_restore(Graph *g, const Snap *s) {
+    if (s->nnodes > g->capnodes) g->nodes = ir_alloc(g->m, sizeof(Node) * (size_t)s->nnodes), g->capnodes = s->nnodes;
+    if (s->nvals > g->capvals) g->vals = ir_alloc(g->m, sizeof(Value) * (size_t)s->nvals), g->capvals = s->nvals;
     memcpy(g->nodes, s->nodes, sizeof(Node) * (size_t)s->nnodes);
     memcpy(g->vals, s->vals, sizeof(Value) * (size_t)s->nvals);
     g->nnodes = s->nnodes, g->nvals = s->nvals;
 }
+
+static void snap_free(Snap *s) { free(s->nodes), free(s->vals); }
 
 /* --device-profile's device (default cpu): the node times lhs orders by. */
 static void load_profile(Profile *p, const Options *o) {
@@ -347,25 +364,38 @@ static int *copy_order(const int *order, int n) {
     return c;
 }
 
-static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int *fixed) {
+/* order (consumed) without the comm fence, kept when its plan fits limit
+ * (s: g before; 1 when kept, else g as before). */
+static int try_order(Graph *g, const Options *o, const Snap *s, int *order, int64_t limit) {
+    snap_restore(g, s);
+    finish_fenced(g, order, o, 1);
+    int64_t got = memplan_stage_total(g);
+    if (getenv("KILN_LHS_TRACE")) fprintf(stderr, "lhs: plan %lld of %lld bytes\n", (long long)got, (long long)limit);
+    if (got <= limit) return 1;
+    snap_restore(g, s);
+    return 0;
+}
+
+static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int *fixed, int move_reloads) {
     int n = g->nnodes, overlap = ir_world(g->m) > 1 && !o->no_overlap;
     double *dur = node_seconds(g, p);
     Snap s = snap_take(g);
     finish(g, copy_order(fixed, n), o);
     int64_t limit = o->memory_budget > 0 ? (int64_t)o->memory_budget : memplan_stage_total(g);
     for (size_t a = 0; a < sizeof lhs_attempts / sizeof lhs_attempts[0]; a++) {
-        snap_restore(g, &s);
         int *order = copy_order(fixed, n);
-        lhs_order(g, dur, overlap, &lhs_attempts[a], order, NULL);
-        finish(g, order, o);
-        if (memplan_stage_total(g) <= limit) {
-            free(fixed), free(dur), free(s.nodes), free(s.vals);
+        snap_restore(g, &s);
+        LhsLimits lim = lhs_attempts[a];
+        lim.move_reloads = move_reloads;
+        lhs_order(g, dur, overlap, &lim, order, NULL);
+        if (try_order(g, o, &s, order, limit)) {
+            if (getenv("KILN_LHS_TRACE")) fprintf(stderr, "lhs: attempt %zu kept\n", a + 1); /* docs/schedule.md */
+            free(fixed), free(dur), snap_free(&s);
             return;
         }
     }
-    snap_restore(g, &s);
-    finish(g, fixed, o);
-    free(dur), free(s.nodes), free(s.vals);
+    if (!try_order(g, o, &s, copy_order(fixed, n), limit)) finish(g, copy_order(fixed, n), o); /* the fixed order */
+    free(fixed), free(dur), snap_free(&s);
 }
 
 /* The cost model's step for m as scheduled (DBL_MAX when it cannot say). */
@@ -388,10 +418,23 @@ static int has_transfer(const Module *m, int overlap) {
     return 0;
 }
 
-/* --schedule lhs: every stage by lhs_schedule_graph, kept only when the
- * cost model predicts a step no longer than the fixed order's (all
- * pipeline ranks simulated together: a rank that hides more may still make
- * another wait); else the fixed order everywhere. */
+/* Whether two scheduled programs are the same (lhs kept the fixed order). */
+static int snap_same(const Snap *a, const Snap *b) {
+    if (a->nnodes != b->nnodes) return 0;
+    for (int i = 0; i < a->nnodes; i++)
+        if (a->nodes[i].op != b->nodes[i].op || a->nodes[i].out != b->nodes[i].out || a->nodes[i].in != b->nodes[i].in) return 0;
+    return 1;
+}
+
+/* --schedule lhs: every stage by lhs_schedule_graph twice, with reloads
+ * pinned and moving (lhs.c: pinned wins where the pipeline's sends bind,
+ * moving where the copies do), kept only when the cost model predicts a
+ * step no longer than the fixed order's (all pipeline ranks simulated
+ * together: a rank that hides more may still make another wait).  The
+ * module takes the faster of the two on every rank; when both are slower
+ * than fixed, rank by rank from the first: each rank tries its two lhs
+ * orders and keeps one when the module's predicted step with it (and the
+ * ranks kept so far) is shorter (one simulation per order that differs). */
 static void schedule_lhs(Module *m, const Options *o) {
     if (!has_transfer(m, ir_world(m) > 1 && !o->no_overlap)) {
         for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
@@ -399,18 +442,49 @@ static void schedule_lhs(Module *m, const Options *o) {
     }
     Profile p;
     load_profile(&p, o);
-    Snap *pre = xcalloc((size_t)m->nstages + 1, sizeof(Snap));
-    for (int s = 0; s < m->nstages; s++) pre[s] = snap_take(m->stages[s]);
-    for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
-    double fixed = predicted_step(m, &p);
-    for (int s = 0; s < m->nstages; s++) snap_restore(m->stages[s], &pre[s]);
-    for (int s = 0; s < m->nstages; s++) lhs_schedule_graph(m->stages[s], o, &p, fixed_order(m->stages[s]));
-    if (predicted_step(m, &p) > fixed) {
-        for (int s = 0; s < m->nstages; s++) snap_restore(m->stages[s], &pre[s]);
-        for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
+    enum { NC = 3 }; /* candidates per rank: fixed, lhs with reloads pinned, lhs with reloads moving */
+    int ns = m->nstages, trace = getenv("KILN_LHS_TRACE") != NULL, *cur = xcalloc((size_t)ns + 1, sizeof(int));
+    Snap *pre = xcalloc((size_t)ns + 1, sizeof(Snap)), *cand[NC];
+    double step[NC];
+    for (int c = 0; c < NC; c++) cand[c] = xcalloc((size_t)ns + 1, sizeof(Snap));
+    for (int s = 0; s < ns; s++) pre[s] = snap_take(m->stages[s]);
+    int reloads = 0;
+    for (int s = 0; s < ns; s++)
+        for (int i = 0; i < m->stages[s]->nnodes; i++) reloads |= m->stages[s]->nodes[i].op == OP_reload;
+    for (int c = 0; c < NC; c++) {
+        if (c == 2 && !reloads) { /* no reload: the same orders as pinned */
+            for (int s = 0; s < ns; s++) cand[2][s] = snap_take(m->stages[s]);
+            step[2] = step[1];
+            continue;
+        }
+        for (int s = 0; s < ns; s++) {
+            snap_restore(m->stages[s], &pre[s]);
+            if (c == 0) finish(m->stages[s], fixed_order(m->stages[s]), o);
+            else lhs_schedule_graph(m->stages[s], o, &p, fixed_order(m->stages[s]), c == 2);
+            cand[c][s] = snap_take(m->stages[s]);
+        }
+        step[c] = predicted_step(m, &p);
     }
-    for (int s = 0; s < m->nstages; s++) free(pre[s].nodes), free(pre[s].vals);
-    free(pre);
+    if (trace) fprintf(stderr, "lhs: predicted step, fixed %.3f ms, lhs on every rank %.3f ms (reloads pinned), %.3f ms (moving)\n", step[0] * 1e3, step[1] * 1e3, step[2] * 1e3);
+    int base = step[1] <= step[0] && step[1] <= step[2] ? 1 : step[2] <= step[0] ? 2 : 0;
+    double best = step[base];
+    for (int s = 0; s < ns; s++) snap_restore(m->stages[s], &cand[base][s]), cur[s] = base;
+    for (int s = 0; s < ns && base == 0; s++) /* rank by rank only when both are slower (each trial is a simulation) */
+        for (int c = 0; c < NC; c++) {
+            if (c == cur[s] || snap_same(&cand[c][s], &cand[cur[s]][s])) continue;
+            snap_restore(m->stages[s], &cand[c][s]);
+            double t = predicted_step(m, &p);
+            if (trace) fprintf(stderr, "lhs: rank %d, candidate %d: %.3f ms (best %.3f)\n", s, c, t * 1e3, best * 1e3);
+            if (t < best) best = t, cur[s] = c;
+            else snap_restore(m->stages[s], &cand[cur[s]][s]);
+        }
+    if (trace) fprintf(stderr, "lhs: kept %.3f ms\n", best * 1e3);
+    for (int s = 0; s < ns; s++) {
+        snap_free(&pre[s]);
+        for (int c = 0; c < NC; c++) snap_free(&cand[c][s]);
+    }
+    for (int c = 0; c < NC; c++) free(cand[c]);
+    free(pre), free(cur);
 }
 
 void pass_schedule(Module *m, const Options *o) {

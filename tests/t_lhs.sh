@@ -4,7 +4,8 @@
 #    configuration per axis the suites check: dp (zero 1, micro-batches), cp
 #    ring (p2p, also --no-overlap: comm on the compute stream) and
 #    all-gather, pp 1f1b, interleaved, zb-h1 and zb-v (with dp and cp), tp,
-#    offload (with pp), recompute none, full and gemm-last;
+#    offload (with pp; interleaved with offload keeps the late comm fence on
+#    both stages, test_lhs), recompute none, full and gemm-last;
 #  - lhs really reorders (the dump after schedule differs from fixed's) and
 #    its IR text dump round-trips (parse + verify + dump gives the same text);
 #  - under mpirun, the compiled CPU trainer's losses under lhs equal fixed's
@@ -33,6 +34,7 @@ kcheck $LLAMA4 --pp 2 --cp 2 --cp-comm p2p --micro-batches 2 --pp-schedule zb-v
 kcheck models/tiny.lua --tp 2 --micro-batches 2 --zero 0
 kcheck $LLAMA --tp 2 --dp 2
 kcheck $GPT4 --pp 2 --micro-batches 4 --offload all --offload-min-bytes 1
+kcheck $GPT4 --pp 2 --vpp 2 --micro-batches 4 --pp-schedule interleaved --offload all --offload-min-bytes 1 # the late comm fence (test_lhs)
 kcheck $LLAMA --offload all --offload-min-bytes 1
 kcheck models/tiny.lua --dp 2 --micro-batches 2 --recompute full
 kcheck $LLAMA --cp 2 --recompute none

@@ -33,6 +33,27 @@
  *                                 grads, opt and act after pass_memplan, and
  *                                 leaves every value's space and offset as
  *                                 they were.
+ *   sends and reloads not later   models/tiny.lua (4 layers) over pp 2 with
+ *                                 offload all (1f1b, m 4; zb-h1 with dp 2),
+ *                                 each stage's fuse order through lhs_order
+ *                                 (attempt 1's limits; compute 1 ms, every
+ *                                 transfer 5 ms, so lhs has comm to hide):
+ *                                 every node lhs places before a send is
+ *                                 before it in the given order too (a send is
+ *                                 never issued after more work than the fixed
+ *                                 order's: the peer waits for it), every node
+ *                                 before a reload in the given order is before
+ *                                 it in lhs's (reloads stay where offload put
+ *                                 them), and lhs did reorder; with
+ *                                 move_reloads (schedule.c's other
+ *                                 candidate) some reload is issued early.
+ *   no comm fence under lhs       the same model, pp 2 interleaved (vpp 2,
+ *                                 m 4) with offload all, through memplan:
+ *                                 under fixed the comm stream waits for the
+ *                                 h2d stream before it writes a buffer
+ *                                 (schedule.c, comm_fence), under lhs never
+ *                                 (no collective or receive queues behind a
+ *                                 reload), and both pass the verifier.
  * Every program passes the verifier (events, buffers) after schedule and
  * memplan.
  */
@@ -44,6 +65,7 @@
 #include "live.h"
 #include "memplan.h"
 #include "passes.h"
+#include "ppsched.h"
 
 #define N 512 /* [N, N] f32: 1 MiB */
 
@@ -136,7 +158,7 @@ static void test_inflight_limit(void **state) {
     double dur[64];
     assert_true(n <= 64);
     for (int i = 0; i < n; i++) dur[i] = b.g->nodes[i].op == OP_allreduce || b.g->nodes[i].op == OP_matmul;
-    LhsLimits any = {64, {0}, {0}, 1}, one = {64, {0}, {0, 1, 0, 0}, 1};
+    LhsLimits any = {64, {0}, {0}, 1, 0}, one = {64, {0}, {0, 1, 0, 0}, 1, 0};
     for (int i = 0; i < n; i++) order[i] = i;
     lhs_order(b.g, dur, 1, &any, order, NULL);
     assert_true(where(order, n, r2) < where(order, n, c1)); /* both in flight */
@@ -225,12 +247,112 @@ static void test_stage_total(void **state) {
     total_matches(&o, "dp 2, --memory-budget 4e6");
 }
 
+/* The send and reload rules on one module's stages (see the top). */
+static void sends_and_reloads(Options *o, const char *what) {
+    char err[1024];
+    Module *m = fe_load("models/tiny.lua", o, err, sizeof err);
+    if (!m) fail_msg("%s", err);
+    pipeline_run(m, PIPE_TRAIN, o, "fuse");
+    LhsLimits first = {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 1, 0};
+    int sends = 0, reloads = 0, moved = 0, early = 0;
+    for (int s = 0; s < m->nstages; s++) {
+        Graph *g = m->stages[s];
+        int n = g->nnodes, *order = xcalloc((size_t)n + 1, sizeof(int)), *at = xcalloc((size_t)n + 1, sizeof(int));
+        double *dur = xcalloc((size_t)n + 1, sizeof(double));
+        for (int i = 0; i < n; i++) order[i] = i, dur[i] = sched_stream_for(&g->nodes[i], 1) == IR_STREAM_COMPUTE ? 1e-3 : 5e-3;
+        lhs_order(g, dur, 1, &first, order, NULL);
+        for (int k = 0; k < n; k++) at[order[k]] = k, moved += order[k] != k;
+        for (int k = 0, late = -1; k < n; k++) { /* late: the largest given index placed so far */
+            int i = order[k];
+            if (g->nodes[i].op == OP_send && late > i) fail_msg("%s, stage %d: node %d placed before the send %d, after it in the given order", what, s, late, i);
+            sends += g->nodes[i].op == OP_send;
+            if (i > late) late = i;
+        }
+        for (int i = 0; i < n; i++) {
+            if (g->nodes[i].op != OP_reload) continue;
+            reloads++;
+            for (int j = 0; j < i; j++)
+                if (g->nodes[j].op != OP_assign && at[j] > at[i]) fail_msg("%s, stage %d: node %d placed after the reload %d, before it in the given order", what, s, j, i);
+        }
+        LhsLimits moving = first; /* the other candidate: reloads move */
+        moving.move_reloads = 1;
+        for (int i = 0; i < n; i++) order[i] = i;
+        lhs_order(g, dur, 1, &moving, order, NULL);
+        for (int k = 0; k < n; k++) at[order[k]] = k;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; g->nodes[i].op == OP_reload && j < i; j++)
+                if (g->nodes[j].op != OP_assign && at[j] > at[i]) {
+                    early++;
+                    break;
+                }
+        free(order), free(at), free(dur);
+    }
+    print_message("%s: %d sends, %d reloads, %d nodes moved; with move_reloads %d reloads issued early\n", what, sends, reloads, moved, early);
+    assert_true(sends > 0 && reloads > 0 && moved > 0 && early > 0);
+    ir_free(m);
+}
+
+static void test_sends_and_reloads(void **state) {
+    (void)state;
+    static KeyVal layers4 = {"layers", "4"};
+    Options o;
+    opt_defaults(&o);
+    o.sets = &layers4, o.nsets = 1, o.offload = 1, o.offload_min_bytes = 1;
+    o.pp = 2, o.micro_batches = 4;
+    sends_and_reloads(&o, "pp 2 1f1b m 4 offload all");
+    o.dp = 2, o.micro_batches = 2, o.pp_schedule = PS_ZBH1;
+    sends_and_reloads(&o, "pp 2 dp 2 zb-h1 m 2 offload all");
+}
+
+/* The comm stream's waits for h2d events in m's programs. */
+static int comm_waits_for_h2d(const Module *m) {
+    int k = 0;
+    for (int s = 0; s < m->nstages; s++) {
+        const Graph *g = m->stages[s];
+        int64_t nev = 0;
+        for (int i = 0; i < g->nnodes; i++)
+            if (g->nodes[i].op == OP_record && ir_attr_i(&g->nodes[i], "event", 0) >= nev) nev = ir_attr_i(&g->nodes[i], "event", 0) + 1;
+        char *h2d = xcalloc((size_t)nev + 1, 1);
+        for (int i = 0; i < g->nnodes; i++) {
+            const Node *n = &g->nodes[i];
+            int64_t e = ir_attr_i(n, "event", -1);
+            if (n->op == OP_record && n->stream == IR_STREAM_H2D) h2d[e] = 1;
+            k += n->op == OP_wait && e >= 0 && h2d[e] && n->stream == IR_STREAM_COMM;
+        }
+        free(h2d);
+    }
+    return k;
+}
+
+static void test_no_comm_fence(void **state) {
+    (void)state;
+    static KeyVal layers4 = {"layers", "4"};
+    char err[1024];
+    int waits[2];
+    for (int sched = SCHED_FIXED; sched <= SCHED_LHS; sched++) {
+        Options o;
+        opt_defaults(&o);
+        o.sets = &layers4, o.nsets = 1, o.offload = 1, o.offload_min_bytes = 1, o.pp = 2, o.vpp = 2, o.micro_batches = 4;
+        o.pp_schedule = PS_INTERLEAVED, o.schedule = sched;
+        Module *m = fe_load("models/tiny.lua", &o, err, sizeof err);
+        if (!m) fail_msg("%s", err);
+        pipeline_run(m, PIPE_TRAIN, &o, "memplan");
+        if (ir_verify_module(m, err, sizeof err)) fail_msg("%s", err);
+        waits[sched == SCHED_LHS] = comm_waits_for_h2d(m);
+        ir_free(m);
+    }
+    print_message("the comm stream's waits for h2d: fixed %d, lhs %d\n", waits[0], waits[1]);
+    assert_true(waits[0] > 0 && waits[1] == 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_gemm),
         cmocka_unit_test(test_inflight_limit),
         cmocka_unit_test(test_memory_rule),
         cmocka_unit_test(test_stage_total),
+        cmocka_unit_test(test_sends_and_reloads),
+        cmocka_unit_test(test_no_comm_fence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
