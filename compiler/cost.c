@@ -115,6 +115,9 @@ static int fused_tail(const Graph *g, const Node *n) {
 static double node_bytes(const Graph *g, const Node *n, const int *root) {
     int64_t grp = ir_fused_group(n);
     double b = 0;
+    if (grp < 0 && n->op == OP_slice) return 2 * value_bytes(g, n->out[0]); /* reads only its part */
+    if (grp < 0 && n->op == OP_embedding) /* the rows it gathers, not the table */
+        return 2 * value_bytes(g, n->out[0]) + value_bytes(g, n->in[1]);
     for (int k = 0; k < n->nin; k++) {
         int d = g->vals[n->in[k]].def;
         if (grp >= 0 && d >= 0 && ir_fused_group(&g->nodes[d]) == grp) continue;
@@ -126,6 +129,67 @@ static double node_bytes(const Graph *g, const Node *n, const int *root) {
 }
 
 static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root);
+
+/* The profile's kernel kind of an unfused op (kind_bw), -1 for the rest. */
+static int node_kind(Op op) {
+    switch (op) {
+    case OP_layernorm: case OP_rmsnorm: case OP_softmax: return PK_NORM;
+    case OP_layernorm_bwd: case OP_rmsnorm_bwd: case OP_softmax_bwd: return PK_NORM_BWD;
+    case OP_cross_entropy: return PK_XENT;
+    case OP_cross_entropy_bwd: case OP_cross_entropy_fused: return PK_XENT_BWD;
+    case OP_transpose: case OP_slice: case OP_concat: case OP_broadcast: return PK_COPY;
+    case OP_sumto: return PK_SUMTO;
+    case OP_adamw: return PK_ADAMW;
+    case OP_sumsq: return PK_SUMSQ;
+    default: return -1;
+    }
+}
+
+/* Elements from dim d on of t (1 past its rank). */
+static double inner(const Type *t, int d) {
+    double x = 1;
+    for (int i = d < 0 ? 0 : d; i < t->rank; i++) x *= (double)t->dim[i];
+    return x;
+}
+
+/* The contiguous runs a strided copy (emit_host.c's rtk_copy) moves: a
+ * transpose's runs are the dims after the later swapped one (one element
+ * when it swaps the last); a slice's and each concat part's, its extent
+ * along the dim times the dims after it; a broadcast's, its last dim. */
+static double copy_runs(const Graph *g, const Node *n) {
+    const Type *y = &g->vals[n->out[0]].t;
+    double numel = inner(y, 0);
+    switch (n->op) {
+    case OP_transpose: {
+        int a = (int)ir_attr_i(n, "a", 0), b = (int)ir_attr_i(n, "b", 0), hi = a > b ? a : b;
+        return numel / inner(y, hi + 1);
+    }
+    case OP_slice: {
+        int d = (int)ir_attr_i(n, "dim", 0);
+        return numel / inner(y, d);
+    }
+    case OP_concat: {
+        int d = (int)ir_attr_i(n, "dim", 0);
+        double r = 0;
+        for (int k = 0; k < n->nin; k++) r += inner(&g->vals[n->in[k]].t, 0) / inner(&g->vals[n->in[k]].t, d);
+        return r;
+    }
+    default: return numel / (y->rank ? (double)y->dim[y->rank - 1] : 1);
+    }
+}
+
+/* Attention: its FLOPs at the peak of q's dtype times attn_eff (the
+ * backward's attn_bwd_eff when the profile has it), plus per score (a
+ * query·key pair: FLOPs / 4D forward, / 10D backward) attn_score_s or
+ * attn_bwd_score_s — the softmax's work, which the head dim does not
+ * scale (both 0 in a GPU profile: the roofline alone). */
+static double attention_seconds(const Profile *p, const Graph *g, const Node *n) {
+    int bwd = n->op == OP_attention_bwd;
+    const Type *q = &g->vals[n->in[bwd]].t;
+    double f = ir_node_flops(g, n), eff = bwd && p->attn_bwd_eff > 0 ? p->attn_bwd_eff : p->attn_eff;
+    double scores = f / ((bwd ? 10.0 : 4.0) * (double)q->dim[3]);
+    return f / (peak_of(p, q->dt) * eff) + scores * (bwd ? p->attn_bwd_score_s : p->attn_score_s);
+}
 
 /* 1 when memplan put assign n's value where its param or state lives (the
  * back ends then launch nothing: emit_host.c's launch_memcpy). */
@@ -149,12 +213,12 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
         double f = ir_node_flops(g, n);
         return f / (peak_of(p, g->vals[n->in[0]].t.dt) * profile_gemm_eff(p, f / 2)) + launch;
     }
-    if (n->op == OP_attention || n->op == OP_attention_bwd) {
-        DType qt = g->vals[n->in[n->op == OP_attention_bwd]].t.dt;
-        return ir_node_flops(g, n) / (peak_of(p, qt) * p->attn_eff) + launch;
-    }
+    if (n->op == OP_attention || n->op == OP_attention_bwd) return attention_seconds(p, g, n) + launch;
     double bytes = node_bytes(g, n, root);
-    return bytes / profile_mem_bw(p, bytes) + launch;
+    int k = ir_fused_group(n) < 0 ? node_kind(n->op) : -1;
+    if (n->op == OP_concat) launch *= n->nin; /* one strided copy per part (emit_host.c) */
+    double runs = k == PK_COPY && p->kind_bw[k] > 0 ? copy_runs(g, n) * p->copy_run_s : 0;
+    return bytes / (k >= 0 && p->kind_bw[k] > 0 ? p->kind_bw[k] : profile_mem_bw(p, bytes)) + runs + launch;
 }
 
 /* ---- the replay ---- */

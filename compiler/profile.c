@@ -14,6 +14,11 @@
  * the field; a missing field names the file and the field.  The reader
  * stops at the first error: one line, as everywhere in kiln.
  *
+ * Optional too, each alone: attn_bwd_eff, attn_score_s, attn_bwd_score_s
+ * and the per-kind bandwidths norm_bw, norm_bwd_bw, xent_bw, xent_bwd_bw,
+ * copy_bw (with copy_run_s), sumto_bw, adamw_bw, sumsq_bw (profile.h: the CPU runtime's kernels one by one, as kiln
+ * calibrate measures them; absent, the roofline's attn_eff and mem_bw).
+ *
  * Optional too: cores, threads and thread_speedup (a CPU host's cores
  * shared by its ranks, the cores one rank runs on, its threads' speedup
  * over one: cost.c's processor sharing); threads and thread_speedup only
@@ -99,7 +104,21 @@ static const struct {
     {"threads", F_INT, offsetof(Profile, threads)},
     {"thread_speedup", F_POS, offsetof(Profile, thread_speedup)},
     {"host_memory_bytes", F_POS, offsetof(Profile, host_memory_bytes)}, /* optional, alone: host memory per device (offload's host space) */
+    /* optional, each alone: per kernel kind (profile.h; kiln calibrate measures them on the CPU) */
+    {"attn_bwd_eff", F_POS, offsetof(Profile, attn_bwd_eff)},
+    {"attn_score_s", F_NONNEG, offsetof(Profile, attn_score_s)},
+    {"attn_bwd_score_s", F_NONNEG, offsetof(Profile, attn_bwd_score_s)},
+    {"norm_bw", F_POS, offsetof(Profile, kind_bw[PK_NORM])},
+    {"norm_bwd_bw", F_POS, offsetof(Profile, kind_bw[PK_NORM_BWD])},
+    {"xent_bw", F_POS, offsetof(Profile, kind_bw[PK_XENT])},
+    {"xent_bwd_bw", F_POS, offsetof(Profile, kind_bw[PK_XENT_BWD])},
+    {"copy_bw", F_POS, offsetof(Profile, kind_bw[PK_COPY])},
+    {"copy_run_s", F_NONNEG, offsetof(Profile, copy_run_s)},
+    {"sumto_bw", F_POS, offsetof(Profile, kind_bw[PK_SUMTO])},
+    {"adamw_bw", F_POS, offsetof(Profile, kind_bw[PK_ADAMW])},
+    {"sumsq_bw", F_POS, offsetof(Profile, kind_bw[PK_SUMSQ])},
 };
+const char *const profile_kind_fields[PK_NKIND] = {"norm_bw", "norm_bwd_bw", "xent_bw", "xent_bwd_bw", "copy_bw", "sumto_bw", "adamw_bw", "sumsq_bw"};
 enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15, NPAIRED = 23, F_CORES = 24, F_THREADS = 25, F_SPEEDUP = 26 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -207,7 +226,8 @@ static int set_field(Profile *p, int f, char *v, const char *file, int line, cha
         return 0;
     }
     if (fields[f].kind == F_POS && x == 0) return fail(err, errlen, "%s:%d: field \"%s\" must be positive, got \"%s\"", file, line, key, v);
-    if (strcmp(key, "attn_eff") == 0 && x > 1) return fail(err, errlen, "%s:%d: field \"attn_eff\": expected a fraction in (0, 1], got \"%s\"", file, line, v);
+    if ((strcmp(key, "attn_eff") == 0 || strcmp(key, "attn_bwd_eff") == 0) && x > 1)
+        return fail(err, errlen, "%s:%d: field \"%s\": expected a fraction in (0, 1], got \"%s\"", file, line, key, v);
     *(double *)((char *)p + fields[f].off) = x;
     return 0;
 }

@@ -55,7 +55,29 @@ typedef struct {
     /* optional: host memory per device, bytes (what offload's host space
      * may use: a node's memory over its devices); 0 when absent: unchecked */
     double host_memory_bytes;
+    /* optional: per kernel kind, the CPU runtime's kernels measured one by
+     * one (kiln calibrate; GPU profiles have none, so they price by the
+     * roofline alone).  attn_bwd_eff: the backward's fraction of peak (0:
+     * attn_eff, which is then the forward's); attn_score_s,
+     * attn_bwd_score_s: seconds per attention score (query·key pair
+     * computed) beyond its FLOPs — the softmax's exp, max and scaling,
+     * which do not grow with the head dim, so small heads run far below
+     * the FLOP rate; kind_bw[k]: bytes a second of the kernels of kind k
+     * (ProfileKind), 0 when absent: profile_mem_bw's rate */
+    double attn_bwd_eff, attn_score_s, attn_bwd_score_s;
+    double kind_bw[8];
+    double copy_run_s; /* optional: a strided copy's cost per contiguous run (PK_COPY) */
 } Profile;
+
+/* The kinds of non-GEMM kernels a profile may rate apart (kind_bw):
+ * layernorm/rmsnorm/softmax forward, their backward, cross-entropy
+ * forward, its backward, the strided copies (transpose, slice, concat,
+ * broadcast: bytes at copy_bw plus copy_run_s a contiguous run), sumto (a
+ * bias's gradient), the AdamW update, the sum of squares (the global
+ * norm). */
+
+typedef enum { PK_NORM, PK_NORM_BWD, PK_XENT, PK_XENT_BWD, PK_COPY, PK_SUMTO, PK_ADAMW, PK_SUMSQ, PK_NKIND } ProfileKind;
+extern const char *const profile_kind_fields[PK_NKIND]; /* "norm_bw", ... */
 
 /* Load a profile.  path_or_name is a path when it holds a '/' or ends in
  * ".profile"; otherwise a shipped profile's name (cpu, h100-sxm, h200-sxm,

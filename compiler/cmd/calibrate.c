@@ -143,6 +143,10 @@ typedef struct {
     double peak, launch, attn_rate, elem_bw, copy_bw, alpha, beta;
     double calpha[4], cbeta[4], csmall[4], clarge[4]; /* per CollKind */
     double ln_bw, tr_bw; /* mem_bw's two kernels alone */
+    double attn_ef, attn_eb, attn_cf, attn_cb; /* attention: fwd, bwd fraction of peak; seconds a score */
+    double attn_t[2][2];                       /* [fwd, bwd][D 16, 64] seconds */
+    double kind_bw[PK_NKIND];                  /* per kernel kind (measure_kinds) */
+    double copy_run, copy_t[2];                /* copy_run_s; the copies' seconds at D 16, 128 */
     double bw_bytes[8], bw_rate[8]; /* mem_bw_table */
     int nbw;
     size_t big;
@@ -233,8 +237,11 @@ static void measure_speedup(Cal *C) {
     C->speedup = fmin(C->threads, fmax(1, sum / 2));
 }
 
-static void measure_attention(Cal *C, rt_ctx *ctx) {
-    int64_t B = 4, H = 4, T = C->quick ? 128 : 256, D = 64;
+/* The attention kernels at one head dim D: *tf, *tb the forward's and the
+ * backward's seconds (B 4, H 4, T 256, --quick 128, causal); *scores the
+ * query·key pairs computed (B·H·T²/2: ir_node_flops's count over 4D). */
+static void attention_at(Cal *C, rt_ctx *ctx, int64_t D, double *tf, double *tb, double *scores) {
+    int64_t B = 4, H = 4, T = C->quick ? 128 : 256;
     int64_t nq = B * H * T * D, nl = B * H * T;
     float *q = filled(nq), *k = filled(nq), *v = filled(nq), *o = filled(nq), *lse = filled(nl), *dO = filled(nq);
     float *dq = filled(nq), *dk = filled(nq), *dv = filled(nq);
@@ -243,10 +250,111 @@ static void measure_attention(Cal *C, rt_ctx *ctx) {
     int64_t bwd[] = {rt_ptr_arg(dO), rt_ptr_arg(q), rt_ptr_arg(k), rt_ptr_arg(v), rt_ptr_arg(o), rt_ptr_arg(lse), rt_ptr_arg(dq),
                      rt_ptr_arg(dk), rt_ptr_arg(dv), B, H, H, T, T, D, 1, rt_f64_bits(scale), 0, 0, 0};
     int reps = C->quick ? 3 : 10;
-    double tf = best_step(ctx, rtk_attention, fwd, 16, reps), tb = best_step(ctx, rtk_attention_bwd, bwd, 20, reps);
-    double fl = 4.0 * B * H * T * T * D * 0.5; /* ir_node_flops: causal halves; backward 2.5x */
-    C->attn_rate = 3.5 * fl / (tf + tb - 2 * C->launch);
+    *tf = best_step(ctx, rtk_attention, fwd, 16, reps) - C->launch;
+    *tb = best_step(ctx, rtk_attention_bwd, bwd, 20, reps) - C->launch;
+    *scores = (double)B * H * T * T * 0.5;
     free(q), free(k), free(v), free(o), free(lse), free(dO), free(dq), free(dk), free(dv);
+}
+
+/* attn_eff, attn_bwd_eff, attn_score_s, attn_bwd_score_s (cost.c's
+ * attention_seconds: FLOPs at a fraction of peak plus a cost per score):
+ * the same attention at head dims 16 and 64.  A score's FLOPs grow with D
+ * (4D forward, 10D backward) and its softmax work does not, so each
+ * direction's two times give a line in D: its slope the FLOP rate, its
+ * intercept the per-score cost.  A line that does not fit (noise: slope or
+ * intercept not positive) keeps D 64's rate alone and no score cost. */
+static void measure_attention(Cal *C, rt_ctx *ctx) {
+    static const double D[2] = {16, 64};
+    double S = 0;
+    for (int i = 0; i < 2; i++) attention_at(C, ctx, (int64_t)D[i], &C->attn_t[0][i], &C->attn_t[1][i], &S);
+    for (int b = 0; b < 2; b++) {
+        double per = b ? 10.0 : 4.0; /* FLOPs a score per unit of D */
+        double slope = (C->attn_t[b][1] - C->attn_t[b][0]) / (D[1] - D[0]), icpt = C->attn_t[b][0] - slope * D[0];
+        double eff, cost = 0;
+        if (slope > 0 && icpt > 0) eff = per * S / (slope * C->peak), cost = icpt / S;
+        else eff = per * S * D[1] / (C->attn_t[b][1] * C->peak);
+        eff = fmin(1, eff);
+        if (b) C->attn_eb = eff, C->attn_cb = cost;
+        else C->attn_ef = eff, C->attn_cf = cost;
+    }
+    C->attn_rate = 14.0 * S * D[1] / (C->attn_t[0][1] + C->attn_t[1][1]); /* D 64, fwd + bwd: the printed rate */
+}
+
+/* One kernel kind's bandwidth: `bytes` (as cost.c's node_bytes counts the
+ * node: its inputs and outputs) over the median step of kernel k. */
+static double kind_rate(Cal *C, rt_ctx *ctx, rt_kernel k, const int64_t *args, int n, double bytes) {
+    double t = best_step(ctx, k, args, n, C->quick ? 5 : 15) - C->launch;
+    return bytes / (t > 0 ? t : 1e-9);
+}
+
+/* copy_bw and copy_run_s (cost.c: a strided copy's bytes at copy_bw plus
+ * copy_run_s a contiguous run): rtk_copy's head permute [1024,H,D] ->
+ * [H,1024,D] of 128 Ki floats at D 16 and D 128 (runs of 64 and 512
+ * bytes): the same bytes in 8x the runs; the difference over the runs'
+ * difference is a run's cost, the rest of D 128's time the bytes'.  A
+ * difference not positive (noise) leaves no run cost and D 16's rate. */
+static void measure_copy(Cal *C, rt_ctx *ctx) {
+    int64_t R = 1024, n = R * 128;
+    float *src = filled(n), *dst = filled(n);
+    double t[2], runs[2], bytes = 2.0 * 4 * (double)n;
+    static const int64_t Ds[2] = {16, 128};
+    for (int i = 0; i < 2; i++) {
+        int64_t D = Ds[i], H = 128 / D;
+        int64_t tr[] = {rt_ptr_arg(src), rt_ptr_arg(dst), 4, 3, H, R, D, 1, 1, D, H * D, 1, 0, 0, R * D, D, 1, 0, 0};
+        t[i] = bytes / kind_rate(C, ctx, rtk_copy, tr, 19, bytes), runs[i] = (double)(R * H);
+    }
+    C->copy_t[0] = t[0], C->copy_t[1] = t[1];
+    double c = (t[0] - t[1]) / (runs[0] - runs[1]), rest = t[1] - runs[1] * c;
+    if (c > 0 && rest > 0) C->copy_run = c, C->kind_bw[PK_COPY] = bytes / rest;
+    else C->copy_run = 0, C->kind_bw[PK_COPY] = bytes / t[0];
+    free(src), free(dst);
+}
+
+/* kind_bw (profile.h's ProfileKind): each kind's own kernel, alone, at a
+ * size between the models this machine trains (tiny.lua's small and
+ * medium: rows of 64 .. 256 floats, 128 KiB .. 2 MiB a tensor):
+ *   norm_bw      rtk_layernorm [1024,128]: x, w, b in, y out
+ *   norm_bwd_bw  rtk_layernorm_bwd [1024,128]: dy, x, w in, dx, dw, db out
+ *   xent_bw      rtk_cross_entropy [1024,256] (the byte-level vocab):
+ *                logits, targets in, loss out
+ *   xent_bwd_bw  rtk_cross_entropy_bwd [1024,256]: dl, logits, targets in,
+ *                dlogits out
+ *   copy_bw      measure_copy (with copy_run_s)
+ *   sumto_bw     rtk_sumto [2048,128] -> [128] (a bias's gradient)
+ *   adamw_bw     rtk_adamw of 16 Ki floats: p, g, m, v in, p, m, v out
+ *   sumsq_bw     rtk_sumsq of 16 Ki floats: x in */
+static void measure_kinds(Cal *C, rt_ctx *ctx) {
+    int64_t R = 1024, Cn = 128, V = 256, n = R * Cn;
+    float *x = filled(n), *y = filled(n), *dy = filled(n), *w = filled(Cn), *b = filled(Cn), *dw = filled(Cn), *db = filled(Cn);
+    int64_t ln[] = {rt_ptr_arg(x), rt_ptr_arg(w), rt_ptr_arg(b), rt_ptr_arg(y), R, Cn, rt_f64_bits(1e-5)};
+    C->kind_bw[PK_NORM] = kind_rate(C, ctx, rtk_layernorm, ln, 7, 4.0 * (2 * n + 2 * Cn));
+    int64_t lb[] = {rt_ptr_arg(dy), rt_ptr_arg(x), rt_ptr_arg(w), rt_ptr_arg(y), rt_ptr_arg(dw), rt_ptr_arg(db), R, Cn, rt_f64_bits(1e-5)};
+    C->kind_bw[PK_NORM_BWD] = kind_rate(C, ctx, rtk_layernorm_bwd, lb, 9, 4.0 * (3 * n + 3 * Cn));
+    free(x), free(y), free(dy), free(w), free(b), free(dw), free(db);
+    float *lg = filled(R * V), *dl = filled(R * V), *loss = filled(R), *dls = filled(R);
+    int32_t *tg = malloc(sizeof(int32_t) * (size_t)R);
+    if (!tg) die("calibrate: out of memory");
+    for (int64_t i = 0; i < R; i++) tg[i] = (int32_t)((i * 37) % V), dls[i] = 1.0f / (float)R;
+    int64_t xf[] = {rt_ptr_arg(lg), rt_ptr_arg(tg), rt_ptr_arg(loss), R, V};
+    int64_t xb[] = {rt_ptr_arg(dls), rt_ptr_arg(lg), rt_ptr_arg(tg), rt_ptr_arg(dl), R, V};
+    double bf = 4.0 * (R * V + 2 * R), bb = 4.0 * (2 * R * V + 2 * R);
+    C->kind_bw[PK_XENT] = kind_rate(C, ctx, rtk_cross_entropy, xf, 5, bf);
+    C->kind_bw[PK_XENT_BWD] = kind_rate(C, ctx, rtk_cross_entropy_bwd, xb, 6, bb);
+    free(lg), free(dl), free(loss), free(dls), free(tg);
+    measure_copy(C, ctx);
+    float *sx = filled(2 * n), *sy = filled(Cn);
+    int64_t st[] = {rt_ptr_arg(sx), rt_ptr_arg(sy), 2, 2 * R, Cn, 1, 1, 1, 0, 1, 0, 0, 0, RT_F32, RT_F32};
+    C->kind_bw[PK_SUMTO] = kind_rate(C, ctx, rtk_sumto, st, 15, 4.0 * (2 * n + Cn));
+    free(sx), free(sy);
+    int64_t N = 16384;
+    float *p = filled(N), *g = filled(N), *m = filled(N), *v = filled(N), lr = 1e-3f, sc = 1.0f, t = 3.0f, out = 0;
+    for (int64_t i = 0; i < N; i++) v[i] = v[i] * v[i]; /* a second moment is not negative */
+    int64_t ad[] = {rt_ptr_arg(p), rt_ptr_arg(g), rt_ptr_arg(m), rt_ptr_arg(v), rt_ptr_arg(&lr), rt_ptr_arg(&sc), rt_ptr_arg(&t), rt_ptr_arg(p),
+                    rt_ptr_arg(m), rt_ptr_arg(v), N, rt_f64_bits(0.9), rt_f64_bits(0.95), rt_f64_bits(1e-8), rt_f64_bits(0.0)};
+    C->kind_bw[PK_ADAMW] = kind_rate(C, ctx, rtk_adamw, ad, 15, 4.0 * (7 * N + 3));
+    int64_t ss[] = {rt_ptr_arg(g), rt_ptr_arg(&out), N, RT_F32};
+    C->kind_bw[PK_SUMSQ] = kind_rate(C, ctx, rtk_sumsq, ss, 4, 4.0 * (N + 1));
+    free(p), free(g), free(m), free(v);
 }
 
 /* The rate of the kernels the model prices by bytes: a layernorm and a
@@ -400,8 +508,25 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     for (int i = 0; i < C->ngemm; i++) fprintf(f, " %.6g:%.4f", C->gemm_mnk[i], fmin(1, C->gemm_rate[i] / C->peak));
     fprintf(f, "   # rtk_gemm [8n,n]x[n,n], one rank alone:");
     for (int i = 0; i < C->ngemm; i++) fprintf(f, " n %d %.2f GFLOP/s%s", C->gemm_n[i], C->gemm_rate[i] / 1e9, i + 1 < C->ngemm ? "," : "");
-    fprintf(f, "\nattn_eff          %.4f   # rtk_attention fwd+bwd causal: %.2f GFLOP/s over the peak\n", fmin(1, C->attn_rate / C->peak),
-            C->attn_rate / 1e9);
+    fprintf(f, "\nattn_eff          %.4f   # rtk_attention causal B 4 H 4 T %d at D 16 and 64: %.3g, %.3g s; the line's slope in D (FLOPs) over the peak\n",
+            C->attn_ef, C->quick ? 128 : 256, C->attn_t[0][0], C->attn_t[0][1]);
+    fprintf(f, "attn_score_s      %.4g   # the same line's intercept over the scores (B H T^2/2): the softmax's cost a score\n", C->attn_cf);
+    fprintf(f, "attn_bwd_eff      %.4f   # rtk_attention_bwd, the same shapes: %.3g, %.3g s (10 D FLOPs a score)\n", C->attn_eb, C->attn_t[1][0],
+            C->attn_t[1][1]);
+    fprintf(f, "attn_bwd_score_s  %.4g   # its intercept over the scores\n", C->attn_cb);
+    static const char *const kind_src[PK_NKIND] = {
+        "rtk_layernorm [1024,128]: x, w, b read, y written",
+        "rtk_layernorm_bwd [1024,128]: dy, x, w read, dx, dw, db written",
+        "rtk_cross_entropy [1024,256]: logits, targets read, loss written",
+        "rtk_cross_entropy_bwd [1024,256]: dl, logits, targets read, dlogits written",
+        "rtk_copy [1024,H,D]->[H,1024,D], 128 Ki floats at D 16 and 128: read + written, less copy_run_s a run",
+        "rtk_sumto [2048,128]->[128]: read + written",
+        "rtk_adamw of 16384 floats: p, g, m, v read, p, m, v written",
+        "rtk_sumsq of 16384 floats: read"};
+    for (int k = 0; k < PK_NKIND; k++)
+        fprintf(f, "%-17s %.6g   # %s, bytes a second, one rank alone\n", profile_kind_fields[k], C->kind_bw[k], kind_src[k]);
+    fprintf(f, "copy_run_s        %.4g   # the same copies: %.3g s at D 16 less %.3g s at D 128, over the runs' difference (1024*H each)\n", C->copy_run,
+            C->copy_t[0], C->copy_t[1]);
     fprintf(f, "mem_bw            %.6g   # rtk_layernorm of [1024,512] + rtk_copy [1024,8,64]->[8,1024,64] f32: bytes read + written a second (%.3g, %.3g GB/s)\n",
             C->elem_bw, C->ln_bw / 1e9, C->tr_bw / 1e9);
     fprintf(f, "mem_bw_table     ");
@@ -512,6 +637,7 @@ int kiln_calibrate_main(int argc, char **argv) {
         measure_speedup(&C);
         measure_attention(&C, ctx);
         measure_memory(&C, ctx);
+        measure_kinds(&C, ctx);
     }
     if (C.world > 1) sleeping_barrier();
     measure_links(&C);
