@@ -217,8 +217,10 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
     double bytes = node_bytes(g, n, root);
     int k = ir_fused_group(n) < 0 ? node_kind(n->op) : -1;
     if (n->op == OP_concat) launch *= n->nin; /* one strided copy per part (emit_host.c) */
-    double runs = k == PK_COPY && p->kind_bw[k] > 0 ? copy_runs(g, n) * p->copy_run_s : 0;
-    return bytes / (k >= 0 && p->kind_bw[k] > 0 ? p->kind_bw[k] : profile_mem_bw(p, bytes)) + runs + launch;
+    double bw = k >= 0 ? p->kind_bw[k] : 0;
+    if (k == PK_COPY && (p->ncopy || bw > 0)) /* by the bytes of its contiguous runs */
+        bw = profile_copy_bw(p, value_bytes(g, n->out[0]) / copy_runs(g, n));
+    return bytes / (bw > 0 ? bw : profile_mem_bw(p, bytes)) + launch;
 }
 
 /* ---- the replay ---- */

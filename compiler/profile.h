@@ -38,6 +38,14 @@ typedef struct {
      * link: α s and β bytes/s fitted to that algorithm alone (kiln calibrate
      * under mpirun); beta 0 when absent: intra_alpha, intra_beta */
     double coll_alpha[4], coll_beta[4];
+    /* optional, per collective algorithm on the intra-node link: measured
+     * seconds by the full buffer's bytes (allreduce_table ...: BYTES:SECONDS
+     * pairs, sizes increasing), which replace α + β·bytes there: an MPI
+     * library switches algorithms with the size (Open MPI's reduce-scatter
+     * drops from ~2 GB/s to ~0.4 at 4 MiB on this host), so no one line
+     * fits; ncoll[k] 0 when absent */
+    int ncoll[4];
+    double coll_size[4][PROFILE_MAX_EFF], coll_t[4][PROFILE_MAX_EFF];
     /* optional: memory bandwidth by the bytes a kernel moves (the caches:
      * a small kernel's bytes never leave them), nbw points, sizes strictly
      * increasing; 0 points: mem_bw at every size */
@@ -66,13 +74,17 @@ typedef struct {
      * (ProfileKind), 0 when absent: profile_mem_bw's rate */
     double attn_bwd_eff, attn_score_s, attn_bwd_score_s;
     double kind_bw[8];
-    double copy_run_s; /* optional: a strided copy's cost per contiguous run (PK_COPY) */
+    /* optional: strided copies' (PK_COPY) bytes a second by the bytes of
+     * their contiguous runs, ncopy points (a head permute's 64-byte runs
+     * move at a tenth of a slice's long ones); 0 points: kind_bw[PK_COPY] */
+    int ncopy;
+    double copy_run[PROFILE_MAX_EFF], copy_bw[PROFILE_MAX_EFF];
 } Profile;
 
 /* The kinds of non-GEMM kernels a profile may rate apart (kind_bw):
  * layernorm/rmsnorm/softmax forward, their backward, cross-entropy
  * forward, its backward, the strided copies (transpose, slice, concat,
- * broadcast: bytes at copy_bw plus copy_run_s a contiguous run), sumto (a
+ * broadcast: bytes at copy_bw_table's rate for their runs), sumto (a
  * bias's gradient), the AdamW update, the sum of squares (the global
  * norm). */
 
@@ -100,6 +112,11 @@ double profile_gemm_eff(const Profile *p, double mnk);
  * 2·M·N·K / (peak · eff(M·N·K)) + launch overhead. */
 double profile_gemm_seconds(const Profile *p, DType dt, double m, double n, double k);
 
+/* A strided copy's bytes a second for contiguous runs of run_bytes:
+ * copy_bw_table's, linear in log(run_bytes) between its points, the end
+ * points' outside them; copy_bw without a table, 0 without either. */
+double profile_copy_bw(const Profile *p, double run_bytes);
+
 /* The memory bandwidth a kernel moving `bytes` sees: mem_bw_table's,
  * linear in log(bytes) between its points, the end points' outside them;
  * mem_bw without a table. */
@@ -119,7 +136,12 @@ typedef enum { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_P2P }
  * 0 for one rank (nothing moves; p2p too).  On the intra-node link an
  * algorithm's own α, β (the optional fields allreduce_alpha_s, _beta,
  * allgather_*, reducescatter_*, p2p_*) replace intra's when the profile
- * has them. */
+ * has them, and its measured table (allreduce_table, ...) replaces both
+ * when it has one: the time at bytes, interpolated linearly in
+ * log(bytes)-log(time) between the points, the first point's below them,
+ * bytes in proportion above the last; measured over node_size ranks (kiln
+ * calibrate's), so a group of n ranks scales it by the ring's factor,
+ * (n−1)/n over (node_size−1)/node_size (p2p: 1). */
 double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int ranks, int intra);
 
 /* ---- the offload pass's `auto` policy (issue 19) ---- */

@@ -33,8 +33,12 @@
  *   h2d_bw, d2h_bw            memcpy of 64 MiB (the CPU back end's host
  *                             copies are memcpys);
  *   intra_*, inter_*          under mpirun with 2 or more ranks: MPI
- *                             all-reduce of 8 bytes (α = t / 2(n−1)) and of
- *                             16 MiB (β from the ring formula with that α);
+ *                             all-reduce of 64 bytes a rank (α = t / 2(n−1))
+ *                             and of 1 MiB (β from the ring formula with that α);
+ *   allreduce_table, ...      each collective's median time at 64 bytes a
+ *                             rank and 64 KiB .. 16 MiB (--quick: .. 1 MiB):
+ *                             the cost model reads these in place of α + β
+ *                             (Open MPI changes algorithm with the size);
  *                             one host, so inter = intra.  Without mpirun
  *                             they are copied from --base (default the
  *                             shipped cpu profile) and the file says so;
@@ -142,11 +146,13 @@ typedef struct {
     double speedup, sp_one[2], sp_all[2]; /* thread_speedup; OpenBLAS GEMM seconds on 1 and on threads threads, n 64 and 128 */
     double peak, launch, attn_rate, elem_bw, copy_bw, alpha, beta;
     double calpha[4], cbeta[4], csmall[4], clarge[4]; /* per CollKind */
+    double tab_bytes[6], tab_t[4][6];                 /* per CollKind: seconds by bytes (alone) */
+    int ntab;
     double ln_bw, tr_bw; /* mem_bw's two kernels alone */
     double attn_ef, attn_eb, attn_cf, attn_cb; /* attention: fwd, bwd fraction of peak; seconds a score */
     double attn_t[2][2];                       /* [fwd, bwd][D 16, 64] seconds */
     double kind_bw[PK_NKIND];                  /* per kernel kind (measure_kinds) */
-    double copy_run, copy_t[2];                /* copy_run_s; the copies' seconds at D 16, 128 */
+    double copy_run[4], copy_rate[4];          /* copy_bw_table: run bytes, bytes a second */
     double bw_bytes[8], bw_rate[8]; /* mem_bw_table */
     int nbw;
     size_t big;
@@ -287,26 +293,26 @@ static double kind_rate(Cal *C, rt_ctx *ctx, rt_kernel k, const int64_t *args, i
     return bytes / (t > 0 ? t : 1e-9);
 }
 
-/* copy_bw and copy_run_s (cost.c: a strided copy's bytes at copy_bw plus
- * copy_run_s a contiguous run): rtk_copy's head permute [1024,H,D] ->
- * [H,1024,D] of 128 Ki floats at D 16 and D 128 (runs of 64 and 512
- * bytes): the same bytes in 8x the runs; the difference over the runs'
- * difference is a run's cost, the rest of D 128's time the bytes'.  A
- * difference not positive (noise) leaves no run cost and D 16's rate. */
+/* copy_bw_table (cost.c: a strided copy's bytes at the rate of its
+ * contiguous runs): rtk_copy's head permute [R,4,D] -> [4,R,D] of 128 Ki
+ * floats at D 16, 64, 256 (runs of 64 .. 1024 bytes: the attention's
+ * heads), and the same floats as one run (512 KiB: a slice of whole rows, a
+ * parameter's shard), bytes read + written a second each; copy_bw: the one
+ * run's rate.  (D 1024 is left out: its 16 KiB source stride puts every
+ * run in the same cache sets, a case no model here makes.) */
 static void measure_copy(Cal *C, rt_ctx *ctx) {
-    int64_t R = 1024, n = R * 128;
+    int64_t n = 128 * 1024;
     float *src = filled(n), *dst = filled(n);
-    double t[2], runs[2], bytes = 2.0 * 4 * (double)n;
-    static const int64_t Ds[2] = {16, 128};
-    for (int i = 0; i < 2; i++) {
-        int64_t D = Ds[i], H = 128 / D;
+    double bytes = 2.0 * 4 * (double)n;
+    static const int64_t Ds[3] = {16, 64, 256};
+    for (int i = 0; i < 3; i++) {
+        int64_t D = Ds[i], H = 4, R = n / (H * D);
         int64_t tr[] = {rt_ptr_arg(src), rt_ptr_arg(dst), 4, 3, H, R, D, 1, 1, D, H * D, 1, 0, 0, R * D, D, 1, 0, 0};
-        t[i] = bytes / kind_rate(C, ctx, rtk_copy, tr, 19, bytes), runs[i] = (double)(R * H);
+        C->copy_run[i] = 4.0 * (double)D, C->copy_rate[i] = kind_rate(C, ctx, rtk_copy, tr, 19, bytes);
     }
-    C->copy_t[0] = t[0], C->copy_t[1] = t[1];
-    double c = (t[0] - t[1]) / (runs[0] - runs[1]), rest = t[1] - runs[1] * c;
-    if (c > 0 && rest > 0) C->copy_run = c, C->kind_bw[PK_COPY] = bytes / rest;
-    else C->copy_run = 0, C->kind_bw[PK_COPY] = bytes / t[0];
+    int64_t whole[] = {rt_ptr_arg(src), rt_ptr_arg(dst), 4, 1, n, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0}; /* one run: a slice of whole rows */
+    C->copy_run[3] = 4.0 * (double)n, C->copy_rate[3] = kind_rate(C, ctx, rtk_copy, whole, 19, bytes);
+    C->kind_bw[PK_COPY] = C->copy_rate[3];
     free(src), free(dst);
 }
 
@@ -319,7 +325,7 @@ static void measure_copy(Cal *C, rt_ctx *ctx) {
  *                logits, targets in, loss out
  *   xent_bwd_bw  rtk_cross_entropy_bwd [1024,256]: dl, logits, targets in,
  *                dlogits out
- *   copy_bw      measure_copy (with copy_run_s)
+ *   copy_bw      measure_copy (with copy_bw_table)
  *   sumto_bw     rtk_sumto [2048,128] -> [128] (a bias's gradient)
  *   adamw_bw     rtk_adamw of 16 Ki floats: p, g, m, v in, p, m, v out
  *   sumsq_bw     rtk_sumsq of 16 Ki floats: x in */
@@ -457,18 +463,29 @@ static void measure_links(Cal *C) {
         return;
     }
     double n = C->world;
-    size_t big = C->quick ? (size_t)1 << 20 : (size_t)4 << 20, len = 0;
+    size_t big = (size_t)1 << 20, len = 0;
+    /* the tables: 64 bytes a rank, then 64 KiB .. 16 MiB (--quick: .. 1 MiB) by 4x */
+    static const int treps[6] = {100, 20, 15, 10, 7, 5};
+    C->ntab = C->quick ? 4 : 6;
     for (int k = 0; k < 4; k++) {
         double steps = k == COLL_ALL_REDUCE ? 2 * (n - 1) : k == COLL_P2P ? 1 : n - 1;
         double factor = k == COLL_ALL_REDUCE ? 2 * (n - 1) / n : k == COLL_P2P ? 1 : (n - 1) / n;
-        double small = coll_seconds(k, (size_t)(64 * C->world), C->quick ? 20 : 100), large = coll_seconds(k, big, C->quick ? 3 : 10);
+        for (int i = 0; i < C->ntab; i++) {
+            size_t b = i == 0 ? (size_t)(64 * C->world) : (size_t)65536 << (2 * (i - 1));
+            C->tab_bytes[i] = (double)b;
+            C->tab_t[k][i] = coll_seconds(k, b, C->quick ? (treps[i] + 4) / 5 : treps[i]);
+        }
+        double small = C->tab_t[k][0], large = C->tab_t[k][3]; /* 1 MiB */
         C->calpha[k] = small / steps;
         double xfer = large - small;
         C->cbeta[k] = factor * (double)big / (xfer > 0 ? xfer : large);
         C->csmall[k] = small, C->clarge[k] = large;
     }
     double f = link_speed(C); /* the times alone: α shorter, β faster */
-    for (int k = 0; k < 4; k++) C->calpha[k] *= f, C->cbeta[k] /= f;
+    for (int k = 0; k < 4; k++) {
+        C->calpha[k] *= f, C->cbeta[k] /= f;
+        for (int i = 0; i < C->ntab; i++) C->tab_t[k][i] *= f;
+    }
     C->alpha = C->calpha[COLL_ALL_REDUCE], C->beta = C->cbeta[COLL_ALL_REDUCE];
     len += (size_t)snprintf(C->note_links, sizeof C->note_links, "MPI_Allreduce over %d local ranks: %d bytes %.3g s, %zu bytes %.3g s (ring formula), times x %.3g: one rank's alone (%s)",
                             C->world, 64 * C->world, C->csmall[0], big, C->clarge[0], f,
@@ -519,14 +536,15 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
         "rtk_layernorm_bwd [1024,128]: dy, x, w read, dx, dw, db written",
         "rtk_cross_entropy [1024,256]: logits, targets read, loss written",
         "rtk_cross_entropy_bwd [1024,256]: dl, logits, targets read, dlogits written",
-        "rtk_copy [1024,H,D]->[H,1024,D], 128 Ki floats at D 16 and 128: read + written, less copy_run_s a run",
+        "rtk_copy of 128 Ki floats as one run (copy_bw_table below for shorter ones): read + written",
         "rtk_sumto [2048,128]->[128]: read + written",
         "rtk_adamw of 16384 floats: p, g, m, v read, p, m, v written",
         "rtk_sumsq of 16384 floats: read"};
     for (int k = 0; k < PK_NKIND; k++)
         fprintf(f, "%-17s %.6g   # %s, bytes a second, one rank alone\n", profile_kind_fields[k], C->kind_bw[k], kind_src[k]);
-    fprintf(f, "copy_run_s        %.4g   # the same copies: %.3g s at D 16 less %.3g s at D 128, over the runs' difference (1024*H each)\n", C->copy_run,
-            C->copy_t[0], C->copy_t[1]);
+    fprintf(f, "copy_bw_table    ");
+    for (int i = 0; i < 4; i++) fprintf(f, " %.6g:%.6g", C->copy_run[i], C->copy_rate[i]);
+    fprintf(f, "   # rtk_copy [R,4,D]->[4,R,D] of 128 Ki floats, D 16, 64, 256, then one run: bytes read + written a second by the bytes of a contiguous run\n");
     fprintf(f, "mem_bw            %.6g   # rtk_layernorm of [1024,512] + rtk_copy [1024,8,64]->[8,1024,64] f32: bytes read + written a second (%.3g, %.3g GB/s)\n",
             C->elem_bw, C->ln_bw / 1e9, C->tr_bw / 1e9);
     fprintf(f, "mem_bw_table     ");
@@ -546,6 +564,9 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
                 64 * C->world, C->csmall[k], k == 0 ? "2(n-1)" : k == 3 ? "1" : "n-1");
         fprintf(f, "%s_beta %.6g   # the same, %zu bytes in %.3g s: %s of them a link, less the small one's time; x intra_alpha_s's factor\n", coll[k], C->cbeta[k], C->big,
                 C->clarge[k], k == 0 ? "2(n-1)/n" : k == 3 ? "all" : "(n-1)/n");
+        fprintf(f, "%s_table", coll[k]);
+        for (int i = 0; i < C->ntab; i++) fprintf(f, " %.6g:%.4g", C->tab_bytes[i], C->tab_t[k][i]);
+        fprintf(f, "   # %s, %d ranks: the median seconds by bytes (the slowest rank's), x intra_alpha_s's factor\n", mpi[k], C->world);
     }
     fprintf(f, "node_size         %d   # %s\n", C->world > 1 ? C->world : C->base.node_size,
             C->world > 1 ? "the ranks under mpirun" : "from the base profile");
