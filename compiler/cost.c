@@ -19,6 +19,26 @@
  * ranks, else the inter-node one.  Host copies are bytes over the copy
  * bandwidth.  record and wait cost nothing themselves.
  *
+ * Kernels by kind (a profile from kiln calibrate; GPU profiles have none
+ * of these fields and keep the roofline above, bit for bit).  On the CPU
+ * one bandwidth for every non-GEMM kernel was off by 2-5x per kind, in
+ * both directions (bench/RESULTS.md, session 7: a 1-rank trace beside
+ * KILN_COST_NODES): layernorm runs at a quarter of a transpose's rate,
+ * cross-entropy's exp at a tenth, and attention on heads of 16 at a
+ * quarter of its rate on heads of 64, its softmax costing per score what
+ * the FLOPs do not count.  So such a profile prices each kind by its own
+ * measured kernel: attention by FLOPs at attn_eff / attn_bwd_eff plus
+ * attn_score_s / attn_bwd_score_s a score (query·key pair); layernorm,
+ * rmsnorm, softmax and their backward, cross-entropy and its backward,
+ * sumto, adamw and sumsq by bytes at their kind_bw; the strided copies
+ * (transpose, slice, concat, broadcast) by bytes at copy_bw_table's rate
+ * for the bytes of their contiguous runs (copy_runs), a slice counting
+ * only the part it reads, a concat one launch a part, an embedding the
+ * rows it gathers; a collective by its measured time table when the
+ * profile has one (Open MPI changes algorithm with the size: no single
+ * α + β fits 128 bytes to 16 MiB).  The rest (fused elementwise groups,
+ * reductions) keeps mem_bw_table.
+ *
  * The simulation (cost_simulate).  Every stage's program is replayed with
  * one clock per stream (compute, comm, d2h, h2d), each stream running its
  * nodes in program order, as the runtimes do.  dp, cp (and tp) ranks run
@@ -111,12 +131,16 @@ static int fused_tail(const Graph *g, const Node *n) {
 
 /* Bytes a (possibly fused) elementwise node moves: inputs from outside its
  * group, and its outputs, but (root given: ir_live_build's) not the outputs
- * internal to its group, which never reach memory. */
-static double node_bytes(const Graph *g, const Node *n, const int *root) {
+ * internal to its group, which never reach memory.  by_kind (a profile
+ * that rates the CPU runtime's kernels one by one, kind_bw): a slice and
+ * an embedding as rtk_copy and rtk_embedding move them, the part read and
+ * written, the rows gathered (not the whole input or table); without it
+ * the roofline's count stays, so GPU profiles predict as before. */
+static double node_bytes(const Graph *g, const Node *n, const int *root, int by_kind) {
     int64_t grp = ir_fused_group(n);
     double b = 0;
-    if (grp < 0 && n->op == OP_slice) return 2 * value_bytes(g, n->out[0]); /* reads only its part */
-    if (grp < 0 && n->op == OP_embedding) /* the rows it gathers, not the table */
+    if (by_kind && grp < 0 && n->op == OP_slice) return 2 * value_bytes(g, n->out[0]); /* reads only its part */
+    if (by_kind && grp < 0 && n->op == OP_embedding) /* the rows it gathers, not the table */
         return 2 * value_bytes(g, n->out[0]) + value_bytes(g, n->in[1]);
     for (int k = 0; k < n->nin; k++) {
         int d = g->vals[n->in[k]].def;
@@ -129,6 +153,13 @@ static double node_bytes(const Graph *g, const Node *n, const int *root) {
 }
 
 static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root);
+
+/* 1 when the profile rates kernels by kind (kiln calibrate's CPU profiles). */
+static int profile_by_kind(const Profile *p) {
+    for (int k = 0; k < PK_NKIND; k++)
+        if (p->kind_bw[k] > 0) return 1;
+    return 0;
+}
 
 /* The profile's kernel kind of an unfused op (kind_bw), -1 for the rest. */
 static int node_kind(Op op) {
@@ -214,9 +245,10 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
         return f / (peak_of(p, g->vals[n->in[0]].t.dt) * profile_gemm_eff(p, f / 2)) + launch;
     }
     if (n->op == OP_attention || n->op == OP_attention_bwd) return attention_seconds(p, g, n) + launch;
-    double bytes = node_bytes(g, n, root);
+    int by_kind = profile_by_kind(p);
+    double bytes = node_bytes(g, n, root, by_kind);
     int k = ir_fused_group(n) < 0 ? node_kind(n->op) : -1;
-    if (n->op == OP_concat) launch *= n->nin; /* one strided copy per part (emit_host.c) */
+    if (by_kind && n->op == OP_concat) launch *= n->nin; /* one strided copy per part (emit_host.c) */
     double bw = k >= 0 ? p->kind_bw[k] : 0;
     if (k == PK_COPY && (p->ncopy || bw > 0)) /* by the bytes of its contiguous runs */
         bw = profile_copy_bw(p, value_bytes(g, n->out[0]) / copy_runs(g, n));
