@@ -37,7 +37,10 @@
  * rows it gathers; a collective by its measured time table when the
  * profile has one (Open MPI changes algorithm with the size: no single
  * α + β fits 128 bytes to 16 MiB).  The rest (fused elementwise groups,
- * reductions) keeps mem_bw_table.
+ * reductions) keeps mem_bw_table.  A calibrated profile's step_overhead_s
+ * (an rt_step of one tiny kernel less a launch: waking the streams and
+ * waiting for them) is added once to every rank's step, as compute: a
+ * quiet 1-rank trace put the step 0.2-0.3 ms beyond its kernels' span.
  *
  * The simulation (cost_simulate).  Every stage's program is replayed with
  * one clock per stream (compute, comm, d2h, h2d), each stream running its
@@ -780,6 +783,8 @@ int cost_simulate(const Module *m, const Profile *p, double *const *dur, CostSim
         if (S.ptr[q] < S.nlist[q]) rc = deadlock(&S, err, errlen);
     if (rc == 0) {
         for (int st = 0; st < P; st++) split_rank(&S, st);
+        for (int st = 0; st < P && p; st++) /* the runtime's fixed cost a step: the host's, counted as compute */
+            out->rank[st].end += p->step_overhead_s, out->rank[st].compute += p->step_overhead_s;
         for (int st = 0; st < P; st++) out->step = out->rank[st].end > out->step ? out->rank[st].end : out->step;
         double flops = 0;
         for (int st = 0; st < P; st++) {

@@ -73,6 +73,7 @@ typedef struct {
      * the FLOP rate; kind_bw[k]: bytes a second of the kernels of kind k
      * (ProfileKind), 0 when absent: profile_mem_bw's rate */
     double attn_bwd_eff, attn_score_s, attn_bwd_score_s;
+    double step_overhead_s; /* optional: the runtime's fixed cost a step (waking its streams, the final wait), 0 when absent */
     double kind_bw[8];
     /* optional: strided copies' (PK_COPY) bytes a second by the bytes of
      * their contiguous runs, ncopy points (a head permute's 64-byte runs

@@ -44,7 +44,8 @@
  *                              slice at copy_bw_table's rate for their
  *                              runs, a collective by its measured table
  *                              (log-log, ends, the ring's factor for
- *                              another group size); their errors.
+ *                              another group size); step_overhead_s once
+ *                              a step as compute; their errors.
  *   processor sharing          (a profile with cores; cost.c) two ranks on
  *                              one core: two 1 s ops take 2 s each; a rank
  *                              waiting on a recv gives its core away (the
@@ -768,6 +769,16 @@ static void test_kind_fields(void **state) {
     int si = add(&P, 0, OP_slice, 0, 0, 1, &sv, 3, sl);
     NEAR(profile_copy_bw(&q, 256), 2e9);
     NEAR(cost_node_seconds(&q, g, &g->nodes[si]), 2 * 4.0 * 8 * 64 / 2e9 + q.launch_s);
+    /* step_overhead_s: once a step, on every rank, as compute */
+    for (int i = 0; i < g->nnodes; i++) g->nodes[i].pos = i;
+    CostSim a, b;
+    if (cost_simulate(P.m, &p, NULL, &a, err, sizeof err)) fail_msg("%s", err);
+    p.step_overhead_s = 2.5e-4;
+    if (cost_simulate(P.m, &p, NULL, &b, err, sizeof err)) fail_msg("%s", err);
+    NEAR(b.step, a.step + 2.5e-4);
+    NEAR(b.rank[0].compute, a.rank[0].compute + 2.5e-4);
+    NEAR(b.rank[0].compute + b.rank[0].comm + b.rank[0].bubble + b.rank[0].copy, b.step);
+    cost_sim_free(&a), cost_sim_free(&b);
     prog_free(&P);
     /* the collective table: node_size 4 (the cpu profile's) */
     assert_int_equal(q.node_size, 4);
@@ -784,6 +795,7 @@ static void test_kind_fields(void **state) {
         {"copy_bw_table 64:1e9 32:2e9\n", "field \"copy_bw_table\": expected up to 16 RUN_BYTES:BYTES_PER_S pairs"},
         {"allgather_table 100:1e-6 100:1e-3\n", "field \"allgather_table\": expected up to 16 BYTES:SECONDS pairs"},
         {"sumsq_bw 1e9\nsumsq_bw 2e9\n", "field \"sumsq_bw\" given twice"},
+        {"step_overhead_s x\n", "field \"step_overhead_s\": expected a number"},
     };
     for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
         int rc = profile_plus(&q, bad[c].add, named, err, sizeof err);

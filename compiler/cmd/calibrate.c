@@ -19,6 +19,9 @@
  *                             size's median: the best size's rate is the
  *                             peak, each size's over it the table;
  *   peak_flops_bf16           = f32 (the CPU target computes in f32);
+ *   step_overhead_s           a step of one 4×4×4 rtk_gemm less a launch: the
+ *                             runtime's fixed cost a step (waking its
+ *                             streams, waiting for them);
  *   launch_overhead_s         the runtime's cost of one more kernel in a step:
  *                             a step of 256 4×4×4 rtk_gemms less a step of
  *                             one, over 255 (enqueue, worker, call; the
@@ -145,6 +148,7 @@ typedef struct {
     int threads_given; /* --threads was given */
     double speedup, sp_one[2], sp_all[2]; /* thread_speedup; OpenBLAS GEMM seconds on 1 and on threads threads, n 64 and 128 */
     double peak, launch, attn_rate, elem_bw, copy_bw, alpha, beta;
+    double step_ov, step_one; /* step_overhead_s; the step of one tiny GEMM it comes from */
     double calpha[4], cbeta[4], csmall[4], clarge[4]; /* per CollKind */
     double tab_bytes[6], tab_t[4][6];                 /* per CollKind: seconds by bytes (alone) */
     int ntab;
@@ -190,6 +194,7 @@ static void measure_gemm(Cal *C, rt_ctx *ctx) {
     cur_launches = 1;
     step_target = target;
     C->launch = fmax(1e-9, (many - one) / 255);
+    C->step_ov = fmax(0, one - C->launch), C->step_one = one;
     double t[5][16];
     for (int r = 0; r < rounds; r++)
         for (int i = 0; i < n; i++) {
@@ -268,7 +273,9 @@ static void attention_at(Cal *C, rt_ctx *ctx, int64_t D, double *tf, double *tb,
  * (4D forward, 10D backward) and its softmax work does not, so each
  * direction's two times give a line in D: its slope the FLOP rate, its
  * intercept the per-score cost.  A line that does not fit (noise: slope or
- * intercept not positive) keeps D 64's rate alone and no score cost. */
+ * intercept not positive) keeps D 64's rate alone and no score cost; a
+ * rate above the GEMMs' peak takes the peak, and the score cost whatever
+ * keeps D 64's time exact. */
 static void measure_attention(Cal *C, rt_ctx *ctx) {
     static const double D[2] = {16, 64};
     double S = 0;
@@ -279,7 +286,8 @@ static void measure_attention(Cal *C, rt_ctx *ctx) {
         double eff, cost = 0;
         if (slope > 0 && icpt > 0) eff = per * S / (slope * C->peak), cost = icpt / S;
         else eff = per * S * D[1] / (C->attn_t[b][1] * C->peak);
-        eff = fmin(1, eff);
+        if (eff > 1) /* faster than the GEMMs' peak (noise): the peak, and D 64's time stays exact through the score cost */
+            eff = 1, cost = fmax(0, (C->attn_t[b][1] - per * S * D[1] / C->peak) / S);
         if (b) C->attn_eb = eff, C->attn_cb = cost;
         else C->attn_ef = eff, C->attn_cf = cost;
     }
@@ -551,6 +559,8 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     for (int i = 0; i < C->nbw; i++) fprintf(f, " %.6g:%.6g", C->bw_bytes[i], C->bw_rate[i]);
     fprintf(f, "   # the same two kernels by the bytes one moves (16 KiB .. 64 MiB tensors)\n");
     fprintf(f, "launch_overhead_s %.4g   # (a step of 256 4x4x4 rtk_gemms - a step of 1) / 255\n", C->launch);
+    fprintf(f, "step_overhead_s   %.4g   # a step of one 4x4x4 rtk_gemm (%.3g s, the median) less a launch: the runtime's fixed cost a step\n", C->step_ov,
+            C->step_one);
     fprintf(f, "h2d_bw            %.6g   # memcpy (the CPU's host copies are memcpys)\n", C->copy_bw);
     fprintf(f, "d2h_bw            %.6g   # as h2d_bw\n", C->copy_bw);
     fprintf(f, "intra_alpha_s     %.4g   # %s\n", C->alpha, C->note_links);
