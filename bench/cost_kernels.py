@@ -15,9 +15,11 @@ cross-entropy and its backward, the strided copies (transpose, slice,
 concat, broadcast), sumto, adamw, sumsq, the fused elementwise groups and
 the rest — as seconds in a step (the median over the steps after the
 first, the trace cut into STEPS equal runs of compute-stream events) and
-as kernel counts.  "vs gemm" is the ratio over the GEMMs' ratio: on a
-loaded machine every kernel slows, so a kind's rate against the GEMMs'
-survives the load where its absolute time does not.  The last line: the
+as kernel counts.  "vs gemm" is the ratio over the GEMMs' ratio: it
+removes a load common to the profile and the trace (calibrate just before
+the trace), not a difference between them — a load slows kinds unequally
+(a profile calibrated at load 8 against a quiet trace: the 2-thread GEMMs
+3.7x slower, the memory-bound kinds 1-2.5x).  The last line: the
 compute stream's predicted busy time, the traced kernels' sum and their
 span in the last step (span − sum: time between kernels, the runtime's
 dispatch and waits).
