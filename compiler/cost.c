@@ -37,7 +37,14 @@
  * rows it gathers; a collective by its measured time table when the
  * profile has one (Open MPI changes algorithm with the size: no single
  * α + β fits 128 bytes to 16 MiB).  The rest (fused elementwise groups,
- * reductions) keeps mem_bw_table.  A calibrated profile's step_overhead_s
+ * reductions) keeps mem_bw_table (a calibrated one: a generated
+ * elementwise loop's rate), plus ew_transc_s an element for each
+ * transcendental op (GELU, tanh, exp, SiLU, sigmoid, log, pow): a GELU
+ * group is compute-bound on the CPU (its tanh), a residual add is not.
+ * And every non-GEMM kernel over 16 Ki elements (a fused group once) pays
+ * pool_wake_s: after a GEMM the pool's worker sleeps and OpenBLAS's
+ * threads hold the cores, so a small parallel add took 18 µs in a step
+ * where it takes 5 back to back (kiln calibrate times the pair).  A calibrated profile's step_overhead_s
  * (an rt_step of one tiny kernel less a launch: waking the streams and
  * waiting for them) is added once to every rank's step, as compute: a
  * quiet 1-rank trace put the step 0.2-0.3 ms beyond its kernels' span.
@@ -157,6 +164,14 @@ static double node_bytes(const Graph *g, const Node *n, const int *root, int by_
 
 static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root);
 
+/* 1 for the elementwise ops built on a transcendental (ew_transc_s an element). */
+static int transcendental(Op op) {
+    switch (op) {
+    case OP_exp: case OP_log: case OP_tanh: case OP_gelu: case OP_gelu_bwd: case OP_silu: case OP_silu_bwd: case OP_sigmoid: case OP_pow: return 1;
+    default: return 0;
+    }
+}
+
 /* 1 when the profile rates kernels by kind (kiln calibrate's CPU profiles). */
 static int profile_by_kind(const Profile *p) {
     for (int k = 0; k < PK_NKIND; k++)
@@ -247,7 +262,10 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
         double f = ir_node_flops(g, n);
         return f / (peak_of(p, g->vals[n->in[0]].t.dt) * profile_gemm_eff(p, f / 2)) + launch;
     }
-    if (n->op == OP_attention || n->op == OP_attention_bwd) return attention_seconds(p, g, n) + launch;
+    /* a parallel kernel (over 16 Ki elements: the generated loops' serial
+     * limit) first wakes the runtime's pool: once a kernel, a fused group once */
+    double wake = !fused_tail(g, n) && n->nout > 0 && ir_numel(&g->vals[n->out[0]].t) > 16384 ? p->pool_wake_s : 0;
+    if (n->op == OP_attention || n->op == OP_attention_bwd) return attention_seconds(p, g, n) + wake + launch;
     int by_kind = profile_by_kind(p);
     double bytes = node_bytes(g, n, root, by_kind);
     int k = ir_fused_group(n) < 0 ? node_kind(n->op) : -1;
@@ -255,7 +273,8 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
     double bw = k >= 0 ? p->kind_bw[k] : 0;
     if (k == PK_COPY && (p->ncopy || bw > 0)) /* by the bytes of its contiguous runs */
         bw = profile_copy_bw(p, value_bytes(g, n->out[0]) / copy_runs(g, n));
-    return bytes / (bw > 0 ? bw : profile_mem_bw(p, bytes)) + launch;
+    double transc = k < 0 && transcendental(n->op) ? p->ew_transc_s * (double)ir_numel(&g->vals[n->out[0]].t) : 0;
+    return bytes / (bw > 0 ? bw : profile_mem_bw(p, bytes)) + transc + wake + launch;
 }
 
 /* ---- the replay ---- */

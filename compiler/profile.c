@@ -14,7 +14,7 @@
  * the field; a missing field names the file and the field.  The reader
  * stops at the first error: one line, as everywhere in kiln.
  *
- * Optional too, each alone: step_overhead_s, allreduce_table, allgather_table,
+ * Optional too, each alone: step_overhead_s, ew_transc_s, pool_wake_s, allreduce_table, allgather_table,
  * reducescatter_table, p2p_table (BYTES:SECONDS pairs as mem_bw_table's:
  * a collective's measured time by size, profile.h), attn_bwd_eff, attn_score_s, attn_bwd_score_s
  * and the per-kind bandwidths norm_bw, norm_bwd_bw, xent_bw, xent_bwd_bw,
@@ -109,6 +109,8 @@ static const struct {
     /* optional, each alone: per kernel kind (profile.h; kiln calibrate measures them on the CPU) */
     {"attn_bwd_eff", F_POS, offsetof(Profile, attn_bwd_eff)},
     {"step_overhead_s", F_NONNEG, offsetof(Profile, step_overhead_s)},
+    {"ew_transc_s", F_NONNEG, offsetof(Profile, ew_transc_s)},
+    {"pool_wake_s", F_NONNEG, offsetof(Profile, pool_wake_s)},
     {"attn_score_s", F_NONNEG, offsetof(Profile, attn_score_s)},
     {"attn_bwd_score_s", F_NONNEG, offsetof(Profile, attn_bwd_score_s)},
     {"norm_bw", F_POS, offsetof(Profile, kind_bw[PK_NORM])},

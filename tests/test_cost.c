@@ -45,7 +45,9 @@
  *                              runs, a collective by its measured table
  *                              (log-log, ends, the ring's factor for
  *                              another group size); step_overhead_s once
- *                              a step as compute; their errors.
+ *                              a step as compute; ew_transc_s an element
+ *                              of a GELU, pool_wake_s once a kernel over
+ *                              16 Ki elements; their errors.
  *   processor sharing          (a profile with cores; cost.c) two ranks on
  *                              one core: two 1 s ops take 2 s each; a rank
  *                              waiting on a recv gives its core away (the
@@ -769,6 +771,15 @@ static void test_kind_fields(void **state) {
     int si = add(&P, 0, OP_slice, 0, 0, 1, &sv, 3, sl);
     NEAR(profile_copy_bw(&q, 256), 2e9);
     NEAR(cost_node_seconds(&q, g, &g->nodes[si]), 2 * 4.0 * 8 * 64 / 2e9 + q.launch_s);
+    /* ew_transc_s an element of a transcendental op; pool_wake_s once a kernel over 16 Ki elements */
+    q.ew_transc_s = 1e-9, q.pool_wake_s = 1e-5;
+    int ge = add(&P, 0, OP_gelu, 0, 0, 1, &x, 0, NULL); /* [64,128]: 8 Ki elements, serial */
+    NEAR(cost_node_seconds(&q, g, &g->nodes[ge]), 2 * 4.0 * 64 * 128 / profile_mem_bw(&q, 2 * 4.0 * 64 * 128) + 64 * 128 * 1e-9 + q.launch_s);
+    int gh = add(&P, 0, OP_gelu, 0, 0, 1, &h, 0, NULL); /* [8,64,4,16]: 32 Ki elements, parallel */
+    NEAR(cost_node_seconds(&q, g, &g->nodes[gh]), 2 * 4.0 * 32768 / profile_mem_bw(&q, 2 * 4.0 * 32768) + 32768 * 1e-9 + 1e-5 + q.launch_s);
+    int ng = add(&P, 0, OP_neg, 0, 0, 1, &h, 0, NULL); /* no transcendental */
+    NEAR(cost_node_seconds(&q, g, &g->nodes[ng]), 2 * 4.0 * 32768 / profile_mem_bw(&q, 2 * 4.0 * 32768) + 1e-5 + q.launch_s);
+    NEAR(cost_node_seconds(&p, g, &g->nodes[gh]), 2 * 4.0 * 32768 / profile_mem_bw(&p, 2 * 4.0 * 32768) + p.launch_s); /* the cpu profile: neither */
     /* step_overhead_s: once a step, on every rank, as compute */
     for (int i = 0; i < g->nnodes; i++) g->nodes[i].pos = i;
     CostSim a, b;

@@ -29,10 +29,10 @@
  *   attn_eff                  rtk_attention forward + backward, causal,
  *                             B 4 H 4 T 256 D 64 (FLOPs as ir_node_flops
  *                             counts them) over the peak;
- *   mem_bw                    an elementwise-class kernel: rtk_layernorm
- *                             over 16 Mi floats, bytes read + written a
- *                             second (the cost model charges non-GEMM
- *                             kernels by bytes at this rate);
+ *   mem_bw                    rtk_layernorm + rtk_copy of 2 MiB, bytes read +
+ *                             written a second (the fallback rate);
+ *   mem_bw_table, ew_transc_s the fused elementwise loops' stand-ins
+ *                             (calibrate_ew.c, measure_elementwise);
  *   h2d_bw, d2h_bw            memcpy of 64 MiB (the CPU back end's host
  *                             copies are memcpys);
  *   intra_*, inter_*          under mpirun with 2 or more ranks: MPI
@@ -77,6 +77,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "calibrate_ew.h"
 #include "cmd.h"
 #include "kiln_rt.h"
 #include "profile.h"
@@ -86,10 +87,16 @@
 static rt_kernel cur_kernel;
 static int64_t cur_args[32];
 static int cur_nargs, cur_launches = 1; /* launches of the kernel a step */
+static rt_kernel cur_kernel2; /* when set, launched after each launch of cur_kernel */
+static int64_t cur_args2[32];
+static int cur_nargs2;
 
 static void one_kernel_step(rt_ctx *c, char *const *spaces) {
     (void)spaces;
-    for (int i = 0; i < cur_launches; i++) rt_launch(c, 0, cur_kernel, cur_args, cur_nargs, "calibrate");
+    for (int i = 0; i < cur_launches; i++) {
+        rt_launch(c, 0, cur_kernel, cur_args, cur_nargs, "calibrate");
+        if (cur_kernel2) rt_launch(c, 0, cur_kernel2, cur_args2, cur_nargs2, "calibrate"); /* measure_pool_wake's pair */
+    }
 }
 
 static rt_program one_kernel = {.abi_version = RT_ABI_VERSION, .model = "calibrate", .nstreams = 1, .step = one_kernel_step, .mesh = {1, 1, 1, 1}};
@@ -156,8 +163,10 @@ typedef struct {
     double attn_ef, attn_eb, attn_cf, attn_cb; /* attention: fwd, bwd fraction of peak; seconds a score */
     double attn_t[2][2];                       /* [fwd, bwd][D 16, 64] seconds */
     double kind_bw[PK_NKIND];                  /* per kernel kind (measure_kinds) */
+    double ew_transc, ew_gelu_t, ew_scale_t;    /* ew_transc_s; the GELU and scale steps it comes from */
+    double wake, wake_pair, wake_g, wake_a;      /* pool_wake_s; the pair's, the GEMM's and the add's seconds */
     double copy_run[4], copy_rate[4];          /* copy_bw_table: run bytes, bytes a second */
-    double bw_bytes[8], bw_rate[8]; /* mem_bw_table */
+    double bw_bytes[8], bw_rate[8]; /* mem_bw_table: calib_ew_add by bytes */
     int nbw;
     size_t big;
     char note_links[1400];
@@ -391,19 +400,74 @@ static double elem_rate(Cal *C, rt_ctx *ctx, int64_t rows, double *ln_bw, double
     return 4.0 * (double)n * 4 / (t - fixed > t / 2 ? t - fixed : t);
 }
 
+static double kind_rate(Cal *C, rt_ctx *ctx, rt_kernel k, const int64_t *args, int n, double bytes);
+
+/* pool_wake_s: what a parallel kernel costs beyond its own time when it
+ * follows a GEMM, as in a step (a layer alternates them): the pool's
+ * worker sleeps and OpenBLAS's threads hold the cores after the GEMM, so
+ * the kernel first waits for its helper.  Steps of pairs (rtk_gemm
+ * [512,64]x[64,64], calib_ew_add of 32 Ki floats: above the generated
+ * loops' serial limit of 16 Ki) less the GEMMs alone less the adds alone
+ * (back to back: the worker awake), a pair: the median of the rounds'
+ * differences (the three timed round by round).  0 when not positive. */
+static void measure_pool_wake(Cal *C, rt_ctx *ctx) {
+    int64_t n = 32768, m = 512, k = 64;
+    float *x = filled(n), *y = filled(n), *z = filled(n), *a = filled(m * k), *b = filled(k * k), *c = filled(m * k);
+    int64_t add[] = {rt_ptr_arg(x), rt_ptr_arg(y), rt_ptr_arg(z), n};
+    int64_t gm[] = {rt_ptr_arg(a), rt_ptr_arg(b), rt_ptr_arg(c), 1, m, k, k, 0, 0, 0, 0, 0, rt_f64_bits(0.0)};
+    int rounds = C->quick ? 5 : 15;
+    double d[16], tg[16], ta[16], tp[16];
+    for (int r = 0; r < rounds; r++) { /* round by round, so the load's changes hit the three alike; each round's difference */
+        tg[r] = best_step(ctx, rtk_gemm, gm, 13, 1), ta[r] = best_step(ctx, calib_ew_add, add, 4, 1);
+        cur_kernel2 = calib_ew_add, cur_nargs2 = 4;
+        memcpy(cur_args2, add, sizeof add);
+        tp[r] = best_step(ctx, rtk_gemm, gm, 13, 1);
+        cur_kernel2 = NULL;
+        d[r] = tp[r] - tg[r] - ta[r];
+    }
+    qsort(d, (size_t)rounds, sizeof d[0], cmp_d), qsort(tg, (size_t)rounds, sizeof d[0], cmp_d);
+    qsort(ta, (size_t)rounds, sizeof d[0], cmp_d), qsort(tp, (size_t)rounds, sizeof d[0], cmp_d);
+    C->wake = fmax(0, d[rounds / 2]), C->wake_pair = tp[rounds / 2], C->wake_g = tg[rounds / 2], C->wake_a = ta[rounds / 2];
+    free(x), free(y), free(z), free(a), free(b), free(c);
+}
+
+/* mem_bw_table and ew_transc_s: the fused elementwise kernels' stand-ins
+ * (calibrate_ew.c).  The table: calib_ew_add (z = x + y) of n = 4 Ki ..
+ * 4 Mi floats by 4x (--quick: .. 256 Ki), bytes 12n (two read, one
+ * written) a second: the caches' rates to DRAM's, as a generated loop
+ * moves them.  ew_transc_s: calib_ew_gelu less calib_ew_scale (the same
+ * bytes without the tanh) over 256 Ki elements, a transcendental's cost an
+ * element (the cost model charges it per element of a GELU, tanh, exp,
+ * SiLU, sigmoid, log or pow node, fused or not); 0 when the difference is
+ * not positive (noise). */
+static void measure_elementwise(Cal *C, rt_ctx *ctx) {
+    int64_t big = (int64_t)4 << 20;
+    float *x = filled(big), *y = filled(big), *z = filled(big);
+    C->nbw = C->quick ? 4 : 6;
+    for (int i = 0; i < C->nbw; i++) {
+        int64_t n = (int64_t)4096 << (2 * i);
+        int64_t a[] = {rt_ptr_arg(x), rt_ptr_arg(y), rt_ptr_arg(z), n};
+        C->bw_bytes[i] = 12.0 * (double)n, C->bw_rate[i] = kind_rate(C, ctx, calib_ew_add, a, 4, 12.0 * (double)n);
+    }
+    int64_t n = (int64_t)256 << 10, g[] = {rt_ptr_arg(x), 0, rt_ptr_arg(z), n};
+    int reps = C->quick ? 5 : 15;
+    double tg = best_step(ctx, calib_ew_gelu, g, 4, reps), ts = best_step(ctx, calib_ew_scale, g, 4, reps);
+    C->ew_gelu_t = tg, C->ew_scale_t = ts, C->ew_transc = fmax(0, (tg - ts) / (double)n);
+    free(x), free(y), free(z);
+}
+
 /* The rate of the kernels the model prices by bytes: a layernorm and a
  * transpose (rtk_copy: every transpose and slice; here the attention's
  * head permute) of a [rows, 512] f32 tensor, each timed as steps of many
  * launches, the median; bytes read + written over the two times.  mem_bw:
  * at 1024 rows (2 MiB, a layer's activations: in L2 and L3 as theirs are);
- * the table: at 8 .. 32768 rows (16 KiB .. 64 MiB, each kernel moving
- * twice that), the caches' rates to DRAM's. */
+ * the table: measure_elementwise's (session 7: the layernorm + transpose
+ * table priced the small model's GELU groups 1.3-2x fast and its plain
+ * adds 2.5-2.9x slow). */
 static void measure_memory(Cal *C, rt_ctx *ctx) {
     C->elem_bw = elem_rate(C, ctx, 1024, &C->ln_bw, &C->tr_bw);
-    static const int64_t rows_full[] = {8, 64, 512, 4096, 32768}, rows_quick[] = {8, 64, 512};
-    const int64_t *rows = C->quick ? rows_quick : rows_full;
-    C->nbw = C->quick ? 3 : 5;
-    for (int i = 0; i < C->nbw; i++) C->bw_bytes[i] = 2.0 * rows[i] * 512 * 4, C->bw_rate[i] = elem_rate(C, ctx, rows[i], NULL, NULL);
+    measure_elementwise(C, ctx);
+    measure_pool_wake(C, ctx);
     int64_t big = (int64_t)16 << 20; /* host copies: 64 MiB memcpys (the offloaded activations are large) */
     float *bx = filled(big), *by = filled(big);
     double best = INFINITY;
@@ -557,7 +621,12 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
             C->elem_bw, C->ln_bw / 1e9, C->tr_bw / 1e9);
     fprintf(f, "mem_bw_table     ");
     for (int i = 0; i < C->nbw; i++) fprintf(f, " %.6g:%.6g", C->bw_bytes[i], C->bw_rate[i]);
-    fprintf(f, "   # the same two kernels by the bytes one moves (16 KiB .. 64 MiB tensors)\n");
+    fprintf(f, "   # z = x + y over 4 Ki .. %s floats (an elementwise loop as the back end generates one: rt_parallel_for, vectorized): bytes read + written a second by the bytes moved\n",
+            C->quick ? "256 Ki" : "4 Mi");
+    fprintf(f, "pool_wake_s       %.4g   # a GEMM then a parallel add (32 Ki floats) less each alone, the rounds' median (medians: %.3g s a pair, %.3g s the GEMM, %.3g s the add)\n",
+            C->wake, C->wake_pair, C->wake_g, C->wake_a);
+    fprintf(f, "ew_transc_s       %.4g   # z = GELU(x) (tanh on a Cephes expf, as emit_llvm.c's) %.3g s less z = 2x %.3g s, over 256 Ki elements: a transcendental's cost an element\n",
+            C->ew_transc, C->ew_gelu_t, C->ew_scale_t);
     fprintf(f, "launch_overhead_s %.4g   # (a step of 256 4x4x4 rtk_gemms - a step of 1) / 255\n", C->launch);
     fprintf(f, "step_overhead_s   %.4g   # a step of one 4x4x4 rtk_gemm (%.3g s, the median) less a launch: the runtime's fixed cost a step\n", C->step_ov,
             C->step_one);
