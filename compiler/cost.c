@@ -44,10 +44,11 @@
  * And every non-GEMM kernel over 16 Ki elements (a fused group once) pays
  * pool_wake_s: after a GEMM the pool's worker sleeps and OpenBLAS's
  * threads hold the cores, so a small parallel add took 18 µs in a step
- * where it takes 5 back to back (kiln calibrate times the pair).  A calibrated profile's step_overhead_s
- * (an rt_step of one tiny kernel less a launch: waking the streams and
- * waiting for them) is added once to every rank's step, as compute: a
- * quiet 1-rank trace put the step 0.2-0.3 ms beyond its kernels' span.
+ * where it takes 5 back to back (kiln calibrate times the pair).  A
+ * calibrated profile's step_overhead_s (an rt_step of one tiny kernel
+ * less a launch: waking the streams and waiting for them) is added once to
+ * every rank's step, as compute: a quiet 1-rank trace put the step 0.2-0.3
+ * ms beyond its kernels' span.
  *
  * The simulation (cost_simulate).  Every stage's program is replayed with
  * one clock per stream (compute, comm, d2h, h2d), each stream running its
@@ -272,7 +273,7 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
     if (by_kind && n->op == OP_concat) launch *= n->nin; /* one strided copy per part (emit_host.c) */
     double bw = k >= 0 ? p->kind_bw[k] : 0;
     if (k == PK_COPY && (p->ncopy || bw > 0)) /* by the bytes of its contiguous runs */
-        bw = profile_copy_bw(p, value_bytes(g, n->out[0]) / copy_runs(g, n));
+        bw = profile_copy_bw(p, value_bytes(g, n->out[0]) / fmax(1, copy_runs(g, n)));
     double transc = k < 0 && transcendental(n->op) ? p->ew_transc_s * (double)ir_numel(&g->vals[n->out[0]].t) : 0;
     return bytes / (bw > 0 ? bw : profile_mem_bw(p, bytes)) + transc + wake + launch;
 }
