@@ -8,24 +8,42 @@ trace, by kind (issue 21): where a step prediction's error comes from.
 
 nodes.tsv is cost.c's per-node dump (stage, node, op, stream, fused group,
 start, end); the trace is the runtime's Chrome JSON (rank 0's file: pass
-t.json.rank<r> for another).  Compute-stream kernels are compared by kind:
-GEMM (matmul), attention (fwd+bwd), the optimizer (adamw, sumsq) and the
-rest (elementwise, layernorm, fused groups, ...), as summed seconds in the
-last step (the trace's last 1/STEPS of compute-stream events, by count)
-and as kernel counts.
+t.json.rank<r> for another).  Compute-stream kernels are compared by the
+kinds a calibrated profile rates apart (docs/profiles.md): GEMM, attention
+and its backward, norm (layernorm, rmsnorm, softmax) and its backward,
+cross-entropy and its backward, the strided copies (transpose, slice,
+concat, broadcast), sumto, adamw, sumsq, the fused elementwise groups and
+the rest — as seconds in a step (the median over the steps after the
+first, the trace cut into STEPS equal runs of compute-stream events) and
+as kernel counts.  "vs gemm" is the ratio over the GEMMs' ratio: it
+removes a load common to the profile and the trace (calibrate just before
+the trace), not a difference between them — a load slows kinds unequally
+(a profile calibrated at load 8 against a quiet trace: the 2-thread GEMMs
+3.7x slower, the memory-bound kinds 1-2.5x).  The last line: the
+compute stream's predicted busy time, the traced kernels' sum and their
+span in the last step (span − sum: time between kernels, the runtime's
+dispatch and waits).
 """
 import json
 import sys
 
+KINDS = {
+    "attention": "attention", "attention_bwd": "attention_bwd",
+    "layernorm": "norm", "rmsnorm": "norm", "softmax": "norm",
+    "layernorm_bwd": "norm_bwd", "rmsnorm_bwd": "norm_bwd", "softmax_bwd": "norm_bwd",
+    "cross_entropy": "xent", "cross_entropy_bwd": "xent_bwd",
+    "transpose": "copy", "slice": "copy", "concat": "copy", "broadcast": "copy",
+    "sumto": "sumto", "adamw": "adamw", "sumsq": "sumsq",
+}
+ORDER = ["gemm", "attention", "attention_bwd", "norm", "norm_bwd", "xent", "xent_bwd", "copy", "sumto", "adamw", "sumsq", "fused", "other"]
 
-def kind(name):
+
+def kind(name, fused=False):
+    if fused or name.startswith("fused_"):
+        return "fused"
     if name.startswith("matmul"):
         return "gemm"
-    if name.startswith("attention"):
-        return "attention"
-    if name in ("adamw", "sumsq"):
-        return "optimizer"
-    return "other"
+    return KINDS.get(name, "other")
 
 
 def main():
@@ -40,7 +58,7 @@ def main():
         d = float(e) - float(b)
         if d <= 0:
             continue
-        k = kind(op) if int(grp) < 0 else "other"
+        k = kind(op, int(grp) >= 0)
         pred[k] = pred.get(k, 0) + d
         key = ("g", grp) if int(grp) >= 0 else ("n", i)
         if key not in seen:
@@ -51,19 +69,32 @@ def main():
     ev = [x for x in ev if x.get("ph") == "X" and x.get("tid") == 0]
     ev.sort(key=lambda x: x["ts"])
     per_step = len(ev) // steps
-    last = ev[-per_step:] if per_step and len(ev) >= per_step else ev
-    meas, nmeas = {}, {}
-    for x in last:
+    runs = [ev[s * per_step:(s + 1) * per_step] for s in range(1 if steps > 1 else 0, steps)] if per_step else [ev]
+    per = {}
+    for run in runs:
+        acc = {}
+        for x in run:
+            k = kind(x["name"])
+            acc[k] = acc.get(k, 0) + x["dur"] * 1e-6
+        for k in ORDER:
+            per.setdefault(k, []).append(acc.get(k, 0))
+    meas = {k: sorted(v)[len(v) // 2] for k, v in per.items()}
+    nmeas = {}
+    for x in runs[-1]:
         k = kind(x["name"])
-        meas[k] = meas.get(k, 0) + x["dur"] * 1e-6
         nmeas[k] = nmeas.get(k, 0) + 1
-    print(f"{'kind':10} {'pred ms':>9} {'meas ms':>9} {'ratio':>6} {'n pred':>7} {'n meas':>7}")
-    for k in ("gemm", "attention", "optimizer", "other"):
+    g = pred.get("gemm", 0) / meas["gemm"] if meas.get("gemm", 0) > 0 else float("nan")
+    print(f"{'kind':14} {'pred ms':>9} {'meas ms':>9} {'ratio':>6} {'vs gemm':>7} {'n pred':>7} {'n meas':>7}")
+    for k in ORDER:
         p, m = pred.get(k, 0), meas.get(k, 0)
+        if p == 0 and m == 0:
+            continue
         r = p / m if m > 0 else float("nan")
-        print(f"{k:10} {1e3 * p:9.3f} {1e3 * m:9.3f} {r:6.2f} {npred.get(k, 0):7d} {nmeas.get(k, 0):7d}")
+        print(f"{k:14} {1e3 * p:9.3f} {1e3 * m:9.3f} {r:6.2f} {r / g:7.2f} {npred.get(k, 0):7d} {nmeas.get(k, 0):7d}")
+    last = runs[-1]
     span = (last[-1]["ts"] + last[-1]["dur"] - last[0]["ts"]) * 1e-3 if last else 0
-    print(f"compute stream: predicted busy {1e3 * sum(pred.values()):.3f} ms, traced kernels {1e3 * sum(meas.values()):.3f} ms over a span of {span:.3f} ms")
+    busy = sum(x["dur"] for x in last) * 1e-3
+    print(f"compute stream: predicted busy {1e3 * sum(pred.values()):.3f} ms, traced kernels {busy:.3f} ms (last step) over a span of {span:.3f} ms")
 
 
 main()

@@ -19,6 +19,37 @@
  * ranks, else the inter-node one.  Host copies are bytes over the copy
  * bandwidth.  record and wait cost nothing themselves.
  *
+ * Kernels by kind (a profile from kiln calibrate; GPU profiles have none
+ * of these fields and keep the roofline above, bit for bit).  On the CPU
+ * one bandwidth for every non-GEMM kernel was off by 2-5x per kind, in
+ * both directions (bench/RESULTS.md, session 7: a 1-rank trace beside
+ * KILN_COST_NODES): layernorm runs at a quarter of a transpose's rate,
+ * cross-entropy's exp at a tenth, and attention on heads of 16 at a
+ * quarter of its rate on heads of 64, its softmax costing per score what
+ * the FLOPs do not count.  So such a profile prices each kind by its own
+ * measured kernel: attention by FLOPs at attn_eff / attn_bwd_eff plus
+ * attn_score_s / attn_bwd_score_s a score (query·key pair); layernorm,
+ * rmsnorm, softmax and their backward, cross-entropy and its backward,
+ * sumto, adamw and sumsq by bytes at their kind_bw; the strided copies
+ * (transpose, slice, concat, broadcast) by bytes at copy_bw_table's rate
+ * for the bytes of their contiguous runs (copy_runs), a slice counting
+ * only the part it reads, a concat one launch a part, an embedding the
+ * rows it gathers; a collective by its measured time table when the
+ * profile has one (Open MPI changes algorithm with the size: no single
+ * α + β fits 128 bytes to 16 MiB).  The rest (fused elementwise groups,
+ * reductions) keeps mem_bw_table (a calibrated one: a generated
+ * elementwise loop's rate), plus ew_transc_s an element for each
+ * transcendental op (GELU, tanh, exp, SiLU, sigmoid, log, pow): a GELU
+ * group is compute-bound on the CPU (its tanh), a residual add is not.
+ * And every non-GEMM kernel over 16 Ki elements (a fused group once) pays
+ * pool_wake_s: after a GEMM the pool's worker sleeps and OpenBLAS's
+ * threads hold the cores, so a small parallel add took 18 µs in a step
+ * where it takes 5 back to back (kiln calibrate times the pair).  A
+ * calibrated profile's step_overhead_s (an rt_step of one tiny kernel
+ * less a launch: waking the streams and waiting for them) is added once to
+ * every rank's step, as compute: a quiet 1-rank trace put the step 0.2-0.3
+ * ms beyond its kernels' span.
+ *
  * The simulation (cost_simulate).  Every stage's program is replayed with
  * one clock per stream (compute, comm, d2h, h2d), each stream running its
  * nodes in program order, as the runtimes do.  dp, cp (and tp) ranks run
@@ -111,10 +142,17 @@ static int fused_tail(const Graph *g, const Node *n) {
 
 /* Bytes a (possibly fused) elementwise node moves: inputs from outside its
  * group, and its outputs, but (root given: ir_live_build's) not the outputs
- * internal to its group, which never reach memory. */
-static double node_bytes(const Graph *g, const Node *n, const int *root) {
+ * internal to its group, which never reach memory.  by_kind (a profile
+ * that rates the CPU runtime's kernels one by one, kind_bw): a slice and
+ * an embedding as rtk_copy and rtk_embedding move them, the part read and
+ * written, the rows gathered (not the whole input or table); without it
+ * the roofline's count stays, so GPU profiles predict as before. */
+static double node_bytes(const Graph *g, const Node *n, const int *root, int by_kind) {
     int64_t grp = ir_fused_group(n);
     double b = 0;
+    if (by_kind && grp < 0 && n->op == OP_slice) return 2 * value_bytes(g, n->out[0]); /* reads only its part */
+    if (by_kind && grp < 0 && n->op == OP_embedding) /* the rows it gathers, not the table */
+        return 2 * value_bytes(g, n->out[0]) + value_bytes(g, n->in[1]);
     for (int k = 0; k < n->nin; k++) {
         int d = g->vals[n->in[k]].def;
         if (grp >= 0 && d >= 0 && ir_fused_group(&g->nodes[d]) == grp) continue;
@@ -126,6 +164,82 @@ static double node_bytes(const Graph *g, const Node *n, const int *root) {
 }
 
 static double node_seconds(const Profile *p, const Graph *g, const Node *n, const int *root);
+
+/* 1 for the elementwise ops built on a transcendental (ew_transc_s an element). */
+static int transcendental(Op op) {
+    switch (op) {
+    case OP_exp: case OP_log: case OP_tanh: case OP_gelu: case OP_gelu_bwd: case OP_silu: case OP_silu_bwd: case OP_sigmoid: case OP_pow: return 1;
+    default: return 0;
+    }
+}
+
+/* 1 when the profile rates kernels by kind (kiln calibrate's CPU profiles). */
+static int profile_by_kind(const Profile *p) {
+    for (int k = 0; k < PK_NKIND; k++)
+        if (p->kind_bw[k] > 0) return 1;
+    return 0;
+}
+
+/* The profile's kernel kind of an unfused op (kind_bw), -1 for the rest. */
+static int node_kind(Op op) {
+    switch (op) {
+    case OP_layernorm: case OP_rmsnorm: case OP_softmax: return PK_NORM;
+    case OP_layernorm_bwd: case OP_rmsnorm_bwd: case OP_softmax_bwd: return PK_NORM_BWD;
+    case OP_cross_entropy: return PK_XENT;
+    case OP_cross_entropy_bwd: case OP_cross_entropy_fused: return PK_XENT_BWD;
+    case OP_transpose: case OP_slice: case OP_concat: case OP_broadcast: return PK_COPY;
+    case OP_sumto: return PK_SUMTO;
+    case OP_adamw: return PK_ADAMW;
+    case OP_sumsq: return PK_SUMSQ;
+    default: return -1;
+    }
+}
+
+/* Elements from dim d on of t (1 past its rank). */
+static double inner(const Type *t, int d) {
+    double x = 1;
+    for (int i = d < 0 ? 0 : d; i < t->rank; i++) x *= (double)t->dim[i];
+    return x;
+}
+
+/* The contiguous runs a strided copy (emit_host.c's rtk_copy) moves: a
+ * transpose's runs are the dims after the later swapped one (one element
+ * when it swaps the last); a slice's and each concat part's, its extent
+ * along the dim times the dims after it; a broadcast's, its last dim. */
+static double copy_runs(const Graph *g, const Node *n) {
+    const Type *y = &g->vals[n->out[0]].t;
+    double numel = inner(y, 0);
+    switch (n->op) {
+    case OP_transpose: {
+        int a = (int)ir_attr_i(n, "a", 0), b = (int)ir_attr_i(n, "b", 0), hi = a > b ? a : b;
+        return numel / inner(y, hi + 1);
+    }
+    case OP_slice: {
+        int d = (int)ir_attr_i(n, "dim", 0);
+        return numel / inner(y, d);
+    }
+    case OP_concat: {
+        int d = (int)ir_attr_i(n, "dim", 0);
+        double r = 0;
+        for (int k = 0; k < n->nin; k++) r += inner(&g->vals[n->in[k]].t, 0) / inner(&g->vals[n->in[k]].t, d);
+        return r;
+    }
+    default: return numel / (y->rank ? (double)y->dim[y->rank - 1] : 1);
+    }
+}
+
+/* Attention: its FLOPs at the peak of q's dtype times attn_eff (the
+ * backward's attn_bwd_eff when the profile has it), plus per score (a
+ * query·key pair: FLOPs / 4D forward, / 10D backward) attn_score_s or
+ * attn_bwd_score_s — the softmax's work, which the head dim does not
+ * scale (both 0 in a GPU profile: the roofline alone). */
+static double attention_seconds(const Profile *p, const Graph *g, const Node *n) {
+    int bwd = n->op == OP_attention_bwd;
+    const Type *q = &g->vals[n->in[bwd]].t;
+    double f = ir_node_flops(g, n), eff = bwd && p->attn_bwd_eff > 0 ? p->attn_bwd_eff : p->attn_eff;
+    double scores = f / ((bwd ? 10.0 : 4.0) * (double)q->dim[3]);
+    return f / (peak_of(p, q->dt) * eff) + scores * (bwd ? p->attn_bwd_score_s : p->attn_score_s);
+}
 
 /* 1 when memplan put assign n's value where its param or state lives (the
  * back ends then launch nothing: emit_host.c's launch_memcpy). */
@@ -149,12 +263,19 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
         double f = ir_node_flops(g, n);
         return f / (peak_of(p, g->vals[n->in[0]].t.dt) * profile_gemm_eff(p, f / 2)) + launch;
     }
-    if (n->op == OP_attention || n->op == OP_attention_bwd) {
-        DType qt = g->vals[n->in[n->op == OP_attention_bwd]].t.dt;
-        return ir_node_flops(g, n) / (peak_of(p, qt) * p->attn_eff) + launch;
-    }
-    double bytes = node_bytes(g, n, root);
-    return bytes / profile_mem_bw(p, bytes) + launch;
+    /* a parallel kernel (over 16 Ki elements: the generated loops' serial
+     * limit) first wakes the runtime's pool: once a kernel, a fused group once */
+    double wake = !fused_tail(g, n) && n->nout > 0 && ir_numel(&g->vals[n->out[0]].t) > 16384 ? p->pool_wake_s : 0;
+    if (n->op == OP_attention || n->op == OP_attention_bwd) return attention_seconds(p, g, n) + wake + launch;
+    int by_kind = profile_by_kind(p);
+    double bytes = node_bytes(g, n, root, by_kind);
+    int k = ir_fused_group(n) < 0 ? node_kind(n->op) : -1;
+    if (by_kind && n->op == OP_concat) launch *= n->nin; /* one strided copy per part (emit_host.c) */
+    double bw = k >= 0 ? p->kind_bw[k] : 0;
+    if (k == PK_COPY && (p->ncopy || bw > 0)) /* by the bytes of its contiguous runs */
+        bw = profile_copy_bw(p, value_bytes(g, n->out[0]) / fmax(1, copy_runs(g, n)));
+    double transc = k < 0 && transcendental(n->op) ? p->ew_transc_s * (double)ir_numel(&g->vals[n->out[0]].t) : 0;
+    return bytes / (bw > 0 ? bw : profile_mem_bw(p, bytes)) + transc + wake + launch;
 }
 
 /* ---- the replay ---- */
@@ -682,6 +803,8 @@ int cost_simulate(const Module *m, const Profile *p, double *const *dur, CostSim
         if (S.ptr[q] < S.nlist[q]) rc = deadlock(&S, err, errlen);
     if (rc == 0) {
         for (int st = 0; st < P; st++) split_rank(&S, st);
+        for (int st = 0; st < P && p; st++) /* the runtime's fixed cost a step: the host's, counted as compute */
+            out->rank[st].end += p->step_overhead_s, out->rank[st].compute += p->step_overhead_s;
         for (int st = 0; st < P; st++) out->step = out->rank[st].end > out->step ? out->rank[st].end : out->step;
         double flops = 0;
         for (int st = 0; st < P; st++) {

@@ -14,6 +14,13 @@
  * the field; a missing field names the file and the field.  The reader
  * stops at the first error: one line, as everywhere in kiln.
  *
+ * Optional too, each alone: step_overhead_s, ew_transc_s, pool_wake_s, allreduce_table, allgather_table,
+ * reducescatter_table, p2p_table (BYTES:SECONDS pairs as mem_bw_table's:
+ * a collective's measured time by size, profile.h), attn_bwd_eff, attn_score_s, attn_bwd_score_s
+ * and the per-kind bandwidths norm_bw, norm_bwd_bw, xent_bw, xent_bwd_bw,
+ * copy_bw, copy_bw_table (RUN_BYTES:BYTES_PER_S pairs), sumto_bw, adamw_bw, sumsq_bw (profile.h: the CPU runtime's kernels one by one, as kiln
+ * calibrate measures them; absent, the roofline's attn_eff and mem_bw).
+ *
  * Optional too: cores, threads and thread_speedup (a CPU host's cores
  * shared by its ranks, the cores one rank runs on, its threads' speedup
  * over one: cost.c's processor sharing); threads and thread_speedup only
@@ -99,7 +106,29 @@ static const struct {
     {"threads", F_INT, offsetof(Profile, threads)},
     {"thread_speedup", F_POS, offsetof(Profile, thread_speedup)},
     {"host_memory_bytes", F_POS, offsetof(Profile, host_memory_bytes)}, /* optional, alone: host memory per device (offload's host space) */
+    /* optional, each alone: per kernel kind (profile.h; kiln calibrate measures them on the CPU) */
+    {"attn_bwd_eff", F_POS, offsetof(Profile, attn_bwd_eff)},
+    {"step_overhead_s", F_NONNEG, offsetof(Profile, step_overhead_s)},
+    {"ew_transc_s", F_NONNEG, offsetof(Profile, ew_transc_s)},
+    {"pool_wake_s", F_NONNEG, offsetof(Profile, pool_wake_s)},
+    {"attn_score_s", F_NONNEG, offsetof(Profile, attn_score_s)},
+    {"attn_bwd_score_s", F_NONNEG, offsetof(Profile, attn_bwd_score_s)},
+    {"norm_bw", F_POS, offsetof(Profile, kind_bw[PK_NORM])},
+    {"norm_bwd_bw", F_POS, offsetof(Profile, kind_bw[PK_NORM_BWD])},
+    {"xent_bw", F_POS, offsetof(Profile, kind_bw[PK_XENT])},
+    {"xent_bwd_bw", F_POS, offsetof(Profile, kind_bw[PK_XENT_BWD])},
+    {"copy_bw", F_POS, offsetof(Profile, kind_bw[PK_COPY])},
+    {"copy_bw_table", F_TABLE, 6}, /* off 6: the copies' rate by run bytes */
+    {"sumto_bw", F_POS, offsetof(Profile, kind_bw[PK_SUMTO])},
+    {"adamw_bw", F_POS, offsetof(Profile, kind_bw[PK_ADAMW])},
+    {"sumsq_bw", F_POS, offsetof(Profile, kind_bw[PK_SUMSQ])},
+    /* optional, each alone: per collective algorithm, seconds by bytes (F_TABLE, off 2 + CollKind) */
+    {"allreduce_table", F_TABLE, 2 + COLL_ALL_REDUCE},
+    {"allgather_table", F_TABLE, 2 + COLL_ALL_GATHER},
+    {"reducescatter_table", F_TABLE, 2 + COLL_REDUCE_SCATTER},
+    {"p2p_table", F_TABLE, 2 + COLL_P2P},
 };
+const char *const profile_kind_fields[PK_NKIND] = {"norm_bw", "norm_bwd_bw", "xent_bw", "xent_bwd_bw", "copy_bw", "sumto_bw", "adamw_bw", "sumsq_bw"};
 enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15, NPAIRED = 23, F_CORES = 24, F_THREADS = 25, F_SPEEDUP = 26 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -191,7 +220,17 @@ static int set_field(Profile *p, int f, char *v, const char *file, int line, cha
     if (fields[f].kind == F_TABLE) {
         char copy[1024];
         snprintf(copy, sizeof copy, "%s", v);
-        int bw = fields[f].off == 1;
+        int bw = fields[f].off == 1 || fields[f].off == 6, coll = fields[f].off >= 2 && fields[f].off < 6 ? (int)fields[f].off - 2 : -1;
+        if (fields[f].off == 6 && !parse_pairs(copy, INFINITY, p->copy_run, p->copy_bw, &p->ncopy))
+            return fail(err, errlen, "%s:%d: field \"%s\": expected up to %d RUN_BYTES:BYTES_PER_S pairs, sizes positive and increasing, rates positive, got \"%s\"",
+                        file, line, key, PROFILE_MAX_EFF, v);
+        if (fields[f].off == 6) return 0;
+        if (coll >= 0) {
+            if (!parse_pairs(copy, INFINITY, p->coll_size[coll], p->coll_t[coll], &p->ncoll[coll]))
+                return fail(err, errlen, "%s:%d: field \"%s\": expected up to %d BYTES:SECONDS pairs, sizes positive and increasing, times positive, got \"%s\"",
+                            file, line, key, PROFILE_MAX_EFF, v);
+            return 0;
+        }
         if (bw ? !parse_pairs(copy, INFINITY, p->bw_size, p->bw, &p->nbw) : !parse_pairs(copy, 1, p->eff_size, p->eff, &p->neff))
             return fail(err, errlen, bw ? "%s:%d: field \"%s\": expected up to %d BYTES:BYTES_PER_S pairs, sizes positive and increasing, rates positive, got \"%s\""
                                         : "%s:%d: field \"%s\": expected up to %d SIZE:EFF pairs, sizes positive and increasing, efficiencies in (0, 1], got \"%s\"",
@@ -207,7 +246,8 @@ static int set_field(Profile *p, int f, char *v, const char *file, int line, cha
         return 0;
     }
     if (fields[f].kind == F_POS && x == 0) return fail(err, errlen, "%s:%d: field \"%s\" must be positive, got \"%s\"", file, line, key, v);
-    if (strcmp(key, "attn_eff") == 0 && x > 1) return fail(err, errlen, "%s:%d: field \"attn_eff\": expected a fraction in (0, 1], got \"%s\"", file, line, v);
+    if ((strcmp(key, "attn_eff") == 0 || strcmp(key, "attn_bwd_eff") == 0) && x > 1)
+        return fail(err, errlen, "%s:%d: field \"%s\": expected a fraction in (0, 1], got \"%s\"", file, line, key, v);
     *(double *)((char *)p + fields[f].off) = x;
     return 0;
 }
@@ -307,6 +347,17 @@ double profile_mem_bw(const Profile *p, double bytes) {
     return p->bw[p->nbw - 1];
 }
 
+double profile_copy_bw(const Profile *p, double run) {
+    if (p->ncopy == 0) return p->kind_bw[PK_COPY];
+    if (run <= p->copy_run[0]) return p->copy_bw[0];
+    for (int i = 1; i < p->ncopy; i++) {
+        if (run > p->copy_run[i]) continue;
+        double t = log(run / p->copy_run[i - 1]) / log(p->copy_run[i] / p->copy_run[i - 1]);
+        return p->copy_bw[i - 1] + t * (p->copy_bw[i] - p->copy_bw[i - 1]);
+    }
+    return p->copy_bw[p->ncopy - 1];
+}
+
 double profile_gemm_seconds(const Profile *p, DType dt, double m, double n, double k) {
     double peak = dt == DT_BF16 ? p->peak_flops_bf16 : p->peak_flops_f32;
     double mnk = m * n * k;
@@ -317,8 +368,26 @@ double profile_copy_seconds(const Profile *p, double bytes, int d2h) {
     return bytes / (d2h ? p->d2h_bw : p->h2d_bw);
 }
 
+/* A measured table's seconds at bytes (profile.h). */
+static double coll_table(const Profile *p, CollKind k, double bytes) {
+    const double *x = p->coll_size[k], *t = p->coll_t[k];
+    int n = p->ncoll[k];
+    if (bytes <= x[0]) return t[0];
+    for (int i = 1; i < n; i++) {
+        if (bytes > x[i]) continue;
+        double f = log(bytes / x[i - 1]) / log(x[i] / x[i - 1]);
+        return exp(log(t[i - 1]) + f * (log(t[i]) - log(t[i - 1])));
+    }
+    return t[n - 1] * bytes / x[n - 1];
+}
+
 double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int ranks, int intra) {
     if (ranks <= 1) return 0;
+    if (intra && p->ncoll[kind] > 0) { /* measured over node_size ranks: other group sizes by the ring's factor */
+        double n = ranks, m = p->node_size > 1 ? p->node_size : 2;
+        double f = kind == COLL_P2P ? 1 : (n - 1) / n / ((m - 1) / m);
+        return coll_table(p, kind, bytes) * f;
+    }
     double alpha = intra ? p->intra_alpha : p->inter_alpha, beta = intra ? p->intra_beta : p->inter_beta;
     if (intra && p->coll_beta[kind] > 0) alpha = p->coll_alpha[kind], beta = p->coll_beta[kind];
     double n = ranks;

@@ -38,6 +38,14 @@ typedef struct {
      * link: α s and β bytes/s fitted to that algorithm alone (kiln calibrate
      * under mpirun); beta 0 when absent: intra_alpha, intra_beta */
     double coll_alpha[4], coll_beta[4];
+    /* optional, per collective algorithm on the intra-node link: measured
+     * seconds by the full buffer's bytes (allreduce_table ...: BYTES:SECONDS
+     * pairs, sizes increasing), which replace α + β·bytes there: an MPI
+     * library switches algorithms with the size (Open MPI's reduce-scatter
+     * drops from ~2 GB/s to ~0.4 at 4 MiB on this host), so no one line
+     * fits; ncoll[k] 0 when absent */
+    int ncoll[4];
+    double coll_size[4][PROFILE_MAX_EFF], coll_t[4][PROFILE_MAX_EFF];
     /* optional: memory bandwidth by the bytes a kernel moves (the caches:
      * a small kernel's bytes never leave them), nbw points, sizes strictly
      * increasing; 0 points: mem_bw at every size */
@@ -55,7 +63,36 @@ typedef struct {
     /* optional: host memory per device, bytes (what offload's host space
      * may use: a node's memory over its devices); 0 when absent: unchecked */
     double host_memory_bytes;
+    /* optional: per kernel kind, the CPU runtime's kernels measured one by
+     * one (kiln calibrate; GPU profiles have none, so they price by the
+     * roofline alone).  attn_bwd_eff: the backward's fraction of peak (0:
+     * attn_eff, which is then the forward's); attn_score_s,
+     * attn_bwd_score_s: seconds per attention score (query·key pair
+     * computed) beyond its FLOPs — the softmax's exp, max and scaling,
+     * which do not grow with the head dim, so small heads run far below
+     * the FLOP rate; kind_bw[k]: bytes a second of the kernels of kind k
+     * (ProfileKind), 0 when absent: profile_mem_bw's rate */
+    double attn_bwd_eff, attn_score_s, attn_bwd_score_s;
+    double ew_transc_s;     /* optional: an elementwise transcendental's cost an element (GELU, tanh, exp, SiLU, sigmoid, log, pow), 0 when absent */
+    double pool_wake_s;     /* optional: a parallel non-GEMM kernel's cost to wake the runtime's pool after a GEMM, 0 when absent */
+    double step_overhead_s; /* optional: the runtime's fixed cost a step (waking its streams, the final wait), 0 when absent */
+    double kind_bw[8];
+    /* optional: strided copies' (PK_COPY) bytes a second by the bytes of
+     * their contiguous runs, ncopy points (a head permute's 64-byte runs
+     * move at a tenth of a slice's long ones); 0 points: kind_bw[PK_COPY] */
+    int ncopy;
+    double copy_run[PROFILE_MAX_EFF], copy_bw[PROFILE_MAX_EFF];
 } Profile;
+
+/* The kinds of non-GEMM kernels a profile may rate apart (kind_bw):
+ * layernorm/rmsnorm/softmax forward, their backward, cross-entropy
+ * forward, its backward, the strided copies (transpose, slice, concat,
+ * broadcast: bytes at copy_bw_table's rate for their runs), sumto (a
+ * bias's gradient), the AdamW update, the sum of squares (the global
+ * norm). */
+
+typedef enum { PK_NORM, PK_NORM_BWD, PK_XENT, PK_XENT_BWD, PK_COPY, PK_SUMTO, PK_ADAMW, PK_SUMSQ, PK_NKIND } ProfileKind;
+extern const char *const profile_kind_fields[PK_NKIND]; /* "norm_bw", ... */
 
 /* Load a profile.  path_or_name is a path when it holds a '/' or ends in
  * ".profile"; otherwise a shipped profile's name (cpu, h100-sxm, h200-sxm,
@@ -78,6 +115,11 @@ double profile_gemm_eff(const Profile *p, double mnk);
  * 2·M·N·K / (peak · eff(M·N·K)) + launch overhead. */
 double profile_gemm_seconds(const Profile *p, DType dt, double m, double n, double k);
 
+/* A strided copy's bytes a second for contiguous runs of run_bytes:
+ * copy_bw_table's, linear in log(run_bytes) between its points, the end
+ * points' outside them; copy_bw without a table, 0 without either. */
+double profile_copy_bw(const Profile *p, double run_bytes);
+
 /* The memory bandwidth a kernel moving `bytes` sees: mem_bw_table's,
  * linear in log(bytes) between its points, the end points' outside them;
  * mem_bw without a table. */
@@ -97,7 +139,12 @@ typedef enum { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_P2P }
  * 0 for one rank (nothing moves; p2p too).  On the intra-node link an
  * algorithm's own α, β (the optional fields allreduce_alpha_s, _beta,
  * allgather_*, reducescatter_*, p2p_*) replace intra's when the profile
- * has them. */
+ * has them, and its measured table (allreduce_table, ...) replaces both
+ * when it has one: the time at bytes, interpolated linearly in
+ * log(bytes)-log(time) between the points, the first point's below them,
+ * bytes in proportion above the last; measured over node_size ranks (kiln
+ * calibrate's), so a group of n ranks scales it by the ring's factor,
+ * (n−1)/n over (node_size−1)/node_size (p2p: 1). */
 double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int ranks, int intra);
 
 /* ---- the offload pass's `auto` policy (issue 19) ---- */

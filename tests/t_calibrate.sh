@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # kiln calibrate (issue 21): --quick on this CPU writes a profile that the
 # loader reads back (kiln plan runs on it and names it), with every field
-# measured and its source in a comment; under mpirun the links are
-# measured, each collective algorithm's own α and β, and the cores the
+# (the per-kernel-kind rates too) measured and its source in a comment; under mpirun the links are
+# measured, each collective algorithm's own α and β and its time by
+# size, and the cores the
 # ranks share (cores, threads, thread_speedup) are stated; bad flags are
 # one line with exit status 1.
 . "$(dirname "$0")/lib.sh"
@@ -13,7 +14,8 @@ first=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | head 
 check "the written profile reads back: $first" "[[ '$first' == 'device calib1 ($tmp/c.profile)'* ]]"
 pred=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | grep '^predicted step')
 check "kiln plan predicts on it: $pred" "[[ '$pred' == 'predicted step '*' on calib1, MFU '* ]]"
-for f in peak_flops_f32 gemm_eff attn_eff mem_bw mem_bw_table launch_overhead_s h2d_bw; do
+for f in peak_flops_f32 gemm_eff attn_eff mem_bw mem_bw_table launch_overhead_s h2d_bw attn_score_s attn_bwd_eff attn_bwd_score_s \
+         norm_bw norm_bwd_bw xent_bw xent_bwd_bw copy_bw copy_bw_table sumto_bw adamw_bw sumsq_bw step_overhead_s ew_transc_s pool_wake_s; do
     check "$f measured, with its source" "grep -q '^$f .*# ' '$tmp/c.profile'"
 done
 check "one rank: the links say they are not measured" "grep -q '^intra_alpha_s .*not measured' '$tmp/c.profile'"
@@ -31,6 +33,7 @@ if command -v mpirun > /dev/null; then
     check "the links are measured over 2 ranks" "grep -q '^intra_alpha_s .*MPI_Allreduce over 2 local ranks' '$tmp/m.profile' && grep -q '^node_size *2 ' '$tmp/m.profile'"
     for c in allreduce allgather reducescatter p2p; do
         check "$c's own alpha and beta are measured" "grep -q '^${c}_alpha_s .* 2 ranks' '$tmp/m.profile' && grep -q '^${c}_beta ' '$tmp/m.profile'"
+        check "$c's time by size is measured (4 sizes under --quick)" "grep -q '^${c}_table \\([0-9.e+]*:[0-9.e+-]* \\)\\{4\\} *# .* 2 ranks' '$tmp/m.profile'"
     done
     check "the cores the ranks share and a rank's threads are stated, with their sources" "grep -q '^cores  *[0-9][0-9]*  *# sysconf' '$tmp/m.profile' && grep -q '^threads  *[0-9][0-9]*  *# sched_getaffinity' '$tmp/m.profile' && grep -q '^thread_speedup  *[0-9.]*  *# OpenBLAS' '$tmp/m.profile'"
     check "the links' times are scaled to one rank's alone, the factor stated" "grep -q '^intra_alpha_s .*times x [0-9.]*: one rank' '$tmp/m.profile'"

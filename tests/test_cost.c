@@ -38,6 +38,16 @@
  *                              intra's for all-gathers only; a lone
  *                              p2p_beta is a one-line FILE:LINE error;
  *                              mem_bw_table interpolates in log(bytes).
+ *   per-kernel-kind fields     (kiln calibrate's) attention's FLOPs plus a
+ *                              cost per score, layernorm and its backward
+ *                              at their own bandwidths, a transpose and a
+ *                              slice at copy_bw_table's rate for their
+ *                              runs, a collective by its measured table
+ *                              (log-log, ends, the ring's factor for
+ *                              another group size); step_overhead_s once
+ *                              a step as compute; ew_transc_s an element
+ *                              of a GELU, pool_wake_s once a kernel over
+ *                              16 Ki elements; their errors.
  *   processor sharing          (a profile with cores; cost.c) two ranks on
  *                              one core: two 1 s ops take 2 s each; a rank
  *                              waiting on a recv gives its core away (the
@@ -674,11 +684,143 @@ static void test_coll_fields(void **state) {
     remove(named);
 }
 
+/* A copy of the shipped cpu profile plus `extra` lines, as a named file
+ * (named: 64 bytes); 0 or -1 with err as profile_load. */
+static int profile_plus(Profile *q, const char *extra, char *named, char *err, size_t errlen) {
+    Profile p;
+    if (profile_load(&p, "cpu", err, errlen)) fail_msg("%s", err);
+    char path[] = "/tmp/test_cost_kind_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w"), *in = fopen(p.path, "r");
+    assert_non_null(f), assert_non_null(in);
+    char line[2048];
+    while (fgets(line, sizeof line, in)) fputs(line, f);
+    fclose(in);
+    fputs(extra, f);
+    fclose(f);
+    snprintf(named, 64, "%s.profile", path);
+    assert_int_equal(rename(path, named), 0);
+    return profile_load(q, named, err, errlen);
+}
+
+/* The per-kernel-kind fields (kiln calibrate's): attention's FLOPs at
+ * attn_eff (forward) or attn_bwd_eff plus attn_score_s / attn_bwd_score_s
+ * a score; layernorm and its backward by bytes at norm_bw, norm_bwd_bw;
+ * a transpose and a slice by bytes at copy_bw_table's rate for their runs
+ * (64 bytes: the first point; 256: a third of the way in log); a
+ * collective by its measured table (log-log between points, the first
+ * point's below, in proportion above; a group of 2 of node_size 4 by the
+ * ring's factor, 2/3; the inter-node link unchanged); and the fields'
+ * one-line errors.  Without them (the shipped cpu profile) the same nodes
+ * cost what the roofline says. */
+static void test_kind_fields(void **state) {
+    (void)state;
+    Profile q, p;
+    char err[1200], named[64];
+    if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
+    if (profile_plus(&q,
+                     "attn_bwd_eff 0.5\nattn_score_s 1e-9\nattn_bwd_score_s 2e-9\nnorm_bw 2e9\nnorm_bwd_bw 1e9\nxent_bw 5e8\nxent_bwd_bw 4e8\n"
+                     "copy_bw 8e9\ncopy_bw_table 64:1e9 4096:4e9\nsumto_bw 3e9\nadamw_bw 6e9\nsumsq_bw 7e9\n"
+                     "allreduce_table 100:1e-6 1e6:1e-3 1e7:1e-1\n",
+                     named, err, sizeof err))
+        fail_msg("%s", err);
+    remove(named);
+    Prog P = prog_new(1);
+    Graph *g = P.m->stages[0];
+    Attr nm = ir_attr_str(P.m, "name", "a");
+    NodeSpec sa = ir_spec(OP_input, (Loc){ir_intern(P.m, "t.lua"), 1});
+    sa.nattr = 1, sa.attr = &nm;
+    Type tq = {.dt = DT_F32, .rank = 4, .dim = {2, 8, 512, 64}};
+    sa.src_type = &tq;
+    int qv = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+    Attr causal = ir_attr_int(P.m, "causal", 1);
+    int at = add(&P, 0, OP_attention, 0, 0, 3, (int[]){qv, qv, qv}, 1, &causal);
+    double fl = 4.0 * 2 * 8 * 512 * 512 / 2 * 64, scores = 2.0 * 8 * 512 * 512 / 2;
+    NEAR(cost_node_seconds(&q, g, &g->nodes[at]), fl / (q.peak_flops_f32 * q.attn_eff) + scores * 1e-9 + q.launch_s);
+    NEAR(cost_node_seconds(&p, g, &g->nodes[at]), fl / (p.peak_flops_f32 * p.attn_eff) + p.launch_s);
+    Type tl = {.dt = DT_F32, .rank = 3, .dim = {2, 8, 512}};
+    sa.src_type = &tl;
+    int lse = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+    int ab = add(&P, 0, OP_attention_bwd, 0, 0, 6, (int[]){qv, qv, qv, qv, qv, lse}, 1, &causal);
+    NEAR(cost_node_seconds(&q, g, &g->nodes[ab]), 2.5 * fl / (q.peak_flops_f32 * 0.5) + scores * 2e-9 + q.launch_s);
+    /* layernorm [64,128] with w, b; its backward (dy, x, w) -> dx, dw, db */
+    Type tx = {.dt = DT_F32, .rank = 2, .dim = {64, 128}}, tw = {.dt = DT_F32, .rank = 1, .dim = {128}};
+    sa.src_type = &tx;
+    int x = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+    sa.src_type = &tw;
+    int w = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+    Attr eps = ir_attr_float(P.m, "eps", 1e-5);
+    int ln = add(&P, 0, OP_layernorm, 0, 0, 3, (int[]){x, w, w}, 1, &eps);
+    NEAR(cost_node_seconds(&q, g, &g->nodes[ln]), 4.0 * (2 * 64 * 128 + 2 * 128) / 2e9 + q.launch_s);
+    int lb = add(&P, 0, OP_layernorm_bwd, 0, 0, 3, (int[]){x, x, w}, 1, &eps);
+    NEAR(cost_node_seconds(&q, g, &g->nodes[lb]), 4.0 * (3 * 64 * 128 + 3 * 128) / 1e9 + q.launch_s);
+    /* a head permute [8,64,4,16] -> [8,4,64,16]: runs of 16 floats (64 bytes) */
+    Type th = {.dt = DT_F32, .rank = 4, .dim = {8, 64, 4, 16}};
+    sa.src_type = &th;
+    int h = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+    Attr ab12[2] = {ir_attr_int(P.m, "a", 1), ir_attr_int(P.m, "b", 2)};
+    int tr = add(&P, 0, OP_transpose, 0, 0, 1, &h, 2, ab12);
+    NEAR(cost_node_seconds(&q, g, &g->nodes[tr]), 2 * 4.0 * 8 * 64 * 64 / 1e9 + q.launch_s);
+    NEAR(cost_node_seconds(&p, g, &g->nodes[tr]), 2 * 4.0 * 8 * 64 * 64 / profile_mem_bw(&p, 2 * 4.0 * 8 * 64 * 64) + p.launch_s);
+    /* a slice of [8,192] along dim 1 to [8,64]: runs of 64 floats, 256 bytes: 1e9 + (4e9 - 1e9) / 3; it reads only its part */
+    Type ts = {.dt = DT_F32, .rank = 2, .dim = {8, 192}};
+    sa.src_type = &ts;
+    int sv = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+    Attr sl[3] = {ir_attr_int(P.m, "dim", 1), ir_attr_int(P.m, "start", 64), ir_attr_int(P.m, "end", 128)};
+    int si = add(&P, 0, OP_slice, 0, 0, 1, &sv, 3, sl);
+    NEAR(profile_copy_bw(&q, 256), 2e9);
+    NEAR(cost_node_seconds(&q, g, &g->nodes[si]), 2 * 4.0 * 8 * 64 / 2e9 + q.launch_s);
+    /* ew_transc_s an element of a transcendental op; pool_wake_s once a kernel over 16 Ki elements */
+    q.ew_transc_s = 1e-9, q.pool_wake_s = 1e-5;
+    int ge = add(&P, 0, OP_gelu, 0, 0, 1, &x, 0, NULL); /* [64,128]: 8 Ki elements, serial */
+    NEAR(cost_node_seconds(&q, g, &g->nodes[ge]), 2 * 4.0 * 64 * 128 / profile_mem_bw(&q, 2 * 4.0 * 64 * 128) + 64 * 128 * 1e-9 + q.launch_s);
+    int gh = add(&P, 0, OP_gelu, 0, 0, 1, &h, 0, NULL); /* [8,64,4,16]: 32 Ki elements, parallel */
+    NEAR(cost_node_seconds(&q, g, &g->nodes[gh]), 2 * 4.0 * 32768 / profile_mem_bw(&q, 2 * 4.0 * 32768) + 32768 * 1e-9 + 1e-5 + q.launch_s);
+    int ng = add(&P, 0, OP_neg, 0, 0, 1, &h, 0, NULL); /* no transcendental */
+    NEAR(cost_node_seconds(&q, g, &g->nodes[ng]), 2 * 4.0 * 32768 / profile_mem_bw(&q, 2 * 4.0 * 32768) + 1e-5 + q.launch_s);
+    NEAR(cost_node_seconds(&p, g, &g->nodes[gh]), 2 * 4.0 * 32768 / profile_mem_bw(&p, 2 * 4.0 * 32768) + p.launch_s); /* the cpu profile: neither */
+    /* step_overhead_s: once a step, on every rank, as compute */
+    for (int i = 0; i < g->nnodes; i++) g->nodes[i].pos = i;
+    CostSim a, b;
+    if (cost_simulate(P.m, &p, NULL, &a, err, sizeof err)) fail_msg("%s", err);
+    p.step_overhead_s = 2.5e-4;
+    if (cost_simulate(P.m, &p, NULL, &b, err, sizeof err)) fail_msg("%s", err);
+    NEAR(b.step, a.step + 2.5e-4);
+    NEAR(b.rank[0].compute, a.rank[0].compute + 2.5e-4);
+    NEAR(b.rank[0].compute + b.rank[0].comm + b.rank[0].bubble + b.rank[0].copy, b.step);
+    cost_sim_free(&a), cost_sim_free(&b);
+    prog_free(&P);
+    /* the collective table: node_size 4 (the cpu profile's) */
+    assert_int_equal(q.node_size, 4);
+    NEAR(profile_coll_seconds(&q, COLL_ALL_REDUCE, 1e5, 4, 1), 1e-6 * pow(1e3, 0.75));
+    NEAR(profile_coll_seconds(&q, COLL_ALL_REDUCE, 1e5, 2, 1), 1e-6 * pow(1e3, 0.75) * (0.5 / 0.75));
+    NEAR(profile_coll_seconds(&q, COLL_ALL_REDUCE, 10, 4, 1), 1e-6);
+    NEAR(profile_coll_seconds(&q, COLL_ALL_REDUCE, 1e8, 4, 1), 1.0);
+    NEAR(profile_coll_seconds(&q, COLL_ALL_REDUCE, 1e5, 4, 0), profile_coll_seconds(&p, COLL_ALL_REDUCE, 1e5, 4, 0));
+    NEAR(profile_coll_seconds(&q, COLL_ALL_GATHER, 1e5, 4, 1), profile_coll_seconds(&p, COLL_ALL_GATHER, 1e5, 4, 1)); /* no table: α + β */
+    static const struct { const char *add, *want; } bad[] = {
+        {"attn_bwd_eff 1.5\n", "field \"attn_bwd_eff\": expected a fraction in (0, 1], got \"1.5\""},
+        {"norm_bw 0\n", "field \"norm_bw\" must be positive"},
+        {"attn_score_s -1e-9\n", "field \"attn_score_s\" is negative"},
+        {"copy_bw_table 64:1e9 32:2e9\n", "field \"copy_bw_table\": expected up to 16 RUN_BYTES:BYTES_PER_S pairs"},
+        {"allgather_table 100:1e-6 100:1e-3\n", "field \"allgather_table\": expected up to 16 BYTES:SECONDS pairs"},
+        {"sumsq_bw 1e9\nsumsq_bw 2e9\n", "field \"sumsq_bw\" given twice"},
+        {"step_overhead_s x\n", "field \"step_overhead_s\": expected a number"},
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        int rc = profile_plus(&q, bad[c].add, named, err, sizeof err);
+        if (rc != -1 || strncmp(err, named, strlen(named)) || !strstr(err, bad[c].want) || strchr(err, '\n'))
+            fail_msg("case %zu: rc %d, error: %s", c, rc, err);
+        remove(named);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_streams), cmocka_unit_test(test_exposed_classes), cmocka_unit_test(test_node_class), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds), cmocka_unit_test(test_fused_group),
-        cmocka_unit_test(test_coll_fields), cmocka_unit_test(test_share_two_ranks), cmocka_unit_test(test_share_idle_rank),
+        cmocka_unit_test(test_coll_fields), cmocka_unit_test(test_kind_fields), cmocka_unit_test(test_share_two_ranks), cmocka_unit_test(test_share_idle_rank),
         cmocka_unit_test(test_share_comm_thread), cmocka_unit_test(test_share_replicas), cmocka_unit_test(test_share_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,6 +19,9 @@
  *                             size's median: the best size's rate is the
  *                             peak, each size's over it the table;
  *   peak_flops_bf16           = f32 (the CPU target computes in f32);
+ *   step_overhead_s           a step of one 4×4×4 rtk_gemm less a launch: the
+ *                             runtime's fixed cost a step (waking its
+ *                             streams, waiting for them);
  *   launch_overhead_s         the runtime's cost of one more kernel in a step:
  *                             a step of 256 4×4×4 rtk_gemms less a step of
  *                             one, over 255 (enqueue, worker, call; the
@@ -26,15 +29,19 @@
  *   attn_eff                  rtk_attention forward + backward, causal,
  *                             B 4 H 4 T 256 D 64 (FLOPs as ir_node_flops
  *                             counts them) over the peak;
- *   mem_bw                    an elementwise-class kernel: rtk_layernorm
- *                             over 16 Mi floats, bytes read + written a
- *                             second (the cost model charges non-GEMM
- *                             kernels by bytes at this rate);
+ *   mem_bw                    rtk_layernorm + rtk_copy of 2 MiB, bytes read +
+ *                             written a second (the fallback rate);
+ *   mem_bw_table, ew_transc_s the fused elementwise loops' stand-ins
+ *                             (calibrate_ew.c, measure_elementwise);
  *   h2d_bw, d2h_bw            memcpy of 64 MiB (the CPU back end's host
  *                             copies are memcpys);
  *   intra_*, inter_*          under mpirun with 2 or more ranks: MPI
- *                             all-reduce of 8 bytes (α = t / 2(n−1)) and of
- *                             16 MiB (β from the ring formula with that α);
+ *                             all-reduce of 64 bytes a rank (α = t / 2(n−1))
+ *                             and of 1 MiB (β from the ring formula with that α);
+ *   allreduce_table, ...      each collective's median time at 64 bytes a
+ *                             rank and 64 KiB .. 16 MiB (--quick: .. 1 MiB):
+ *                             the cost model reads these in place of α + β
+ *                             (Open MPI changes algorithm with the size);
  *                             one host, so inter = intra.  Without mpirun
  *                             they are copied from --base (default the
  *                             shipped cpu profile) and the file says so;
@@ -70,6 +77,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "calibrate_ew.h"
 #include "cmd.h"
 #include "kiln_rt.h"
 #include "profile.h"
@@ -79,10 +87,16 @@
 static rt_kernel cur_kernel;
 static int64_t cur_args[32];
 static int cur_nargs, cur_launches = 1; /* launches of the kernel a step */
+static rt_kernel cur_kernel2; /* when set, launched after each launch of cur_kernel */
+static int64_t cur_args2[32];
+static int cur_nargs2;
 
 static void one_kernel_step(rt_ctx *c, char *const *spaces) {
     (void)spaces;
-    for (int i = 0; i < cur_launches; i++) rt_launch(c, 0, cur_kernel, cur_args, cur_nargs, "calibrate");
+    for (int i = 0; i < cur_launches; i++) {
+        rt_launch(c, 0, cur_kernel, cur_args, cur_nargs, "calibrate");
+        if (cur_kernel2) rt_launch(c, 0, cur_kernel2, cur_args2, cur_nargs2, "calibrate"); /* measure_pool_wake's pair */
+    }
 }
 
 static rt_program one_kernel = {.abi_version = RT_ABI_VERSION, .model = "calibrate", .nstreams = 1, .step = one_kernel_step, .mesh = {1, 1, 1, 1}};
@@ -141,9 +155,18 @@ typedef struct {
     int threads_given; /* --threads was given */
     double speedup, sp_one[2], sp_all[2]; /* thread_speedup; OpenBLAS GEMM seconds on 1 and on threads threads, n 64 and 128 */
     double peak, launch, attn_rate, elem_bw, copy_bw, alpha, beta;
+    double step_ov, step_one; /* step_overhead_s; the step of one tiny GEMM it comes from */
     double calpha[4], cbeta[4], csmall[4], clarge[4]; /* per CollKind */
+    double tab_bytes[6], tab_t[4][6];                 /* per CollKind: seconds by bytes (alone) */
+    int ntab;
     double ln_bw, tr_bw; /* mem_bw's two kernels alone */
-    double bw_bytes[8], bw_rate[8]; /* mem_bw_table */
+    double attn_ef, attn_eb, attn_cf, attn_cb; /* attention: fwd, bwd fraction of peak; seconds a score */
+    double attn_t[2][2];                       /* [fwd, bwd][D 16, 64] seconds */
+    double kind_bw[PK_NKIND];                  /* per kernel kind (measure_kinds) */
+    double ew_transc, ew_gelu_t, ew_scale_t;    /* ew_transc_s; the GELU and scale steps it comes from */
+    double wake, wake_pair, wake_g, wake_a;      /* pool_wake_s; the pair's, the GEMM's and the add's seconds */
+    double copy_run[4], copy_rate[4];          /* copy_bw_table: run bytes, bytes a second */
+    double bw_bytes[8], bw_rate[8]; /* mem_bw_table: calib_ew_add by bytes */
     int nbw;
     size_t big;
     char note_links[1400];
@@ -180,6 +203,7 @@ static void measure_gemm(Cal *C, rt_ctx *ctx) {
     cur_launches = 1;
     step_target = target;
     C->launch = fmax(1e-9, (many - one) / 255);
+    C->step_ov = fmax(0, one - C->launch), C->step_one = one;
     double t[5][16];
     for (int r = 0; r < rounds; r++)
         for (int i = 0; i < n; i++) {
@@ -233,8 +257,11 @@ static void measure_speedup(Cal *C) {
     C->speedup = fmin(C->threads, fmax(1, sum / 2));
 }
 
-static void measure_attention(Cal *C, rt_ctx *ctx) {
-    int64_t B = 4, H = 4, T = C->quick ? 128 : 256, D = 64;
+/* The attention kernels at one head dim D: *tf, *tb the forward's and the
+ * backward's seconds (B 4, H 4, T 256, --quick 128, causal); *scores the
+ * query·key pairs computed (B·H·T²/2: ir_node_flops's count over 4D). */
+static void attention_at(Cal *C, rt_ctx *ctx, int64_t D, double *tf, double *tb, double *scores) {
+    int64_t B = 4, H = 4, T = C->quick ? 128 : 256;
     int64_t nq = B * H * T * D, nl = B * H * T;
     float *q = filled(nq), *k = filled(nq), *v = filled(nq), *o = filled(nq), *lse = filled(nl), *dO = filled(nq);
     float *dq = filled(nq), *dk = filled(nq), *dv = filled(nq);
@@ -243,10 +270,114 @@ static void measure_attention(Cal *C, rt_ctx *ctx) {
     int64_t bwd[] = {rt_ptr_arg(dO), rt_ptr_arg(q), rt_ptr_arg(k), rt_ptr_arg(v), rt_ptr_arg(o), rt_ptr_arg(lse), rt_ptr_arg(dq),
                      rt_ptr_arg(dk), rt_ptr_arg(dv), B, H, H, T, T, D, 1, rt_f64_bits(scale), 0, 0, 0};
     int reps = C->quick ? 3 : 10;
-    double tf = best_step(ctx, rtk_attention, fwd, 16, reps), tb = best_step(ctx, rtk_attention_bwd, bwd, 20, reps);
-    double fl = 4.0 * B * H * T * T * D * 0.5; /* ir_node_flops: causal halves; backward 2.5x */
-    C->attn_rate = 3.5 * fl / (tf + tb - 2 * C->launch);
+    *tf = best_step(ctx, rtk_attention, fwd, 16, reps) - C->launch;
+    *tb = best_step(ctx, rtk_attention_bwd, bwd, 20, reps) - C->launch;
+    *scores = (double)B * H * T * T * 0.5;
     free(q), free(k), free(v), free(o), free(lse), free(dO), free(dq), free(dk), free(dv);
+}
+
+/* attn_eff, attn_bwd_eff, attn_score_s, attn_bwd_score_s (cost.c's
+ * attention_seconds: FLOPs at a fraction of peak plus a cost per score):
+ * the same attention at head dims 16 and 64.  A score's FLOPs grow with D
+ * (4D forward, 10D backward) and its softmax work does not, so each
+ * direction's two times give a line in D: its slope the FLOP rate, its
+ * intercept the per-score cost.  A line that does not fit (noise: slope or
+ * intercept not positive) keeps D 64's rate alone and no score cost; a
+ * rate above the GEMMs' peak takes the peak, and the score cost whatever
+ * keeps D 64's time exact. */
+static void measure_attention(Cal *C, rt_ctx *ctx) {
+    static const double D[2] = {16, 64};
+    double S = 0;
+    for (int i = 0; i < 2; i++) attention_at(C, ctx, (int64_t)D[i], &C->attn_t[0][i], &C->attn_t[1][i], &S);
+    for (int b = 0; b < 2; b++) {
+        double per = b ? 10.0 : 4.0; /* FLOPs a score per unit of D */
+        double slope = (C->attn_t[b][1] - C->attn_t[b][0]) / (D[1] - D[0]), icpt = C->attn_t[b][0] - slope * D[0];
+        double eff, cost = 0;
+        if (slope > 0 && icpt > 0) eff = per * S / (slope * C->peak), cost = icpt / S;
+        else eff = per * S * D[1] / (C->attn_t[b][1] * C->peak);
+        if (eff > 1) /* faster than the GEMMs' peak (noise): the peak, and D 64's time stays exact through the score cost */
+            eff = 1, cost = fmax(0, (C->attn_t[b][1] - per * S * D[1] / C->peak) / S);
+        if (b) C->attn_eb = eff, C->attn_cb = cost;
+        else C->attn_ef = eff, C->attn_cf = cost;
+    }
+    C->attn_rate = 14.0 * S * D[1] / (C->attn_t[0][1] + C->attn_t[1][1]); /* D 64, fwd + bwd: the printed rate */
+}
+
+/* One kernel kind's bandwidth: `bytes` (as cost.c's node_bytes counts the
+ * node: its inputs and outputs) over the median step of kernel k. */
+static double kind_rate(Cal *C, rt_ctx *ctx, rt_kernel k, const int64_t *args, int n, double bytes) {
+    double t = best_step(ctx, k, args, n, C->quick ? 5 : 15) - C->launch;
+    return bytes / (t > 0 ? t : 1e-9);
+}
+
+/* copy_bw_table (cost.c: a strided copy's bytes at the rate of its
+ * contiguous runs): rtk_copy's head permute [R,4,D] -> [4,R,D] of 128 Ki
+ * floats at D 16, 64, 256 (runs of 64 .. 1024 bytes: the attention's
+ * heads), and the same floats as one run (512 KiB: a slice of whole rows, a
+ * parameter's shard), bytes read + written a second each; copy_bw: the one
+ * run's rate.  (D 1024 is left out: its 16 KiB source stride puts every
+ * run in the same cache sets, a case no model here makes.) */
+static void measure_copy(Cal *C, rt_ctx *ctx) {
+    int64_t n = 128 * 1024;
+    float *src = filled(n), *dst = filled(n);
+    double bytes = 2.0 * 4 * (double)n;
+    static const int64_t Ds[3] = {16, 64, 256};
+    for (int i = 0; i < 3; i++) {
+        int64_t D = Ds[i], H = 4, R = n / (H * D);
+        int64_t tr[] = {rt_ptr_arg(src), rt_ptr_arg(dst), 4, 3, H, R, D, 1, 1, D, H * D, 1, 0, 0, R * D, D, 1, 0, 0};
+        C->copy_run[i] = 4.0 * (double)D, C->copy_rate[i] = kind_rate(C, ctx, rtk_copy, tr, 19, bytes);
+    }
+    int64_t whole[] = {rt_ptr_arg(src), rt_ptr_arg(dst), 4, 1, n, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0}; /* one run: a slice of whole rows */
+    C->copy_run[3] = 4.0 * (double)n, C->copy_rate[3] = kind_rate(C, ctx, rtk_copy, whole, 19, bytes);
+    C->kind_bw[PK_COPY] = C->copy_rate[3];
+    free(src), free(dst);
+}
+
+/* kind_bw (profile.h's ProfileKind): each kind's own kernel, alone, at a
+ * size between the models this machine trains (tiny.lua's small and
+ * medium: rows of 64 .. 256 floats, 128 KiB .. 2 MiB a tensor):
+ *   norm_bw      rtk_layernorm [1024,128]: x, w, b in, y out
+ *   norm_bwd_bw  rtk_layernorm_bwd [1024,128]: dy, x, w in, dx, dw, db out
+ *   xent_bw      rtk_cross_entropy [1024,256] (the byte-level vocab):
+ *                logits, targets in, loss out
+ *   xent_bwd_bw  rtk_cross_entropy_bwd [1024,256]: dl, logits, targets in,
+ *                dlogits out
+ *   copy_bw      measure_copy (with copy_bw_table)
+ *   sumto_bw     rtk_sumto [2048,128] -> [128] (a bias's gradient)
+ *   adamw_bw     rtk_adamw of 16 Ki floats: p, g, m, v in, p, m, v out
+ *   sumsq_bw     rtk_sumsq of 16 Ki floats: x in */
+static void measure_kinds(Cal *C, rt_ctx *ctx) {
+    int64_t R = 1024, Cn = 128, V = 256, n = R * Cn;
+    float *x = filled(n), *y = filled(n), *dy = filled(n), *w = filled(Cn), *b = filled(Cn), *dw = filled(Cn), *db = filled(Cn);
+    int64_t ln[] = {rt_ptr_arg(x), rt_ptr_arg(w), rt_ptr_arg(b), rt_ptr_arg(y), R, Cn, rt_f64_bits(1e-5)};
+    C->kind_bw[PK_NORM] = kind_rate(C, ctx, rtk_layernorm, ln, 7, 4.0 * (2 * n + 2 * Cn));
+    int64_t lb[] = {rt_ptr_arg(dy), rt_ptr_arg(x), rt_ptr_arg(w), rt_ptr_arg(y), rt_ptr_arg(dw), rt_ptr_arg(db), R, Cn, rt_f64_bits(1e-5)};
+    C->kind_bw[PK_NORM_BWD] = kind_rate(C, ctx, rtk_layernorm_bwd, lb, 9, 4.0 * (3 * n + 3 * Cn));
+    free(x), free(y), free(dy), free(w), free(b), free(dw), free(db);
+    float *lg = filled(R * V), *dl = filled(R * V), *loss = filled(R), *dls = filled(R);
+    int32_t *tg = malloc(sizeof(int32_t) * (size_t)R);
+    if (!tg) die("calibrate: out of memory");
+    for (int64_t i = 0; i < R; i++) tg[i] = (int32_t)((i * 37) % V), dls[i] = 1.0f / (float)R;
+    int64_t xf[] = {rt_ptr_arg(lg), rt_ptr_arg(tg), rt_ptr_arg(loss), R, V};
+    int64_t xb[] = {rt_ptr_arg(dls), rt_ptr_arg(lg), rt_ptr_arg(tg), rt_ptr_arg(dl), R, V};
+    double bf = 4.0 * (R * V + 2 * R), bb = 4.0 * (2 * R * V + 2 * R);
+    C->kind_bw[PK_XENT] = kind_rate(C, ctx, rtk_cross_entropy, xf, 5, bf);
+    C->kind_bw[PK_XENT_BWD] = kind_rate(C, ctx, rtk_cross_entropy_bwd, xb, 6, bb);
+    free(lg), free(dl), free(loss), free(dls), free(tg);
+    measure_copy(C, ctx);
+    float *sx = filled(2 * n), *sy = filled(Cn);
+    int64_t st[] = {rt_ptr_arg(sx), rt_ptr_arg(sy), 2, 2 * R, Cn, 1, 1, 1, 0, 1, 0, 0, 0, RT_F32, RT_F32};
+    C->kind_bw[PK_SUMTO] = kind_rate(C, ctx, rtk_sumto, st, 15, 4.0 * (2 * n + Cn));
+    free(sx), free(sy);
+    int64_t N = 16384;
+    float *p = filled(N), *g = filled(N), *m = filled(N), *v = filled(N), lr = 1e-3f, sc = 1.0f, t = 3.0f, out = 0;
+    for (int64_t i = 0; i < N; i++) v[i] = v[i] * v[i]; /* a second moment is not negative */
+    int64_t ad[] = {rt_ptr_arg(p), rt_ptr_arg(g), rt_ptr_arg(m), rt_ptr_arg(v), rt_ptr_arg(&lr), rt_ptr_arg(&sc), rt_ptr_arg(&t), rt_ptr_arg(p),
+                    rt_ptr_arg(m), rt_ptr_arg(v), N, rt_f64_bits(0.9), rt_f64_bits(0.95), rt_f64_bits(1e-8), rt_f64_bits(0.0)};
+    C->kind_bw[PK_ADAMW] = kind_rate(C, ctx, rtk_adamw, ad, 15, 4.0 * (7 * N + 3));
+    int64_t ss[] = {rt_ptr_arg(g), rt_ptr_arg(&out), N, RT_F32};
+    C->kind_bw[PK_SUMSQ] = kind_rate(C, ctx, rtk_sumsq, ss, 4, 4.0 * (N + 1));
+    free(p), free(g), free(m), free(v);
 }
 
 /* The rate of the kernels the model prices by bytes: a layernorm and a
@@ -269,19 +400,74 @@ static double elem_rate(Cal *C, rt_ctx *ctx, int64_t rows, double *ln_bw, double
     return 4.0 * (double)n * 4 / (t - fixed > t / 2 ? t - fixed : t);
 }
 
+static double kind_rate(Cal *C, rt_ctx *ctx, rt_kernel k, const int64_t *args, int n, double bytes);
+
+/* pool_wake_s: what a parallel kernel costs beyond its own time when it
+ * follows a GEMM, as in a step (a layer alternates them): the pool's
+ * worker sleeps and OpenBLAS's threads hold the cores after the GEMM, so
+ * the kernel first waits for its helper.  Steps of pairs (rtk_gemm
+ * [512,64]x[64,64], calib_ew_add of 32 Ki floats: above the generated
+ * loops' serial limit of 16 Ki) less the GEMMs alone less the adds alone
+ * (back to back: the worker awake), a pair: the median of the rounds'
+ * differences (the three timed round by round).  0 when not positive. */
+static void measure_pool_wake(Cal *C, rt_ctx *ctx) {
+    int64_t n = 32768, m = 512, k = 64;
+    float *x = filled(n), *y = filled(n), *z = filled(n), *a = filled(m * k), *b = filled(k * k), *c = filled(m * k);
+    int64_t add[] = {rt_ptr_arg(x), rt_ptr_arg(y), rt_ptr_arg(z), n};
+    int64_t gm[] = {rt_ptr_arg(a), rt_ptr_arg(b), rt_ptr_arg(c), 1, m, k, k, 0, 0, 0, 0, 0, rt_f64_bits(0.0)};
+    int rounds = C->quick ? 5 : 15;
+    double d[16], tg[16], ta[16], tp[16];
+    for (int r = 0; r < rounds; r++) { /* round by round, so the load's changes hit the three alike; each round's difference */
+        tg[r] = best_step(ctx, rtk_gemm, gm, 13, 1), ta[r] = best_step(ctx, calib_ew_add, add, 4, 1);
+        cur_kernel2 = calib_ew_add, cur_nargs2 = 4;
+        memcpy(cur_args2, add, sizeof add);
+        tp[r] = best_step(ctx, rtk_gemm, gm, 13, 1);
+        cur_kernel2 = NULL;
+        d[r] = tp[r] - tg[r] - ta[r];
+    }
+    qsort(d, (size_t)rounds, sizeof d[0], cmp_d), qsort(tg, (size_t)rounds, sizeof d[0], cmp_d);
+    qsort(ta, (size_t)rounds, sizeof d[0], cmp_d), qsort(tp, (size_t)rounds, sizeof d[0], cmp_d);
+    C->wake = fmax(0, d[rounds / 2]), C->wake_pair = tp[rounds / 2], C->wake_g = tg[rounds / 2], C->wake_a = ta[rounds / 2];
+    free(x), free(y), free(z), free(a), free(b), free(c);
+}
+
+/* mem_bw_table and ew_transc_s: the fused elementwise kernels' stand-ins
+ * (calibrate_ew.c).  The table: calib_ew_add (z = x + y) of n = 4 Ki ..
+ * 4 Mi floats by 4x (--quick: .. 256 Ki), bytes 12n (two read, one
+ * written) a second: the caches' rates to DRAM's, as a generated loop
+ * moves them.  ew_transc_s: calib_ew_gelu less calib_ew_scale (the same
+ * bytes without the tanh) over 256 Ki elements, a transcendental's cost an
+ * element (the cost model charges it per element of a GELU, tanh, exp,
+ * SiLU, sigmoid, log or pow node, fused or not); 0 when the difference is
+ * not positive (noise). */
+static void measure_elementwise(Cal *C, rt_ctx *ctx) {
+    int64_t big = (int64_t)4 << 20;
+    float *x = filled(big), *y = filled(big), *z = filled(big);
+    C->nbw = C->quick ? 4 : 6;
+    for (int i = 0; i < C->nbw; i++) {
+        int64_t n = (int64_t)4096 << (2 * i);
+        int64_t a[] = {rt_ptr_arg(x), rt_ptr_arg(y), rt_ptr_arg(z), n};
+        C->bw_bytes[i] = 12.0 * (double)n, C->bw_rate[i] = kind_rate(C, ctx, calib_ew_add, a, 4, 12.0 * (double)n);
+    }
+    int64_t n = (int64_t)256 << 10, g[] = {rt_ptr_arg(x), 0, rt_ptr_arg(z), n};
+    int reps = C->quick ? 5 : 15;
+    double tg = best_step(ctx, calib_ew_gelu, g, 4, reps), ts = best_step(ctx, calib_ew_scale, g, 4, reps);
+    C->ew_gelu_t = tg, C->ew_scale_t = ts, C->ew_transc = fmax(0, (tg - ts) / (double)n);
+    free(x), free(y), free(z);
+}
+
 /* The rate of the kernels the model prices by bytes: a layernorm and a
  * transpose (rtk_copy: every transpose and slice; here the attention's
  * head permute) of a [rows, 512] f32 tensor, each timed as steps of many
  * launches, the median; bytes read + written over the two times.  mem_bw:
  * at 1024 rows (2 MiB, a layer's activations: in L2 and L3 as theirs are);
- * the table: at 8 .. 32768 rows (16 KiB .. 64 MiB, each kernel moving
- * twice that), the caches' rates to DRAM's. */
+ * the table: measure_elementwise's (session 7: the layernorm + transpose
+ * table priced the small model's GELU groups 1.3-2x fast and its plain
+ * adds 2.5-2.9x slow). */
 static void measure_memory(Cal *C, rt_ctx *ctx) {
     C->elem_bw = elem_rate(C, ctx, 1024, &C->ln_bw, &C->tr_bw);
-    static const int64_t rows_full[] = {8, 64, 512, 4096, 32768}, rows_quick[] = {8, 64, 512};
-    const int64_t *rows = C->quick ? rows_quick : rows_full;
-    C->nbw = C->quick ? 3 : 5;
-    for (int i = 0; i < C->nbw; i++) C->bw_bytes[i] = 2.0 * rows[i] * 512 * 4, C->bw_rate[i] = elem_rate(C, ctx, rows[i], NULL, NULL);
+    measure_elementwise(C, ctx);
+    measure_pool_wake(C, ctx);
     int64_t big = (int64_t)16 << 20; /* host copies: 64 MiB memcpys (the offloaded activations are large) */
     float *bx = filled(big), *by = filled(big);
     double best = INFINITY;
@@ -349,18 +535,29 @@ static void measure_links(Cal *C) {
         return;
     }
     double n = C->world;
-    size_t big = C->quick ? (size_t)1 << 20 : (size_t)4 << 20, len = 0;
+    size_t big = (size_t)1 << 20, len = 0;
+    /* the tables: 64 bytes a rank, then 64 KiB .. 16 MiB (--quick: .. 1 MiB) by 4x */
+    static const int treps[6] = {100, 20, 15, 10, 7, 5};
+    C->ntab = C->quick ? 4 : 6;
     for (int k = 0; k < 4; k++) {
         double steps = k == COLL_ALL_REDUCE ? 2 * (n - 1) : k == COLL_P2P ? 1 : n - 1;
         double factor = k == COLL_ALL_REDUCE ? 2 * (n - 1) / n : k == COLL_P2P ? 1 : (n - 1) / n;
-        double small = coll_seconds(k, (size_t)(64 * C->world), C->quick ? 20 : 100), large = coll_seconds(k, big, C->quick ? 3 : 10);
+        for (int i = 0; i < C->ntab; i++) {
+            size_t b = i == 0 ? (size_t)(64 * C->world) : (size_t)65536 << (2 * (i - 1));
+            C->tab_bytes[i] = (double)b;
+            C->tab_t[k][i] = coll_seconds(k, b, C->quick ? (treps[i] + 4) / 5 : treps[i]);
+        }
+        double small = C->tab_t[k][0], large = C->tab_t[k][3]; /* 1 MiB */
         C->calpha[k] = small / steps;
         double xfer = large - small;
         C->cbeta[k] = factor * (double)big / (xfer > 0 ? xfer : large);
         C->csmall[k] = small, C->clarge[k] = large;
     }
     double f = link_speed(C); /* the times alone: α shorter, β faster */
-    for (int k = 0; k < 4; k++) C->calpha[k] *= f, C->cbeta[k] /= f;
+    for (int k = 0; k < 4; k++) {
+        C->calpha[k] *= f, C->cbeta[k] /= f;
+        for (int i = 0; i < C->ntab; i++) C->tab_t[k][i] *= f;
+    }
     C->alpha = C->calpha[COLL_ALL_REDUCE], C->beta = C->cbeta[COLL_ALL_REDUCE];
     len += (size_t)snprintf(C->note_links, sizeof C->note_links, "MPI_Allreduce over %d local ranks: %d bytes %.3g s, %zu bytes %.3g s (ring formula), times x %.3g: one rank's alone (%s)",
                             C->world, 64 * C->world, C->csmall[0], big, C->clarge[0], f,
@@ -400,14 +597,39 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     for (int i = 0; i < C->ngemm; i++) fprintf(f, " %.6g:%.4f", C->gemm_mnk[i], fmin(1, C->gemm_rate[i] / C->peak));
     fprintf(f, "   # rtk_gemm [8n,n]x[n,n], one rank alone:");
     for (int i = 0; i < C->ngemm; i++) fprintf(f, " n %d %.2f GFLOP/s%s", C->gemm_n[i], C->gemm_rate[i] / 1e9, i + 1 < C->ngemm ? "," : "");
-    fprintf(f, "\nattn_eff          %.4f   # rtk_attention fwd+bwd causal: %.2f GFLOP/s over the peak\n", fmin(1, C->attn_rate / C->peak),
-            C->attn_rate / 1e9);
+    fprintf(f, "\nattn_eff          %.4f   # rtk_attention causal B 4 H 4 T %d at D 16 and 64: %.3g, %.3g s; the line's slope in D (FLOPs) over the peak\n",
+            C->attn_ef, C->quick ? 128 : 256, C->attn_t[0][0], C->attn_t[0][1]);
+    fprintf(f, "attn_score_s      %.4g   # the same line's intercept over the scores (B H T^2/2): the softmax's cost a score\n", C->attn_cf);
+    fprintf(f, "attn_bwd_eff      %.4f   # rtk_attention_bwd, the same shapes: %.3g, %.3g s (10 D FLOPs a score)\n", C->attn_eb, C->attn_t[1][0],
+            C->attn_t[1][1]);
+    fprintf(f, "attn_bwd_score_s  %.4g   # its intercept over the scores\n", C->attn_cb);
+    static const char *const kind_src[PK_NKIND] = {
+        "rtk_layernorm [1024,128]: x, w, b read, y written",
+        "rtk_layernorm_bwd [1024,128]: dy, x, w read, dx, dw, db written",
+        "rtk_cross_entropy [1024,256]: logits, targets read, loss written",
+        "rtk_cross_entropy_bwd [1024,256]: dl, logits, targets read, dlogits written",
+        "rtk_copy of 128 Ki floats as one run (copy_bw_table below for shorter ones): read + written",
+        "rtk_sumto [2048,128]->[128]: read + written",
+        "rtk_adamw of 16384 floats: p, g, m, v read, p, m, v written",
+        "rtk_sumsq of 16384 floats: read"};
+    for (int k = 0; k < PK_NKIND; k++)
+        fprintf(f, "%-17s %.6g   # %s, bytes a second, one rank alone\n", profile_kind_fields[k], C->kind_bw[k], kind_src[k]);
+    fprintf(f, "copy_bw_table    ");
+    for (int i = 0; i < 4; i++) fprintf(f, " %.6g:%.6g", C->copy_run[i], C->copy_rate[i]);
+    fprintf(f, "   # rtk_copy [R,4,D]->[4,R,D] of 128 Ki floats, D 16, 64, 256, then one run: bytes read + written a second by the bytes of a contiguous run\n");
     fprintf(f, "mem_bw            %.6g   # rtk_layernorm of [1024,512] + rtk_copy [1024,8,64]->[8,1024,64] f32: bytes read + written a second (%.3g, %.3g GB/s)\n",
             C->elem_bw, C->ln_bw / 1e9, C->tr_bw / 1e9);
     fprintf(f, "mem_bw_table     ");
     for (int i = 0; i < C->nbw; i++) fprintf(f, " %.6g:%.6g", C->bw_bytes[i], C->bw_rate[i]);
-    fprintf(f, "   # the same two kernels by the bytes one moves (16 KiB .. 64 MiB tensors)\n");
+    fprintf(f, "   # z = x + y over 4 Ki .. %s floats (an elementwise loop as the back end generates one: rt_parallel_for, vectorized): bytes read + written a second by the bytes moved\n",
+            C->quick ? "256 Ki" : "4 Mi");
+    fprintf(f, "pool_wake_s       %.4g   # a GEMM then a parallel add (32 Ki floats) less each alone, the rounds' median (medians: %.3g s a pair, %.3g s the GEMM, %.3g s the add)\n",
+            C->wake, C->wake_pair, C->wake_g, C->wake_a);
+    fprintf(f, "ew_transc_s       %.4g   # z = GELU(x) (tanh on a Cephes expf, as emit_llvm.c's) %.3g s less z = 2x %.3g s, over 256 Ki elements: a transcendental's cost an element\n",
+            C->ew_transc, C->ew_gelu_t, C->ew_scale_t);
     fprintf(f, "launch_overhead_s %.4g   # (a step of 256 4x4x4 rtk_gemms - a step of 1) / 255\n", C->launch);
+    fprintf(f, "step_overhead_s   %.4g   # a step of one 4x4x4 rtk_gemm (%.3g s, the median) less a launch: the runtime's fixed cost a step\n", C->step_ov,
+            C->step_one);
     fprintf(f, "h2d_bw            %.6g   # memcpy (the CPU's host copies are memcpys)\n", C->copy_bw);
     fprintf(f, "d2h_bw            %.6g   # as h2d_bw\n", C->copy_bw);
     fprintf(f, "intra_alpha_s     %.4g   # %s\n", C->alpha, C->note_links);
@@ -421,6 +643,9 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
                 64 * C->world, C->csmall[k], k == 0 ? "2(n-1)" : k == 3 ? "1" : "n-1");
         fprintf(f, "%s_beta %.6g   # the same, %zu bytes in %.3g s: %s of them a link, less the small one's time; x intra_alpha_s's factor\n", coll[k], C->cbeta[k], C->big,
                 C->clarge[k], k == 0 ? "2(n-1)/n" : k == 3 ? "all" : "(n-1)/n");
+        fprintf(f, "%s_table", coll[k]);
+        for (int i = 0; i < C->ntab; i++) fprintf(f, " %.6g:%.4g", C->tab_bytes[i], C->tab_t[k][i]);
+        fprintf(f, "   # %s, %d ranks: the median seconds by bytes (the slowest rank's), x intra_alpha_s's factor\n", mpi[k], C->world);
     }
     fprintf(f, "node_size         %d   # %s\n", C->world > 1 ? C->world : C->base.node_size,
             C->world > 1 ? "the ranks under mpirun" : "from the base profile");
@@ -512,6 +737,7 @@ int kiln_calibrate_main(int argc, char **argv) {
         measure_speedup(&C);
         measure_attention(&C, ctx);
         measure_memory(&C, ctx);
+        measure_kinds(&C, ctx);
     }
     if (C.world > 1) sleeping_barrier();
     measure_links(&C);
