@@ -47,6 +47,17 @@
  * and write at its memory bandwidth, each plus a launch; communication
  * counts 0 (it hides nothing).
  *
+ * With a profile the copies' places come from their times (timed_places):
+ * the d2h stream and the compute run together, node by node, and a release
+ * fence goes before the first node (at least OFFLOAD_MIN_NODES after the
+ * offload) that can wait for the copy and still end by its due — the
+ * latest end that delays no other pipeline action (pp_latest_ends, an ALAP
+ * pass over the pipeline's simulation) nor the rank's step.  Where the
+ * pipeline leaves slack (a first stage's warm-up) the compute waits for
+ * its copies: the warm-up is paced by the d2h stream instead of queueing
+ * its activations on the device.  auto then keeps the host space within
+ * the profile's host_memory_bytes (host_trim).  docs/offload.md has both.
+ *
  * --test-offload-bug early-read leaves the last backward reader of the first
  * offloaded value reading the device copy: the verifier must reject it.
  */
