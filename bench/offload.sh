@@ -19,6 +19,9 @@
 # KILN_BEFORE=PATH (another kiln binary, e.g. the commit before a change):
 # a fourth policy "auto0", --offload auto compiled by that binary, in the
 # same interleaved rounds (a before/after comparison on a shared machine).
+# MIN_NODES=N: a further policy "auto-mN", --offload auto compiled with
+# KILN_OFFLOAD_MIN_NODES=N (offload.c's floor between a copy and its fence,
+# 8 nodes by default), in the same interleaved rounds.
 # TRACE=1: every run also writes --trace files, and a last column gives
 # the compute stream's idle time that ends with a copy (an idle gap of
 # ranks 0-2 after which a d2h or h2d copy was the last thing to finish
@@ -42,14 +45,15 @@ FLAGS="--pp 4 --micro-batches $M --offload-min-bytes 65536"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-POLICIES="none auto all${KILN_BEFORE:+ auto0}"
+POLICIES="none auto all${KILN_BEFORE:+ auto0}${MIN_NODES:+ auto-m$MIN_NODES}"
 for p in $POLICIES; do
     kiln="$B/kiln" pol=$p
     [ "$p" = auto0 ] && kiln=$KILN_BEFORE pol=auto
+    mn=; [ "$p" = "auto-m${MIN_NODES:-}" ] && pol=auto mn=$MIN_NODES
     # shellcheck disable=SC2086
-    "$kiln" compile models/tiny.lua $SHAPE $FLAGS --offload "$pol" -o "$tmp/$p" > /dev/null
+    KILN_OFFLOAD_MIN_NODES=$mn "$kiln" compile models/tiny.lua $SHAPE $FLAGS --offload "$pol" -o "$tmp/$p" > /dev/null
     # shellcheck disable=SC2086
-    "$kiln" plan models/tiny.lua $SHAPE $FLAGS --offload "$pol" > "$tmp/$p.plan" 2>&1
+    KILN_OFFLOAD_MIN_NODES=$mn "$kiln" plan models/tiny.lua $SHAPE $FLAGS --offload "$pol" > "$tmp/$p.plan" 2>&1
 done
 run() { # policy round
     mpirun --oversubscribe -np 4 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps "$STEPS" --log "$tmp/$1.$2.log" \

@@ -414,7 +414,14 @@ static int next_bwd(const int *b, int nb, int i) {
  * copies not yet begun at most fences (+10.7% step time against none,
  * bench/RESULTS.md).  On a GPU the copy engine starts at once and 8 nodes
  * hold a buffer a few kernels longer. */
-#define OFFLOAD_MIN_NODES OFFLOAD_PREFETCH
+#define OFFLOAD_MIN_NODES min_nodes()
+/* KILN_OFFLOAD_MIN_NODES=N (experiments: bench/offload.sh MIN_NODES=N):
+ * another floor, 1..1000; OFFLOAD_PREFETCH otherwise. */
+static int min_nodes(void) {
+    const char *e = getenv("KILN_OFFLOAD_MIN_NODES");
+    int n = e ? atoi(e) : 0;
+    return n >= 1 && n <= 1000 ? n : OFFLOAD_PREFETCH;
+}
 /* One pass of the two copy streams over the taken candidates (see
  * timed_places); with admit (auto), a copy that cannot end in time is
  * dropped (take[k] = 0) and leaves its stream's time to the others.
