@@ -19,12 +19,20 @@
 # KILN_BEFORE=PATH (another kiln binary, e.g. the commit before a change):
 # a fourth policy "auto0", --offload auto compiled by that binary, in the
 # same interleaved rounds (a before/after comparison on a shared machine).
+# MIN_NODES=N: a further policy "auto-mN", --offload auto compiled with
+# KILN_OFFLOAD_MIN_NODES=N (offload.c's floor between a copy and its fence,
+# 8 nodes by default), in the same interleaved rounds.
 # TRACE=1: every run also writes --trace files, and a last column gives
 # the compute stream's idle time that ends with a copy (an idle gap of
 # ranks 0-2 after which a d2h or h2d copy was the last thing to finish
 # before the next kernel: the compute waited for a copy), ms a step, the
 # median over the rounds: what the copies' fences cost, with less noise
-# than the step time.
+# than the step time.  Two numbers, all / own: "own" leaves out the part of
+# a gap before a comm op that ended in it before the copy began (the copy
+# stream waited at its fence for that comm op, typically a reload behind
+# the recv of the gradient its backward waits for anyway: without offload
+# the compute would have waited for that recv too), so it is the time the
+# compute waited for the copies themselves; "all" counts the whole gap.
 # With 4 ranks on a 2-core machine the ranks are oversubscribed (a rank that
 # waits frees its core): compare the policies, not the absolute times.
 set -eu
@@ -37,14 +45,15 @@ FLAGS="--pp 4 --micro-batches $M --offload-min-bytes 65536"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-POLICIES="none auto all${KILN_BEFORE:+ auto0}"
+POLICIES="none auto all${KILN_BEFORE:+ auto0}${MIN_NODES:+ auto-m$MIN_NODES}"
 for p in $POLICIES; do
     kiln="$B/kiln" pol=$p
     [ "$p" = auto0 ] && kiln=$KILN_BEFORE pol=auto
+    mn=; [ "$p" = "auto-m${MIN_NODES:-}" ] && pol=auto mn=$MIN_NODES
     # shellcheck disable=SC2086
-    "$kiln" compile models/tiny.lua $SHAPE $FLAGS --offload "$pol" -o "$tmp/$p" > /dev/null
+    KILN_OFFLOAD_MIN_NODES=$mn "$kiln" compile models/tiny.lua $SHAPE $FLAGS --offload "$pol" -o "$tmp/$p" > /dev/null
     # shellcheck disable=SC2086
-    "$kiln" plan models/tiny.lua $SHAPE $FLAGS --offload "$pol" > "$tmp/$p.plan" 2>&1
+    KILN_OFFLOAD_MIN_NODES=$mn "$kiln" plan models/tiny.lua $SHAPE $FLAGS --offload "$pol" > "$tmp/$p.plan" 2>&1
 done
 run() { # policy round
     mpirun --oversubscribe -np 4 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps "$STEPS" --log "$tmp/$1.$2.log" \
@@ -58,19 +67,29 @@ import bisect, json, sys
 def xs(f):
     ev = json.load(open(f)); ev = ev.get("traceEvents", ev) if isinstance(ev, dict) else ev
     return [e for e in ev if e.get("ph") == "X"]
-total = 0.0
+total = own = 0.0
 for r in range(3):
     x = xs(sys.argv[1] + ("" if r == 0 else ".rank%d" % r))
     comp = sorted((e for e in x if e["tid"] == 0), key=lambda e: e["ts"])
-    ends = {t: sorted(e["ts"] + e["dur"] for e in x if e["tid"] == t) for t in (1, 2, 3)}
+    by_end = {t: sorted((e for e in x if e["tid"] == t), key=lambda e: e["ts"] + e["dur"]) for t in (1, 2, 3)}
+    ends = {t: [e["ts"] + e["dur"] for e in by_end[t]] for t in (1, 2, 3)}
+    starts = {t: [e["ts"] for e in by_end[t]] for t in (1, 2, 3)}
     for a, b in zip(comp, comp[1:]):
         g0 = a["ts"] + a["dur"]
         if b["ts"] - g0 < 20: continue
-        last = max(((ends[t][i], t) for t in (1, 2, 3) for i in [bisect.bisect_right(ends[t], b["ts"] + 5) - 1] if i >= 0 and ends[t][i] > g0 - 1), default=None)
-        if last and last[1] in (2, 3): total += b["ts"] - g0
-print("%.1f" % (total / 1e3 / int(sys.argv[2])))
+        last = max(((ends[t][i], t, i) for t in (1, 2, 3) for i in [bisect.bisect_right(ends[t], b["ts"] + 5) - 1] if i >= 0 and ends[t][i] > g0 - 1), default=None)
+        if not last or last[1] not in (2, 3): continue
+        total += b["ts"] - g0
+        # own: from the end of a comm op that ended in the gap before the copy
+        # began (the copy stream waited for it at its fence, e.g. a reload
+        # behind a recv the compute needs too) or from the gap's start
+        c0 = starts[last[1]][last[2]]
+        j = bisect.bisect_right(ends[1], c0 + 5) - 1
+        own += b["ts"] - (ends[1][j] if j >= 0 and ends[1][j] > g0 else g0)
+print("%.1f %.1f" % (total / 1e3 / int(sys.argv[2]), own / 1e3 / int(sys.argv[2])))
 PY
-    done | median
+    done > "$tmp/$1.stalls"
+    printf '%s / %s' "$(cut -d' ' -f1 "$tmp/$1.stalls" | median)" "$(cut -d' ' -f2 "$tmp/$1.stalls" | median)"
 }
 load() { uptime | sed 's/.*load average: //'; }
 load0=$(load)
@@ -94,7 +113,7 @@ marks() { # policy -> measured act high-water per rank, rank order
 }
 plan_act() { awk '/^  activations/ {for (i = 1; i <= NF; i++) if ($i == "bytes") {print $(i-1); break}}' "$tmp/$1.plan" | paste -sd' '; }
 echo "offload ($(date -u +%F), load average $load0 at the start, $load1 at the end): 4 ranks, pp 4, $M micro-batches, $STEPS steps, $ROUNDS rounds interleaved"
-printf '%-6s %12s %22s   %s\n' policy "step (s)" "vs none (median, range)" "act high-water per rank, measured (plan) bytes; host bytes${TRACE:+; copy stalls ms/step ranks 0-2}"
+printf '%-6s %12s %22s   %s\n' policy "step (s)" "vs none (median, range)" "act high-water per rank, measured (plan) bytes; host bytes${TRACE:+; copy stalls ms/step ranks 0-2, all / own}"
 for p in $POLICIES; do
     s=$(median_step "$p")
     rs=$(ratios "$p" | sort -g)

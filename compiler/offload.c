@@ -47,6 +47,17 @@
  * and write at its memory bandwidth, each plus a launch; communication
  * counts 0 (it hides nothing).
  *
+ * With a profile the copies' places come from their times (timed_places):
+ * the d2h stream and the compute run together, node by node, and a release
+ * fence goes before the first node (at least OFFLOAD_MIN_NODES after the
+ * offload) that can wait for the copy and still end by its due — the
+ * latest end that delays no other pipeline action (pp_latest_ends, an ALAP
+ * pass over the pipeline's simulation) nor the rank's step.  Where the
+ * pipeline leaves slack (a first stage's warm-up) the compute waits for
+ * its copies: the warm-up is paced by the d2h stream instead of queueing
+ * its activations on the device.  auto then keeps the host space within
+ * the profile's host_memory_bytes (host_trim).  docs/offload.md has both.
+ *
  * --test-offload-bug early-read leaves the last backward reader of the first
  * offloaded value reading the device copy: the verifier must reject it.
  */
@@ -79,6 +90,11 @@ typedef struct {
     const Profile *prof;        /* --offload auto or --device-profile: the device's */
     int autop;                  /* --offload auto */
     double *sec;                /* with a profile: seconds of nodes 0..i-1 (nnodes+1) */
+    double *dur, *pst, *due;    /* with a profile: node i's seconds, its pipeline action's start (-1: none),
+                                   the latest it may end delaying no other action nor the rank's step (pace_dues) */
+    double *t;                  /* with a profile: node i's start with the compute stream's waits at release fences (stream_pass) */
+    double *busy;               /* with a profile: seconds of nodes 0..i-1 without the waits (S->sec less its idle time) */
+    int nopace;                 /* KILN_TEST_OFFLOAD_NO_PACE set (tests): no node's due beyond its end in S->sec */
 } Off;
 
 /* Bytes of value v as the device will hold it: with bf16 (the precision
@@ -117,6 +133,43 @@ static int act_kind(Phase ph, int zb) {
     return ph == PH_FWD ? ACT_F : ph == PH_BWD || ph == PH_RECOMPUTE ? ACT_B : ph == PH_WGRAD ? (zb ? ACT_W : ACT_B) : -1;
 }
 
+/* The latest end of every action of plan pl that delays no other action
+ * past its time in t (an ALAP pass over the dependencies of ppsched.h:
+ * the rank's next action; F(c,m) -> F(c+1,m) and B(c,m); B(c,m) ->
+ * B(c-1,m) and, zero-bubble, W(c,m)), each rank's last action ending when
+ * it does in t (its optimizer then starts on time).  nch chunks; gidx maps
+ * (kind, chunk, mb) to t's flat index.  Returns t.off[p] entries. */
+static double *pp_latest_ends(const PpPlan *pl, const PpTimes *t, const int *gidx, int nch, int zb) {
+    int n = t->off[pl->p];
+    double *lend = xcalloc((size_t)n + 1, sizeof(double));
+    for (int r = 0; r < pl->p; r++)
+        for (int a = 0; a < pl->nact[r]; a++) lend[t->off[r] + a] = a == pl->nact[r] - 1 ? t->end[t->off[r] + a] : 1e300;
+    for (int changed = 1, it = 0; changed && it <= n; it++) {
+        changed = 0;
+        for (int r = 0; r < pl->p; r++)
+            for (int a = 0; a < pl->nact[r]; a++) {
+                const Action *ac = &pl->act[r][a];
+                int gi = t->off[r] + a, c = ac->chunk, mb = ac->mb, s[4], ns = 0;
+                if (a + 1 < pl->nact[r]) s[ns++] = gi + 1;
+                if (ac->kind == ACT_F) {
+                    if (c + 1 < nch) s[ns++] = gidx[((int)ACT_F * nch + c + 1) * pl->m + mb];
+                    s[ns++] = gidx[((int)ACT_B * nch + c) * pl->m + mb];
+                } else if (ac->kind == ACT_B) {
+                    if (c > 0) s[ns++] = gidx[((int)ACT_B * nch + c - 1) * pl->m + mb];
+                    if (zb) s[ns++] = gidx[((int)ACT_W * nch + c) * pl->m + mb];
+                }
+                for (int k = 0; k < ns; k++) {
+                    if (s[k] < 0) continue;
+                    double v = lend[s[k]] - (t->end[s[k]] - t->start[s[k]]);
+                    if (v < lend[gi]) lend[gi] = v, changed = 1;
+                }
+            }
+    }
+    for (int k = 0; k < n; k++)
+        if (lend[k] < t->end[k]) lend[k] = t->end[k]; /* never before its own end (rounding) */
+    return lend;
+}
+
 /* With --pp: when each node's pipeline action starts on its rank, from
  * ppsched_simulate over the ranks' own node seconds (per (kind, chunk) the
  * mean over micro-batches; communication free, latency 0).  A rank's
@@ -124,8 +177,12 @@ static int act_kind(Phase ph, int zb) {
  * bubble: a first stage waits about (p-1) backwards between its warm-up
  * forwards and its first backward); a copy runs through it.  starts[r][i]:
  * the start of node i's action, -1 for a node of none (the optimizer, the
- * copies).  NULL without --pp.  bf16: see dev_bytes. */
-static double **pp_starts(const Module *m, const Options *o, const Profile *p, int bf16) {
+ * copies).  With lend: (*lend)[r][i] the slack of node i's action, how
+ * much later than in the simulation it may end delaying no other action
+ * (pp_latest_ends), -1 for none.  NULL without
+ * --pp.  bf16: see dev_bytes. */
+static double **pp_times(const Module *m, const Options *o, const Profile *p, int bf16, double ***lend) {
+    if (lend) *lend = NULL;
     if (m->nstages <= 1 || !p) return NULL;
     PpPlan pl;
     char err[256];
@@ -144,26 +201,35 @@ static double **pp_starts(const Module *m, const Options *o, const Profile *p, i
     PpTimes t;
     const double *const cc[3] = {cost[0], cost[1], cost[2]};
     if (ppsched_simulate(&pl, cc, 0, &t) != 0) ICE("offload: the pipeline's simulation failed");
-    double **st = xcalloc((size_t)pl.p, sizeof(double *)), *at = xcalloc((size_t)nkey, sizeof(double));
-    for (int r = 0; r < pl.p; r++) {
-        const Graph *g = m->stages[r];
-        for (int k = 0; k < nkey; k++) at[k] = -1;
+    int *gidx = xcalloc((size_t)nkey, sizeof(int));
+    for (int k = 0; k < nkey; k++) gidx[k] = -1;
+    for (int r = 0; r < pl.p; r++)
         for (int a = 0; a < pl.nact[r]; a++) {
             const Action *ac = &pl.act[r][a];
-            at[((int)ac->kind * nch + ac->chunk) * pl.m + ac->mb] = t.start[t.off[r] + a];
+            gidx[((int)ac->kind * nch + ac->chunk) * pl.m + ac->mb] = t.off[r] + a;
         }
+    double *le = lend ? pp_latest_ends(&pl, &t, gidx, nch, zb) : NULL;
+    double **st = xcalloc((size_t)pl.p, sizeof(double *));
+    if (lend) *lend = xcalloc((size_t)pl.p, sizeof(double *));
+    for (int r = 0; r < pl.p; r++) {
+        const Graph *g = m->stages[r];
         st[r] = xcalloc((size_t)g->nnodes + 1, sizeof(double));
+        if (lend) (*lend)[r] = xcalloc((size_t)g->nnodes + 1, sizeof(double));
         for (int i = 0; i < g->nnodes; i++) {
             const Node *n = &g->nodes[i];
             int k = act_kind(n->phase, zb);
             int ok = k >= 0 && n->vstage >= 0 && n->vstage < pl.v && n->mb >= 0 && n->mb < pl.m && !(ir_ops[n->op].flags & F_COPY);
-            st[r][i] = ok ? at[(k * nch + pp_chunk(&pl, r, n->vstage)) * pl.m + n->mb] : -1;
+            int gi = ok ? gidx[(k * nch + pp_chunk(&pl, r, n->vstage)) * pl.m + n->mb] : -1;
+            st[r][i] = gi >= 0 ? t.start[gi] : -1;
+            if (lend) (*lend)[r][i] = gi >= 0 ? le[gi] - t.end[gi] : -1;
         }
     }
     for (int k = 0; k < 3; k++) free(cost[k]);
-    free(at), ppsched_times_free(&t), ppsched_free(&pl);
+    free(gidx), free(le), ppsched_times_free(&t), ppsched_free(&pl);
     return st;
 }
+
+static double **pp_starts(const Module *m, const Options *o, const Profile *p, int bf16) { return pp_times(m, o, p, bf16, NULL); }
 
 double **offload_pp_starts(const Module *m, const Options *o, const Profile *p) { return pp_starts(m, o, p, 0); }
 
@@ -207,7 +273,7 @@ static int is_candidate(const Off *S, int rank, int v) {
 void offload_saved_values(const Graph *g, char *saved) {
     int nv = g->nvals;
     Off S = {(Graph *)g, NULL, xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, 1),
-             xcalloc((size_t)nv, 1), -1, -1, NULL, 0, NULL};
+             xcalloc((size_t)nv, 1), -1, -1, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, 0};
     scan(&S);
     for (int v = 0; v < nv; v++) {
         const Value *x = &g->vals[v];
@@ -348,54 +414,88 @@ static int next_bwd(const int *b, int nb, int i) {
  * copies not yet begun at most fences (+10.7% step time against none,
  * bench/RESULTS.md).  On a GPU the copy engine starts at once and 8 nodes
  * hold a buffer a few kernels longer. */
-#define OFFLOAD_MIN_NODES OFFLOAD_PREFETCH
+#define OFFLOAD_MIN_NODES min_nodes()
+/* KILN_OFFLOAD_MIN_NODES=N (experiments: bench/offload.sh MIN_NODES=N):
+ * another floor, 1..1000; OFFLOAD_PREFETCH otherwise. */
+static int min_nodes(void) {
+    const char *e = getenv("KILN_OFFLOAD_MIN_NODES");
+    int n = e ? atoi(e) : 0;
+    return n >= 1 && n <= 1000 ? n : OFFLOAD_PREFETCH;
+}
 /* One pass of the two copy streams over the taken candidates (see
  * timed_places); with admit (auto), a copy that cannot end in time is
  * dropped (take[k] = 0) and leaves its stream's time to the others.
  * Returns how many it dropped. */
+/* When node x starts if the compute is late by d at node i (x >= i): the
+ * idle time of S->sec between them (its waits for the pipeline) absorbs
+ * the delay. */
+static double later(const Off *S, int x, int i, double d) {
+    double idle = (S->sec[x] - S->busy[x]) - (S->sec[i] - S->busy[i]);
+    return S->sec[x] + (d > idle ? d - idle : 0);
+}
+
 static int stream_pass(const Off *S, Cand **t, int nt, char *takeflag, const Cand *c0, const int *b, int nb, int admit) {
     const Graph *g = S->g;
-    int dropped = 0;
+    int dropped = 0, n = g->nnodes;
     qsort(t, (size_t)nt, sizeof(Cand *), by_from);
-    double free_at = 0;
-    for (int k = 0; k < nt; k++) {
-        if (!takeflag[t[k] - c0]) continue;
-        int from = t[k]->lastf, j = next_bwd(b, nb, from);
-        double start = S->sec[from + 1] > free_at ? S->sec[from + 1] : free_at;
-        double end = start + OFFLOAD_SLACK * profile_copy_seconds(S->prof, (double)t[k]->bytes, 1);
-        /* in time: off the device before the second backward action after
-         * it starts (the first is the peak it was made for; a pipeline's
-         * next peak is the one after) and before its reload must begin */
-        double deadline = S->sec[t[k]->firstb] - profile_copy_seconds(S->prof, (double)t[k]->bytes, 0);
-        if (j + 1 < nb && S->sec[b[j + 1]] < deadline) deadline = S->sec[b[j + 1]];
-        if (admit && end > deadline) {
-            takeflag[t[k] - c0] = 0, dropped++;
-            continue;
+    /* The d2h stream and the compute stream together, node by node: the
+     * compute waits at a release fence until its copy ends (stall[i]: the
+     * latest end of a copy released before node i).  A release goes before
+     * the first node, at least OFFLOAD_MIN_NODES after the offload, that can
+     * start when the copy ends and still end by its due (S->due): where the
+     * compute has time to spare (a first stage's warm-up, whose forwards
+     * can run later without delaying any other action) it waits for the
+     * copy, so the device holds no more than the d2h stream has not
+     * drained; elsewhere that is the first node the compute starts after
+     * the copy ends, as without the pacing. */
+    double *stall = xcalloc((size_t)n + 1, sizeof(double)), tc = 0, free_at = 0;
+    for (int i = 0, k = 0; i < n; i++) {
+        if (stall[i] > tc) tc = stall[i];
+        double st = S->pst[i] > tc ? S->pst[i] : tc;
+        S->t[i] = st, tc = st + S->dur[i];
+        for (; k < nt && t[k]->lastf <= i; k++) {
+            if (!takeflag[t[k] - c0]) continue;
+            int from = t[k]->lastf, j = next_bwd(b, nb, from);
+            double start = tc > free_at ? tc : free_at;
+            double end = start + OFFLOAD_SLACK * profile_copy_seconds(S->prof, (double)t[k]->bytes, 1);
+            /* in time: off the device before the second backward action after
+             * it starts (the first is the peak it was made for; a pipeline's
+             * next peak is the one after) and before its reload must begin */
+            double late = tc - S->sec[i + 1]; /* the compute's delay from its waits so far, absorbed by later idle time */
+            double deadline = later(S, t[k]->firstb, i + 1, late) - profile_copy_seconds(S->prof, (double)t[k]->bytes, 0);
+            if (j + 1 < nb && later(S, b[j + 1], i + 1, late) < deadline) deadline = later(S, b[j + 1], i + 1, late);
+            if (admit && end > deadline) {
+                takeflag[t[k] - c0] = 0, dropped++;
+                continue;
+            }
+            free_at = end;
+            int r = from + 1 + OFFLOAD_MIN_NODES < t[k]->firstb ? from + 1 + OFFLOAD_MIN_NODES : t[k]->firstb;
+            while (r < t[k]->firstb && end + S->dur[r] > (S->nopace ? S->sec[r + 1] : S->due[r])) r++;
+            t[k]->release = r;
+            if (end > stall[r]) stall[r] = end;
         }
-        free_at = end;
-        t[k]->release = first_at(S->sec, from + 2, t[k]->firstb, free_at);
-        if (t[k]->release < from + 1 + OFFLOAD_MIN_NODES) /* no sooner than a copy stream gets to it (OFFLOAD_MIN_NODES) */
-            t[k]->release = from + 1 + OFFLOAD_MIN_NODES < t[k]->firstb ? from + 1 + OFFLOAD_MIN_NODES : t[k]->firstb;
     }
+    S->t[n] = tc;
+    free(stall);
     qsort(t, (size_t)nt, sizeof(Cand *), by_firstb_desc);
     double next = 1e300;
     for (int k = 0; k < nt; k++) {
         if (!takeflag[t[k] - c0]) continue;
-        double end = S->sec[t[k]->firstb] < next ? S->sec[t[k]->firstb] : next;
+        double end = S->t[t[k]->firstb] < next ? S->t[t[k]->firstb] : next;
         double start = end - OFFLOAD_SLACK * profile_copy_seconds(S->prof, (double)t[k]->bytes, 0);
         /* in time: after its release, and not before the backward action
          * ahead of its own starts (else it waits on the device through a
          * peak it was offloaded for) */
         int j = next_bwd(b, nb, t[k]->firstb - 1) - 1; /* its own backward action: b[j] <= firstb */
-        double earliest = S->sec[t[k]->release > 0 ? t[k]->release : t[k]->lastf + 1];
-        if (j >= 1 && S->sec[b[j - 1]] > earliest) earliest = S->sec[b[j - 1]];
+        double earliest = S->t[t[k]->release > 0 ? t[k]->release : t[k]->lastf + 1];
+        if (j >= 1 && S->t[b[j - 1]] > earliest) earliest = S->t[b[j - 1]];
         if (admit && start < earliest) {
             takeflag[t[k] - c0] = 0, dropped++;
             continue;
         }
         next = start;
-        int at = first_at(S->sec, t[k]->lastf + 1, t[k]->firstb, start); /* sec[at] >= start: the one before starts by it */
-        if (at > t[k]->lastf + 1 && S->sec[at] > start) at--;
+        int at = first_at(S->t, t[k]->lastf + 1, t[k]->firstb, start); /* sec[at] >= start: the one before starts by it */
+        if (at > t[k]->lastf + 1 && S->t[at] > start) at--;
         if (at > t[k]->firstb - OFFLOAD_MIN_NODES) at = t[k]->firstb - OFFLOAD_MIN_NODES; /* OFFLOAD_MIN_NODES */
         if (at < t[k]->release) at = t[k]->release; /* never both buffers on the device (the copy streams are behind) */
         t[k]->issue = at < t[k]->firstb ? at : t[k]->firstb - 1;
@@ -436,6 +536,40 @@ static void timed_places(const Off *S, Cand *c, int nc, char *take) {
         }
     }
     free(b), free(t);
+}
+
+/* auto with a profile that gives the host memory per device: keep the
+ * host space within it (with 2% to spare for alignment and the lifetimes
+ * memplan gives host buffers, which end a little after the reload's first
+ * reader: live.c host_read_end).  A taken value holds host bytes from its
+ * offload (after lastf) to its first backward reader; while the most live
+ * at once exceeds the host memory, the value live there offloaded last is
+ * kept on the device instead (the host is full: a longer sequence fits
+ * where device and host memory share the saved values).  Returns how many
+ * it dropped. */
+static int host_trim(const Off *S, const Cand *c, int nc, char *take) {
+    if (!S->autop || !S->prof || S->prof->host_memory_bytes <= 0) return 0;
+    double cap = S->prof->host_memory_bytes / 1.02, *live = xcalloc((size_t)S->g->nnodes + 2, sizeof(double));
+    int dropped = 0;
+    for (;;) {
+        for (int i = 0; i <= S->g->nnodes; i++) live[i] = 0;
+        for (int k = 0; k < nc; k++)
+            if (take[k]) live[c[k].lastf + 1] += (double)c[k].bytes, live[c[k].firstb] -= (double)c[k].bytes;
+        double h = 0, peak = 0;
+        int at = -1;
+        for (int i = 0; i <= S->g->nnodes; i++) {
+            h += live[i];
+            if (h > peak) peak = h, at = i;
+        }
+        if (peak <= cap) break;
+        int best = -1;
+        for (int k = 0; k < nc; k++)
+            if (take[k] && c[k].lastf + 1 <= at && at < c[k].firstb && (best < 0 || c[k].lastf > c[best].lastf)) best = k;
+        if (best < 0) break;
+        take[best] = 0, dropped++;
+    }
+    free(live);
+    return dropped;
 }
 
 /* The offloads' {lag}: nodes of the new order from the offload to the node
@@ -511,15 +645,38 @@ static void place(Graph *g, int n0, const int *after, const int *before, int *ne
     free(order), free(first), free(next);
 }
 
-static void offload_graph(Module *m, int rank, const Options *o, int last_rank, int last_vstage, const Profile *prof, const double *start) {
+/* Each node's due (S->due): the latest it may end without delaying its
+ * pipeline action past its end in the rank's timeline (S->sec) plus the
+ * action's slack (slack, pp_latest_ends: from the pipeline's simulation,
+ * whose per-chunk costs are means over micro-batches, so the slack is
+ * taken relative to this rank's own timeline), nor the rank's step past
+ * its end without copies, with every node after it run back to back; never
+ * before its own end in S->sec.  Without --pp there is no slack: the due
+ * is the node's end in S->sec. */
+static void pace_dues(Off *S, const double *slack) {
+    int n = S->g->nnodes;
+    for (int i = n - 1; i >= 0; i--) {
+        double d = i == n - 1 ? S->sec[n] : S->due[i + 1] - S->dur[i + 1];
+        if (slack && slack[i] >= 0 && S->sec[i + 1] + slack[i] < d) d = S->sec[i + 1] + slack[i];
+        S->due[i] = d > S->sec[i + 1] ? d : S->sec[i + 1];
+    }
+}
+
+static void offload_graph(Module *m, int rank, const Options *o, int last_rank, int last_vstage, const Profile *prof, const double *start,
+                          const double *lend) {
     Graph *g = m->stages[rank];
     int nv = g->nvals, n0 = g->nnodes;
     Off S = {g, o, xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, sizeof(int)), xcalloc((size_t)nv, 1), xcalloc((size_t)nv, 1),
-             last_rank, last_vstage, prof, o->offload == OFFLOAD_AUTO, xcalloc((size_t)n0 + 1, sizeof(double))};
+             last_rank, last_vstage, prof, o->offload == OFFLOAD_AUTO, xcalloc((size_t)n0 + 1, sizeof(double)),
+             xcalloc((size_t)n0 + 1, sizeof(double)), xcalloc((size_t)n0 + 1, sizeof(double)), xcalloc((size_t)n0 + 1, sizeof(double)),
+             xcalloc((size_t)n0 + 1, sizeof(double)), xcalloc((size_t)n0 + 1, sizeof(double)), getenv("KILN_TEST_OFFLOAD_NO_PACE") != NULL};
     for (int i = 0; prof && i < n0; i++) { /* a node starts no earlier than its pipeline action (the bubble) */
-        double t0 = start && start[i] > S.sec[i] ? start[i] : S.sec[i];
-        S.sec[i + 1] = t0 + node_seconds(prof, g, &g->nodes[i], o->precision_bf16);
+        S.pst[i] = start ? start[i] : -1;
+        S.dur[i] = node_seconds(prof, g, &g->nodes[i], o->precision_bf16);
+        double t0 = S.pst[i] > S.sec[i] ? S.pst[i] : S.sec[i];
+        S.sec[i + 1] = t0 + S.dur[i], S.busy[i + 1] = S.busy[i] + S.dur[i];
     }
+    if (prof) pace_dues(&S, lend);
     scan(&S);
     Cand *c = xcalloc((size_t)nv, sizeof(Cand));
     int nc = 0;
@@ -531,6 +688,7 @@ static void offload_graph(Module *m, int rank, const Options *o, int last_rank, 
     char *take = xcalloc((size_t)nc + 1, 1);
     choose(&S, c, nc, take);
     if (prof) timed_places(&S, c, nc, take);
+    if (prof && host_trim(&S, c, nc, take)) timed_places(&S, c, nc, take); /* fewer copies: placed again */
     int nt = 0;
     for (int k = 0; k < nc; k++) nt += take[k];
     int *after = xcalloc((size_t)(n0 + 2 * nt), sizeof(int)), *before = xcalloc((size_t)(n0 + 2 * nt), sizeof(int));
@@ -545,7 +703,7 @@ static void offload_graph(Module *m, int rank, const Options *o, int last_rank, 
     int *newidx = xcalloc((size_t)g->nnodes + 1, sizeof(int));
     if (nt) place(g, n0, after, before, newidx);
     if (nt && prof) set_lags(g, c, nc, take, offload_of, newidx);
-    free(S.lastf), free(S.firstb), free(S.data), free(S.bad), free(S.sec), free(c), free(take), free(after), free(before), free(repl);
+    free(S.lastf), free(S.firstb), free(S.data), free(S.bad), free(S.sec), free(S.dur), free(S.pst), free(S.due), free(S.t), free(S.busy), free(c), free(take), free(after), free(before), free(repl);
     free(offload_of), free(newidx);
 }
 
@@ -568,7 +726,8 @@ void pass_offload(Module *m, const Options *o) {
         last_rank = pp_chunk_rank(&pl, last), last_vstage = pp_chunk_vstage(&pl, last);
         ppsched_free(&pl);
     }
-    double **start = pp_starts(m, o, pp, o->precision_bf16); /* before any rank's graph changes */
-    for (int s = 0; s < m->nstages; s++) offload_graph(m, s, o, last_rank, last_vstage, pp, start ? start[s] : NULL);
-    offload_pp_starts_free(start, m->nstages);
+    double **lend = NULL, **start = pp_times(m, o, pp, o->precision_bf16, &lend); /* before any rank's graph changes */
+    for (int s = 0; s < m->nstages; s++)
+        offload_graph(m, s, o, last_rank, last_vstage, pp, start ? start[s] : NULL, lend ? lend[s] : NULL);
+    offload_pp_starts_free(start, m->nstages), offload_pp_starts_free(lend, m->nstages);
 }

@@ -17,7 +17,11 @@
 # - the host space: (p - r)/m of the offloaded bytes on stage r (host buffers
 #   reused by lifetime), equal to its live peak; a host space above the
 #   profile's host_memory_bytes: kiln compile refuses (one line), kiln plan
-#   warns per rank; a negative field is one line;
+#   warns per rank; a negative field is one line; --offload auto stays
+#   within it (no warning, compile takes it);
+# - pacing: where the pipeline leaves a first stage's warm-up slack, its
+#   compute waits for the d2h copies: rank 0's device peak falls, no copy
+#   time exposed;
 # - the fences' 8-node floor under free copies;
 # - bad input: --max-seq without --memory, --memory 0: one line, exit 1.
 . "$(dirname "$0")/lib.sh"
@@ -181,9 +185,30 @@ w=$(grep -c "warning: host space" <<< "$out")
 check "kiln plan warns instead, for the ranks above it (ranks 0, 1: $w lines, rc $rc)" "[ $rc = 0 ] && [ $w = 2 ]"
 out=$("$K" plan $P4 --offload all --device-profile profiles/cpu.profile 2>&1 | grep -c "warning: host space")
 check "no warning within the cpu profile's host memory ($out)" "[ $out = 0 ]"
+# auto keeps the host space within the host memory (offload.c host_trim): the
+# same small host, no warning, kiln compile takes it, and it still offloads
+out=$("$K" plan $P4 --offload auto --device-profile "$tmp/smallhost.profile" 2>&1); rc=$?
+w=$(grep -c "warning: host space" <<< "$out"); h=$(sed -n 's/^  rank 0: .*; host \([0-9.]*\) MiB;.*/\1/p' <<< "$out")
+"$K" compile $P4 --offload auto --device-profile "$tmp/smallhost.profile" -o "$tmp/x" > /dev/null 2>&1; rc2=$?
+check "--offload auto within host_memory_bytes 400000: no warning ($w), compile rc $rc2, rank 0 host ${h:-?} MiB in (0, 0.381]" \
+    "[ $rc = 0 ] && [ $w = 0 ] && [ $rc2 = 0 ] && awk -v h='${h:-0}' 'BEGIN {exit !(h > 0 && h <= 400000 / 1048576)}'"
 sed 's/^host_memory_bytes .*/host_memory_bytes -1/' profiles/cpu.profile > "$tmp/neghost.profile"
 out=$("$K" plan $P4 --offload auto --device-profile "$tmp/neghost.profile" 2>&1); rc=$?
 check "a negative host_memory_bytes: one line ($out)" "[ $rc = 1 ] && [ \$(echo \"\$out\" | wc -l) = 1 ] && [[ \"\$out\" == *'neghost.profile:'*'host_memory_bytes'*'negative'* ]]"
+
+# ---- pacing a first stage's warm-up (offload.c stream_pass, pace_dues) ----
+# Llama-3 8B layers at 16 layers, pp 8, 16 micro-batches, seq 32768, h200
+# (20 GB/s copies): the warm-up's forwards make activations faster than the
+# d2h stream drains them; where the pipeline leaves them slack the compute
+# waits for the copies, so rank 0's device peak falls (paced 46808 MiB,
+# unpaced 55596 MiB when written) and no copy time is exposed.
+L16="models/llama.lua --set dim=4096 --set layers=16 --set heads=32 --set kv_heads=8 --set ffn=14336 --set vocab=128256 --set batch=16 --pp 8 --micro-batches 16 --precision bf16 --device-profile h200 --recompute gemm-last --offload auto --set seq=32768"
+"$K" plan $L16 > "$tmp/pace" 2>&1
+KILN_TEST_OFFLOAD_NO_PACE=1 "$K" plan $L16 > "$tmp/nopace" 2>&1
+r0() { sed -n "s/^  rank 0: device peak \([0-9.]*\) MiB with offload.*exposed copy time \([0-9.]*\) ms.*/\\$2/p" "$1"; }
+a=$(r0 "$tmp/pace" 1) b=$(r0 "$tmp/nopace" 1) x=$(r0 "$tmp/pace" 2)
+check "paced warm-up: rank 0's device peak ${a:-?} MiB < 0.9 x unpaced ${b:-?} MiB, exposed ${x:-?} ms = 0" \
+    "awk -v a='${a:-0}' -v b='${b:-0}' -v x='${x:-1}' 'BEGIN {exit !(a > 0 && a < 0.9 * b && x == 0)}'"
 
 # ---- --max-seq ----
 MEM=0.004

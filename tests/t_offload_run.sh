@@ -14,6 +14,10 @@
 #   after the steps) equals the plan's act arena (kiln plan, rounded up to the
 #   arena's 64 bytes) on every rank of a --pp 4 run, with and without offload,
 #   and falls with offload on the first stages; the numbers are printed.
+#   Also a paced program (auto with the cpu profile's copies slowed to 0.2
+#   GB/s: the warm-up's compute waits for its d2h copies, offload.c): its
+#   mark equals its plan, which differs from the unpaced plan, and its 3
+#   steps equal none's.
 # - A planted missing event (KILN_TEST_DROP_COPY_WAIT=1: the compute stream's
 #   first wait per step for a reload's event is dropped; copies slowed by
 #   KILN_COPY_DELAY_US) fails the step through the copy check; the same run
@@ -79,6 +83,20 @@ for pol in none all; do
     check "--pp 4 --offload $pol: measured act high-water per rank [$m] == the plan's act arena per stage [$p]" \
         "[ -n \"$m\" ] && [ \"$m\" = \"$p\" ]"
 done
+# a paced program (offload.c: the compute waits for d2h copies in the
+# warm-up; the cpu profile with copies slowed to 0.2 GB/s makes it pace):
+# the same curve as none, the measured mark equals its plan, and the plan
+# differs from the unpaced one (KILN_TEST_OFFLOAD_NO_PACE)
+sed 's/^h2d_bw .*/h2d_bw 2e8/; s/^d2h_bw .*/d2h_bw 2e8/' profiles/cpu.profile > "$tmp/slow.profile"
+PACED="$P4 --offload auto --device-profile $tmp/slow.profile $MIN"
+comp ppace $PACED
+$MPI -np 4 -x KILN_MEASURE_PEAK=1 -x KILN_CHECK_COPIES=1 "$tmp/ppace" $D --steps 3 --log "$tmp/ppace.log" > /dev/null 2> "$tmp/ppace.out"
+$MPI -np 4 "$tmp/pnone" $D --steps 3 --log "$tmp/pnone3.log" > /dev/null 2>&1
+"$K" plan $PACED > "$tmp/ppace.plan" 2>&1
+KILN_TEST_OFFLOAD_NO_PACE=1 "$K" plan $PACED > "$tmp/pnopace.plan" 2>&1
+m=$(measured "$tmp/ppace.out" | tr '\n' ' '); p=$(plan_act "$tmp/ppace.plan" | head -4 | tr '\n' ' '); q=$(plan_act "$tmp/pnopace.plan" | head -4 | tr '\n' ' ')
+check "--pp 4 auto, paced (copies at 0.2 GB/s): measured act high-water [$m] == plan [$p], unpaced plan [$q] differs, 3 steps == none" \
+    "[ -n \"$m\" ] && [ \"$m\" = \"$p\" ] && [ \"$p\" != \"$q\" ] && [ \"\$(curve $tmp/ppace.log)\" = \"\$(curve $tmp/pnone3.log)\" ] && [ \$(grep -c . $tmp/ppace.log) = 3 ]"
 mn=($(measured "$tmp/pnone.out")); ma=($(measured "$tmp/pall.out"))
 check "--pp 4: offload lowers the measured act high-water on stages 0-2 (none ${mn[*]:-?} -> all ${ma[*]:-?} bytes), not on the last" \
     "[ ${#mn[@]} = 4 ] && [ ${#ma[@]} = 4 ] && [ ${ma[0]} -lt ${mn[0]} ] && [ ${ma[1]} -lt ${mn[1]} ] && [ ${ma[2]} -lt ${mn[2]} ] && [ ${ma[3]} = ${mn[3]} ]"
