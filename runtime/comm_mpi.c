@@ -252,6 +252,9 @@ RtComm *rt_comm_new(const rt_program *p) {
             if (cm->rank == 0)
                 fprintf(stderr, "%s: compiled for %d ranks (pp x dp x cp x tp = %d x %d x %d x %d); launched with %d processes (use mpirun -np %d)\n",
                         p->model ? p->model : "program", world, cm->mesh[0], cm->mesh[1], cm->mesh[2], cm->mesh[3], size, world);
+            /* every rank fails here; the others wait for rank 0's line so
+             * mpirun does not abort the job before it is out */
+            if (MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS) fprintf(stderr, "kiln runtime: MPI_Barrier failed after a launch size mismatch\n");
             goto fail;
         }
     }
