@@ -644,46 +644,6 @@ static void test_share_fields(void **state) {
     }
 }
 
-/* The optional per-algorithm link fields: both of a pair replace intra's
- * for that algorithm only; one without the other is a one-line error. */
-static void test_coll_fields(void **state) {
-    (void)state;
-    Profile p, q;
-    char err[1200], path[] = "/tmp/test_cost_XXXXXX";
-    if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w"), *in = fopen(p.path, "r");
-    assert_non_null(f), assert_non_null(in);
-    char line[2048];
-    while (fgets(line, sizeof line, in)) fputs(line, f);
-    fclose(in);
-    fputs("allgather_alpha_s 1e-3\nallgather_beta 1e6\nmem_bw_table 1000:1e10 1e6:1e9\n", f);
-    fclose(f);
-    char named[64];
-    snprintf(named, sizeof named, "%s.profile", path);
-    assert_int_equal(rename(path, named), 0);
-    if (profile_load(&q, named, err, sizeof err)) fail_msg("%s", err);
-    NEAR(profile_coll_seconds(&q, COLL_ALL_GATHER, 4e6, 4, 1), 3 * 1e-3 + 0.75 * 4e6 / 1e6);
-    NEAR(profile_coll_seconds(&q, COLL_ALL_REDUCE, 4e6, 4, 1), profile_coll_seconds(&p, COLL_ALL_REDUCE, 4e6, 4, 1));
-    NEAR(profile_coll_seconds(&q, COLL_ALL_GATHER, 4e6, 4, 0), profile_coll_seconds(&p, COLL_ALL_GATHER, 4e6, 4, 0)); /* inter: unchanged */
-    /* mem_bw_table: its end points outside, linear in log(bytes) between; none: mem_bw */
-    NEAR(profile_mem_bw(&q, 10), 1e10);
-    NEAR(profile_mem_bw(&q, 1e9), 1e9);
-    NEAR(profile_mem_bw(&q, sqrt(1e3 * 1e6)), 5.5e9);
-    NEAR(profile_mem_bw(&p, 10), p.mem_bw);
-    f = fopen(named, "a");
-    assert_non_null(f);
-    fputs("p2p_beta 1e9\n", f);
-    fclose(f);
-    assert_int_equal(profile_load(&q, named, err, sizeof err), -1);
-    char want[256];
-    snprintf(want, sizeof want, "%s:", named);
-    if (strncmp(err, want, strlen(want)) || !strstr(err, "field \"p2p_beta\" without \"p2p_alpha_s\"") || strchr(err, '\n'))
-        fail_msg("error: %s", err);
-    remove(named);
-}
-
 /* A copy of the shipped cpu profile plus `extra` lines, as a named file
  * (named: 64 bytes); 0 or -1 with err as profile_load. */
 static int profile_plus(Profile *q, const char *extra, char *named, char *err, size_t errlen) {
@@ -702,6 +662,34 @@ static int profile_plus(Profile *q, const char *extra, char *named, char *err, s
     snprintf(named, 64, "%s.profile", path);
     assert_int_equal(rename(path, named), 0);
     return profile_load(q, named, err, errlen);
+}
+
+/* The optional per-algorithm link fields: both of a pair replace intra's
+ * for that algorithm only; one without the other is a one-line error. */
+static void test_coll_fields(void **state) {
+    (void)state;
+    Profile p, q;
+    char err[1200], named[64];
+    if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
+    if (profile_plus(&q, "allgather_alpha_s 1e-3\nallgather_beta 1e6\nmem_bw_table 1000:1e10 1e6:1e9\n", named, err, sizeof err)) fail_msg("%s", err);
+    NEAR(profile_coll_seconds(&q, COLL_ALL_GATHER, 4e6, 4, 1), 3 * 1e-3 + 0.75 * 4e6 / 1e6);
+    NEAR(profile_coll_seconds(&q, COLL_ALL_REDUCE, 4e6, 4, 1), profile_coll_seconds(&p, COLL_ALL_REDUCE, 4e6, 4, 1));
+    NEAR(profile_coll_seconds(&q, COLL_ALL_GATHER, 4e6, 4, 0), profile_coll_seconds(&p, COLL_ALL_GATHER, 4e6, 4, 0)); /* inter: unchanged */
+    /* mem_bw_table: its end points outside, linear in log(bytes) between; none: mem_bw */
+    NEAR(profile_mem_bw(&q, 10), 1e10);
+    NEAR(profile_mem_bw(&q, 1e9), 1e9);
+    NEAR(profile_mem_bw(&q, sqrt(1e3 * 1e6)), 5.5e9);
+    NEAR(profile_mem_bw(&p, 10), p.mem_bw);
+    FILE *f = fopen(named, "a");
+    assert_non_null(f);
+    fputs("p2p_beta 1e9\n", f);
+    fclose(f);
+    assert_int_equal(profile_load(&q, named, err, sizeof err), -1);
+    char want[256];
+    snprintf(want, sizeof want, "%s:", named);
+    if (strncmp(err, want, strlen(want)) || !strstr(err, "field \"p2p_beta\" without \"p2p_alpha_s\"") || strchr(err, '\n'))
+        fail_msg("error: %s", err);
+    remove(named);
 }
 
 /* The per-kernel-kind fields (kiln calibrate's): attention's FLOPs at
