@@ -115,7 +115,7 @@ static void build_units(Lhs *L, const int *order, int nn, const double *dur, int
     for (int j = 0; j < nn;) {
         const Node *nd = &g->nodes[order[j]];
         int64_t grp = ir_fused_group(nd), u = L->n++;
-        L->first[u] = j, L->stream[u] = sched_stream_for(nd, overlap), L->pin[u] = (char)pinned(nd, L->lim);
+        L->first[u] = j, L->stream[u] = sched_stream_for(g->m, nd, overlap), L->pin[u] = (char)pinned(nd, L->lim);
         L->post[u] = nd->op == OP_recv_start || nd->op == OP_send;
         L->holds[u] = (char)(L->stream[u] != IR_STREAM_COMPUTE && nd->nout > 0 && nd->op != OP_offload);
         do {
