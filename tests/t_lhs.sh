@@ -10,7 +10,7 @@
 #    its IR text dump round-trips (parse + verify + dump gives the same text);
 #  - under mpirun, the compiled CPU trainer's losses under lhs equal fixed's
 #    over 30 steps (--pp 2 --dp 2: send/recv, collectives; relative 1e-5),
-#    and bit for bit with tp's own comm stream (--tp 2 --pp 2: lhs's tp
+#    and bit for bit with tp's own comm stream (--tp 2 --pp 2, offload all: lhs's tp
 #    collectives on stream 4, fixed's on stream 1, which the dumps show);
 #  - kiln plan --device-profile prints both orders' exposed time by class per
 #    rank, each row equal to that order's own plan;
@@ -96,7 +96,7 @@ check "mpirun -np 4 --pp 2 --dp 2: both exit 0 ($rf, $rl), lhs's losses == fixed
 # trainer's losses under lhs are fixed's, bit for bit
 # (--memory-budget: at this size the dp-free program's two comm streams cost
 # a few % of memory over fixed's peak and lhs would keep one; schedule.c)
-MT="models/tiny.lua --set layers=2 --steps 30 --tp 2 --pp 2 --micro-batches 2 --memory-budget 1e9"
+MT="models/tiny.lua --set layers=2 --steps 30 --tp 2 --pp 2 --micro-batches 2 --offload all --offload-min-bytes 1 --memory-budget 1e9"
 # shellcheck disable=SC2086
 "$K" dump $MT --after schedule --schedule lhs > "$tmp/tpl.ir" 2>&1; "$K" dump $MT --after schedule --schedule fixed > "$tmp/tpf.ir" 2>&1
 check "--tp 2 --pp 2: lhs puts the tp collectives on stream 4 ($(grep -c 'group="tp".* stream4 ' "$tmp/tpl.ir") of them), fixed puts none there" \
