@@ -45,6 +45,8 @@ static inline int sched_stream_for(const Module *m, const Node *n, int overlap) 
 /* The limits of one attempt (schedule.c tries looser ones first):
  *   window       a compute node may run before nodes of the fixed order at
  *                most window positions ahead of the first one not yet placed
+ * (per stream s: compute, comm, d2h, h2d, tp; schedule.c gives tp's stream
+ * the comm stream's limits)
  *   xwindow[s]   the same for a transfer on stream s (0: no limit, as early
  *                as its inputs and the comm chain allow)
  *   inflight[s]  how many transfers on stream s that hold a device buffer

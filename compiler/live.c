@@ -44,6 +44,11 @@
  * pulled back.  So a later offload reuses the bytes of a reload the
  * compute stream has waited for, with no event added (docs/offload.md,
  * "Host memory").
+ *
+ * Between tp's comm stream (lhs's IR_STREAM_TP) and the other streams off
+ * compute, a read's end is by the transitive happens-before order
+ * (tp_pair, pair_end), the rule the host buffers already used: those
+ * streams never wait for each other directly.
  */
 #include <stdlib.h>
 #include <string.h>

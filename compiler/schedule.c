@@ -168,7 +168,9 @@ static void reload_fence(Ev *E, int i) {
  * fixed keeps it, its events as they were.  Not for d2h: its offloads write
  * host bytes only, and the device bytes an offload reads are free only
  * after the comm stream waited for it at its release (release_fence), so a
- * recv never queues behind an offload still in flight. */
+ * recv never queues behind an offload still in flight.  (Only the fixed
+ * order has the fence, and only it has one comm stream: tp's stream,
+ * lhs's, never gets one.) */
 static void comm_fence(Ev *E, int i, unsigned *dirty) {
     if (E->nofence) return;
     if (*dirty >> IR_STREAM_H2D & 1) {
