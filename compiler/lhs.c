@@ -63,6 +63,12 @@
  * longer prefetch and wins (35.4 s against 37.3 s pinned), so the limits
  * say which (move_reloads) and schedule.c tries both.
  * Assigns stay last (schedule.c appends them).
+ *
+ * Two comm streams (overlap 2, lhs.h: tp's collectives on IR_STREAM_TP).
+ * The chain above still spans every comm node, so the order in which they
+ * are issued is the fixed order's; what changes is the simulation (each
+ * stream has its own clock, so a tp collective issued behind a dp bucket
+ * starts when its inputs are ready) and so which compute fills the gaps.
  */
 #include <float.h>
 #include <stdlib.h>
@@ -115,7 +121,7 @@ static void build_units(Lhs *L, const int *order, int nn, const double *dur, int
     for (int j = 0; j < nn;) {
         const Node *nd = &g->nodes[order[j]];
         int64_t grp = ir_fused_group(nd), u = L->n++;
-        L->first[u] = j, L->stream[u] = sched_stream_for(nd, overlap), L->pin[u] = (char)pinned(nd, L->lim);
+        L->first[u] = j, L->stream[u] = sched_stream_for(g->m, nd, overlap), L->pin[u] = (char)pinned(nd, L->lim);
         L->post[u] = nd->op == OP_recv_start || nd->op == OP_send;
         L->holds[u] = (char)(L->stream[u] != IR_STREAM_COMPUTE && nd->nout > 0 && nd->op != OP_offload);
         do {

@@ -15,19 +15,38 @@
 #include "ir.h"
 #include "live.h"
 
-/* The stream node n runs on: offload's device-to-host copy on the d2h
- * stream, reload's host-to-device copy on h2d, collectives on the comm
- * stream when they overlap (overlap: world > 1 and not --no-overlap), the
- * rest on compute.  schedule.c and lhs.c both place by it. */
-static inline int sched_stream_for(const Node *n, int overlap) {
+/* The stream node n of module m runs on: offload's device-to-host copy on
+ * the d2h stream, reload's host-to-device copy on h2d, collectives on a
+ * comm stream when they overlap, the rest on compute.  overlap: 0, no comm
+ * stream (world 1 or --no-overlap); 1, one comm stream for every transfer
+ * (the fixed order's); 2, tensor parallelism's own comm stream (lhs's): a
+ * collective whose group spans only the tp axis among the mesh's axes of
+ * more than one rank on IR_STREAM_TP, the rest on IR_STREAM_COMM.  Only
+ * same-stage collectives move: every member of a tp group runs the same
+ * program, so the tp stream runs the same sequence on all of them (they
+ * meet in the same order), and sends and receives (which pair across
+ * programs) stay on one stream.  By the live axes, not the group's name:
+ * groups of the same ranks share one NCCL communicator (comm_nccl.c), so
+ * they must share a stream too.  schedule.c and lhs.c both place by it. */
+static inline int sched_stream_for(const Module *m, const Node *n, int overlap) {
     if (n->op == OP_offload) return IR_STREAM_D2H;
     if (n->op == OP_reload) return IR_STREAM_H2D;
-    return overlap && (ir_ops[n->op].flags & F_COMM) ? IR_STREAM_COMM : IR_STREAM_COMPUTE;
+    unsigned f = ir_ops[n->op].flags;
+    if (!overlap || !(f & F_COMM)) return IR_STREAM_COMPUTE;
+    if (overlap == 2 && !(f & (F_SINK | F_SOURCE)) && n->op != OP_recv_done) {
+        int mask = ir_group_mask(ir_attr_s(n, "group", "")), live = 0;
+        for (int a = 0; a < IR_NAXES && mask > 0; a++)
+            if ((mask >> a & 1) && m->mesh[a] > 1) live |= 1 << a;
+        if (live == 1 << 3) return IR_STREAM_TP; /* the mesh's axes: pp, dp, cp, tp */
+    }
+    return IR_STREAM_COMM;
 }
 
 /* The limits of one attempt (schedule.c tries looser ones first):
  *   window       a compute node may run before nodes of the fixed order at
  *                most window positions ahead of the first one not yet placed
+ * (per stream s: compute, comm, d2h, h2d, tp; schedule.c gives tp's stream
+ * the comm stream's limits)
  *   xwindow[s]   the same for a transfer on stream s (0: no limit, as early
  *                as its inputs and the comm chain allow)
  *   inflight[s]  how many transfers on stream s that hold a device buffer

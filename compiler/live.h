@@ -18,8 +18,12 @@
 #define IR_MEM_ALIGN 64 /* every buffer offset and every space size */
 
 /* The streams a scheduled node runs on (Node.stream); in-order queues that
- * run concurrently, ordered by record/wait events. */
-enum { IR_STREAM_COMPUTE, IR_STREAM_COMM, IR_STREAM_D2H, IR_STREAM_H2D, IR_NSTREAMS };
+ * run concurrently, ordered by record/wait events.  IR_STREAM_TP carries
+ * the collectives over the tp axis alone when the schedule gives tensor
+ * parallelism its own comm stream (--schedule lhs, docs/schedule.md), so a
+ * tp all-reduce never queues behind a dp bucket or a blocked pipeline
+ * receive; every other transfer is on IR_STREAM_COMM. */
+enum { IR_STREAM_COMPUTE, IR_STREAM_COMM, IR_STREAM_D2H, IR_STREAM_H2D, IR_STREAM_TP, IR_NSTREAMS };
 
 /* The fused group (kernel attribute) of node n; -1 when it has none. */
 static inline int64_t ir_fused_group(const Node *n) {
@@ -45,7 +49,10 @@ int ir_p2p_peer(const Graph *g, int i);
  * from its first.  Program inputs live from 0, values read by output nodes
  * to nnodes (after the last node).  A value used on another stream than its
  * producer's lives until the producer's stream waits for an event recorded
- * after that use (nnodes if none does).  memplan places by it; the verifier
+ * after that use (nnodes if none does).  Between tp's comm stream
+ * (IR_STREAM_TP) and the other comm stream, which never wait for each
+ * other directly, "waits" is transitive (through events of the compute
+ * stream: live.c, tp_pair).  memplan places by it; the verifier
  * checks the placement with it. */
 typedef struct {
     int nvals, nnodes;
@@ -55,6 +62,7 @@ typedef struct {
     unsigned used;    /* the streams that have nodes, a bit each */
     int *oend;        /* ordered_end's table (live.c, oend_build); NULL: the scan */
     int *peer;        /* per node: ir_p2p_peer of a send, -1 otherwise; NULL: ir_p2p_peer */
+    void *hb;         /* live.c's happens-before clocks (HostOrder), for the pairs of streams with tp's */
 } MemLive;
 void ir_live_build(const Graph *g, MemLive *L);
 void ir_live_free(MemLive *L);

@@ -1,7 +1,8 @@
 /* schedule.c — the linear program: every node gets a stream and a position.
  *
  * The emitted step function issues its calls in node order, each on its
- * node's stream (0 compute, 1 comm, 2 d2h, 3 h2d).  Streams are in-order
+ * node's stream (0 compute, 1 comm, 2 d2h, 3 h2d, 4 tp's collectives under
+ * --schedule lhs: lhs.h, sched_stream_for).  Streams are in-order
  * queues that run concurrently, so a value produced on one stream and used on
  * another needs an event: `record {event=E}` on the producer's stream after
  * the producer, `wait {event=E}` on the consumer's stream before the use.
@@ -167,7 +168,9 @@ static void reload_fence(Ev *E, int i) {
  * fixed keeps it, its events as they were.  Not for d2h: its offloads write
  * host bytes only, and the device bytes an offload reads are free only
  * after the comm stream waited for it at its release (release_fence), so a
- * recv never queues behind an offload still in flight. */
+ * recv never queues behind an offload still in flight.  (Only the fixed
+ * order has the fence, and only it has one comm stream: tp's stream,
+ * lhs's, never gets one.) */
 static void comm_fence(Ev *E, int i, unsigned *dirty) {
     if (E->nofence) return;
     if (*dirty >> IR_STREAM_H2D & 1) {
@@ -203,7 +206,7 @@ static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_
     Ev E = {.g = g, .out = malloc(sizeof(int) * (size_t)(16 * n + 16)), .nofence = nofence};
     if (!E.out) ICE("out of memory");
     for (int i = 0; i < n; i++) {
-        stream[i] = sched_stream_for(&g->nodes[i], overlap); /* lhs.h */
+        stream[i] = sched_stream_for(g->m, &g->nodes[i], overlap); /* lhs.h */
         event[i] = due[i] = -1;
         cross[i] = g->nodes[i].op == OP_offload; /* its release fence waits for it */
         E.used |= 1u << stream[i];
@@ -270,18 +273,27 @@ static int *fixed_order(Graph *g) {
     return order;
 }
 
-/* Streams and events for order (consumed), then the final order and
- * numbering; nofence: without comm_fence (lhs). */
-static void finish_fenced(Graph *g, int *order, const Options *o, int nofence) {
+/* sched_stream_for's overlap: 0 without comm streams (one rank,
+ * --no-overlap), else 1 for the fixed order (one comm stream), 2 for lhs's
+ * (tp's own comm stream; KILN_LHS_ONE_COMM=1 in the environment keeps one,
+ * to measure what the second buys: docs/schedule.md). */
+static int overlap_of(const Graph *g, const Options *o, int lhs) {
+    if (ir_world(g->m) == 1 || o->no_overlap) return 0;
+    return lhs && !getenv("KILN_LHS_ONE_COMM") ? 2 : 1;
+}
+
+/* Streams (sched_stream_for's overlap) and events for order (consumed),
+ * then the final order and numbering; nofence: without comm_fence (lhs). */
+static void finish_fenced(Graph *g, int *order, const Options *o, int nofence, int overlap) {
     int *final, m;
-    add_events(g, order, g->nnodes, ir_world(g->m) > 1 && !o->no_overlap, o->drop_event, nofence, &final, &m);
+    add_events(g, order, g->nnodes, overlap, o->drop_event, nofence, &final, &m);
     free(order);
     ir_reorder(g, final);
     free(final);
     for (int i = 0; i < g->nnodes; i++) g->nodes[i].pos = i;
 }
 
-static void finish(Graph *g, int *order, const Options *o) { finish_fenced(g, order, o, 0); }
+static void finish(Graph *g, int *order, const Options *o) { finish_fenced(g, order, o, 0, overlap_of(g, o, 0)); }
 
 /* ---- --schedule lhs: lhs.c's order under the memory rule ----
  *
@@ -310,12 +322,12 @@ static void finish(Graph *g, int *order, const Options *o) { finish_fenced(g, or
  * transfer in flight per stream; 5. the same within 2 positions (memplan's
  * first-fit packing can grow from any move, so the last attempt moves
  * almost nothing). */
-static const LhsLimits lhs_attempts[] = {
-    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 1, 0},
-    {64, {0, 0, 0, 64}, {0, 0, 0, 2}, 0, 0},
-    {32, {0, 0, 0, 32}, {0, 2, 0, 1}, 0, 0},
-    {8, {0, 8, 0, 8}, {0, 1, 0, 1}, 0, 0},
-    {2, {0, 2, 0, 2}, {0, 1, 0, 1}, 0, 0},
+static const LhsLimits lhs_attempts[] = { /* per stream: compute, comm, d2h, h2d, tp (as comm) */
+    {64, {0, 0, 0, 64, 0}, {0, 0, 0, 2, 0}, 1, 0},
+    {64, {0, 0, 0, 64, 0}, {0, 0, 0, 2, 0}, 0, 0},
+    {32, {0, 0, 0, 32, 0}, {0, 2, 0, 1, 2}, 0, 0},
+    {8, {0, 8, 0, 8, 8}, {0, 1, 0, 1, 1}, 0, 0},
+    {2, {0, 2, 0, 2, 2}, {0, 1, 0, 1, 1}, 0, 0},
 };
 
 typedef struct {
@@ -366,9 +378,9 @@ static int *copy_order(const int *order, int n) {
 
 /* order (consumed) without the comm fence, kept when its plan fits limit
  * (s: g before; 1 when kept, else g as before). */
-static int try_order(Graph *g, const Options *o, const Snap *s, int *order, int64_t limit) {
+static int try_order(Graph *g, const Options *o, const Snap *s, int *order, int64_t limit, int overlap) {
     snap_restore(g, s);
-    finish_fenced(g, order, o, 1);
+    finish_fenced(g, order, o, 1, overlap);
     int64_t got = memplan_stage_total(g);
     if (getenv("KILN_LHS_TRACE")) fprintf(stderr, "lhs: plan %lld of %lld bytes\n", (long long)got, (long long)limit);
     if (got <= limit) return 1;
@@ -376,25 +388,48 @@ static int try_order(Graph *g, const Options *o, const Snap *s, int *order, int6
     return 0;
 }
 
+/* Whether g has a collective that tp's own comm stream would carry. */
+static int has_tp_stream(const Graph *g) {
+    for (int i = 0; i < g->nnodes; i++)
+        if (sched_stream_for(g->m, &g->nodes[i], 2) == IR_STREAM_TP) return 1;
+    return 0;
+}
+
+/* lhs's order for one rank: the attempts with tp's own comm stream, then
+ * (when none fits, or the program has no tp collective) with one comm
+ * stream; the first whose plan fits is kept, else the fixed order (without
+ * the comm fence when that fits).  Two comm streams can cost memory: a
+ * buffer the compute stream reads from the dp stream's work lives until the
+ * dp stream has waited for that read, and with tp's collectives gone from
+ * it the dp stream waits less often (the GPT-3 175B slice: 15 of 16 ranks
+ * fit with two streams, rank 0 needs one). */
 static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int *fixed, int move_reloads) {
-    int n = g->nnodes, overlap = ir_world(g->m) > 1 && !o->no_overlap;
+    int n = g->nnodes, ov[2] = {overlap_of(g, o, 1), 1}, nov = ov[0] == 2 && has_tp_stream(g) ? 2 : 1;
+    if (nov == 1 && ov[0] == 2) ov[0] = 1; /* the same streams: the fixed order's */
     double *dur = node_seconds(g, p);
     Snap s = snap_take(g);
     finish(g, copy_order(fixed, n), o);
     int64_t limit = o->memory_budget > 0 ? (int64_t)o->memory_budget : memplan_stage_total(g);
-    for (size_t a = 0; a < sizeof lhs_attempts / sizeof lhs_attempts[0]; a++) {
-        int *order = copy_order(fixed, n);
-        snap_restore(g, &s);
-        LhsLimits lim = lhs_attempts[a];
-        lim.move_reloads = move_reloads;
-        lhs_order(g, dur, overlap, &lim, order, NULL);
-        if (try_order(g, o, &s, order, limit)) {
-            if (getenv("KILN_LHS_TRACE")) fprintf(stderr, "lhs: attempt %zu kept\n", a + 1); /* docs/schedule.md */
+    for (int k = 0; k < nov; k++)
+        for (size_t a = 0; a < sizeof lhs_attempts / sizeof lhs_attempts[0]; a++) {
+            int *order = copy_order(fixed, n);
+            snap_restore(g, &s);
+            LhsLimits lim = lhs_attempts[a];
+            lim.move_reloads = move_reloads;
+            lhs_order(g, dur, ov[k], &lim, order, NULL);
+            if (try_order(g, o, &s, order, limit, ov[k])) {
+                if (getenv("KILN_LHS_TRACE")) /* docs/schedule.md */
+                    fprintf(stderr, "lhs: attempt %zu kept (%s)\n", a + 1, ov[k] == 2 ? "tp's own comm stream" : "one comm stream");
+                free(fixed), free(dur), snap_free(&s);
+                return;
+            }
+        }
+    for (int k = 0; k < nov; k++)
+        if (try_order(g, o, &s, copy_order(fixed, n), limit, ov[k])) {
             free(fixed), free(dur), snap_free(&s);
             return;
         }
-    }
-    if (!try_order(g, o, &s, copy_order(fixed, n), limit)) finish(g, copy_order(fixed, n), o); /* the fixed order */
+    finish(g, copy_order(fixed, n), o); /* the fixed order */
     free(fixed), free(dur), snap_free(&s);
 }
 
@@ -414,7 +449,7 @@ static double predicted_step(const Module *m, const Profile *p) {
 static int has_transfer(const Module *m, int overlap) {
     for (int s = 0; s < m->nstages; s++)
         for (int i = 0; i < m->stages[s]->nnodes; i++)
-            if (sched_stream_for(&m->stages[s]->nodes[i], overlap) != IR_STREAM_COMPUTE) return 1;
+            if (sched_stream_for(m, &m->stages[s]->nodes[i], overlap) != IR_STREAM_COMPUTE) return 1;
     return 0;
 }
 
@@ -487,8 +522,130 @@ static void schedule_lhs(Module *m, const Options *o) {
     free(pre), free(cur);
 }
 
+/* ---- KILN_LHS_EXPOSED=1: why the exposed communication is exposed ----
+ *
+ * A measurement, not a decision (issue 22's question: of tp's and dp's
+ * exposed time, how much is queueing on the comm stream, how much a
+ * collective with nothing to fill it, how much dp's edges).  The module as
+ * scheduled is simulated by the cost model; for each wait of the compute
+ * stream on an event that a comm-stream record marks, c is the transfer
+ * that record follows.  c's inputs were ready at the latest record its
+ * stream waited for right before it; its stream was free at the end of the
+ * stream's work before it.  Had c started when its inputs were ready, the
+ * compute stream would have waited max(0, ready + c's time - the wait's
+ * start), capped by what it did wait: the rest of the wait is c queueing
+ * behind other traffic on the comm stream, split by the class of the work
+ * the stream ran while c queued (a blocked pipeline receive is pp; a wait
+ * for a receive itself is left out: the cost report's bubble).  The
+ * remainder is c's own time with nothing to fill it; for dp it is at the
+ * step's edges when the wait is before the compute stream's first GEMM or
+ * after its last.  The compute stream's tail (the comm stream ending last)
+ * counts as its last transfer's own time.  Printed on stderr as fractions
+ * of the predicted step, mean over the pipeline ranks, by c's class (the
+ * cost report's classes split the same idle time by what the stream ran,
+ * so a tp wait queued behind dp is dp there and tp here). */
+static int work_before_on(const Graph *g, int r, int k) {
+    for (int i = r - 1; i >= 0; i--)
+        if (g->nodes[i].stream == k && g->nodes[i].op != OP_record && g->nodes[i].op != OP_wait) return i;
+    return -1;
+}
+
+typedef struct {
+    double tot[COST_NCLASS], behind[COST_NCLASS][COST_NCLASS], own[COST_NCLASS], edge[COST_NCLASS];
+} Why;
+
+/* One compute-stream wait i (idle gap) on the transfer c of stream k. */
+static void why_wait(const Graph *g, const CostSim *sim, int st, const int *rec_of, int i, int c, double gap, int edge, Why *W) {
+    const double *b = sim->start[st], *e = sim->end[st];
+    int k = g->nodes[c].stream, cls = cost_node_class(&g->nodes[c]);
+    if (cls < 0 || g->nodes[c].op == OP_recv || g->nodes[c].op == OP_recv_done) return; /* a receive waits for its peer: the bubble's */
+    double ready = 0, free_at = 0;
+    int j = c - 1;
+    for (; j >= 0; j--) {
+        const Node *n = &g->nodes[j];
+        if (n->stream != k || n->op == OP_record) continue;
+        if (n->op != OP_wait) break;
+        int r = rec_of[ir_attr_i(n, "event", 0)];
+        if (r >= 0 && b[r] > ready) ready = b[r];
+    }
+    if (j >= 0) free_at = e[j];
+    double ideal = ready + (e[c] - (b[c] > ready ? b[c] : ready)), exp_ideal = ideal - b[i];
+    exp_ideal = exp_ideal < 0 ? 0 : exp_ideal > gap ? gap : exp_ideal;
+    double queue = free_at > ready ? gap - exp_ideal : 0, w[COST_NCLASS] = {0}, wt = 0;
+    W->tot[cls] += gap;
+    if (edge && cls == COST_DP) W->edge[cls] += gap - queue;
+    else W->own[cls] += gap - queue;
+    if (queue <= 0) return;
+    for (int q = c - 1; q >= 0; q--) { /* who held the stream while c queued */
+        const Node *n = &g->nodes[q];
+        if (n->stream != k || n->op == OP_record || n->op == OP_wait) continue;
+        if (e[q] <= ready) break;
+        double lo = b[q] > ready ? b[q] : ready, hi = e[q] < b[c] ? e[q] : b[c];
+        int qc = cost_node_class(n);
+        if (hi > lo && qc >= 0) w[qc] += hi - lo, wt += hi - lo;
+    }
+    for (int q = 0; q < COST_NCLASS; q++) W->behind[cls][q] += wt > 0 ? queue * w[q] / wt : q == cls ? queue : 0;
+}
+
+static void why_stage(const Graph *g, const CostSim *sim, int st, Why *W) {
+    int nev = 0, first = -1, last = -1, lastc = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op == OP_record || n->op == OP_wait) nev = ir_attr_i(n, "event", 0) + 1 > nev ? (int)ir_attr_i(n, "event", 0) + 1 : nev;
+        if (n->stream == IR_STREAM_COMPUTE && (ir_ops[n->op].flags & F_GEMM)) last = i, first = first < 0 ? i : first;
+    }
+    int *rec_of = xcalloc((size_t)nev + 1, sizeof(int));
+    for (int v = 0; v < nev; v++) rec_of[v] = -1;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_record) rec_of[ir_attr_i(&g->nodes[i], "event", 0)] = i;
+    double cend = 0, lend = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (sim->end[st][i] > lend && (n->stream == IR_STREAM_COMM || n->stream == IR_STREAM_TP) && n->op != OP_record && n->op != OP_wait)
+            lend = sim->end[st][i], lastc = i;
+        if (n->stream != IR_STREAM_COMPUTE) continue;
+        cend = sim->end[st][i];
+        double gap = sim->end[st][i] - sim->start[st][i];
+        if (n->op != OP_wait || gap <= 0) continue;
+        int r = rec_of[ir_attr_i(n, "event", 0)];
+        if (r < 0 || (g->nodes[r].stream != IR_STREAM_COMM && g->nodes[r].stream != IR_STREAM_TP)) continue;
+        int c = work_before_on(g, r, g->nodes[r].stream);
+        if (c >= 0) why_wait(g, sim, st, rec_of, i, c, gap, i < first || i > last, W);
+    }
+    if (lastc >= 0 && lend > cend) {
+        int cls = cost_node_class(&g->nodes[lastc]);
+        if (cls >= 0) W->tot[cls] += lend - cend, (cls == COST_DP ? W->edge : W->own)[cls] += lend - cend;
+    }
+    free(rec_of);
+}
+
+static void explain_exposed(const Module *m, const Options *o) {
+    Profile p;
+    load_profile(&p, o);
+    CostSim sim;
+    char err[512];
+    if (cost_simulate(m, &p, NULL, &sim, err, sizeof err) != 0) {
+        fprintf(stderr, "KILN_LHS_EXPOSED: %s\n", err);
+        return;
+    }
+    Why W;
+    memset(&W, 0, sizeof W);
+    for (int st = 0; st < m->nstages; st++) why_stage(m->stages[st], &sim, st, &W);
+    double f = 100.0 / (sim.step * m->nstages);
+    fprintf(stderr, "exposed (%s, %% of the %.3f ms step, mean over %d ranks), by the transfer waited for:\n",
+            o->schedule == SCHED_LHS ? "lhs" : "fixed", sim.step * 1e3, m->nstages);
+    for (int c = 0; c < COST_D2H; c++) {
+        if (W.tot[c] <= 0) continue;
+        fprintf(stderr, "  %-3s %6.2f%%: own time, nothing to fill %.2f%%, step edges %.2f%%, queued behind", cost_class_names[c], W.tot[c] * f, W.own[c] * f, W.edge[c] * f);
+        for (int q = 0; q < COST_D2H; q++) fprintf(stderr, " %s %.2f%%", cost_class_names[q], W.behind[c][q] * f);
+        fputc('\n', stderr);
+    }
+    cost_sim_free(&sim);
+}
+
 void pass_schedule(Module *m, const Options *o) {
     if (o->schedule == SCHED_LHS) schedule_lhs(m, o);
     else
         for (int s = 0; s < m->nstages; s++) finish(m->stages[s], fixed_order(m->stages[s]), o);
+    if (getenv("KILN_LHS_EXPOSED") && ir_world(m) > 1) explain_exposed(m, o);
 }

@@ -17,7 +17,10 @@
  * or PMIX_RANK set).  A one-rank program in a plain process never touches
  * MPI and every collective is a copy.  MPI is initialised once per process
  * (MPI_THREAD_MULTIPLE requested, MPI_THREAD_SERIALIZED accepted: then
- * every MPI call takes one process-wide lock, rt_mpi_lock) and the process
+ * every MPI call takes one process-wide lock, rt_mpi_lock; but not for a
+ * program with tp's own comm stream, stream 4 of --schedule lhs: two
+ * threads blocking in collectives on different communicators under one
+ * lock can deadlock across ranks, so rt_comm_new refuses it) and the process
  * count must equal the mesh's world; otherwise world rank 0 prints one line
  * and rt_new fails.
  *
@@ -242,6 +245,11 @@ RtComm *rt_comm_new(const rt_program *p) {
     if (cm->mpi) {
         int size = 0, rc;
         if (mpi_start()) goto fail;
+        if (p->nstreams > 4 && M.level < MPI_THREAD_MULTIPLE) { /* a second comm stream (4: tp's, --schedule lhs) */
+            fprintf(stderr, "kiln runtime: this program runs collectives on two comm streams at once, which needs MPI_THREAD_MULTIPLE; "
+                            "MPI provides thread level %d (compile with --schedule fixed for one comm stream)\n", M.level);
+            goto fail;
+        }
         rc = MPI_Comm_size(MPI_COMM_WORLD, &size);
         if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(MPI_COMM_WORLD, &cm->rank);
         if (rc != MPI_SUCCESS) {

@@ -248,8 +248,10 @@ void rt_normal_fill(float *dst, int64_t n, const char *name, uint64_t seed, doub
  * level at least MPI_THREAD_SERIALIZED), checks the process count equals the
  * mesh's world (a one-line error otherwise) and splits one communicator per
  * group mask.  Collectives are kernels: they run on the thread of the stream
- * that launches them (the comm stream, 1), so they overlap the compute
- * stream's kernels; during a step only that stream calls MPI.  Every MPI
+ * that launches them (the comm stream, 1; under --schedule lhs the tp
+ * collectives on their own stream, 4), so they overlap the compute
+ * stream's kernels; during a step only those streams call MPI, each on
+ * its own communicators (two of them need MPI_THREAD_MULTIPLE).  Every MPI
  * return code is checked; a failure fails the step with MPI's message.  A
  * rank that dies makes the others fail (mpirun tears the job down). */
 int rt_world_rank(rt_ctx *ctx);

@@ -9,7 +9,9 @@
 #  - lhs really reorders (the dump after schedule differs from fixed's) and
 #    its IR text dump round-trips (parse + verify + dump gives the same text);
 #  - under mpirun, the compiled CPU trainer's losses under lhs equal fixed's
-#    over 30 steps (--pp 2 --dp 2: send/recv, collectives; relative 1e-5);
+#    over 30 steps (--pp 2 --dp 2: send/recv, collectives; relative 1e-5),
+#    and bit for bit with tp's own comm stream (--tp 2 --pp 2, offload all: lhs's tp
+#    collectives on stream 4, fixed's on stream 1, which the dumps show);
 #  - kiln plan --device-profile prints both orders' exposed time by class per
 #    rank, each row equal to that order's own plan;
 #  - a bad --schedule value is one line, exit 1.
@@ -33,6 +35,7 @@ kcheck models/tiny.lua --pp 2 --dp 2 --micro-batches 2 --zero 0 --pp-schedule zb
 kcheck $LLAMA4 --pp 2 --cp 2 --cp-comm p2p --micro-batches 2 --pp-schedule zb-v
 kcheck models/tiny.lua --tp 2 --micro-batches 2 --zero 0
 kcheck $LLAMA --tp 2 --dp 2
+kcheck $GPT4 --tp 2 --pp 2 --micro-batches 2 --pp-schedule zb-v --offload all --offload-min-bytes 1 --memory-budget 1e9 # tp's stream with pp, copies
 kcheck $GPT4 --pp 2 --micro-batches 4 --offload all --offload-min-bytes 1
 kcheck $GPT4 --pp 2 --vpp 2 --micro-batches 4 --pp-schedule interleaved --offload all --offload-min-bytes 1 # the late comm fence (test_lhs)
 kcheck $LLAMA --offload all --offload-min-bytes 1
@@ -88,3 +91,22 @@ losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
 worst() { paste <(losses "$1") <(losses "$2") | awk 'function abs(x){return x<0?-x:x} {d=abs($1-$2)/abs($2); if(d>w)w=d} END{printf "%.3g", w+0}'; }
 check "mpirun -np 4 --pp 2 --dp 2: both exit 0 ($rf, $rl), lhs's losses == fixed's over 30 steps (worst $(worst "$tmp/ll" "$tmp/lf"))" \
     "[ $rf = 0 ] && [ $rl = 0 ] && [ \$(wc -l < $tmp/lf) = 30 ] && [ \$(wc -l < $tmp/ll) = 30 ] && awk -v w=$(worst "$tmp/ll" "$tmp/lf") 'BEGIN{exit !(w <= 1e-5)}'"
+
+# tp's own comm stream (stream 4) under lhs, none under fixed; the compiled
+# trainer's losses under lhs are fixed's, bit for bit
+# (--memory-budget: at this size the dp-free program's two comm streams cost
+# a few % of memory over fixed's peak and lhs would keep one; schedule.c)
+MT="models/tiny.lua --set layers=2 --steps 30 --tp 2 --pp 2 --micro-batches 2 --offload all --offload-min-bytes 1 --memory-budget 1e9"
+# shellcheck disable=SC2086
+"$K" dump $MT --after schedule --schedule lhs > "$tmp/tpl.ir" 2>&1; "$K" dump $MT --after schedule --schedule fixed > "$tmp/tpf.ir" 2>&1
+check "--tp 2 --pp 2: lhs puts the tp collectives on stream 4 ($(grep -c 'group="tp".* stream4 ' "$tmp/tpl.ir") of them), fixed puts none there" \
+    "[ \$(grep -c 'group=\"tp\".* stream4 ' $tmp/tpl.ir) -gt 0 ] && ! grep -q ' stream4 ' $tmp/tpf.ir && [ \$(grep -c 'group=\"tp\"' $tmp/tpl.ir) = \$(grep -c 'group=\"tp\"' $tmp/tpf.ir) ]"
+# shellcheck disable=SC2086
+"$K" compile $MT --schedule fixed -o "$tmp/tpfixed" > /dev/null 2>&1 && "$K" compile $MT --schedule lhs -o "$tmp/tplhs" > /dev/null 2>&1
+say $? "compile --tp 2 --pp 2 under fixed and lhs"
+$MPI "$tmp/tpfixed" $D --log "$tmp/tlf" > /dev/null 2>&1
+rf=$?
+$MPI "$tmp/tplhs" $D --log "$tmp/tll" > /dev/null 2>&1
+rl=$?
+check "mpirun -np 4 --tp 2 --pp 2: both exit 0 ($rf, $rl), lhs's losses (two comm streams) == fixed's (one) over 30 steps, bit for bit" \
+    "[ $rf = 0 ] && [ $rl = 0 ] && [ \$(wc -l < $tmp/tlf) = 30 ] && cmp -s <(losses $tmp/tlf) <(losses $tmp/tll)"

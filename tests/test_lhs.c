@@ -54,6 +54,22 @@
  *                                 (schedule.c, comm_fence), under lhs never
  *                                 (no collective or receive queues behind a
  *                                 reload), and both pass the verifier.
+ *   tp's own comm stream          x -> exp -> all-reduce over dp (2 s), then
+ *                                 x -> neg -> all-reduce over tp (1 s) -> add,
+ *                                 an independent GEMM (1 s) and a*x last; on
+ *                                 a dp 2 x tp 2 mesh.  The fixed order has
+ *                                 one comm stream: the tp all-reduce queues
+ *                                 behind the dp one (ends at 3 s), the add
+ *                                 waits, step 4 s (the GEMM after the add).
+ *                                 lhs puts the tp all-reduce on IR_STREAM_TP
+ *                                 (lhs.h, sched_stream_for) and the GEMM in
+ *                                 its shadow: tp's exposed time 0, the step
+ *                                 2 s (a*x waits for the dp all-reduce);
+ *                                 the fixed order has no node on stream 4;
+ *                                 lhs's plan fits the fixed order's peak
+ *                                 (live.c's transitive rule between the
+ *                                 two comm streams: by direct waits alone
+ *                                 it was 2 MiB over and lhs fell back).
  * Every program passes the verifier (events, buffers) after schedule and
  * memplan.
  */
@@ -259,7 +275,7 @@ static void sends_and_reloads(Options *o, const char *what) {
         Graph *g = m->stages[s];
         int n = g->nnodes, *order = xcalloc((size_t)n + 1, sizeof(int)), *at = xcalloc((size_t)n + 1, sizeof(int));
         double *dur = xcalloc((size_t)n + 1, sizeof(double));
-        for (int i = 0; i < n; i++) order[i] = i, dur[i] = sched_stream_for(&g->nodes[i], 1) == IR_STREAM_COMPUTE ? 1e-3 : 5e-3;
+        for (int i = 0; i < n; i++) order[i] = i, dur[i] = sched_stream_for(g->m, &g->nodes[i], 1) == IR_STREAM_COMPUTE ? 1e-3 : 5e-3;
         lhs_order(g, dur, 1, &first, order, NULL);
         for (int k = 0; k < n; k++) at[order[k]] = k, moved += order[k] != k;
         for (int k = 0, late = -1; k < n; k++) { /* late: the largest given index placed so far */
@@ -345,6 +361,64 @@ static void test_no_comm_fence(void **state) {
     assert_true(waits[0] > 0 && waits[1] == 0);
 }
 
+/* x, w; a = allreduce_dp(exp x); t = allreduce_tp(neg x); c = t + x;
+ * d = x @ w (independent); e = a * x; on dp 2 x tp 2. */
+static Bld tp_behind_dp(void) {
+    Bld b = bld_new("t", "t.lua");
+    b.m->mesh[1] = 2, b.m->mesh[3] = 2;
+    int x = input(&b, "x", TY(DT_F32, N, N)), w = param(&b, "w", TY(DT_F32, N, N), "normal", 0.02);
+    int a = allreduce(&b, val(&b, OP_exp, INS(x), NOATS));
+    int t = val(&b, OP_allreduce, INS(val(&b, OP_neg, INS(x), NOATS)), ATS(as(&b, "group", "tp")));
+    output(&b, val(&b, OP_add, INS(t, x), NOATS), "c");
+    output(&b, val(&b, OP_matmul, INS(x, w), ATS(ai(&b, "ta", 0), ai(&b, "tb", 0))), "d");
+    output(&b, val(&b, OP_mul, INS(a, x), NOATS), "e");
+    return b;
+}
+
+/* The cost model with the dp all-reduce 2 s, the tp one and the GEMM 1 s,
+ * the rest 0: the step and tp's exposed time; *on_tp: nodes on stream 4
+ * other than its events (the tp all-reduce's stream in *tp_stream). */
+static double tp_exposed(Module *m, double *step, int *on_tp, int *tp_stream) {
+    Graph *g = m->stages[0];
+    double *dur = calloc((size_t)g->nnodes, sizeof(double));
+    *on_tp = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int tp = n->op == OP_allreduce && strcmp(ir_attr_s(n, "group", ""), "tp") == 0;
+        dur[i] = n->op == OP_allreduce ? (tp ? 1 : 2) : n->op == OP_matmul;
+        *on_tp += n->stream == IR_STREAM_TP && n->op != OP_record && n->op != OP_wait;
+        if (tp) *tp_stream = n->stream;
+    }
+    CostSim s;
+    char err[512];
+    if (cost_simulate(m, NULL, &dur, &s, err, sizeof err)) fail_msg("cost_simulate: %s", err);
+    double e = s.rank[0].exposed.s[COST_TP];
+    *step = s.step;
+    print_message("step %.3f s, exposed tp %.3f dp %.3f, tp all-reduce on stream %d\n", s.step, e, s.rank[0].exposed.s[COST_DP], *tp_stream);
+    cost_sim_free(&s);
+    free(dur);
+    return e;
+}
+
+static void test_tp_stream(void **state) {
+    (void)state;
+    double step;
+    int on_tp, tps = -1;
+    Bld f = tp_behind_dp();
+    run_passes(f.m, SCHED_FIXED, 0);
+    assert_true(tp_exposed(f.m, &step, &on_tp, &tps) > 0.5);
+    assert_true(fabs(step - 4.0) < 1e-12);
+    assert_int_equal(on_tp, 0);
+    assert_int_equal(tps, IR_STREAM_COMM);
+    Bld l = tp_behind_dp();
+    run_passes(l.m, SCHED_LHS, 0);
+    assert_true(fabs(tp_exposed(l.m, &step, &on_tp, &tps)) < 1e-12);
+    assert_true(fabs(step - 2.0) < 1e-12);
+    assert_int_equal(tps, IR_STREAM_TP);
+    assert_int_equal(on_tp, 1);
+    ir_free(f.m), ir_free(l.m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_gemm),
@@ -353,6 +427,7 @@ int main(void) {
         cmocka_unit_test(test_stage_total),
         cmocka_unit_test(test_sends_and_reloads),
         cmocka_unit_test(test_no_comm_fence),
+        cmocka_unit_test(test_tp_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

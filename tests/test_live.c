@@ -8,7 +8,8 @@
  * plan's compile).  ir_live_build_scan keeps the scans.  On real programs
  * (models/tiny.lua with 4 layers through the training pipeline up to
  * schedule, under --schedule lhs and fixed, pipelines with offload all: the
- * programs with the most cross-stream reads) this test checks, per stage:
+ * programs with the most cross-stream reads; one of them with tp's own comm
+ * stream beside the dp one, stream 4) this test checks, per stage:
  *   - the two MemLives are equal (every value's root, start and end, every
  *     node's group span, the streams used);
  *   - the table equals ir_ordered_end_scan for every ordered pair of
@@ -73,6 +74,8 @@ static int same_peers_and_inplace(const Graph *g, const MemLive *a, const MemLiv
     return sends;
 }
 
+static unsigned streams_seen; /* every stream any compared program used */
+
 static void compare(Options *o, const char *what) {
     char err[1024];
     for (int sched = SCHED_FIXED; sched <= SCHED_LHS; sched++) {
@@ -95,6 +98,7 @@ static void compare(Options *o, const char *what) {
             print_message("%s, %s, stage %d: %d nodes, streams 0x%x, %ld ordered_end answers, %d sends: equal\n", what,
                           sched == SCHED_LHS ? "lhs" : "fixed", s, g->nnodes, off, k, sends);
             copies |= off >> IR_STREAM_D2H & 1;
+            streams_seen |= off;
             ir_live_free(&a), ir_live_free(&b);
         }
         assert_true(copies); /* the copy streams are there */
@@ -120,6 +124,11 @@ static void test_pipelines_with_offload(void **state) {
     base(&o);
     o.cp = 2, o.cp_comm = 1, o.dp = 2;
     compare(&o, "cp 2 p2p dp 2 offload all");
+    streams_seen = 0; /* lhs with tp's own comm stream (a budget it fits in) */
+    base(&o);
+    o.pp = 2, o.tp = 2, o.dp = 2, o.micro_batches = 2, o.pp_schedule = PS_1F1B, o.memory_budget = 1e9;
+    compare(&o, "pp 2 tp 2 dp 2 1f1b m 2 offload all, two comm streams");
+    assert_true(streams_seen >> IR_STREAM_TP & 1);
 }
 
 int main(void) {
