@@ -30,7 +30,8 @@
  * layers and the fewest micro-batches m' at which every rank holds as many
  * (chunk, micro-batch) pairs in flight at its most, so memplan's per-rank
  * peak is the candidate's, and simulated by cost.c.  Down the ranked list
- * until N rows fit by it (at most N + 5 tried): a row over --memory is
+ * until N rows fit by it and the next row's fast step is no better than
+ * the best checked step (at most N + 5 tried): a row over --memory is
  * dropped, and the ones that fit go first, ordered by their checked step
  * (the slice's simulated step, the fast path's error at m' carried to m;
  * equal to the full path's where m' = m).  The best's command is theirs.
@@ -151,12 +152,14 @@ static const char *sched_name(const TuneCand *c, char *buf, size_t n) {
 }
 
 static void print_verified(const Tune *T, const Row *r, int i) {
-    char sn[32];
+    char sn[32], st[3][32];
     const TuneCand *c = &r->c;
-    printf("  %3d %3d %3d %4d %3d %-14s %4d %3d %-9s %-3s %4d %10.2f %10.2f %10.2f %10.2f %9.4f %9.4f %4d %s\n", i, c->tp, c->cp, c->dp, c->pp,
+    const double x[3] = {r->v.fast_slice, r->v.full_slice, r->v.step};
+    for (int k = 0; k < 3; k++) /* over the memory: not simulated */
+        snprintf(st[k], sizeof st[k], r->ver > 0 ? "%.2f" : "-", x[k] * 1e3);
+    printf("  %3d %3d %3d %4d %3d %-14s %4d %3d %-9s %-3s %4d %10.2f %10s %10s %10s %9.4f %9.4f %4d %s\n", i, c->tp, c->cp, c->dp, c->pp,
            sched_name(c, sn, sizeof sn), c->m, T->batch / (c->dp * c->m), ir_recompute_names[c->rc], c->offload ? "all" : "-", r->v.m,
-           r->p.step * 1e3, r->v.fast_slice * 1e3, r->v.full_slice * 1e3, r->v.step * 1e3, r->p.mem / (1 << 30), r->v.mem / (1 << 30), r->v.rank,
-           r->ver > 0 ? "fits" : "over: dropped");
+           r->p.step * 1e3, st[0], st[1], st[2], r->p.mem / (1 << 30), r->v.mem / (1 << 30), r->v.rank, r->ver > 0 ? "fits" : "over: dropped");
     fflush(stdout);
 }
 
@@ -174,7 +177,8 @@ static int cmp_verified(const void *a, const void *b) {
 }
 
 /* Rank order, then the exact plan on a slice (tune_verify) down the list
- * until `want` rows fit by it or `tries` rows were tried: a row over the
+ * until `want` rows fit by it and the next row's fast step is no better
+ * than the best checked step, or `tries` rows were tried: a row over the
  * memory is dropped from S->rows; the ones that fit move to the front,
  * ordered by their checked step.  Returns how many fit. */
 static int verify_rows(Tune *T, Search *S, int want, int tries, int *dropped, double *secs) {
@@ -184,9 +188,13 @@ static int verify_rows(Tune *T, Search *S, int want, int tries, int *dropped, do
     Row *keep = malloc(sizeof(Row) * (size_t)S->n), *rest = malloc(sizeof(Row) * (size_t)S->n);
     if (!keep || !rest) die("out of memory");
     int nk = 0, nr = 0;
+    double best = INFINITY; /* the best checked step so far */
     for (int i = 0; i < S->n; i++) {
         Row *r = &S->rows[i];
-        if (ok < want && tried < tries) {
+        /* on while fewer than `want` fit, or while this row's fast step
+         * (the fast path's own ranking) is below the best checked one: it
+         * could still win */
+        if (tried < tries && (ok < want || r->p.step < best)) {
             tried++;
             if (tune_verify(T, &r->c, &r->p, &r->v, err, sizeof err) != 0) die("tune --verify: %s", err);
             *secs += r->v.seconds;
@@ -197,6 +205,7 @@ static int verify_rows(Tune *T, Search *S, int want, int tries, int *dropped, do
                 continue;
             }
             ok++;
+            best = fmin(best, r->v.step);
             keep[nk++] = *r;
         } else rest[nr++] = *r;
     }

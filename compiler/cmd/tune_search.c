@@ -102,8 +102,8 @@ struct TuneProbe {
                                           * accumulation buffers); < 0 until a candidate with m 1 asks */
     /* without a pipeline: memory measured at 2 and 3 layers, [m > 1], the
      * optimizer state apart (it shards over dp·cp); filled when asked */
-    int lin_done[2];
-    double lin_rest[2][2], lin_opt[2][2];
+    int lin_done[5];                     /* by min(m, 4): the peak grows with m up to 4 (tune_verify's slice) */
+    double lin_rest[5][2], lin_opt[5][2];
 };
 
 /* Grows a per-rank array to n entries. */
@@ -336,10 +336,10 @@ static void probe_memory(Tune *T, const TuneProbe *P, const TuneCand *c, int nl,
  * (whatever sets its peak: the forward's gathered parameters, the
  * backward's gradients), the optimizer state over the candidate's dp·cp. */
 static double memory_no_pp(Tune *T, TuneProbe *P, const TuneCand *c) {
-    int k = c->m > 1, L = T->layers;
+    int k = c->m < 4 ? c->m : 4, L = T->layers; /* m up to 4: measured at min(m, 4) micro-batches */
     if (P->nl < 2) return -1;
     if (!P->lin_done[k]) {
-        for (int i = 0; i < 2; i++) probe_memory(T, P, c, 2 + i, k ? 2 : 1, &P->lin_rest[k][i], &P->lin_opt[k][i]);
+        for (int i = 0; i < 2; i++) probe_memory(T, P, c, 2 + i, k, &P->lin_rest[k][i], &P->lin_opt[k][i]);
         P->lin_done[k] = 1;
     }
     double rest = P->lin_rest[k][0] + (L - 2) * (P->lin_rest[k][1] - P->lin_rest[k][0]);
