@@ -94,9 +94,6 @@ struct TuneProbe {
     int nl;                              /* the probe's layers */
     double sp, sg, so;                   /* its params, grads, optimizer bytes (so: over cp already) */
     double saved_layer, saved_extra, transient, act_bytes;
-    double held_layer;                   /* one layer per micro-batch: what its B makes that its W reads (the
-                                          * outputs' gradients of the weight-gradient GEMMs), held from B to W
-                                          * by the zero-bubble schedules */
     double pg_act;                       /* params and grads in the activation arena (zero 1, dp > 1) */
     double transient1;                   /* the transient of the same probe at one micro-batch (no gradient
                                           * accumulation buffers); < 0 until a candidate with m 1 asks */
@@ -172,26 +169,6 @@ static char *b_set(const Graph *g, int L) {
     return isb;
 }
 
-/* Bytes the second micro-batch's W nodes (w[i]) read that its B nodes
- * (b(d)) made, each value once: held from B to W. */
-static double held_bytes(const Graph *g, const char *w, const char *isb, int L) {
-    char *seen = xcalloc((size_t)g->nvals + 1, 1);
-    double sum = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        const Node *n = &g->nodes[i];
-        for (int k = 0; k < n->nin && w[i]; k++) {
-            int v = n->in[k], d = g->vals[v].def;
-            if (d < 0 || seen[v]) continue;
-            const Node *dn = &g->nodes[d];
-            if (dn->mb != 1 || dn->phase != PH_BWD || (dn->layer == L && !isb[d])) continue;
-            seen[v] = 1;
-            sum += (double)ir_value_bytes(&g->vals[v]);
-        }
-    }
-    free(seen);
-    return sum;
-}
-
 static int is_wait(const Node *n) { return n->op == OP_wait || (ir_ops[n->op].flags & F_COMM); }
 
 /* Cut the probe's compute stream into the pieces (see the top).  The probe
@@ -264,17 +241,6 @@ static void probe_measure(TuneProbe *P, const Module *m) {
                     P->act_bytes = fmax(P->act_bytes, (double)ir_value_bytes(&g->vals[n->in[k]]));
             }
     }
-    /* held from B to W: the values the second micro-batch's W nodes of
-     * layer L read that its B made (or the gradient coming into the
-     * layer), not the weight gradients W accumulates across micro-batches
-     * (the first micro-batch's) */
-    char *isb = b_set(g, L), *w = xcalloc((size_t)g->nnodes + 1, 1);
-    for (int i = 0; i < g->nnodes; i++) {
-        const Node *n = &g->nodes[i];
-        w[i] = n->layer == L && n->mb == 1 && (n->phase == PH_BWD || n->phase == PH_WGRAD) && !isb[i];
-    }
-    P->held_layer = held_bytes(g, w, isb, L);
-    free(isb), free(w);
     P->sp = (double)memplan_stage_peak(g, SPACE_PARAMS), P->sg = (double)memplan_stage_peak(g, SPACE_GRADS);
     P->so = (double)memplan_stage_peak(g, SPACE_OPT);
     P->saved_layer = (double)recompute_saved_bytes(g, L) / 2; /* two micro-batches */
@@ -401,12 +367,11 @@ typedef struct {
     int nch, *nl;                 /* layers per chunk */
     double *cost[3], *comp[3];    /* per chunk and micro-batch: all, compute only */
     double *saved;                /* per chunk: saved bytes per micro-batch */
-    double *held;                 /* per chunk: bytes held from B to W per micro-batch (zero-bubble) */
 } Comp;
 
 static void comp_free(Comp *C) {
     for (int k = 0; k < 3; k++) free(C->cost[k]), free(C->comp[k]);
-    free(C->nl), free(C->saved), free(C->held);
+    free(C->nl), free(C->saved);
     ppsched_free(&C->pl);
 }
 
@@ -414,7 +379,7 @@ static void comp_free(Comp *C) {
 static void chunk_costs(Comp *C, const TuneCand *c, const TuneProbe *P, int L) {
     int zb = c->pp > 1 && (c->sched == PS_ZBH1 || c->sched == PS_ZBV), nch = C->nch;
     C->nl = xcalloc((size_t)nch, sizeof(int));
-    C->saved = xcalloc((size_t)nch, sizeof(double)), C->held = xcalloc((size_t)nch, sizeof(double));
+    C->saved = xcalloc((size_t)nch, sizeof(double));
     for (int k = 0; k < 3; k++) C->cost[k] = xcalloc((size_t)nch, sizeof(double)), C->comp[k] = xcalloc((size_t)nch, sizeof(double));
     double f = P->lc[KF] + P->lx[KF];
     cut_layers(L, nch, f > 0 ? f : 1e-12, P->prec[KF] + P->prex[KF], P->postc[KF] + P->postx[KF], C->nl);
@@ -427,7 +392,6 @@ static void chunk_costs(Comp *C, const TuneCand *c, const TuneProbe *P, int L) {
             C->cost[kk][ch] += lc + lx, C->comp[kk][ch] += lc;
         }
         C->saved[ch] = P->saved_layer * C->nl[ch] + (ch == nch - 1 ? P->saved_extra : 0);
-        C->held[ch] = zb ? P->held_layer * C->nl[ch] : 0;
     }
 }
 
@@ -441,18 +405,14 @@ static double offload_exposed(const Tune *T, const Comp *C, int ch, int inflight
 
 /* The most saved bytes rank r holds at once: its actions in order, an F
  * adding its chunk's saved bytes, the action that ends the pair (B; W for
- * the zero-bubble schedules, whose dW still reads them) freeing them; a
- * zero-bubble B adds what its W will read (held), freed by that W: zb-v's
- * rank r has 2r + 1 pairs between B and W at its most (p 16, m 32),
- * the late ranks' extra memory. */
+ * the zero-bubble schedules, whose dW still reads them) freeing them. */
 static double saved_peak(const Comp *C, int r) {
     int zb = C->pl.kind == PS_ZBH1 || C->pl.kind == PS_ZBV;
     double cur = 0, peak = 0;
     for (int i = 0; i < C->pl.nact[r]; i++) {
         Action a = C->pl.act[r][i];
         if (a.kind == ACT_F) cur += C->saved[a.chunk];
-        else if (zb && a.kind == ACT_B) cur += C->held[a.chunk]; /* the gradients its W will read */
-        else if (a.kind == (zb ? ACT_W : ACT_B)) cur -= C->saved[a.chunk] + C->held[a.chunk];
+        else if (a.kind == (zb ? ACT_W : ACT_B)) cur -= C->saved[a.chunk];
         peak = fmax(peak, cur);
     }
     return peak;
