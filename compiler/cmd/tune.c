@@ -31,7 +31,7 @@
  * (chunk, micro-batch) pairs in flight at its most, so memplan's per-rank
  * peak is the candidate's, and simulated by cost.c.  Down the ranked list
  * until N rows fit by it and the next row's fast step is no better than
- * the best checked step (at most N + 5 tried): a row over --memory is
+ * the best checked step (at most N + 3 tried): a row over --memory is
  * dropped, and the ones that fit go first, ordered by their checked step
  * (the slice's simulated step, the fast path's error at m' carried to m;
  * equal to the full path's where m' = m).  The best's command is theirs.
@@ -303,7 +303,7 @@ int kiln_tune_main(int argc, char **argv) {
         printf("verify: the exact plan of the first rows on a slice (all the layers, m' micro-batches holding as many in flight; memplan per rank, cost.c's step)\n");
         printf("  %3s %3s %3s %4s %3s %-14s %4s %3s %-9s %-3s %4s %10s %10s %10s %10s %9s %9s %4s %s\n", "try", "tp", "cp", "dp", "pp", "schedule", "m",
                "b", "recompute", "off", "m'", "fast ms", "fast m'", "full m'", "checked", "fast GiB", "exact GiB", "rank", "verdict");
-        nver = verify_rows(&T, &S, verify, verify + 5, &dropped, &vs);
+        nver = verify_rows(&T, &S, verify, verify + 3, &dropped, &vs);
         printf("verified: %d fit by the exact plan, %d over %.4g GiB dropped, in %.1f s; the table's first %d %s ranked by the checked step\n", nver,
                dropped, memory / (1 << 30), vs, nver, nver == 1 ? "is that row," : "are those,");
         if (nver == 0) printf("note: none of the rows tried fits by the exact plan: the table below is the fast path's, unverified\n");
