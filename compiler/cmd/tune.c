@@ -177,43 +177,73 @@ static int cmp_verified(const void *a, const void *b) {
 }
 
 /* Rank order, then the exact plan on a slice (tune_verify) down the list
+ * (a row of a family already verified whose fast memory times the
+ * family's exact/fast ratio is over the budget: dropped uncompiled)
  * until `want` rows fit by it and the next row's fast step is no better
  * than the best checked step, or `tries` rows were tried: a row over the
  * memory is dropped from S->rows; the ones that fit move to the front,
  * ordered by their checked step.  Returns how many fit. */
+/* A row's family for the verification's memory ratio: the pipeline's
+ * shape, offload, recompute and cp (what the fast path's composition
+ * depends on), not tp, dp, cp-comm or the micro-batches. */
+static int same_family(const TuneCand *a, const TuneCand *b) {
+    return a->pp == b->pp && a->sched == b->sched && a->v == b->v && a->offload == b->offload && a->rc == b->rc && a->cp == b->cp;
+}
+
 static int verify_rows(Tune *T, Search *S, int want, int tries, int *dropped, double *secs) {
     char err[1200];
-    int ok = 0, tried = 0, n = 0;
+    int ok = 0, tried = 0, n = 0, nfam = 0;
     *dropped = 0, *secs = 0;
     Row *keep = malloc(sizeof(Row) * (size_t)S->n), *rest = malloc(sizeof(Row) * (size_t)S->n);
-    if (!keep || !rest) die("out of memory");
+    TuneCand *fam = malloc(sizeof(TuneCand) * (size_t)(tries + 1));
+    double *ratio = malloc(sizeof(double) * (size_t)(tries + 1));
+    if (!keep || !rest || !fam || !ratio) die("out of memory");
     int nk = 0, nr = 0;
-    double best = INFINITY; /* the best checked step so far */
+    double best = INFINITY, budget = T->memory / (1 + TUNE_VERIFY_MARGIN); /* the best checked step so far */
     for (int i = 0; i < S->n; i++) {
         Row *r = &S->rows[i];
         /* on while fewer than `want` fit, or while this row's fast step
          * (the fast path's own ranking) is below the best checked one: it
          * could still win */
-        if (tried < tries && (ok < want || r->p.step < best)) {
-            tried++;
-            if (tune_verify(T, &r->c, &r->p, &r->v, err, sizeof err) != 0) die("tune --verify: %s", err);
-            *secs += r->v.seconds;
-            r->ver = r->v.mem <= T->memory / (1 + TUNE_VERIFY_MARGIN) ? 1 : -1;
-            print_verified(T, r, ++n);
-            if (r->ver < 0) {
-                (*dropped)++;
-                continue;
-            }
-            ok++;
-            best = fmin(best, r->v.step);
-            keep[nk++] = *r;
-        } else rest[nr++] = *r;
+        if (!(tried < tries && (ok < want || r->p.step < best))) {
+            rest[nr++] = *r;
+            continue;
+        }
+        /* a family already verified: its exact/fast memory ratio (the
+         * largest seen) scales this row's fast memory; over: dropped
+         * without compiling (an estimate: the verdict says so) */
+        int f = 0;
+        while (f < nfam && !same_family(&fam[f], &r->c)) f++;
+        if (f < nfam && r->p.mem * ratio[f] > budget) {
+            char sn[32];
+            (*dropped)++;
+            printf("  %3s %3d %3d %4d %3d %-14s %4d %3d %-9s %-3s %4s %10.2f %10s %10s %10s %9.4f %9.4f %4s over by its family's ratio %.3f: dropped\n",
+                   "-", r->c.tp, r->c.cp, r->c.dp, r->c.pp, sched_name(&r->c, sn, sizeof sn), r->c.m, T->batch / (r->c.dp * r->c.m), ir_recompute_names[r->c.rc],
+                   r->c.offload ? "all" : "-", "-", r->p.step * 1e3, "-", "-", "-", r->p.mem / (1 << 30), r->p.mem * ratio[f] / (1 << 30), "-",
+                   ratio[f]);
+            continue;
+        }
+        tried++;
+        if (tune_verify(T, &r->c, &r->p, &r->v, err, sizeof err) != 0) die("tune --verify: %s", err);
+        *secs += r->v.seconds;
+        r->ver = r->v.mem <= budget ? 1 : -1;
+        print_verified(T, r, ++n);
+        double q = r->v.mem / r->p.mem;
+        if (f == nfam) fam[nfam] = r->c, ratio[nfam++] = q;
+        else ratio[f] = fmax(ratio[f], q);
+        if (r->ver < 0) {
+            (*dropped)++;
+            continue;
+        }
+        ok++;
+        best = fmin(best, r->v.step);
+        keep[nk++] = *r;
     }
     qsort(keep, (size_t)nk, sizeof(Row), cmp_verified);
     memcpy(S->rows, keep, sizeof(Row) * (size_t)nk);
     memcpy(S->rows + nk, rest, sizeof(Row) * (size_t)nr);
     S->n = nk + nr;
-    free(keep), free(rest);
+    free(keep), free(rest), free(fam), free(ratio);
     return ok;
 }
 
