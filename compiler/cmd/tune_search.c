@@ -94,6 +94,8 @@ struct TuneProbe {
     int nl;                              /* the probe's layers */
     double sp, sg, so;                   /* its params, grads, optimizer bytes (so: over cp already) */
     double saved_layer, saved_extra, transient, act_bytes;
+    double bal_layer, bal_pre, bal_post; /* pp.c's balance weights of one micro-batch: forward FLOPs + 1 a node, of
+                                          * one layer, of the work before the layers and after */
     double pg_act;                       /* params and grads in the activation arena (zero 1, dp > 1) */
     double transient1;                   /* the transient of the same probe at one micro-batch (no gradient
                                           * accumulation buffers); < 0 until a candidate with m 1 asks */
@@ -241,6 +243,20 @@ static void probe_measure(TuneProbe *P, const Module *m) {
                     P->act_bytes = fmax(P->act_bytes, (double)ir_value_bytes(&g->vals[n->in[k]]));
             }
     }
+    /* pp.c's layer_costs on the second micro-batch's forward: a node
+     * outside the layers is after them when it depends on a layer's value */
+    char *after = xcalloc((size_t)g->nvals + 1, 1);
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int dep = n->layer >= 0;
+        for (int k = 0; k < n->nin; k++) dep |= after[n->in[k]];
+        for (int k = 0; k < n->nout; k++) after[n->out[k]] = (char)dep;
+        if (n->phase != PH_FWD || n->mb != 1) continue;
+        double f = ir_node_flops(g, n) + 1;
+        if (n->layer == L) P->bal_layer += f;
+        else if (n->layer < 0) *(dep ? &P->bal_post : &P->bal_pre) += f;
+    }
+    free(after);
     P->sp = (double)memplan_stage_peak(g, SPACE_PARAMS), P->sg = (double)memplan_stage_peak(g, SPACE_GRADS);
     P->so = (double)memplan_stage_peak(g, SPACE_OPT);
     P->saved_layer = (double)recompute_saved_bytes(g, L) / 2; /* two micro-batches */
@@ -331,33 +347,28 @@ static double transient_one(Tune *T, TuneProbe *P, const TuneCand *c) {
 
 /* ---- composing ---- */
 
-/* Layers per chunk: the smallest largest forward time, the embedding's on
- * chunk 0 and the head's on the last, every chunk at least one layer. */
-static void cut_layers(int L, int nch, double f, double pre, double post, int *n) {
-    if (nch == 1) {
-        n[0] = L;
-        return;
+/* Layers per chunk as pp.c cuts them (its balance(): the contiguous cut
+ * minimising the largest chunk's forward FLOPs, the embedding's on chunk
+ * 0 and the head's on the last, ties to the earliest cut point), so the
+ * ranks' layer counts are the program's. */
+static void cut_layers(int L, int K, double f, double pre, double post, int *n) {
+    double *sum = xcalloc((size_t)L + 1, sizeof(double)), *best = xcalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(double));
+    for (int i = 0; i < L; i++) sum[i + 1] = sum[i] + f;
+    int *cut = xcalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(int));
+    for (int i = 0; i < (K + 1) * (L + 1); i++) best[i] = 1e300;
+    best[0] = 0;
+    for (int k = 1; k <= K; k++)
+        for (int i = k; i <= L - (K - k); i++)
+            for (int j = k - 1; j < i; j++) {
+                double c = sum[i] - sum[j] + (k == 1 ? pre : 0) + (k == K ? post : 0);
+                double worst = best[(k - 1) * (L + 1) + j] > c ? best[(k - 1) * (L + 1) + j] : c;
+                if (worst < best[k * (L + 1) + i]) best[k * (L + 1) + i] = worst, cut[k * (L + 1) + i] = j;
+            }
+    for (int k = K, i = L; k >= 1; k--) {
+        int j = cut[k * (L + 1) + i];
+        n[k - 1] = i - j, i = j;
     }
-    double lo = 0, hi = L * f + pre + post;
-    for (int it = 0; it < 60; it++) {
-        double x = (lo + hi) / 2;
-        int a = (int)floor((x - pre) / f + 1e-9), z = (int)floor((x - post) / f + 1e-9), mid = (int)floor(x / f + 1e-9);
-        int ok = a >= 1 && z >= 1 && mid >= 1 && a + z + (double)mid * (nch - 2) >= L;
-        if (ok) hi = x;
-        else lo = x;
-    }
-    int a = (int)floor((hi - pre) / f + 1e-9), z = (int)floor((hi - post) / f + 1e-9);
-    a = a < 1 ? 1 : a, z = z < 1 ? 1 : z;
-    int rest = L, left = nch;
-    n[0] = a < rest - (left - 1) ? a : rest - (left - 1);
-    rest -= n[0], left--;
-    int last = z < rest - (left - 1) ? z : rest - (left - 1);
-    rest -= last, left--;
-    for (int c = 1; c < nch - 1; c++, left--) { /* the middle evenly */
-        n[c] = (rest + left - 1) / left;
-        rest -= n[c];
-    }
-    n[nch - 1] = last + rest;
+    free(sum), free(best), free(cut);
 }
 
 static int intra(const Tune *T, int span) { return span <= T->prof.node_size; }
@@ -381,8 +392,8 @@ static void chunk_costs(Comp *C, const TuneCand *c, const TuneProbe *P, int L) {
     C->nl = xcalloc((size_t)nch, sizeof(int));
     C->saved = xcalloc((size_t)nch, sizeof(double));
     for (int k = 0; k < 3; k++) C->cost[k] = xcalloc((size_t)nch, sizeof(double)), C->comp[k] = xcalloc((size_t)nch, sizeof(double));
-    double f = P->lc[KF] + P->lx[KF];
-    cut_layers(L, nch, f > 0 ? f : 1e-12, P->prec[KF] + P->prex[KF], P->postc[KF] + P->postx[KF], C->nl);
+    /* pp.c weighs the whole step's forward: every micro-batch's */
+    cut_layers(L, nch, c->m * P->bal_layer, c->m * P->bal_pre, c->m * P->bal_post, C->nl);
     for (int ch = 0; ch < nch; ch++) {
         for (int k = 0; k < 3; k++) {
             int kk = k == KW && !zb ? KB : k;
