@@ -55,9 +55,9 @@ out=$("$K" tune $V --gpus 4 --global-batch 128 --seq 1024 --device a100 --tp 1 -
 check "that row is offload all" "printf '%s\n' \"\$out\" | awk '/^verify:/{on=1; next} /^verified:/{on=0} on && \$NF == \"fits\" {f = \$10} END{exit f != \"all\"}'"
 
 # the fast path's per-rank memory (--check's "per rank" line): the layers
-# are cut as pp.c cuts them (its FLOP balance, the head on the last chunk:
-# 3, 2, 2, 1 layers at p 4 before the fix, 2, 2, 3, 1 after, rank 2 was
-# 54% under), so the middle ranks (no embedding, no head) are within 5%;
+# are cut as pp.c cuts them (its FLOP balance, the head on the last chunk;
+# before, by forward time, rank 2 of 1f1b was 54% under), so the middle
+# ranks (no embedding, no head) are within 5%;
 # the end ranks are the known gap (docs/tune.md)
 for sc in 1f1b zb-h1; do
     out=$("$K" tune $V --gpus 4 --global-batch 128 --seq 1024 --device a100 --tp 1 --cp 1 --top 1 --check 1 --verify 0 --pp 4 \
