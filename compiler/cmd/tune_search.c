@@ -20,9 +20,10 @@
  *                head and loss) and the optimizer.  Each piece keeps its
  *                compute and its exposed waits apart.  Candidates with the
  *                same (b, cp, cp-comm, recompute) share a probe.
- *   the pipeline the layers are cut into pp·v chunks balancing the forward
- *                time with the embedding on the first chunk and the head on
- *                the last (pp.c balances FLOPs the same way); each chunk's
+ *   the pipeline the layers are cut into pp·v chunks as pp.c cuts them
+ *                (its DP over the forward FLOPs + 1 a node, the embedding
+ *                on the first chunk and the head on the last, measured on
+ *                the probe's second micro-batch); each chunk's
  *                F, B, W are its layers' plus its ends'; ppsched_simulate
  *                times the schedule with them and the p2p time of one
  *                layer's activation as the transfer latency.
