@@ -119,5 +119,6 @@ bad "no --device" "kiln: tune: --device PROFILE is required (cpu, h100, h200, a1
 bad "a bad --gpus" 'kiln: --gpus: expected a whole number in 1..1048576, got "0"' models/tiny.lua --gpus 0 --device cpu
 bad "an unknown profile" 'kiln: --device: no device profile named "v100" (shipped: cpu, h100-sxm, h200-sxm, a100-80g; or give a path)' models/tiny.lua --gpus 2 --device v100
 bad "--set batch" "kiln: --set batch: use --global-batch / --seq with kiln tune" models/tiny.lua --gpus 2 --device cpu --set batch=4
+bad "a bad --verify" 'kiln: --verify: expected a whole number in 0..100, got "-1"' models/tiny.lua --gpus 2 --device cpu --verify -1
 bad "a bad --memory" 'kiln: --memory: expected GiB, a positive number, got "-1"' models/tiny.lua --gpus 2 --device cpu --memory -1
 echo "1..$n"

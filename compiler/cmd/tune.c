@@ -272,7 +272,12 @@ int kiln_tune_main(int argc, char **argv) {
         else if (strcmp(f, "--device") == 0) device = v;
         else if (strcmp(f, "--top") == 0) top = (int)parse_pos(f, v, 100000);
         else if (strcmp(f, "--check") == 0) check = (int)parse_pos(f, v, 1000);
-        else if (strcmp(f, "--verify") == 0) verify = strcmp(v, "0") == 0 ? 0 : (int)parse_pos(f, v, 100);
+        else if (strcmp(f, "--verify") == 0) {
+            char *e;
+            long x = strtol(v, &e, 10);
+            if (!*v || *e || x < 0 || x > 100) die("--verify: expected a whole number in 0..100, got \"%s\"", v);
+            verify = (int)x;
+        }
         else if (strcmp(f, "--global-batch") == 0) batch = (int)parse_pos(f, v, 1 << 24);
         else if (strcmp(f, "--seq") == 0) seq = (int)parse_pos(f, v, 1 << 24);
         else if (strcmp(f, "--pp") == 0) S.fix_pp = (int)parse_pos(f, v, 1 << 20);
