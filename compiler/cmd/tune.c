@@ -5,7 +5,8 @@
  *   kiln tune MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B]
  *             [--seq S] [--set k=v ...] [--top K] [--check K] [--precision f32|bf16]
  *             [--tp N] [--pp N] [--cp N] [--pp-schedule S] [--recompute R] [--micro-batches M]
- *   (the last six fix that dimension instead of searching it)
+ *             [--verify N]
+ *   (--tp .. --micro-batches fix that dimension instead of searching it)
  *
  * The search (every product tp·cp·dp·pp = N):
  *   tp         divisors of N up to the profile's node size (tp's all-reduces
@@ -22,9 +23,23 @@
  * A candidate the rules refuse (tune_refusal) is skipped.  Every other one
  * is predicted by the fast path (compiler/tune.c) and kept when its memory
  * fits --memory (default: the profile's device memory); the kept ones are
- * ranked by predicted step.  --check K recomputes the first K by the full
- * path (the whole program compiled and simulated) and prints both and the
- * error: the fast path's test (tests/t_tune.sh).
+ * ranked by predicted step.
+ *
+ * Then the first rows are verified (--verify N, default 1; 0: not) by the
+ * exact plan on a slice (tune_verify): the candidate compiled with all its
+ * layers and the fewest micro-batches m' at which every rank holds as many
+ * (chunk, micro-batch) pairs in flight at its most, so memplan's per-rank
+ * peak is the candidate's, and simulated by cost.c.  Down the ranked list
+ * until N rows fit by it and the next row's fast step is no better than
+ * the best checked step (at most N + 3 tried): a row over --memory is
+ * dropped, and the ones that fit go first, ordered by their checked step
+ * (the slice's simulated step, the fast path's error at m' carried to m;
+ * equal to the full path's where m' = m).  The best's command is theirs.
+ * The fast path prunes; the exact plan decides (docs/tune.md).
+ *
+ * --check K recomputes the first K by the full path (the whole program
+ * compiled and simulated) and prints both and the error, and each rank's
+ * memory by both: the fast path's test (tests/t_tune.sh).
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,6 +53,8 @@
 typedef struct {
     TuneCand c;
     TunePred p;
+    int ver;      /* tune_verify: 0 not run, 1 fits, -1 over the memory */
+    TuneVerify v;
 } Row;
 
 static int cmp_row(const void *a, const void *b) {
@@ -72,7 +89,7 @@ static void push(Search *S, const TuneCand *c, const TunePred *p) {
         S->rows = realloc(S->rows, sizeof(Row) * (size_t)S->cap);
         if (!S->rows) die("out of memory");
     }
-    S->rows[S->n++] = (Row){*c, *p};
+    S->rows[S->n++] = (Row){*c, *p, 0, {0}};
 }
 
 /* One candidate: refused, predicted, kept if it fits. 1 if it fit. */
@@ -134,12 +151,100 @@ static const char *sched_name(const TuneCand *c, char *buf, size_t n) {
     return buf;
 }
 
+static void print_verified(const Tune *T, const Row *r, int i) {
+    char sn[32], st[3][32];
+    const TuneCand *c = &r->c;
+    const double x[3] = {r->v.fast_slice, r->v.full_slice, r->v.step};
+    for (int k = 0; k < 3; k++) /* over the memory: not simulated */
+        snprintf(st[k], sizeof st[k], r->ver > 0 ? "%.2f" : "-", x[k] * 1e3);
+    printf("  %3d %3d %3d %4d %3d %-14s %4d %3d %-9s %-3s %4d %10.2f %10s %10s %10s %9.4f %9.4f %4d %s\n", i, c->tp, c->cp, c->dp, c->pp,
+           sched_name(c, sn, sizeof sn), c->m, T->batch / (c->dp * c->m), ir_recompute_names[c->rc], c->offload ? "all" : "-", r->v.m,
+           r->p.step * 1e3, st[0], st[1], st[2], r->p.mem / (1 << 30), r->v.mem / (1 << 30), r->v.rank, r->ver > 0 ? "fits" : "over: dropped");
+    fflush(stdout);
+}
+
 static void print_row(int i, const Tune *T, const TuneCand *c, const TunePred *p) {
     char sn[32];
     printf("  %3d %3d %3d %4d %3d %-14s %4d %3d %-9s %-3s %-3s %12.4g %6.1f%% %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", i, c->tp, c->cp, c->dp,
            c->pp, sched_name(c, sn, sizeof sn), c->m, T->batch / (c->dp * c->m), ir_recompute_names[c->rc], c->offload ? "all" : "-",
            c->cp > 1 ? (c->cp_comm ? "p2p" : "ag") : "-", p->tokens_s, 100 * p->mfu, p->step * 1e3, p->compute * 1e3, p->comm * 1e3,
            p->bubble * 1e3, p->copy * 1e3, p->mem / (1 << 30));
+}
+
+static int cmp_verified(const void *a, const void *b) {
+    double x = ((const Row *)a)->v.step, y = ((const Row *)b)->v.step;
+    return x < y ? -1 : x > y;
+}
+
+/* Rank order, then the exact plan on a slice (tune_verify) down the list
+ * (a row of a family already verified whose fast memory times the
+ * family's exact/fast ratio is over the budget: dropped uncompiled)
+ * until `want` rows fit by it and the next row's fast step is no better
+ * than the best checked step, or `tries` rows were tried: a row over the
+ * memory is dropped from S->rows; the ones that fit move to the front,
+ * ordered by their checked step.  Returns how many fit. */
+/* A row's family for the verification's memory ratio: the pipeline's
+ * shape, offload, recompute and cp (what the fast path's composition
+ * depends on), not tp, dp, cp-comm or the micro-batches. */
+static int same_family(const TuneCand *a, const TuneCand *b) {
+    return a->pp == b->pp && a->sched == b->sched && a->v == b->v && a->offload == b->offload && a->rc == b->rc && a->cp == b->cp;
+}
+
+static int verify_rows(Tune *T, Search *S, int want, int tries, int *dropped, double *secs) {
+    char err[1200];
+    int ok = 0, tried = 0, n = 0, nfam = 0;
+    *dropped = 0, *secs = 0;
+    Row *keep = malloc(sizeof(Row) * (size_t)S->n), *rest = malloc(sizeof(Row) * (size_t)S->n);
+    TuneCand *fam = malloc(sizeof(TuneCand) * (size_t)(tries + 1));
+    double *ratio = malloc(sizeof(double) * (size_t)(tries + 1));
+    if (!keep || !rest || !fam || !ratio) die("out of memory");
+    int nk = 0, nr = 0;
+    double best = INFINITY, budget = T->memory / (1 + TUNE_VERIFY_MARGIN); /* the best checked step so far */
+    for (int i = 0; i < S->n; i++) {
+        Row *r = &S->rows[i];
+        /* on while fewer than `want` fit, or while this row's fast step
+         * (the fast path's own ranking) is below the best checked one: it
+         * could still win */
+        if (!(tried < tries && (ok < want || r->p.step < best))) {
+            rest[nr++] = *r;
+            continue;
+        }
+        /* a family already verified: its exact/fast memory ratio (the
+         * largest seen) scales this row's fast memory; over: dropped
+         * without compiling (an estimate: the verdict says so) */
+        int f = 0;
+        while (f < nfam && !same_family(&fam[f], &r->c)) f++;
+        if (f < nfam && r->p.mem * ratio[f] > budget) {
+            char sn[32];
+            (*dropped)++;
+            printf("  %3s %3d %3d %4d %3d %-14s %4d %3d %-9s %-3s %4s %10.2f %10s %10s %10s %9.4f %9.4f %4s over by its family's ratio %.3f: dropped\n",
+                   "-", r->c.tp, r->c.cp, r->c.dp, r->c.pp, sched_name(&r->c, sn, sizeof sn), r->c.m, T->batch / (r->c.dp * r->c.m), ir_recompute_names[r->c.rc],
+                   r->c.offload ? "all" : "-", "-", r->p.step * 1e3, "-", "-", "-", r->p.mem / (1 << 30), r->p.mem * ratio[f] / (1 << 30), "-",
+                   ratio[f]);
+            continue;
+        }
+        tried++;
+        if (tune_verify(T, &r->c, &r->p, &r->v, err, sizeof err) != 0) die("tune --verify: %s", err);
+        *secs += r->v.seconds;
+        r->ver = r->v.mem <= budget ? 1 : -1;
+        print_verified(T, r, ++n);
+        double q = r->v.mem / r->p.mem;
+        if (f == nfam) fam[nfam] = r->c, ratio[nfam++] = q;
+        else ratio[f] = fmax(ratio[f], q);
+        if (r->ver < 0) {
+            (*dropped)++;
+            continue;
+        }
+        ok++;
+        best = fmin(best, r->v.step);
+        keep[nk++] = *r;
+    }
+    qsort(keep, (size_t)nk, sizeof(Row), cmp_verified);
+    memcpy(S->rows, keep, sizeof(Row) * (size_t)nk);
+    memcpy(S->rows + nk, rest, sizeof(Row) * (size_t)nr);
+    S->n = nk + nr;
+    free(keep), free(rest), free(fam), free(ratio);
+    return ok;
 }
 
 static void header(void) {
@@ -149,7 +254,7 @@ static void header(void) {
 
 int kiln_tune_main(int argc, char **argv) {
     const char *model = NULL, *device = NULL;
-    int gpus = 0, top = 10, check = 0, batch = 0, seq = 0, prec = -1;
+    int gpus = 0, top = 10, check = 0, batch = 0, seq = 0, prec = -1, verify = 1;
     double memory = 0;
     KeyVal *sets = NULL;
     int nsets = 0;
@@ -167,6 +272,12 @@ int kiln_tune_main(int argc, char **argv) {
         else if (strcmp(f, "--device") == 0) device = v;
         else if (strcmp(f, "--top") == 0) top = (int)parse_pos(f, v, 100000);
         else if (strcmp(f, "--check") == 0) check = (int)parse_pos(f, v, 1000);
+        else if (strcmp(f, "--verify") == 0) {
+            char *e;
+            long x = strtol(v, &e, 10);
+            if (!*v || *e || x < 0 || x > 100) die("--verify: expected a whole number in 0..100, got \"%s\"", v);
+            verify = (int)x;
+        }
         else if (strcmp(f, "--global-batch") == 0) batch = (int)parse_pos(f, v, 1 << 24);
         else if (strcmp(f, "--seq") == 0) seq = (int)parse_pos(f, v, 1 << 24);
         else if (strcmp(f, "--pp") == 0) S.fix_pp = (int)parse_pos(f, v, 1 << 20);
@@ -194,7 +305,7 @@ int kiln_tune_main(int argc, char **argv) {
             cmd_add_set(&sets, &nsets, key, eq + 1);
         } else die("tune: %s: unknown flag", f);
     }
-    if (!model) die("usage: kiln tune MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B] [--seq S] [--top K] [--check K]");
+    if (!model) die("usage: kiln tune MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B] [--seq S] [--top K] [--check K] [--verify N]");
     cmd_check_input("MODEL", model);
     if (!gpus) die("tune: --gpus N is required");
     if (!device) die("tune: --device PROFILE is required (cpu, h100, h200, a100 or a .profile file)");
@@ -220,6 +331,25 @@ int kiln_tune_main(int argc, char **argv) {
         fflush(stdout);
         return cmd_error("tune: no configuration fits %.4g GiB per device (raise --memory, or more --gpus)", memory / (1 << 30));
     }
+    int nver = 0;
+    if (verify) {
+        int dropped;
+        double vs;
+        printf("verify: the exact plan of the first rows on a slice (all the layers, m' micro-batches holding as many in flight; memplan per rank, cost.c's step)\n");
+        printf("  %3s %3s %3s %4s %3s %-14s %4s %3s %-9s %-3s %4s %10s %10s %10s %10s %9s %9s %4s %s\n", "try", "tp", "cp", "dp", "pp", "schedule", "m",
+               "b", "recompute", "off", "m'", "fast ms", "fast m'", "full m'", "checked", "fast GiB", "exact GiB", "rank", "verdict");
+        nver = verify_rows(&T, &S, verify, verify + 3, &dropped, &vs);
+        printf("verified: %d fit by the exact plan, %d over %.4g GiB dropped, in %.1f s; the table's first %d %s ranked by the checked step\n", nver,
+               dropped, memory / (1 << 30), vs, nver, nver == 1 ? "is that row," : "are those,");
+        if (nver == 0) printf("note: none of the rows tried fits by the exact plan: the table below is the fast path's, unverified\n");
+        if (S.n == 0) {
+            free(S.rows);
+            tune_free(&T);
+            free(sets);
+            fflush(stdout);
+            return cmd_error("tune: no configuration tried fits %.4g GiB per device by the exact plan", memory / (1 << 30));
+        }
+    }
     header();
     for (int i = 0; i < S.n && i < top; i++) print_row(i + 1, &T, &S.rows[i].c, &S.rows[i].p);
     char flags[2048];
@@ -234,6 +364,11 @@ int kiln_tune_main(int argc, char **argv) {
             const TunePred *f = &S.rows[i].p;
             printf("  %3d %12.4f %12.4f %7.2f%% %12.4f %12.4f %7.2f%%\n", i + 1, f->step * 1e3, full.step * 1e3, 100 * (f->step / full.step - 1),
                    f->mem / (1 << 30), full.mem / (1 << 30), 100 * (f->mem / full.mem - 1));
+            TunePred again; /* the fast path's per-rank memory of this row (T.fast_mem) */
+            if (tune_predict(&T, &S.rows[i].c, &again, err, sizeof err) != 0) die("tune --check: %s", err);
+            printf("      per rank MiB, fast / full:");
+            for (int r = 0; r < T.fast_n && r < T.full_n; r++) printf(" %.1f/%.1f", T.fast_mem[r] / (1 << 20), T.full_mem[r] / (1 << 20));
+            printf("\n");
         }
     }
     free(S.rows);

@@ -46,7 +46,28 @@ typedef struct {
     TuneProbe *probes;
     int nprobes, capprobes;
     double probe_seconds; /* compile and simulation time spent in probes */
+    /* per rank (pipeline stage): the last tune_predict's memory, the last
+     * tune_full's or tune_verify's memplan peak */
+    double *fast_mem, *full_mem;
+    int fast_n, fast_cap, full_n, full_cap;
 } Tune;
+
+/* A verified row fits when its exact peak is within the budget by this
+ * fraction to spare: memplan's best-fit arena packs a program of m'
+ * micro-batches within 0.1% of the same program at m (measured: 1f1b
+ * m 8 against 16, 0.06%; the 175B zb-v slice against the whole, 0.1%). */
+#define TUNE_VERIFY_MARGIN 0.005
+
+/* The exact plan of a candidate on a slice (tune_verify). */
+typedef struct {
+    int m;              /* the slice's micro-batches: all the layers, the fewest micro-batches with the same pairs in flight */
+    double mem;         /* memplan's peak of the largest rank (bytes) */
+    int rank;           /* that rank */
+    double full_slice;  /* the slice's step, compiled and simulated (cost.c); 0 when over the memory (not simulated) */
+    double fast_slice;  /* the fast path's at m' (0: not simulated) */
+    double step;        /* the candidate's step: full_slice at m' = m, else the fast path's error at m' carried to m */
+    double seconds;     /* wall time it took */
+} TuneVerify;
 
 /* Reads the model's shape (layers, heads, batch, seq from the front end,
  * unless batch/seq > 0 are given).  Exits after one line on a user error. */
@@ -64,6 +85,13 @@ void tune_refusal(const Tune *T, const TuneCand *c, char *why, size_t n);
 int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t errlen);
 /* The full path: the whole program compiled and simulated (cost_simulate). */
 int tune_full(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t errlen);
+
+/* The exact plan on a slice: the candidate with all its layers and the
+ * fewest micro-batches m' at which every rank holds as many (chunk,
+ * micro-batch) pairs in flight at its most (ppsched's action lists), so
+ * memplan's per-rank peak is the candidate's; compiled and simulated.
+ * 0, or -1 with err. */
+int tune_verify(Tune *T, const TuneCand *c, const TunePred *fast, TuneVerify *out, char *err, size_t errlen);
 
 /* The `kiln compile` flags of c into buf. */
 const char *tune_flags(const Tune *T, const TuneCand *c, char *buf, size_t n);

@@ -20,9 +20,10 @@
  *                head and loss) and the optimizer.  Each piece keeps its
  *                compute and its exposed waits apart.  Candidates with the
  *                same (b, cp, cp-comm, recompute) share a probe.
- *   the pipeline the layers are cut into pp·v chunks balancing the forward
- *                time with the embedding on the first chunk and the head on
- *                the last (pp.c balances FLOPs the same way); each chunk's
+ *   the pipeline the layers are cut into pp·v chunks as pp.c cuts them
+ *                (its DP over the forward FLOPs + 1 a node, the embedding
+ *                on the first chunk and the head on the last, measured on
+ *                the probe's second micro-batch); each chunk's
  *                F, B, W are its layers' plus its ends'; ppsched_simulate
  *                times the schedule with them and the p2p time of one
  *                layer's activation as the transfer latency.
@@ -50,6 +51,19 @@
  *                three layers and its memory extended along that line
  *                (exact where memory grows linearly with layers, whatever
  *                sets the peak), the optimizer state over dp·cp.
+ *
+ *                --offload all's copies also bound the rank's step: every
+ *                offloaded pair's bytes go out and come back on the d2h
+ *                and h2d streams, one copy at a time, so a rank whose copies
+ *                outlast its timeline is copy-bound by the difference.
+ *
+ * The fast path ranks and prunes; the first rows are then verified by
+ * the exact plan on a slice (tune_verify): the candidate with all its
+ * layers and the fewest micro-batches m' at which every rank holds as
+ * many (chunk, micro-batch) pairs in flight at its most (ppsched's action
+ * lists: 1f1b and zb-h1 saturate at m' = p), compiled through memplan
+ * (each rank's peak, exact: the in-flight pairs are what grows with m) and
+ * simulated; its step carries the fast path's error at m' to m.
  *
  * tests/t_tune.sh checks the fast path against the full one on small
  * configurations (kiln tune --check), and docs/tune.md reports both.
@@ -81,14 +95,24 @@ struct TuneProbe {
     int nl;                              /* the probe's layers */
     double sp, sg, so;                   /* its params, grads, optimizer bytes (so: over cp already) */
     double saved_layer, saved_extra, transient, act_bytes;
+    double bal_layer, bal_pre, bal_post; /* pp.c's balance weights of one micro-batch: forward FLOPs + 1 a node, of
+                                          * one layer, of the work before the layers and after */
     double pg_act;                       /* params and grads in the activation arena (zero 1, dp > 1) */
     double transient1;                   /* the transient of the same probe at one micro-batch (no gradient
                                           * accumulation buffers); < 0 until a candidate with m 1 asks */
     /* without a pipeline: memory measured at 2 and 3 layers, [m > 1], the
      * optimizer state apart (it shards over dp·cp); filled when asked */
-    int lin_done[2];
-    double lin_rest[2][2], lin_opt[2][2];
+    int lin_done[5];                     /* by min(m, 4): the peak grows with m up to 4 (tune_verify's slice) */
+    double lin_rest[5][2], lin_opt[5][2];
 };
+
+/* Grows a per-rank array to n entries. */
+static void rank_mem_reserve(double **a, int *cap, int n) {
+    if (n <= *cap) return;
+    *a = realloc(*a, sizeof(double) * (size_t)n);
+    if (!*a) ICE("out of memory");
+    *cap = n;
+}
 
 /* ---- building programs ---- */
 
@@ -220,6 +244,20 @@ static void probe_measure(TuneProbe *P, const Module *m) {
                     P->act_bytes = fmax(P->act_bytes, (double)ir_value_bytes(&g->vals[n->in[k]]));
             }
     }
+    /* pp.c's layer_costs on the second micro-batch's forward: a node
+     * outside the layers is after them when it depends on a layer's value */
+    char *after = xcalloc((size_t)g->nvals + 1, 1);
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        int dep = n->layer >= 0;
+        for (int k = 0; k < n->nin; k++) dep |= after[n->in[k]];
+        for (int k = 0; k < n->nout; k++) after[n->out[k]] = (char)dep;
+        if (n->phase != PH_FWD || n->mb != 1) continue;
+        double f = ir_node_flops(g, n) + 1;
+        if (n->layer == L) P->bal_layer += f;
+        else if (n->layer < 0) *(dep ? &P->bal_post : &P->bal_pre) += f;
+    }
+    free(after);
     P->sp = (double)memplan_stage_peak(g, SPACE_PARAMS), P->sg = (double)memplan_stage_peak(g, SPACE_GRADS);
     P->so = (double)memplan_stage_peak(g, SPACE_OPT);
     P->saved_layer = (double)recompute_saved_bytes(g, L) / 2; /* two micro-batches */
@@ -281,10 +319,10 @@ static void probe_memory(Tune *T, const TuneProbe *P, const TuneCand *c, int nl,
  * (whatever sets its peak: the forward's gathered parameters, the
  * backward's gradients), the optimizer state over the candidate's dp·cp. */
 static double memory_no_pp(Tune *T, TuneProbe *P, const TuneCand *c) {
-    int k = c->m > 1, L = T->layers;
+    int k = c->m < 4 ? c->m : 4, L = T->layers; /* m up to 4: measured at min(m, 4) micro-batches */
     if (P->nl < 2) return -1;
     if (!P->lin_done[k]) {
-        for (int i = 0; i < 2; i++) probe_memory(T, P, c, 2 + i, k ? 2 : 1, &P->lin_rest[k][i], &P->lin_opt[k][i]);
+        for (int i = 0; i < 2; i++) probe_memory(T, P, c, 2 + i, k, &P->lin_rest[k][i], &P->lin_opt[k][i]);
         P->lin_done[k] = 1;
     }
     double rest = P->lin_rest[k][0] + (L - 2) * (P->lin_rest[k][1] - P->lin_rest[k][0]);
@@ -310,33 +348,28 @@ static double transient_one(Tune *T, TuneProbe *P, const TuneCand *c) {
 
 /* ---- composing ---- */
 
-/* Layers per chunk: the smallest largest forward time, the embedding's on
- * chunk 0 and the head's on the last, every chunk at least one layer. */
-static void cut_layers(int L, int nch, double f, double pre, double post, int *n) {
-    if (nch == 1) {
-        n[0] = L;
-        return;
+/* Layers per chunk as pp.c cuts them (its balance(): the contiguous cut
+ * minimising the largest chunk's forward FLOPs, the embedding's on chunk
+ * 0 and the head's on the last, ties to the earliest cut point), so the
+ * ranks' layer counts are the program's. */
+static void cut_layers(int L, int K, double f, double pre, double post, int *n) {
+    double *sum = xcalloc((size_t)L + 1, sizeof(double)), *best = xcalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(double));
+    for (int i = 0; i < L; i++) sum[i + 1] = sum[i] + f;
+    int *cut = xcalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(int));
+    for (int i = 0; i < (K + 1) * (L + 1); i++) best[i] = 1e300;
+    best[0] = 0;
+    for (int k = 1; k <= K; k++)
+        for (int i = k; i <= L - (K - k); i++)
+            for (int j = k - 1; j < i; j++) {
+                double c = sum[i] - sum[j] + (k == 1 ? pre : 0) + (k == K ? post : 0);
+                double worst = best[(k - 1) * (L + 1) + j] > c ? best[(k - 1) * (L + 1) + j] : c;
+                if (worst < best[k * (L + 1) + i]) best[k * (L + 1) + i] = worst, cut[k * (L + 1) + i] = j;
+            }
+    for (int k = K, i = L; k >= 1; k--) {
+        int j = cut[k * (L + 1) + i];
+        n[k - 1] = i - j, i = j;
     }
-    double lo = 0, hi = L * f + pre + post;
-    for (int it = 0; it < 60; it++) {
-        double x = (lo + hi) / 2;
-        int a = (int)floor((x - pre) / f + 1e-9), z = (int)floor((x - post) / f + 1e-9), mid = (int)floor(x / f + 1e-9);
-        int ok = a >= 1 && z >= 1 && mid >= 1 && a + z + (double)mid * (nch - 2) >= L;
-        if (ok) hi = x;
-        else lo = x;
-    }
-    int a = (int)floor((hi - pre) / f + 1e-9), z = (int)floor((hi - post) / f + 1e-9);
-    a = a < 1 ? 1 : a, z = z < 1 ? 1 : z;
-    int rest = L, left = nch;
-    n[0] = a < rest - (left - 1) ? a : rest - (left - 1);
-    rest -= n[0], left--;
-    int last = z < rest - (left - 1) ? z : rest - (left - 1);
-    rest -= last, left--;
-    for (int c = 1; c < nch - 1; c++, left--) { /* the middle evenly */
-        n[c] = (rest + left - 1) / left;
-        rest -= n[c];
-    }
-    n[nch - 1] = last + rest;
+    free(sum), free(best), free(cut);
 }
 
 static int intra(const Tune *T, int span) { return span <= T->prof.node_size; }
@@ -360,8 +393,8 @@ static void chunk_costs(Comp *C, const TuneCand *c, const TuneProbe *P, int L) {
     C->nl = xcalloc((size_t)nch, sizeof(int));
     C->saved = xcalloc((size_t)nch, sizeof(double));
     for (int k = 0; k < 3; k++) C->cost[k] = xcalloc((size_t)nch, sizeof(double)), C->comp[k] = xcalloc((size_t)nch, sizeof(double));
-    double f = P->lc[KF] + P->lx[KF];
-    cut_layers(L, nch, f > 0 ? f : 1e-12, P->prec[KF] + P->prex[KF], P->postc[KF] + P->postx[KF], C->nl);
+    /* pp.c weighs the whole step's forward: every micro-batch's */
+    cut_layers(L, nch, c->m * P->bal_layer, c->m * P->bal_pre, c->m * P->bal_post, C->nl);
     for (int ch = 0; ch < nch; ch++) {
         for (int k = 0; k < 3; k++) {
             int kk = k == KW && !zb ? KB : k;
@@ -430,7 +463,9 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
         for (int k = 0; k < 3; k++) busy[r] += c->m * C.cost[k][ch], compute[r] += c->m * C.comp[k][ch];
     }
     if (p == 1) end[0] = busy[0];
-    double worst = 0, flops = 0, mem = 0, h0 = 0, t0 = 0, oc0 = 0;
+    double worst = 0, flops = 0, mem = 0, h0 = 0, t0 = 0, oc0 = 0, cb0 = 0;
+    rank_mem_reserve(&T->fast_mem, &T->fast_cap, p);
+    T->fast_n = p;
     for (int r = 0; r < p; r++) {
         double pc = 0, fl = 0, f1 = 0, bl = 0, act = 0;
         int nr = 0, first = 0, last = 0;
@@ -456,8 +491,20 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
         double bucket = fmin(1, 25.0 * (1 << 20) / fmax(gbytes, 1));
         double head = fmax(ag * bucket, ag - f1), tail_x = fmax(rs * bucket, rs - bl);
         double optc = P->adamw * ratio * P->dp * P->cp / g + P->once * ratio;
-        double total = head + end[r] + tail_x + optc;
+        /* offload all: the rank's copy streams move every offloaded pair's
+         * saved bytes out and back each step, one copy after another on
+         * each; a rank whose copies outlast its timeline waits for them
+         * (copy-bound: the pairs' own exposure above cannot see it) */
+        double off_b = 0;
+        if (c->offload && p > 1)
+            for (int v = 0; v < C.pl.v; v++) {
+                int ch = pp_chunk(&C.pl, r, v);
+                if (ch != C.nch - 1) off_b += c->m * C.saved[ch]; /* the last chunk stays (offload.c) */
+            }
+        double copy_bound = fmax(0, fmax(off_b / T->prof.d2h_bw, off_b / T->prof.h2d_bw) - end[r]);
+        double total = head + end[r] + copy_bound + tail_x + optc;
         worst = fmax(worst, total);
+        if (r == 0) cb0 = copy_bound;
         double keep = p == 1 ? C.saved[0] : saved_peak(&C, r);
         if (c->offload && p > 1 && r < p - 1) keep = fmin(keep, 2 * act); /* the pair computing and the one reloading */
         double m_r;
@@ -468,6 +515,7 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
             m_r = (P->sp + P->sg + P->pg_act) * ratio + P->so * P->dp * P->cp * ratio / g + tr + keep;
         }
         mem = fmax(mem, m_r);
+        T->fast_mem[r] = m_r;
         if (r == 0) h0 = head, t0 = tail_x, oc0 = optc;
     }
     out->step = worst;
@@ -480,6 +528,7 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
             out->copy += c->m * offload_exposed(T, &C, ch, ppsched_inflight_bound(&C.pl, 0));
         }
     out->comm -= out->copy;
+    out->copy += cb0;
     out->bubble = fmax(0, out->step - out->compute - out->comm - out->copy);
     out->mem = mem;
     out->tokens_s = (double)T->batch * T->seq / out->step;
@@ -490,18 +539,136 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
     return 0;
 }
 
-int tune_full(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t errlen) {
+/* The whole program of c at m micro-batches (a global batch of dp·b·m)
+ * compiled and simulated; each rank's memplan peak into T->full_mem. */
+static int full_at(Tune *T, const TuneCand *c, int m, int batch, TunePred *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    Module *m = build(T, c, 0, T->batch, c->m, c->pp);
+    TuneCand cm = *c;
+    cm.m = m;
+    Module *mod = build(T, &cm, 0, batch, m, c->pp);
     CostSim s;
-    if (cost_simulate(m, &T->prof, NULL, &s, err, errlen) != 0) return ir_free(m), -1;
+    if (cost_simulate(mod, &T->prof, NULL, &s, err, errlen) != 0) return ir_free(mod), -1;
     const CostRank *r0 = &s.rank[0];
     out->step = s.step, out->compute = r0->compute, out->comm = r0->comm, out->bubble = r0->bubble, out->copy = r0->copy;
-    for (int st = 0; st < s.nstages; st++) out->mem = fmax(out->mem, (double)s.rank[st].peak);
-    out->tokens_s = (double)T->batch * T->seq / s.step;
+    rank_mem_reserve(&T->full_mem, &T->full_cap, s.nstages);
+    T->full_n = s.nstages;
+    for (int st = 0; st < s.nstages; st++) {
+        T->full_mem[st] = (double)s.rank[st].peak;
+        out->mem = fmax(out->mem, T->full_mem[st]);
+    }
+    out->tokens_s = (double)batch * T->seq / s.step;
     out->mfu = s.mfu;
     cost_sim_free(&s);
-    ir_free(m);
+    ir_free(mod);
+    return 0;
+}
+
+int tune_full(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t errlen) {
+    return full_at(T, c, c->m, T->batch, out, err, errlen);
+}
+
+/* ---- verifying on a slice ---- */
+
+/* Rank r's most (chunk, micro-batch) pairs in flight at once — F run, its
+ * last backward action (B; W for the zero-bubble schedules) not — in all
+ * (*tot) and per local chunk (per[v]). */
+static void inflight_peaks(const PpPlan *pl, int r, int *tot, int *per) {
+    int zb = pl->kind == PS_ZBH1 || pl->kind == PS_ZBV, cur = 0, *cv = xcalloc((size_t)pl->v, sizeof(int));
+    *tot = 0;
+    for (int v = 0; v < pl->v; v++) per[v] = 0;
+    for (int i = 0; i < pl->nact[r]; i++) {
+        Action a = pl->act[r][i];
+        int v = pp_chunk_vstage(pl, a.chunk), d = a.kind == ACT_F ? 1 : a.kind == (zb ? ACT_W : ACT_B) ? -1 : 0;
+        cur += d, cv[v] += d;
+        *tot = cur > *tot ? cur : *tot;
+        per[v] = cv[v] > per[v] ? cv[v] : per[v];
+    }
+    free(cv);
+}
+
+/* 1 when plans a and b hold the same pairs in flight at their most on
+ * every rank, in all and per chunk. */
+static int same_inflight(const PpPlan *a, const PpPlan *b) {
+    int *pa = xcalloc((size_t)a->v, sizeof(int)), *pb = xcalloc((size_t)a->v, sizeof(int)), same = 1;
+    for (int r = 0; r < a->p && same; r++) {
+        int ta, tb;
+        inflight_peaks(a, r, &ta, pa), inflight_peaks(b, r, &tb, pb);
+        same = ta == tb && memcmp(pa, pb, sizeof(int) * (size_t)a->v) == 0;
+    }
+    free(pa), free(pb);
+    return same;
+}
+
+/* The slice's micro-batches: the fewest m' <= m that the schedule accepts
+ * past the first count at which every rank holds as many pairs in flight
+ * at its most as at m (so the same saved activations at once), and at
+ * least 2p and 16: the peak grows with m past that (measured on a GPT of
+ * 8 layers, dim 512: 1f1b's rank 0 at p 4 1239, 1391, 1450, 1518, 1518
+ * MiB at m 4, 5, 6, 8, 12; zb-v's at p 2 1083, 1281, 1316, 1338, 1348,
+ * 1348 at m 4, 6, 8, 12, 16, 24); without a pipeline
+ * 4 (measured: a dp 4 GPT's peak at m 2 is 17% under its peak at m 4,
+ * which m 8 equals). */
+static int slice_m(const TuneCand *c) {
+    if (c->pp == 1) return c->m < 4 ? c->m : 4;
+    PpPlan full;
+    char err[256];
+    if (ppsched_build(&full, (PpSchedule)c->sched, c->pp, c->v, c->m, err, sizeof err) != 0) return c->m;
+    int ms = c->m, sat = 0;
+    for (int m = c->pp; m < c->m; m++) {
+        PpPlan pl;
+        if (ppsched_build(&pl, (PpSchedule)c->sched, c->pp, c->v, m, err, sizeof err) != 0) continue;
+        int same = same_inflight(&pl, &full);
+        ppsched_free(&pl);
+        if (sat && same && m >= 2 * c->pp && m >= 16) {
+            ms = m;
+            break;
+        }
+        sat |= same;
+    }
+    ppsched_free(&full);
+    return ms;
+}
+
+int tune_verify(Tune *T, const TuneCand *c, const TunePred *fast, TuneVerify *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    double t0 = cmd_now();
+    int b = T->batch / (c->dp * c->m), ms = slice_m(c), batch = c->dp * b * ms;
+    TuneCand s = *c;
+    s.m = ms;
+    Module *mod = build(T, &s, 0, batch, ms, c->pp);
+    rank_mem_reserve(&T->full_mem, &T->full_cap, mod->nstages);
+    T->full_n = mod->nstages;
+    for (int r = 0; r < mod->nstages; r++) { /* cost.c's CostRank.peak: memplan's four spaces */
+        const Graph *g = mod->stages[r];
+        T->full_mem[r] = (double)(memplan_stage_peak(g, SPACE_PARAMS) + memplan_stage_peak(g, SPACE_GRADS) +
+                                  memplan_stage_peak(g, SPACE_OPT) + memplan_stage_peak(g, SPACE_ACT));
+        if (T->full_mem[r] > out->mem) out->mem = T->full_mem[r], out->rank = r;
+    }
+    out->m = ms;
+    if (out->mem > T->memory / (1 + TUNE_VERIFY_MARGIN)) { /* over: no step needed */
+        ir_free(mod);
+        out->seconds = cmd_now() - t0;
+        return 0;
+    }
+    CostSim sim;
+    if (cost_simulate(mod, &T->prof, NULL, &sim, err, errlen) != 0) return ir_free(mod), -1;
+    out->full_slice = sim.step;
+    cost_sim_free(&sim);
+    ir_free(mod);
+    TunePred fs = *fast;
+    if (ms != c->m) { /* the fast path at the slice's micro-batches: its batch is dp·b·m' */
+        int keep = T->batch;
+        T->batch = batch;
+        int rc = tune_predict(T, &s, &fs, err, errlen);
+        T->batch = keep;
+        if (rc != 0) return -1;
+    }
+    out->fast_slice = fs.step;
+    /* the fast path's error at m' carried to m as a constant (the whole
+     * program's: its bubble and the pipeline's exposed waits, which do
+     * not grow with m) */
+    out->step = ms == c->m ? out->full_slice : fast->step + (out->full_slice - fs.step);
+    out->seconds = cmd_now() - t0;
     return 0;
 }
 
@@ -553,7 +720,7 @@ void tune_init(Tune *T, const char *model, KeyVal *sets, int nsets, const Profil
     if (!T->layers) die("tune: %s has no layer(i, ...) blocks to place on pipeline stages", model);
 }
 
-void tune_free(Tune *T) { free(T->probes); }
+void tune_free(Tune *T) { free(T->probes), free(T->fast_mem), free(T->full_mem); }
 
 void tune_refusal(const Tune *T, const TuneCand *c, char *why, size_t n) {
     why[0] = 0;
