@@ -90,7 +90,7 @@ static void usage(FILE *f) {
           "       kiln sample  CHECKPOINT --prompt TEXT [--model FILE.lua] [--set key=value] [--tokens N]\n"
           "                    [--temperature T] [--top-k K] [--seed S] [--threads N]\n"
           "       kiln calibrate --device cpu -o FILE.profile [--quick] [--threads N] [--name NAME]   measure a device profile (docs/profiles.md)\n"
-          "       kiln tune    MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B] [--seq S] [--top K] [--check K]\n"
+          "       kiln tune    MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B] [--seq S] [--top K] [--check K] [--verify N]\n"
           "                    the best tp x dp x cp x pp x schedule x micro-batches x recompute x offload by the cost model (docs/tune.md)\n"
           "PASS: front autodiff parallelize recompute optimizer precision fuse schedule memplan\n"
           "common (dump, check, plan, compile, run):\n"
