@@ -504,6 +504,21 @@ static int stream_pass(const Off *S, Cand **t, int nt, char *takeflag, const Can
     return dropped;
 }
 
+/* Copies that free nothing: a value whose reload must be issued where its
+ * offload is released, or before (its d2h copy ends too late, behind the
+ * others queued on the d2h stream, or the h2d stream must start its reload
+ * that early), is never off the device, and its copies only take the
+ * streams' time from the others (with `all` on a copy-bound profile, most
+ * of them: the queue then held values past their peaks while reloads came
+ * early).  Any policy: such a value stays on the device (take[k] = 0) and
+ * the rest are placed again.  Returns how many it dropped. */
+static int drop_useless(Cand **t, int nt, char *take, const Cand *c0) {
+    int dropped = 0;
+    for (int k = 0; k < nt; k++)
+        if (take[t[k] - c0] && t[k]->release >= 0 && t[k]->issue >= 0 && t[k]->issue <= t[k]->release) take[t[k] - c0] = 0, dropped++;
+    return dropped;
+}
+
 /* With a profile: where each chosen copy's fences go, from the costs.  The
  * d2h stream runs the offloads in order, each from when the compute reaches
  * it and the stream is free; the release fence goes before the first node
@@ -530,7 +545,8 @@ static void timed_places(const Off *S, Cand *c, int nc, char *take) {
     int *b = bwd_starts(g, &nb);
     for (int it = 0; it < 8; it++) {
         for (int k = 0; k < nt; k++) t[k]->release = -1, t[k]->issue = -1;
-        if (stream_pass(S, t, nt, take, c, b, nb, S->autop) == 0) break;
+        int dropped = stream_pass(S, t, nt, take, c, b, nb, S->autop);
+        if ((dropped += drop_useless(t, nt, take, c)) == 0) break;
         if (it == 7) { /* still dropping: take none of the rest's changes, place what is left */
             stream_pass(S, t, nt, take, c, b, nb, 0);
         }
