@@ -62,8 +62,8 @@ check "rank 0's exposed copy time: free copies ${fast:-?}% of the step, 1 kB/s c
     "[ \"$fast\" = 0.00 ] && awk -v s=\"${slow:-0}\" 'BEGIN{exit !(s > 90)}'"
 
 # ---- the copies' places from a profile pass kiln check ----
-# (fast copies: release and reload at the 8-node floor, OFFLOAD_MIN_NODES; 10 MB/s
-# copies: the few that still free memory, released late and reloaded early;
+# (fast copies: release and reload at the 8-node floor, OFFLOAD_MIN_NODES; 100 MB/s
+# copies: those that still free memory, released late and reloaded early;
 # at 1 kB/s no copy frees anything: none is offloaded, offload.c drop_useless)
 G8="models/tiny.lua --set layers=8 --set dim=32 --set heads=2 --pp 4 --micro-batches 4 --offload-min-bytes 1"
 kc() { # what flags...
@@ -73,8 +73,8 @@ kc() { # what flags...
     say $? "kiln check, $what: $(grep -o '[0-9]* values offloaded' <<< "$out"); ${out##*; }"
 }
 kc "zb-v, all, h200's times" --pp-schedule zb-v --offload all --device-profile h200
-sed 's/^h2d_bw .*/h2d_bw 1e7/; s/^d2h_bw .*/d2h_bw 1e7/' profiles/cpu.profile > "$tmp/10mb.profile"
-kc "1f1b, all, copies at 10 MB/s" --pp-schedule 1f1b --offload all --device-profile "$tmp/10mb.profile"
+sed 's/^h2d_bw .*/h2d_bw 1e8/; s/^d2h_bw .*/d2h_bw 1e8/' profiles/cpu.profile > "$tmp/100mb.profile"
+kc "1f1b, all, copies at 100 MB/s" --pp-schedule 1f1b --offload all --device-profile "$tmp/100mb.profile"
 out=$("$K" plan $G8 --pp-schedule 1f1b --offload all --device-profile "$tmp/slow.profile" 2>&1); rc=$?
 none=$(grep -c "values offloaded" <<< "$out")
 check "1f1b, all, copies at 1 kB/s: rc $rc, no rank offloads anything ($none host lines): no copy could free memory" "[ $rc = 0 ] && [ $none = 0 ]"
