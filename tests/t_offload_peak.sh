@@ -12,8 +12,11 @@
 # release capped at the reload): a reload's buffer and a buffer read on the
 # comm stream lived until the copy streams next synchronised, hundreds of
 # positions, and a release fence counted in nodes could land after its own
-# reload (two copies of the value).  Each case must also have offloaded
-# something and lowered some rank's peak (not vacuous).
+# reload (two copies of the value); offload.c drops copies that free
+# nothing and, per rank, all copies when they lower its peak by under 1%
+# in the pass's own count (peak_guard: checked last, with a control).
+# Each case must also have offloaded something and lowered some rank's
+# peak (not vacuous).
 . "$(dirname "$0")/lib.sh"
 LL="models/llama.lua --set heads=8 --set kv_heads=2 --set batch=8 --set layers=8 --pp 4 --micro-batches 8 --recompute gemm-last --precision bf16 --device-profile h100"
 D1024="--set dim=1024 --set ffn=3584 --set seq=2048"
@@ -36,4 +39,15 @@ case_ "dim 512, zb-v, all" $LL $D512 --pp-schedule zb-v --offload all
 case_ "dim 512, interleaved vpp 2, 0.5" $LL $D512 --pp-schedule interleaved --vpp 2 --offload 0.5
 case_ "Llama-3 70B layers (16 of them), tp 4, pp 4 interleaved vpp 4, all" $S70 --offload all
 case_ "the same, --offload 0.5" $S70 --offload 0.5
+# The guard (offload.c peak_guard): a rank whose copies lower the pass's
+# count of live device bytes by under 1% offloads nothing, so its program
+# and peak are exactly those without offload (tiny GPT on 1 rank, auto on
+# the cpu profile's times: 3 values, -0.38%); with h200's, it offloads.
+out=$(KILN_OFFLOAD_TRACE=1 "$K" plan models/tiny.lua --set layers=4 --offload auto --offload-min-bytes 1 2>&1); rc=$?
+line=$(grep -m1 "^offload: rank 0" <<< "$out"); peak=$(sed -n 's/^  rank 0: device peak \([0-9.]*\) MiB with offload, \([0-9.]*\) MiB without.*/\1 \2/p' <<< "$out")
+check "guard: ${line:-no trace line}; peaks with, without: ${peak:-?}" \
+    "[ $rc = 0 ] && [[ \"$line\" == *': none offloaded' ]] && [ -n \"$peak\" ] && awk -v p=\"$peak\" 'BEGIN{split(p, a, \" \"); exit !(a[1] == a[2])}' && ! grep -q 'values offloaded' <<< \"$out\""
+out=$(KILN_OFFLOAD_TRACE=1 "$K" plan models/tiny.lua --set layers=4 --offload auto --offload-min-bytes 1 --device-profile h200 2>&1)
+line=$(grep -m1 "^offload: rank 0" <<< "$out")
+check "control, h200's times: ${line:-no trace line}" "[[ \"$line\" != *'none offloaded'* ]] && grep -q 'values offloaded' <<< \"$out\""
 echo "1..$n"
