@@ -34,7 +34,11 @@
  * event recorded after the read (or to the end when none does); a buffer
  * written off the compute stream may be written as soon as its stream gets
  * there, so it counts as live from just after the last position of each
- * other stream that its stream has waited for.
+ * other stream that its stream has waited for.  The copy streams need no
+ * wait after a read on compute or comm (copy_ordered): d2h writes no device
+ * bytes, and a reload's write already counts from just after the compute
+ * and comm positions h2d waited for (schedule.c's reload fence, right
+ * before each reload), so a read before that is ordered before the write.
  *
  * Host buffers (the outputs of `offload`, issue 19) follow a rule of their
  * own: only the d2h stream writes host bytes and only reloads read them,
@@ -341,6 +345,22 @@ static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
     free(recpos), free(recstream);
 }
 
+/* Whether a read on stream su needs no wait of copy stream t after it before
+ * t may overwrite the bytes: the d2h stream writes no device bytes (its
+ * offloads write host bytes; L->devw says so), and the h2d stream's device writes (reloads)
+ * count as live from just after the last compute and comm positions it has
+ * waited for (pull_back_starts; schedule.c's reload fence waits for both
+ * right before each reload), so a read on compute or comm before a reload
+ * is ordered before its write without a later wait.  Without this a reload's
+ * buffer (written on h2d, read on compute) lived until the next reload's
+ * fence after its last reader, and a buffer read on comm (a send's, a
+ * collective's input) until both copy streams had next waited for comm:
+ * hundreds of positions where reloads are bunched (issue 19, "offload must
+ * never raise a rank's device peak"; docs/offload.md). */
+static int copy_ordered(const MemLive *L, int su, int t) {
+    return (su == IR_STREAM_COMPUTE || su == IR_STREAM_COMM) && ((t == IR_STREAM_D2H && !(L->devw >> t & 1)) || t == IR_STREAM_H2D);
+}
+
 /* The first position from which stream sd may overwrite what node i (on
  * stream su) reads: the end of i's group when sd is su (an in-order queue)
  * or either is unscheduled, else where sd has waited for an event recorded
@@ -362,9 +382,9 @@ static int pair_end(const Graph *g, const MemLive *L, int u, int su, int sd) {
 static int read_end(const Graph *g, const MemLive *L, int i, int sd) {
     int peer = g->nodes[i].op == OP_send ? (L->peer ? L->peer[i] : ir_p2p_peer(g, i)) : -1, u = peer >= 0 ? peer : i; /* where the read happens */
     int su = g->nodes[i].stream, e = L->last[u];
-    if (su >= 0 && sd >= 0 && su != sd) e = max_i(e, pair_end(g, L, u, su, sd));
+    if (su >= 0 && sd >= 0 && su != sd && !copy_ordered(L, su, sd)) e = max_i(e, pair_end(g, L, u, su, sd));
     for (int t = 0; su > IR_STREAM_COMPUTE && t < 32; t++)
-        if ((L->used >> t & 1) && t != su) e = max_i(e, pair_end(g, L, u, su, t));
+        if ((L->used >> t & 1) && t != su && !copy_ordered(L, su, t)) e = max_i(e, pair_end(g, L, u, su, t));
     return e;
 }
 
@@ -425,9 +445,12 @@ static void live_build(const Graph *g, MemLive *L, int fast) {
     HostOrder *H = xcalloc(1, sizeof *H);
     host_order_build(g, H);
     L->hb = H;
-    L->used = 0; /* streams with nodes */
+    L->used = L->devw = 0; /* streams with nodes; those that write device bytes */
     for (int i = 0; i < n; i++)
-        if (g->nodes[i].stream >= 0 && g->nodes[i].stream < 32) L->used |= 1u << g->nodes[i].stream;
+        if (g->nodes[i].stream >= 0 && g->nodes[i].stream < 32) {
+            L->used |= 1u << g->nodes[i].stream;
+            if (g->nodes[i].nout && g->nodes[i].op != OP_offload) L->devw |= 1u << g->nodes[i].stream;
+        }
     if (fast) oend_build(g, L), peers_build(g, L);
     for (int i = 0; i < n; i++) {
         const Node *nd = &g->nodes[i];

@@ -60,6 +60,7 @@ typedef struct {
     int *start, *end; /* per value with root[v] == v: live over [start, end] */
     int *first, *last; /* per node: the positions its fused group spans (itself when not fused) */
     unsigned used;    /* the streams that have nodes, a bit each */
+    unsigned devw;    /* the streams with a node that writes device bytes (any output but an offload's), a bit each */
     int *oend;        /* ordered_end's table (live.c, oend_build); NULL: the scan */
     int *peer;        /* per node: ir_p2p_peer of a send, -1 otherwise; NULL: ir_p2p_peer */
     void *hb;         /* live.c's happens-before clocks (HostOrder), for the pairs of streams with tp's */

@@ -57,10 +57,16 @@
  * its copies: the warm-up is paced by the d2h stream instead of queueing
  * its activations on the device.  auto then keeps the host space within
  * the profile's host_memory_bytes (host_trim).  docs/offload.md has both.
+ * Whatever the policy, with a profile a value whose reload would be issued
+ * at or before its release is kept on the device (drop_useless): its
+ * copies free nothing and take the streams' time from the others (with
+ * `all` on a copy-bound profile, most of them; docs/offload.md, "Never
+ * above the peak without offload").
  *
  * --test-offload-bug early-read leaves the last backward reader of the first
  * offloaded value reading the device copy: the verifier must reject it.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -504,6 +510,21 @@ static int stream_pass(const Off *S, Cand **t, int nt, char *takeflag, const Can
     return dropped;
 }
 
+/* Copies that free nothing: a value whose reload must be issued where its
+ * offload is released, or before (its d2h copy ends too late, behind the
+ * others queued on the d2h stream, or the h2d stream must start its reload
+ * that early), is never off the device, and its copies only take the
+ * streams' time from the others (with `all` on a copy-bound profile, most
+ * of them: the queue then held values past their peaks while reloads came
+ * early).  Any policy: such a value stays on the device (take[k] = 0) and
+ * the rest are placed again.  Returns how many it dropped. */
+static int drop_useless(Cand **t, int nt, char *take, const Cand *c0) {
+    int dropped = 0;
+    for (int k = 0; k < nt; k++)
+        if (take[t[k] - c0] && t[k]->release >= 0 && t[k]->issue >= 0 && t[k]->issue <= t[k]->release) take[t[k] - c0] = 0, dropped++;
+    return dropped;
+}
+
 /* With a profile: where each chosen copy's fences go, from the costs.  The
  * d2h stream runs the offloads in order, each from when the compute reaches
  * it and the stream is free; the release fence goes before the first node
@@ -530,7 +551,8 @@ static void timed_places(const Off *S, Cand *c, int nc, char *take) {
     int *b = bwd_starts(g, &nb);
     for (int it = 0; it < 8; it++) {
         for (int k = 0; k < nt; k++) t[k]->release = -1, t[k]->issue = -1;
-        if (stream_pass(S, t, nt, take, c, b, nb, S->autop) == 0) break;
+        int dropped = stream_pass(S, t, nt, take, c, b, nb, S->autop);
+        if ((dropped += drop_useless(t, nt, take, c)) == 0) break;
         if (it == 7) { /* still dropping: take none of the rest's changes, place what is left */
             stream_pass(S, t, nt, take, c, b, nb, 0);
         }
@@ -662,6 +684,93 @@ static void pace_dues(Off *S, const double *slack) {
     }
 }
 
+/* The largest number of device bytes live at one position of the rank's
+ * program in the pass's order, without the copies (with = 0) or with the
+ * taken ones placed where build_copies will put them: a value lives from
+ * its producer to its last reader (views extend their root's), an
+ * offloaded one to just before its release and its reload from its issue
+ * to its last backward reader.  Params, states, inputs and constants and
+ * what an output reads (the gradients) are left out: they are not in the
+ * act arena, or live to the end either way.  Bytes as the device will
+ * hold them (dev_bytes). */
+static double model_peak(const Off *S, const Cand *c, int nc, char *take, int with, int *dropped) {
+    const Graph *g = S->g;
+    int n = g->nnodes, nv = g->nvals, *root = xcalloc((size_t)nv + 1, sizeof(int)), *end = xcalloc((size_t)nv + 1, sizeof(int));
+    int *off = xcalloc((size_t)nv + 1, sizeof(int)), *rl = xcalloc((size_t)nv + 1, sizeof(int)), *lastb = xcalloc((size_t)nv + 1, sizeof(int));
+    char *out = xcalloc((size_t)nv + 1, 1);
+    double *delta = xcalloc((size_t)n + 2, sizeof(double));
+    for (int v = 0; v < nv; v++) root[v] = end[v] = off[v] = rl[v] = lastb[v] = -1;
+    for (int k = 0; with && k < nc; k++)
+        if (take[k]) off[c[k].v] = k;
+    for (int i = 0; i < n; i++) { /* roots; rl: a view of an offloaded value's reload (made from its first backward reader on) */
+        const Node *d = &g->nodes[i];
+        unsigned fl = ir_ops[d->op].flags;
+        int u = (fl & F_VIEW) && d->nin ? d->in[0] : -1, rel = u >= 0 && (rl[u] >= 0 || (off[u] >= 0 && i >= c[off[u]].firstb));
+        for (int k = 0; k < d->nout; k++) {
+            int o = d->out[k];
+            if (rel) rl[o] = rl[u] >= 0 ? rl[u] : u;
+            else root[o] = u >= 0 && root[u] >= 0 ? root[u] : (fl & F_SOURCE) && !(fl & F_COMM) ? -1 : o;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->nodes[i].nin; k++) {
+            int v = g->nodes[i].in[k], r = root[v];
+            if (rl[v] >= 0) lastb[rl[v]] = i; /* reads the reload, through a view */
+            else if (off[v] >= 0 && i >= c[off[v]].firstb) lastb[v] = i; /* reads the reload */
+            else if (r >= 0 && g->nodes[i].op == OP_output) out[r] = 1;
+            else if (r >= 0) end[r] = end[r] > i ? end[r] : i;
+        }
+    for (int v = 0; v < nv; v++) {
+        if (off[v] < 0) continue;
+        const Cand *x = &c[off[v]];
+        int from = x->lastf > g->vals[v].def ? x->lastf : g->vals[v].def, rel = x->release >= 0 ? x->release : from + 1 + OFFLOAD_PREFETCH;
+        int iss = x->issue >= 0 ? x->issue : x->firstb - OFFLOAD_PREFETCH;
+        if (iss < from + 1) iss = from + 1;
+        if (rel > iss) rel = iss; /* schedule.c: the release never after the reload */
+        if (dropped && (root[v] < 0 || end[root[v]] >= iss)) { /* its buffer stays, read through another value: copies free nothing */
+            take[off[v]] = 0, ++*dropped;
+            continue;
+        }
+        if (rel - 1 > end[root[v]]) end[root[v]] = rel - 1;
+        double b = dev_bytes(g, v, S->o->precision_bf16);
+        delta[iss] += b, delta[(lastb[v] > iss ? lastb[v] : iss) + 1] -= b;
+    }
+    for (int v = 0; v < nv; v++)
+        if (root[v] == v && !out[v] && end[v] >= 0) {
+            double b = dev_bytes(g, v, S->o->precision_bf16);
+            delta[g->vals[v].def] += b, delta[end[v] + 1] -= b;
+        }
+    double live = 0, peak = 0;
+    for (int i = 0; i <= n; i++)
+        if ((live += delta[i]) > peak) peak = live;
+    free(root), free(end), free(off), free(rl), free(lastb), free(out), free(delta);
+    return peak;
+}
+
+/* Offload only where it lowers the rank's peak.  Copies change the act
+ * arena's packing (memplan's best fit), so a rank whose peak they do not
+ * lower by more than OFFLOAD_PEAK_MARGIN in the pass's own count
+ * (model_peak: with every value's device lifetime inside its lifetime
+ * without, it never rises) could still end a little above its plan
+ * without offload: the Llama-3 70B plan of the tune issue with `all`,
+ * whose peaks sit where no offloaded value is off the device, +0.0-0.2%
+ * per rank.  Such a rank offloads nothing: its program is the one without
+ * offload.  KILN_OFFLOAD_TRACE=1 prints both counts per rank. */
+#define OFFLOAD_PEAK_MARGIN 0.01
+static void peak_guard(const Off *S, int rank, const Cand *c, int nc, char *take) {
+    int nt = 0;
+    for (int k = 0; k < nc; k++) nt += take[k];
+    if (!nt) return;
+    int aliased = 0;
+    double m0 = model_peak(S, c, nc, take, 0, NULL), m1 = model_peak(S, c, nc, take, 1, &aliased);
+    nt -= aliased;
+    int drop = m1 > m0 * (1 - OFFLOAD_PEAK_MARGIN);
+    if (getenv("KILN_OFFLOAD_TRACE"))
+        fprintf(stderr, "offload: rank %d: %d values (%d more left on the device: their buffer stays, shared), modelled peak %.2f MiB with, %.2f MiB without (%+.2f%%)%s\n",
+                rank, nt, aliased, m1 / (1 << 20), m0 / (1 << 20), m0 > 0 ? 100 * (m1 / m0 - 1) : 0.0, drop ? ": none offloaded" : "");
+    for (int k = 0; drop && k < nc; k++) take[k] = 0;
+}
+
 static void offload_graph(Module *m, int rank, const Options *o, int last_rank, int last_vstage, const Profile *prof, const double *start,
                           const double *lend) {
     Graph *g = m->stages[rank];
@@ -689,6 +798,7 @@ static void offload_graph(Module *m, int rank, const Options *o, int last_rank, 
     choose(&S, c, nc, take);
     if (prof) timed_places(&S, c, nc, take);
     if (prof && host_trim(&S, c, nc, take)) timed_places(&S, c, nc, take); /* fewer copies: placed again */
+    peak_guard(&S, rank, c, nc, take);
     int nt = 0;
     for (int k = 0; k < nc; k++) nt += take[k];
     int *after = xcalloc((size_t)(n0 + 2 * nt), sizeof(int)), *before = xcalloc((size_t)(n0 + 2 * nt), sizeof(int));

@@ -185,7 +185,11 @@ static void comm_fence(Ev *E, int i, unsigned *dirty) {
 /* {lag} nodes after an offload (node i, its event e): every other stream
  * waits for the copy, and from there the offloaded value's device buffer is
  * free (ir_live_build: a read off the compute stream ends when every other
- * stream has waited for it). */
+ * stream has waited for it).  Never after the offload's own reload (the lag
+ * counts the offload pass's nodes, and later passes and lhs move nodes: a
+ * reload issued before its release held both copies, issue 19), and
+ * several offloads may be released at one place (each pushed to the next
+ * free node before, their fences strayed into the backward). */
 static void release_fence(Ev *E, int i, int e) {
     for (int t = 0; t < IR_NSTREAMS; t++) {
         if (t == IR_STREAM_D2H || !(E->used >> t & 1) || (E->waited[e] >> t & 1)) continue;
@@ -200,14 +204,15 @@ static void release_fence(Ev *E, int i, int e) {
  * (reload_fence, release_fence, comm_fence). */
 static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_wait, int nofence, int **final, int *nfinal) {
     int *stream = malloc(sizeof(int) * (size_t)(n ? n : 1)), *event = malloc(sizeof(int) * (size_t)(n ? n : 1));
-    int *due = malloc(sizeof(int) * (size_t)(n ? n : 1)); /* per order index: an offload released there, or -1 */
+    int *due = malloc(sizeof(int) * (size_t)(n ? n : 1)); /* per order index: the first offload released there, or -1 */
+    int *dnext = malloc(sizeof(int) * (size_t)(n ? n : 1)), *rpos = malloc(sizeof(int) * (size_t)(n ? n : 1)); /* per node: the next released with it; an offload's reload's order index */
     char *cross = calloc((size_t)(n ? n : 1), 1);
-    if (!stream || !event || !cross || !due) ICE("out of memory");
+    if (!stream || !event || !cross || !due || !dnext || !rpos) ICE("out of memory");
     Ev E = {.g = g, .out = malloc(sizeof(int) * (size_t)(16 * n + 16)), .nofence = nofence};
     if (!E.out) ICE("out of memory");
     for (int i = 0; i < n; i++) {
         stream[i] = sched_stream_for(g->m, &g->nodes[i], overlap); /* lhs.h */
-        event[i] = due[i] = -1;
+        event[i] = due[i] = dnext[i] = -1, rpos[i] = n;
         cross[i] = g->nodes[i].op == OP_offload; /* its release fence waits for it */
         E.used |= 1u << stream[i];
     }
@@ -216,13 +221,18 @@ static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_
             int p = g->vals[g->nodes[i].in[k]].def;
             if (p >= 0 && stream[p] != stream[i]) cross[p] = 1;
         }
+    for (int j = 0; j < n; j++) /* each offload's reload (the first in the order) */
+        if (g->nodes[order[j]].op == OP_reload) {
+            int p = g->vals[g->nodes[order[j]].in[0]].def;
+            if (p >= 0 && rpos[p] == n) rpos[p] = j;
+        }
     unsigned dirty = 0; /* comm_fence */
     int dropped = !drop_first_wait, npend = 0, *pend = malloc(sizeof(int) * (size_t)(n ? n : 1));
     if (!pend) ICE("out of memory");
     for (int j = 0, end = 0; j < n; j++) {
         int i = order[j];
         g->nodes[i].stream = stream[i];
-        if (due[j] >= 0) release_fence(&E, due[j], event[due[j]]);
+        for (int d = due[j]; d >= 0; d = dnext[d]) release_fence(&E, d, event[d]);
         if (g->nodes[i].op == OP_reload) reload_fence(&E, i);
         if (stream[i] == IR_STREAM_COMM && g->nodes[i].nout) comm_fence(&E, i, &dirty);
         if (stream[i] == IR_STREAM_H2D) dirty |= 1u << stream[i];
@@ -247,16 +257,16 @@ static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_
             E.out[E.m++] = sync_node(g, OP_record, stream[pend[q]], event[pend[q]], &g->nodes[pend[q]]);
         }
         if (j + 1 >= end) npend = 0;
-        if (g->nodes[i].op == OP_offload) { /* released {lag} nodes later (at the end at the latest) */
+        if (g->nodes[i].op == OP_offload) { /* released {lag} nodes later (at the end at the latest), never after its reload */
             int64_t lag = ir_attr_i(&g->nodes[i], "lag", 1), at = lag < n - j ? j + (lag > 1 ? lag : 1) : n - 1;
-            while (at < n && (due[at] >= 0 || (ir_fused_group(&g->nodes[order[at]]) >= 0 &&
-                                               ir_fused_group(&g->nodes[order[at]]) == ir_fused_group(&g->nodes[order[at - 1]]))))
+            if (at > rpos[i]) at = rpos[i]; /* the value is never on the device twice (docs/offload.md) */
+            while (at < n && ir_fused_group(&g->nodes[order[at]]) >= 0 && ir_fused_group(&g->nodes[order[at]]) == ir_fused_group(&g->nodes[order[at - 1]]))
                 at++; /* not inside a fused group */
-            if (at > j && at < n) due[at] = i;
+            if (at > j && at < n) dnext[i] = due[at], due[at] = i; /* several may share a place */
             else release_fence(&E, i, event[i]); /* no node left: right away */
         }
     }
-    free(stream), free(event), free(cross), free(due), free(pend), free(E.waited);
+    free(stream), free(event), free(cross), free(due), free(dnext), free(rpos), free(pend), free(E.waited);
     *final = E.out, *nfinal = E.m;
 }
 

@@ -51,14 +51,20 @@ nv=$(awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF == 9' "$tmp/vpp" | wc -l)
 check "--vpp 2: a row per rank and virtual stage ($nv)" "[ $nv = 8 ]"
 sed 's/^h2d_bw .*/h2d_bw 1e3/; s/^d2h_bw .*/d2h_bw 1e3/' profiles/cpu.profile > "$tmp/slow.profile"
 sed 's/^h2d_bw .*/h2d_bw 1e30/; s/^d2h_bw .*/d2h_bw 1e30/' profiles/cpu.profile > "$tmp/fast.profile"
-share() { "$K" plan $P4 --offload all --device-profile "$1" 2>&1 | sed -n 's/^  rank 0:.*exposed copy time [0-9.]* ms (\([0-9.]*\)% of the step.*/\1/p'; }
-fast=$(share "$tmp/fast.profile") slow=$(share "$tmp/slow.profile")
+# (the report's profile as the default "cpu" through KILN_PROFILES, so the
+# pass places the copies without one, 8 nodes from their readers: with a
+# profile it keeps no copy that frees nothing, and at 1 kB/s none frees
+# anything, below)
+mkdir -p "$tmp/fastdir" "$tmp/slowdir" && cp "$tmp/fast.profile" "$tmp/fastdir/cpu.profile" && cp "$tmp/slow.profile" "$tmp/slowdir/cpu.profile"
+share() { KILN_PROFILES=$1 "$K" plan $P4 --offload all 2>&1 | sed -n 's/^  rank 0:.*exposed copy time [0-9.]* ms (\([0-9.]*\)% of the step.*/\1/p'; }
+fast=$(share "$tmp/fastdir") slow=$(share "$tmp/slowdir")
 check "rank 0's exposed copy time: free copies ${fast:-?}% of the step, 1 kB/s copies ${slow:-?}%" \
     "[ \"$fast\" = 0.00 ] && awk -v s=\"${slow:-0}\" 'BEGIN{exit !(s > 90)}'"
 
 # ---- the copies' places from a profile pass kiln check ----
-# (fast copies: release and reload at the 8-node floor, OFFLOAD_MIN_NODES; 1 kB/s
-# copies: releases at the first backward reader, reloads at their release)
+# (fast copies: release and reload at the 8-node floor, OFFLOAD_MIN_NODES; 100 MB/s
+# copies: those that still free memory, released late and reloaded early;
+# at 1 kB/s no copy frees anything: none is offloaded, offload.c drop_useless)
 G8="models/tiny.lua --set layers=8 --set dim=32 --set heads=2 --pp 4 --micro-batches 4 --offload-min-bytes 1"
 kc() { # what flags...
     local what=$1; shift
@@ -67,7 +73,11 @@ kc() { # what flags...
     say $? "kiln check, $what: $(grep -o '[0-9]* values offloaded' <<< "$out"); ${out##*; }"
 }
 kc "zb-v, all, h200's times" --pp-schedule zb-v --offload all --device-profile h200
-kc "1f1b, all, copies at 1 kB/s" --pp-schedule 1f1b --offload all --device-profile "$tmp/slow.profile"
+sed 's/^h2d_bw .*/h2d_bw 1e8/; s/^d2h_bw .*/d2h_bw 1e8/' profiles/cpu.profile > "$tmp/100mb.profile"
+kc "1f1b, all, copies at 100 MB/s" --pp-schedule 1f1b --offload all --device-profile "$tmp/100mb.profile"
+out=$("$K" plan $G8 --pp-schedule 1f1b --offload all --device-profile "$tmp/slow.profile" 2>&1); rc=$?
+none=$(grep -c "values offloaded" <<< "$out")
+check "1f1b, all, copies at 1 kB/s: rc $rc, no rank offloads anything ($none host lines): no copy could free memory" "[ $rc = 0 ] && [ $none = 0 ]"
 kc "interleaved, auto, bf16, h200" --vpp 2 --pp-schedule interleaved --offload auto --device-profile h200 --precision bf16
 
 # ---- the fences' floor (offload.c, OFFLOAD_MIN_NODES): with free copies the
