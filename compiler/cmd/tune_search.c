@@ -607,8 +607,15 @@ static int same_inflight(const PpPlan *a, const PpPlan *b) {
  * MiB at m 4, 5, 6, 8, 12; zb-v's at p 2 1083, 1281, 1316, 1338, 1348,
  * 1348 at m 4, 6, 8, 12, 16, 24); without a pipeline
  * 4 (measured: a dp 4 GPT's peak at m 2 is 17% under its peak at m 4,
- * which m 8 equals). */
+ * which m 8 equals).  With offload, the whole program (m' = m): the
+ * copies' queue grows with m, and what offload frees depends on it
+ * (offload.c drops a copy whose reload must start before its release and
+ * a rank's copies that free under 1%), so a slice can show offload freeing
+ * memory that the whole program's copies cannot (a GPT of 8 layers, dim
+ * 512, zb-v p 4, m 32, offload all: 1.73 GiB at m' 16, 1.95 GiB whole,
+ * the peak without offload). */
 static int slice_m(const TuneCand *c) {
+    if (c->offload) return c->m;
     if (c->pp == 1) return c->m < 4 ? c->m : 4;
     PpPlan full;
     char err[256];
