@@ -112,27 +112,6 @@ static void layer_costs(const Graph *g, int L, double *cost, double *pre, double
     free(after);
 }
 
-/* Contiguous cut of L layers into K chunks minimising the largest chunk's
- * cost (dynamic programming over the cut points); first[k] = chunk k's
- * first layer. */
-static void balance(const double *cost, int L, int K, double pre, double post, int *first) {
-    double *sum = xcalloc((size_t)L + 1, sizeof(double)), *best = xcalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(double));
-    int *cut = xcalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(int));
-    for (int i = 0; i < L; i++) sum[i + 1] = sum[i] + cost[i];
-    for (int k = 0; k <= K; k++)
-        for (int i = 0; i <= L; i++) best[k * (L + 1) + i] = 1e300;
-    best[0] = 0;
-    for (int k = 1; k <= K; k++)
-        for (int i = k; i <= L - (K - k); i++)
-            for (int j = k - 1; j < i; j++) {
-                double c = sum[i] - sum[j] + (k == 1 ? pre : 0) + (k == K ? post : 0);
-                double worst = best[(k - 1) * (L + 1) + j] > c ? best[(k - 1) * (L + 1) + j] : c;
-                if (worst < best[k * (L + 1) + i]) best[k * (L + 1) + i] = worst, cut[k * (L + 1) + i] = j;
-            }
-    for (int k = K, i = L; k >= 1; k--) first[k - 1] = i = cut[k * (L + 1) + i];
-    free(sum), free(best), free(cut);
-}
-
 /* The chunk of every layer: --pp-layers or balanced. */
 static int *layer_chunks(Pp *P) {
     const Graph *g = P->g;
@@ -153,7 +132,7 @@ static int *layer_chunks(Pp *P) {
     } else {
         double *cost = xcalloc((size_t)L, sizeof(double)), pre, post;
         layer_costs(g, L, cost, &pre, &post);
-        balance(cost, L, K, pre, post, first);
+        ppsched_balance(cost, L, K, pre, post, first);
         free(cost);
     }
     first[K] = L;

@@ -459,6 +459,35 @@ double ppsched_makespan_bound(const PpPlan *pl, const double *const cost[3], dou
     return T;
 }
 
+/* ---- the layers' cut ---- */
+
+static void *zalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) fputs("kiln: out of memory\n", stderr), exit(1);
+    return p;
+}
+
+/* Contiguous cut of L layers into K chunks minimising the largest chunk's
+ * cost (dynamic programming over the cut points); first[k] = chunk k's
+ * first layer. */
+void ppsched_balance(const double *cost, int L, int K, double pre, double post, int *first) {
+    double *sum = zalloc((size_t)L + 1, sizeof(double)), *best = zalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(double));
+    int *cut = zalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(int));
+    for (int i = 0; i < L; i++) sum[i + 1] = sum[i] + cost[i];
+    for (int k = 0; k <= K; k++)
+        for (int i = 0; i <= L; i++) best[k * (L + 1) + i] = 1e300;
+    best[0] = 0;
+    for (int k = 1; k <= K; k++)
+        for (int i = k; i <= L - (K - k); i++)
+            for (int j = k - 1; j < i; j++) {
+                double c = sum[i] - sum[j] + (k == 1 ? pre : 0) + (k == K ? post : 0);
+                double worst = best[(k - 1) * (L + 1) + j] > c ? best[(k - 1) * (L + 1) + j] : c;
+                if (worst < best[k * (L + 1) + i]) best[k * (L + 1) + i] = worst, cut[k * (L + 1) + i] = j;
+            }
+    for (int k = K, i = L; k >= 1; k--) first[k - 1] = i = cut[k * (L + 1) + i];
+    free(sum), free(best), free(cut);
+}
+
 /* ---- closed forms ---- */
 
 double ppsched_bubble_formula(PpSchedule s, int p, int v, int m, double tf, double tb, double tw) {

@@ -113,6 +113,13 @@ void ppsched_times_free(PpTimes *t);
  * costs, not the order. */
 double ppsched_makespan_bound(const PpPlan *pl, const double *const cost[3], double latency);
 
+/* The contiguous cut of L layers (cost[i] each) into K chunks that
+ * minimises the largest chunk's cost, pre added to chunk 0 and post to
+ * the last (the embedding and the head); first[k] = chunk k's first layer
+ * (first has K + 1 entries).  pp.c's default balance, and kiln tune's
+ * (tune_search.c), so both cut the same layers. */
+void ppsched_balance(const double *cost, int L, int K, double pre, double post, int *first);
+
 /* The closed-form bubble of schedule s with equal per-chunk costs
  * (tf, tb, tw per chunk; 1f1b (p−1)/(m+p−1) of the step...) for reports
  * beside the simulated one. */

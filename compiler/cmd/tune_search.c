@@ -348,28 +348,17 @@ static double transient_one(Tune *T, TuneProbe *P, const TuneCand *c) {
 
 /* ---- composing ---- */
 
-/* Layers per chunk as pp.c cuts them (its balance(): the contiguous cut
+/* Layers per chunk as pp.c cuts them (ppsched_balance: the contiguous cut
  * minimising the largest chunk's forward FLOPs, the embedding's on chunk
- * 0 and the head's on the last, ties to the earliest cut point), so the
- * ranks' layer counts are the program's. */
+ * 0 and the head's on the last), so the ranks' layer counts are the
+ * program's; f a layer's FLOPs. */
 static void cut_layers(int L, int K, double f, double pre, double post, int *n) {
-    double *sum = xcalloc((size_t)L + 1, sizeof(double)), *best = xcalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(double));
-    for (int i = 0; i < L; i++) sum[i + 1] = sum[i] + f;
-    int *cut = xcalloc((size_t)(K + 1) * (size_t)(L + 1), sizeof(int));
-    for (int i = 0; i < (K + 1) * (L + 1); i++) best[i] = 1e300;
-    best[0] = 0;
-    for (int k = 1; k <= K; k++)
-        for (int i = k; i <= L - (K - k); i++)
-            for (int j = k - 1; j < i; j++) {
-                double c = sum[i] - sum[j] + (k == 1 ? pre : 0) + (k == K ? post : 0);
-                double worst = best[(k - 1) * (L + 1) + j] > c ? best[(k - 1) * (L + 1) + j] : c;
-                if (worst < best[k * (L + 1) + i]) best[k * (L + 1) + i] = worst, cut[k * (L + 1) + i] = j;
-            }
-    for (int k = K, i = L; k >= 1; k--) {
-        int j = cut[k * (L + 1) + i];
-        n[k - 1] = i - j, i = j;
-    }
-    free(sum), free(best), free(cut);
+    double *cost = xcalloc((size_t)L + 1, sizeof(double));
+    int *first = xcalloc((size_t)K + 1, sizeof(int));
+    for (int i = 0; i < L; i++) cost[i] = f;
+    ppsched_balance(cost, L, K, pre, post, first);
+    for (int k = 0; k < K; k++) n[k] = (k + 1 < K ? first[k + 1] : L) - first[k];
+    free(cost), free(first);
 }
 
 static int intra(const Tune *T, int span) { return span <= T->prof.node_size; }
