@@ -176,13 +176,6 @@ static int cmp_verified(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Rank order, then the exact plan on a slice (tune_verify) down the list
- * (a row of a family already verified whose fast memory times the
- * family's exact/fast ratio is over the budget: dropped uncompiled)
- * until `want` rows fit by it and the next row's fast step is no better
- * than the best checked step, or `tries` rows were tried: a row over the
- * memory is dropped from S->rows; the ones that fit move to the front,
- * ordered by their checked step.  Returns how many fit. */
 /* A row's family for the verification's memory ratio: the pipeline's
  * shape, offload, recompute and cp (what the fast path's composition
  * depends on), not tp, dp, cp-comm or the micro-batches. */
@@ -190,6 +183,13 @@ static int same_family(const TuneCand *a, const TuneCand *b) {
     return a->pp == b->pp && a->sched == b->sched && a->v == b->v && a->offload == b->offload && a->rc == b->rc && a->cp == b->cp;
 }
 
+/* Rank order, then the exact plan on a slice (tune_verify) down the list
+ * (a row of a family already verified whose fast memory times the
+ * family's exact/fast ratio is over the budget: dropped uncompiled)
+ * until `want` rows fit by it and the next row's fast step is no better
+ * than the best checked step, or `tries` rows were tried: a row over the
+ * memory is dropped from S->rows; the ones that fit move to the front,
+ * ordered by their checked step.  Returns how many fit. */
 static int verify_rows(Tune *T, Search *S, int want, int tries, int *dropped, double *secs) {
     char err[1200];
     int ok = 0, tried = 0, n = 0, nfam = 0;
