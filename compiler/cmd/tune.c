@@ -176,6 +176,17 @@ static int cmp_verified(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Nothing left to rank: free the search and fail with one line (verified:
+ * after the exact plan dropped every row tried). */
+static int nothing_fits(Tune *T, Search *S, KeyVal *sets, int verified, double memory) {
+    free(S->rows);
+    tune_free(T);
+    free(sets);
+    fflush(stdout);
+    if (verified) return cmd_error("tune: no configuration tried fits %.4g GiB per device by the exact plan", memory / (1 << 30));
+    return cmd_error("tune: no configuration fits %.4g GiB per device (raise --memory, or more --gpus)", memory / (1 << 30));
+}
+
 /* A row's family for the verification's memory ratio: the pipeline's
  * shape, offload, recompute and cp (what the fast path's composition
  * depends on), not tp, dp, cp-comm or the micro-batches. */
@@ -324,13 +335,7 @@ int kiln_tune_main(int argc, char **argv) {
     printf("searched %d configurations in %.1f s (%d probes compiled, %.1f s): %d fit, %d do not fit %.4g GiB, %d refused by the rules\n", S.tried,
            cmd_now() - t0, T.nprobes, T.probe_seconds, S.n, S.nofit, memory / (1 << 30), S.refused);
     if (S.first_refusal[0]) printf("note: %s\n", S.first_refusal);
-    if (S.n == 0) {
-        free(S.rows);
-        tune_free(&T);
-        free(sets);
-        fflush(stdout);
-        return cmd_error("tune: no configuration fits %.4g GiB per device (raise --memory, or more --gpus)", memory / (1 << 30));
-    }
+    if (S.n == 0) return nothing_fits(&T, &S, sets, 0, memory);
     int nver = 0;
     if (verify) {
         int dropped;
@@ -342,13 +347,7 @@ int kiln_tune_main(int argc, char **argv) {
         printf("verified: %d fit by the exact plan, %d over %.4g GiB dropped, in %.1f s; the table's first %d %s ranked by the checked step\n", nver,
                dropped, memory / (1 << 30), vs, nver, nver == 1 ? "is that row," : "are those,");
         if (nver == 0) printf("note: none of the rows tried fits by the exact plan: the table below is the fast path's, unverified\n");
-        if (S.n == 0) {
-            free(S.rows);
-            tune_free(&T);
-            free(sets);
-            fflush(stdout);
-            return cmd_error("tune: no configuration tried fits %.4g GiB per device by the exact plan", memory / (1 << 30));
-        }
+        if (S.n == 0) return nothing_fits(&T, &S, sets, 1, memory);
     }
     header();
     for (int i = 0; i < S.n && i < top; i++) print_row(i + 1, &T, &S.rows[i].c, &S.rows[i].p);
