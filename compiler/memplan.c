@@ -489,6 +489,20 @@ static int red_group(const Module *m, char *text, size_t n, const char **div) {
     return dp * cp;
 }
 
+/* The bytes of one gathered parameter under --zero 1: 2 when the flats'
+ * all-gathers move bf16 (precision.c casts the shard before gathering), 4
+ * when they move the f32 masters. */
+static int gathered_bytes(const Graph *g) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_allgather) continue;
+        const Node *d = &g->nodes[g->vals[n->in[0]].def];
+        if (d->op == OP_cast) d = &g->nodes[g->vals[d->in[0]].def];
+        if (d->op == OP_state && ir_attr(d, "bucket")) return (int)ir_dtype_size(g->vals[n->out[0]].t.dt);
+    }
+    return 4;
+}
+
 /* Data parallel: bytes per parameter against Megatron's, the gradient
  * buckets in the order they are reduced, and what each rank sends per step
  * (ring algorithms: all-reduce 2(n-1)/n of the buffer, reduce-scatter and
@@ -509,10 +523,11 @@ static void report_comm(const Module *m, const Graph *g, FILE *f) {
     int red = red_group(m, grp, sizeof grp, &div);
     fprintf(f, "data parallel: dp %d, %d micro-batch%s per step, %s over %s ranks\n", dp, mbs, mbs > 1 ? "es" : "",
             zero ? "gradients reduce-scattered, distributed optimizer (--zero 1)" : "gradients all-reduced (--zero 0)", grp);
-    double per = zero ? 4 + 4 + 12.0 / red : 4 + 4 + 8;
+    int gb = zero ? gathered_bytes(g) : 4;
+    double per = zero ? gb + 4 + 12.0 / red : 4 + 4 + 8;
     if (zero)
-        fprintf(f, "  bytes per parameter: %.2f (gathered f32 params 4 (activations) + f32 gradients 4 + master weights, AdamW m, v 12/%s)\n",
-                per, div);
+        fprintf(f, "  bytes per parameter: %.2f (gathered %s params %d (activations) + f32 gradients 4 + master weights, AdamW m, v 12/%s)\n",
+                per, gb == 2 ? "bf16" : "f32", gb, div);
     else fprintf(f, "  bytes per parameter: %.2f (f32 params 4 + f32 gradients 4 + AdamW m, v 8)\n", per);
     fprintf(f, "  Megatron, bf16 params + f32 grads: %.2f (6 + 12/%s with its distributed optimizer; 18 without)\n", 6 + 12.0 / red,
             div);

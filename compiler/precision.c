@@ -129,6 +129,46 @@ static void find_masters(Pc *P) {
     free(gathered);
 }
 
+/* --zero 1's gathers in bf16: an all-gather of a master state (a flat's
+ * shard) whose gathered views (the gather's output and the shape and
+ * communication nodes made from it) are read only by fwd, bwd and recompute
+ * nodes at inputs not fixed at f32 gathers the shard's bf16 copy instead:
+ * its closure stops being a master, so the gather reads copy_of(shard) (one
+ * cast of the shard, before the gather) and its readers the bf16 views.  A
+ * cast commutes with moving elements, so every reader sees the same bf16
+ * values as from a cast of the f32 view, and the gather moves, and the
+ * arena holds, 2 bytes a parameter instead of 4 (+ 2 for the casts). */
+static void gather_bf16(Pc *P) {
+    const Graph *g = P->g;
+    char *bad = xcalloc((size_t)g->nvals, 1), *view = xcalloc((size_t)g->nvals, 1);
+    for (int i = 0; i < g->nnodes; i++) { /* the gathered views, and which have a reader that needs the f32 */
+        const Node *n = &g->nodes[i];
+        int gather = n->op == OP_allgather && def_of(g, n->in[0]) && def_of(g, n->in[0])->op == OP_state;
+        int from_view = n->nout > 0 && P->master[n->out[0]] && !(ir_ops[n->op].flags & F_SOURCE) && view[n->in[0]];
+        if (gather || from_view) {
+            for (int k = 0; k < n->nout; k++) view[n->out[k]] = 1;
+            continue;
+        }
+        for (int k = 0; k < n->nin; k++)
+            if (view[n->in[k]] && (!working(n) || f32_slot(n, k))) bad[n->in[k]] = 1;
+    }
+    for (int i = g->nnodes - 1; i >= 0; i--) { /* a view's bad reader spoils what it was made from */
+        const Node *n = &g->nodes[i];
+        if (n->nout < 1 || n->op == OP_allgather || !view[n->out[0]]) continue;
+        for (int k = 0; k < n->nout; k++)
+            if (bad[n->out[k]]) bad[n->in[0]] = 1;
+    }
+    for (int i = 0; i < g->nnodes; i++) { /* a gather whose closure is clean: no longer masters */
+        const Node *n = &g->nodes[i];
+        if (n->nout < 1 || !view[n->out[0]]) continue;
+        int root = n->op == OP_allgather ? n->out[0] : -1;
+        if (root < 0 && P->master[n->in[0]]) continue; /* its source kept the f32 */
+        if (root >= 0 && bad[root]) continue;
+        for (int k = 0; k < n->nout; k++) P->master[n->out[k]] = 0;
+    }
+    free(bad), free(view);
+}
+
 /* want32: backwards from the inputs fixed at f32 through the nodes whose
  * dtype follows their inputs. */
 static void find_f32_region(Pc *P) {
@@ -314,6 +354,7 @@ void pass_precision(Module *m, const Options *o) {
         for (int v = 0; v < g->nvals; v++) P[s].map[v] = P[s].copy[v] = -1;
         for (int i = 0; i < g->nnodes; i++) P[s].sent[i] = -1;
         find_masters(&P[s]);
+        if (!getenv("KILN_GATHER_F32")) gather_bf16(&P[s]); /* the f32 gather, for comparison (docs/cuda.md) */
         find_f32_region(&P[s]);
         find_gradients(&P[s]);
     }

@@ -33,3 +33,10 @@ for M in models/tiny.lua "$LLAMA"; do
             "[ \$(printf '%s\n' \"\$p\" | grep -E '$lines' | grep -c -- '$grp') = $want ]"
     done
 done
+# bf16 (the GPU's step): each flat's shard is cast and gathered in bf16
+# (precision.c), so the gathered params cost 2 bytes: Megatron's 6 + 12/dp.
+p=$("$K" plan models/tiny.lua --dp 2 --precision bf16 2>&1)
+per=$(printf '%s\n' "$p" | sed -n 's/^  bytes per parameter: \([0-9.]*\) .*/\1/p')
+meg=$(printf '%s\n' "$p" | sed -n 's/^  Megatron, bf16 params + f32 grads: \([0-9.]*\) .*/\1/p')
+check "tiny --dp 2 --precision bf16: $per bytes per parameter (gathered bf16) = Megatron's $meg = 6 + 12/2" \
+    "awk -v per='${per:-0}' -v meg='${meg:-0}' 'BEGIN{exit !(per == 12 && meg == 12)}'"

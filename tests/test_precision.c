@@ -414,19 +414,56 @@ static void test_consts_and_inputs(void **state) {
     unlink(path);
 }
 
-/* --zero 1 over dp=2: the gathered f32 views are cast, one per param. */
+/* the all-gathers of a state (--zero 1's flats): how many, and the bytes
+ * they gather, counted only where they gather `dt` */
+static int gathers(const Graph *g, DType dt, int64_t *bytes) {
+    int n = 0;
+    *bytes = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *a = &g->nodes[i];
+        if (a->op != OP_allgather) continue;
+        const Node *d = &g->nodes[g->vals[a->in[0]].def];
+        if (d->op == OP_cast) d = &g->nodes[g->vals[d->in[0]].def]; /* the shard's bf16 copy */
+        if (d->op != OP_state || g->vals[a->out[0]].t.dt != dt) continue;
+        n++, *bytes += ir_numel(&g->vals[a->out[0]].t) * ir_dtype_size(dt);
+    }
+    return n;
+}
+
+static int same_run(const Run *a, const Run *b) {
+    for (int s = 0; s < 2; s++)
+        if (a->loss[s] != b->loss[s] || a->norm[s] != b->norm[s]) return 0;
+    return a->np == b->np && memcmp(a->p2, b->p2, sizeof(double) * (size_t)a->np) == 0;
+}
+
+/* --zero 1 over dp=2: each flat's shard is cast once and gathered in bf16
+ * (precision.c, gather_bf16): half the bytes of the f32 gather it replaces
+ * (KILN_GATHER_F32=1: the f32 gather, then one cast per param), and the
+ * same step to the last bit, since a cast commutes with moving elements. */
 static void test_zero1(void **state) {
     dp = 2;
     Module *f = load("models/tiny.lua", gpt_small, 6), *h = load_bf16("models/tiny.lua", gpt_small, 6);
+    setenv("KILN_GATHER_F32", "1", 1);
+    Module *h32 = load_bf16("models/tiny.lua", gpt_small, 6);
+    unsetenv("KILN_GATHER_F32");
     dump_env(h);
     if (check_types(h) != 0) fail_msg("zero 1: types: %s", err);
-    assert_int_equal(count_casts(h->stages[0], "bf16"), count_params(h->stages[0]));
-    Run *rf = run_steps(f), *rh = run_steps(h);
+    int64_t b16, b32, none;
+    int flats = gathers(h->stages[0], DT_BF16, &b16);
+    assert_true(flats > 0);
+    assert_int_equal(gathers(h->stages[0], DT_F32, &none), 0);
+    assert_int_equal(count_casts(h->stages[0], "bf16"), flats); /* one cast a shard, none after the gather */
+    assert_int_equal(gathers(h32->stages[0], DT_F32, &b32), flats);
+    assert_int_equal(count_casts(h32->stages[0], "bf16"), count_params(h32->stages[0]));
+    assert_int_equal(2 * b16, b32);
+    Run *rf = run_steps(f), *rh = run_steps(h), *r32 = run_steps(h32);
+    if (!same_run(rh, r32)) fail_msg("zero 1: the bf16 gather's step differs from the f32 gather's: loss %.9g vs %.9g", rh->loss[1], r32->loss[1]);
     if (agree(rh, rf) != 0) fail_msg("zero 1: bf16 vs f32: %s", err);
-    print_message("zero 1: bf16 vs f32: loss %.6f vs %.6f; %s\n", rh->loss[1], rf->loss[1], err);
+    print_message("zero 1: %d flats gathered in bf16 (%lld bytes, f32 gather %lld), the same 2 steps bit for bit; bf16 vs f32: loss %.6f vs %.6f; %s\n",
+                  flats, (long long)b16, (long long)b32, rh->loss[1], rf->loss[1], err);
     dp = 1;
-    run_free(rf), run_free(rh);
-    ir_free(f), ir_free(h);
+    run_free(rf), run_free(rh), run_free(r32);
+    ir_free(f), ir_free(h), ir_free(h32);
 }
 
 /* Two micro-batches: the gradients accumulate over them in f32. */
