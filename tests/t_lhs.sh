@@ -110,3 +110,13 @@ $MPI "$tmp/tplhs" $D --log "$tmp/tll" > /dev/null 2>&1
 rl=$?
 check "mpirun -np 4 --tp 2 --pp 2: both exit 0 ($rf, $rl), lhs's losses (two comm streams) == fixed's (one) over 30 steps, bit for bit" \
     "[ $rf = 0 ] && [ $rl = 0 ] && [ \$(wc -l < $tmp/tlf) = 30 ] && cmp -s <(losses $tmp/tlf) <(losses $tmp/tll)"
+# Below MPI_THREAD_MULTIPLE (KILN_TEST_MPI_THREAD_LEVEL=2, MPI_THREAD_SERIALIZED:
+# the runtime acts as if MPI provided only that) the two-stream program is
+# refused in one line before it runs; fixed's one comm stream trains (one
+# thread at a time in MPI, runtime/comm_mpi.c)
+KILN_TEST_MPI_THREAD_LEVEL=2 $MPI -x KILN_TEST_MPI_THREAD_LEVEL "$tmp/tplhs" $D --steps 2 --log "$tmp/tls" > "$tmp/tls.out" 2>&1
+rl=$?
+KILN_TEST_MPI_THREAD_LEVEL=2 $MPI -x KILN_TEST_MPI_THREAD_LEVEL "$tmp/tpfixed" $D --steps 2 --log "$tmp/tfs" > /dev/null 2>&1
+rf=$?
+check "MPI_THREAD_SERIALIZED: lhs's two comm streams refused in one line (exit $rl: $(grep -m1 'needs MPI_THREAD_MULTIPLE' "$tmp/tls.out")), fixed's one stream trains (exit $rf, $(wc -l < "$tmp/tfs" 2>/dev/null) steps)" \
+    "[ $rl != 0 ] && grep -q 'two comm streams at once, which needs MPI_THREAD_MULTIPLE' $tmp/tls.out && [ ! -s $tmp/tls ] && [ $rf = 0 ] && [ \$(wc -l < $tmp/tfs) = 2 ]"
