@@ -11,7 +11,9 @@
 # median of the per-round ratios (a ratio within one round compares runs
 # seconds apart).
 #   GPT: 8 layers (pp 4 x vpp 2 chunks for interleaved and zb-v), dim 128,
-#   4 heads, seq 128, global batch 16, vocab 256.
+#   4 heads, seq 128, global batch 16, vocab 256.  SHAPE="--set ..." gives
+#   another (e.g. dim 256, seq 64: the GEMMs a larger share of each layer,
+#   so W is a larger share of the backward, as in a large model).
 # Where the idle goes (bench/pp_trace_idle.py, medians over the rounds):
 # wait (gaps in which the rank waited for a receive or the loss/norm
 # all-reduce), host (the other gaps between kernels: per-kernel launch
@@ -45,7 +47,7 @@ STEPS=${STEPS:-4}
 ROUNDS=${ROUNDS:-3}
 SCHEDULES=${SCHEDULES:-1f1b interleaved zb-h1 zb-v}
 EXTRA=${EXTRA:-} # more kiln flags for every compile and plan (e.g. --schedule fixed)
-SHAPE="--set layers=8 --set dim=128 --set heads=4 --set seq=128 --set batch=16"
+SHAPE=${SHAPE:-"--set layers=8 --set dim=128 --set heads=4 --set seq=128 --set batch=16"} # the model (kiln --set flags)
 HERE=$(cd "$(dirname "$0")" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null
