@@ -103,9 +103,14 @@ static int try_one(Tune *T, Search *S, const TuneCand *c) {
         S->refused++;
         return 0;
     }
+    double lb = tune_lower_bound(T, c); /* the model's parameter state alone over the budget: no probe, no prediction */
+    if (lb > T->memory) {
+        S->nofit++, T->bound_pruned++;
+        return 0;
+    }
     TunePred p;
     char err[1024];
-    if (tune_predict(T, c, &p, err, sizeof err) != 0) die("tune: %s", err);
+    if (tune_predict_fit(T, c, &p, err, sizeof err) != 0) die("tune: %s", err);
     if (p.mem > T->memory) {
         S->nofit++;
         return 0;
