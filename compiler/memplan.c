@@ -207,8 +207,10 @@ static void place_packed(Graph *g, const MemLive *L, const int *over, int space)
         if (lo >= nblk) lo = nblk - 1;
         if (hi >= nblk) hi = nblk - 1;
         for (int q = lo; q <= hi; q++) seen += blk[q].n;
-        /* the blocks when they hold fewer entries than the buffers placed, else all of them */
-        b.off = lo <= hi && seen < np ? best_fit_blocks(blk, lo, hi, &b) : best_fit(placed, np, &b);
+        /* the blocks when merging their entries (a heap of hi - lo + 1 heads) reads less than all the buffers placed */
+        int lg = 0;
+        while ((1 << lg) < hi - lo + 1) lg++;
+        b.off = lo <= hi && (double)seen * (lg ? 2 + lg : 1) < np ? best_fit_blocks(blk, lo, hi, &b) : best_fit(placed, np, &b);
         int at = np; /* keep placed[] sorted by offset */
         while (at > 0 && placed[at - 1].off > b.off) at--;
         memmove(placed + at + 1, placed + at, sizeof(Buf) * (size_t)(np - at));
