@@ -20,10 +20,14 @@
  *   recompute  none, selective, gemm-last, full;
  *   offload    all, with a pipeline, only where the same configuration
  *              without offload does not fit (offload can only add time).
- * A candidate the rules refuse (tune_refusal) is skipped.  Every other one
- * is predicted by the fast path (compiler/tune.c) and kept when its memory
+ * A candidate the rules refuse (tune_refusal) is skipped.  One whose
+ * parameter state alone is over the budget (tune_lower_bound: from any
+ * probe of its tp, cp and dp > 1) is counted over without a probe.  Every
+ * other one is predicted by the fast path (tune_search.c: its memory
+ * first, the pipeline simulated only when it fits) and kept when its memory
  * fits --memory (default: the profile's device memory); the kept ones are
- * ranked by predicted step.
+ * ranked by predicted step.  KILN_TUNE_EXHAUSTIVE=1 (tests): no bound,
+ * every candidate predicted whole.
  *
  * Then the first rows are verified (--verify N, default 1; 0: not) by the
  * exact plan on a slice (tune_verify): the candidate compiled with all its

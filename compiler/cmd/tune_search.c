@@ -57,6 +57,13 @@
  *                and h2d streams, one copy at a time, so a rank whose copies
  *                outlast its timeline is copy-bound by the difference.
  *
+ * The search asks for the memory first (tune_predict_fit: a candidate over
+ * the budget is not simulated) and, before any probe, for a lower bound
+ * (tune_lower_bound: the parameter state spread over the pp ranks, which
+ * every probe of the same tp, cp and dp > 1 gives); the last few pipeline
+ * plans are cached (plan_get), since the rules and the prediction ask for
+ * the same one for every recompute policy and cp-comm in a row.
+ *
  * The fast path ranks and prunes; the first rows are then verified by
  * the exact plan on a slice (tune_verify): the candidate with all its
  * layers and the fewest micro-batches m' at which every rank holds as
