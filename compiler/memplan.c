@@ -110,14 +110,74 @@ static int by_size(const void *a, const void *b) {
     return x->v - y->v;
 }
 
+/* One step of the best-fit scan over a placed buffer p (in offset order):
+ * a gap below p that holds b and is the smallest so far is remembered, and
+ * cur rises to p's end.  A buffer seen twice, or one of several at the same
+ * offset, changes nothing the second time (cur is past its start). */
+static inline void fit_step(const Buf *p, const Buf *b, int64_t *cur, int64_t *best, int64_t *best_gap) {
+    if (p->end < b->start || b->end < p->start) return;
+    if (p->off > *cur && p->off - *cur >= b->size && p->off - *cur < *best_gap) *best = *cur, *best_gap = p->off - *cur;
+    if (p->off + p->size > *cur) *cur = p->off + p->size;
+}
+
 /* Best fit of b among the placed buffers (sorted by offset) live at the same time. */
 static int64_t best_fit(const Buf *placed, int np, const Buf *b) {
     int64_t cur = 0, best = -1, best_gap = INT64_MAX;
-    for (int k = 0; k < np; k++) {
-        const Buf *p = &placed[k];
-        if (p->end < b->start || b->end < p->start) continue;
-        if (p->off > cur && p->off - cur >= b->size && p->off - cur < best_gap) best = cur, best_gap = p->off - cur;
-        if (p->off + p->size > cur) cur = p->off + p->size;
+    for (int k = 0; k < np; k++) fit_step(&placed[k], b, &cur, &best, &best_gap);
+    return best >= 0 ? best : cur;
+}
+
+/* The placed buffers by time: the positions cut into at most PACK_BLOCKS
+ * blocks, each with the placed buffers live in it, sorted by offset.  A
+ * buffer's best fit reads only the blocks of its lifetime (merged in offset
+ * order; a buffer in several is seen several times, which best_fit's scan
+ * ignores) instead of every placed buffer: the same offsets as the scan of
+ * them all, since a buffer outside those blocks does not overlap it. */
+#define PACK_BLOCKS 64
+typedef struct {
+    Buf *b;
+    int n, cap;
+} Block;
+
+static void block_insert(Block *k, const Buf *b) {
+    if (k->n == k->cap) {
+        k->cap = k->cap ? 2 * k->cap : 16;
+        k->b = realloc(k->b, sizeof(Buf) * (size_t)k->cap);
+        if (!k->b) ICE("out of memory");
+    }
+    int at = k->n;
+    while (at > 0 && k->b[at - 1].off > b->off) at--;
+    memmove(k->b + at + 1, k->b + at, sizeof(Buf) * (size_t)(k->n - at));
+    k->b[at] = *b;
+    k->n++;
+}
+
+/* best_fit over blocks lo..hi merged in offset order (a heap of their heads). */
+static int64_t best_fit_blocks(const Block *blk, int lo, int hi, const Buf *b) {
+    int64_t cur = 0, best = -1, best_gap = INT64_MAX;
+    int heap[PACK_BLOCKS], pos[PACK_BLOCKS], nh = 0;
+    for (int k = lo; k <= hi; k++) {
+        if (!blk[k].n) continue;
+        pos[k - lo] = 0;
+        int x = nh++; /* sift up */
+        while (x > 0 && blk[heap[(x - 1) / 2]].b[0].off > blk[k].b[0].off) heap[x] = heap[(x - 1) / 2], x = (x - 1) / 2;
+        heap[x] = k;
+    }
+    while (nh) {
+        int k = heap[0];
+        fit_step(&blk[k].b[pos[k - lo]], b, &cur, &best, &best_gap);
+        if (++pos[k - lo] == blk[k].n) k = heap[--nh]; /* that block is done: its place to the last */
+        if (!nh) break;
+        int64_t key = blk[k].b[pos[k - lo]].off;
+        int x = 0; /* sift down */
+        for (;;) {
+            int c = 2 * x + 1;
+            if (c >= nh) break;
+            if (c + 1 < nh && blk[heap[c + 1]].b[pos[heap[c + 1] - lo]].off < blk[heap[c]].b[pos[heap[c] - lo]].off) c++;
+            if (blk[heap[c]].b[pos[heap[c] - lo]].off >= key) break;
+            heap[x] = heap[c], x = c;
+        }
+        heap[x] = k;
     }
     return best >= 0 ? best : cur;
 }
@@ -129,28 +189,41 @@ static int64_t best_fit(const Buf *placed, int np, const Buf *b) {
  * both are done. */
 static void place_packed(Graph *g, const MemLive *L, const int *over, int space) {
     Buf *bufs = xcalloc((size_t)g->nvals, sizeof(Buf)), *placed = xcalloc((size_t)g->nvals, sizeof(Buf));
-    int *end = xcalloc((size_t)g->nvals + 1, sizeof(int)), nb = 0, np = 0;
+    int *end = xcalloc((size_t)g->nvals + 1, sizeof(int)), nb = 0, np = 0, maxpos = 0;
     for (int v = 0; v < g->nvals; v++) end[v] = L->end[v];
     for (int v = 0; v < g->nvals; v++)
         if (over[v] >= 0 && L->end[v] > end[over[v]]) end[over[v]] = L->end[v]; /* over[] points at the first of a chain */
     for (int v = 0; v < g->nvals; v++)
-        if (L->root[v] == v && g->vals[v].space < 0 && over[v] < 0 && (g->nodes[g->vals[v].def].op == OP_offload) == (space == SPACE_HOST))
+        if (L->root[v] == v && g->vals[v].space < 0 && over[v] < 0 && (g->nodes[g->vals[v].def].op == OP_offload) == (space == SPACE_HOST)) {
             bufs[nb++] = (Buf){v, L->start[v], end[v], 0, align_up(ir_value_bytes(&g->vals[v]))};
+            if (end[v] > maxpos) maxpos = end[v];
+        }
     qsort(bufs, (size_t)nb, sizeof(Buf), by_size);
+    int bsz = maxpos / PACK_BLOCKS + 1, nblk = maxpos / bsz + 1;
+    Block *blk = xcalloc((size_t)nblk, sizeof(Block));
     for (int k = 0; k < nb; k++) {
         Buf b = bufs[k];
-        b.off = best_fit(placed, np, &b);
+        int lo = b.start < 0 ? 0 : b.start / bsz, hi = b.end < 0 ? 0 : b.end / bsz, seen = 0;
+        if (lo >= nblk) lo = nblk - 1;
+        if (hi >= nblk) hi = nblk - 1;
+        for (int q = lo; q <= hi; q++) seen += blk[q].n;
+        /* the blocks when merging their entries (a heap of hi - lo + 1 heads) reads less than all the buffers placed */
+        int lg = 0;
+        while ((1 << lg) < hi - lo + 1) lg++;
+        b.off = lo <= hi && (double)seen * (lg ? 2 + lg : 1) < np ? best_fit_blocks(blk, lo, hi, &b) : best_fit(placed, np, &b);
         int at = np; /* keep placed[] sorted by offset */
         while (at > 0 && placed[at - 1].off > b.off) at--;
         memmove(placed + at + 1, placed + at, sizeof(Buf) * (size_t)(np - at));
         placed[at] = b;
         np++;
+        for (int q = lo; q <= hi; q++) block_insert(&blk[q], &b);
         g->vals[b.v].space = space;
         g->vals[b.v].offset = b.off;
     }
     for (int v = 0; v < g->nvals; v++)
         if (over[v] >= 0) g->vals[v].space = g->vals[over[v]].space, g->vals[v].offset = g->vals[over[v]].offset;
-    free(bufs), free(placed), free(end);
+    for (int q = 0; q < nblk; q++) free(blk[q].b);
+    free(blk), free(bufs), free(placed), free(end);
 }
 
 static void put(Graph *g, int v, int space, int64_t *top) {

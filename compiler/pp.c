@@ -544,9 +544,48 @@ static void run_action(Pp *P, const Lists *l, int x, int r) {
 
 /* Rank r's copies of params it shares with another rank: their gradient
  * comes from the rank that sums it (the one holding output grad:<p>). */
+typedef struct {
+    const char *name;
+    int j;
+} ParamAt;
+
+static int by_param_name(const void *a, const void *b) {
+    const ParamAt *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : x->j - y->j;
+}
+
+/* Rank h's params sorted by (name, node), so share_gradients finds a
+ * param's first node by its name without reading the whole program for
+ * every gradient and rank (quadratic in a long pipeline). */
+static ParamAt *params_by_name(const Graph *h, int *n) {
+    ParamAt *a = malloc(sizeof(ParamAt) * (size_t)(h->nnodes + 1));
+    if (!a) ICE("out of memory");
+    *n = 0;
+    for (int j = 0; j < h->nnodes; j++)
+        if (h->nodes[j].op == OP_param) a[(*n)++] = (ParamAt){ir_attr_s(&h->nodes[j], "name", ""), j};
+    qsort(a, (size_t)*n, sizeof(ParamAt), by_param_name);
+    return a;
+}
+
+/* The first param node named name in a (params_by_name), or -1. */
+static int param_named(const ParamAt *a, int n, const char *name) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (strcmp(a[mid].name, name) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && strcmp(a[lo].name, name) == 0 ? a[lo].j : -1;
+}
+
 static void share_gradients(Pp *P, Graph **out) {
     const Graph *g = P->g;
     int p = P->pl.p;
+    ParamAt **byname = malloc(sizeof(ParamAt *) * (size_t)p);
+    int *nby = malloc(sizeof(int) * (size_t)p);
+    if (!byname || !nby) ICE("out of memory");
+    for (int r = 0; r < p; r++) byname[r] = params_by_name(out[r], &nby[r]); /* the loop below adds no params */
     for (int i = 0; i < g->nnodes; i++) {
         const Node *o = &g->nodes[i];
         const char *name = ir_attr_s(o, "name", "");
@@ -554,9 +593,7 @@ static void share_gradients(Pp *P, Graph **out) {
         int owner = rank_of(P, P->chunk[i]);
         for (int r = 0; r < p; r++) {
             Graph *h = out[r];
-            int pi = -1;
-            for (int j = 0; j < h->nnodes && pi < 0; j++)
-                if (h->nodes[j].op == OP_param && strcmp(ir_attr_s(&h->nodes[j], "name", ""), name + 5) == 0) pi = j;
+            int pi = param_named(byname[r], nby[r], name + 5);
             if (r == owner || pi < 0) continue;
             Attr *at = ir_alloc(P->m, sizeof(Attr) * (size_t)(h->nodes[pi].nattr + 1));
             memcpy(at, h->nodes[pi].attr, sizeof(Attr) * (size_t)h->nodes[pi].nattr);
@@ -585,6 +622,8 @@ static void share_gradients(Pp *P, Graph **out) {
             ir_build(&br, OP_output, 1, &y, 1, &nm, NULL);
         }
     }
+    for (int r = 0; r < p; r++) free(byname[r]);
+    free(byname), free(nby);
 }
 
 /* Every rank reports the loss: all-reduce over pp, the others adding 0. */

@@ -250,35 +250,47 @@ static int act_fmt(char *buf, size_t len, Action a) {
  * its dependencies have run.  With costs (cost != NULL) it also times each
  * action into start/end (per rank, off[r] + i) and endt (per action id).
  * cur[r] ends at the first action rank r could not run: all nact[r] when
- * the walk ran everything (returns 0), else -1 (deadlock). */
+ * the walk ran everything (returns 0), else -1 (deadlock).
+ * A rank runs until it blocks and is tried again only when an action its
+ * blocked one may depend on has run (one on its chunk or a neighbouring
+ * chunk: deps), so a long pipeline is not swept rank by rank for every
+ * action.  An action starts at the latest of its rank's last end and its
+ * dependencies' ends, whatever the order ranks are tried in: the same
+ * times, and the same cur[] at a deadlock (all that can run has run). */
 static int walk(const PpPlan *pl, const double *const cost[3], double latency, int *cur, double *endt,
                 const int *off, double *start, double *end) {
-    int nid = 3 * nchunks(pl) * pl->m, left = 0, moved = 1;
-    char *done = calloc(nid, 1);
+    int nid = 3 * nchunks(pl) * pl->m, left = 0, nq = 0;
+    char *done = calloc(nid, 1), *queued = calloc(pl->p, 1);
     double *free_at = calloc(pl->p, sizeof(double));
-    for (int r = 0; r < pl->p; r++) cur[r] = 0, left += pl->nact[r];
-    while (left && moved) {
-        moved = 0;
-        for (int r = 0; r < pl->p; r++) {
-            while (cur[r] < pl->nact[r]) {
-                Action a = pl->act[r][cur[r]], dep[2];
-                int nd = deps(pl, a, dep), ready = 1;
-                double t = free_at[r];
-                for (int j = 0; j < nd && ready; j++) {
-                    ready = done[aid(pl, dep[j])];
-                    double lat = pp_chunk_rank(pl, dep[j].chunk) != r ? latency : 0;
-                    if (ready && cost && endt[aid(pl, dep[j])] + lat > t) t = endt[aid(pl, dep[j])] + lat;
-                }
-                if (!ready) break;
-                if (cost) {
-                    start[off[r] + cur[r]] = t;
-                    free_at[r] = end[off[r] + cur[r]] = endt[aid(pl, a)] = t + cost[a.kind][a.chunk];
-                }
-                done[aid(pl, a)] = 1, cur[r]++, left--, moved = 1;
+    int *queue = malloc(sizeof(int) * (size_t)pl->p); /* ranks to try, each at most once at a time */
+    if (!done || !queued || !free_at || !queue) abort();
+    for (int r = 0; r < pl->p; r++) cur[r] = 0, left += pl->nact[r], queue[nq++] = pl->p - 1 - r, queued[r] = 1;
+    while (nq) {
+        int r = queue[--nq];
+        queued[r] = 0;
+        while (cur[r] < pl->nact[r]) {
+            Action a = pl->act[r][cur[r]], dep[2];
+            int nd = deps(pl, a, dep), ready = 1;
+            double t = free_at[r];
+            for (int j = 0; j < nd && ready; j++) {
+                ready = done[aid(pl, dep[j])];
+                double lat = pp_chunk_rank(pl, dep[j].chunk) != r ? latency : 0;
+                if (ready && cost && endt[aid(pl, dep[j])] + lat > t) t = endt[aid(pl, dep[j])] + lat;
+            }
+            if (!ready) break;
+            if (cost) {
+                start[off[r] + cur[r]] = t;
+                free_at[r] = end[off[r] + cur[r]] = endt[aid(pl, a)] = t + cost[a.kind][a.chunk];
+            }
+            done[aid(pl, a)] = 1, cur[r]++, left--;
+            for (int c = a.chunk - 1; c <= a.chunk + 1; c++) { /* who may wait for a: F on c+1, B on c-1, B and W on c */
+                if (c < 0 || c >= nchunks(pl)) continue;
+                int q = pp_chunk_rank(pl, c);
+                if (q != r && !queued[q]) queued[q] = 1, queue[nq++] = q;
             }
         }
     }
-    free(done);
+    free(done), free(queued), free(queue);
     free(free_at);
     return left ? -1 : 0;
 }

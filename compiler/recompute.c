@@ -151,18 +151,56 @@ static void full_layer(Rc *R, int L) {
  * them again) and a clone would keep the gathered ones, cp times larger;
  * under --cp p2p backward reads attn_merge's outputs, not attention's.
  * There no attention is taken, and selective saves what none saves. */
+/* The saved bytes when node n's outputs are recomputed too, from R->saved
+ * (the saved set under the current choice), without the whole walk of
+ * saved_bytes: when none of n's inputs or outputs is recomputed already,
+ * cloning n changes only n's outputs (no longer saved) and, if one of them
+ * was needed, n's activation inputs (saved now, as saved_bytes' need would
+ * mark them).  -1 when that does not hold (saved_bytes must walk). */
+static int64_t saved_with(Rc *R, const Node *n, int64_t now) {
+    const Graph *g = R->g;
+    int reached = 0;
+    for (int k = 0; k < n->nin; k++)
+        if (R->rc[n->in[k]]) return -1;
+    for (int k = 0; k < n->nout; k++) {
+        int o = n->out[k];
+        if (R->rc[o]) return -1;
+        if (activation(g, o) && R->saved[o]) reached = 1, now -= R->data[o] ? ir_value_bytes(&g->vals[o]) : 0;
+    }
+    for (int k = 0; k < n->nin && reached; k++) { /* each input once (seen: scratch) */
+        int v = n->in[k];
+        if (activation(g, v) && !R->saved[v] && !R->seen[v]) now += R->data[v] ? ir_value_bytes(&g->vals[v]) : 0;
+        R->seen[v] = 1;
+    }
+    for (int k = 0; k < n->nin; k++) R->seen[n->in[k]] = 0;
+    return now;
+}
+
 static void selective(Rc *R) {
     const Graph *g = R->g;
-    int64_t best = saved_bytes(R);
+    int64_t best = saved_bytes(R); /* R->saved: the saved set under the choice so far */
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         unsigned fl = ir_ops[n->op].flags;
         if (!(n->phase == PH_FWD && n->layer >= 0 && (fl & F_EXPENSIVE) && !(fl & F_GEMM))) continue;
+        int64_t fast = saved_with(R, n, best);
+        if (fast >= 0) { /* the walk's answer without the walk (each attention of a long program walked it whole: quadratic) */
+            if (fast >= best) continue;
+            int reached = 0;
+            for (int k = 0; k < n->nout; k++) reached |= activation(g, n->out[k]) && R->saved[n->out[k]];
+            for (int k = 0; k < n->nout; k++) R->rc[n->out[k]] = 1, R->saved[n->out[k]] = 0;
+            for (int k = 0; k < n->nin && reached; k++)
+                if (activation(g, n->in[k])) R->saved[n->in[k]] = 1;
+            best = fast;
+            continue;
+        }
         for (int k = 0; k < n->nout; k++) R->rc[n->out[k]] = 1;
         int64_t now = saved_bytes(R);
         if (now < best) best = now;
-        else
+        else {
             for (int k = 0; k < n->nout; k++) R->rc[n->out[k]] = 0;
+            saved_bytes(R); /* R->saved back to the choice kept */
+        }
     }
 }
 

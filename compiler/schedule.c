@@ -79,7 +79,37 @@ static char *hoistable(const Graph *g) {
     return h;
 }
 
-/* order[] with every hoistable node moved up to just after its last input. */
+/* A min-heap of pending ranks (hoist). */
+typedef struct {
+    int *a, n;
+} RankHeap;
+
+static void rh_push(RankHeap *h, int x) {
+    int i = h->n++;
+    while (i > 0 && h->a[(i - 1) / 2] > x) h->a[i] = h->a[(i - 1) / 2], i = (i - 1) / 2;
+    h->a[i] = x;
+}
+
+static int rh_pop(RankHeap *h) {
+    int top = h->a[0], x = h->a[--h->n], i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && h->a[c + 1] < h->a[c]) c++;
+        if (h->a[c] >= x) break;
+        h->a[i] = h->a[c], i = c;
+    }
+    if (h->n) h->a[i] = x;
+    return top;
+}
+
+/* order[] with every hoistable node moved up to just after its last input.
+ * Before each node of the order, the pending hoistable nodes are swept in
+ * their order again and again, each issued once all its inputs are done,
+ * until a sweep issues none.  The sweeps are replayed without reading every
+ * pending node each time: a pending node counts its inputs not yet done
+ * and is ready at 0; the ready ones after the sweep's last issue are issued
+ * in this sweep (cur), the ones before it in the next (next). */
 static void hoist(const Graph *g, int *order) {
     int n = g->nnodes, k = 0, npend = 0;
     char *h = hoistable(g), *done = calloc((size_t)(g->nvals ? g->nvals : 1), 1);
@@ -87,29 +117,59 @@ static void hoist(const Graph *g, int *order) {
     if (!done || !out || !pend) ICE("out of memory");
     for (int j = 0; j < n; j++)
         if (h[order[j]]) pend[npend++] = order[j];
+    /* per pending rank: inputs not yet done; per value: the pending ranks reading it (once per input) */
+    int *miss = calloc((size_t)(npend ? npend : 1), sizeof(int)), *uoff = calloc((size_t)g->nvals + 1, sizeof(int));
+    if (!miss || !uoff) ICE("out of memory");
+    for (int q = 0; q < npend; q++) {
+        const Node *nd = &g->nodes[pend[q]];
+        for (int i = 0; i < nd->nin; i++)
+            if (g->vals[nd->in[i]].def >= 0) miss[q]++, uoff[nd->in[i] + 1]++;
+    }
+    for (int v = 0; v < g->nvals; v++) uoff[v + 1] += uoff[v];
+    int *users = malloc(sizeof(int) * (size_t)(uoff[g->nvals] ? uoff[g->nvals] : 1)), *fill = calloc((size_t)g->nvals + 1, sizeof(int));
+    RankHeap cur = {malloc(sizeof(int) * (size_t)(npend ? npend : 1)), 0}, next = {malloc(sizeof(int) * (size_t)(npend ? npend : 1)), 0};
+    if (!users || !fill || !cur.a || !next.a) ICE("out of memory");
+    for (int q = 0; q < npend; q++) {
+        const Node *nd = &g->nodes[pend[q]];
+        for (int i = 0; i < nd->nin; i++)
+            if (g->vals[nd->in[i]].def >= 0) users[uoff[nd->in[i]] + fill[nd->in[i]]++] = q;
+        if (!miss[q]) rh_push(&cur, q);
+    }
+    int last = -1; /* the rank the current sweep issued last */
+#define HOIST_DONE(nd)                                                                           \
+    for (int o = 0; o < (nd)->nout; o++) {                                                       \
+        int v_ = (nd)->out[o];                                                                   \
+        if (done[v_]) continue;                                                                  \
+        done[v_] = 1;                                                                            \
+        for (int u = uoff[v_]; u < uoff[v_ + 1]; u++)                                            \
+            if (--miss[users[u]] == 0) rh_push(users[u] > last ? &cur : &next, users[u]);        \
+    }
     for (int j = 0; j <= n; j++) {
-        for (int progress = 1; progress;) { /* issue every pending node whose inputs are done */
-            progress = 0;
-            for (int q = 0; q < npend; q++) {
-                const Node *nd = &g->nodes[pend[q]];
-                int ready = 1;
-                for (int i = 0; i < nd->nin && ready; i++) ready = done[nd->in[i]] || g->vals[nd->in[i]].def < 0;
-                if (!ready) continue;
-                out[k++] = pend[q];
-                for (int o = 0; o < nd->nout; o++) done[nd->out[o]] = 1;
-                memmove(pend + q, pend + q + 1, sizeof(int) * (size_t)(--npend - q));
-                q--, progress = 1;
+        last = -1; /* a new sweep from the first pending node */
+        while (next.n) rh_push(&cur, rh_pop(&next));
+        for (;;) {
+            if (!cur.n) { /* the sweep is over: another one if it made some ready before its last issue */
+                if (!next.n) break;
+                last = -1;
+                while (next.n) rh_push(&cur, rh_pop(&next));
             }
+            int q = rh_pop(&cur);
+            const Node *nd = &g->nodes[pend[q]];
+            out[k++] = pend[q];
+            last = q;
+            HOIST_DONE(nd);
         }
         if (j == n) break;
         if (h[order[j]]) continue;
         const Node *nd = &g->nodes[order[j]];
         out[k++] = order[j];
-        for (int o = 0; o < nd->nout; o++) done[nd->out[o]] = 1;
+        last = npend; /* what this makes ready waits for the next sweep */
+        HOIST_DONE(nd);
     }
+#undef HOIST_DONE
     if (k != n) ICE("schedule: hoisting lost nodes (%d of %d)", k, n);
     memcpy(order, out, sizeof(int) * (size_t)n);
-    free(h), free(done), free(out), free(pend);
+    free(h), free(done), free(out), free(pend), free(miss), free(uoff), free(users), free(fill), free(cur.a), free(next.a);
 }
 
 static int sync_node(Graph *g, Op op, int stream, int64_t event, const Node *at) {

@@ -645,16 +645,55 @@ static int over_pp(const Node *n) {
  * there (a recv, or the done of a posted one; a recv_start never blocks). */
 static int blocking_recv(const Node *n) { return n->op == OP_recv || n->op == OP_recv_done; }
 
+/* Each stage's transfers over pp (sends and blocking receives) sorted by
+ * (tag, node): transfer_peer looks a tag up instead of reading the peer's
+ * whole program for every transfer (quadratic in a long pipeline). */
+typedef struct {
+    int64_t tag;
+    int j;
+} TagAt;
+
+static int by_tag(const void *a, const void *b) {
+    const TagAt *x = a, *y = b;
+    if (x->tag != y->tag) return x->tag < y->tag ? -1 : 1;
+    return x->j - y->j;
+}
+
+static TagAt **index_transfers(const Module *m, int **count) {
+    TagAt **ix = calloc((size_t)m->nstages, sizeof(TagAt *));
+    *count = calloc((size_t)m->nstages, sizeof(int));
+    if (!ix || !*count) ICE("out of memory");
+    for (int s = 0; s < m->nstages; s++) {
+        const Graph *h = m->stages[s];
+        ix[s] = malloc(sizeof(TagAt) * (size_t)(h->nnodes + 1));
+        if (!ix[s]) ICE("out of memory");
+        for (int j = 0; j < h->nnodes; j++) {
+            const Node *q = &h->nodes[j];
+            if ((q->op == OP_send || blocking_recv(q)) && over_pp(q)) ix[s][(*count)[s]++] = (TagAt){ir_attr_i(q, "tag", -1), j};
+        }
+        qsort(ix[s], (size_t)(*count)[s], sizeof(TagAt), by_tag);
+    }
+    return ix;
+}
+
 /* The node of stage s that is the other end of transfer node i of stage t
  * (its peer's recv for a send, send for a recv), -1 if none; *count: how many. */
-static int transfer_peer(const Module *m, int t, int i, int *count) {
+static int transfer_peer(const Module *m, TagAt *const *ix, const int *nix, int t, int i, int *count) {
     const Node *n = &m->stages[t]->nodes[i];
     int p = m->nstages, s = (int)(((t + ir_attr_i(n, "peer", 0)) % p + p) % p), found = -1;
     *count = 0;
     const Graph *h = m->stages[s];
-    for (int j = 0; j < h->nnodes; j++) {
+    int64_t tag = ir_attr_i(n, "tag", -2);
+    int lo = 0, hi = nix[s]; /* the first entry of the tag */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (ix[s][mid].tag < tag) lo = mid + 1;
+        else hi = mid;
+    }
+    for (int e = lo; e < nix[s] && ix[s][e].tag == tag; e++) {
+        int j = ix[s][e].j;
         const Node *q = &h->nodes[j];
-        if ((n->op == OP_send ? !blocking_recv(q) : q->op != OP_send) || !over_pp(q) || ir_attr_i(q, "tag", -1) != ir_attr_i(n, "tag", -2)) continue;
+        if (n->op == OP_send ? !blocking_recv(q) : q->op != OP_send) continue;
         if ((((s + ir_attr_i(q, "peer", 0)) % p + p) % p) != t) continue;
         if (found < 0) found = j;
         (*count)++;
@@ -662,12 +701,12 @@ static int transfer_peer(const Module *m, int t, int i, int *count) {
     return found;
 }
 
-static int check_transfers(Checker *c, const Module *m, int t) {
+static int check_transfers(Checker *c, const Module *m, TagAt *const *ix, const int *nix, int t) {
     const Graph *g = m->stages[t];
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if ((n->op != OP_send && !blocking_recv(n)) || !over_pp(n)) continue;
-        int count, j = transfer_peer(m, t, i, &count), s = (int)(((t + ir_attr_i(n, "peer", 0)) % m->nstages + m->nstages) % m->nstages);
+        int count, j = transfer_peer(m, ix, nix, t, i, &count), s = (int)(((t + ir_attr_i(n, "peer", 0)) % m->nstages + m->nstages) % m->nstages);
         long long tag = (long long)ir_attr_i(n, "tag", 0);
         if (tag < 0 || tag > 1 << 30) return bad(c, i, "stage %d's %s has tag %lld (0..2^30)", t, ir_ops[n->op].name, tag);
         if (count != 1)
@@ -744,10 +783,15 @@ static int check_deadlock(Checker *c, const Module *m) {
 static int check_pipeline(Checker *c, const Module *m, int *const *lines) {
     if (m->nstages == 1) return 0;
     if (m->nstages != m->mesh[0]) return bad(c, -1, "module %s: %d stages for mesh pp=%d", m->name ? m->name : "?", m->nstages, m->mesh[0]);
-    for (int s = 0; s < m->nstages; s++) {
+    int *nix, bad_at = 0;
+    TagAt **ix = index_transfers(m, &nix);
+    for (int s = 0; s < m->nstages && !bad_at; s++) {
         c->g = m->stages[s], c->lines = lines ? lines[s] : NULL;
-        if (check_transfers(c, m, s)) return -1;
+        bad_at = check_transfers(c, m, ix, nix, s) != 0;
     }
+    for (int s = 0; s < m->nstages; s++) free(ix[s]);
+    free(ix), free(nix);
+    if (bad_at) return -1;
     c->lines = NULL;
     return check_deadlock(c, m);
 }

@@ -92,6 +92,21 @@ check "the best's command is printed: $best" "[ -n '$best' ]"
 "$K" plan ${best% --target*} > "$tmp/plan.txt" 2>&1
 say $? "kiln plan accepts the best's flags"
 
+# the lower bound (tune_lower_bound: the parameter state alone over the
+# budget, spread over the pp ranks) prunes without a probe, and the memory
+# is priced before the pipeline simulation: the same fit counts and the same
+# ranked table as the exhaustive search (KILN_TUNE_EXHAUSTIVE=1: every
+# candidate probed and simulated), with fewer probes
+LB="$G --gpus 4 --global-batch 8 --seq 256 --device cpu --memory 0.07 --verify 0 --top 100"
+"$K" tune $LB > "$tmp/lb.txt" 2>&1
+KILN_TUNE_EXHAUSTIVE=1 "$K" tune $LB > "$tmp/lbx.txt" 2>&1
+pr=$(sed -n 's/^of those over: \([0-9]*\) by their parameter state.*/\1/p' "$tmp/lb.txt")
+np=$(sed -n 's/^searched.*(\([0-9]*\) probes.*: \([0-9]*\) fit, \([0-9]*\) do not fit.*/\1 \2 \3/p' "$tmp/lb.txt" "$tmp/lbx.txt" | tr '\n' ' ')
+check "the bound prunes $pr candidates unprobed: probes, fit, over (bound, exhaustive) $np" \
+    "[ -n '$pr' ] && [ '$pr' -gt 0 ] && (set -- $np; [ \$# = 6 ] && [ \$1 -lt \$4 ] && [ \$2 = \$5 ] && [ \$3 = \$6 ] && [ \$2 -gt 0 ])"
+check "and the same ranked table as the exhaustive search" \
+    "cmp -s <(grep -v '^searched\|^of those' '$tmp/lb.txt') <(grep -v '^searched\|^of those' '$tmp/lbx.txt')"
+
 # memory pruning: a budget below every candidate leaves nothing
 out=$("$K" tune $G --gpus 2 --global-batch 8 --seq 256 --device cpu --memory 0.0001 2>&1)
 rc=$?

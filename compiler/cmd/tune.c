@@ -20,10 +20,14 @@
  *   recompute  none, selective, gemm-last, full;
  *   offload    all, with a pipeline, only where the same configuration
  *              without offload does not fit (offload can only add time).
- * A candidate the rules refuse (tune_refusal) is skipped.  Every other one
- * is predicted by the fast path (compiler/tune.c) and kept when its memory
+ * A candidate the rules refuse (tune_refusal) is skipped.  One whose
+ * parameter state alone is over the budget (tune_lower_bound: from any
+ * probe of its tp, cp and dp > 1) is counted over without a probe.  Every
+ * other one is predicted by the fast path (tune_search.c: its memory
+ * first, the pipeline simulated only when it fits) and kept when its memory
  * fits --memory (default: the profile's device memory); the kept ones are
- * ranked by predicted step.
+ * ranked by predicted step.  KILN_TUNE_EXHAUSTIVE=1 (tests): no bound,
+ * every candidate predicted whole.
  *
  * Then the first rows are verified (--verify N, default 1; 0: not) by the
  * exact plan on a slice (tune_verify): the candidate compiled with all its
@@ -75,6 +79,7 @@ typedef struct {
     char first_refusal[600];
     /* --pp, --cp, --pp-schedule, --recompute, --micro-batches: fixed (-1: searched) */
     int fix_pp, fix_cp, fix_sched, fix_rc, fix_m, fix_tp;
+    int exhaustive; /* KILN_TUNE_EXHAUSTIVE=1 (tests): no lower bound, every candidate simulated */
 } Search;
 
 static int fixed_out(const Search *S, const TuneCand *c) {
@@ -103,9 +108,14 @@ static int try_one(Tune *T, Search *S, const TuneCand *c) {
         S->refused++;
         return 0;
     }
+    double lb = S->exhaustive ? -1 : tune_lower_bound(T, c); /* the model's parameter state alone over the budget: no probe, no prediction */
+    if (lb > T->memory) {
+        S->nofit++, T->bound_pruned++;
+        return 0;
+    }
     TunePred p;
     char err[1024];
-    if (tune_predict(T, c, &p, err, sizeof err) != 0) die("tune: %s", err);
+    if ((S->exhaustive ? tune_predict : tune_predict_fit)(T, c, &p, err, sizeof err) != 0) die("tune: %s", err);
     if (p.mem > T->memory) {
         S->nofit++;
         return 0;
@@ -330,10 +340,12 @@ int kiln_tune_main(int argc, char **argv) {
     tune_init(&T, model, sets, nsets, &p, gpus, memory, batch, seq, bf16);
     printf("kiln tune %s: %d layers, %d heads (%d kv), batch %d, seq %d, %s, on %d x %s (%.4g GiB each, %d a node)\n", model, T.layers, T.heads,
            T.kv_heads, T.batch, T.seq, bf16 ? "bf16" : "f32", gpus, p.name, memory / (1 << 30), p.node_size);
+    S.exhaustive = getenv("KILN_TUNE_EXHAUSTIVE") != NULL;
     search(&T, &S);
     if (S.n > 0) qsort(S.rows, (size_t)S.n, sizeof(Row), cmp_row); /* rows is NULL when nothing fits */
     printf("searched %d configurations in %.1f s (%d probes compiled, %.1f s): %d fit, %d do not fit %.4g GiB, %d refused by the rules\n", S.tried,
            cmd_now() - t0, T.nprobes, T.probe_seconds, S.n, S.nofit, memory / (1 << 30), S.refused);
+    if (T.bound_pruned) printf("of those over: %d by their parameter state alone (tune_lower_bound), not probed\n", T.bound_pruned);
     if (S.first_refusal[0]) printf("note: %s\n", S.first_refusal);
     if (S.n == 0) return nothing_fits(&T, &S, sets, 0, memory);
     int nver = 0;

@@ -28,6 +28,7 @@ typedef struct {
 } TunePred;
 
 typedef struct TuneProbe TuneProbe;
+typedef struct TunePlans TunePlans; /* the last few ppsched plans built (tune_search.c) */
 
 typedef struct {
     const char *model;
@@ -46,6 +47,8 @@ typedef struct {
     TuneProbe *probes;
     int nprobes, capprobes;
     double probe_seconds; /* compile and simulation time spent in probes */
+    TunePlans *plans;
+    int bound_pruned;     /* candidates over the memory by tune_lower_bound, never predicted */
     /* per rank (pipeline stage): the last tune_predict's memory, the last
      * tune_full's or tune_verify's memplan peak */
     double *fast_mem, *full_mem;
@@ -77,7 +80,20 @@ void tune_free(Tune *T);
 
 /* Why c cannot be built ("" when it can): divisibility, layers, schedule
  * rules, tp. */
-void tune_refusal(const Tune *T, const TuneCand *c, char *why, size_t n);
+void tune_refusal(Tune *T, const TuneCand *c, char *why, size_t n);
+
+/* A lower bound of the fast path's memory of c (bytes per rank) without
+ * compiling c's probe: the parameters, gradients and optimizer state of
+ * the model (the arena's gathered parameters and gradients with dp > 1)
+ * spread evenly over the pp ranks, from an already compiled probe of the
+ * same tp, cp and dp > 1 (they do not depend on the micro-batch size,
+ * recompute or cp-comm); -1 when there is none yet.  tune_predict's
+ * memory is at least this (its largest rank holds at least the mean). */
+double tune_lower_bound(const Tune *T, const TuneCand *c);
+
+/* tune_predict for the search: a candidate whose memory is over
+ * T->memory returns with its memory and an infinite step, unsimulated. */
+int tune_predict_fit(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t errlen);
 
 /* The fast path: one layer's costs and memory from a probe program (two
  * layers, one micro-batch, the candidate's per-rank shapes), composed over

@@ -57,6 +57,13 @@
  *                and h2d streams, one copy at a time, so a rank whose copies
  *                outlast its timeline is copy-bound by the difference.
  *
+ * The search asks for the memory first (tune_predict_fit: a candidate over
+ * the budget is not simulated) and, before any probe, for a lower bound
+ * (tune_lower_bound: the parameter state spread over the pp ranks, which
+ * every probe of the same tp, cp and dp > 1 gives); the last few pipeline
+ * plans are cached (plan_get), since the rules and the prediction ask for
+ * the same one for every recompute policy and cp-comm in a row.
+ *
  * The fast path ranks and prunes; the first rows are then verified by
  * the exact plan on a slice (tune_verify): the candidate with all its
  * layers and the fewest micro-batches m' at which every rank holds as
@@ -102,9 +109,56 @@ struct TuneProbe {
                                           * accumulation buffers); < 0 until a candidate with m 1 asks */
     /* without a pipeline: memory measured at 2 and 3 layers, [m > 1], the
      * optimizer state apart (it shards over dp·cp); filled when asked */
-    int lin_done[5];                     /* by min(m, 4): the peak grows with m up to 4 (tune_verify's slice) */
+    int lin_done[5][2];                  /* by min(m, 4): the peak grows with m up to 4 (tune_verify's slice); by layers 2, 3 */
     double lin_rest[5][2], lin_opt[5][2];
 };
+
+/* The last few pipeline plans built: the search asks for the same (schedule,
+ * p, v, m) for every recompute policy, cp-comm and offload in a row, once to
+ * refuse and once to predict (ppsched_build proves each plan: a walk). */
+#define TUNE_NPLANS 8
+struct TunePlans {
+    struct {
+        int sched, p, v, m, ok;
+        unsigned long used;
+        PpPlan pl;
+        char err[256];
+    } e[TUNE_NPLANS];
+    int n;
+    unsigned long clock;
+};
+
+/* The plan of (s, p, v, m), cached (owned by T->plans: valid until the
+ * next TUNE_NPLANS calls), or NULL with ppsched_build's error. */
+static const PpPlan *plan_get(Tune *T, PpSchedule s, int p, int v, int m, char *err, size_t errlen) {
+    if (!T->plans) T->plans = xcalloc(1, sizeof *T->plans);
+    TunePlans *C = T->plans;
+    int lru = 0;
+    for (int i = 0; i < C->n; i++) {
+        if (C->e[i].sched == (int)s && C->e[i].p == p && C->e[i].v == v && C->e[i].m == m) {
+            C->e[i].used = ++C->clock;
+            if (C->e[i].ok) return &C->e[i].pl;
+            snprintf(err, errlen, "%s", C->e[i].err);
+            return NULL;
+        }
+        if (C->e[i].used < C->e[lru].used) lru = i;
+    }
+    int k = lru;
+    if (C->n < TUNE_NPLANS) k = C->n++;
+    else if (C->e[k].ok) ppsched_free(&C->e[k].pl);
+    memset(&C->e[k], 0, sizeof C->e[k]);
+    C->e[k].sched = (int)s, C->e[k].p = p, C->e[k].v = v, C->e[k].m = m, C->e[k].used = ++C->clock;
+    C->e[k].ok = ppsched_build(&C->e[k].pl, s, p, v, m, C->e[k].err, sizeof C->e[k].err) == 0;
+    if (C->e[k].ok) return &C->e[k].pl;
+    snprintf(err, errlen, "%s", C->e[k].err);
+    return NULL;
+}
+
+static void plans_free(TunePlans *C) {
+    for (int i = 0; C && i < C->n; i++)
+        if (C->e[i].ok) ppsched_free(&C->e[i].pl);
+    free(C);
+}
 
 /* Grows a per-rank array to n entries. */
 static void rank_mem_reserve(double **a, int *cap, int n) {
@@ -292,6 +346,12 @@ static TuneProbe *probe(Tune *T, const TuneCand *c, int b, char *err, size_t err
     if (cost_simulate(m, &T->prof, NULL, &s, err, errlen) != 0) return ir_free(m), NULL;
     probe_cut(P, m, &s);
     probe_measure(P, m);
+    if (P->nl == 2) { /* memory_no_pp's point at 2 layers and 2 micro-batches is this very program (probe_memory) */
+        const Graph *g = m->stages[0];
+        P->lin_opt[2][0] = (double)memplan_stage_peak(g, SPACE_OPT);
+        P->lin_rest[2][0] = (double)(memplan_stage_peak(g, SPACE_PARAMS) + memplan_stage_peak(g, SPACE_GRADS) + memplan_stage_peak(g, SPACE_ACT));
+        P->lin_done[2][0] = 1;
+    }
     cost_sim_free(&s);
     ir_free(m);
     P->transient1 = -1;
@@ -321,10 +381,8 @@ static void probe_memory(Tune *T, const TuneProbe *P, const TuneCand *c, int nl,
 static double memory_no_pp(Tune *T, TuneProbe *P, const TuneCand *c) {
     int k = c->m < 4 ? c->m : 4, L = T->layers; /* m up to 4: measured at min(m, 4) micro-batches */
     if (P->nl < 2) return -1;
-    if (!P->lin_done[k]) {
-        for (int i = 0; i < 2; i++) probe_memory(T, P, c, 2 + i, k, &P->lin_rest[k][i], &P->lin_opt[k][i]);
-        P->lin_done[k] = 1;
-    }
+    for (int i = 0; i < 2; i++)
+        if (!P->lin_done[k][i]) probe_memory(T, P, c, 2 + i, k, &P->lin_rest[k][i], &P->lin_opt[k][i]), P->lin_done[k][i] = 1;
     double rest = P->lin_rest[k][0] + (L - 2) * (P->lin_rest[k][1] - P->lin_rest[k][0]);
     double opt = P->lin_opt[k][0] + (L - 2) * (P->lin_opt[k][1] - P->lin_opt[k][0]);
     return rest + opt * P->dp * P->cp / (c->dp * c->cp);
@@ -372,8 +430,7 @@ typedef struct {
 
 static void comp_free(Comp *C) {
     for (int k = 0; k < 3; k++) free(C->cost[k]), free(C->comp[k]);
-    free(C->nl), free(C->saved);
-    ppsched_free(&C->pl);
+    free(C->nl), free(C->saved); /* C->pl is T->plans' */
 }
 
 /* Chunk costs of c from probe P (zero-bubble schedules keep W apart). */
@@ -419,7 +476,49 @@ static double saved_peak(const Comp *C, int r) {
     return peak;
 }
 
-int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t errlen) {
+/* Rank r's parameters (elements): its layers', the embedding's on the
+ * first stage, the head's on the last (a tied one on both); its layer
+ * count and whether it holds the first and the last chunk. */
+static double rank_params(const Tune *T, const TuneProbe *P, const TuneCand *c, const Comp *C, int r, int *nr, int *first, int *last) {
+    *nr = 0, *first = 0, *last = 0;
+    for (int v = 0; v < C->pl.v; v++) {
+        int ch = pp_chunk(&C->pl, r, v);
+        *nr += C->nl[ch], *first |= ch == 0, *last |= ch == C->nch - 1;
+    }
+    double shrink = 1 - 1.0 / c->tp;
+    if (c->pp == 1) return P->pcount - P->nl * P->pcount_layer + *nr * P->pcount_layer;
+    return *nr * P->pcount_layer + (*first ? T->p_pre - shrink * T->p_pre_tp : 0) + (*last ? T->p_post - shrink * T->p_post_tp : 0);
+}
+
+/* Rank r's memory (bytes): see the top (memory). */
+static double rank_memory(Tune *T, TuneProbe *P, const TuneCand *c, const Comp *C, int r) {
+    int nr, first, last, p = c->pp, g = c->dp * c->cp;
+    double act = 0, ratio = rank_params(T, P, c, C, r, &nr, &first, &last) / P->pcount;
+    for (int v = 0; v < C->pl.v; v++) act += C->saved[pp_chunk(&C->pl, r, v)] / C->pl.v; /* the in-flight pairs spread over the rank's chunks */
+    double keep = p == 1 ? C->saved[0] : saved_peak(C, r);
+    if (c->offload && p > 1 && r < p - 1) keep = fmin(keep, 2 * act); /* the pair computing and the one reloading */
+    double m_r;
+    if (p == 1 && !c->offload && (m_r = memory_no_pp(T, P, c)) >= 0) return m_r; /* measured at 2 and 3 layers, extended (exact where memory is linear in layers) */
+    double tr = c->m == 1 ? transient_one(T, P, c) : P->transient;
+    return (P->sp + P->sg + P->pg_act) * ratio + P->so * P->dp * P->cp * ratio / g + tr + keep;
+}
+
+double tune_lower_bound(const Tune *T, const TuneCand *c) {
+    const TuneProbe *G = NULL;
+    for (int i = 0; i < T->nprobes && !G; i++) {
+        const TuneProbe *P = &T->probes[i];
+        if (P->tp == c->tp && P->cp == c->cp && P->dp == (c->dp > 1 ? 2 : 1)) G = P;
+    }
+    if (!G || G->pcount <= 0) return -1;
+    /* the ranks' parameters add up to the model's (rank_params over r) */
+    double shrink = 1 - 1.0 / c->tp, L = T->layers, total;
+    if (c->pp == 1) total = G->pcount - G->nl * G->pcount_layer + L * G->pcount_layer;
+    else total = L * G->pcount_layer + T->p_pre - shrink * T->p_pre_tp + T->p_post - shrink * T->p_post_tp;
+    double per = (G->sp + G->sg + G->pg_act + G->so * G->dp * c->cp / (c->dp * c->cp)) / G->pcount;
+    return per * total / c->pp;
+}
+
+static int predict(Tune *T, const TuneCand *c, TunePred *out, int prune, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     int b = T->batch / (c->dp * c->m), L = T->layers;
     TuneProbe *P = probe(T, c, b, err, errlen);
@@ -427,10 +526,23 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
     Comp C;
     memset(&C, 0, sizeof C);
     PpSchedule sched = c->pp > 1 ? (PpSchedule)c->sched : PS_1F1B;
-    if (ppsched_build(&C.pl, sched, c->pp, c->pp > 1 ? c->v : 1, c->pp > 1 ? c->m : c->pp, err, errlen) != 0) return -1;
+    const PpPlan *pl = plan_get(T, sched, c->pp, c->pp > 1 ? c->v : 1, c->pp > 1 ? c->m : c->pp, err, errlen);
+    if (!pl) return -1;
+    C.pl = *pl; /* T->plans' */
     C.nch = c->pp * C.pl.v;
     chunk_costs(&C, c, P, L);
     int p = c->pp, g = c->dp * c->cp, inner = c->dp * c->cp * c->tp;
+    /* the memory first: a candidate over the budget needs no step (prune) */
+    double mem = 0;
+    rank_mem_reserve(&T->fast_mem, &T->fast_cap, p);
+    T->fast_n = p;
+    for (int r = 0; r < p; r++) mem = fmax(mem, T->fast_mem[r] = rank_memory(T, P, c, &C, r));
+    out->mem = mem;
+    if (prune && mem > T->memory) {
+        out->step = INFINITY;
+        comp_free(&C);
+        return 0;
+    }
     if (c->offload && p > 1) /* copies the compute does not hide wait before the backward */
         for (int ch = 0; ch < C.nch; ch++) {
             int r = pp_chunk_rank(&C.pl, ch);
@@ -452,25 +564,17 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
         for (int k = 0; k < 3; k++) busy[r] += c->m * C.cost[k][ch], compute[r] += c->m * C.comp[k][ch];
     }
     if (p == 1) end[0] = busy[0];
-    double worst = 0, flops = 0, mem = 0, h0 = 0, t0 = 0, oc0 = 0, cb0 = 0;
-    rank_mem_reserve(&T->fast_mem, &T->fast_cap, p);
-    T->fast_n = p;
+    double worst = 0, flops = 0, h0 = 0, t0 = 0, oc0 = 0, cb0 = 0;
     for (int r = 0; r < p; r++) {
-        double pc = 0, fl = 0, f1 = 0, bl = 0, act = 0;
-        int nr = 0, first = 0, last = 0;
+        double f1 = 0, bl = 0;
+        int nr, first, last;
+        double pc = rank_params(T, P, c, &C, r, &nr, &first, &last);
         for (int v = 0; v < C.pl.v; v++) {
             int ch = pp_chunk(&C.pl, r, v);
-            nr += C.nl[ch], first |= ch == 0, last |= ch == C.nch - 1;
             f1 += C.cost[KF][ch], bl += C.cost[KB][ch] + C.cost[KW][ch];
-            act += C.saved[ch] / C.pl.v; /* the in-flight pairs spread over the rank's chunks */
         }
-        /* the embedding's parameters on the first stage, the head's on the last (a tied one on both) */
-        double shrink = 1 - 1.0 / c->tp;
-        pc = nr * P->pcount_layer + (first ? T->p_pre - shrink * T->p_pre_tp : 0) + (last ? T->p_post - shrink * T->p_post_tp : 0);
-        if (p == 1) pc = P->pcount - P->nl * P->pcount_layer + nr * P->pcount_layer;
         double ratio = pc / P->pcount;
-        fl = c->m * (nr * P->fl_layer + (first ? P->fl_extra / 2 : 0) + (last ? P->fl_extra / 2 : 0));
-        flops += fl;
+        flops += c->m * (nr * P->fl_layer + (first ? P->fl_extra / 2 : 0) + (last ? P->fl_extra / 2 : 0));
         /* data parallel over dp·cp: gradients out, parameters in */
         double gbytes = P->sg * ratio, pbytes = P->sp * ratio, ag = 0, rs = 0;
         if (g > 1) {
@@ -493,19 +597,7 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
         double copy_bound = fmax(0, fmax(off_b / T->prof.d2h_bw, off_b / T->prof.h2d_bw) - end[r]);
         double total = head + end[r] + copy_bound + tail_x + optc;
         worst = fmax(worst, total);
-        if (r == 0) cb0 = copy_bound;
-        double keep = p == 1 ? C.saved[0] : saved_peak(&C, r);
-        if (c->offload && p > 1 && r < p - 1) keep = fmin(keep, 2 * act); /* the pair computing and the one reloading */
-        double m_r;
-        if (p == 1 && !c->offload && (m_r = memory_no_pp(T, P, c)) >= 0) {
-            /* measured at 2 and 3 layers, extended (exact where memory is linear in layers) */
-        } else {
-            double tr = c->m == 1 ? transient_one(T, P, c) : P->transient;
-            m_r = (P->sp + P->sg + P->pg_act) * ratio + P->so * P->dp * P->cp * ratio / g + tr + keep;
-        }
-        mem = fmax(mem, m_r);
-        T->fast_mem[r] = m_r;
-        if (r == 0) h0 = head, t0 = tail_x, oc0 = optc;
+        if (r == 0) cb0 = copy_bound, h0 = head, t0 = tail_x, oc0 = optc;
     }
     out->step = worst;
     out->compute = compute[0] + oc0;
@@ -519,7 +611,6 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
     out->comm -= out->copy;
     out->copy += cb0;
     out->bubble = fmax(0, out->step - out->compute - out->comm - out->copy);
-    out->mem = mem;
     out->tokens_s = (double)T->batch * T->seq / out->step;
     double peak = T->bf16 ? T->prof.peak_flops_bf16 : T->prof.peak_flops_f32;
     out->mfu = flops / (p * out->step * peak);
@@ -527,6 +618,10 @@ int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t er
     comp_free(&C);
     return 0;
 }
+
+int tune_predict(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t errlen) { return predict(T, c, out, 0, err, errlen); }
+
+int tune_predict_fit(Tune *T, const TuneCand *c, TunePred *out, char *err, size_t errlen) { return predict(T, c, out, 1, err, errlen); }
 
 /* The whole program of c at m micro-batches (a global batch of dp·b·m)
  * compiled and simulated; each rank's memplan peak into T->full_mem. */
@@ -716,9 +811,9 @@ void tune_init(Tune *T, const char *model, KeyVal *sets, int nsets, const Profil
     if (!T->layers) die("tune: %s has no layer(i, ...) blocks to place on pipeline stages", model);
 }
 
-void tune_free(Tune *T) { free(T->probes), free(T->fast_mem), free(T->full_mem); }
+void tune_free(Tune *T) { free(T->probes), free(T->fast_mem), free(T->full_mem), plans_free(T->plans); }
 
-void tune_refusal(const Tune *T, const TuneCand *c, char *why, size_t n) {
+void tune_refusal(Tune *T, const TuneCand *c, char *why, size_t n) {
     why[0] = 0;
     if (c->tp > 1 && (T->heads % c->tp || T->kv_heads % c->tp)) {
         snprintf(why, n, "tp %d: heads %d and kv heads %d must be multiples of tp (tp.c)", c->tp, T->heads, T->kv_heads);
@@ -734,10 +829,8 @@ void tune_refusal(const Tune *T, const TuneCand *c, char *why, size_t n) {
     else if (c->pp * (c->pp > 1 ? c->v : 1) > T->layers) snprintf(why, n, "%d chunks, %d layers", c->pp * c->v, T->layers);
     else if (c->pp == 1 && c->offload) snprintf(why, n, "offload is searched with a pipeline only");
     else if (c->pp > 1) {
-        PpPlan pl;
         char err[256];
-        if (ppsched_build(&pl, (PpSchedule)c->sched, c->pp, c->v, c->m, err, sizeof err) != 0) snprintf(why, n, "%s", err);
-        else ppsched_free(&pl);
+        if (!plan_get(T, (PpSchedule)c->sched, c->pp, c->v, c->m, err, sizeof err)) snprintf(why, n, "%s", err);
     }
 }
 
