@@ -319,7 +319,11 @@ static void probe_measure(TuneProbe *P, const Module *m) {
     P->saved_extra = fmax(0, all - P->nl * P->saved_layer);
     /* --zero 1 over dp > 1: the gathered f32 params and the f32 gradients
      * live in the activation arena (memplan_report: 4 + 4 bytes a
-     * parameter); they scale with the stage's parameters, not the rest */
+     * parameter); they scale with the stage's parameters, not the rest.
+     * Under --precision bf16 the gathered params are 2 bytes (precision.c),
+     * but 8 stays: corrected alone, the term made the fast path's memory
+     * of the pp 16 rows of GPT-3 175B lower still against the exact plan
+     * (61 vs 79 GiB; docs/decisions.md, session 9) */
     P->pg_act = P->dp > 1 ? 8 * P->pcount : 0;
     P->transient = fmax(0, (double)memplan_stage_peak(g, SPACE_ACT) - all - P->pg_act);
 }
