@@ -71,7 +71,7 @@ enum { K_NONE, K_TOK, K_ROWS }; /* region value kinds: [B,T,..] with T at dim 1;
 
 typedef struct {
     const Graph *g;
-    int K, bug;     /* bug: --test-tp-bug chunk-order */
+    int K, tp, bug; /* bug: --test-tp-bug chunk-order */
     int64_t Tg;     /* the gathered sequence (dim 1 of region values) */
     char *kind;     /* per value: K_* */
     char *role;     /* per node: R_* */
@@ -86,6 +86,7 @@ typedef struct {
     int *chunk;     /* [old value][K]: chunk i of a region value */
     int *unic;      /* old uniform value -> its chunk-shaped copy */
     int *cat;       /* old rows value -> its chunks concatenated (chunk-major) */
+    int *entry;     /* [old value][K]: chunk i of a whole value a token-wise op reads (entry_chunk) */
     char *drop;     /* per node: a broadcast or const only chunked readers read (not copied) */
 } Ov;
 
@@ -143,9 +144,9 @@ static int classify(Ov *O, const Node *n, int *okind) {
     *okind = K_NONE;
     if (n->nout > 1) return R_BAD;
     unsigned f = ir_ops[n->op].flags;
-    if (f & F_ELEMENTWISE) {
+    if (f & F_ELEMENTWISE) { /* other inputs: uniform (rebuilt at the chunk's shape) or whole (sliced: entry_chunk) */
         for (int k = 0; k < n->nin; k++)
-            if (O->kind[n->in[k]] != K_TOK && !uniform(O, n->in[k])) return R_BAD;
+            if (O->kind[n->in[k]] == K_ROWS) return R_BAD;
         return *okind = K_TOK, R_TOK;
     }
     const Type *t0 = vty(O, n->in[0]);
@@ -267,6 +268,27 @@ static int uni_chunk(Ov *O, int v) {
 
 static int *chunks(Ov *O, int v) { return O->chunk + (size_t)v * (size_t)O->K; }
 
+/* Chunk i of a whole value u [B,T,..] (not a region value: Llama's
+ * residual stream, a partial sum over tp until its reduce-scatter) that a
+ * token-wise op reads beside region values: its tokens {(r', i)} in
+ * rank-major order, [B, tp, K, s, R] sliced at i on dim 2 (one strided
+ * copy of 1/K of u), built where n first needs it. */
+static int entry_chunk(Ov *O, const Node *n, int u, int i) {
+    int *c = O->entry + (size_t)u * (size_t)O->K;
+    if (c[i] >= 0) return c[i];
+    const Type *t = vty(O, u);
+    Module *m = O->g->m;
+    int64_t B = t->dim[0], s = O->Tg / ((int64_t)O->tp * O->K), R = ir_numel(t) / (B * O->Tg);
+    int64_t five[5] = {B, O->tp, O->K, s, R};
+    Attr a = ir_attr_ints(m, "shape", five, 5);
+    int x = emit1(O, n, OP_reshape, 1, &O->map[u], 1, &a, u);
+    Attr sl[3] = {ir_attr_int(m, "dim", 2), ir_attr_int(m, "start", i), ir_attr_int(m, "end", i + 1)};
+    x = emit1(O, n, OP_slice, 1, &x, 3, sl, u);
+    Type ct = chunk_type(O, t, K_TOK);
+    Attr b = ir_attr_ints(m, "shape", ct.dim, ct.rank);
+    return c[i] = emit1(O, n, OP_reshape, 1, &x, 1, &b, u);
+}
+
 /* seed: the rank's tokens cut into K slices, each all-gathered */
 static void emit_seed(Ov *O, const Node *n) {
     int x = O->map[n->in[0]], *c = chunks(O, n->out[0]);
@@ -289,7 +311,7 @@ static void emit_tok(Ov *O, const Node *n) {
     for (int i = 0; i < O->K; i++) {
         for (int k = 0; k < n->nin; k++) {
             int u = n->in[k];
-            in[k] = O->kind[u] ? chunks(O, u)[i] : ew && O->uni[u] == 2 ? uni_chunk(O, u) : O->map[u];
+            in[k] = O->kind[u] ? chunks(O, u)[i] : !ew ? O->map[u] : uniform(O, u) ? uni_chunk(O, u) : entry_chunk(O, n, u, i);
         }
         chunks(O, n->out[0])[i] = emit1(O, n, n->op, n->nin, in, n->nattr, at, n->out[0]);
     }
@@ -359,7 +381,7 @@ static void mark_drops(Ov *O) {
         const Node *n = &g->nodes[i];
         if (O->role[i] != R_TOK || !accepted(O, i) || !(ir_ops[n->op].flags & F_ELEMENTWISE)) continue;
         for (int k = 0; k < n->nin; k++)
-            if (!O->kind[n->in[k]]) O->nuse[n->in[k]]--; /* readers that take the chunk copy */
+            if (!O->kind[n->in[k]] && uniform(O, n->in[k])) O->nuse[n->in[k]]--; /* readers that take the chunk-shaped copy */
     }
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
@@ -371,7 +393,7 @@ void pass_tp_overlap(Module *m, const Options *o) {
     if (o->tp_chunks <= 1 || m->mesh[3] <= 1 || m->nstages != 1) return;
     const Graph *g = m->stages[0];
     size_t nv = (size_t)g->nvals, nn = (size_t)g->nnodes;
-    Ov O = {.g = g, .K = o->tp_chunks, .bug = o->tp_bug == 4};
+    Ov O = {.g = g, .K = o->tp_chunks, .tp = m->mesh[3], .bug = o->tp_bug == 4};
     O.kind = xcalloc(nv, 1), O.var = xcalloc(nv, 1), O.uni = xcalloc(nv, 1), O.role = xcalloc(nn + 1, 1);
     O.parent = xcalloc(nn + 1, sizeof(int)), O.reject = xcalloc(nn + 1, 1), O.nuse = xcalloc(nv, sizeof(int));
     for (size_t i = 0; i < nn; i++) O.parent[i] = (int)i;
@@ -380,6 +402,8 @@ void pass_tp_overlap(Module *m, const Options *o) {
     O.b = (Builder){.g = ir_graph_new(m), .pass = "tp_overlap", .layer = -1};
     O.map = xcalloc(nv, sizeof(int)), O.chunk = xcalloc(nv * (size_t)O.K, sizeof(int));
     O.unic = xcalloc(nv, sizeof(int)), O.cat = xcalloc(nv, sizeof(int)), O.drop = xcalloc(nn + 1, 1);
+    O.entry = xcalloc(nv * (size_t)O.K, sizeof(int));
+    for (size_t v = 0; v < nv * (size_t)O.K; v++) O.entry[v] = -1;
     for (size_t v = 0; v < nv; v++) O.map[v] = O.unic[v] = O.cat[v] = -1;
     for (size_t i = 0; i < nn; i++)
         for (int k = 0; k < g->nodes[i].nin; k++) O.nuse[g->nodes[i].in[k]]++;
@@ -403,5 +427,5 @@ void pass_tp_overlap(Module *m, const Options *o) {
     }
     m->stages[0] = O.b.g;
     free(O.kind), free(O.var), free(O.uni), free(O.role), free(O.parent), free(O.reject), free(O.nuse);
-    free(O.map), free(O.chunk), free(O.unic), free(O.cat), free(O.drop);
+    free(O.map), free(O.chunk), free(O.unic), free(O.cat), free(O.drop), free(O.entry);
 }

@@ -40,6 +40,16 @@ d4=$("$K" dump models/tiny.lua --set layers=1 --tp 2 --tp-chunks 4 --after tp_ov
 chunk=$(printf '%s\n' "$d4" | grep -c 'f32\[8,16,64\] = allgather .*group="tp", dim=1}.* L0 fwd')
 check "the MLP's all-gathers take [8,8,64] (a quarter of the rank's 32 tokens) and give [8,16,64]: $chunk" '[ "$chunk" = 4 ]'
 
+# Llama keeps its residual stream a partial sum over tp (no biases: every
+# add is linear) and reduce-scatters it before each norm: the MLP's output
+# add reads the stream by chunk (a strided slice of the whole), so its
+# reduce-scatter is chunked, and so is the next one (attention-out's, whose
+# add reads the chunked stream); attention's all-gather stays whole (rope
+# and attention read the sequence in order)
+dl=$("$K" dump $(llama 4) --tp 2 --tp-chunks 2 --after tp_overlap 2>&1)
+got=$(for ph in fwd bwd; do printf '%s ' "$(printf '%s\n' "$dl" | grep -c "f32\[4,4,64\]<tp=s1> = reducescatter .* $ph\$")" "$(printf '%s\n' "$dl" | grep -c "f32\[4,8,64\] = allgather .* $ph\$")"; done)
+check "llama 2 layers tp 2 K 2: chunk reduce-scatters and all-gathers fwd 6 4 (MLPs 2+2, layer 1's attention-out 2), bwd 4 4: $got" '[ "$got" = "6 4 4 4 " ]'
+
 # the chunked program reads back and re-dumps byte for byte (irtext)
 "$K" dump $(llama 4) --tp 2 --tp-chunks 2 --after memplan -o "$tmp/a.ir" && "$K" dump "$tmp/a.ir" -o "$tmp/b.ir"
 check "llama tp 2 K 2 after memplan: the dump reads back byte for byte" "[ -s '$tmp/a.ir' ] && cmp -s '$tmp/a.ir' '$tmp/b.ir'"
