@@ -66,8 +66,9 @@
 
 #include "passes.h"
 
-enum { R_NONE, R_SEED, R_TOK, R_RS, R_DW, R_SUMTO, R_BAD };
-enum { K_NONE, K_TOK, K_ROWS }; /* region value kinds: [B,T,..] with T at dim 1; rows [B*T, X] */
+enum { R_NONE, R_SEED, R_TOK, R_RS, R_DW, R_SUMTO, R_ROPE, R_ATT, R_BAD };
+/* region value kinds: the gathered tokens at dim 1 ([B,T,..]) or 2 ([B,H,T,D], attention's layout); rows [B*T, X] */
+enum { K_NONE, K_TOK, K_TOK2, K_ROWS };
 
 typedef struct {
     const Graph *g;
@@ -87,6 +88,8 @@ typedef struct {
     int *unic;      /* old uniform value -> its chunk-shaped copy */
     int *cat;       /* old rows value -> its chunks concatenated (chunk-major) */
     int *entry;     /* [old value][K]: chunk i of a whole value a token-wise op reads (entry_chunk) */
+    int *whole;     /* old region value -> its chunks joined, chunk-major (attention's inputs and outputs) */
+    int *perm;      /* old positions value (nvals: 0..T-1) -> the positions in chunk-major order */
     char *drop;     /* per node: a broadcast or const only chunked readers read (not copied) */
 } Ov;
 
@@ -138,46 +141,75 @@ static int uniform(Ov *O, int v) {
     return u;
 }
 
-/* The role of node n, which reads a region value, and its output's kind. */
+/* The kind all region inputs of n share (K_NONE: none, -1: they differ). */
+static int region_kind(const Ov *O, const Node *n) {
+    int kd = K_NONE;
+    for (int k = 0; k < n->nin; k++) {
+        int c = O->kind[n->in[k]];
+        if (c && kd && c != kd) return -1;
+        if (c) kd = c;
+    }
+    return kd;
+}
+
+/* attention (q, k, v [, qpos, kpos]) or attention_bwd (do, q, k, v, o, lse
+ * [, qpos, kpos]): every tensor input a region value in attention's layout */
+static int attention_ok(const Ov *O, const Node *n) {
+    int nt = n->op == OP_attention ? 3 : 6;
+    if (n->nin != nt && n->nin != nt + 2) return 0;
+    for (int k = 0; k < n->nin; k++)
+        if ((O->kind[n->in[k]] == K_TOK2) != (k < nt)) return 0;
+    return 1;
+}
+
+/* The role of node n, which reads a region value, and its outputs' kind. */
 static int classify(Ov *O, const Node *n, int *okind) {
     const Type *to = n->nout ? vty(O, n->out[0]) : NULL;
-    *okind = K_NONE;
+    int kd = region_kind(O, n);
+    *okind = kd;
+    if (kd < 0) return R_BAD;
+    if (n->op == OP_attention || n->op == OP_attention_bwd) return attention_ok(O, n) ? R_ATT : R_BAD;
     if (n->nout > 1) return R_BAD;
     unsigned f = ir_ops[n->op].flags;
     if (f & F_ELEMENTWISE) { /* other inputs: uniform (rebuilt at the chunk's shape) or whole (sliced: entry_chunk) */
+        if (kd == K_ROWS) return R_BAD;
         for (int k = 0; k < n->nin; k++)
-            if (O->kind[n->in[k]] == K_ROWS) return R_BAD;
-        return *okind = K_TOK, R_TOK;
+            if (!O->kind[n->in[k]] && kd != K_TOK) return R_BAD;
+        return R_TOK;
     }
     const Type *t0 = vty(O, n->in[0]);
+    int dim = (int)ir_attr_i(n, "dim", 0);
     switch (n->op) {
     case OP_matmul: {
         int ta = (int)ir_attr_i(n, "ta", 0), tb = (int)ir_attr_i(n, "tb", 0);
         if (!ta && O->kind[n->in[0]] == K_TOK && t0->rank >= 3 && !O->kind[n->in[1]] && !O->var[n->in[1]] && vty(O, n->in[1])->rank == 2)
-            return *okind = K_TOK, R_TOK;
-        if (ta && !tb && O->kind[n->in[0]] == K_ROWS && O->kind[n->in[1]] == K_ROWS) return R_DW;
+            return R_TOK;
+        if (ta && !tb && O->kind[n->in[0]] == K_ROWS && O->kind[n->in[1]] == K_ROWS) return *okind = K_NONE, R_DW;
         return R_BAD;
     }
     case OP_reshape:
-        if (O->kind[n->in[0]] != K_TOK) return R_BAD;
-        if (to->rank >= 2 && to->dim[0] == t0->dim[0] && to->dim[1] == O->Tg) return *okind = K_TOK, R_TOK;
+        if (kd != K_TOK) return R_BAD;
+        if (to->rank >= 2 && to->dim[0] == t0->dim[0] && to->dim[1] == O->Tg) return R_TOK;
         if (to->rank == 2 && to->dim[0] == t0->dim[0] * O->Tg) return *okind = K_ROWS, R_TOK;
         return R_BAD;
     case OP_transpose: {
         int a = (int)ir_attr_i(n, "a", 0), b = (int)ir_attr_i(n, "b", 0);
-        return O->kind[n->in[0]] == K_TOK && a > 1 && b > 1 ? (*okind = K_TOK, R_TOK) : R_BAD;
+        if (kd == K_ROWS || a == 0 || b == 0) return R_BAD;
+        if (a + b == 3) return *okind = kd == K_TOK ? K_TOK2 : K_TOK, R_TOK; /* dims 1 and 2 swapped */
+        return a != kd && b != kd ? R_TOK : R_BAD;
     }
     case OP_slice:
-        return O->kind[n->in[0]] == K_TOK && ir_attr_i(n, "dim", 0) > 1 ? (*okind = K_TOK, R_TOK) : R_BAD;
+        return kd != K_ROWS && dim > 0 && dim != kd ? R_TOK : R_BAD;
     case OP_concat:
-        if (ir_attr_i(n, "dim", 0) < 2) return R_BAD;
         for (int k = 0; k < n->nin; k++)
-            if (O->kind[n->in[k]] != K_TOK) return R_BAD;
-        return *okind = K_TOK, R_TOK;
+            if (!O->kind[n->in[k]]) return R_BAD;
+        return kd != K_ROWS && dim > 0 && dim != kd ? R_TOK : R_BAD;
+    case OP_rope: case OP_rope_bwd: /* (x [B,T,H,D], pos [T]): each chunk rotated by its tokens' positions */
+        return kd == K_TOK && !O->kind[n->in[1]] ? R_ROPE : R_BAD;
     case OP_reducescatter:
-        return is_rs(n) && O->kind[n->in[0]] == K_TOK && t0->rank == 3 ? R_RS : R_BAD;
+        return is_rs(n) && kd == K_TOK && t0->rank == 3 ? (*okind = K_NONE, R_RS) : R_BAD;
     case OP_sumto:
-        return O->kind[n->in[0]] == K_TOK && to->rank <= t0->rank - 2 ? R_SUMTO : R_BAD;
+        return kd == K_TOK && to->rank <= t0->rank - 2 ? (*okind = K_NONE, R_SUMTO) : R_BAD;
     default:
         return R_BAD;
     }
@@ -208,7 +240,8 @@ static void find_regions(Ov *O) {
         int ok;
         O->role[i] = (char)classify(O, n, &ok);
         if (O->role[i] == R_BAD) bad[nbad++] = i;
-        else if (n->nout) O->kind[n->out[0]] = (char)ok;
+        else
+            for (int k = 0; k < n->nout; k++) O->kind[n->out[k]] = (char)ok;
         for (int k = 0; k < n->nin; k++)
             if (O->kind[n->in[k]]) unite(O, i, g->vals[n->in[k]].def);
     }
@@ -226,7 +259,8 @@ static int emit(Ov *O, const Node *n, Op op, int nin, const int *in, int nattr, 
     int j = ir_build(&O->b, op, nin, in, nattr, at, src);
     Node *c = &O->b.g->nodes[j];
     c->stage = n->stage, c->vstage = n->vstage, c->mb = n->mb;
-    for (int k = 0; k < c->nout; k++) memcpy(O->b.g->vals[c->out[k]].sh, O->g->vals[like[k]].sh, sizeof O->g->vals[0].sh);
+    for (int k = 0; k < c->nout; k++)
+        if (like[k] >= 0) memcpy(O->b.g->vals[c->out[k]].sh, O->g->vals[like[k]].sh, sizeof O->g->vals[0].sh);
     return j;
 }
 static int emit1(Ov *O, const Node *n, Op op, int nin, const int *in, int nattr, const Attr *at, int like) {
@@ -236,7 +270,7 @@ static int emit1(Ov *O, const Node *n, Op op, int nin, const int *in, int nattr,
 /* t with its token dim (dim 1, or rows dim 0) cut into K. */
 static Type chunk_type(const Ov *O, const Type *t, int kind) {
     Type c = *t;
-    c.dim[kind == K_ROWS ? 0 : 1] /= O->K;
+    c.dim[kind == K_ROWS ? 0 : kind] /= O->K;
     return c;
 }
 
@@ -267,6 +301,71 @@ static int uni_chunk(Ov *O, int v) {
 }
 
 static int *chunks(Ov *O, int v) { return O->chunk + (size_t)v * (size_t)O->K; }
+
+/* Chunk i of region value v, read by n: built, or sliced from v whole
+ * (an attention output: the chunks in chunk-major order, so chunk i is
+ * the contiguous i-th K-th of the token dim). */
+static int chunk_of(Ov *O, const Node *n, int v, int i) {
+    int *c = chunks(O, v);
+    if (c[i] >= 0) return c[i];
+    if (O->whole[v] < 0) ICE("tp_overlap: chunk %d of %%%d read before it is built", i, v);
+    int d = O->kind[v];
+    int64_t l = vty(O, v)->dim[d] / O->K;
+    Attr a[3] = {ir_attr_int(O->g->m, "dim", d), ir_attr_int(O->g->m, "start", i * l), ir_attr_int(O->g->m, "end", (i + 1) * l)};
+    return c[i] = emit1(O, n, OP_slice, 1, &O->whole[v], 3, a, v);
+}
+
+/* Region value v whole, its tokens in chunk-major order (chunk i's tokens
+ * {(r', i)} at [i T/K, (i+1) T/K)): the chunks concatenated. */
+static int join(Ov *O, const Node *n, int v) {
+    if (O->whole[v] >= 0) return O->whole[v];
+    int *c = xcalloc((size_t)O->K, sizeof(int));
+    for (int i = 0; i < O->K; i++) c[i] = chunk_of(O, n, v, i);
+    Attr d = ir_attr_int(O->g->m, "dim", O->kind[v]);
+    O->whole[v] = emit1(O, n, OP_concat, O->K, c, 1, &d, v);
+    free(c);
+    return O->whole[v];
+}
+
+/* The positions of the tokens in chunk-major order: pos (i32 [T], the
+ * rank's positions in order; -1: 0..T-1) as [tp, K, s] with its first two
+ * dims swapped.  Once per pos. */
+static int perm_pos(Ov *O, const Node *n, int pos) {
+    int *slot = &O->perm[pos < 0 ? O->g->nvals : pos];
+    if (*slot >= 0) return *slot;
+    Module *m = O->g->m;
+    Type t = {.dt = DT_I32, .rank = 1, .dim = {O->Tg}};
+    int x = pos < 0 ? ir_out(O->b.g, emit(O, n, OP_iota, 0, NULL, 0, NULL, &t, (int[]){-1})) : O->map[pos];
+    int64_t three[3] = {O->tp, O->K, O->Tg / ((int64_t)O->tp * O->K)};
+    Attr a = ir_attr_ints(m, "shape", three, 3), tr[2] = {ir_attr_int(m, "a", 0), ir_attr_int(m, "b", 1)}, b = ir_attr_ints(m, "shape", t.dim, 1);
+    x = emit1(O, n, OP_reshape, 1, &x, 1, &a, -1);
+    x = emit1(O, n, OP_transpose, 1, &x, 2, tr, -1);
+    return *slot = emit1(O, n, OP_reshape, 1, &x, 1, &b, -1);
+}
+
+/* rope, rope_bwd (x, pos): chunk i rotated by its tokens' positions */
+static void emit_rope(Ov *O, const Node *n) {
+    int p = perm_pos(O, n, n->in[1]);
+    int64_t l = O->Tg / O->K;
+    for (int i = 0; i < O->K; i++) {
+        Attr a[3] = {ir_attr_int(O->g->m, "dim", 0), ir_attr_int(O->g->m, "start", i * l), ir_attr_int(O->g->m, "end", (i + 1) * l)};
+        int in[2] = {chunk_of(O, n, n->in[0], i), emit1(O, n, OP_slice, 1, &p, 3, a, -1)};
+        chunks(O, n->out[0])[i] = emit1(O, n, n->op, 2, in, n->nattr, n->attr, n->out[0]);
+    }
+}
+
+/* attention, attention_bwd: one node over the whole sequence in chunk-major
+ * order (its inputs joined; the tokens' positions given explicitly, so
+ * the causal mask and window are the single device's); its outputs whole,
+ * their chunks sliced where read. */
+static void emit_att(Ov *O, const Node *n) {
+    int nt = n->op == OP_attention ? 3 : 6, in[8];
+    for (int k = 0; k < nt; k++) in[k] = join(O, n, n->in[k]);
+    in[nt] = perm_pos(O, n, n->nin > nt ? n->in[nt] : -1);
+    in[nt + 1] = perm_pos(O, n, n->nin > nt ? n->in[nt + 1] : -1);
+    int j = emit(O, n, n->op, nt + 2, in, n->nattr, n->attr, NULL, n->out);
+    for (int k = 0; k < n->nout; k++) O->whole[n->out[k]] = O->b.g->nodes[j].out[k];
+}
 
 /* Chunk i of a whole value u [B,T,..] (not a region value: Llama's
  * residual stream, a partial sum over tp until its reduce-scatter) that a
@@ -311,7 +410,7 @@ static void emit_tok(Ov *O, const Node *n) {
     for (int i = 0; i < O->K; i++) {
         for (int k = 0; k < n->nin; k++) {
             int u = n->in[k];
-            in[k] = O->kind[u] ? chunks(O, u)[i] : !ew ? O->map[u] : uniform(O, u) ? uni_chunk(O, u) : entry_chunk(O, n, u, i);
+            in[k] = O->kind[u] ? chunk_of(O, n, u, i) : !ew ? O->map[u] : uniform(O, u) ? uni_chunk(O, u) : entry_chunk(O, n, u, i);
         }
         chunks(O, n->out[0])[i] = emit1(O, n, n->op, n->nin, in, n->nattr, at, n->out[0]);
     }
@@ -321,7 +420,7 @@ static void emit_tok(Ov *O, const Node *n) {
 /* reduce-scatter: K of them, the rank's K sub-chunks concatenated in order */
 static void emit_rs(Ov *O, const Node *n) {
     int *rs = xcalloc((size_t)O->K, sizeof(int));
-    for (int i = 0; i < O->K; i++) rs[i] = emit1(O, n, OP_reducescatter, 1, &chunks(O, n->in[0])[i], n->nattr, n->attr, n->out[0]);
+    for (int i = 0; i < O->K; i++) rs[i] = emit1(O, n, OP_reducescatter, 1, (int[]){chunk_of(O, n, n->in[0], i)}, n->nattr, n->attr, n->out[0]);
     if (O->bug && n->phase == PH_FWD) /* --test-tp-bug chunk-order: the rank's sub-chunks joined in reverse */
         for (int i = 0; i < O->K / 2; i++) {
             int t = rs[i];
@@ -351,7 +450,7 @@ static void emit_dw(Ov *O, const Node *n) {
 static void emit_sumto(Ov *O, const Node *n) {
     int acc = -1;
     for (int i = 0; i < O->K; i++) {
-        int s = emit1(O, n, OP_sumto, 1, &chunks(O, n->in[0])[i], n->nattr, n->attr, n->out[0]);
+        int s = emit1(O, n, OP_sumto, 1, (int[]){chunk_of(O, n, n->in[0], i)}, n->nattr, n->attr, n->out[0]);
         if (acc < 0) acc = s;
         else {
             int in[2] = {acc, s};
@@ -403,6 +502,10 @@ void pass_tp_overlap(Module *m, const Options *o) {
     O.map = xcalloc(nv, sizeof(int)), O.chunk = xcalloc(nv * (size_t)O.K, sizeof(int));
     O.unic = xcalloc(nv, sizeof(int)), O.cat = xcalloc(nv, sizeof(int)), O.drop = xcalloc(nn + 1, 1);
     O.entry = xcalloc(nv * (size_t)O.K, sizeof(int));
+    O.whole = xcalloc(nv, sizeof(int)), O.perm = xcalloc(nv + 1, sizeof(int));
+    for (size_t v = 0; v <= nv; v++) O.perm[v] = -1;
+    for (size_t v = 0; v < nv; v++) O.whole[v] = -1;
+    for (size_t v = 0; v < nv * (size_t)O.K; v++) O.chunk[v] = -1;
     for (size_t v = 0; v < nv * (size_t)O.K; v++) O.entry[v] = -1;
     for (size_t v = 0; v < nv; v++) O.map[v] = O.unic[v] = O.cat[v] = -1;
     for (size_t i = 0; i < nn; i++)
@@ -422,10 +525,12 @@ void pass_tp_overlap(Module *m, const Options *o) {
         case R_TOK: emit_tok(&O, n); break;
         case R_RS: emit_rs(&O, n); break;
         case R_DW: emit_dw(&O, n); break;
-        default: emit_sumto(&O, n); break;
+        case R_SUMTO: emit_sumto(&O, n); break;
+        case R_ROPE: emit_rope(&O, n); break;
+        default: emit_att(&O, n); break;
         }
     }
     m->stages[0] = O.b.g;
     free(O.kind), free(O.var), free(O.uni), free(O.role), free(O.parent), free(O.reject), free(O.nuse);
-    free(O.map), free(O.chunk), free(O.unic), free(O.cat), free(O.drop), free(O.entry);
+    free(O.map), free(O.chunk), free(O.unic), free(O.cat), free(O.drop), free(O.entry), free(O.whole), free(O.perm);
 }

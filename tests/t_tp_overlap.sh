@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # tp comm overlap by token chunks (--tp-chunks K, compiler/tp_overlap.c,
 # issue 22): the sequence-parallel all-gather -> MLP -> reduce-scatter chain
-# cut into K chunks of the rank's tokens.  `kiln check` (every rank in f64
+# cut into K chunks of the rank's tokens, and attention's (one attention over
+# the chunks joined, with their positions).  `kiln check` (every rank in f64
 # against one device, relative 1e-9) on tiny GPT and tiny Llama with tp 2
 # and 4, K 2 and 4, with dp, pp (zb-v: its B/W split), recompute and lhs;
-# the program's shape (K collectives where there was one, attention's
-# untouched); K = 1 is today's program byte for byte; the chunked dump reads
-# back; a planted bug (a chunk's reduce-scatter dropped) fails the check;
-# the bad inputs, one line each.
+# the program's shape (K collectives where there was one); K = 1 is today's
+# program byte for byte; the chunked dump reads back; a planted bug (the
+# chunks joined in the wrong order) fails the check; the bad inputs, one
+# line each.
 . "$(dirname "$0")/lib.sh"
 LR="--warmup 1 --lr 0.01"
 llama() { echo "models/llama.lua --set vocab=128 --set dim=64 --set layers=2 --set heads=8 --set kv_heads=$1 --set ffn=128 --set seq=16 --set batch=4 $LR"; }
@@ -35,20 +36,20 @@ count() { printf '%s\n' "$1" | grep -c "$2 .*group=\"tp\", dim=1}.* $3\$"; }
 d2=$("$K" dump models/tiny.lua --set layers=2 --tp 2 --after tp_overlap 2>&1)
 d4=$("$K" dump models/tiny.lua --set layers=2 --tp 2 --tp-chunks 4 --after tp_overlap 2>&1)
 got="$(count "$d2" allgather fwd) $(count "$d2" reducescatter fwd) $(count "$d2" allgather bwd) $(count "$d2" reducescatter bwd) -> $(count "$d4" allgather fwd) $(count "$d4" reducescatter fwd) $(count "$d4" allgather bwd) $(count "$d4" reducescatter bwd)"
-check "tiny 2 layers tp 2 K 4, the tp all-gathers/reduce-scatters on the sequence fwd, bwd: each layer's MLP one becomes 4 (+6), attention's and the head's stay: $got" '[ "$got" = "5 5 5 5 -> 11 11 11 11" ]'
+check "tiny 2 layers tp 2 K 4, the tp all-gathers/reduce-scatters on the sequence fwd, bwd: each layer's two become 8, the LM head's stays whole (its logits are not token-wise to the loss): $got" '[ "$got" = "5 5 5 5 -> 17 17 17 17" ]'
 d4=$("$K" dump models/tiny.lua --set layers=1 --tp 2 --tp-chunks 4 --after tp_overlap 2>&1)
 chunk=$(printf '%s\n' "$d4" | grep -c 'f32\[8,16,64\] = allgather .*group="tp", dim=1}.* L0 fwd')
-check "the MLP's all-gathers take [8,8,64] (a quarter of the rank's 32 tokens) and give [8,16,64]: $chunk" '[ "$chunk" = 4 ]'
+att=$(printf '%s\n' "$d4" | grep -c 'attention %[0-9]*, %[0-9]*, %[0-9]*, %[0-9]*, %[0-9]* {causal=1')
+check "layer 0's all-gathers take [8,8,64] (a quarter of the rank's 32 tokens) and give [8,16,64]: $chunk of 8; attention runs once, with the chunk-major positions: $att" '[ "$chunk" = 8 ] && [ "$att" = 1 ]'
 
 # Llama keeps its residual stream a partial sum over tp (no biases: every
-# add is linear) and reduce-scatters it before each norm: the MLP's output
-# add reads the stream by chunk (a strided slice of the whole), so its
-# reduce-scatter is chunked, and so is the next one (attention-out's, whose
-# add reads the chunked stream); attention's all-gather stays whole (rope
-# and attention read the sequence in order)
+# add is linear) and reduce-scatters it before each norm: layer 0's first
+# add reads the embedding's partial sum by chunk (a strided slice of the
+# whole); rope takes each chunk's positions, attention the whole sequence
+# in chunk-major order with its positions: every sp collective is chunked
 dl=$("$K" dump $(llama 4) --tp 2 --tp-chunks 2 --after tp_overlap 2>&1)
 got=$(for ph in fwd bwd; do printf '%s ' "$(printf '%s\n' "$dl" | grep -c "f32\[4,4,64\]<tp=s1> = reducescatter .* $ph\$")" "$(printf '%s\n' "$dl" | grep -c "f32\[4,8,64\] = allgather .* $ph\$")"; done)
-check "llama 2 layers tp 2 K 2: chunk reduce-scatters and all-gathers fwd 6 4 (MLPs 2+2, layer 1's attention-out 2), bwd 4 4: $got" '[ "$got" = "6 4 4 4 " ]'
+check "llama 2 layers tp 2 K 2: chunk reduce-scatters and all-gathers fwd 8 8, bwd 8 8 (2 layers x 2 of each x 2 chunks): $got" '[ "$got" = "8 8 8 8 " ]'
 
 # the chunked program reads back and re-dumps byte for byte (irtext)
 "$K" dump $(llama 4) --tp 2 --tp-chunks 2 --after memplan -o "$tmp/a.ir" && "$K" dump "$tmp/a.ir" -o "$tmp/b.ir"
