@@ -73,6 +73,7 @@ enum { K_NONE, K_TOK, K_TOK2, K_ROWS };
 typedef struct {
     const Graph *g;
     int K, tp, bug; /* bug: --test-tp-bug chunk-order */
+    int mlp_only;   /* KILN_TP_CHUNKS_MLP_ONLY=1: attention reads the sequence whole (its collectives stay whole) */
     int64_t Tg;     /* the gathered sequence (dim 1 of region values) */
     char *kind;     /* per value: K_* */
     char *role;     /* per node: R_* */
@@ -168,7 +169,7 @@ static int classify(Ov *O, const Node *n, int *okind) {
     int kd = region_kind(O, n);
     *okind = kd;
     if (kd < 0) return R_BAD;
-    if (n->op == OP_attention || n->op == OP_attention_bwd) return attention_ok(O, n) ? R_ATT : R_BAD;
+    if (n->op == OP_attention || n->op == OP_attention_bwd) return !O->mlp_only && attention_ok(O, n) ? R_ATT : R_BAD;
     if (n->nout > 1) return R_BAD;
     unsigned f = ir_ops[n->op].flags;
     if (f & F_ELEMENTWISE) { /* other inputs: uniform (rebuilt at the chunk's shape) or whole (sliced: entry_chunk) */
@@ -492,7 +493,8 @@ void pass_tp_overlap(Module *m, const Options *o) {
     if (o->tp_chunks <= 1 || m->mesh[3] <= 1 || m->nstages != 1) return;
     const Graph *g = m->stages[0];
     size_t nv = (size_t)g->nvals, nn = (size_t)g->nnodes;
-    Ov O = {.g = g, .K = o->tp_chunks, .tp = m->mesh[3], .bug = o->tp_bug == 4};
+    const char *mo = getenv("KILN_TP_CHUNKS_MLP_ONLY");
+    Ov O = {.g = g, .K = o->tp_chunks, .tp = m->mesh[3], .bug = o->tp_bug == 4, .mlp_only = mo && *mo && strcmp(mo, "0")};
     O.kind = xcalloc(nv, 1), O.var = xcalloc(nv, 1), O.uni = xcalloc(nv, 1), O.role = xcalloc(nn + 1, 1);
     O.parent = xcalloc(nn + 1, sizeof(int)), O.reject = xcalloc(nn + 1, 1), O.nuse = xcalloc(nv, sizeof(int));
     for (size_t i = 0; i < nn; i++) O.parent[i] = (int)i;

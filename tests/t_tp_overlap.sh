@@ -37,6 +37,9 @@ d2=$("$K" dump models/tiny.lua --set layers=2 --tp 2 --after tp_overlap 2>&1)
 d4=$("$K" dump models/tiny.lua --set layers=2 --tp 2 --tp-chunks 4 --after tp_overlap 2>&1)
 got="$(count "$d2" allgather fwd) $(count "$d2" reducescatter fwd) $(count "$d2" allgather bwd) $(count "$d2" reducescatter bwd) -> $(count "$d4" allgather fwd) $(count "$d4" reducescatter fwd) $(count "$d4" allgather bwd) $(count "$d4" reducescatter bwd)"
 check "tiny 2 layers tp 2 K 4, the tp all-gathers/reduce-scatters on the sequence fwd, bwd: each layer's two become 8, the LM head's stays whole (its logits are not token-wise to the loss): $got" '[ "$got" = "5 5 5 5 -> 17 17 17 17" ]'
+dm=$(KILN_TP_CHUNKS_MLP_ONLY=1 "$K" dump models/tiny.lua --set layers=2 --tp 2 --tp-chunks 4 --after tp_overlap 2>&1)
+got="$(count "$dm" allgather fwd) $(count "$dm" reducescatter fwd) $(count "$dm" allgather bwd) $(count "$dm" reducescatter bwd)"
+check "KILN_TP_CHUNKS_MLP_ONLY=1: only the MLPs' collectives chunk (attention's stay whole): $got" '[ "$got" = "11 11 11 11" ]'
 d4=$("$K" dump models/tiny.lua --set layers=1 --tp 2 --tp-chunks 4 --after tp_overlap 2>&1)
 chunk=$(printf '%s\n' "$d4" | grep -c 'f32\[8,16,64\] = allgather .*group="tp", dim=1}.* L0 fwd')
 att=$(printf '%s\n' "$d4" | grep -c 'attention %[0-9]*, %[0-9]*, %[0-9]*, %[0-9]*, %[0-9]* {causal=1')
