@@ -25,24 +25,31 @@
  *
  * Which nodes.  Found by the graph, not by model names: a *seed* is an
  * all-gather {group="tp", dim=1} of a value split over tp on dim 1 (the sp
- * gathers); its output is a region value [B,T,..] (dim 1 the gathered
- * tokens).  A node reading a region value joins the region when it is
- * token-wise along dim 1: an elementwise op whose other inputs are region
- * values or uniform along the tokens (a broadcast bias, a constant: rebuilt
- * at the chunk's shape), a GEMM [B,T,K] x W[K,N] with W independent of the
- * data, a reshape that keeps dims 0 and 1, a transpose, slice or concat away
- * from dim 1.  A reshape to rows [B*T, X] makes a *rows* value, which only a
- * weight-gradient GEMM (ta=1: it contracts the rows) may read.  Exits: a
- * reduce-scatter {group="tp", dim=1} (K of them, concatenated), a weight
- * gradient GEMM whose two inputs are both rows values (see below), a sumto
- * that sums dims 0 and 1 away (a bias gradient: the K chunks' sums added).
- * Regions are the connected components of these nodes (union-find): the
- * forward MLP and its backward are one component (gelu_bwd reads the
- * forward's pre-activation chunk by chunk; every component chunks alike, so
- * chunk i means the same tokens everywhere).  A component with any other
- * reader of a region value (attention, rope: they need the whole sequence in
- * order) is left as it is — so attention's collectives stay unchunked, and
- * so does everything downstream of anything the rule does not know.
+ * gathers); its output is a region value [B,T,..] (the gathered tokens at
+ * dim 1; a transpose of dims 1 and 2 moves them to dim 2, attention's
+ * [B,H,T,D]).  A node reading a region value joins the region when it is
+ * token-wise: an elementwise op (its other inputs uniform along the tokens
+ * — a broadcast bias, a constant: rebuilt at the chunk's shape — or whole
+ * values read by chunk: Llama's residual stream, a partial sum over tp
+ * until its reduce-scatter, sliced [B,tp,K,s,..] at i), a GEMM [B,T,K] x
+ * W[K,N] with W independent of the data, a reshape that keeps dims 0 and
+ * 1, a transpose, slice or concat away from the tokens, rope (each chunk
+ * with its tokens' positions).  A reshape to rows [B*T, X] makes a *rows*
+ * value, which only a weight-gradient GEMM (ta=1: it contracts the rows)
+ * may read.  Attention (and its backward) needs the whole sequence: it
+ * runs once over the chunks joined in chunk-major order (chunk i at
+ * [iT/K, (i+1)T/K)) with the tokens' positions given explicitly (qpos,
+ * kpos: the rank's positions [tp, K, s] with dims 0 and 1 swapped), so its
+ * causal mask and window are the single device's, and its outputs are
+ * sliced back into chunks where read.  Exits: a reduce-scatter
+ * {group="tp", dim=1} (K of them, concatenated), a weight-gradient GEMM
+ * whose two inputs are both rows values (below), a sumto that sums dims 0
+ * and 1 away (a bias gradient: the K chunks' sums added).  Regions are the
+ * connected components of these nodes (union-find): a layer's forward and
+ * backward are one component (gelu_bwd reads the forward's pre-activation
+ * chunk by chunk; every component chunks alike, so chunk i means the same
+ * tokens everywhere).  A component with any other reader of a region value
+ * (the LM head's logits, which the loss reads whole) is left as it is.
  *
  * Weight gradients contract over the tokens: dW = sum over chunks.  Two
  * ways: K partial GEMMs and K-1 adds of dW ([C,4C/tp] f32, 151M elements at
