@@ -49,7 +49,7 @@
  *   --precision f32|bf16 (bf16 with --target cuda:sm_XX, and for dump, check,
  *     plan and run --interp; the CPU trainer is f32);
  *   --pp N --vpp V --pp-schedule S (plan: all) --pp-layers A,B,... (docs/pipeline.md);
- *   --tp N (tensor parallel, docs/parallel.md);
+ *   --tp N (tensor parallel, docs/parallel.md) --tp-chunks K (tp_overlap.c);
  *   --device-profile FILE|NAME (profile.h; kiln plan prints it on its first line);
  *   --offload none|all|auto|F --offload-stages LIST --offload-min-bytes BYTES
  *     (docs/offload.md);
@@ -92,7 +92,7 @@ static void usage(FILE *f) {
           "       kiln calibrate --device cpu -o FILE.profile [--quick] [--threads N] [--name NAME]   measure a device profile (docs/profiles.md)\n"
           "       kiln tune    MODEL --gpus N --device PROFILE [--memory GiB] [--global-batch B] [--seq S] [--top K] [--check K] [--verify N]\n"
           "                    the best tp x dp x cp x pp x schedule x micro-batches x recompute x offload by the cost model (docs/tune.md)\n"
-          "PASS: front autodiff parallelize recompute optimizer precision fuse schedule memplan\n"
+          "PASS: front autodiff parallelize tp_overlap recompute optimizer precision fuse schedule memplan\n"
           "common (dump, check, plan, compile, run):\n"
           "        --set key=value  --frontend-timeout S (the model's run, default 10)  --seed N  --print-every N  --lr X --min-lr X --warmup N --steps N --weight-decay X --grad-clip X\n"
           "        --dp N --micro-batches M --zero 0|1 --bucket-mb X --no-overlap  --schedule lhs|fixed (default lhs; docs/schedule.md)\n"
@@ -106,8 +106,10 @@ static void usage(FILE *f) {
           "        --gemm-epilogue bias|gelu|bgrad|all|none (cuBLASLt epilogues, each value adding to the one before: bias adds, bias + GELU,\n"
           "          weight-gradient GEMMs' bias gradients (BGRADA/B), dGELU + bias gradient (DGELU_BGRAD); default none, CUDA only)\n"
           "        --xent-fused on|off (the fused classifier: cross-entropy's loss and logits' gradient at the forward; default on with --target cuda)\n"
-          "        --tp N (tensor parallel: Megatron's layout) --sp|--no-sp (sequence parallel, default on with tp > 1)  --test-drop-event --test-pp-bug drop-tied|swap-recv|late-post\n"
-          "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce|xent-max|norm-grad (tests only)\n"
+          "        --tp N (tensor parallel: Megatron's layout) --sp|--no-sp (sequence parallel, default on with tp > 1)\n"
+          "        --tp-chunks K (sp's all-gathers and reduce-scatters around the MLP cut into K token chunks that overlap its GEMMs; default 1: off)\n"
+          "        --test-drop-event --test-pp-bug drop-tied|swap-recv|late-post\n"
+          "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce|xent-max|norm-grad|chunk-order (tests only)\n"
           "        kiln plan --offload X: copies per rank and virtual stage; kiln plan --max-seq --memory GiB: the longest sequence per policy\n",
           f);
 }
@@ -375,11 +377,14 @@ static void parse_args(Args *a, int argc, char **argv) {
             if (a->compare_tp_cp < 2) die("--compare-tp-cp: expected a degree >= 2, got %d", a->compare_tp_cp);
         } else if (strcmp(f, "--tp") == 0) {
             a->o.tp = parse_int_flag(f, argv[++i]); /* tensor parallel (docs/parallel.md, issue 20) */
+        } else if (strcmp(f, "--tp-chunks") == 0) {
+            a->o.tp_chunks = parse_int_flag(f, argv[++i]); /* tp comm overlap by token chunks (tp_overlap.c, issue 22) */
+            if (a->o.tp_chunks < 1) die("--tp-chunks: expected at least 1 (1: off), got %d", a->o.tp_chunks);
         } else if (strcmp(f, "--test-tp-bug") == 0) {
             const char *v = argv[++i];
-            if (strcmp(v, "drop-bwd-reduce") && strcmp(v, "xent-max") && strcmp(v, "norm-grad"))
-                die("--test-tp-bug: expected drop-bwd-reduce, xent-max or norm-grad, got \"%s\"", v);
-            a->o.tp_bug = !strcmp(v, "drop-bwd-reduce") ? 1 : !strcmp(v, "xent-max") ? 2 : 3;
+            if (strcmp(v, "drop-bwd-reduce") && strcmp(v, "xent-max") && strcmp(v, "norm-grad") && strcmp(v, "chunk-order"))
+                die("--test-tp-bug: expected drop-bwd-reduce, xent-max, norm-grad or chunk-order, got \"%s\"", v);
+            a->o.tp_bug = !strcmp(v, "drop-bwd-reduce") ? 1 : !strcmp(v, "xent-max") ? 2 : !strcmp(v, "norm-grad") ? 3 : 4;
 
         } else die("%s: unknown flag", f);
     }
@@ -415,6 +420,8 @@ static void check_args(Args *a) {
     if (a->o.dp < 1) die("--dp: expected at least 1");
     if (a->o.cp < 1) die("--cp: expected at least 1");
     if (a->o.tp < 1) die("--tp: expected at least 1");
+    if (a->o.tp_chunks > 1 && (a->o.tp == 1 || a->o.sp == 2))
+        die("--tp-chunks %d: chunks the sequence-parallel collectives; it needs --tp > 1 with sequence parallelism (not --no-sp)", a->o.tp_chunks);
     if (a->o.sp == 1 && a->o.tp == 1) die("--sp: sequence parallelism splits over the tensor-parallel ranks; it needs --tp > 1");
     if (a->o.micro_batches < 1) die("--micro-batches: expected at least 1");
     if (a->o.pp < 1) die("--pp: expected at least 1");

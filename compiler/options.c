@@ -12,6 +12,7 @@
 void opt_defaults(Options *o) {
     memset(o, 0, sizeof *o);
     o->pp = o->dp = o->cp = o->tp = 1;
+    o->tp_chunks = 1;
     o->lr = 3e-4;
     o->min_lr = 0.0; /* cosine decays to 0 unless the model asks for a floor */
     o->warmup = 0;

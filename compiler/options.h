@@ -71,10 +71,16 @@ typedef struct {
     /* tensor parallel (issue 20): a planted bug for the tests
      * (--test-tp-bug drop-bwd-reduce: 1, backward forgets the all-reduce of
      * a column-parallel GEMM's input gradient; xent-max: 2, the
-     * vocab-parallel loss shifts by each rank's own max, not the row's) */
+     * vocab-parallel loss shifts by each rank's own max, not the row's;
+     * chunk-order: 4, tp_overlap.c joins the forward reduce-scatters of
+     * --tp-chunks in reverse order) */
     int tp_bug;
     /* sequence parallel (issue 20): 0 default (on with tp > 1), 1 --sp, 2 --no-sp */
     int sp;
+    /* --tp-chunks K (tp_overlap.c, issue 22): the sp all-gather -> MLP ->
+     * reduce-scatter chains cut into K token chunks so the collectives
+     * overlap the GEMMs; 1 (default, and 0 from a zeroed Options): off */
+    int tp_chunks;
     /* the fused classifier (issue 23, xent_fuse.c): cross_entropy and its
      * cross_entropy_bwd become one cross_entropy_fused at the forward.
      * -1 default (on with --target cuda), 0 --xent-fused off, 1 on */

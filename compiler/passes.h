@@ -9,6 +9,8 @@
 typedef void (*PassFn)(Module *m, const Options *o);
 void pass_autodiff(Module *m, const Options *o);  /* autodiff.c */
 void pass_parallelize(Module *m, const Options *o); /* parallelize.c (+ cp.c): shard over the mesh (dp, cp) and micro-batches */
+/* tp_overlap.c: with --tp-chunks K > 1, the sp all-gather -> token-wise chain -> reduce-scatter regions cut into K token chunks */
+void pass_tp_overlap(Module *m, const Options *o);
 void pass_recompute(Module *m, const Options *o); /* recompute.c: what backward rereads, what it recomputes */
 /* Bytes of forward activations (values computed from the step's data) that
  * backward or recompute nodes read (saved from forward into backward), of

@@ -6,7 +6,7 @@
  * pass, so a pass that breaks an invariant is named at once ("verifier
  * failed after fuse: ...").
  *
- *   train:    autodiff, parallelize, recompute, pipeline, offload, optimizer, precision,
+ *   train:    autodiff, parallelize, tp_overlap, recompute, pipeline, offload, optimizer, precision,
  *             fuse, schedule, memplan — the step every command but sample compiles
  *             (`--after PASS` stops there, for kiln dump)
  *   forward:  forward (keep what output "logits" needs: no loss, no autodiff,
@@ -38,6 +38,7 @@ typedef struct {
 static const Pass train_passes[] = {
     {"autodiff", pass_autodiff},
     {"parallelize", pass_parallelize},
+    {"tp_overlap", pass_tp_overlap},
     {"recompute", pass_recompute},
     {"pipeline", pass_pipeline},
     {"offload", pass_offload},
