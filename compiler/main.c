@@ -107,7 +107,7 @@ static void usage(FILE *f) {
           "          weight-gradient GEMMs' bias gradients (BGRADA/B), dGELU + bias gradient (DGELU_BGRAD); default none, CUDA only)\n"
           "        --xent-fused on|off (the fused classifier: cross-entropy's loss and logits' gradient at the forward; default on with --target cuda)\n"
           "        --tp N (tensor parallel: Megatron's layout) --sp|--no-sp (sequence parallel, default on with tp > 1)\n"
-          "        --tp-chunks K (sp's all-gathers and reduce-scatters around the MLP cut into K token chunks that overlap its GEMMs; default 1: off)\n"
+          "        --tp-chunks K (sp's all-gathers and reduce-scatters cut into K token chunks that overlap the MLP's and attention's GEMMs; default 1: off)\n"
           "        --test-drop-event --test-pp-bug drop-tied|swap-recv|late-post\n"
           "        --test-offload-bug early-read --test-tp-bug drop-bwd-reduce|xent-max|norm-grad|chunk-order (tests only)\n"
           "        kiln plan --offload X: copies per rank and virtual stage; kiln plan --max-seq --memory GiB: the longest sequence per policy\n",
