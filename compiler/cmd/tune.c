@@ -216,17 +216,19 @@ static int verify_rows(Tune *T, Search *S, int want, int tries, int *dropped, do
     int ok = 0, tried = 0, n = 0, nfam = 0;
     *dropped = 0, *secs = 0;
     Row *keep = malloc(sizeof(Row) * (size_t)S->n), *rest = malloc(sizeof(Row) * (size_t)S->n);
-    TuneCand *fam = malloc(sizeof(TuneCand) * (size_t)(tries + 1));
-    double *ratio = malloc(sizeof(double) * (size_t)(tries + 1));
+    TuneCand *fam = malloc(sizeof(TuneCand) * (size_t)(3 * tries + 1)); /* a family per row tried at most */
+    double *ratio = malloc(sizeof(double) * (size_t)(3 * tries + 1));
     if (!keep || !rest || !fam || !ratio) die("out of memory");
     int nk = 0, nr = 0;
     double best = INFINITY, budget = T->memory / (1 + TUNE_VERIFY_MARGIN); /* the best checked step so far */
     for (int i = 0; i < S->n; i++) {
         Row *r = &S->rows[i];
-        /* on while fewer than `want` fit, or while this row's fast step
-         * (the fast path's own ranking) is below the best checked one: it
-         * could still win */
-        if (!(tried < tries && (ok < want || r->p.step < best))) {
+        /* on while fewer than `want` fit (up to 3 x tries rows: the fast
+         * path's memory can be low by half on pipelined rows, so the first
+         * rows may all be over), or while this row's fast step (the fast
+         * path's own ranking) is below the best checked one and fewer than
+         * `tries` were tried: it could still win */
+        if (!(ok < want ? tried < 3 * tries : tried < tries && r->p.step < best)) {
             rest[nr++] = *r;
             continue;
         }
