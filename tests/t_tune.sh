@@ -59,6 +59,15 @@ row=$(printf '%s\n' "$out" | awk '/^verify:/{on=1; next} /^verified:/{on=0} on &
 check "offload all is verified on the whole program and dropped over 1.9 GiB: $row" \
     "printf '%s\n' \"\$row\" | awk '{exit !(\$7 == 32 && \$11 == 32 && /over/)}'"
 
+# while no row fits, the walk goes past N + 3 rows (up to 3(N + 3)): at
+# 1.1 GiB the first four rows tried are over by the exact plan (the fast
+# path's memory low by a quarter here) and the fifth fits, which the walk
+# of N + 3 rows never reached
+out=$("$K" tune $V --gpus 4 --global-batch 128 --seq 1024 --device a100 --tp 1 --cp 1 --top 1 --pp 4 --memory 1.1 2>&1)
+tried=$(printf '%s\n' "$out" | awk '/^verify:/{on=1; next} /^verified:/{on=0} on && $1 ~ /^[0-9]+$/' )
+check "--memory 1.1: $(printf '%s\n' "$tried" | grep -c 'over: dropped') rows over, then $(printf '%s\n' "$tried" | awk '/fits$/ {print "row " $1 " fits"}')" \
+    "printf '%s\n' \"\$tried\" | awk '/over: dropped/ {over++} /fits\$/ && !fit {fit = \$1} END {exit !(over >= 4 && fit > 4)}'"
+
 # the fast path's per-rank memory (--check's "per rank" line): the layers
 # are cut as pp.c cuts them (its FLOP balance, the head on the last chunk;
 # before, by forward time, rank 2 of 1f1b was 54% under), so the middle
