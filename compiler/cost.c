@@ -510,21 +510,7 @@ static int run_stream(Sim *S, int st, int k) {
  * receives sleep between tests, coll_mpi.c's wait_posted); a node waiting
  * (an event, a recv's send, a pp collective's partner) demands nothing.  When a domain's
  * running activities demand D > c of its c cores, each proceeds at c/D of
- * its speed alone (the profile's times are one rank's alone).  Two
- * kinds of compute kernel demand differently (a quiet 4-rank trace of the
- * small model, 4 ranks of 2 threads on 2 cores, bench/RESULTS.md session
- * 10: the GEMMs took 2.4x their fair-share time, the pool's kernels 0.65x):
- * a GEMM demands thread_speedup (OpenBLAS's threads), a non-GEMM kernel
- * pool_speedup (the pool hands chunks to whichever thread comes; a
- * memory-bound loop gains less from its second thread).  And a GEMM that
- * starts while its domain's demand is over its cores first waits
- * oversub_gemm_wait_s holding no core: OpenBLAS splits a GEMM into one
- * fixed part a thread and returns when the last is done, so with more
- * runnable threads than cores it waits for its helper to be scheduled —
- * a cost a GEMM, not a share, which the small model's GEMMs of 0.03 ms
- * feel most.  kiln calibrate measures both (calibrate.c's
- * measure_oversub); absent, pool_speedup is thread_speedup and the wait 0.
- * The
+ * its speed alone (the profile's times are one rank's alone).  The
  * simulation is then event-driven: advance to the next completion at the
  * current rates, start what can start, recompute the rates.  Where no
  * domain can ever demand more than its cores (a GPU profile: no `cores`;
@@ -536,8 +522,6 @@ typedef struct {
     int ndom, g;   /* domains; ranks a domain */
     double cores;  /* a domain's cores */
     double threads; /* a compute kernel's demand: the profile's thread_speedup */
-    double pool;   /* a non-GEMM compute kernel's demand: the profile's pool_speedup */
-    double gwait;  /* a GEMM's wait when it starts oversubscribed: oversub_gemm_wait_s */
 } Share;
 
 /* Demand of node i of stage st while it runs (one replica). */
@@ -545,9 +529,7 @@ static double node_demand(const Share *sh, const Graph *g, int i) {
     Op op = g->nodes[i].op;
     unsigned fl = ir_ops[op].flags;
     if (op == OP_send || op == OP_recv || op == OP_recv_start || op == OP_recv_done) return 0; /* MPI_Isend of a staged copy; receives sleep */
-    if (fl & (F_COMM | F_COPY)) return 1;
-    if (g->nodes[i].stream != IR_STREAM_COMPUTE && g->nodes[i].stream >= 0) return 1;
-    return fl & F_GEMM ? sh->threads : sh->pool;
+    return fl & (F_COMM | F_COPY) ? 1 : g->nodes[i].stream == IR_STREAM_COMPUTE || g->nodes[i].stream < 0 ? sh->threads : 1;
 }
 
 /* 1 when the profile makes ranks share cores and some domain can demand
@@ -564,8 +546,6 @@ static int share_init(Share *sh, const Module *m, const Profile *p, double *cons
     g = g < 1 ? 1 : g;
     sh->g = g;
     sh->cores = shared ? th : INFINITY, sh->threads = shared && p->thread_speedup > 0 ? p->thread_speedup : th;
-    sh->pool = shared && p->pool_speedup > 0 ? p->pool_speedup : sh->threads;
-    sh->gwait = shared ? p->oversub_gemm_wait_s : 0;
     sh->dom = xcalloc((size_t)P, sizeof(int));
     sh->w = xcalloc((size_t)P, sizeof(double));
     double *most = xcalloc((size_t)P + 1, sizeof(double)); /* per domain: the most its activities can demand at once */
@@ -596,15 +576,7 @@ static void share_free(Share *sh) { free(sh->dom), free(sh->w); }
 /* Start what can start on lane q now (its clock is at or before now, and
  * whatever it waits on has happened by now): instant nodes end at once,
  * the first with work becomes running (rem its work, dem its demand). */
-/* The demand now running on domain d (lanes past their GEMM wait). */
-static double domain_load(const Sim *S, const Share *sh, int d, const int *run, const double *dem, const double *delay) {
-    double D = 0;
-    for (int q = 0; q < S->m->nstages * NS; q++)
-        if (run[q] && delay[q] <= 0 && sh->dom[q / NS] == d) D += dem[q];
-    return D;
-}
-
-static int lane_start(Sim *S, const Share *sh, int q, int *run, double *rem, double *dem, double *delay) {
+static int lane_start(Sim *S, const Share *sh, int q, int *run, double *rem, double *dem) {
     int st = q / NS, moved = 0;
     while (!run[q] && S->ptr[q] < S->nlist[q]) {
         int i = S->list[q][S->ptr[q]];
@@ -619,10 +591,6 @@ static int lane_start(Sim *S, const Share *sh, int q, int *run, double *rem, dou
         }
         S->s->start[st][i] = t; /* from when its stream reached it, as the sweep counts it */
         run[q] = 1, rem[q] = w, dem[q] = sh->w[st] * node_demand(sh, S->m->stages[st], i);
-        delay[q] = 0;
-        if (sh->gwait > 0 && (ir_ops[S->m->stages[st]->nodes[i].op].flags & F_GEMM) &&
-            domain_load(S, sh, sh->dom[st], run, dem, delay) > sh->cores + 1e-12) /* its own demand counted */
-            delay[q] = sh->gwait; /* its helper waits for a core: the rank holds none meanwhile */
     }
     return moved;
 }
@@ -631,33 +599,28 @@ static int lane_start(Sim *S, const Share *sh, int q, int *run, double *rem, dou
  * deadlock leaves a lane short of its end: cost_simulate reports it). */
 static void run_shared(Sim *S, const Share *sh) {
     int L = S->m->nstages * NS, *run = xcalloc((size_t)L, sizeof(int));
-    double *rem = xcalloc((size_t)L, sizeof(double)), *dem = xcalloc((size_t)L, sizeof(double)), *delay = xcalloc((size_t)L, sizeof(double));
+    double *rem = xcalloc((size_t)L, sizeof(double)), *dem = xcalloc((size_t)L, sizeof(double));
     double *load = xcalloc((size_t)sh->ndom + 1, sizeof(double)), *rate = xcalloc((size_t)L, sizeof(double)), now = 0;
     for (;;) {
         for (int moved = 1; moved;) {
             moved = 0;
-            for (int q = 0; q < L; q++) moved |= lane_start(S, sh, q, run, rem, dem, delay);
+            for (int q = 0; q < L; q++) moved |= lane_start(S, sh, q, run, rem, dem);
         }
         memset(load, 0, sizeof(double) * (size_t)sh->ndom);
         int nrun = 0;
         for (int q = 0; q < L; q++)
-            if (run[q]) load[sh->dom[q / NS]] += delay[q] > 0 ? 0 : dem[q], nrun++;
+            if (run[q]) load[sh->dom[q / NS]] += dem[q], nrun++;
         if (!nrun) break;
         double dt = INFINITY;
         for (int q = 0; q < L; q++) {
             if (!run[q]) continue;
             double D = load[sh->dom[q / NS]];
             rate[q] = D > sh->cores ? sh->cores / D : 1;
-            double left = delay[q] > 0 ? delay[q] : rem[q] / rate[q];
-            if (left < dt) dt = left;
+            if (rem[q] / rate[q] < dt) dt = rem[q] / rate[q];
         }
         now += dt;
         for (int q = 0; q < L; q++) {
             if (!run[q]) continue;
-            if (delay[q] > 0) { /* waiting for its helper: no progress */
-                delay[q] = delay[q] <= dt * (1 + 1e-12) ? 0 : delay[q] - dt;
-                continue;
-            }
             if (rem[q] / rate[q] <= dt * (1 + 1e-12)) { /* ends now */
                 int st = q / NS, i = S->list[q][S->ptr[q]];
                 node_done(S, st, i, S->s->start[st][i], now);
@@ -665,7 +628,7 @@ static void run_shared(Sim *S, const Share *sh) {
             } else rem[q] -= dt * rate[q];
         }
     }
-    free(run), free(rem), free(dem), free(delay), free(load), free(rate);
+    free(run), free(rem), free(dem), free(load), free(rate);
 }
 
 static int deadlock(Sim *S, char *err, size_t errlen) {

@@ -25,11 +25,6 @@
  * shared by its ranks, the cores one rank runs on, its threads' speedup
  * over one: cost.c's processor sharing); threads and thread_speedup only
  * with cores, threads at most cores, thread_speedup in [1, threads].
- * pool_speedup (only with cores, in [1, threads], default thread_speedup):
- * the cores a rank's non-GEMM kernel keeps busy; oversub_gemm_wait_s (only
- * with cores, default 0): a GEMM's wait for its descheduled OpenBLAS
- * helper while its sharing domain is oversubscribed (cost.c; kiln
- * calibrate measures both under mpirun).
  *
  * Finding a shipped profile by name: profile.h says where it looks.  A
  * fresh clone's build/kiln finds <repo>/profiles through the binary's own
@@ -110,8 +105,6 @@ static const struct {
     {"cores", F_INT, offsetof(Profile, cores)},
     {"threads", F_INT, offsetof(Profile, threads)},
     {"thread_speedup", F_POS, offsetof(Profile, thread_speedup)},
-    {"pool_speedup", F_POS, offsetof(Profile, pool_speedup)},
-    {"oversub_gemm_wait_s", F_NONNEG, offsetof(Profile, oversub_gemm_wait_s)},
     {"host_memory_bytes", F_POS, offsetof(Profile, host_memory_bytes)}, /* optional, alone: host memory per device (offload's host space) */
     /* optional, each alone: per kernel kind (profile.h; kiln calibrate measures them on the CPU) */
     {"attn_bwd_eff", F_POS, offsetof(Profile, attn_bwd_eff)},
@@ -136,7 +129,7 @@ static const struct {
     {"p2p_table", F_TABLE, 2 + COLL_P2P},
 };
 const char *const profile_kind_fields[PK_NKIND] = {"norm_bw", "norm_bwd_bw", "xent_bw", "xent_bwd_bw", "copy_bw", "sumto_bw", "adamw_bw", "sumsq_bw"};
-enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15, NPAIRED = 23, F_CORES = 24, F_THREADS = 25, F_SPEEDUP = 26, F_POOL = 27, F_GWAIT = 28 };
+enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15, NPAIRED = 23, F_CORES = 24, F_THREADS = 25, F_SPEEDUP = 26 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
@@ -306,11 +299,6 @@ static int parse_file(Profile *p, FILE *f, const char *file, char *err, size_t e
     if (seen[F_SPEEDUP] && (p->thread_speedup < 1 || p->thread_speedup > p->threads))
         return fail(err, errlen, "%s:%d: field \"thread_speedup\": expected 1 .. threads (%d), got %g", file, seen[F_SPEEDUP], p->threads, p->thread_speedup);
     if (!seen[F_SPEEDUP]) p->thread_speedup = p->threads;
-    for (int k = F_POOL; k <= F_GWAIT; k++)
-        if (seen[k] && !seen[F_CORES]) return fail(err, errlen, "%s:%d: field \"%s\" without \"cores\"", file, seen[k], fields[k].key);
-    if (seen[F_POOL] && (p->pool_speedup < 1 || p->pool_speedup > p->threads))
-        return fail(err, errlen, "%s:%d: field \"pool_speedup\": expected 1 .. threads (%d), got %g", file, seen[F_POOL], p->threads, p->pool_speedup);
-    if (!seen[F_POOL]) p->pool_speedup = p->thread_speedup;
     return 0;
 }
 

@@ -60,17 +60,6 @@ typedef struct {
      * threads] (default threads): the cores a computing rank keeps busy */
     int cores, threads;
     double thread_speedup;
-    /* optional (with cores), kiln calibrate's under mpirun (cost.c's
-     * processor sharing).  pool_speedup: a non-GEMM kernel's demand, the
-     * cores it keeps busy, in [1, threads] (default thread_speedup): the
-     * runtime's pool hands out chunks to whichever of its threads comes,
-     * and a memory-bound loop gains less from a second thread than a GEMM.
-     * oversub_gemm_wait_s: what a GEMM waits, beyond its fair share, when
-     * it starts while its domain's demand is over its cores (default 0):
-     * OpenBLAS splits a GEMM into one fixed part a thread and returns when
-     * the last part is done, so with more runnable threads than cores it
-     * waits for its helper to get a core */
-    double pool_speedup, oversub_gemm_wait_s;
     /* optional: host memory per device, bytes (what offload's host space
      * may use: a node's memory over its devices); 0 when absent: unchecked */
     double host_memory_bytes;

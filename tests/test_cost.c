@@ -122,19 +122,6 @@ static int scalar(Prog *P, int s) {
     Attr a = ir_attr_str(P->m, "name", "x");
     return ir_out(P->m->stages[s], add(P, s, OP_input, 0, 0, 0, NULL, 1, &a));
 }
-/* A [2,2] f32 input (a GEMM's operand). */
-static int matrix(Prog *P, int s) {
-    Graph *g = P->m->stages[s];
-    Attr a = ir_attr_str(P->m, "name", "w");
-    NodeSpec sp = ir_spec(OP_input, (Loc){ir_intern(P->m, "t.lua"), g->nnodes + 1});
-    Type t = {.dt = DT_F32, .rank = 2, .dim = {2, 2}};
-    sp.nattr = 1, sp.attr = &a, sp.src_type = &t;
-    char err[256];
-    int i = ir_add_node(g, &sp, err, sizeof err);
-    if (i < 0) fail_msg("ir_add_node: %s", err);
-    g->nodes[i].stream = 0, g->nodes[i].stage = s;
-    return ir_out(g, i);
-}
 static int work(Prog *P, int s, int k, double d, int x) { return add(P, s, OP_neg, k, d, 1, &x, 0, NULL); }
 static void sync(Prog *P, int s, Op op, int k, int ev) {
     Attr a = ir_attr_int(P->m, "event", ev);
@@ -617,36 +604,6 @@ static void test_share_replicas(void **state) {
     }
 }
 
-/* GEMMs and the pool's kernels under oversubscription (dp 4 of 2 threads
- * on 2 cores, one stage standing for the 4 replicas): a GEMM G (1 s alone)
- * then a non-GEMM kernel A (1 s alone).  thread_speedup 2, pool_speedup 1:
- * G demands 4 x 2 = 8 (a quarter speed: 4 s), A 4 x 1 (half: 2 s), A ends
- * at 6.  With oversub_gemm_wait_s 0.5, G starts oversubscribed and first
- * waits 0.5 s holding no core: G ends at 4.5, A at 6.5.  At dp 1 (demand
- * 2 on 2: not oversubscribed) G neither shares nor waits: 1 and 2.  No
- * pool_speedup (0 in a hand-built profile, as absent): A demands
- * thread_speedup, 8: G 4.5, A 8.5. */
-static void test_share_oversub(void **state) {
-    (void)state;
-    static const struct { int dp; double pool, wait, g, a; } cases[] = {
-        {4, 1, 0, 4, 6}, {4, 1, 0.5, 4.5, 6.5}, {1, 1, 0.5, 1, 2}, {4, 0, 0.5, 4.5, 8.5}};
-    for (int k = 0; k < 4; k++) {
-        Prog P = prog_new(1);
-        P.m->mesh[1] = cases[k].dp;
-        int x = scalar(&P, 0), m = matrix(&P, 0);
-        int mm[2] = {m, m};
-        int G = add(&P, 0, OP_matmul, IR_STREAM_COMPUTE, 1, 2, mm, 0, NULL);
-        int A = work(&P, 0, IR_STREAM_COMPUTE, 1, x);
-        Profile p = shared_profile(2, 2, 4);
-        p.thread_speedup = 2, p.pool_speedup = cases[k].pool, p.oversub_gemm_wait_s = cases[k].wait;
-        CostSim s = simulate_on(&P, &p);
-        NEAR(s.end[0][G], cases[k].g);
-        NEAR(s.end[0][A], cases[k].a);
-        cost_sim_free(&s);
-        prog_free(&P);
-    }
-}
-
 /* The fields: cores alone (threads = cores), both, and the one-line errors. */
 static void test_share_fields(void **state) {
     (void)state;
@@ -660,11 +617,6 @@ static void test_share_fields(void **state) {
         {"cores 0\n", "field \"cores\": expected a whole number of at least 1", 0, 0},
         {"cores 2\nthread_speedup 2.5\n", "field \"thread_speedup\": expected 1 .. threads (2), got 2.5", 0, 0},
         {"thread_speedup 1.5\n", "field \"thread_speedup\" without \"cores\"", 0, 0},
-        {"cores 2\npool_speedup 1.5\noversub_gemm_wait_s 2e-4\n", NULL, 2, 2},
-        {"pool_speedup 1.5\n", "field \"pool_speedup\" without \"cores\"", 0, 0},
-        {"oversub_gemm_wait_s 2e-4\n", "field \"oversub_gemm_wait_s\" without \"cores\"", 0, 0},
-        {"cores 2\npool_speedup 3\n", "field \"pool_speedup\": expected 1 .. threads (2), got 3", 0, 0},
-        {"cores 2\noversub_gemm_wait_s -1\n", "field \"oversub_gemm_wait_s\"", 0, 0},
     };
     if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
     assert_int_equal(p.cores, 0); /* the shipped cpu profile predicts without sharing */
@@ -686,9 +638,6 @@ static void test_share_fields(void **state) {
             if (rc) fail_msg("%s", err);
             assert_int_equal(p.cores, cases[c].cores), assert_int_equal(p.threads, cases[c].threads);
             NEAR(p.thread_speedup, cases[c].threads); /* default: threads */
-            int given = strstr(cases[c].add, "pool_speedup") != NULL;
-            NEAR(p.pool_speedup, given ? 1.5 : p.thread_speedup); /* default: thread_speedup */
-            NEAR(p.oversub_gemm_wait_s, given ? 2e-4 : 0);         /* default: none */
         } else if (rc != -1 || strncmp(err, named, strlen(named)) || !strstr(err, cases[c].want) || strchr(err, '\n'))
             fail_msg("case %zu: rc %d, error: %s", c, rc, err);
         remove(named);
@@ -860,7 +809,7 @@ int main(void) {
         cmocka_unit_test(test_two_streams), cmocka_unit_test(test_exposed_classes), cmocka_unit_test(test_node_class), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds), cmocka_unit_test(test_fused_group),
         cmocka_unit_test(test_coll_fields), cmocka_unit_test(test_kind_fields), cmocka_unit_test(test_share_two_ranks), cmocka_unit_test(test_share_idle_rank),
-        cmocka_unit_test(test_share_comm_thread), cmocka_unit_test(test_share_replicas), cmocka_unit_test(test_share_oversub), cmocka_unit_test(test_share_fields),
+        cmocka_unit_test(test_share_comm_thread), cmocka_unit_test(test_share_replicas), cmocka_unit_test(test_share_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

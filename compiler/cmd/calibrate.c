@@ -165,8 +165,6 @@ typedef struct {
     double kind_bw[PK_NKIND];                  /* per kernel kind (measure_kinds) */
     double ew_transc, ew_gelu_t, ew_scale_t;    /* ew_transc_s; the GELU and scale steps it comes from */
     double wake, wake_pair, wake_g, wake_a;      /* pool_wake_s; the pair's, the GEMM's and the add's seconds */
-    int oversub;                                 /* measure_oversub ran */
-    double ov_t[4], ov_fair, ov_wait, pool_sp;   /* its GEMM alone, at once, add alone, at once; the GEMM's fair share; the wait; pool_speedup */
     double copy_run[4], copy_rate[4];          /* copy_bw_table: run bytes, bytes a second */
     double bw_bytes[8], bw_rate[8]; /* mem_bw_table: calib_ew_add by bytes */
     int nbw;
@@ -433,52 +431,6 @@ static void measure_pool_wake(Cal *C, rt_ctx *ctx) {
     free(x), free(y), free(z), free(a), free(b), free(c);
 }
 
-/* pool_speedup and oversub_gemm_wait_s: how a rank's kernels share the
- * cores when the local ranks' threads are more than the cores (4 ranks of
- * 2 threads on 2 cores).  Two steps, each timed by rank 0 alone (the
- * others asleep in a sleeping barrier) and by every rank at once (rank 0's
- * median; each rank times its own steps, their windows overlap), round by
- * round: GEMMs [128,64]x[64,64] (the small model's at dp 4: OpenBLAS
- * threads them) and parallel adds of 32 Ki floats (the pool's loops).
- * cost.c shares a domain of c = threads cores among its g ranks, each
- * demanding d cores: at once, a kernel takes alone · g·d/c.  So the add's
- * demand is pool_speedup = (at once / alone) · c / g, in [1, threads]; a
- * GEMM's, thread_speedup (measure_speedup), and what it takes beyond
- * alone · g·s/c is its wait for a descheduled helper, oversub_gemm_wait_s
- * (0 when not positive).  Every rank calls it (barriers); nothing is
- * measured (0) under one rank or when each rank has cores of its own. */
-static void sleeping_barrier(void);
-
-static void measure_oversub(Cal *C, rt_ctx *ctx) {
-    int th = C->threads < C->cores ? C->threads : C->cores;
-    C->oversub = 0;
-    if (C->world < 2 || (int64_t)C->local * th <= C->cores) return;
-    int64_t n = 32768, m = 128, k = 64;
-    float *x = filled(n), *y = filled(n), *z = filled(n), *a = filled(m * k), *b = filled(k * k), *c = filled(m * k);
-    int64_t add[] = {rt_ptr_arg(x), rt_ptr_arg(y), rt_ptr_arg(z), n};
-    int64_t gm[] = {rt_ptr_arg(a), rt_ptr_arg(b), rt_ptr_arg(c), 1, m, k, k, 0, 0, 0, 0, 0, rt_f64_bits(0.0)};
-    int rounds = C->quick ? 3 : 5;
-    double t[4][8]; /* GEMM alone, at once; add alone, at once */
-    for (int r = 0; r < rounds; r++)
-        for (int w = 0; w < 2; w++) {
-            rt_kernel kk = w ? calib_ew_add : rtk_gemm;
-            const int64_t *args = w ? add : gm;
-            int na = w ? 4 : 13;
-            if (C->rank == 0) t[2 * w][r] = best_step(ctx, kk, args, na, 3);
-            sleeping_barrier();
-            t[2 * w + 1][r] = best_step(ctx, kk, args, na, 5);
-            sleeping_barrier();
-        }
-    for (int i = 0; i < 4; i++) qsort(t[i], (size_t)rounds, sizeof t[i][0], cmp_d);
-    double g = (double)((int64_t)C->local * th / C->cores), s = fmin(C->speedup, th), share = g * s / th;
-    for (int i = 0; i < 4; i++) C->ov_t[i] = t[i][rounds / 2];
-    C->ov_fair = C->ov_t[0] * (share > 1 ? share : 1);
-    C->ov_wait = fmax(0, C->ov_t[1] - C->ov_fair);
-    C->pool_sp = fmin(th, fmax(1, C->ov_t[3] / C->ov_t[2] * th / g));
-    C->oversub = 1;
-    free(x), free(y), free(z), free(a), free(b), free(c);
-}
-
 /* mem_bw_table and ew_transc_s: the fused elementwise kernels' stand-ins
  * (calibrate_ew.c).  The table: calib_ew_add (z = x + y) of n = 4 Ki ..
  * 4 Mi floats by 4x (--quick: .. 256 Ki), bytes 12n (two read, one
@@ -702,13 +654,6 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
             C->threads_given ? "--threads" : "sched_getaffinity (the runtime's default thread count)");
     fprintf(f, "thread_speedup    %.4g   # OpenBLAS sgemm [8n,n]x[n,n] on 1 thread over on %d: n 64 %.3g/%.3g s, n 128 %.3g/%.3g s (the mean, in 1..threads)\n",
             fmin(C->speedup, C->threads < C->cores ? C->threads : C->cores), C->threads, C->sp_one[0], C->sp_all[0], C->sp_one[1], C->sp_all[1]);
-    if (C->oversub) {
-        int th = C->threads < C->cores ? C->threads : C->cores;
-        fprintf(f, "pool_speedup      %.4g   # %d ranks of %d threads on %d cores: a parallel add (32 Ki floats) %.3g s at once against %.3g s alone, x threads / ranks a domain\n",
-                C->pool_sp, C->local, th, C->cores, C->ov_t[3], C->ov_t[2]);
-        fprintf(f, "oversub_gemm_wait_s %.4g   # the same ranks: GEMM [128,64]x[64,64] %.3g s at once against %.3g s alone, less its fair share %.3g s (x ranks a domain x thread_speedup / threads)\n",
-                C->ov_wait, C->ov_t[1], C->ov_t[0], C->ov_fair);
-    }
     if (fclose(f) != 0) die("-o: cannot write %s: %s", tmp, strerror(errno));
     Profile back;
     char err[1200];
@@ -795,7 +740,6 @@ int kiln_calibrate_main(int argc, char **argv) {
         measure_kinds(&C, ctx);
     }
     if (C.world > 1) sleeping_barrier();
-    measure_oversub(&C, ctx);
     measure_links(&C);
     rt_free(ctx);
     if (C.rank == 0) {
