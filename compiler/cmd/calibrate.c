@@ -651,7 +651,7 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
             C->world > 1 ? "the ranks under mpirun" : "from the base profile");
     fprintf(f, "cores             %d   # sysconf(_SC_NPROCESSORS_ONLN): the host's cores, which its ranks' threads share\n", C->cores);
     fprintf(f, "threads           %d   # %s: the cores one rank may run on, its compute threads (the rates above: on that many)\n", C->threads < C->cores ? C->threads : C->cores,
-            C->threads_given ? "--threads" : "sched_getaffinity (the runtime's default thread count)");
+            C->threads_given ? "--threads" : "sched_getaffinity, over the local ranks when they would oversubscribe the cores (the runtime's default thread count)");
     fprintf(f, "thread_speedup    %.4g   # OpenBLAS sgemm [8n,n]x[n,n] on 1 thread over on %d: n 64 %.3g/%.3g s, n 128 %.3g/%.3g s (the mean, in 1..threads)\n",
             fmin(C->speedup, C->threads < C->cores ? C->threads : C->cores), C->threads, C->sp_one[0], C->sp_all[0], C->sp_one[1], C->sp_all[1]);
     if (fclose(f) != 0) die("-o: cannot write %s: %s", tmp, strerror(errno));
@@ -664,14 +664,19 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     if (rename(tmp, path) != 0) die("-o: cannot rename %s to %s: %s", tmp, path, strerror(errno));
 }
 
-/* The runtime's default thread count (dev_cpu.c's cores()): the cores this
- * process may run on.  mpirun binds each of up to `cores` ranks to one core
- * (one thread each) and leaves more ranks unbound (every core each). */
+/* The runtime's default thread count (dev_cpu.c's cores(), the same rule):
+ * the cores this process may run on (mpirun binds each of up to `cores`
+ * ranks to one core: one thread each), but when the local ranks are
+ * unbound and would run more threads than the host's cores, its cores over
+ * them, at least 1 (4 ranks on 2 cores: one thread each). */
 static int affinity_cores(void) {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    int a = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : n > 0 ? (int)n : 1;
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = ls ? strtol(ls, NULL, 10) : 1;
+    if (n > 0 && local > 1 && local * a > n) return (int)(n / local > 1 ? (n / local < a ? n / local : a) : 1);
+    return a;
 }
 
 /* A barrier that sleeps while it waits (MPI_Barrier polls at full speed). */
