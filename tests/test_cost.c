@@ -68,6 +68,7 @@
 #include "cost.h"
 #include "live.h"
 #include "ppsched.h"
+#include "calibrate_ew.h"
 
 #define TOL 1e-12
 #define NEAR(got, want) \
@@ -604,6 +605,28 @@ static void test_share_replicas(void **state) {
     }
 }
 
+/* kiln calibrate's GELU stand-in (calibrate_ew.c: the generated groups'
+ * tanh, Cephes tanhf's two branches and a select) computes GELU: against
+ * double libm's 0.5 x (1 + tanh(k (x + 0.044715 x^3))) over [-8, 8] (both
+ * branches: |u| below and above 0.625), within 2e-6 + 2e-6 |y| (Cephes
+ * tanhf is ~1 ulp; kiln_expf ~1 ulp).  4096 elements: the serial path,
+ * no runtime context. */
+static void test_calib_gelu(void **state) {
+    (void)state;
+    enum { N = 4096 };
+    static float x[N], z[N];
+    for (int i = 0; i < N; i++) x[i] = -8.0f + 16.0f * (float)i / (N - 1);
+    int64_t a[] = {rt_ptr_arg(x), 0, rt_ptr_arg(z), N};
+    calib_ew_gelu(NULL, a);
+    int small = 0;
+    for (int i = 0; i < N; i++) {
+        double u = 0.7978845608028654 * (x[i] + 0.044715 * (double)x[i] * x[i] * x[i]), y = 0.5 * x[i] * (1 + tanh(u));
+        small += fabs(u) < 0.625;
+        if (fabs(z[i] - y) > 2e-6 + 2e-6 * fabs(y)) fail_msg("gelu(%.9g) = %.9g, want %.9g", x[i], z[i], y);
+    }
+    assert_true(small > 100 && small < N - 100); /* both branches were exercised */
+}
+
 /* The fields: cores alone (threads = cores), both, and the one-line errors. */
 static void test_share_fields(void **state) {
     (void)state;
@@ -809,7 +832,7 @@ int main(void) {
         cmocka_unit_test(test_two_streams), cmocka_unit_test(test_exposed_classes), cmocka_unit_test(test_node_class), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds), cmocka_unit_test(test_fused_group),
         cmocka_unit_test(test_coll_fields), cmocka_unit_test(test_kind_fields), cmocka_unit_test(test_share_two_ranks), cmocka_unit_test(test_share_idle_rank),
-        cmocka_unit_test(test_share_comm_thread), cmocka_unit_test(test_share_replicas), cmocka_unit_test(test_share_fields),
+        cmocka_unit_test(test_share_comm_thread), cmocka_unit_test(test_share_replicas), cmocka_unit_test(test_share_fields), cmocka_unit_test(test_calib_gelu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

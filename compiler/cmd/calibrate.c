@@ -625,7 +625,7 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
             C->quick ? "256 Ki" : "4 Mi");
     fprintf(f, "pool_wake_s       %.4g   # a GEMM then a parallel add (32 Ki floats) less each alone, the rounds' median (medians: %.3g s a pair, %.3g s the GEMM, %.3g s the add)\n",
             C->wake, C->wake_pair, C->wake_g, C->wake_a);
-    fprintf(f, "ew_transc_s       %.4g   # z = GELU(x) (tanh on a Cephes expf, as emit_llvm.c's) %.3g s less z = 2x %.3g s, over 256 Ki elements: a transcendental's cost an element\n",
+    fprintf(f, "ew_transc_s       %.4g   # z = GELU(x) (Cephes tanhf on a Cephes expf, both branches and a select, as emit_llvm.c's) %.3g s less z = 2x %.3g s, over 256 Ki elements: a transcendental's cost an element\n",
             C->ew_transc, C->ew_gelu_t, C->ew_scale_t);
     fprintf(f, "launch_overhead_s %.4g   # (a step of 256 4x4x4 rtk_gemms - a step of 1) / 255\n", C->launch);
     fprintf(f, "step_overhead_s   %.4g   # a step of one 4x4x4 rtk_gemm (%.3g s, the median) less a launch: the runtime's fixed cost a step\n", C->step_ov,
