@@ -232,13 +232,16 @@ static double copy_runs(const Graph *g, const Node *n) {
  * backward's attn_bwd_eff when the profile has it), plus per score (a
  * query·key pair: FLOPs / 4D forward, / 10D backward) attn_score_s or
  * attn_bwd_score_s — the softmax's work, which the head dim does not
- * scale (both 0 in a GPU profile: the roofline alone). */
+ * scale — and per query row (B·H·T) attn_row_s or attn_bwd_row_s: the
+ * causal diagonal and the row's passes, which a short sequence pays for
+ * fewer scores (all 0 in a GPU profile: the roofline alone). */
 static double attention_seconds(const Profile *p, const Graph *g, const Node *n) {
     int bwd = n->op == OP_attention_bwd;
     const Type *q = &g->vals[n->in[bwd]].t;
     double f = ir_node_flops(g, n), eff = bwd && p->attn_bwd_eff > 0 ? p->attn_bwd_eff : p->attn_eff;
-    double scores = f / ((bwd ? 10.0 : 4.0) * (double)q->dim[3]);
-    return f / (peak_of(p, q->dt) * eff) + scores * (bwd ? p->attn_bwd_score_s : p->attn_score_s);
+    double scores = f / ((bwd ? 10.0 : 4.0) * (double)q->dim[3]), rows = (double)ir_numel(q) / (double)q->dim[3];
+    return f / (peak_of(p, q->dt) * eff) + scores * (bwd ? p->attn_bwd_score_s : p->attn_score_s) +
+           rows * (bwd ? p->attn_bwd_row_s : p->attn_row_s);
 }
 
 /* 1 when memplan put assign n's value where its param or state lives (the

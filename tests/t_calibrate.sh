@@ -15,7 +15,7 @@ first=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | head 
 check "the written profile reads back: $first" "[[ '$first' == 'device calib1 ($tmp/c.profile)'* ]]"
 pred=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | grep '^predicted step')
 check "kiln plan predicts on it: $pred" "[[ '$pred' == 'predicted step '*' on calib1, MFU '* ]]"
-for f in peak_flops_f32 gemm_eff attn_eff mem_bw mem_bw_table launch_overhead_s h2d_bw attn_score_s attn_bwd_eff attn_bwd_score_s \
+for f in peak_flops_f32 gemm_eff attn_eff mem_bw mem_bw_table launch_overhead_s h2d_bw attn_score_s attn_bwd_eff attn_bwd_score_s attn_row_s attn_bwd_row_s \
          norm_bw norm_bwd_bw xent_bw xent_bwd_bw copy_bw copy_bw_table sumto_bw adamw_bw sumsq_bw step_overhead_s ew_transc_s pool_wake_s; do
     check "$f measured, with its source" "grep -q '^$f .*# ' '$tmp/c.profile'"
 done

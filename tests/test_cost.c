@@ -717,7 +717,7 @@ static void test_coll_fields(void **state) {
 
 /* The per-kernel-kind fields (kiln calibrate's): attention's FLOPs at
  * attn_eff (forward) or attn_bwd_eff plus attn_score_s / attn_bwd_score_s
- * a score; layernorm and its backward by bytes at norm_bw, norm_bwd_bw;
+ * a score and attn_row_s / attn_bwd_row_s a query row (B·H·T); layernorm and its backward by bytes at norm_bw, norm_bwd_bw;
  * a transpose and a slice by bytes at copy_bw_table's rate for their runs
  * (64 bytes: the first point; 256: a third of the way in log); a
  * collective by its measured table (log-log between points, the first
@@ -731,7 +731,7 @@ static void test_kind_fields(void **state) {
     char err[1200], named[64];
     if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
     if (profile_plus(&q,
-                     "attn_bwd_eff 0.5\nattn_score_s 1e-9\nattn_bwd_score_s 2e-9\nnorm_bw 2e9\nnorm_bwd_bw 1e9\nxent_bw 5e8\nxent_bwd_bw 4e8\n"
+                     "attn_bwd_eff 0.5\nattn_score_s 1e-9\nattn_bwd_score_s 2e-9\nattn_row_s 3e-8\nattn_bwd_row_s 5e-8\nnorm_bw 2e9\nnorm_bwd_bw 1e9\nxent_bw 5e8\nxent_bwd_bw 4e8\n"
                      "copy_bw 8e9\ncopy_bw_table 64:1e9 4096:4e9\nsumto_bw 3e9\nadamw_bw 6e9\nsumsq_bw 7e9\n"
                      "allreduce_table 100:1e-6 1e6:1e-3 1e7:1e-1\n",
                      named, err, sizeof err))
@@ -747,14 +747,14 @@ static void test_kind_fields(void **state) {
     int qv = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
     Attr causal = ir_attr_int(P.m, "causal", 1);
     int at = add(&P, 0, OP_attention, 0, 0, 3, (int[]){qv, qv, qv}, 1, &causal);
-    double fl = 4.0 * 2 * 8 * 512 * 512 / 2 * 64, scores = 2.0 * 8 * 512 * 512 / 2;
-    NEAR(cost_node_seconds(&q, g, &g->nodes[at]), fl / (q.peak_flops_f32 * q.attn_eff) + scores * 1e-9 + q.launch_s);
+    double fl = 4.0 * 2 * 8 * 512 * 512 / 2 * 64, scores = 2.0 * 8 * 512 * 512 / 2, rows = 2.0 * 8 * 512;
+    NEAR(cost_node_seconds(&q, g, &g->nodes[at]), fl / (q.peak_flops_f32 * q.attn_eff) + scores * 1e-9 + rows * 3e-8 + q.launch_s);
     NEAR(cost_node_seconds(&p, g, &g->nodes[at]), fl / (p.peak_flops_f32 * p.attn_eff) + p.launch_s);
     Type tl = {.dt = DT_F32, .rank = 3, .dim = {2, 8, 512}};
     sa.src_type = &tl;
     int lse = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
     int ab = add(&P, 0, OP_attention_bwd, 0, 0, 6, (int[]){qv, qv, qv, qv, qv, lse}, 1, &causal);
-    NEAR(cost_node_seconds(&q, g, &g->nodes[ab]), 2.5 * fl / (q.peak_flops_f32 * 0.5) + scores * 2e-9 + q.launch_s);
+    NEAR(cost_node_seconds(&q, g, &g->nodes[ab]), 2.5 * fl / (q.peak_flops_f32 * 0.5) + scores * 2e-9 + rows * 5e-8 + q.launch_s);
     /* layernorm [64,128] with w, b; its backward (dy, x, w) -> dx, dw, db */
     Type tx = {.dt = DT_F32, .rank = 2, .dim = {64, 128}}, tw = {.dt = DT_F32, .rank = 1, .dim = {128}};
     sa.src_type = &tx;
@@ -814,6 +814,7 @@ static void test_kind_fields(void **state) {
         {"attn_bwd_eff 1.5\n", "field \"attn_bwd_eff\": expected a fraction in (0, 1], got \"1.5\""},
         {"norm_bw 0\n", "field \"norm_bw\" must be positive"},
         {"attn_score_s -1e-9\n", "field \"attn_score_s\" is negative"},
+        {"attn_row_s -1e-9\n", "field \"attn_row_s\" is negative"},
         {"copy_bw_table 64:1e9 32:2e9\n", "field \"copy_bw_table\": expected up to 16 RUN_BYTES:BYTES_PER_S pairs"},
         {"allgather_table 100:1e-6 100:1e-3\n", "field \"allgather_table\": expected up to 16 BYTES:SECONDS pairs"},
         {"sumsq_bw 1e9\nsumsq_bw 2e9\n", "field \"sumsq_bw\" given twice"},

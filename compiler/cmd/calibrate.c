@@ -162,6 +162,7 @@ typedef struct {
     double ln_bw, tr_bw; /* mem_bw's two kernels alone */
     double attn_ef, attn_eb, attn_cf, attn_cb; /* attention: fwd, bwd fraction of peak; seconds a score */
     double attn_t[2][2];                       /* [fwd, bwd][D 16, 64] seconds */
+    double attn_t3[2], attn_rf, attn_rb;       /* [fwd, bwd] D 16 at T/4 seconds; attn_row_s, attn_bwd_row_s */
     double kind_bw[PK_NKIND];                  /* per kernel kind (measure_kinds) */
     double ew_transc, ew_gelu_t, ew_scale_t;    /* ew_transc_s; the GELU and scale steps it comes from */
     double wake, wake_pair, wake_g, wake_a;      /* pool_wake_s; the pair's, the GEMM's and the add's seconds */
@@ -260,8 +261,8 @@ static void measure_speedup(Cal *C) {
 /* The attention kernels at one head dim D: *tf, *tb the forward's and the
  * backward's seconds (B 4, H 4, T 256, --quick 128, causal); *scores the
  * query·key pairs computed (B·H·T²/2: ir_node_flops's count over 4D). */
-static void attention_at(Cal *C, rt_ctx *ctx, int64_t D, double *tf, double *tb, double *scores) {
-    int64_t B = 4, H = 4, T = C->quick ? 128 : 256;
+static void attention_at(Cal *C, rt_ctx *ctx, int64_t D, int64_t T, double *tf, double *tb, double *scores) {
+    int64_t B = 4, H = 4;
     int64_t nq = B * H * T * D, nl = B * H * T;
     float *q = filled(nq), *k = filled(nq), *v = filled(nq), *o = filled(nq), *lse = filled(nl), *dO = filled(nq);
     float *dq = filled(nq), *dk = filled(nq), *dv = filled(nq);
@@ -287,18 +288,27 @@ static void attention_at(Cal *C, rt_ctx *ctx, int64_t D, double *tf, double *tb,
  * keeps D 64's time exact. */
 static void measure_attention(Cal *C, rt_ctx *ctx) {
     static const double D[2] = {16, 64};
-    double S = 0;
-    for (int i = 0; i < 2; i++) attention_at(C, ctx, (int64_t)D[i], &C->attn_t[0][i], &C->attn_t[1][i], &S);
+    int64_t T = C->quick ? 128 : 256, Ts = T / 4;
+    double S = 0, S3 = 0, B = 4, H = 4;
+    for (int i = 0; i < 2; i++) attention_at(C, ctx, (int64_t)D[i], T, &C->attn_t[0][i], &C->attn_t[1][i], &S);
+    attention_at(C, ctx, (int64_t)D[0], Ts, &C->attn_t3[0], &C->attn_t3[1], &S3);
+    double R = B * H * (double)T, R3 = B * H * (double)Ts; /* query rows */
     for (int b = 0; b < 2; b++) {
         double per = b ? 10.0 : 4.0; /* FLOPs a score per unit of D */
         double slope = (C->attn_t[b][1] - C->attn_t[b][0]) / (D[1] - D[0]), icpt = C->attn_t[b][0] - slope * D[0];
-        double eff, cost = 0;
-        if (slope > 0 && icpt > 0) eff = per * S / (slope * C->peak), cost = icpt / S;
-        else eff = per * S * D[1] / (C->attn_t[b][1] * C->peak);
+        double eff, cost = 0, row = 0;
+        if (slope > 0 && icpt > 0) {
+            eff = per * S / (slope * C->peak), cost = icpt / S;
+            /* the short sequence's intercept (its FLOPs at the same rate) splits the
+             * intercept into a cost a score and a cost a row */
+            double icpt3 = C->attn_t3[b] - slope * D[0] * S3 / S, det = S * R3 - S3 * R;
+            double c2 = (icpt * R3 - icpt3 * R) / det, r2 = (S * icpt3 - S3 * icpt) / det;
+            if (c2 >= 0 && r2 > 0) cost = c2, row = r2;
+        } else eff = per * S * D[1] / (C->attn_t[b][1] * C->peak);
         if (eff > 1) /* faster than the GEMMs' peak (noise): the peak, and D 64's time stays exact through the score cost */
-            eff = 1, cost = fmax(0, (C->attn_t[b][1] - per * S * D[1] / C->peak) / S);
-        if (b) C->attn_eb = eff, C->attn_cb = cost;
-        else C->attn_ef = eff, C->attn_cf = cost;
+            eff = 1, cost = fmax(0, (C->attn_t[b][1] - per * S * D[1] / C->peak) / S), row = 0;
+        if (b) C->attn_eb = eff, C->attn_cb = cost, C->attn_rb = row;
+        else C->attn_ef = eff, C->attn_cf = cost, C->attn_rf = row;
     }
     C->attn_rate = 14.0 * S * D[1] / (C->attn_t[0][1] + C->attn_t[1][1]); /* D 64, fwd + bwd: the printed rate */
 }
@@ -599,10 +609,13 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     for (int i = 0; i < C->ngemm; i++) fprintf(f, " n %d %.2f GFLOP/s%s", C->gemm_n[i], C->gemm_rate[i] / 1e9, i + 1 < C->ngemm ? "," : "");
     fprintf(f, "\nattn_eff          %.4f   # rtk_attention causal B 4 H 4 T %d at D 16 and 64: %.3g, %.3g s; the line's slope in D (FLOPs) over the peak\n",
             C->attn_ef, C->quick ? 128 : 256, C->attn_t[0][0], C->attn_t[0][1]);
-    fprintf(f, "attn_score_s      %.4g   # the same line's intercept over the scores (B H T^2/2): the softmax's cost a score\n", C->attn_cf);
+    fprintf(f, "attn_score_s      %.4g   # the same line's intercept over the scores (B H T^2/2), less the rows' part (attn_row_s): the softmax's cost a score\n", C->attn_cf);
     fprintf(f, "attn_bwd_eff      %.4f   # rtk_attention_bwd, the same shapes: %.3g, %.3g s (10 D FLOPs a score)\n", C->attn_eb, C->attn_t[1][0],
             C->attn_t[1][1]);
-    fprintf(f, "attn_bwd_score_s  %.4g   # its intercept over the scores\n", C->attn_cb);
+    fprintf(f, "attn_bwd_score_s  %.4g   # its intercept over the scores (less the rows' part, below)\n", C->attn_cb);
+    fprintf(f, "attn_row_s        %.4g   # rtk_attention at D 16, T %d: %.3g s; with the T %d intercept, the intercept split into a cost a score and one a query row (B H T)\n",
+            C->attn_rf, C->quick ? 32 : 64, C->attn_t3[0], C->quick ? 128 : 256);
+    fprintf(f, "attn_bwd_row_s    %.4g   # rtk_attention_bwd, the same: %.3g s\n", C->attn_rb, C->attn_t3[1]);
     static const char *const kind_src[PK_NKIND] = {
         "rtk_layernorm [1024,128]: x, w, b read, y written",
         "rtk_layernorm_bwd [1024,128]: dy, x, w read, dx, dw, db written",
