@@ -627,6 +627,30 @@ static void test_calib_gelu(void **state) {
     assert_true(small > 100 && small < N - 100); /* both branches were exercised */
 }
 
+/* Unbound ranks share the whole node: pp 2 x dp 2 on 2 cores, one thread
+ * a rank (the runtime's rule when 4 ranks would oversubscribe 2 cores).
+ * Stage 0 computes a 1 s kernel while stage 1 idles: its 2 replicas
+ * demand 2 of the node's 2 cores, full speed, 1 s (not a core of its own
+ * shared by the 2, 2 s).  Both stages computing: 4 on 2, 2 s. */
+static void test_share_unbound(void **state) {
+    (void)state;
+    for (int both = 0; both < 2; both++) {
+        Prog P = prog_new(2);
+        P.m->mesh[1] = 2;
+        int A = work(&P, 0, IR_STREAM_COMPUTE, 1, scalar(&P, 0));
+        int x1 = scalar(&P, 1);
+        if (both) work(&P, 1, IR_STREAM_COMPUTE, 1, x1);
+        Profile p = shared_profile(2, 1, 4);
+        p.thread_speedup = 1;
+        CostSim s = simulate_on(&P, &p);
+        assert_int_equal(s.shared, both); /* alone, stage 0 never demands more than the node: the sweep */
+        if (both) assert_int_equal(s.domains, 1), assert_int_equal(s.domain_ranks, 4), assert_int_equal(s.domain_cores, 2);
+        NEAR(s.end[0][A], both ? 2 : 1);
+        cost_sim_free(&s);
+        prog_free(&P);
+    }
+}
+
 /* The fields: cores alone (threads = cores), both, and the one-line errors. */
 static void test_share_fields(void **state) {
     (void)state;
@@ -833,7 +857,7 @@ int main(void) {
         cmocka_unit_test(test_two_streams), cmocka_unit_test(test_exposed_classes), cmocka_unit_test(test_node_class), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds), cmocka_unit_test(test_fused_group),
         cmocka_unit_test(test_coll_fields), cmocka_unit_test(test_kind_fields), cmocka_unit_test(test_share_two_ranks), cmocka_unit_test(test_share_idle_rank),
-        cmocka_unit_test(test_share_comm_thread), cmocka_unit_test(test_share_replicas), cmocka_unit_test(test_share_fields), cmocka_unit_test(test_calib_gelu),
+        cmocka_unit_test(test_share_comm_thread), cmocka_unit_test(test_share_replicas), cmocka_unit_test(test_share_unbound), cmocka_unit_test(test_share_fields), cmocka_unit_test(test_calib_gelu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
