@@ -11,8 +11,9 @@
 #   small:  tiny GPT, 4 layers, dim 64, seq 64, batch 8 (byte level)
 #   medium: 4 layers, dim 256, 8 heads, seq 256, batch 8
 # The profile: `kiln calibrate` under the configuration's number of ranks
-# (its `threads` is then the trainer's binding: 1 under -np 2, 2 under -np 1
-# and -np 4; the rates are one rank's alone and the cost model shares the
+# (its `threads` is then the trainer's: 1 under -np 2 and -np 4 — the
+# runtime runs one thread a rank when the local ranks would oversubscribe
+# the cores —, 2 under -np 1; the rates are one rank's alone and the cost model shares the
 # node's `cores` among what runs at once: compiler/cost.c), measured again at each change of model size or rank count
 # (CALIBRATE=once: once per rank count for the whole run), so that it sees
 # the load the runs see; the 1-minute load average is printed on every row
@@ -25,7 +26,8 @@
 # against the best measured of them (the issue's goal: within 5%).
 # TUNE_ONLY=1 runs that part alone.  bench/cost_kernels.py splits one
 # configuration's error by kernel kind.  About 3-4 minutes on a quiet machine.
-# STEPS=N: both sizes' step count (for a quick look).
+# STEPS=N: both sizes' step count (for a quick look).  KEEP=DIR: copy each
+# profile calibrated there (NAME.SIZE.profile), to replan the rows offline.
 # The measured step is the steady state's: the fastest stretch (steady(), below) after a warm-up
 # of WARM_S seconds (default 0.3; at least the first step), the small
 # model run for SMALL_STEPS (80) steps, the medium for MEDIUM_STEPS (10).  A
@@ -47,6 +49,7 @@ calib() { # NP NAME: a profile measured under NP ranks, $tmp/NAME.profile (and N
     if [ "$1" = 1 ]; then "$B/kiln" calibrate --device cpu -o "$tmp/$2.profile" --name "$2" > /dev/null || exit 1
     else mpirun --oversubscribe -np "$1" "$B/kiln" calibrate --device cpu -o "$tmp/$2.profile" --name "$2" > /dev/null || exit 1; fi
     grep -v '^\(cores\|threads\|thread_speedup\) ' "$tmp/$2.profile" > "$tmp/$2-u.profile"
+    if [ -n "${KEEP:-}" ]; then cp "$tmp/$2.profile" "$KEEP/$2.${size:-tune}.profile" || exit 1; fi
 }
 nps="1 2 4"; [ -n "${TUNE_ONLY:-}" ] && nps=2
 for np in $nps; do calib $np cpu$np; done

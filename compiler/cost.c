@@ -232,13 +232,16 @@ static double copy_runs(const Graph *g, const Node *n) {
  * backward's attn_bwd_eff when the profile has it), plus per score (a
  * query·key pair: FLOPs / 4D forward, / 10D backward) attn_score_s or
  * attn_bwd_score_s — the softmax's work, which the head dim does not
- * scale (both 0 in a GPU profile: the roofline alone). */
+ * scale — and per query row (B·H·T) attn_row_s or attn_bwd_row_s: the
+ * causal diagonal and the row's passes, which a short sequence pays for
+ * fewer scores (all 0 in a GPU profile: the roofline alone). */
 static double attention_seconds(const Profile *p, const Graph *g, const Node *n) {
     int bwd = n->op == OP_attention_bwd;
     const Type *q = &g->vals[n->in[bwd]].t;
     double f = ir_node_flops(g, n), eff = bwd && p->attn_bwd_eff > 0 ? p->attn_bwd_eff : p->attn_eff;
-    double scores = f / ((bwd ? 10.0 : 4.0) * (double)q->dim[3]);
-    return f / (peak_of(p, q->dt) * eff) + scores * (bwd ? p->attn_bwd_score_s : p->attn_score_s);
+    double scores = f / ((bwd ? 10.0 : 4.0) * (double)q->dim[3]), rows = (double)ir_numel(q) / (double)q->dim[3];
+    return f / (peak_of(p, q->dt) * eff) + scores * (bwd ? p->attn_bwd_score_s : p->attn_score_s) +
+           rows * (bwd ? p->attn_bwd_row_s : p->attn_row_s);
 }
 
 /* 1 when memplan put assign n's value where its param or state lives (the
@@ -492,11 +495,15 @@ static int run_stream(Sim *S, int st, int k) {
  *
  * A profile with `cores` describes ranks whose threads share a node's
  * cores (the CPU target: kiln's ranks are processes on one host).  Ranks
- * are grouped into sharing domains: a rank may run on `threads` cores
- * (its affinity); local = min(world, node_size) ranks a node; when they
- * are bound to disjoint cores (local·threads <= cores) each rank is its
- * own domain, else local·threads/cores ranks share one set of `threads`
- * cores (unbound ranks: all of a node's).  A stage's program stands for its
+ * are grouped into sharing domains: a rank runs `threads` threads;
+ * local = min(world, node_size) ranks a node; when they are bound to
+ * disjoint cores (local·threads <= cores) each rank is its own domain of
+ * `threads` cores, else they are unbound (mpirun leaves more ranks than
+ * cores unbound) and the node's local ranks share all its cores, one
+ * domain (session 10: the runtime runs cores/local threads a rank then,
+ * at least 1; with 2 ranks on each of two 1-core domains the pipelined
+ * 4-rank rows were predicted 24-38% slow, a core idle while its pair of
+ * ranks waited in a bubble).  A stage's program stands for its
  * R = world/pp replicas, so each of its activities counts w = min(R,
  * ranks a domain) times in its domain (the domain of its first rank).
  *
@@ -542,10 +549,13 @@ static int share_init(Share *sh, const Module *m, const Profile *p, double *cons
     if (!shared && !cost_force_shared) return 0;
     int P = m->nstages, world = ir_world(m), R = world / P > 0 ? world / P : 1;
     int th = shared ? (p->threads > 0 ? p->threads : p->cores) : 1, node = shared ? p->node_size : 1, local = world < node ? world : node;
-    int g = shared ? (int)((int64_t)local * th / p->cores) : 1;
-    g = g < 1 ? 1 : g;
+    /* bound ranks (local · threads within the cores): a domain each, on its
+     * own `threads` cores; else the ranks are unbound (mpirun leaves more
+     * ranks than cores unbound) and all of a node's share all its cores,
+     * each running `threads` threads (the runtime's: cores / local ranks) */
+    int unbound = shared && (int64_t)local * th > p->cores, g = unbound ? local : 1;
     sh->g = g;
-    sh->cores = shared ? th : INFINITY, sh->threads = shared && p->thread_speedup > 0 ? p->thread_speedup : th;
+    sh->cores = shared ? (unbound ? p->cores : th) : INFINITY, sh->threads = shared && p->thread_speedup > 0 ? p->thread_speedup : th;
     sh->dom = xcalloc((size_t)P, sizeof(int));
     sh->w = xcalloc((size_t)P, sizeof(double));
     double *most = xcalloc((size_t)P + 1, sizeof(double)); /* per domain: the most its activities can demand at once */
@@ -790,7 +800,7 @@ int cost_simulate(const Module *m, const Profile *p, double *const *dur, CostSim
     int rc = 0;
     Share sh;
     if (share_init(&sh, m, p, dur)) {
-        out->shared = 1, out->domains = sh.ndom, out->domain_ranks = sh.g;
+        out->shared = 1, out->domains = sh.ndom, out->domain_ranks = sh.g, out->domain_cores = (int)sh.cores;
         run_shared(&S, &sh);
         share_free(&sh);
     } else
@@ -835,7 +845,7 @@ void cost_report(const Module *m, const Profile *p, const CostSim *s, FILE *f) {
             100 * s->mfu, s->peak_flops / 1e12);
     if (s->shared)
         fprintf(f, "  processor sharing: %d rank%s on %d core%s (a domain; %d domain%s), a computing rank keeping %.3g busy (profile: cores %d, threads %d)\n",
-                s->domain_ranks, s->domain_ranks == 1 ? "" : "s", p->threads, p->threads == 1 ? "" : "s", s->domains, s->domains == 1 ? "" : "s",
+                s->domain_ranks, s->domain_ranks == 1 ? "" : "s", s->domain_cores, s->domain_cores == 1 ? "" : "s", s->domains, s->domains == 1 ? "" : "s",
                 p->thread_speedup, p->cores, p->threads);
     fprintf(f, "  %5s %11s %11s %11s %11s %11s %12s\n", "stage", "compute ms", "exp. comm", "bubble", "exp. copy", "step ms", "memory MiB");
     for (int st = 0; st < s->nstages; st++) {

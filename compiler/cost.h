@@ -75,7 +75,7 @@ typedef struct {
     double mfu;            /* Σ flops / (pp · step · peak of the GEMMs' dtype) */
     double peak_flops;     /* that peak */
     int shared;            /* replayed under processor sharing (cost.c): ranks sharing cores */
-    int domains, domain_ranks; /* then: sharing domains, ranks in each */
+    int domains, domain_ranks, domain_cores; /* then: sharing domains, ranks and cores in each */
 } CostSim;
 
 /* Simulate module m (after schedule; after memplan for the peaks).  dur:

@@ -16,7 +16,8 @@
  *
  * Optional too, each alone: step_overhead_s, ew_transc_s, pool_wake_s, allreduce_table, allgather_table,
  * reducescatter_table, p2p_table (BYTES:SECONDS pairs as mem_bw_table's:
- * a collective's measured time by size, profile.h), attn_bwd_eff, attn_score_s, attn_bwd_score_s
+ * a collective's measured time by size, profile.h), attn_bwd_eff, attn_score_s, attn_bwd_score_s,
+ * attn_row_s, attn_bwd_row_s
  * and the per-kind bandwidths norm_bw, norm_bwd_bw, xent_bw, xent_bwd_bw,
  * copy_bw, copy_bw_table (RUN_BYTES:BYTES_PER_S pairs), sumto_bw, adamw_bw, sumsq_bw (profile.h: the CPU runtime's kernels one by one, as kiln
  * calibrate measures them; absent, the roofline's attn_eff and mem_bw).
@@ -113,6 +114,8 @@ static const struct {
     {"pool_wake_s", F_NONNEG, offsetof(Profile, pool_wake_s)},
     {"attn_score_s", F_NONNEG, offsetof(Profile, attn_score_s)},
     {"attn_bwd_score_s", F_NONNEG, offsetof(Profile, attn_bwd_score_s)},
+    {"attn_row_s", F_NONNEG, offsetof(Profile, attn_row_s)},
+    {"attn_bwd_row_s", F_NONNEG, offsetof(Profile, attn_bwd_row_s)},
     {"norm_bw", F_POS, offsetof(Profile, kind_bw[PK_NORM])},
     {"norm_bwd_bw", F_POS, offsetof(Profile, kind_bw[PK_NORM_BWD])},
     {"xent_bw", F_POS, offsetof(Profile, kind_bw[PK_XENT])},

@@ -73,6 +73,10 @@ typedef struct {
      * the FLOP rate; kind_bw[k]: bytes a second of the kernels of kind k
      * (ProfileKind), 0 when absent: profile_mem_bw's rate */
     double attn_bwd_eff, attn_score_s, attn_bwd_score_s;
+    /* optional: seconds per query row (B·H·T) beyond its scores, forward
+     * and backward — the causal diagonal block and each row's softmax
+     * passes, which a short sequence pays for fewer scores (0 when absent) */
+    double attn_row_s, attn_bwd_row_s;
     double ew_transc_s;     /* optional: an elementwise transcendental's cost an element (GELU, tanh, exp, SiLU, sigmoid, log, pow), 0 when absent */
     double pool_wake_s;     /* optional: a parallel non-GEMM kernel's cost to wake the runtime's pool after a GEMM, 0 when absent */
     double step_overhead_s; /* optional: the runtime's fixed cost a step (waking its streams, the final wait), 0 when absent */

@@ -4,7 +4,8 @@
 # (the per-kernel-kind rates too) measured and its source in a comment; under mpirun the links are
 # measured, each collective algorithm's own α and β and its time by
 # size, and the cores the
-# ranks share (cores, threads, thread_speedup) are stated; bad flags are
+# ranks share (cores, threads, thread_speedup) are stated, one thread a
+# rank when 4 ranks would oversubscribe the cores; bad flags are
 # one line with exit status 1.
 . "$(dirname "$0")/lib.sh"
 
@@ -14,7 +15,7 @@ first=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | head 
 check "the written profile reads back: $first" "[[ '$first' == 'device calib1 ($tmp/c.profile)'* ]]"
 pred=$("$K" plan models/tiny.lua --device-profile "$tmp/c.profile" 2>&1 | grep '^predicted step')
 check "kiln plan predicts on it: $pred" "[[ '$pred' == 'predicted step '*' on calib1, MFU '* ]]"
-for f in peak_flops_f32 gemm_eff attn_eff mem_bw mem_bw_table launch_overhead_s h2d_bw attn_score_s attn_bwd_eff attn_bwd_score_s \
+for f in peak_flops_f32 gemm_eff attn_eff mem_bw mem_bw_table launch_overhead_s h2d_bw attn_score_s attn_bwd_eff attn_bwd_score_s attn_row_s attn_bwd_row_s \
          norm_bw norm_bwd_bw xent_bw xent_bwd_bw copy_bw copy_bw_table sumto_bw adamw_bw sumsq_bw step_overhead_s ew_transc_s pool_wake_s; do
     check "$f measured, with its source" "grep -q '^$f .*# ' '$tmp/c.profile'"
 done
@@ -39,6 +40,14 @@ if command -v mpirun > /dev/null; then
     check "the links' times are scaled to one rank's alone, the factor stated" "grep -q '^intra_alpha_s .*times x [0-9.]*: one rank' '$tmp/m.profile'"
     pm=$("$K" plan models/tiny.lua --dp 2 --device-profile "$tmp/m.profile" 2>&1 | grep -c '^predicted step')
     check "kiln plan reads the per-algorithm fields" "[ '$pm' = 1 ]"
+    # 4 local ranks: when they would oversubscribe the host's cores (here 2),
+    # one thread a rank, as the runtime runs them (dev_cpu.c's cores()); a
+    # host of 4 or more cores binds each rank to one core: 1 too
+    out=$($MPI -np 4 "$K" calibrate --device cpu --quick -o "$tmp/m4.profile" 2>&1)
+    say $? "calibrate --quick under mpirun -np 4: $out"
+    want=$(( $(nproc) / 4 > 1 ? $(nproc) / 4 : 1 ))
+    got=$(awk '$1 == "threads" {print $2}' "$tmp/m4.profile")
+    check "4 ranks on $(nproc) cores: at most $want thread(s) a rank (got $got)" "[ -n '$got' ] && [ '$got' -le '$want' ]"
 else
     notok "mpirun is not installed (make test installs Open MPI: tools/deps.sh)"
 fi

@@ -68,6 +68,7 @@
 #include "cost.h"
 #include "live.h"
 #include "ppsched.h"
+#include "calibrate_ew.h"
 
 #define TOL 1e-12
 #define NEAR(got, want) \
@@ -604,6 +605,52 @@ static void test_share_replicas(void **state) {
     }
 }
 
+/* kiln calibrate's GELU stand-in (calibrate_ew.c: the generated groups'
+ * tanh, Cephes tanhf's two branches and a select) computes GELU: against
+ * double libm's 0.5 x (1 + tanh(k (x + 0.044715 x^3))) over [-8, 8] (both
+ * branches: |u| below and above 0.625), within 2e-6 + 2e-6 |y| (Cephes
+ * tanhf is ~1 ulp; kiln_expf ~1 ulp).  4096 elements: the serial path,
+ * no runtime context. */
+static void test_calib_gelu(void **state) {
+    (void)state;
+    enum { N = 4096 };
+    static float x[N], z[N];
+    for (int i = 0; i < N; i++) x[i] = -8.0f + 16.0f * (float)i / (N - 1);
+    int64_t a[] = {rt_ptr_arg(x), 0, rt_ptr_arg(z), N};
+    calib_ew_gelu(NULL, a);
+    int small = 0;
+    for (int i = 0; i < N; i++) {
+        double u = 0.7978845608028654 * (x[i] + 0.044715 * (double)x[i] * x[i] * x[i]), y = 0.5 * x[i] * (1 + tanh(u));
+        small += fabs(u) < 0.625;
+        if (fabs(z[i] - y) > 2e-6 + 2e-6 * fabs(y)) fail_msg("gelu(%.9g) = %.9g, want %.9g", x[i], z[i], y);
+    }
+    assert_true(small > 100 && small < N - 100); /* both branches were exercised */
+}
+
+/* Unbound ranks share the whole node: pp 2 x dp 2 on 2 cores, one thread
+ * a rank (the runtime's rule when 4 ranks would oversubscribe 2 cores).
+ * Stage 0 computes a 1 s kernel while stage 1 idles: its 2 replicas
+ * demand 2 of the node's 2 cores, full speed, 1 s (not a core of its own
+ * shared by the 2, 2 s).  Both stages computing: 4 on 2, 2 s. */
+static void test_share_unbound(void **state) {
+    (void)state;
+    for (int both = 0; both < 2; both++) {
+        Prog P = prog_new(2);
+        P.m->mesh[1] = 2;
+        int A = work(&P, 0, IR_STREAM_COMPUTE, 1, scalar(&P, 0));
+        int x1 = scalar(&P, 1);
+        if (both) work(&P, 1, IR_STREAM_COMPUTE, 1, x1);
+        Profile p = shared_profile(2, 1, 4);
+        p.thread_speedup = 1;
+        CostSim s = simulate_on(&P, &p);
+        assert_int_equal(s.shared, both); /* alone, stage 0 never demands more than the node: the sweep */
+        if (both) assert_int_equal(s.domains, 1), assert_int_equal(s.domain_ranks, 4), assert_int_equal(s.domain_cores, 2);
+        NEAR(s.end[0][A], both ? 2 : 1);
+        cost_sim_free(&s);
+        prog_free(&P);
+    }
+}
+
 /* The fields: cores alone (threads = cores), both, and the one-line errors. */
 static void test_share_fields(void **state) {
     (void)state;
@@ -694,7 +741,7 @@ static void test_coll_fields(void **state) {
 
 /* The per-kernel-kind fields (kiln calibrate's): attention's FLOPs at
  * attn_eff (forward) or attn_bwd_eff plus attn_score_s / attn_bwd_score_s
- * a score; layernorm and its backward by bytes at norm_bw, norm_bwd_bw;
+ * a score and attn_row_s / attn_bwd_row_s a query row (B·H·T); layernorm and its backward by bytes at norm_bw, norm_bwd_bw;
  * a transpose and a slice by bytes at copy_bw_table's rate for their runs
  * (64 bytes: the first point; 256: a third of the way in log); a
  * collective by its measured table (log-log between points, the first
@@ -708,7 +755,7 @@ static void test_kind_fields(void **state) {
     char err[1200], named[64];
     if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
     if (profile_plus(&q,
-                     "attn_bwd_eff 0.5\nattn_score_s 1e-9\nattn_bwd_score_s 2e-9\nnorm_bw 2e9\nnorm_bwd_bw 1e9\nxent_bw 5e8\nxent_bwd_bw 4e8\n"
+                     "attn_bwd_eff 0.5\nattn_score_s 1e-9\nattn_bwd_score_s 2e-9\nattn_row_s 3e-8\nattn_bwd_row_s 5e-8\nnorm_bw 2e9\nnorm_bwd_bw 1e9\nxent_bw 5e8\nxent_bwd_bw 4e8\n"
                      "copy_bw 8e9\ncopy_bw_table 64:1e9 4096:4e9\nsumto_bw 3e9\nadamw_bw 6e9\nsumsq_bw 7e9\n"
                      "allreduce_table 100:1e-6 1e6:1e-3 1e7:1e-1\n",
                      named, err, sizeof err))
@@ -724,14 +771,14 @@ static void test_kind_fields(void **state) {
     int qv = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
     Attr causal = ir_attr_int(P.m, "causal", 1);
     int at = add(&P, 0, OP_attention, 0, 0, 3, (int[]){qv, qv, qv}, 1, &causal);
-    double fl = 4.0 * 2 * 8 * 512 * 512 / 2 * 64, scores = 2.0 * 8 * 512 * 512 / 2;
-    NEAR(cost_node_seconds(&q, g, &g->nodes[at]), fl / (q.peak_flops_f32 * q.attn_eff) + scores * 1e-9 + q.launch_s);
+    double fl = 4.0 * 2 * 8 * 512 * 512 / 2 * 64, scores = 2.0 * 8 * 512 * 512 / 2, rows = 2.0 * 8 * 512;
+    NEAR(cost_node_seconds(&q, g, &g->nodes[at]), fl / (q.peak_flops_f32 * q.attn_eff) + scores * 1e-9 + rows * 3e-8 + q.launch_s);
     NEAR(cost_node_seconds(&p, g, &g->nodes[at]), fl / (p.peak_flops_f32 * p.attn_eff) + p.launch_s);
     Type tl = {.dt = DT_F32, .rank = 3, .dim = {2, 8, 512}};
     sa.src_type = &tl;
     int lse = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
     int ab = add(&P, 0, OP_attention_bwd, 0, 0, 6, (int[]){qv, qv, qv, qv, qv, lse}, 1, &causal);
-    NEAR(cost_node_seconds(&q, g, &g->nodes[ab]), 2.5 * fl / (q.peak_flops_f32 * 0.5) + scores * 2e-9 + q.launch_s);
+    NEAR(cost_node_seconds(&q, g, &g->nodes[ab]), 2.5 * fl / (q.peak_flops_f32 * 0.5) + scores * 2e-9 + rows * 5e-8 + q.launch_s);
     /* layernorm [64,128] with w, b; its backward (dy, x, w) -> dx, dw, db */
     Type tx = {.dt = DT_F32, .rank = 2, .dim = {64, 128}}, tw = {.dt = DT_F32, .rank = 1, .dim = {128}};
     sa.src_type = &tx;
@@ -791,6 +838,7 @@ static void test_kind_fields(void **state) {
         {"attn_bwd_eff 1.5\n", "field \"attn_bwd_eff\": expected a fraction in (0, 1], got \"1.5\""},
         {"norm_bw 0\n", "field \"norm_bw\" must be positive"},
         {"attn_score_s -1e-9\n", "field \"attn_score_s\" is negative"},
+        {"attn_row_s -1e-9\n", "field \"attn_row_s\" is negative"},
         {"copy_bw_table 64:1e9 32:2e9\n", "field \"copy_bw_table\": expected up to 16 RUN_BYTES:BYTES_PER_S pairs"},
         {"allgather_table 100:1e-6 100:1e-3\n", "field \"allgather_table\": expected up to 16 BYTES:SECONDS pairs"},
         {"sumsq_bw 1e9\nsumsq_bw 2e9\n", "field \"sumsq_bw\" given twice"},
@@ -809,7 +857,7 @@ int main(void) {
         cmocka_unit_test(test_two_streams), cmocka_unit_test(test_exposed_classes), cmocka_unit_test(test_node_class), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds), cmocka_unit_test(test_fused_group),
         cmocka_unit_test(test_coll_fields), cmocka_unit_test(test_kind_fields), cmocka_unit_test(test_share_two_ranks), cmocka_unit_test(test_share_idle_rank),
-        cmocka_unit_test(test_share_comm_thread), cmocka_unit_test(test_share_replicas), cmocka_unit_test(test_share_fields),
+        cmocka_unit_test(test_share_comm_thread), cmocka_unit_test(test_share_replicas), cmocka_unit_test(test_share_unbound), cmocka_unit_test(test_share_fields), cmocka_unit_test(test_calib_gelu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -162,6 +162,7 @@ typedef struct {
     double ln_bw, tr_bw; /* mem_bw's two kernels alone */
     double attn_ef, attn_eb, attn_cf, attn_cb; /* attention: fwd, bwd fraction of peak; seconds a score */
     double attn_t[2][2];                       /* [fwd, bwd][D 16, 64] seconds */
+    double attn_t3[2], attn_rf, attn_rb;       /* [fwd, bwd] D 16 at T/4 seconds; attn_row_s, attn_bwd_row_s */
     double kind_bw[PK_NKIND];                  /* per kernel kind (measure_kinds) */
     double ew_transc, ew_gelu_t, ew_scale_t;    /* ew_transc_s; the GELU and scale steps it comes from */
     double wake, wake_pair, wake_g, wake_a;      /* pool_wake_s; the pair's, the GEMM's and the add's seconds */
@@ -260,8 +261,8 @@ static void measure_speedup(Cal *C) {
 /* The attention kernels at one head dim D: *tf, *tb the forward's and the
  * backward's seconds (B 4, H 4, T 256, --quick 128, causal); *scores the
  * query·key pairs computed (B·H·T²/2: ir_node_flops's count over 4D). */
-static void attention_at(Cal *C, rt_ctx *ctx, int64_t D, double *tf, double *tb, double *scores) {
-    int64_t B = 4, H = 4, T = C->quick ? 128 : 256;
+static void attention_at(Cal *C, rt_ctx *ctx, int64_t D, int64_t T, double *tf, double *tb, double *scores) {
+    int64_t B = 4, H = 4;
     int64_t nq = B * H * T * D, nl = B * H * T;
     float *q = filled(nq), *k = filled(nq), *v = filled(nq), *o = filled(nq), *lse = filled(nl), *dO = filled(nq);
     float *dq = filled(nq), *dk = filled(nq), *dv = filled(nq);
@@ -287,18 +288,27 @@ static void attention_at(Cal *C, rt_ctx *ctx, int64_t D, double *tf, double *tb,
  * keeps D 64's time exact. */
 static void measure_attention(Cal *C, rt_ctx *ctx) {
     static const double D[2] = {16, 64};
-    double S = 0;
-    for (int i = 0; i < 2; i++) attention_at(C, ctx, (int64_t)D[i], &C->attn_t[0][i], &C->attn_t[1][i], &S);
+    int64_t T = C->quick ? 128 : 256, Ts = T / 4;
+    double S = 0, S3 = 0, B = 4, H = 4;
+    for (int i = 0; i < 2; i++) attention_at(C, ctx, (int64_t)D[i], T, &C->attn_t[0][i], &C->attn_t[1][i], &S);
+    attention_at(C, ctx, (int64_t)D[0], Ts, &C->attn_t3[0], &C->attn_t3[1], &S3);
+    double R = B * H * (double)T, R3 = B * H * (double)Ts; /* query rows */
     for (int b = 0; b < 2; b++) {
         double per = b ? 10.0 : 4.0; /* FLOPs a score per unit of D */
         double slope = (C->attn_t[b][1] - C->attn_t[b][0]) / (D[1] - D[0]), icpt = C->attn_t[b][0] - slope * D[0];
-        double eff, cost = 0;
-        if (slope > 0 && icpt > 0) eff = per * S / (slope * C->peak), cost = icpt / S;
-        else eff = per * S * D[1] / (C->attn_t[b][1] * C->peak);
+        double eff, cost = 0, row = 0;
+        if (slope > 0 && icpt > 0) {
+            eff = per * S / (slope * C->peak), cost = icpt / S;
+            /* the short sequence's intercept (its FLOPs at the same rate) splits the
+             * intercept into a cost a score and a cost a row */
+            double icpt3 = C->attn_t3[b] - slope * D[0] * S3 / S, det = S * R3 - S3 * R;
+            double c2 = (icpt * R3 - icpt3 * R) / det, r2 = (S * icpt3 - S3 * icpt) / det;
+            if (c2 >= 0 && r2 > 0) cost = c2, row = r2;
+        } else eff = per * S * D[1] / (C->attn_t[b][1] * C->peak);
         if (eff > 1) /* faster than the GEMMs' peak (noise): the peak, and D 64's time stays exact through the score cost */
-            eff = 1, cost = fmax(0, (C->attn_t[b][1] - per * S * D[1] / C->peak) / S);
-        if (b) C->attn_eb = eff, C->attn_cb = cost;
-        else C->attn_ef = eff, C->attn_cf = cost;
+            eff = 1, cost = fmax(0, (C->attn_t[b][1] - per * S * D[1] / C->peak) / S), row = 0;
+        if (b) C->attn_eb = eff, C->attn_cb = cost, C->attn_rb = row;
+        else C->attn_ef = eff, C->attn_cf = cost, C->attn_rf = row;
     }
     C->attn_rate = 14.0 * S * D[1] / (C->attn_t[0][1] + C->attn_t[1][1]); /* D 64, fwd + bwd: the printed rate */
 }
@@ -599,10 +609,13 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     for (int i = 0; i < C->ngemm; i++) fprintf(f, " n %d %.2f GFLOP/s%s", C->gemm_n[i], C->gemm_rate[i] / 1e9, i + 1 < C->ngemm ? "," : "");
     fprintf(f, "\nattn_eff          %.4f   # rtk_attention causal B 4 H 4 T %d at D 16 and 64: %.3g, %.3g s; the line's slope in D (FLOPs) over the peak\n",
             C->attn_ef, C->quick ? 128 : 256, C->attn_t[0][0], C->attn_t[0][1]);
-    fprintf(f, "attn_score_s      %.4g   # the same line's intercept over the scores (B H T^2/2): the softmax's cost a score\n", C->attn_cf);
+    fprintf(f, "attn_score_s      %.4g   # the same line's intercept over the scores (B H T^2/2), less the rows' part (attn_row_s): the softmax's cost a score\n", C->attn_cf);
     fprintf(f, "attn_bwd_eff      %.4f   # rtk_attention_bwd, the same shapes: %.3g, %.3g s (10 D FLOPs a score)\n", C->attn_eb, C->attn_t[1][0],
             C->attn_t[1][1]);
-    fprintf(f, "attn_bwd_score_s  %.4g   # its intercept over the scores\n", C->attn_cb);
+    fprintf(f, "attn_bwd_score_s  %.4g   # its intercept over the scores (less the rows' part, below)\n", C->attn_cb);
+    fprintf(f, "attn_row_s        %.4g   # rtk_attention at D 16, T %d: %.3g s; with the T %d intercept, the intercept split into a cost a score and one a query row (B H T)\n",
+            C->attn_rf, C->quick ? 32 : 64, C->attn_t3[0], C->quick ? 128 : 256);
+    fprintf(f, "attn_bwd_row_s    %.4g   # rtk_attention_bwd, the same: %.3g s\n", C->attn_rb, C->attn_t3[1]);
     static const char *const kind_src[PK_NKIND] = {
         "rtk_layernorm [1024,128]: x, w, b read, y written",
         "rtk_layernorm_bwd [1024,128]: dy, x, w read, dx, dw, db written",
@@ -625,7 +638,7 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
             C->quick ? "256 Ki" : "4 Mi");
     fprintf(f, "pool_wake_s       %.4g   # a GEMM then a parallel add (32 Ki floats) less each alone, the rounds' median (medians: %.3g s a pair, %.3g s the GEMM, %.3g s the add)\n",
             C->wake, C->wake_pair, C->wake_g, C->wake_a);
-    fprintf(f, "ew_transc_s       %.4g   # z = GELU(x) (tanh on a Cephes expf, as emit_llvm.c's) %.3g s less z = 2x %.3g s, over 256 Ki elements: a transcendental's cost an element\n",
+    fprintf(f, "ew_transc_s       %.4g   # z = GELU(x) (Cephes tanhf on a Cephes expf, both branches and a select, as emit_llvm.c's) %.3g s less z = 2x %.3g s, over 256 Ki elements: a transcendental's cost an element\n",
             C->ew_transc, C->ew_gelu_t, C->ew_scale_t);
     fprintf(f, "launch_overhead_s %.4g   # (a step of 256 4x4x4 rtk_gemms - a step of 1) / 255\n", C->launch);
     fprintf(f, "step_overhead_s   %.4g   # a step of one 4x4x4 rtk_gemm (%.3g s, the median) less a launch: the runtime's fixed cost a step\n", C->step_ov,
@@ -651,7 +664,7 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
             C->world > 1 ? "the ranks under mpirun" : "from the base profile");
     fprintf(f, "cores             %d   # sysconf(_SC_NPROCESSORS_ONLN): the host's cores, which its ranks' threads share\n", C->cores);
     fprintf(f, "threads           %d   # %s: the cores one rank may run on, its compute threads (the rates above: on that many)\n", C->threads < C->cores ? C->threads : C->cores,
-            C->threads_given ? "--threads" : "sched_getaffinity (the runtime's default thread count)");
+            C->threads_given ? "--threads" : "sched_getaffinity, over the local ranks when they would oversubscribe the cores (the runtime's default thread count)");
     fprintf(f, "thread_speedup    %.4g   # OpenBLAS sgemm [8n,n]x[n,n] on 1 thread over on %d: n 64 %.3g/%.3g s, n 128 %.3g/%.3g s (the mean, in 1..threads)\n",
             fmin(C->speedup, C->threads < C->cores ? C->threads : C->cores), C->threads, C->sp_one[0], C->sp_all[0], C->sp_one[1], C->sp_all[1]);
     if (fclose(f) != 0) die("-o: cannot write %s: %s", tmp, strerror(errno));
@@ -664,14 +677,19 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     if (rename(tmp, path) != 0) die("-o: cannot rename %s to %s: %s", tmp, path, strerror(errno));
 }
 
-/* The runtime's default thread count (dev_cpu.c's cores()): the cores this
- * process may run on.  mpirun binds each of up to `cores` ranks to one core
- * (one thread each) and leaves more ranks unbound (every core each). */
+/* The runtime's default thread count (dev_cpu.c's cores(), the same rule):
+ * the cores this process may run on (mpirun binds each of up to `cores`
+ * ranks to one core: one thread each), but when the local ranks are
+ * unbound and would run more threads than the host's cores, its cores over
+ * them, at least 1 (4 ranks on 2 cores: one thread each). */
 static int affinity_cores(void) {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    int a = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : n > 0 ? (int)n : 1;
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = ls ? strtol(ls, NULL, 10) : 1;
+    if (n > 0 && local > 1 && local * a > n) return (int)(n / local > 1 ? (n / local < a ? n / local : a) : 1);
+    return a;
 }
 
 /* A barrier that sleeps while it waits (MPI_Barrier polls at full speed). */

@@ -705,11 +705,22 @@ static int open_trace(rt_ctx *c, const char *path) {
     return 0;
 }
 
+/* The default thread count: the cores this process may run on, but, when
+ * the local ranks (OMPI_COMM_WORLD_LOCAL_SIZE) are unbound and together
+ * would run more threads than the host has cores, the host's cores over
+ * them (at least 1): 4 ranks of 2 threads on 2 cores ran the small model's
+ * dp 4 step at 16.7-17.3 ms against 12.0-12.3 with one thread each — a
+ * GEMM's static split waits for its descheduled OpenBLAS helper, and the
+ * spinning helpers made 170 000 context switches a second (bench/RESULTS.md,
+ * session 10).  kiln calibrate (affinity_cores) applies the same rule. */
 static int cores(void) {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    int a = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : n > 0 ? (int)n : 1;
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = ls ? strtol(ls, NULL, 10) : 1;
+    if (n > 0 && local > 1 && local * a > n) return (int)(n / local > 1 ? (n / local < a ? n / local : a) : 1);
+    return a;
 }
 
 static void start_streams(rt_ctx *c) {
