@@ -25,6 +25,8 @@
  */
 #include "testutil.h"
 
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -117,9 +119,42 @@ static void test_helped_copies_run_once_in_order(void **st) {
     rmdir(dir);
 }
 
+/* rtk_offload writes with non-temporal stores from 4 KiB up (dev_cpu.c,
+ * copy_out): its aligned body, unaligned head and tail.  Every size around
+ * the thresholds at every misalignment of either side must copy exactly
+ * the bytes, and not one byte past either end (guards of 0x5a).  The
+ * same copy by rtk_reload (memcpy) is the reference. */
+static void test_offload_copy_exact(void **st) {
+    rt_program p = {.abi_version = RT_ABI_VERSION, .model = "copy", .space_bytes = {0, 0, 0, 0}, .nstreams = 1, .step = step};
+    rt_options o = {.threads = 1};
+    rt_ctx *c = rt_new(&p, &o);
+    assert_non_null(c);
+    enum { MAX = (1 << 20) + 200 };
+    unsigned char *src = malloc(MAX + 64), *dst = malloc(MAX + 128), *ref = malloc(MAX + 128);
+    assert_non_null(src), assert_non_null(dst), assert_non_null(ref);
+    for (int i = 0; i < MAX + 64; i++) src[i] = (unsigned char)(i * 131 + 7);
+    const int64_t sizes[] = {0, 1, 63, 4095, 4096, 4097, 4096 + 63, 65536 + 13, 1 << 20};
+    int n = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+        for (int so = 0; so < 16; so += 5)
+            for (int d0 = 0; d0 < 17; d0 += 4) {
+                memset(dst, 0x5a, MAX + 128), memset(ref, 0x5a, MAX + 128);
+                int64_t a[] = {rt_ptr_arg(dst + 32 + d0), rt_ptr_arg(src + so), sizes[k]};
+                int64_t b[] = {rt_ptr_arg(ref + 32 + d0), rt_ptr_arg(src + so), sizes[k]};
+                rtk_offload(c, a);
+                rtk_reload(c, b);
+                if (memcmp(dst, ref, MAX + 128) != 0) fail_msg("offload copy of %lld bytes (src +%d, dst +%d) differs", (long long)sizes[k], so, 32 + d0);
+                n++;
+            }
+    print_message("%d offload copies exact, guards intact\n", n);
+    free(src), free(dst), free(ref);
+    rt_free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_helped_copies_run_once_in_order),
+        cmocka_unit_test(test_offload_copy_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
