@@ -33,6 +33,10 @@
 # the recv of the gradient its backward waits for anyway: without offload
 # the compute would have waited for that recv too), so it is the time the
 # compute waited for the copies themselves; "all" counts the whole gap.
+# cpu ms: the CPU time (user + system, all 4 ranks: /usr/bin/time around
+# mpirun) of a policy's run less none's of the same round, per step, the
+# median over the rounds: what the copies cost the cores, which on this
+# machine are the copy engine (less noisy under load than the step).
 # With 4 ranks on a 2-core machine the ranks are oversubscribed (a rank that
 # waits frees its core): compare the policies, not the absolute times.
 set -eu
@@ -55,8 +59,8 @@ for p in $POLICIES; do
     # shellcheck disable=SC2086
     KILN_OFFLOAD_MIN_NODES=$mn "$kiln" plan models/tiny.lua $SHAPE $FLAGS --offload "$pol" > "$tmp/$p.plan" 2>&1
 done
-run() { # policy round
-    mpirun --oversubscribe -np 4 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps "$STEPS" --log "$tmp/$1.$2.log" \
+run() { # policy round; the run's CPU seconds (user + system, all ranks) in $tmp/POLICY.ROUND.cpu
+    /usr/bin/time -f '%U %S' -o "$tmp/$1.$2.cpu" mpirun --oversubscribe -np 4 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps "$STEPS" --log "$tmp/$1.$2.log" \
         ${TRACE:+--trace "$tmp/$1.$2.json"} > /dev/null 2>&1
 }
 copy_stalls() { # policy -> ms a step (median over rounds) the compute stream of ranks 0-2 waited for copies
@@ -107,18 +111,23 @@ median_step() { for r in $(seq 1 "$ROUNDS"); do run_step "$1" "$r"; done | media
 ratios() { # policy -> per-round step / none's step of the same round, one a line
     for r in $(seq 1 "$ROUNDS"); do awk -v a="$(run_step "$1" "$r")" -v b="$(run_step none "$r")" 'BEGIN {print a / b}'; done
 }
+cpu_delta() { # policy -> the median over rounds of (its run's CPU seconds - none's of the same round) / STEPS, ms a step
+    for r in $(seq 1 "$ROUNDS"); do
+        awk -v s="$STEPS" 'FNR == NR {a = $1 + $2; next} {print (a - $1 - $2) / s * 1e3}' "$tmp/$1.$r.cpu" "$tmp/none.$r.cpu"
+    done | median
+}
 marks() { # policy -> measured act high-water per rank, rank order
     mpirun --oversubscribe -np 4 -x KILN_MEASURE_PEAK=1 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps 2 > /dev/null 2> "$tmp/$1.peak"
     sed -n 's/^kiln runtime: rank \([0-9]*\) stage [0-9]*: act high-water mark \([0-9]*\) bytes.*host space \([0-9]*\)).*/\1 \2 \3/p' "$tmp/$1.peak" | sort -n
 }
 plan_act() { awk '/^  activations/ {for (i = 1; i <= NF; i++) if ($i == "bytes") {print $(i-1); break}}' "$tmp/$1.plan" | paste -sd' '; }
 echo "offload ($(date -u +%F), load average $load0 at the start, $load1 at the end): 4 ranks, pp 4, $M micro-batches, $STEPS steps, $ROUNDS rounds interleaved"
-printf '%-6s %12s %22s   %s\n' policy "step (s)" "vs none (median, range)" "act high-water per rank, measured (plan) bytes; host bytes${TRACE:+; copy stalls ms/step ranks 0-2, all / own}"
+printf '%-6s %12s %22s %9s   %s\n' policy "step (s)" "vs none (median, range)" "cpu ms" "act high-water per rank, measured (plan) bytes; host bytes${TRACE:+; copy stalls ms/step ranks 0-2, all / own}"
 for p in $POLICIES; do
     s=$(median_step "$p")
     rs=$(ratios "$p" | sort -g)
     med=$(echo "$rs" | median) lo=$(echo "$rs" | head -1) hi=$(echo "$rs" | tail -1)
     m=$(marks "$p" | awk '{printf "%s%s", (NR > 1 ? " " : ""), $2} END {print ""}')
     h=$(sed -n 's/.*host space \([0-9]*\)).*/\1/p' "$tmp/$p.peak" | awk '{t += $1} END {print t + 0}')
-    printf '%-6s %12.4f %22s   %s (%s); %s%s\n' "$p" "$s" "$(awk -v a="$med" -v l="$lo" -v h="$hi" 'BEGIN{printf "%+.1f%% (%+.1f..%+.1f)", 100 * (a - 1), 100 * (l - 1), 100 * (h - 1)}')" "$m" "$(plan_act "$p")" "$h" "${TRACE:+; $(copy_stalls "$p")}"
+    printf '%-6s %12.4f %22s %+9.1f   %s (%s); %s%s\n' "$p" "$s" "$(awk -v a="$med" -v l="$lo" -v h="$hi" 'BEGIN{printf "%+.1f%% (%+.1f..%+.1f)", 100 * (a - 1), 100 * (l - 1), 100 * (h - 1)}')" "$(cpu_delta "$p")" "$m" "$(plan_act "$p")" "$h" "${TRACE:+; $(copy_stalls "$p")}"
 done
