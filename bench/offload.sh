@@ -37,6 +37,8 @@
 # mpirun) of a policy's run less none's of the same round, per step, the
 # median over the rounds: what the copies cost the cores, which on this
 # machine are the copy engine (less noisy under load than the step).
+# KEEP=DIR: the runs' programs, logs and CPU times stay in DIR (a run cut
+# short still leaves its rounds' logs: one JSON line a step).
 # With 4 ranks on a 2-core machine the ranks are oversubscribed (a rank that
 # waits frees its core): compare the policies, not the absolute times.
 set -eu
@@ -48,7 +50,7 @@ SHAPE="--set layers=8 --set dim=256 --set heads=4 --set seq=256 --set batch=16"
 FLAGS="--pp 4 --micro-batches $M --offload-min-bytes 65536"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if [ -n "${KEEP:-}" ]; then tmp=$KEEP; mkdir -p "$tmp"; else tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT; fi
 POLICIES="none auto all${KILN_BEFORE:+ auto0}${MIN_NODES:+ auto-m$MIN_NODES}"
 for p in $POLICIES; do
     kiln="$B/kiln" pol=$p
