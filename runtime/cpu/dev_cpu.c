@@ -203,6 +203,7 @@ typedef struct {
     int boosted;    /* that worker is at normal priority now (a thread waits for its claim) */
     int draining;   /* rt_step waits for the queue to drain: the worker stays boosted */
     int64_t ran_self, ran_helped; /* copies of this stream run by its worker / by a helper (atomics) */
+    int64_t boosts;                /* times its worker was put back to normal priority (under mu) */
     Span *span; /* trace, touched only by this stream's thread */
     int64_t nspan, capspan;
 } Stream;
@@ -451,6 +452,7 @@ static void boost(Stream *s) {
     if (!s->low || s->boosted) return;
     PT(set_policy(s->th, SCHED_OTHER));
     s->boosted = 1;
+    s->boosts++;
 }
 
 /* Under s->mu, on s's worker: back to idle priority once no one waits. */
@@ -984,8 +986,8 @@ static void print_thread_cpu(rt_ctx *c) {
     if (n < (int)sizeof line - 80 && !clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t))
         n += snprintf(line + n, sizeof line - (size_t)n, " process %.3f", (double)t.tv_sec + t.tv_nsec * 1e-9);
     for (int i = 2; i < c->nstreams && i < 4 && n < (int)sizeof line - 60; i++)
-        n += snprintf(line + n, sizeof line - (size_t)n, "; %s copies by worker %lld, by helpers %lld", nm[i],
-                      (long long)c->streams[i].ran_self, (long long)c->streams[i].ran_helped);
+        n += snprintf(line + n, sizeof line - (size_t)n, "; %s copies by worker %lld, by helpers %lld, boosts %lld", nm[i],
+                      (long long)c->streams[i].ran_self, (long long)c->streams[i].ran_helped, (long long)c->streams[i].boosts);
     fprintf(stderr, "%s%s\n", line, c->copy_idle ? " (copy workers at idle priority)" : "");
 }
 
