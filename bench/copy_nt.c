@@ -6,6 +6,10 @@
  * compute's next kernel).  Prints GB/s of the copies alone and the whole
  * loop's ms, memcpy vs stream, 20 x 64 copies each, interleaved.
  *   cc -O2 -o /tmp/copy_nt bench/copy_nt.c && /tmp/copy_nt
+ * `copy_nt K W`: the round trip, K MiB offloaded, W MiB of other data read,
+ * the K MiB reloaded (memcpy) and read: does a non-temporal offload cost
+ * its reload more than it saves (a reload from L3 turned into one from
+ * DRAM)?  e.g. for K in 8 20; do for W in 0 8 32; do /tmp/copy_nt $K $W; done; done
  * One thread: on a loaded machine compare the two columns of one run. */
 #include <emmintrin.h>
 #include <stdint.h>
@@ -27,7 +31,7 @@ static void copy_out(char *d, const char *s, size_t n) {
     memcpy(d + m, s + m, n - m);
 }
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-int main(void) {
+static int one_way(void) {
     size_t ring = 256u << 20;
     char *dst = aligned_alloc(4096, ring), *src = aligned_alloc(4096, 8u << 20), *work = aligned_alloc(4096, 1u << 20);
     memset(dst, 1, ring); memset(src, 2, 8u << 20); memset(work, 3, 1u << 20);
@@ -55,3 +59,29 @@ int main(void) {
     }
     return 0;
 }
+
+/* `copy_nt K W`: K MiB offloaded in 1 MiB copies (hot source), W MiB of other
+ * data read, then the K MiB reloaded by memcpy and read: out and back ms. */
+static int round_trip(int K, size_t W) {
+    size_t n = 1 << 20;
+    char *act = aligned_alloc(4096, n * K), *host = aligned_alloc(4096, n * K), *dst = aligned_alloc(4096, n), *w = aligned_alloc(4096, W + 4096);
+    memset(act, 1, n * K); memset(host, 2, n * K); memset(dst, 3, n); memset(w, 4, W + 4096);
+    double t[2][2] = {{0}};
+    for (int rep = 0; rep < 30; rep++)
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < K; i++) memset(act + i * n, rep, n); /* produce (hot) */
+            double a = now();
+            for (int i = 0; i < K; i++) if (k) copy_out(host + i * n, act + i * n, n); else memcpy(host + i * n, act + i * n, n);
+            double b = now();
+            volatile long acc = 0; for (size_t j = 0; j < W; j += 64) acc += w[j]; /* other work between */
+            double c = now();
+            for (int i = 0; i < K; i++) { memcpy(dst, host + i * n, n); acc += dst[i]; } /* reload + read */
+            double d = now();
+            t[k][0] += b - a; t[k][1] += d - c;
+        }
+    printf("K=%d MiB offloaded, %zu MiB between: memcpy out %.1f + back %.1f = %.1f ms; NT out %.1f + back %.1f = %.1f ms\n", K, W >> 20,
+           t[0][0] * 1e3 / 30, t[0][1] * 1e3 / 30, (t[0][0] + t[0][1]) * 1e3 / 30, t[1][0] * 1e3 / 30, t[1][1] * 1e3 / 30, (t[1][0] + t[1][1]) * 1e3 / 30);
+    return 0;
+}
+
+int main(int argc, char **argv) { return argc == 3 ? round_trip(atoi(argv[1]), (size_t)atoi(argv[2]) << 20) : one_way(); }
