@@ -272,6 +272,7 @@ struct rt_ctx {
     int64_t act_hw; /* -1: not measured */
     int copy_idle;  /* the copy streams' workers run at idle priority ("Priority") */
     int copy_plain; /* KILN_COPY_PLAIN=1: offloads by memcpy too (comparisons) */
+    int no_boost;   /* KILN_TEST_NO_BOOST=1 (tests): the priority inversion left in */
 };
 
 static void check_copies(rt_ctx *c, const Cmd *cmd, const int64_t *args, int when);
@@ -449,7 +450,7 @@ static int set_policy(pthread_t th, int policy) {
  * command with no one waiting (a thread waits for what it holds or for
  * the queue to drain). */
 static void boost(Stream *s) {
-    if (!s->low || s->boosted) return;
+    if (!s->low || s->boosted || s->ctx->no_boost) return;
     PT(set_policy(s->th, SCHED_OTHER));
     s->boosted = 1;
     s->boosts++;
@@ -701,6 +702,7 @@ static void start_copies(rt_ctx *c) {
     c->drop_copy_wait = (int)env_long("KILN_TEST_DROP_COPY_WAIT");
     c->copy_delay_us = env_long("KILN_COPY_DELAY_US");
     c->copy_plain = env_long("KILN_COPY_PLAIN") > 0;
+    c->no_boost = env_long("KILN_TEST_NO_BOOST") > 0;
     c->act_hw = -1;
     if (env_long("KILN_MEASURE_PEAK") > 0) {
         memset(c->space[RT_SPACE_ACT], 0xff, (size_t)c->p->space_bytes[RT_SPACE_ACT]);
