@@ -33,6 +33,12 @@
 # the recv of the gradient its backward waits for anyway: without offload
 # the compute would have waited for that recv too), so it is the time the
 # compute waited for the copies themselves; "all" counts the whole gap.
+# cpu ms: the CPU time (user + system, all 4 ranks: /usr/bin/time around
+# mpirun) of a policy's run less none's of the same round, per step, the
+# median over the rounds: what the copies cost the cores, which on this
+# machine are the copy engine (less noisy under load than the step).
+# KEEP=DIR: the runs' programs, logs and CPU times stay in DIR (a run cut
+# short still leaves its rounds' logs: one JSON line a step).
 # With 4 ranks on a 2-core machine the ranks are oversubscribed (a rank that
 # waits frees its core): compare the policies, not the absolute times.
 set -eu
@@ -44,19 +50,26 @@ SHAPE="--set layers=8 --set dim=256 --set heads=4 --set seq=256 --set batch=16"
 FLAGS="--pp 4 --micro-batches $M --offload-min-bytes 65536"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 make -s "$B/kiln" "$B/corpus.txt" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" BUILD="$B" > /dev/null
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if [ -n "${KEEP:-}" ]; then tmp=$KEEP; mkdir -p "$tmp"; else tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT; fi
+# RT_ENVS="tag=VAR=VALUE ...": for each, a further policy "auto-tag", the
+# auto program run with VAR=VALUE in its environment (the CPU runtime's
+# switches, e.g. RT_ENVS="prio=KILN_COPY_PRIORITY=normal plain=KILN_COPY_PLAIN=1").
+rt_env() { for e in ${RT_ENVS:-}; do [ "auto-${e%%=*}" = "$1" ] && echo "${e#*=}"; done; return 0; }
 POLICIES="none auto all${KILN_BEFORE:+ auto0}${MIN_NODES:+ auto-m$MIN_NODES}"
+for e in ${RT_ENVS:-}; do POLICIES="$POLICIES auto-${e%%=*}"; done
 for p in $POLICIES; do
     kiln="$B/kiln" pol=$p
     [ "$p" = auto0 ] && kiln=$KILN_BEFORE pol=auto
+    [ -n "$(rt_env "$p")" ] && pol=auto
     mn=; [ "$p" = "auto-m${MIN_NODES:-}" ] && pol=auto mn=$MIN_NODES
     # shellcheck disable=SC2086
     KILN_OFFLOAD_MIN_NODES=$mn "$kiln" compile models/tiny.lua $SHAPE $FLAGS --offload "$pol" -o "$tmp/$p" > /dev/null
     # shellcheck disable=SC2086
     KILN_OFFLOAD_MIN_NODES=$mn "$kiln" plan models/tiny.lua $SHAPE $FLAGS --offload "$pol" > "$tmp/$p.plan" 2>&1
 done
-run() { # policy round
-    mpirun --oversubscribe -np 4 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps "$STEPS" --log "$tmp/$1.$2.log" \
+run() { # policy round; the run's CPU seconds (user + system, all ranks) in $tmp/POLICY.ROUND.cpu
+    # shellcheck disable=SC2046
+    /usr/bin/time -f '%U %S' -o "$tmp/$1.$2.cpu" mpirun --oversubscribe -np 4 $(rt_env "$1" | sed 's/^/-x /') "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps "$STEPS" --log "$tmp/$1.$2.log" \
         ${TRACE:+--trace "$tmp/$1.$2.json"} > /dev/null 2>&1
 }
 copy_stalls() { # policy -> ms a step (median over rounds) the compute stream of ranks 0-2 waited for copies
@@ -107,18 +120,24 @@ median_step() { for r in $(seq 1 "$ROUNDS"); do run_step "$1" "$r"; done | media
 ratios() { # policy -> per-round step / none's step of the same round, one a line
     for r in $(seq 1 "$ROUNDS"); do awk -v a="$(run_step "$1" "$r")" -v b="$(run_step none "$r")" 'BEGIN {print a / b}'; done
 }
+cpu_delta() { # policy -> the median over rounds of (its run's CPU seconds - none's of the same round) / STEPS, ms a step
+    for r in $(seq 1 "$ROUNDS"); do
+        awk -v s="$STEPS" 'FNR == NR {a = $1 + $2; next} {print (a - $1 - $2) / s * 1e3}' "$tmp/$1.$r.cpu" "$tmp/none.$r.cpu"
+    done | median
+}
 marks() { # policy -> measured act high-water per rank, rank order
-    mpirun --oversubscribe -np 4 -x KILN_MEASURE_PEAK=1 "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps 2 > /dev/null 2> "$tmp/$1.peak"
+    # shellcheck disable=SC2046
+    mpirun --oversubscribe -np 4 -x KILN_MEASURE_PEAK=1 $(rt_env "$1" | sed 's/^/-x /') "$tmp/$1" --data "$B/corpus.txt" --threads 1 --steps 2 > /dev/null 2> "$tmp/$1.peak"
     sed -n 's/^kiln runtime: rank \([0-9]*\) stage [0-9]*: act high-water mark \([0-9]*\) bytes.*host space \([0-9]*\)).*/\1 \2 \3/p' "$tmp/$1.peak" | sort -n
 }
 plan_act() { awk '/^  activations/ {for (i = 1; i <= NF; i++) if ($i == "bytes") {print $(i-1); break}}' "$tmp/$1.plan" | paste -sd' '; }
 echo "offload ($(date -u +%F), load average $load0 at the start, $load1 at the end): 4 ranks, pp 4, $M micro-batches, $STEPS steps, $ROUNDS rounds interleaved"
-printf '%-6s %12s %22s   %s\n' policy "step (s)" "vs none (median, range)" "act high-water per rank, measured (plan) bytes; host bytes${TRACE:+; copy stalls ms/step ranks 0-2, all / own}"
+printf '%-9s %12s %22s %9s   %s\n' policy "step (s)" "vs none (median, range)" "cpu ms" "act high-water per rank, measured (plan) bytes; host bytes${TRACE:+; copy stalls ms/step ranks 0-2, all / own}"
 for p in $POLICIES; do
     s=$(median_step "$p")
     rs=$(ratios "$p" | sort -g)
     med=$(echo "$rs" | median) lo=$(echo "$rs" | head -1) hi=$(echo "$rs" | tail -1)
     m=$(marks "$p" | awk '{printf "%s%s", (NR > 1 ? " " : ""), $2} END {print ""}')
     h=$(sed -n 's/.*host space \([0-9]*\)).*/\1/p' "$tmp/$p.peak" | awk '{t += $1} END {print t + 0}')
-    printf '%-6s %12.4f %22s   %s (%s); %s%s\n' "$p" "$s" "$(awk -v a="$med" -v l="$lo" -v h="$hi" 'BEGIN{printf "%+.1f%% (%+.1f..%+.1f)", 100 * (a - 1), 100 * (l - 1), 100 * (h - 1)}')" "$m" "$(plan_act "$p")" "$h" "${TRACE:+; $(copy_stalls "$p")}"
+    printf '%-9s %12.4f %22s %+9.1f   %s (%s); %s%s\n' "$p" "$s" "$(awk -v a="$med" -v l="$lo" -v h="$hi" 'BEGIN{printf "%+.1f%% (%+.1f..%+.1f)", 100 * (a - 1), 100 * (l - 1), 100 * (h - 1)}')" "$(cpu_delta "$p")" "$m" "$(plan_act "$p")" "$h" "${TRACE:+; $(copy_stalls "$p")}"
 done

@@ -40,15 +40,38 @@
  * (so a helper can pass that wait once it is satisfied, without waiting
  * for the worker to get a core); on waking the worker advances `next`
  * only if no command of its stream finished meanwhile (`finished`).  When the next command is a wait that is not satisfied,
- * the helper blocks on that wait's event (recorded, in program order,
- * before the copy stream's wait and so before its own wait: the deadlock
- * argument above still holds) and looks again; when it is running or is
+ * the helper waits for that wait's event, helping its recorder in turn
+ * (recorded, in program order, before the copy stream's wait and so
+ * before its own wait: the deadlock argument above still holds, and the
+ * chain ends) and looks again; when it is running or is
  * a launch of another kernel, the helper sleeps until the stream makes
  * progress (`progress`, broadcast at every advance of `next`).  Only
  * memcpys are run by helpers: they are short, have no effect besides their
  * bytes, and use no thread-local state of their stream (a kernel that
  * calls rt_parallel_for or MPI stays on its own thread).  A helped launch's
  * trace span sits on its own stream's row with args {"by": helper stream}.
+ *
+ * Priority (issue 19).  On the CPU the copy engine is the cores the ranks
+ * compute on: every byte an offload or reload copies takes a core from
+ * some compute thread unless it is copied while a core would idle (a rank
+ * waiting for a receive sleeps in coll_mpi.c's wait_posted).  So the copy
+ * streams' workers (d2h 2, h2d 3) run at SCHED_IDLE: they take a core only
+ * when no normal thread wants it, and a copy that is needed before that
+ * is run by its consumer, the helping above.  A low-priority worker must
+ * never keep a normal thread waiting (priority inversion: with the other
+ * ranks' compute threads runnable it could wait for a core for as long as
+ * they run): a helper that finds the worker holding the claim, or rt_step
+ * draining its queue, puts it back to SCHED_OTHER (`boost`) until it takes
+ * its next command with no drain under way (`unboost`), both under the
+ * stream's mutex so the two never cross; and an idle worker that waits for
+ * an event does not help (it would hold another stream's claim at idle
+ * priority), while a normal helper that finds a copy stream blocked in a
+ * wait helps the stream that wait is for, down the chain (a reload behind
+ * its offload).  Taking a thread from SCHED_IDLE back to SCHED_OTHER needs
+ * CAP_SYS_NICE or a permissive RLIMIT_NICE: rt_new tries both on a thread
+ * of its own first and, if either fails, leaves every worker at normal
+ * priority (as before).  KILN_COPY_PRIORITY=normal does the same (for
+ * comparisons).  Neither changes any byte: only who runs a copy and when.
  *
  * The pool.  rt_parallel_for splits [0,n) into at most 4 chunks per thread
  * and puts the job on a mutex-protected queue; the idle pool workers and the
@@ -101,6 +124,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) && defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "kiln_rt.h"
 #include "rt_common.h"
@@ -172,6 +198,12 @@ typedef struct {
     int64_t *local; /* the worker's copy of the running launch's args */
     int64_t caplocal;
     int quit;
+    int runner;     /* the stream whose thread holds the claim (s->id: its worker) */
+    int low;        /* a copy stream whose worker runs at idle priority (see "Priority") */
+    int boosted;    /* that worker is at normal priority now (a thread waits for its claim) */
+    int draining;   /* rt_step waits for the queue to drain: the worker stays boosted */
+    int64_t ran_self, ran_helped; /* copies of this stream run by its worker / by a helper (atomics) */
+    int64_t boosts;                /* times its worker was put back to normal priority (under mu) */
     Span *span; /* trace, touched only by this stream's thread */
     int64_t nspan, capspan;
 } Stream;
@@ -238,6 +270,9 @@ struct rt_ctx {
     Copy *copies;
     int64_t ncopies, capcopies, seq;
     int64_t act_hw; /* -1: not measured */
+    int copy_idle;  /* the copy streams' workers run at idle priority ("Priority") */
+    int copy_plain; /* KILN_COPY_PLAIN=1: offloads by memcpy too (comparisons) */
+    int no_boost;   /* KILN_TEST_NO_BOOST=1 (tests): the priority inversion left in */
 };
 
 static void check_copies(rt_ctx *c, const Cmd *cmd, const int64_t *args, int when);
@@ -359,6 +394,7 @@ static __thread int64_t tl_copy = -1;
 static void run_launch(rt_ctx *c, Stream *s, const Cmd *cmd, const int64_t *args, int by) {
     rt_kernel k = cmd->k;
     const char *name = cmd->name;
+    if (cmd->k == rtk_offload || cmd->k == rtk_reload) __atomic_fetch_add(by >= 0 ? &s->ran_helped : &s->ran_self, 1, __ATOMIC_RELAXED);
     if (c->check_copies) check_copies(c, cmd, args, 0);
     tl_copy = cmd->copy;
     if (!c->trace) {
@@ -403,14 +439,63 @@ static void finish_cmd(Stream *s) {
     PT(pthread_cond_signal(&s->work)); /* the worker may sleep on a helper's claim */
 }
 
-/* s's worker waits for cmd's event, running the copies, records and
- * satisfied waits that the recording stream r has next (see "Helping"). */
-static void wait_helping(rt_ctx *c, Stream *s, const Cmd *cmd) {
-    Event *e = &c->events[cmd->event];
-    Stream *r = &c->streams[cmd->src];
+/* ---- priority (see "Priority" at the top) ---- */
+
+static int set_policy(pthread_t th, int policy) {
+    struct sched_param sp = {0};
+    return pthread_setschedparam(th, policy, &sp);
+}
+
+/* Under s->mu: s's worker runs at normal priority until it next takes a
+ * command with no one waiting (a thread waits for what it holds or for
+ * the queue to drain). */
+static void boost(Stream *s) {
+    if (!s->low || s->boosted || s->ctx->no_boost) return;
+    PT(set_policy(s->th, SCHED_OTHER));
+    s->boosted = 1;
+    s->boosts++;
+}
+
+/* Under s->mu, on s's worker: back to idle priority once no one waits. */
+static void unboost(Stream *s) {
+    if (!s->boosted || s->draining) return;
+    PT(set_policy(pthread_self(), SCHED_IDLE));
+    s->boosted = 0;
+}
+
+/* Whether this process may put a thread at idle priority and take it back
+ * to normal (Linux: SCHED_IDLE -> SCHED_OTHER needs CAP_SYS_NICE or an
+ * RLIMIT_NICE that allows nice 0): tried on a thread of its own. */
+static void *probe_idle(void *arg) {
+    int *ok = arg;
+    *ok = set_policy(pthread_self(), SCHED_IDLE) == 0 && set_policy(pthread_self(), SCHED_OTHER) == 0;
+    return NULL;
+}
+
+static int idle_priority_ok(void) {
+    const char *v = getenv("KILN_COPY_PRIORITY");
+    if (v && strcmp(v, "normal") == 0) return 0;
+    int ok = 0;
+    pthread_t th;
+    PT(pthread_create(&th, NULL, probe_idle, &ok));
+    PT(pthread_join(th, NULL));
+    return ok;
+}
+
+/* s waits for event ev of step `step`, recorded by stream src, running the
+ * copies, records and satisfied waits that src has next (see "Helping"):
+ * when src is itself blocked in a wait, the same for that wait's event
+ * (the chain ends: each wait's record comes earlier in program order). */
+static void wait_helping(rt_ctx *c, Stream *s, int ev, int64_t step, int src) {
+    Event *e = &c->events[ev];
+    if (src < 0 || src == s->id) {
+        run_wait(e, step);
+        return;
+    }
+    Stream *r = &c->streams[src];
     int64_t local[8];
     PT(pthread_mutex_lock(&r->mu));
-    while (!event_done(e, cmd->step)) {
+    while (!event_done(e, step)) {
         if (r->next == r->ncmd) { /* not reached: e's record is queued on r */
             PT(pthread_cond_wait(&r->progress, &r->mu));
             continue;
@@ -418,20 +503,22 @@ static void wait_helping(rt_ctx *c, Stream *s, const Cmd *cmd) {
         Cmd x = r->cmd[r->next];
         if (x.kind == CMD_LAUNCH && ((x.k != rtk_offload && x.k != rtk_reload) || x.nargs > 8)) {
             PT(pthread_mutex_unlock(&r->mu)); /* not a copy: no help, the plain wait */
-            run_wait(e, cmd->step);
+            run_wait(e, step);
             return;
         }
         if (x.kind == CMD_WAIT && !event_done(&c->events[x.event], x.step)) {
-            PT(pthread_mutex_unlock(&r->mu)); /* r is blocked: wait for what r waits for */
-            run_wait(&c->events[x.event], x.step);
+            PT(pthread_mutex_unlock(&r->mu)); /* r is blocked: wait (helping) for what r waits for */
+            wait_helping(c, s, x.event, x.step, x.src);
             PT(pthread_mutex_lock(&r->mu));
             continue;
         }
         if (r->running) { /* r's worker or another helper runs it */
+            if (r->runner == r->id) boost(r); /* an idle-priority worker must not keep us waiting */
             PT(pthread_cond_wait(&r->progress, &r->mu));
             continue;
         }
         r->running = 1; /* the claim */
+        r->runner = s->id;
         if (x.kind == CMD_LAUNCH && x.nargs) memcpy(local, r->args + x.arg0, sizeof(int64_t) * (size_t)x.nargs);
         PT(pthread_mutex_unlock(&r->mu));
         if (x.kind == CMD_LAUNCH) run_launch(c, r, &x, local, s->id);
@@ -448,8 +535,8 @@ static void wait_helping(rt_ctx *c, Stream *s, const Cmd *cmd) {
 static void worker_wait(rt_ctx *c, Stream *s, const Cmd *cmd) {
     int64_t finished = s->finished;
     PT(pthread_mutex_unlock(&s->mu));
-    if (cmd->src >= 0 && cmd->src != s->id) wait_helping(c, s, cmd);
-    else run_wait(&c->events[cmd->event], cmd->step);
+    if (s->low) run_wait(&c->events[cmd->event], cmd->step); /* an idle-priority worker holds no one else's claim */
+    else wait_helping(c, s, cmd->event, cmd->step, cmd->src);
     PT(pthread_mutex_lock(&s->mu));
     if (s->finished == finished && !s->running) finish_cmd(s);
 }
@@ -458,15 +545,18 @@ static void *stream_worker(void *arg) {
     Stream *s = arg;
     rt_ctx *c = s->ctx;
     PT(pthread_mutex_lock(&s->mu));
+    if (s->low) PT(set_policy(pthread_self(), SCHED_IDLE));
     for (;;) {
         while ((s->next == s->ncmd && !s->quit) || s->running) PT(pthread_cond_wait(&s->work, &s->mu));
         if (s->next == s->ncmd) break; /* quit */
+        unboost(s);
         Cmd cmd = s->cmd[s->next];
         if (cmd.kind == CMD_WAIT) {
             worker_wait(c, s, &cmd);
             continue;
         }
         s->running = 1; /* the claim */
+        s->runner = s->id;
         if (cmd.kind == CMD_LAUNCH) {
             grow((void **)&s->local, &s->caplocal, cmd.nargs, sizeof(int64_t));
             if (cmd.nargs) memcpy(s->local, s->args + cmd.arg0, sizeof(int64_t) * (size_t)cmd.nargs);
@@ -498,7 +588,12 @@ static void enqueue(Stream *s, Cmd cmd, const int64_t *args) {
 /* Wait until s has run everything, then empty its queue for the next step. */
 static void drain(Stream *s) {
     PT(pthread_mutex_lock(&s->mu));
+    if (s->next < s->ncmd) {
+        s->draining = 1; /* an idle-priority worker must not hold the step's end */
+        boost(s);
+    }
     while (s->next < s->ncmd) PT(pthread_cond_wait(&s->idle, &s->mu));
+    s->draining = 0;
     s->ncmd = s->next = s->nargs = 0;
     PT(pthread_mutex_unlock(&s->mu));
 }
@@ -606,6 +701,8 @@ static void start_copies(rt_ctx *c) {
     c->check_copies = !c->serial && env_long("KILN_CHECK_COPIES") > 0;
     c->drop_copy_wait = (int)env_long("KILN_TEST_DROP_COPY_WAIT");
     c->copy_delay_us = env_long("KILN_COPY_DELAY_US");
+    c->copy_plain = env_long("KILN_COPY_PLAIN") > 0;
+    c->no_boost = env_long("KILN_TEST_NO_BOOST") > 0;
     c->act_hw = -1;
     if (env_long("KILN_MEASURE_PEAK") > 0) {
         memset(c->space[RT_SPACE_ACT], 0xff, (size_t)c->p->space_bytes[RT_SPACE_ACT]);
@@ -654,8 +751,41 @@ static void check_copies(rt_ctx *c, const Cmd *cmd, const int64_t *args, int whe
     PT(pthread_mutex_unlock(&c->copy_mu));
 }
 
-/* args: dst, src, bytes */
-static void run_copy(rt_ctx *c, const int64_t *a) {
+/* An offload's copy: its host bytes are read only by its reload, most of
+ * a pipeline period later, when they have long left the caches, so they
+ * are written with non-temporal stores (x86-64's SSE2 movntdq, 64 bytes
+ * an iteration, an sfence at the end so the record that follows publishes
+ * them): no read for ownership of the destination's lines and no eviction
+ * of the compute's working set by bytes nobody reads soon.  A reload keeps
+ * memcpy: its backward reads the bytes next.  Same bytes either way.
+ * Below 4 KiB, or off x86-64, memcpy. */
+#if defined(__x86_64__) && defined(__SSE2__)
+static void copy_out(char *d, const char *s, size_t n) {
+    if (n < 4096) {
+        memcpy(d, s, n);
+        return;
+    }
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    memcpy(d, s, head);
+    d += head, s += head, n -= head;
+    size_t m = n & ~(size_t)63;
+    for (size_t i = 0; i < m; i += 64) {
+        __m128i x0 = _mm_loadu_si128((const __m128i *)(s + i)), x1 = _mm_loadu_si128((const __m128i *)(s + i + 16));
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(s + i + 32)), x3 = _mm_loadu_si128((const __m128i *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(d + i), x0);
+        _mm_stream_si128((__m128i *)(d + i + 16), x1);
+        _mm_stream_si128((__m128i *)(d + i + 32), x2);
+        _mm_stream_si128((__m128i *)(d + i + 48), x3);
+    }
+    _mm_sfence();
+    memcpy(d + m, s + m, n - m);
+}
+#else
+static void copy_out(char *d, const char *s, size_t n) { memcpy(d, s, n); }
+#endif
+
+/* args: dst, src, bytes; out: an offload (copy_out) */
+static void run_copy(rt_ctx *c, const int64_t *a, int out) {
     if (c->check_copies && tl_copy >= 0) {
         PT(pthread_mutex_lock(&c->copy_mu));
         if (c->copies[tl_copy].started) rt_fail(c, "copy check: %s ran twice", c->copies[tl_copy].name ? c->copies[tl_copy].name : "a copy");
@@ -663,7 +793,8 @@ static void run_copy(rt_ctx *c, const int64_t *a) {
         PT(pthread_mutex_unlock(&c->copy_mu));
     }
     if (c->copy_delay_us > 0) usleep((useconds_t)c->copy_delay_us);
-    if (a[2] > 0) memcpy(rt_arg_ptr(a[0]), rt_arg_ptr(a[1]), (size_t)a[2]);
+    if (a[2] > 0 && out && !c->copy_plain) copy_out(rt_arg_ptr(a[0]), rt_arg_ptr(a[1]), (size_t)a[2]);
+    else if (a[2] > 0) memcpy(rt_arg_ptr(a[0]), rt_arg_ptr(a[1]), (size_t)a[2]);
     if (c->check_copies && tl_copy >= 0) {
         PT(pthread_mutex_lock(&c->copy_mu));
         c->copies[tl_copy].done = 1;
@@ -671,8 +802,8 @@ static void run_copy(rt_ctx *c, const int64_t *a) {
     }
 }
 
-void rtk_offload(rt_ctx *c, const int64_t *a) { run_copy(c, a); }
-void rtk_reload(rt_ctx *c, const int64_t *a) { run_copy(c, a); }
+void rtk_offload(rt_ctx *c, const int64_t *a) { run_copy(c, a, 1); }
+void rtk_reload(rt_ctx *c, const int64_t *a) { run_copy(c, a, 0); }
 
 /* ---- creating and freeing ---- */
 
@@ -736,6 +867,7 @@ static void start_streams(rt_ctx *c) {
         PT(pthread_cond_init(&s->work, NULL));
         PT(pthread_cond_init(&s->idle, NULL));
         PT(pthread_cond_init(&s->progress, NULL));
+        s->low = c->copy_idle && (i == 2 || i == 3); /* d2h, h2d (schedule.c) */
         PT(pthread_create(&s->th, NULL, stream_worker, s));
     }
 }
@@ -802,6 +934,7 @@ rt_ctx *rt_new(const rt_program *p, const rt_options *o) {
     pool_start(&c->pool, c->serial ? 1 : threads);
     openblas_set_num_threads(c->serial ? 1 : threads);
     start_events(c);
+    c->copy_idle = !c->serial && idle_priority_ok();
     start_streams(c);
     return c;
 }
@@ -847,8 +980,33 @@ static void write_trace(rt_ctx *c) {
     }
 }
 
+/* KILN_THREAD_CPU=1: each rank prints its threads' CPU seconds at the end
+ * (the step thread, each stream's worker; the process's, which adds the
+ * pool's and MPI's threads) and who ran the copies: what the copies cost
+ * the cores, by thread, whatever else runs on the machine. */
+static void print_thread_cpu(rt_ctx *c) {
+    static const char *nm[] = {"compute", "comm", "d2h", "h2d"};
+    char line[600];
+    int n = snprintf(line, sizeof line, "kiln runtime: rank %d cpu s:", rt_world_rank(c));
+    struct timespec t;
+    for (int i = 0; i < c->nstreams && i < 4 && n < (int)sizeof line - 80; i++) {
+        clockid_t id;
+        if (c->serial || pthread_getcpuclockid(c->streams[i].th, &id) || clock_gettime(id, &t)) continue;
+        n += snprintf(line + n, sizeof line - (size_t)n, " %s %.3f", nm[i], (double)t.tv_sec + t.tv_nsec * 1e-9);
+    }
+    if (n < (int)sizeof line - 80 && !clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t))
+        n += snprintf(line + n, sizeof line - (size_t)n, " main %.3f", (double)t.tv_sec + t.tv_nsec * 1e-9);
+    if (n < (int)sizeof line - 80 && !clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t))
+        n += snprintf(line + n, sizeof line - (size_t)n, " process %.3f", (double)t.tv_sec + t.tv_nsec * 1e-9);
+    for (int i = 2; i < c->nstreams && i < 4 && n < (int)sizeof line - 60; i++)
+        n += snprintf(line + n, sizeof line - (size_t)n, "; %s copies by worker %lld, by helpers %lld, boosts %lld", nm[i],
+                      (long long)c->streams[i].ran_self, (long long)c->streams[i].ran_helped, (long long)c->streams[i].boosts);
+    fprintf(stderr, "%s%s\n", line, c->copy_idle ? " (copy workers at idle priority)" : "");
+}
+
 void rt_free(rt_ctx *c) {
     if (!c) return;
+    if (env_long("KILN_THREAD_CPU") > 0) print_thread_cpu(c);
     if (c->act_hw >= 0)
         fprintf(stderr, "kiln runtime: rank %d stage %d: act high-water mark %lld bytes (measured; act space %lld, host space %lld)\n",
                 rt_world_rank(c), c->p->stage, (long long)c->act_hw, (long long)c->p->space_bytes[RT_SPACE_ACT],
