@@ -9,7 +9,8 @@
 #  - lhs really reorders (the dump after schedule differs from fixed's) and
 #    its IR text dump round-trips (parse + verify + dump gives the same text);
 #  - under mpirun, the compiled CPU trainer's losses under lhs equal fixed's
-#    over 30 steps (--pp 2 --dp 2: send/recv, collectives; relative 1e-5),
+#    over 30 steps (--pp 2 --dp 2: send/recv, collectives; relative 1e-5; and
+#    zb-v --pp 2 --dp 2, where lhs keeps the cooldown's W by bucket),
 #    and bit for bit with tp's own comm stream (--tp 2 --pp 2, offload all: lhs's tp
 #    collectives on stream 4, fixed's on stream 1, which the dumps show);
 #  - kiln plan --device-profile prints both orders' exposed time by class per
@@ -107,6 +108,17 @@ losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
 worst() { paste <(losses "$1") <(losses "$2") | awk 'function abs(x){return x<0?-x:x} {d=abs($1-$2)/abs($2); if(d>w)w=d} END{printf "%.3g", w+0}'; }
 check "mpirun -np 4 --pp 2 --dp 2: both exit 0 ($rf, $rl), lhs's losses == fixed's over 30 steps (worst $(worst "$tmp/ll" "$tmp/lf"))" \
     "[ $rf = 0 ] && [ $rl = 0 ] && [ \$(wc -l < $tmp/lf) = 30 ] && [ \$(wc -l < $tmp/ll) = 30 ] && awk -v w=$(worst "$tmp/ll" "$tmp/lf") 'BEGIN{exit !(w <= 1e-5)}'"
+
+# zb-v with dp: lhs's cooldown order (the W slots by bucket) trains as fixed's
+# shellcheck disable=SC2086
+"$K" compile $CD --steps 30 --weight-decay 0.1 --schedule fixed -o "$tmp/cdfixed" > /dev/null 2>&1 && "$K" compile $CD --steps 30 --weight-decay 0.1 --schedule lhs -o "$tmp/cdlhs" > /dev/null 2>&1
+say $? "compile zb-v --dp 2 under fixed and lhs (the cooldown's W by bucket)"
+$MPI "$tmp/cdfixed" $D --log "$tmp/cf" > /dev/null 2>&1
+rf=$?
+$MPI "$tmp/cdlhs" $D --log "$tmp/cl" > /dev/null 2>&1
+rl=$?
+check "mpirun -np 4 zb-v --pp 2 --dp 2: both exit 0 ($rf, $rl), lhs's losses (the cooldown's W by bucket) == fixed's over 30 steps (worst $(worst "$tmp/cl" "$tmp/cf"))" \
+    "[ $rf = 0 ] && [ $rl = 0 ] && [ \$(wc -l < $tmp/cf) = 30 ] && [ \$(wc -l < $tmp/cl) = 30 ] && awk -v w=$(worst "$tmp/cl" "$tmp/cf") 'BEGIN{exit !(w <= 1e-5)}'"
 
 # tp's own comm stream (stream 4) under lhs, none under fixed; the compiled
 # trainer's losses under lhs are fixed's, bit for bit
