@@ -465,6 +465,153 @@ static int has_tp_stream(const Graph *g) {
     return 0;
 }
 
+/* ---- lhs's base order: the cooldown's weight gradients by the bucket they complete ----
+ *
+ * In a zero-bubble pipeline (zb-h1, zb-v) the weight-gradient (W) work of
+ * the last micro-batches is deferred into the cooldown, and the fixed order
+ * runs it oldest first.  A bucket's reduce-scatter can start only when the
+ * last micro-batch's W of each of its params is done, so every bucket of
+ * the rank completed in the last few hundred ms of the step, and their
+ * reduce-scatters (the GPT-3 175B plan: 0.86 s of f32 gradients per rank)
+ * queued after the compute stream had finished (dp at the step's end,
+ * docs/schedule.md).  cooldown_order keeps every other node where it is and
+ * every W slot of the cooldown (after the rank's last forward GEMM) as a
+ * slot, but fills each with the ready W unit (a node, or a fused run whole)
+ * whose bucket's reduce-scatter comes first in the fixed order: so the
+ * chunk whose backward finishes first (in zb-v the second chunk, whose B of
+ * the last micro-batch runs while the other still waits for its gradient)
+ * completes its buckets while the other's W is still to run, and its
+ * reduce-scatters overlap that W.  A node that reads a W output that moved
+ * later (the gradient accumulation, a bucket's concat and reduce-scatter,
+ * the optimizer) is placed as soon as its inputs are.  Only the order
+ * changes: each gradient is still accumulated over the micro-batches in the
+ * same order (its adds form a chain), so the numbers are the same.  NULL
+ * when there is nothing to move (no W work after the last forward, no dp
+ * bucket). */
+typedef struct {
+    const Graph *g;
+    const int *order;
+    int n, nu, *first, *len, *key, *unit_of;
+    char *placed, *wunit;
+} Cool;
+
+static int cool_ready(const Cool *C, int u) {
+    for (int j = C->first[u]; j < C->first[u] + C->len[u]; j++) {
+        const Node *nd = &C->g->nodes[C->order[j]];
+        for (int q = 0; q < nd->nin; q++) {
+            int d = C->g->vals[nd->in[q]].def;
+            if (d >= 0 && C->unit_of[d] != u && !C->placed[d]) return 0;
+        }
+    }
+    return 1;
+}
+
+static int cool_emit(Cool *C, int u, int *out, int k) {
+    for (int j = C->first[u]; j < C->first[u] + C->len[u]; j++) out[k++] = C->order[j], C->placed[C->order[j]] = 1;
+    return k;
+}
+
+/* A gradient bucket's reduction (optimizer.c: a flat's reduce-scatter under
+ * --zero 1, all-reduce under --zero 0, over dp and/or cp), not the norm's
+ * all-reduce over pp. */
+static int is_bucket(const Node *n) {
+    return (n->op == OP_reducescatter || n->op == OP_allreduce) && n->phase == PH_OPT && !over_pipeline(n);
+}
+
+/* Per node: the smallest fixed position of a gradient bucket's reduction it
+ * leads to (INT_MAX: none). */
+static int *bucket_keys(const Graph *g, const int *order, int n) {
+    int *key = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+    for (int i = 0; i < g->nnodes; i++) key[i] = 0x7fffffff;
+    for (int p = n - 1; p >= 0; p--) {
+        const Node *nd = &g->nodes[order[p]];
+        if (is_bucket(nd) && p < key[order[p]]) key[order[p]] = p;
+        for (int q = 0; q < nd->nin; q++) {
+            int d = g->vals[nd->in[q]].def;
+            if (d >= 0 && key[order[p]] < key[d]) key[d] = key[order[p]];
+        }
+    }
+    return key;
+}
+
+static int *cooldown_order(const Graph *g, const int *order) {
+    int n = g->nnodes, start = -1, nw = 0;
+    for (int p = 0; p < n; p++)
+        if (g->nodes[order[p]].phase == PH_FWD && (ir_ops[g->nodes[order[p]].op].flags & F_GEMM)) start = p + 1; /* the last forward GEMM */
+    if (start < 0) return NULL;
+    Cool C = {g, order, n, 0, xcalloc((size_t)n + 1, sizeof(int)), xcalloc((size_t)n + 1, sizeof(int)), bucket_keys(g, order, n),
+              xcalloc((size_t)g->nnodes + 1, sizeof(int)), xcalloc((size_t)g->nnodes + 1, 1), xcalloc((size_t)n + 1, 1)};
+    for (int j = 0; j < n;) { /* units: fused runs whole */
+        int64_t grp = ir_fused_group(&g->nodes[order[j]]);
+        int u = C.nu++, w = 1;
+        C.first[u] = j;
+        do {
+            const Node *nd = &g->nodes[order[j]];
+            w &= nd->phase == PH_WGRAD && !(ir_ops[nd->op].flags & F_COMM) && nd->op != OP_assign;
+            C.unit_of[order[j]] = u, C.len[u]++, j++;
+        } while (grp >= 0 && j < n && ir_fused_group(&g->nodes[order[j]]) == grp);
+        C.wunit[u] = (char)(w && j > start && C.key[order[C.first[u]]] != 0x7fffffff);
+        nw += C.wunit[u];
+    }
+    int *out = NULL, k = 0, *pend = xcalloc((size_t)C.nu + 1, sizeof(int)), np = 0, *blk = xcalloc((size_t)C.nu + 1, sizeof(int)), nb = 0;
+    if (getenv("KILN_LHS_TRACE")) fprintf(stderr, "lhs: cooldown from %d of %d, %d W units\n", start, n, nw);
+    if (!nw) goto done;
+    out = xcalloc((size_t)n + 1, sizeof(int));
+    char *h = hoistable(g);
+    for (int u = 0; u < C.nu; u++) {
+        if (C.wunit[u]) pend[np++] = u; /* in the fixed order */
+        int eager = C.first[u] >= start;
+        for (int j = C.first[u]; j < C.first[u] + C.len[u]; j++) eager &= h[order[j]] && g->nodes[order[j]].phase == PH_OPT;
+        if (eager) blk[nb++] = u, C.wunit[u] = 2; /* a bucket's concat and reduction: as soon as its inputs are placed */
+    }
+    free(h);
+    for (int u = 0; u < C.nu; u++) {
+        if (C.first[u] < start) {
+            k = cool_emit(&C, u, out, k);
+            continue;
+        }
+        if (g->nodes[order[C.first[u]]].op == OP_assign) break; /* the assigns stay last (below) */
+        if (C.wunit[u] == 1) { /* a W slot: of the cooldown's W units not yet placed, the ready one whose bucket comes first */
+            int best = -1;
+            for (int q = 0; q < np; q++) {
+                int v = pend[q];
+                if (C.placed[order[C.first[v]]] || !cool_ready(&C, v)) continue;
+                if (best < 0 || C.key[order[C.first[v]]] < C.key[order[C.first[pend[best]]]]) best = q; /* ties: the fixed order */
+            }
+            if (best >= 0) k = cool_emit(&C, pend[best], out, k);
+        } else if (!C.wunit[u] && !C.placed[order[C.first[u]]]) blk[nb++] = u;
+        for (int again = 1; again;) { /* what the placed units made ready, in the fixed order */
+            again = 0;
+            for (int q = 0; q < nb; q++)
+                if (cool_ready(&C, blk[q])) {
+                    k = cool_emit(&C, blk[q], out, k);
+                    memmove(blk + q, blk + q + 1, sizeof(int) * (size_t)(nb - q - 1)), nb--, again = 1;
+                    break;
+                }
+        }
+    }
+    for (;;) { /* the rest: W by bucket, the others in the fixed order, as they become ready */
+        int moved = 0, left = nb, best = -1;
+        for (int q = 0; q < nb && !moved; q++)
+            if (cool_ready(&C, blk[q])) k = cool_emit(&C, blk[q], out, k), memmove(blk + q, blk + q + 1, sizeof(int) * (size_t)(nb - q - 1)), nb--, moved = 1;
+        for (int q = 0; q < np && !moved; q++) {
+            if (C.placed[order[C.first[pend[q]]]]) continue;
+            left++;
+            if (cool_ready(&C, pend[q]) && (best < 0 || C.key[order[C.first[pend[q]]]] < C.key[order[C.first[pend[best]]]])) best = q;
+        }
+        if (!moved && best >= 0) k = cool_emit(&C, pend[best], out, k), moved = 1;
+        if (!moved && left) ICE("schedule: the cooldown's order is stuck (%d units left)", left);
+        if (!moved) break;
+    }
+    for (int u = 0; u < C.nu; u++)
+        if (!C.placed[order[C.first[u]]]) k = cool_emit(&C, u, out, k); /* the assigns, in the fixed order */
+    if (k != n) ICE("schedule: the cooldown's order lost nodes (%d of %d)", k, n);
+    if (!memcmp(out, order, sizeof(int) * (size_t)n)) free(out), out = NULL;
+done:
+    free(C.first), free(C.len), free(C.key), free(C.unit_of), free(C.placed), free(C.wunit), free(pend), free(blk);
+    return out;
+}
+
 /* lhs's order for one rank: the attempts with tp's own comm stream, then
  * (when none fits, or the program has no tp collective) with one comm
  * stream; the first whose plan fits is kept, else the fixed order (without
@@ -477,23 +624,28 @@ static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int
     int n = g->nnodes, ov[2] = {overlap_of(g, o, 1), 1}, nov = ov[0] == 2 && has_tp_stream(g) ? 2 : 1;
     if (nov == 1 && ov[0] == 2) ov[0] = 1; /* the same streams: the fixed order's */
     double *dur = node_seconds(g, p);
+    int *cool = getenv("KILN_LHS_NO_COOLDOWN") ? NULL : cooldown_order(g, fixed); /* before the events: g as fixed ordered it */
     Snap s = snap_take(g);
     finish(g, copy_order(fixed, n), o);
     int64_t limit = o->memory_budget > 0 ? (int64_t)o->memory_budget : memplan_stage_total(g);
-    for (int k = 0; k < nov; k++)
-        for (size_t a = 0; a < sizeof lhs_attempts / sizeof lhs_attempts[0]; a++) {
-            int *order = copy_order(fixed, n);
-            snap_restore(g, &s);
-            LhsLimits lim = lhs_attempts[a];
-            lim.move_reloads = move_reloads;
-            lhs_order(g, dur, ov[k], &lim, order, NULL);
-            if (try_order(g, o, &s, order, limit, ov[k])) {
-                if (getenv("KILN_LHS_TRACE")) /* docs/schedule.md */
-                    fprintf(stderr, "lhs: attempt %zu kept (%s)\n", a + 1, ov[k] == 2 ? "tp's own comm stream" : "one comm stream");
-                free(fixed), free(dur), snap_free(&s);
-                return;
+    int *base[2] = {cool ? cool : fixed, fixed};
+    for (int b = 0; b < (cool ? 2 : 1); b++)
+        for (int k = 0; k < nov; k++)
+            for (size_t a = 0; a < sizeof lhs_attempts / sizeof lhs_attempts[0]; a++) {
+                int *order = copy_order(base[b], n);
+                snap_restore(g, &s);
+                LhsLimits lim = lhs_attempts[a];
+                lim.move_reloads = move_reloads;
+                lhs_order(g, dur, ov[k], &lim, order, NULL);
+                if (try_order(g, o, &s, order, limit, ov[k])) {
+                    if (getenv("KILN_LHS_TRACE")) /* docs/schedule.md */
+                        fprintf(stderr, "lhs: attempt %zu kept (%s%s)\n", a + 1, ov[k] == 2 ? "tp's own comm stream" : "one comm stream",
+                                b == 0 && cool ? ", the cooldown's W by bucket" : "");
+                    free(fixed), free(cool), free(dur), snap_free(&s);
+                    return;
+                }
             }
-        }
+    free(cool);
     for (int k = 0; k < nov; k++)
         if (try_order(g, o, &s, copy_order(fixed, n), limit, ov[k])) {
             free(fixed), free(dur), snap_free(&s);

@@ -9,7 +9,8 @@
 #  - lhs really reorders (the dump after schedule differs from fixed's) and
 #    its IR text dump round-trips (parse + verify + dump gives the same text);
 #  - under mpirun, the compiled CPU trainer's losses under lhs equal fixed's
-#    over 30 steps (--pp 2 --dp 2: send/recv, collectives; relative 1e-5),
+#    over 30 steps (--pp 2 --dp 2: send/recv, collectives; relative 1e-5; and
+#    zb-v --pp 2 --dp 2, where lhs keeps the cooldown's W by bucket),
 #    and bit for bit with tp's own comm stream (--tp 2 --pp 2, offload all: lhs's tp
 #    collectives on stream 4, fixed's on stream 1, which the dumps show);
 #  - kiln plan --device-profile prints both orders' exposed time by class per
@@ -39,6 +40,10 @@ kcheck $GPT4 --tp 2 --pp 2 --micro-batches 2 --pp-schedule zb-v --offload all --
 kcheck $GPT4 --pp 2 --micro-batches 4 --offload all --offload-min-bytes 1
 kcheck $GPT4 --pp 2 --vpp 2 --micro-batches 4 --pp-schedule interleaved --offload all --offload-min-bytes 1 # the late comm fence (test_lhs)
 kcheck $LLAMA --offload all --offload-min-bytes 1
+# the cooldown's W by bucket (schedule.c, cooldown_order): kept on both stages here
+CD="$GPT4 --pp 2 --dp 2 --micro-batches 4 --pp-schedule zb-v --recompute none --bucket-mb 0.01 --memory-budget 1e9"
+# shellcheck disable=SC2086
+kcheck $CD
 kcheck models/tiny.lua --dp 2 --micro-batches 2 --recompute full
 kcheck $LLAMA --cp 2 --recompute none
 kcheck $LLAMA --dp 2 --cp 2 --cp-comm p2p --recompute gemm-last
@@ -57,6 +62,18 @@ check "the lhs dump round-trips (parse, verify, dump: same text)" "cmp -s $tmp/l
 "$K" dump $LLAMA --dp 2 --after memplan --schedule lhs > "$tmp/lhsm.ir" 2>&1
 "$K" dump "$tmp/lhsm.ir" > "$tmp/lhsm2.ir" 2>&1
 check "the lhs dump after memplan round-trips" "cmp -s $tmp/lhsm.ir $tmp/lhsm2.ir"
+
+# the cooldown's W by bucket: zb-v's deferred weight gradients fill their
+# slots bucket by bucket, so more of the dp reduce-scatters are issued before
+# the last W GEMM than with KILN_LHS_NO_COOLDOWN=1 (lhs without it)
+rs_before_w() { awk '/^stage/{st=$2} st==1 && / wgrad / && /matmul/ {match($0,/pos[0-9]+/); last=substr($0,RSTART+3,RLENGTH-3)+0} st==1 && /reducescatter/ && /group="dp"/ {match($0,/pos[0-9]+/); rs[++n]=substr($0,RSTART+3,RLENGTH-3)+0} END{c=0; for(i=1;i<=n;i++) if(rs[i]<last) c++; print c+0}' "$1"; }
+# shellcheck disable=SC2086
+KILN_LHS_TRACE=1 "$K" dump $CD --after schedule --schedule lhs > "$tmp/cd.ir" 2> "$tmp/cd.err"
+# shellcheck disable=SC2086
+KILN_LHS_NO_COOLDOWN=1 "$K" dump $CD --after schedule --schedule lhs > "$tmp/nocd.ir" 2>&1
+a=$(rs_before_w "$tmp/cd.ir"); b=$(rs_before_w "$tmp/nocd.ir")
+check "zb-v --dp 2, stage 1: the cooldown's W by bucket issues $a dp reduce-scatters before the last W GEMM, $b without; kept on both stages ($(grep -c "the cooldown's W by bucket" "$tmp/cd.err"))" \
+    "[ $a -gt $b ] && [ \$(grep -c \"the cooldown's W by bucket\" $tmp/cd.err) = 2 ]"
 
 err=$("$K" check models/tiny.lua --schedule fast 2>&1 >/dev/null); rc=$?
 check "--schedule fast is refused: $err" "[ $rc = 1 ] && [ \$(printf '%s\n' \"\$err\" | wc -l) = 1 ] && [[ \"\$err\" == *'expected fixed or lhs'* ]]"
@@ -91,6 +108,17 @@ losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
 worst() { paste <(losses "$1") <(losses "$2") | awk 'function abs(x){return x<0?-x:x} {d=abs($1-$2)/abs($2); if(d>w)w=d} END{printf "%.3g", w+0}'; }
 check "mpirun -np 4 --pp 2 --dp 2: both exit 0 ($rf, $rl), lhs's losses == fixed's over 30 steps (worst $(worst "$tmp/ll" "$tmp/lf"))" \
     "[ $rf = 0 ] && [ $rl = 0 ] && [ \$(wc -l < $tmp/lf) = 30 ] && [ \$(wc -l < $tmp/ll) = 30 ] && awk -v w=$(worst "$tmp/ll" "$tmp/lf") 'BEGIN{exit !(w <= 1e-5)}'"
+
+# zb-v with dp: lhs's cooldown order (the W slots by bucket) trains as fixed's
+# shellcheck disable=SC2086
+"$K" compile $CD --steps 30 --weight-decay 0.1 --schedule fixed -o "$tmp/cdfixed" > /dev/null 2>&1 && "$K" compile $CD --steps 30 --weight-decay 0.1 --schedule lhs -o "$tmp/cdlhs" > /dev/null 2>&1
+say $? "compile zb-v --dp 2 under fixed and lhs (the cooldown's W by bucket)"
+$MPI "$tmp/cdfixed" $D --log "$tmp/cf" > /dev/null 2>&1
+rf=$?
+$MPI "$tmp/cdlhs" $D --log "$tmp/cl" > /dev/null 2>&1
+rl=$?
+check "mpirun -np 4 zb-v --pp 2 --dp 2: both exit 0 ($rf, $rl), lhs's losses (the cooldown's W by bucket) == fixed's over 30 steps (worst $(worst "$tmp/cl" "$tmp/cf"))" \
+    "[ $rf = 0 ] && [ $rl = 0 ] && [ \$(wc -l < $tmp/cf) = 30 ] && [ \$(wc -l < $tmp/cl) = 30 ] && awk -v w=$(worst "$tmp/cl" "$tmp/cf") 'BEGIN{exit !(w <= 1e-5)}'"
 
 # tp's own comm stream (stream 4) under lhs, none under fixed; the compiled
 # trainer's losses under lhs are fixed's, bit for bit
