@@ -850,7 +850,10 @@ static int cores(void) {
     int a = sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : n > 0 ? (int)n : 1;
     const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     long local = ls ? strtol(ls, NULL, 10) : 1;
-    if (n > 0 && local > 1 && local * a > n) return (int)(n / local > 1 ? (n / local < a ? n / local : a) : 1);
+    if (n > 0 && local > 1 && local * a > n) { /* oversubscribed: the host's cores shared among its ranks */
+        long share = n / local;
+        return share < 1 ? 1 : share < a ? (int)share : a;
+    }
     return a;
 }
 
