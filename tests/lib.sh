@@ -10,6 +10,8 @@
 #   say RC D     "ok N - D" when RC is 0, else "not ok N - D"
 #   tmp          a temporary folder, removed when the test exits
 #   need_corpus  makes $B/corpus.txt (the demo corpus) if it is not there
+#   caught D ARGS...    `kiln check ARGS` (a planted bug) must report mismatches
+#   bad_check WANT ARGS...  `kiln check ARGS` must fail with one line containing WANT
 # tests/run.sh counts the "ok" and "not ok" lines.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -44,6 +46,18 @@ need_mpi() {
 #   worst A B       the largest relative difference of the two columns
 #   same A B LINES  both have LINES lines and worst <= 1e-5 (f32: only the
 #                   summation order differs)
+caught() { # what, kiln check args...: a planted bug the check must catch
+    local what=$1 out; shift
+    out=$("$K" check "$@" 2>&1)
+    if [[ "$out" == *" mismatched"* ]] && [[ "$out" != *", 0 mismatched"* ]]; then ok "$what fails the check: ${out##*, }"
+    else notok "$what not caught: $out"; fi
+}
+bad_check() { # want, kiln check args...: one line containing want, exit != 0
+    local want=$1 out rc; shift
+    out=$("$K" check "$@" 2>&1); rc=$?
+    if [ $rc != 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [[ "$out" == *"$want"* ]]; then ok "bad: $want: $out"
+    else notok "bad $*: rc=$rc want '$want': $out"; fi
+}
 losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1"; }
 worst() { paste <(losses "$1") <(losses "$2") | awk 'function abs(x){return x<0?-x:x} {d=abs($1-$2)/abs($2); if(d>w)w=d} END{printf "%.3g", w+0}'; }
 same() { # log a, log b, lines
