@@ -45,7 +45,8 @@
  *   --dp N --micro-batches M --zero 0|1 --bucket-mb X --no-overlap;
  *   --schedule lhs|fixed (default lhs; docs/schedule.md);
  *   --cp N --cp-layout dual|contiguous --cp-comm allgather|p2p;
- *   --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES;
+ *   --recompute none|full|selective|gemm-last (plan: all) --activation-budget BYTES;
+ *   --memory-budget BYTES (the plan's device bytes per rank, cmd/pipeline.c);
  *   --precision f32|bf16 (bf16 with --target cuda:sm_XX, and for dump, check,
  *     plan and run --interp; the CPU trainer is f32);
  *   --pp N --vpp V --pp-schedule S (plan: all) --pp-layers A,B,... (docs/pipeline.md);
@@ -97,7 +98,8 @@ static void usage(FILE *f) {
           "        --set key=value  --frontend-timeout S (the model's run, default 10)  --seed N  --print-every N  --lr X --min-lr X --warmup N --steps N --weight-decay X --grad-clip X\n"
           "        --dp N --micro-batches M --zero 0|1 --bucket-mb X --no-overlap  --schedule lhs|fixed (default lhs; docs/schedule.md)\n"
           "        --cp N --cp-layout dual|contiguous --cp-comm allgather|p2p\n"
-          "        --recompute none|full|selective|gemm-last (plan: all) --memory-budget BYTES\n"
+          "        --recompute none|full|selective|gemm-last (plan: all) --activation-budget BYTES (saved activations per rank)\n"
+          "        --memory-budget BYTES (device memory per rank: the plan must fit; picks the recompute policy when --recompute is not given)\n"
           "        --device-profile FILE|NAME (cpu, h100, h200, a100, or a .profile file: docs/profiles.md)\n"
           "        --precision f32|bf16 (bf16: the GPU's mixed precision, on with --target cuda; for dump/check/plan/run --interp too;\n"
           "        the CPU runs f32)\n"
@@ -324,8 +326,11 @@ static void parse_args(Args *a, int argc, char **argv) {
             int r = ir_recompute_lookup(v);
             if (r < 0 && strcmp(v, "all") != 0) die("--recompute: expected none, full, selective or gemm-last, got \"%s\"", v);
             a->o.recompute = r < 0 ? RC_UNSET : r; /* all: kiln plan's table of every policy */
+            a->recompute_given = 1;
         } else if (strcmp(f, "--memory-budget") == 0) {
             a->o.memory_budget = parse_bytes_flag(f, argv[++i]);
+        } else if (strcmp(f, "--activation-budget") == 0) {
+            a->o.activation_budget = parse_bytes_flag(f, argv[++i]);
         } else if (strcmp(f, "--gemm-epilogue") == 0) {
             const char *v = argv[++i];
             static const char *const levels[] = {"none", "bias", "gelu", "bgrad", "all"};

@@ -31,10 +31,13 @@ typedef struct {
      * communicates (0: all-gather K,V) */
     int cp_contiguous, cp_comm;
     /* activation recompute (recompute.c): the policy (Recompute, default
-     * gemm-last) and an optional budget in bytes for the activations saved
-     * for backward per rank (0: none) */
+     * gemm-last) and --activation-budget, bytes of activations saved for
+     * backward per rank at the schedule's peak (0: none).  --memory-budget:
+     * bytes of device memory per rank, the plan's total (0: none): lhs's
+     * limit (schedule.c), and the compile's (cmd/pipeline.c: the policy it
+     * picks when --recompute is not given, and a plan over it is an error) */
     int recompute;
-    double memory_budget;
+    double activation_budget, memory_budget;
     /* optimizer (defaults in opt_defaults) */
     double lr, min_lr, warmup, steps, weight_decay, beta1, beta2, eps, grad_clip;
     uint64_t seed;

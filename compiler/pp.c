@@ -83,6 +83,8 @@ typedef struct {
 
 static const Node *def_of(const Graph *g, int v) { return g->vals[v].def >= 0 ? &g->nodes[g->vals[v].def] : NULL; }
 static int rank_of(const Pp *P, int chunk) { return pp_chunk_rank(&P->pl, chunk); }
+static int zero_bubble(const Pp *P);
+static void split_backward(Pp *P);
 static int is_output(const Node *n, const char *name) { return n->op == OP_output && strcmp(ir_attr_s(n, "name", ""), name) == 0; }
 
 /* ---- 1. chunks ---- */
@@ -164,6 +166,23 @@ static void anchor(Pp *P, const int *of_layer) {
         }
         P->kind[i] = n->phase == PH_FWD ? ACT_F : ACT_B;
     }
+}
+
+/* For recompute's estimate of the saved bytes per rank (recompute.c): the
+ * action of every node of g as this pass would cut and anchor it, before
+ * regrouping shared gradient sums (which moves only gradient adds, never a
+ * forward value's reader).  chunk[i] is FLOAT (-1) for floating nodes. */
+PpActions pp_actions(const Graph *g, const Options *o, const PpPlan *pl) {
+    Pp P = {.o = o, .g = g, .pl = *pl, .nchunks = pl->p * pl->v};
+    P.chunk = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+    P.kind = xcalloc((size_t)g->nnodes + 1, 1);
+    P.mb = xcalloc((size_t)g->nnodes + 1, sizeof(int));
+    P.joins = xcalloc((size_t)g->nnodes + 1, 1);
+    int *of_layer = layer_chunks(&P);
+    anchor(&P, of_layer);
+    if (zero_bubble(&P)) split_backward(&P);
+    free(of_layer), free(P.joins);
+    return (PpActions){P.chunk, P.kind, P.mb};
 }
 
 /* ---- a gradient summed on several ranks (tied params) ----

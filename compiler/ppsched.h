@@ -41,7 +41,7 @@ typedef struct {
     int chunk, mb;
 } Action;
 
-typedef struct {
+typedef struct PpPlan {
     PpSchedule kind;
     int p, v, m;   /* ranks, chunks per rank, micro-batches */
     int *nact;     /* [p]: actions of rank r */

@@ -37,11 +37,21 @@
  *              GEMM and no attention is ever re-executed, and the verifier
  *              holds a module marked gemm-last to that.
  *
- * --memory-budget B (bytes of saved activations per rank): the cheapest set
- * that fits: nothing if `none` fits; else gemm-last's chains in order of
- * FLOPs per byte saved until it fits; else layers switched to full one by
- * one from the first (the module is then marked full: some of its layers
- * re-run GEMMs); else an error naming full's minimum.
+ * --activation-budget B (bytes of saved activations per rank, at the
+ * schedule's peak): the cheapest set that fits: nothing if `none` fits;
+ * else gemm-last's chains, the fewest FLOPs per byte saved first, as few
+ * as fit; else layers switched to full one by one from the first (the
+ * module is then marked full: some of its layers re-run GEMMs); else an
+ * error naming full's minimum.  A rank's saved bytes at the peak: the
+ * program here holds every micro-batch of the step (and, before the
+ * pipeline pass, every layer), but a rank keeps only the micro-batches in
+ * flight of its own chunks.  So each saved value counts from its forward
+ * action (chunk, micro-batch: pp.c's cut, pp_actions) to the last backward
+ * action that reads it (B, or W under the zero-bubble schedules), and the
+ * ranks' action lists (ppsched.h; one rank running F0 B0 F1 B1 ... without
+ * --pp) give the most alive at once on any rank.  An estimate of memplan's
+ * activations (a value whose only readers are clones counts until B), not
+ * its peak: the device total is --memory-budget's (cmd/pipeline.c).
  *
  * Values made outside the forward (backward's own), parameters, inputs and
  * constants are never counted or cloned; communication is never repeated
@@ -53,6 +63,7 @@
 #include <string.h>
 
 #include "passes.h"
+#include "ppsched.h"
 
 #define MAX_FLOPS_PER_BYTE 32.0
 
@@ -61,6 +72,7 @@ typedef struct {
     char *rc;    /* value: backward reads a clone */
     char *saved; /* value: live from forward into backward (scratch of saved_bytes) */
     char *seen;  /* value: clone visited (scratch) */
+    int *touched, ntouched; /* the values chain_of marked in seen (reset without a pass over every value) */
     char *data;  /* value: computed from the step's data (data_values): what counts */
 } Rc;
 
@@ -122,6 +134,7 @@ static int64_t saved_bytes(Rc *R) {
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i].phase == PH_BWD)
             for (int k = 0; k < g->nodes[i].nin; k++) need(R, g->nodes[i].in[k]);
+    memset(R->seen, 0, (size_t)g->nvals), R->ntouched = 0; /* chain_of's scratch starts clean */
     int64_t total = 0;
     for (int v = 0; v < g->nvals; v++)
         if (R->saved[v] && R->data[v]) total += ir_value_bytes(&g->vals[v]);
@@ -213,21 +226,26 @@ typedef struct {
 /* Walk v's chain under the current choice (R->rc, R->saved): cheap values
  * not saved join the chain (mark 2 in seen), saved values and clones that
  * exist cost nothing, anything else becomes newly saved (mark 3). */
+static void see(Rc *R, int v, char mark) {
+    if (!R->seen[v]) R->touched[R->ntouched++] = v;
+    R->seen[v] = mark;
+}
+
 static void walk(Rc *R, int v, Chain *c, int apply) {
     const Graph *g = R->g;
     const Node *d = def_of(g, v);
     if (R->seen[v]) return;
     if (!activation(g, v) || R->saved[v] || R->rc[v] || !cheap(d)) {
         if (activation(g, v) && !R->saved[v] && !R->rc[v]) {
-            R->seen[v] = 3;
+            see(R, v, 3);
             if (R->data[v]) c->gain -= ir_value_bytes(&g->vals[v]);
             if (apply) R->saved[v] = 1;
         } else {
-            R->seen[v] = 1;
+            see(R, v, 1);
         }
         return;
     }
-    R->seen[v] = 2;
+    see(R, v, 2);
     c->flops += ir_node_flops(g, d);
     if (apply) R->rc[v] = 1;
     for (int k = 0; k < d->nin; k++) walk(R, d->in[k], c, apply);
@@ -235,9 +253,9 @@ static void walk(Rc *R, int v, Chain *c, int apply) {
 
 static Chain chain_of(Rc *R, int v, int apply) {
     Chain c = {R->data[v] ? ir_value_bytes(&R->g->vals[v]) : 0, 0};
-    memset(R->seen, 0, (size_t)R->g->nvals);
+    while (R->ntouched) R->seen[R->touched[--R->ntouched]] = 0; /* the last chain's marks only */
     const Node *d = def_of(R->g, v);
-    R->seen[v] = 2;
+    see(R, v, 2);
     c.flops += ir_node_flops(R->g, d);
     for (int k = 0; k < d->nin; k++) walk(R, d->in[k], &c, apply);
     if (apply) R->rc[v] = 1, R->saved[v] = 0;
@@ -263,23 +281,117 @@ static void gemm_last(Rc *R) {
     }
 }
 
-/* gemm-last's chains, cheapest per byte first, until the saved bytes fit
- * the budget; 1 if they do */
-static int gemm_last_until(Rc *R, double budget) {
-    for (;;) {
-        int64_t total = saved_bytes(R);
-        if ((double)total <= budget) return 1;
-        int best = -1;
-        double best_ratio = 0;
-        for (int v = 0; v < R->g->nvals; v++) {
-            if (!candidate(R, v)) continue;
-            Chain c = chain_of(R, v, 0);
-            double ratio = c.flops / (double)(c.gain > 0 ? c.gain : 1);
-            if (worth(&c, 1) && (best < 0 || ratio < best_ratio)) best = v, best_ratio = ratio;
-        }
-        if (best < 0) return 0;
-        chain_of(R, best, 1);
+/* ---- --activation-budget: saved bytes per rank at the schedule's peak ---- */
+
+typedef struct {
+    PpPlan pl;      /* the ranks' actions (one rank's 1f1b without --pp: F0 B0 F1 B1 ...) */
+    PpActions a;    /* every node's action */
+    char *freed_w;  /* value: read by a W action (freed there, not at B) */
+    int64_t *bytes; /* scratch [3][chunks * m]: allocated at F, freed at B, at W */
+} Sched;
+
+static Sched sched_of(const Graph *g, const Options *o) {
+    Sched S = {0};
+    char err[256];
+    int p = o->pp > 1 ? o->pp : 1;
+    PpSchedule kind = p > 1 ? (PpSchedule)o->pp_schedule : PS_1F1B;
+    if (ppsched_build(&S.pl, kind, p, p > 1 ? o->vpp : 1, o->micro_batches > 0 ? o->micro_batches : 1, err, sizeof err) != 0)
+        error_at(g->nnodes ? g->nodes[0].loc : (Loc){0}, "%s", err);
+    S.a = pp_actions(g, o, &S.pl);
+    S.freed_w = xcalloc((size_t)g->nvals, 1);
+    for (int i = 0; i < g->nnodes; i++)
+        if (S.a.chunk[i] >= 0 && S.a.kind[i] == ACT_W)
+            for (int k = 0; k < g->nodes[i].nin; k++) S.freed_w[g->nodes[i].in[k]] = 1;
+    S.bytes = xcalloc((size_t)3 * (size_t)(S.pl.p * S.pl.v * S.pl.m), sizeof(int64_t));
+    return S;
+}
+
+static void sched_free(Sched *S) {
+    free(S->a.chunk), free(S->a.kind), free(S->a.mb), free(S->freed_w), free(S->bytes);
+    ppsched_free(&S->pl);
+}
+
+/* The most saved bytes alive at once on any rank under R's choice (R->saved
+ * as saved_bytes left it). */
+static int64_t peak_saved(const Rc *R, Sched *S) {
+    const Graph *g = R->g;
+    int n = S->pl.p * S->pl.v * S->pl.m;
+    int64_t *at_f = S->bytes, *at_b = S->bytes + n, *at_w = S->bytes + 2 * n;
+    memset(S->bytes, 0, (size_t)3 * (size_t)n * sizeof(int64_t));
+    for (int v = 0; v < g->nvals; v++) {
+        if (!R->saved[v] || !R->data[v]) continue;
+        int d = g->vals[v].def, c = S->a.chunk[d] >= 0 ? S->a.chunk[d] : 0, key = c * S->pl.m + S->a.mb[d];
+        int64_t b = ir_value_bytes(&g->vals[v]);
+        at_f[key] += b;
+        (S->freed_w[v] ? at_w : at_b)[key] += b;
     }
+    int64_t peak = 0;
+    for (int r = 0; r < S->pl.p; r++) {
+        int64_t alive = 0;
+        for (int k = 0; k < S->pl.nact[r]; k++) {
+            const Action *x = &S->pl.act[r][k];
+            int key = x->chunk * S->pl.m + x->mb;
+            if (x->kind == ACT_F) alive += at_f[key], peak = alive > peak ? alive : peak;
+            else alive -= (x->kind == ACT_B ? at_b : at_w)[key];
+        }
+    }
+    return peak;
+}
+
+static int fits(Rc *R, Sched *S, double budget) {
+    saved_bytes(R);
+    return (double)peak_saved(R, S) <= budget;
+}
+
+typedef struct {
+    int v;
+    double ratio;
+} Cand;
+
+static int by_ratio(const void *a, const void *b) {
+    const Cand *x = a, *y = b;
+    return x->ratio < y->ratio ? -1 : x->ratio > y->ratio ? 1 : x->v - y->v;
+}
+
+/* The first k chains of the order, each taken if it still saves bytes when
+ * its turn comes (the chains before it may have changed it). */
+static void take_first(Rc *R, const Cand *order, int k) {
+    memset(R->rc, 0, (size_t)R->g->nvals);
+    saved_bytes(R);
+    for (int j = 0; j < k; j++) {
+        int v = order[j].v;
+        if (!candidate(R, v)) continue;
+        Chain c = chain_of(R, v, 0);
+        if (worth(&c, 1)) chain_of(R, v, 1);
+    }
+}
+
+/* gemm-last's chains, the fewest FLOPs per byte saved first (as priced with
+ * nothing recomputed), as few as fit the budget; 1 if they do.  The shortest
+ * prefix that fits is found by bisection (taking more chains never saves
+ * more), so a long program is walked O(log n) times, not once a chain. */
+static int gemm_last_until(Rc *R, Sched *S, double budget) {
+    const Graph *g = R->g;
+    Cand *order = xcalloc((size_t)g->nvals + 1, sizeof(Cand));
+    int n = 0;
+    saved_bytes(R);
+    for (int v = 0; v < g->nvals; v++) {
+        if (!candidate(R, v)) continue;
+        Chain c = chain_of(R, v, 0);
+        if (worth(&c, 1)) order[n++] = (Cand){v, c.flops / (double)c.gain};
+    }
+    qsort(order, (size_t)n, sizeof(Cand), by_ratio);
+    take_first(R, order, n);
+    int ok = fits(R, S, budget);
+    for (int lo = 0, hi = n; ok && lo < hi;) { /* the answer lies in (lo, hi] */
+        int mid = lo + (hi - lo) / 2;
+        take_first(R, order, mid);
+        if (fits(R, S, budget)) hi = mid;
+        else lo = mid + 1;
+        if (lo == hi) take_first(R, order, hi);
+    }
+    free(order);
+    return ok;
 }
 
 static int max_layer(const Graph *g) {
@@ -288,17 +400,25 @@ static int max_layer(const Graph *g) {
     return L;
 }
 
-static Recompute within_budget(Rc *R, double budget) {
+static Recompute within_budget(Rc *R, const Options *o) {
     const Graph *g = R->g;
-    if ((double)saved_bytes(R) <= budget) return RC_NONE;
-    if (gemm_last_until(R, budget)) return RC_GEMM_LAST;
+    double budget = o->activation_budget;
+    Sched S = sched_of(g, o);
+    Recompute got = RC_NONE;
+    if (fits(R, &S, budget)) goto done;
+    got = RC_GEMM_LAST;
+    if (gemm_last_until(R, &S, budget)) goto done;
+    got = RC_FULL; /* layers 0..L full, the rest gemm-last */
     for (int L = 0, last = max_layer(g); L <= last; L++) {
         full_layer(R, L);
-        if ((double)saved_bytes(R) <= budget) return RC_FULL; /* layers 0..L full, the rest gemm-last */
+        if (fits(R, &S, budget)) goto done;
     }
-    fprintf(stderr, "kiln: --memory-budget %.0f bytes: below the minimum of %lld bytes of saved activations per rank (--recompute full)\n",
-            budget, (long long)saved_bytes(R));
+    fprintf(stderr, "kiln: --activation-budget %.0f bytes: below the minimum of %lld bytes of saved activations per rank (--recompute full)\n",
+            budget, (long long)peak_saved(R, &S));
     exit(1);
+done:
+    sched_free(&S);
+    return got;
 }
 
 /* ---- the rewrite ---- */
@@ -372,9 +492,10 @@ void pass_recompute(Module *m, const Options *o) {
     Recompute policy = o->recompute == RC_UNSET ? RC_GEMM_LAST : (Recompute)o->recompute;
     for (int s = 0; s < m->nstages; s++) {
         const Graph *g = m->stages[s];
-        Rc R = {g, xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1), data_values(g)};
-        if (o->memory_budget > 0) {
-            policy = within_budget(&R, o->memory_budget);
+        Rc R = {g, xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1), xcalloc((size_t)g->nvals, 1),
+                xcalloc((size_t)g->nvals + 1, sizeof(int)), 0, data_values(g)};
+        if (o->activation_budget > 0) {
+            policy = within_budget(&R, o);
         } else if (policy == RC_FULL) { /* the layers whole; outside them the cheap chains */
             gemm_last(&R);
             for (int L = 0; L <= max_layer(g); L++) full_layer(&R, L);
@@ -384,7 +505,7 @@ void pass_recompute(Module *m, const Options *o) {
             gemm_last(&R);
         }
         m->stages[s] = rewrite(m, g, R.rc);
-        free(R.rc), free(R.saved), free(R.seen), free(R.data);
+        free(R.rc), free(R.saved), free(R.seen), free(R.touched), free(R.data);
     }
     m->recompute = policy;
 }

@@ -5,8 +5,11 @@
 #    GQA) and the interpreter (exported params byte-identical);
 #  - clones sit right before their first backward reader in the schedule;
 #  - the verifier rejects a planted GEMM in phase recompute under gemm-last;
-#  - --memory-budget picks none / gemm-last / full by the saved bytes, and
-#    below full's minimum it stops with one line naming the minimum;
+#  - --activation-budget picks none / gemm-last / full by the saved bytes per
+#    rank at the schedule's peak (micro-batches and pipeline ranks keep only
+#    those in flight), and below full's minimum it stops with one line naming
+#    the minimum; --memory-budget picks the first policy whose plan (device
+#    bytes per rank) fits, and refuses a plan over it naming the rank;
 #  - selective never saves more than none (with --cp it saves what none saves);
 #  - `kiln plan --recompute all` on GPT-2 124M and Llama-7B shapes: gemm-last
 #    saves >= 35% of `none`'s activation bytes per layer for <= 1.5% more FLOPs, and
@@ -91,23 +94,59 @@ check "the verifier rejects a matmul planted in phase recompute of a gemm-last m
 sed 's/ recompute=gemm-last / recompute=full /' "$tmp/planted.ir" > "$tmp/planted_full.ir"
 check "the same module marked full is accepted (full re-runs GEMMs)" "'$K' dump '$tmp/planted_full.ir' > /dev/null 2>&1"
 
-# ---- --memory-budget ----
+# ---- --activation-budget: saved activations per rank at the schedule's peak ----
 saved() { "$K" plan models/tiny.lua "$@" | sed -n 's/^recompute \([a-z-]*\): .*(\([0-9]*\) bytes)$/\1 \2/p'; }
 read -r _ none_b <<< "$(saved --recompute none)"
 read -r _ gl_b <<< "$(saved --recompute gemm-last)"
 read -r _ full_b <<< "$(saved --recompute full)"
 check "saved bytes: full $full_b < gemm-last $gl_b < none $none_b" "[ $full_b -lt $gl_b ] && [ $gl_b -lt $none_b ]"
-read -r p b <<< "$(saved --memory-budget "$none_b")"
+read -r p b <<< "$(saved --activation-budget "$none_b")"
 check "budget = none's saved bytes: $p ($b bytes)" "[ '$p' = none ] && [ '$b' = '$none_b' ]"
 mid=$(( (none_b + gl_b) / 2 ))
-read -r p b <<< "$(saved --memory-budget $mid)"
+read -r p b <<< "$(saved --activation-budget $mid)"
 check "budget between gemm-last and none ($mid): $p, $b bytes fit" "[ '$p' = gemm-last ] && [ $b -le $mid ] && [ $b -ge $gl_b ]"
 mid=$(( (gl_b + full_b) / 2 ))
-read -r p b <<< "$(saved --memory-budget $mid)"
+read -r p b <<< "$(saved --activation-budget $mid)"
 check "budget between full and gemm-last ($mid): some layers full ($p), $b bytes fit" "[ '$p' = full ] && [ $b -le $mid ]"
-out=$("$K" plan models/tiny.lua --memory-budget 1000 2>&1 > /dev/null); rc=$?
+out=$("$K" plan models/tiny.lua --activation-budget 1000 2>&1 > /dev/null); rc=$?
 check "a budget below full's minimum: one line naming it ($out)" \
-    "[ $rc = 1 ] && [ \$(printf '%s\n' \"\$out\" | wc -l) = 1 ] && printf '%s' \"\$out\" | grep -q 'minimum of $full_b bytes'"
+    "[ $rc = 1 ] && [ \$(printf '%s\n' \"\$out\" | wc -l) = 1 ] && printf '%s' \"\$out\" | grep -q 'activation-budget 1000 bytes: below the minimum of $full_b bytes'"
+out=$("$K" plan models/tiny.lua --activation-budget lots 2>&1); rc=$?
+check "--activation-budget lots: $out" "[ $rc = 1 ] && printf '%s' \"\$out\" | grep -q -- '--activation-budget: expected'"
+# A rank keeps only the micro-batches in flight: with 2 micro-batches one at
+# a time (the step's saved bytes are twice the peak), under --pp 2 x 4
+# micro-batches rank 0 two of its chunk's.  The budgets below are what
+# memplan measures (the activations' peak under none), which the saved
+# bytes alive never exceed: before the per-rank count these picked gemm-last.
+read -r _ none2 <<< "$(saved --micro-batches 2 --recompute none)"
+read -r p b <<< "$(saved --micro-batches 2 --activation-budget $(( none2 / 2 + none2 / 50 )))"
+check "2 micro-batches, budget half the step's saved bytes + 2%: $p (one micro-batch alive at a time)" "[ '$p' = none ]"
+read -r p b <<< "$(saved --micro-batches 2 --activation-budget $(( none2 / 2 - none2 / 50 )))"
+check "2 micro-batches, half - 2%: $p" "[ '$p' = gemm-last ]"
+for s in 1f1b zb-h1; do
+    act=$("$K" plan models/tiny.lua --pp 2 --micro-batches 4 --pp-schedule $s --recompute none | sed -n 's/^ *of which model .* \([0-9]*\) bytes .*/\1/p' | sort -n | tail -1)
+    read -r p b <<< "$(saved --pp 2 --micro-batches 4 --pp-schedule $s --activation-budget "$act")"
+    check "--pp 2 $s, 4 micro-batches: budget = the largest rank's activation peak under none ($act of $none_b saved in the step): $p" "[ '$p' = none ] && [ $act -lt $none_b ]"
+done
+
+# ---- --memory-budget: the plan's device bytes per rank ----
+total() { "$K" plan models/tiny.lua "$@" 2>&1 | sed -n 's/^  total .* \([0-9]*\) bytes$/\1/p' | sort -n | tail -1; }
+tnone=$(total --recompute none); tgl=$(total --recompute gemm-last); tfull=$(total --recompute full)
+check "plan totals: full $tfull < gemm-last $tgl < none $tnone" "[ $tfull -lt $tgl ] && [ $tgl -lt $tnone ]"
+for want in none gemm-last full; do
+    case $want in none) bud=$tnone ;; gemm-last) bud=$(( (tnone + tgl) / 2 )) ;; full) bud=$(( (tgl + tfull) / 2 )) ;; esac
+    out=$("$K" plan models/tiny.lua --memory-budget $bud 2>&1); rc=$?
+    p=$(printf '%s\n' "$out" | sed -n 's/^recompute \([a-z-]*\): .*/\1/p'); t=$(printf '%s\n' "$out" | sed -n 's/^  total .* \([0-9]*\) bytes$/\1/p')
+    check "--memory-budget $bud picks the fewest FLOPs that fit: $p (plan $t bytes)" "[ $rc = 0 ] && [ '$p' = $want ] && [ $t -le $bud ]"
+done
+out=$("$K" plan models/tiny.lua --memory-budget $(( tfull - 1 )) 2>&1 > /dev/null); rc=$?
+check "below full's plan: one line naming the rank and the bytes ($out)" \
+    "[ $rc = 1 ] && [ \$(printf '%s\n' \"\$out\" | wc -l) = 1 ] && printf '%s' \"\$out\" | grep -q 'needs $tfull bytes on pipeline rank 0'"
+out=$("$K" plan models/tiny.lua --recompute none --memory-budget $(( tnone - 1 )) 2>&1 > /dev/null); rc=$?
+check "an explicit --recompute is kept, and refused when over ($out)" "[ $rc = 1 ] && printf '%s' \"\$out\" | grep -q 'with the --recompute given'"
+tpp=$(total --pp 2 --micro-batches 2 --recompute none)
+out=$("$K" plan models/tiny.lua --pp 2 --micro-batches 2 --recompute none --memory-budget $(( tpp - 1 )) 2>&1 > /dev/null); rc=$?
+check "--pp 2: the largest rank is named ($out)" "[ $rc = 1 ] && printf '%s' \"\$out\" | grep -q 'needs $tpp bytes on pipeline rank [01]'"
 out=$("$K" plan models/tiny.lua --memory-budget lots 2>&1); rc=$?
 check "--memory-budget lots: $out" "[ $rc = 1 ] && printf '%s' \"\$out\" | grep -q -- '--memory-budget: expected'"
 out=$("$K" plan models/tiny.lua --recompute sometimes 2>&1); rc=$?

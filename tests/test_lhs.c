@@ -28,7 +28,7 @@
  *                                 programs after schedule (dp 2 under lhs;
  *                                 pp 2 with two micro-batches, both stages;
  *                                 one device with --offload all: a host
- *                                 space; --memory-budget's recompute) equals
+ *                                 space; --activation-budget's recompute) equals
  *                                 the sum of memplan_stage_peak over params,
  *                                 grads, opt and act after pass_memplan, and
  *                                 leaves every value's space and offset as
@@ -259,8 +259,8 @@ static void test_stage_total(void **state) {
     o.offload = 1, o.offload_min_bytes = 1;
     total_matches(&o, "offload all");
     opt_defaults(&o);
-    o.dp = 2, o.memory_budget = 4e6;
-    total_matches(&o, "dp 2, --memory-budget 4e6");
+    o.dp = 2, o.activation_budget = 4e6;
+    total_matches(&o, "dp 2, --activation-budget 4e6");
 }
 
 /* The send and reload rules on one module's stages (see the top). */

@@ -351,7 +351,7 @@ static const char *offload_name(double f, char *buf) {
 static int check_parallel(Args *a) {
     Args ref = *a;
     ref.o.dp = 1, ref.o.micro_batches = 1, ref.o.cp = 1, ref.o.tp = 1, ref.o.pp = 1, ref.o.vpp = 0, ref.o.npp_layers = 0, ref.o.pp_bug = 0;
-    ref.o.recompute = RC_NONE, ref.o.memory_budget = 0; /* the reference saves everything */
+    ref.o.recompute = RC_NONE, ref.o.memory_budget = ref.o.activation_budget = 0; /* the reference saves everything */
     ref.o.offload = 0, ref.o.offload_stages = 0, ref.o.offload_bug = 0; /* ... on the device */
     Module *m1 = compile(&ref), *mp = compile(a);
     Graph *g1 = m1->stages[0];

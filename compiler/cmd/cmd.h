@@ -51,6 +51,9 @@ typedef struct {
     int max_seq;                                /* kiln plan --max-seq (plan_offload.c) */
     int compare_tp_cp;                          /* kiln plan --compare-tp-cp N (plan_tp.c); 0: off */
     double memory_gib;                          /* kiln plan --memory GiB: the device memory per rank */
+    int recompute_given; /* --recompute on the command line (else --memory-budget may pick it) */
+    int comparison; /* a compile only to compare with the user's (kiln plan's tables): --memory-budget bounds lhs
+                       there but picks no policy and refuses nothing (pipeline.c) */
 } Args;
 
 /* ---- errors ---- */

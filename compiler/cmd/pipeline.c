@@ -28,6 +28,7 @@
 
 #include "cmd.h"
 #include "front.h"
+#include "memplan.h"
 #include "passes.h"
 
 typedef struct {
@@ -131,13 +132,53 @@ static Module *load_ir(const char *path, const char *need) {
     return m;
 }
 
+static Module *compile_once(Args *a) {
+    Module *m = pipeline_front(a->model, &a->o);
+    if (a->after && strcmp(a->after, "front") == 0) return m;
+    pipeline_run(m, PIPE_TRAIN, &a->o, a->after);
+    return m;
+}
+
+/* The largest plan of any rank (memplan's device total) and which. */
+static int64_t largest_plan(const Module *m, int *rank) {
+    int64_t most = -1;
+    for (int s = 0; s < m->nstages; s++) {
+        int64_t t = memplan_stage_total(m->stages[s]);
+        if (t > most) most = t, *rank = s;
+    }
+    return most;
+}
+
+/* --memory-budget B: the device bytes a rank's plan may use (memplan's
+ * total: parameters, gradients, optimizer state, activations, what kiln plan
+ * prints).  lhs keeps its order within it (schedule.c); here, without
+ * --recompute or --activation-budget, the first of none, gemm-last and full
+ * (the fewest FLOPs first) whose plan fits on every rank is compiled —
+ * each tried whole, as only memplan knows the peak exactly — and a plan
+ * over the budget is an error that names the rank.  Compiles that only
+ * compare with the user's (a->comparison) and stops before memplan are
+ * not held to it. */
+static Module *compile_within(Args *a) {
+    static const Recompute order[] = {RC_NONE, RC_GEMM_LAST, RC_FULL};
+    int pick = !a->recompute_given && a->o.activation_budget <= 0, n = pick ? 3 : 1, rank = 0;
+    int64_t most = 0;
+    for (int k = 0; k < n; k++) {
+        if (pick) a->o.recompute = order[k];
+        Module *m = compile_once(a);
+        if ((most = largest_plan(m, &rank)) <= (int64_t)a->o.memory_budget) return m;
+        ir_free(m);
+    }
+    die("--memory-budget %.0f bytes: the plan needs %lld bytes on pipeline rank %d (%.2f GiB; %s); "
+        "try --offload, more --pp/--tp, or fewer micro-batches in flight",
+        a->o.memory_budget, (long long)most, rank, (double)most / (1 << 30),
+        pick ? "the smallest of --recompute none, gemm-last and full" : "with the --recompute given");
+}
+
 Module *compile(Args *a) {
     if (ends_with(a->model, ".ir")) {
         int runs = strcmp(a->cmd, "compile") == 0 || strcmp(a->cmd, "run") == 0;
         return load_ir(a->model, !runs ? NULL : a->interp && strcmp(a->cmd, "run") == 0 ? "optimizer" : "memplan");
     }
-    Module *m = pipeline_front(a->model, &a->o);
-    if (a->after && strcmp(a->after, "front") == 0) return m;
-    pipeline_run(m, PIPE_TRAIN, &a->o, a->after);
-    return m;
+    if (a->o.memory_budget > 0 && !a->comparison && !a->after) return compile_within(a);
+    return compile_once(a);
 }

@@ -85,7 +85,7 @@ static void plan_recompute_table(Args *a) {
     for (int k = 0; k < 4; k++) {
         Args one = *a;
         one.o.recompute = pol[k];
-        one.o.memory_budget = 0;
+        one.o.memory_budget = one.o.activation_budget = 0;
         Module *m = compile(&one);
         st[k] = rc_stats(m);
         if (k == 0 && !attention_shape(m, a->o.micro_batches, &s, &b, &h, &heads)) die("plan --recompute all: the model has no attention");
@@ -130,6 +130,7 @@ static void plan_cost_report(const Args *a, const Module *m) {
      * orders' exposed time by class, per rank, side by side */
     Args other = *a;
     other.o.schedule = a->o.schedule == SCHED_LHS ? SCHED_FIXED : SCHED_LHS;
+    other.comparison = 1;
     Module *m2 = compile(&other);
     if (cost_simulate(m2, &p, NULL, &o, err, sizeof err) != 0) die("plan: cost model: %s", err);
     const CostSim *by[2] = {a->o.schedule == SCHED_LHS ? &o : &s, a->o.schedule == SCHED_LHS ? &s : &o};
@@ -204,7 +205,7 @@ int cmd_plan(Args *a) {
            (double)recompute_saved_bytes(m->stages[0], INT_MIN) / (1 << 20), (long long)recompute_saved_bytes(m->stages[0], INT_MIN));
     if (m->mesh[2] > 1) { /* context parallel: activation memory against the same program at cp = 1 */
         Args one = *a;
-        one.o.cp = 1;
+        one.o.cp = 1, one.comparison = 1;
         Module *m1 = compile(&one);
         int64_t act = memplan_fwd_bwd_peak(m), act1 = memplan_fwd_bwd_peak(m1);
         printf("  fwd+bwd activations per rank: %.2f MiB at cp %d, %.2f MiB at cp 1 (%.3fx)\n", (double)act / (1 << 20),

@@ -247,7 +247,7 @@ static void rank_report(const Profile *p, const Graph *g, const Graph *g0, const
 void plan_offload_report(Args *a, const Module *m) {
     Profile p = load_profile(a);
     Args none = *a;
-    none.o.offload = 0, none.o.offload_stages = 0, none.o.offload_bug = 0;
+    none.o.offload = 0, none.o.offload_stages = 0, none.o.offload_bug = 0, none.comparison = 1;
     Module *m0 = compile(&none);
     char pol[32];
     printf("offload %s per rank and virtual stage (profile %s: d2h %.1f GB/s, h2d %.1f GB/s; one micro-batch's copies "
@@ -277,7 +277,7 @@ typedef struct {
 
 static Fit fit_at(Args *base, Recompute rc, double offload, int64_t seq) {
     Args a = *base;
-    a.o.recompute = rc, a.o.offload = offload, a.o.memory_budget = 0;
+    a.o.recompute = rc, a.o.offload = offload, a.o.memory_budget = a.o.activation_budget = 0;
     a.o.sets = xcalloc((size_t)base->o.nsets + 1, sizeof(KeyVal));
     if (base->o.nsets) memcpy(a.o.sets, base->o.sets, sizeof(KeyVal) * (size_t)base->o.nsets);
     char val[32];

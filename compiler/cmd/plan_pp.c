@@ -315,7 +315,7 @@ void plan_pp_schedules(Args *a) {
             continue;
         }
         Args one = *a;
-        one.o.pp_schedule = s, one.o.vpp = v;
+        one.o.pp_schedule = s, one.o.vpp = v, one.comparison = 1;
         Module *m = compile(&one);
         PpStats st;
         if (pp_stats(m, &one.o, &st, why, sizeof why) != 0) die("plan --pp-schedule all: %s: %s", pp_schedule_names[s], why);

@@ -107,8 +107,8 @@ static void report(const char *name, const Module *m, const TpCp *r, double form
 void plan_compare_tp_cp(Args *a) {
     int N = a->compare_tp_cp, mb = a->o.micro_batches > 0 ? a->o.micro_batches : 1;
     Args t = *a, c = *a;
-    t.o.tp = N, t.o.sp = 1;
-    c.o.cp = N, c.o.cp_comm = 1;
+    t.o.tp = N, t.o.sp = 1, t.comparison = 1;
+    c.o.cp = N, c.o.cp_comm = 1, c.comparison = 1;
     Module *mt = compile(&t);
     Module *mc = compile(&c);
     TpCp rt = measure(mt, "tp", N, mb), rc = measure(mc, "cp", N, mb);
