@@ -64,11 +64,13 @@
  * say which (move_reloads) and schedule.c tries both.
  * Assigns stay last (schedule.c appends them).
  *
- * Two comm streams (overlap 2, lhs.h: tp's collectives on IR_STREAM_TP).
+ * Comm streams per axis (overlap 2, lhs.h: tp's collectives on
+ * IR_STREAM_TP, pp's transfers on IR_STREAM_PP).
  * The chain above still spans every comm node, so the order in which they
  * are issued is the fixed order's; what changes is the simulation (each
- * stream has its own clock, so a tp collective issued behind a dp bucket
- * starts when its inputs are ready) and so which compute fills the gaps.
+ * stream has its own clock, so a tp collective or a pipeline receive issued
+ * behind a dp bucket starts when its inputs are ready) and so which compute
+ * fills the gaps.
  */
 #include <float.h>
 #include <stdlib.h>

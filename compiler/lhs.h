@@ -19,13 +19,19 @@
  * the d2h stream, reload's host-to-device copy on h2d, collectives on a
  * comm stream when they overlap, the rest on compute.  overlap: 0, no comm
  * stream (world 1 or --no-overlap); 1, one comm stream for every transfer
- * (the fixed order's); 2, tensor parallelism's own comm stream (lhs's): a
- * collective whose group spans only the tp axis among the mesh's axes of
- * more than one rank on IR_STREAM_TP, the rest on IR_STREAM_COMM.  Only
- * same-stage collectives move: every member of a tp group runs the same
- * program, so the tp stream runs the same sequence on all of them (they
- * meet in the same order), and sends and receives (which pair across
- * programs) stay on one stream.  By the live axes, not the group's name:
+ * (the fixed order's); 2, comm streams of their own for tp and pp (lhs's):
+ * a collective whose group spans only the tp axis among the mesh's axes of
+ * more than one rank on IR_STREAM_TP, every transfer whose group spans only
+ * pp (sends, receives and the collectives over pp) on IR_STREAM_PP, the
+ * rest on IR_STREAM_COMM.  Only same-stage collectives move to tp's: every
+ * member of a tp group runs the same program, so the tp stream runs the
+ * same sequence on all of them (they meet in the same order).  Sends and
+ * receives pair across programs: all of pp's stay together on pp's stream
+ * in the fixed order's relative order (lhs keeps the comm chain), a
+ * subsequence of what one comm stream ran, so a receive waits for no more
+ * than it did.  3: tp's own stream only (pp's transfers on IR_STREAM_COMM),
+ * lhs's second choice when pp's stream costs more memory than the rank
+ * has.  By the live axes, not the group's name:
  * groups of the same ranks share one NCCL communicator (comm_nccl.c), so
  * they must share a stream too.  schedule.c and lhs.c both place by it. */
 static inline int sched_stream_for(const Module *m, const Node *n, int overlap) {
@@ -33,11 +39,12 @@ static inline int sched_stream_for(const Module *m, const Node *n, int overlap) 
     if (n->op == OP_reload) return IR_STREAM_H2D;
     unsigned f = ir_ops[n->op].flags;
     if (!overlap || !(f & F_COMM)) return IR_STREAM_COMPUTE;
-    if (overlap == 2 && !(f & (F_SINK | F_SOURCE)) && n->op != OP_recv_done) {
+    if (overlap >= 2) {
         int mask = ir_group_mask(ir_attr_s(n, "group", "")), live = 0;
         for (int a = 0; a < IR_NAXES && mask > 0; a++)
             if ((mask >> a & 1) && m->mesh[a] > 1) live |= 1 << a;
-        if (live == 1 << 3) return IR_STREAM_TP; /* the mesh's axes: pp, dp, cp, tp */
+        if (live == 1 << 3 && !(f & (F_SINK | F_SOURCE)) && n->op != OP_recv_done) return IR_STREAM_TP; /* the mesh's axes: pp, dp, cp, tp */
+        if (live == 1 << 0 && overlap == 2) return IR_STREAM_PP;
     }
     return IR_STREAM_COMM;
 }

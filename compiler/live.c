@@ -49,8 +49,8 @@
  * compute stream has waited for, with no event added (docs/offload.md,
  * "Host memory").
  *
- * Between tp's comm stream (lhs's IR_STREAM_TP) and the other streams off
- * compute, a read's end is by the transitive happens-before order
+ * Between tp's or pp's comm stream (lhs's IR_STREAM_TP, IR_STREAM_PP) and
+ * the other streams off compute, a read's end is by the transitive happens-before order
  * (tp_pair, pair_end), the rule the host buffers already used: those
  * streams never wait for each other directly.
  */
@@ -283,7 +283,10 @@ static int hb_end(const Graph *g, const HostOrder *H, int u, int su, int sd) {
 
 /* Whether stream su's position u is known done at stream sd by the
  * transitive rule (hb_end) rather than by sd's own waits (ordered_end): for
- * the pairs of tp's comm stream and another stream that runs transfers.
+ * the pairs of tp's or pp's comm stream and another stream that runs
+ * transfers (pp's, since 2026-12-03 session 11, by the same argument: a
+ * send waits for the compute stream that made its input, the compute
+ * stream for the receive it reads).
  * Those two never wait for each other directly (lhs.h: tp's collectives
  * have their own stream so that they never queue behind dp's), so by
  * direct waits alone every buffer one of them reads would stay live to
@@ -294,8 +297,10 @@ static int hb_end(const Graph *g, const HostOrder *H, int u, int su, int sd) {
  * orders the waiting stream after everything the recording stream had
  * waited for, on CUDA as on the CPU's workers; host_order_build's clocks).
  * The other pairs keep the direct rule (their plans unchanged). */
+static int own_stream(int s) { return s == IR_STREAM_TP || s == IR_STREAM_PP; }
+
 static int tp_pair(int su, int sd) {
-    return su != sd && (su == IR_STREAM_TP || sd == IR_STREAM_TP) && su != IR_STREAM_COMPUTE && sd != IR_STREAM_COMPUTE && su >= 0 && sd >= 0 &&
+    return su != sd && (own_stream(su) || own_stream(sd)) && su != IR_STREAM_COMPUTE && sd != IR_STREAM_COMPUTE && su >= 0 && sd >= 0 &&
            su < IR_NSTREAMS && sd < IR_NSTREAMS;
 }
 

@@ -18,12 +18,18 @@
 #define IR_MEM_ALIGN 64 /* every buffer offset and every space size */
 
 /* The streams a scheduled node runs on (Node.stream); in-order queues that
- * run concurrently, ordered by record/wait events.  IR_STREAM_TP carries
- * the collectives over the tp axis alone when the schedule gives tensor
- * parallelism its own comm stream (--schedule lhs, docs/schedule.md), so a
- * tp all-reduce never queues behind a dp bucket or a blocked pipeline
- * receive; every other transfer is on IR_STREAM_COMM. */
-enum { IR_STREAM_COMPUTE, IR_STREAM_COMM, IR_STREAM_D2H, IR_STREAM_H2D, IR_STREAM_TP, IR_NSTREAMS };
+ * run concurrently, ordered by record/wait events.  Under --schedule lhs
+ * (docs/schedule.md) two mesh axes get comm streams of their own:
+ * IR_STREAM_TP carries the collectives over the tp axis alone, so a tp
+ * all-reduce never queues behind a dp bucket or a blocked pipeline receive;
+ * IR_STREAM_PP every transfer over the pp axis alone (sends, receives, the
+ * collectives over pp: one communicator, one stream), so a pipeline receive
+ * never queues behind a dp bucket's reduce-scatter.  Every other transfer
+ * is on IR_STREAM_COMM. */
+enum { IR_STREAM_COMPUTE, IR_STREAM_COMM, IR_STREAM_D2H, IR_STREAM_H2D, IR_STREAM_TP, IR_STREAM_PP, IR_NSTREAMS };
+
+/* A stream that runs transfers between ranks. */
+static inline int ir_stream_comm(int s) { return s == IR_STREAM_COMM || s == IR_STREAM_TP || s == IR_STREAM_PP; }
 
 /* The fused group (kernel attribute) of node n; -1 when it has none. */
 static inline int64_t ir_fused_group(const Node *n) {

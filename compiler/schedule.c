@@ -229,8 +229,8 @@ static void reload_fence(Ev *E, int i) {
  * host bytes only, and the device bytes an offload reads are free only
  * after the comm stream waited for it at its release (release_fence), so a
  * recv never queues behind an offload still in flight.  (Only the fixed
- * order has the fence, and only it has one comm stream: tp's stream,
- * lhs's, never gets one.) */
+ * order has the fence, and only it has one comm stream: tp's and pp's
+ * streams, lhs's, never get one.) */
 static void comm_fence(Ev *E, int i, unsigned *dirty) {
     if (E->nofence) return;
     if (*dirty >> IR_STREAM_H2D & 1) {
@@ -240,6 +240,26 @@ static void comm_fence(Ev *E, int i, unsigned *dirty) {
         E->waited[e] |= 1u << IR_STREAM_COMM;
     }
     *dirty = 0;
+}
+
+/* Before a comm-stream node that writes a buffer, when pp's transfers have
+ * their own stream: the comm stream waits for the compute stream to reach
+ * this point.  Under one comm stream every send waited for the compute
+ * stream that made its input, and so the comm stream learned, send after
+ * send, that compute had read the parameters it gathered; memplan frees a
+ * buffer one stream wrote and another read only once the writer's stream
+ * knows the read done (live.c).  With the sends on pp's stream the dp
+ * stream would learn it only at its next bucket, and every gathered
+ * parameter would stay live until then (GPT-3 175B, rank 0: 88 GB against
+ * 78 GB).  The wait gives that knowledge back at the points the stream
+ * writes, and it costs no time where the transfer comes after compute's
+ * position in the program anyway (lhs places a transfer as early as its
+ * inputs allow, and compute reaches those points first). */
+static void progress_fence(Ev *E, int i, int s) {
+    int e = new_event(E);
+    E->out[E->m++] = sync_node(E->g, OP_record, IR_STREAM_COMPUTE, e, &E->g->nodes[i]);
+    E->out[E->m++] = sync_node(E->g, OP_wait, s, e, &E->g->nodes[i]);
+    E->waited[e] |= 1u << s;
 }
 
 /* {lag} nodes after an offload (node i, its event e): every other stream
@@ -295,6 +315,8 @@ static void add_events(Graph *g, int *order, int n, int overlap, int drop_first_
         for (int d = due[j]; d >= 0; d = dnext[d]) release_fence(&E, d, event[d]);
         if (g->nodes[i].op == OP_reload) reload_fence(&E, i);
         if (stream[i] == IR_STREAM_COMM && g->nodes[i].nout) comm_fence(&E, i, &dirty);
+        if ((stream[i] == IR_STREAM_COMM || stream[i] == IR_STREAM_PP) && g->nodes[i].nout && (E.used >> IR_STREAM_PP & 1))
+            progress_fence(&E, i, stream[i]);
         if (stream[i] == IR_STREAM_H2D) dirty |= 1u << stream[i];
         if (j >= end) { /* a fused group is one kernel: its members' waits go before its first member */
             int grp = ir_fused_group(&g->nodes[i]);
@@ -345,7 +367,7 @@ static int *fixed_order(Graph *g) {
 
 /* sched_stream_for's overlap: 0 without comm streams (one rank,
  * --no-overlap), else 1 for the fixed order (one comm stream), 2 for lhs's
- * (tp's own comm stream; KILN_LHS_ONE_COMM=1 in the environment keeps one,
+ * (tp's and pp's own comm streams; KILN_LHS_ONE_COMM=1 in the environment keeps one,
  * to measure what the second buys: docs/schedule.md). */
 static int overlap_of(const Graph *g, const Options *o, int lhs) {
     if (ir_world(g->m) == 1 || o->no_overlap) return 0;
@@ -392,12 +414,12 @@ static void finish(Graph *g, int *order, const Options *o) { finish_fenced(g, or
  * transfer in flight per stream; 5. the same within 2 positions (memplan's
  * first-fit packing can grow from any move, so the last attempt moves
  * almost nothing). */
-static const LhsLimits lhs_attempts[] = { /* per stream: compute, comm, d2h, h2d, tp (as comm) */
-    {64, {0, 0, 0, 64, 0}, {0, 0, 0, 2, 0}, 1, 0},
-    {64, {0, 0, 0, 64, 0}, {0, 0, 0, 2, 0}, 0, 0},
-    {32, {0, 0, 0, 32, 0}, {0, 2, 0, 1, 2}, 0, 0},
-    {8, {0, 8, 0, 8, 8}, {0, 1, 0, 1, 1}, 0, 0},
-    {2, {0, 2, 0, 2, 2}, {0, 1, 0, 1, 1}, 0, 0},
+static const LhsLimits lhs_attempts[] = { /* per stream: compute, comm, d2h, h2d, tp and pp (as comm) */
+    {64, {0, 0, 0, 64, 0, 0}, {0, 0, 0, 2, 0, 0}, 1, 0},
+    {64, {0, 0, 0, 64, 0, 0}, {0, 0, 0, 2, 0, 0}, 0, 0},
+    {32, {0, 0, 0, 32, 0, 0}, {0, 2, 0, 1, 2, 2}, 0, 0},
+    {8, {0, 8, 0, 8, 8, 8}, {0, 1, 0, 1, 1, 1}, 0, 0},
+    {2, {0, 2, 0, 2, 2, 2}, {0, 1, 0, 1, 1, 1}, 0, 0},
 };
 
 typedef struct {
@@ -458,10 +480,10 @@ static int try_order(Graph *g, const Options *o, const Snap *s, int *order, int6
     return 0;
 }
 
-/* Whether g has a collective that tp's own comm stream would carry. */
-static int has_tp_stream(const Graph *g) {
+/* Whether g has a transfer that stream s would carry under overlap. */
+static int uses_stream(const Graph *g, int overlap, int s) {
     for (int i = 0; i < g->nnodes; i++)
-        if (sched_stream_for(g->m, &g->nodes[i], 2) == IR_STREAM_TP) return 1;
+        if (sched_stream_for(g->m, &g->nodes[i], overlap) == s) return 1;
     return 0;
 }
 
@@ -612,17 +634,27 @@ done:
     return out;
 }
 
-/* lhs's order for one rank: the attempts with tp's own comm stream, then
- * (when none fits, or the program has no tp collective) with one comm
- * stream; the first whose plan fits is kept, else the fixed order (without
- * the comm fence when that fits).  Two comm streams can cost memory: a
- * buffer the compute stream reads from the dp stream's work lives until the
- * dp stream has waited for that read, and with tp's collectives gone from
- * it the dp stream waits less often (the GPT-3 175B slice: 15 of 16 ranks
- * fit with two streams, rank 0 needs one). */
+/* The comm streams lhs tries for g, most first (sched_stream_for's
+ * overlap): tp's and pp's own streams, tp's alone, one comm stream; only
+ * those that differ. */
+static int stream_sets(const Graph *g, const Options *o, int *ov) {
+    int n = 0, lhs = overlap_of(g, o, 1), tp = lhs == 2 && uses_stream(g, 2, IR_STREAM_TP), pp = lhs == 2 && uses_stream(g, 2, IR_STREAM_PP);
+    if (pp) ov[n++] = 2;
+    if (tp) ov[n++] = pp ? 3 : 2;
+    ov[n++] = lhs ? 1 : 0;
+    return n;
+}
+
+/* lhs's order for one rank: the attempts with tp's and pp's own comm
+ * streams, then tp's alone, then one comm stream (stream_sets); the first
+ * whose plan fits is kept, else the fixed order (without the comm fence
+ * when that fits).  More comm streams can cost memory: a buffer the compute
+ * stream reads from the dp stream's work lives until the dp stream has
+ * waited for that read, and with tp's collectives gone from it the dp
+ * stream waits less often (the GPT-3 175B slice: 15 of 16 ranks fit with
+ * two streams, rank 0 needs one). */
 static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int *fixed, int move_reloads) {
-    int n = g->nnodes, ov[2] = {overlap_of(g, o, 1), 1}, nov = ov[0] == 2 && has_tp_stream(g) ? 2 : 1;
-    if (nov == 1 && ov[0] == 2) ov[0] = 1; /* the same streams: the fixed order's */
+    int n = g->nnodes, ov[3], nov = stream_sets(g, o, ov);
     double *dur = node_seconds(g, p);
     int *cool = getenv("KILN_LHS_NO_COOLDOWN") ? NULL : cooldown_order(g, fixed); /* before the events: g as fixed ordered it */
     Snap s = snap_take(g);
@@ -639,7 +671,7 @@ static void lhs_schedule_graph(Graph *g, const Options *o, const Profile *p, int
                 lhs_order(g, dur, ov[k], &lim, order, NULL);
                 if (try_order(g, o, &s, order, limit, ov[k])) {
                     if (getenv("KILN_LHS_TRACE")) /* docs/schedule.md */
-                        fprintf(stderr, "lhs: attempt %zu kept (%s%s)\n", a + 1, ov[k] == 2 ? "tp's own comm stream" : "one comm stream",
+                        fprintf(stderr, "lhs: attempt %zu kept (%s%s)\n", a + 1, ov[k] == 2 ? "tp's and pp's own comm streams" : ov[k] == 3 ? "tp's own comm stream" : "one comm stream",
                                 b == 0 && cool ? ", the cooldown's W by bucket" : "");
                     free(fixed), free(cool), free(dur), snap_free(&s);
                     return;
@@ -823,14 +855,14 @@ static void why_stage(const Graph *g, const CostSim *sim, int st, Why *W) {
     double cend = 0, lend = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        if (sim->end[st][i] > lend && (n->stream == IR_STREAM_COMM || n->stream == IR_STREAM_TP) && n->op != OP_record && n->op != OP_wait)
+        if (sim->end[st][i] > lend && ir_stream_comm(n->stream) && n->op != OP_record && n->op != OP_wait)
             lend = sim->end[st][i], lastc = i;
         if (n->stream != IR_STREAM_COMPUTE) continue;
         cend = sim->end[st][i];
         double gap = sim->end[st][i] - sim->start[st][i];
         if (n->op != OP_wait || gap <= 0) continue;
         int r = rec_of[ir_attr_i(n, "event", 0)];
-        if (r < 0 || (g->nodes[r].stream != IR_STREAM_COMM && g->nodes[r].stream != IR_STREAM_TP)) continue;
+        if (r < 0 || !ir_stream_comm(g->nodes[r].stream)) continue;
         int c = work_before_on(g, r, g->nodes[r].stream);
         if (c >= 0) why_wait(g, sim, st, rec_of, i, c, gap, i < first || i > last, W);
     }

@@ -247,7 +247,7 @@ RtComm *rt_comm_new(const rt_program *p) {
     if (cm->mpi) {
         int size = 0, rc;
         if (mpi_start()) goto fail;
-        if (p->nstreams > 4 && M.level < MPI_THREAD_MULTIPLE) { /* a second comm stream (4: tp's, --schedule lhs) */
+        if (p->nstreams > 4 && M.level < MPI_THREAD_MULTIPLE) { /* a second comm stream (4: tp's, 5: pp's, --schedule lhs) */
             fprintf(stderr, "kiln runtime: this program runs collectives on two comm streams at once, which needs MPI_THREAD_MULTIPLE; "
                             "MPI provides thread level %d (compile with --schedule fixed for one comm stream)\n", M.level);
             goto fail;

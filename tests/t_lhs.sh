@@ -120,7 +120,7 @@ rl=$?
 check "mpirun -np 4 zb-v --pp 2 --dp 2: both exit 0 ($rf, $rl), lhs's losses (the cooldown's W by bucket) == fixed's over 30 steps (worst $(worst "$tmp/cl" "$tmp/cf"))" \
     "[ $rf = 0 ] && [ $rl = 0 ] && [ \$(wc -l < $tmp/cf) = 30 ] && [ \$(wc -l < $tmp/cl) = 30 ] && awk -v w=$(worst "$tmp/cl" "$tmp/cf") 'BEGIN{exit !(w <= 1e-5)}'"
 
-# tp's own comm stream (stream 4) under lhs, none under fixed; the compiled
+# tp's own comm stream (stream 4) and pp's (stream 5) under lhs, none under fixed; the compiled
 # trainer's losses under lhs are fixed's, bit for bit
 # (--memory-budget: at this size the dp-free program's two comm streams cost
 # a few % of memory over fixed's peak and lhs would keep one; schedule.c)
@@ -129,6 +129,8 @@ MT="models/tiny.lua --set layers=2 --steps 30 --tp 2 --pp 2 --micro-batches 2 --
 "$K" dump $MT --after schedule --schedule lhs > "$tmp/tpl.ir" 2>&1; "$K" dump $MT --after schedule --schedule fixed > "$tmp/tpf.ir" 2>&1
 check "--tp 2 --pp 2: lhs puts the tp collectives on stream 4 ($(grep -c 'group="tp".* stream4 ' "$tmp/tpl.ir") of them), fixed puts none there" \
     "[ \$(grep -c 'group=\"tp\".* stream4 ' $tmp/tpl.ir) -gt 0 ] && ! grep -q ' stream4 ' $tmp/tpf.ir && [ \$(grep -c 'group=\"tp\"' $tmp/tpl.ir) = \$(grep -c 'group=\"tp\"' $tmp/tpf.ir) ]"
+check "--tp 2 --pp 2: lhs puts every transfer over pp on stream 5 ($(grep -c 'group="pp".* stream5 ' "$tmp/tpl.ir") of $(grep -c 'group="pp"' "$tmp/tpl.ir")), fixed puts none there" \
+    "[ \$(grep -c 'group=\"pp\".* stream5 ' $tmp/tpl.ir) -gt 0 ] && [ \$(grep -c 'group=\"pp\".* stream5 ' $tmp/tpl.ir) = \$(grep -c 'group=\"pp\"' $tmp/tpl.ir) ] && ! grep -q ' stream5 ' $tmp/tpf.ir"
 # shellcheck disable=SC2086
 "$K" compile $MT --schedule fixed -o "$tmp/tpfixed" > /dev/null 2>&1 && "$K" compile $MT --schedule lhs -o "$tmp/tplhs" > /dev/null 2>&1
 say $? "compile --tp 2 --pp 2 under fixed and lhs"
@@ -136,7 +138,7 @@ $MPI "$tmp/tpfixed" $D --log "$tmp/tlf" > /dev/null 2>&1
 rf=$?
 $MPI "$tmp/tplhs" $D --log "$tmp/tll" > /dev/null 2>&1
 rl=$?
-check "mpirun -np 4 --tp 2 --pp 2: both exit 0 ($rf, $rl), lhs's losses (two comm streams) == fixed's (one) over 30 steps, bit for bit" \
+check "mpirun -np 4 --tp 2 --pp 2: both exit 0 ($rf, $rl), lhs's losses (tp's and pp's own comm streams) == fixed's (one) over 30 steps, bit for bit" \
     "[ $rf = 0 ] && [ $rl = 0 ] && [ \$(wc -l < $tmp/tlf) = 30 ] && cmp -s <(losses $tmp/tlf) <(losses $tmp/tll)"
 # Below MPI_THREAD_MULTIPLE (KILN_TEST_MPI_THREAD_LEVEL=2, MPI_THREAD_SERIALIZED:
 # the runtime acts as if MPI provided only that) the two-stream program is
