@@ -36,7 +36,15 @@
  * only the part it reads, a concat one launch a part, an embedding the
  * rows it gathers; a collective by its measured time table when the
  * profile has one (Open MPI changes algorithm with the size: no single
- * α + β fits 128 bytes to 16 MiB).  The rest (fused elementwise groups,
+ * α + β fits 128 bytes to 16 MiB); a send by the runtime's own exchange
+ * (p2p_runtime_table: ring attention's send and blocking recv;
+ * p2p_posted_table: the pipeline's send and posted receive), which
+ * kiln calibrate times through the streams, record to release: a quiet
+ * trace of the small model's cp 2 ring (bench/RESULTS.md, session 11) put
+ * 50-73 us between the compute stream's record and its release for a K, V
+ * exchange of 2 x 64 KiB where MPI_Sendrecv's table says 2 x 11 — the comm
+ * thread's wake-up, rtk_send's staging copy, the receive's rendezvous and
+ * copy, the compute thread's wake-up, none of them in MPI's own time.  The rest (fused elementwise groups,
  * reductions) keeps mem_bw_table (a calibrated one: a generated
  * elementwise loop's rate), plus ew_transc_s an element for each
  * transcendental op (GELU, tanh, exp, SiLU, sigmoid, log, pow): a GELU
@@ -129,7 +137,10 @@ static double comm_seconds(const Profile *p, const Graph *g, const Node *n) {
     case OP_allreduce: return profile_coll_seconds(p, COLL_ALL_REDUCE, value_bytes(g, n->in[0]), ranks, intra);
     case OP_allgather: return profile_coll_seconds(p, COLL_ALL_GATHER, value_bytes(g, n->out[0]), ranks, intra);
     case OP_reducescatter: return profile_coll_seconds(p, COLL_REDUCE_SCATTER, value_bytes(g, n->in[0]), ranks, intra);
-    case OP_send: return profile_coll_seconds(p, COLL_P2P, value_bytes(g, n->in[0]), ranks > 1 ? ranks : 2, intra);
+    case OP_send: { /* a pp transfer's receive is posted (recv_start/done), ring attention's blocks (recv) */
+        int mask = ir_group_mask(ir_attr_s(n, "group", "")), pp = g->m->nstages > 1 && mask > 0 && (mask & 1);
+        return profile_coll_seconds(p, pp ? COLL_P2P_POSTED : COLL_P2P_RUNTIME, value_bytes(g, n->in[0]), ranks > 1 ? ranks : 2, intra);
+    }
     default: return 0; /* recv: its sender's time */
     }
 }
