@@ -45,6 +45,10 @@
  *                             one host, so inter = intra.  Without mpirun
  *                             they are copied from --base (default the
  *                             shipped cpu profile) and the file says so;
+ *   p2p_runtime_table,        under mpirun: the runtime's own exchange
+ *   p2p_posted_table          through its streams (measure_exchange), by
+ *                             size: ring attention's blocking receive and
+ *                             the pipeline's posted one;
  *   memory_bytes              physical memory (sysconf);
  *   node_size                 the ranks under mpirun, else --base's.
  *   cores                     sysconf(_SC_NPROCESSORS_ONLN): the host's cores;
