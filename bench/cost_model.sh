@@ -41,9 +41,10 @@
 # against the best measured of them (the issue's goal: within 5%), each
 # run ROUNDS times interleaved, the fastest.
 # TUNE_ONLY=1 runs that part alone.  bench/cost_kernels.py splits one
-# configuration's error by kernel kind.  About 8-10 minutes on a quiet
-# machine at ROUNDS=4 (a round of the 28 rows ~1.5-2 min; the calibrations
-# and compiles ~1.5 min, once).
+# configuration's error by kernel kind.  About 9-11 minutes on a quiet
+# machine at ROUNDS=4 (phase 1, six calibrations and 28 compiles: 2.5-3.5
+# min; a round of the 28 rows ~1.5 min quiet, 2.5 min at load 4), so the
+# default stays under 12 minutes; ROUNDS=2 for a quick look.
 # STEPS=N: both sizes' step count (for a quick look).  KEEP=DIR: copy each
 # profile calibrated there (NAME.SIZE.profile), to replan the rows offline,
 # and every round's steady step per row (DIR/rounds.txt).
