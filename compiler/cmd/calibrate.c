@@ -595,7 +595,12 @@ static void measure_links(Cal *C) {
  * table does not: two thread wake-ups (the comm stream's on the record,
  * the compute stream's on the reply), the staging copy, the runtime's
  * locking and the posted receive's polling.  XCHG exchanges a step, the
- * median step of the slowest rank over XCHG, after a barrier each step. */
+ * median step of the slowest rank over XCHG, after a barrier each step,
+ * scaled like the collectives (link_speed: x 0.5 for 4 ranks on 2 cores).
+ * Unscaled, the -np 4 tables (130-400 us an exchange, every rank's two
+ * threads on 2 cores) put the small model's pp 4 plan at +22% (15.0 ->
+ * 18.4 ms) where session 10's quiet run measured it within +5.5% without
+ * them; scaled, +2%. */
 enum { XCHG = 32 };
 static int64_t xchg_bytes, xchg_world;
 static int xchg_posted;
