@@ -22,7 +22,12 @@ the trace), not a difference between them — a load slows kinds unequally
 3.7x slower, the memory-bound kinds 1-2.5x).  The last line: the
 compute stream's predicted busy time, the traced kernels' sum and their
 span in the last step (span − sum: time between kernels, the runtime's
-dispatch and waits).
+dispatch and waits).  Then the fastest step (of the runs after the first:
+the machine's slow phases only ever add, bench/cost_model.sh) split into
+its compute-stream kernels and idle time, and the comm stream's ops per
+step: calls, the median call and the median of their sum in a step (a
+blocking receive's sum is its waits for the peer; session 11 read cp
+p2p's 6.25 ms a step there).
 """
 import json
 import sys
@@ -95,6 +100,37 @@ def main():
     span = (last[-1]["ts"] + last[-1]["dur"] - last[0]["ts"]) * 1e-3 if last else 0
     busy = sum(x["dur"] for x in last) * 1e-3
     print(f"compute stream: predicted busy {1e3 * sum(pred.values()):.3f} ms, traced kernels {busy:.3f} ms (last step) over a span of {span:.3f} ms")
+    fastest(ev, runs, d, pred)
+
+
+def fastest(ev, runs, d, pred):
+    """The fastest step's split, and the comm stream's ops per step."""
+    if len(runs) < 2:
+        return
+    bounds = [(r[0]["ts"], runs[i + 1][0]["ts"]) for i, r in enumerate(runs[:-1])]
+    i = min(range(len(bounds)), key=lambda k: bounds[k][1] - bounds[k][0])
+    t0, t1 = bounds[i]
+    busy = sum(x["dur"] for x in runs[i]) * 1e-3
+    print(f"fastest step: {(t1 - t0) * 1e-3:.3f} ms, compute kernels {busy:.3f} ms (predicted {1e3 * sum(pred.values()):.3f}), "
+          f"compute idle {(t1 - t0) * 1e-3 - busy:.3f} ms")
+    allev = d["traceEvents"] if isinstance(d, dict) else d
+    comm = [x for x in allev if x.get("ph") == "X" and x.get("tid") == 1]
+    if not comm:
+        return
+    per = {}
+    for a, b in bounds:
+        acc = {}
+        for x in comm:
+            if a <= x["ts"] < b:
+                n, s = acc.get(x["name"], (0, 0.0))
+                acc[x["name"]] = (n + 1, s + x["dur"])
+        for k, v in acc.items():
+            per.setdefault(k, []).append(v)
+    print(f"{'comm op':14} {'calls':>6} {'median us':>10} {'sum ms/step':>12}")
+    for k, v in sorted(per.items()):
+        durs = sorted(x["dur"] for x in comm if x["name"] == k)
+        sums = sorted(s for _, s in v)
+        print(f"{k:14} {v[len(v) // 2][0]:6d} {durs[len(durs) // 2]:10.1f} {sums[len(sums) // 2] * 1e-3:12.3f}")
 
 
 main()

@@ -36,7 +36,15 @@
  * only the part it reads, a concat one launch a part, an embedding the
  * rows it gathers; a collective by its measured time table when the
  * profile has one (Open MPI changes algorithm with the size: no single
- * α + β fits 128 bytes to 16 MiB).  The rest (fused elementwise groups,
+ * α + β fits 128 bytes to 16 MiB); a send by the runtime's own exchange
+ * (p2p_runtime_table: ring attention's send and blocking recv;
+ * p2p_posted_table: the pipeline's send and posted receive), which
+ * kiln calibrate times through the streams, record to release: a quiet
+ * trace of the small model's cp 2 ring (bench/RESULTS.md, session 11) put
+ * 50-73 us between the compute stream's record and its release for a K, V
+ * exchange of 2 x 64 KiB where MPI_Sendrecv's table says 2 x 11 — the comm
+ * thread's wake-up, rtk_send's staging copy, the receive's rendezvous and
+ * copy, the compute thread's wake-up, none of them in MPI's own time.  The rest (fused elementwise groups,
  * reductions) keeps mem_bw_table (a calibrated one: a generated
  * elementwise loop's rate), plus ew_transc_s an element for each
  * transcendental op (GELU, tanh, exp, SiLU, sigmoid, log, pow): a GELU
@@ -129,7 +137,10 @@ static double comm_seconds(const Profile *p, const Graph *g, const Node *n) {
     case OP_allreduce: return profile_coll_seconds(p, COLL_ALL_REDUCE, value_bytes(g, n->in[0]), ranks, intra);
     case OP_allgather: return profile_coll_seconds(p, COLL_ALL_GATHER, value_bytes(g, n->out[0]), ranks, intra);
     case OP_reducescatter: return profile_coll_seconds(p, COLL_REDUCE_SCATTER, value_bytes(g, n->in[0]), ranks, intra);
-    case OP_send: return profile_coll_seconds(p, COLL_P2P, value_bytes(g, n->in[0]), ranks > 1 ? ranks : 2, intra);
+    case OP_send: { /* a pp transfer's receive is posted (recv_start/done), ring attention's blocks (recv) */
+        int mask = ir_group_mask(ir_attr_s(n, "group", "")), pp = g->m->nstages > 1 && mask > 0 && (mask & 1);
+        return profile_coll_seconds(p, pp ? COLL_P2P_POSTED : COLL_P2P_RUNTIME, value_bytes(g, n->in[0]), ranks > 1 ? ranks : 2, intra);
+    }
     default: return 0; /* recv: its sender's time */
     }
 }
@@ -228,6 +239,70 @@ static double copy_runs(const Graph *g, const Node *n) {
     }
 }
 
+/* ---- context parallel's positioned attention (CPU kernels) ----
+ *
+ * With positions (cp: qpos, kpos the last two inputs) kernels/cpu/
+ * attention.c has no causal band: each (tile of BQ query rows, block of
+ * BK keys) is skipped when every key is later than every query, else its
+ * key block is cut to the last key any row sees and computed whole (the
+ * rows mask element by element).  The profile's attention rates come from
+ * causal attention on the index band, about half the T·S pairs; a rank's
+ * dual chunks shorter than a tile make every tile mixed and the kernel
+ * computes all T·S (a quiet trace of the small model's cp 2, chunks of 16
+ * rows: attention_bwd 160-183 us a call, the 1-rank model's call of the
+ * same pairs computed 155-160, the model's half-pairs price 54.5;
+ * bench/RESULTS.md, session 11).  pos_factor replays the kernel's tile
+ * walk on cp rank 0's positions (the dual layout's chunks c and 2cp-1-c,
+ * or contiguous pieces, as the program's cp iotas say): a ring step's keys
+ * (S = T: each step's rank in turn, averaged, every step being one such
+ * node) or the all-gathered keys (S = cp·T, in rank order), and returns
+ * the pairs computed over the causal half.  1 when the shapes fit neither. */
+enum { ATT_BQ = 64, ATT_BK = 128 }; /* kernels/cpu/attention.c's tiles */
+
+/* The positions of cp rank r's T tokens (dual: chunks r and 2cp-1-r of T/2). */
+static void cp_positions(int dual, int64_t cp, int64_t r, int64_t T, int32_t *pos) {
+    int64_t L = T / 2;
+    for (int64_t i = 0; i < T; i++)
+        pos[i] = (int32_t)(dual ? (i < L ? r * L + i : (2 * cp - 1 - r) * L + (i - L)) : r * T + i);
+}
+
+/* Pairs the kernel computes for queries qpos[T] against keys kpos[S]. */
+static double tile_pairs(const int32_t *qpos, int64_t T, const int32_t *kpos, int64_t S) {
+    double pairs = 0;
+    for (int64_t t0 = 0; t0 < T; t0 += ATT_BQ) {
+        int64_t rows = T - t0 < ATT_BQ ? T - t0 : ATT_BQ;
+        int32_t qmax = qpos[t0];
+        for (int64_t r = t0; r < t0 + rows; r++) qmax = qpos[r] > qmax ? qpos[r] : qmax;
+        for (int64_t s0 = 0; s0 < S; s0 += ATT_BK) {
+            int64_t n = S - s0 < ATT_BK ? S - s0 : ATT_BK;
+            while (n > 0 && kpos[s0 + n - 1] > qmax) n--;
+            pairs += (double)rows * (double)n;
+        }
+    }
+    return pairs;
+}
+
+static double pos_factor(const Graph *g, const Node *n, const Type *q, const Type *k) {
+    int64_t cp = g->m->mesh[2], T = q->dim[2], S = k->dim[2];
+    if (cp < 2 || !ir_attr_i(n, "causal", 0) || ir_attr_i(n, "window", 0) > 0 || T < 2 || T > 65536 || (S != T && S != cp * T)) return 1;
+    int dual = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_iota && ir_group_mask(ir_attr_s(&g->nodes[i], "group", "")) == 4 /* cp */)
+            dual |= strcmp(ir_attr_s(&g->nodes[i], "layout", "contiguous"), "dual") == 0;
+    if (dual && T % 2) return 1;
+    int32_t *qp = xcalloc((size_t)T, sizeof(int32_t)), *kp = xcalloc((size_t)(cp * T), sizeof(int32_t));
+    cp_positions(dual, cp, 0, T, qp);
+    double pairs = 0;
+    if (S == T) { /* a ring step: rank 0 holds rank (0 - j) mod cp's keys at step j */
+        for (int64_t j = 0; j < cp; j++) cp_positions(dual, cp, (cp - j) % cp, T, kp), pairs += tile_pairs(qp, T, kp, S) / (double)cp;
+    } else { /* the gathered keys, in rank order */
+        for (int64_t r = 0; r < cp; r++) cp_positions(dual, cp, r, T, kp + r * T);
+        pairs = tile_pairs(qp, T, kp, S);
+    }
+    free(qp), free(kp);
+    return pairs / (0.5 * (double)T * (double)S);
+}
+
 /* Attention: its FLOPs at the peak of q's dtype times attn_eff (the
  * backward's attn_bwd_eff when the profile has it), plus per score (a
  * query·key pair: FLOPs / 4D forward, / 10D backward) attn_score_s or
@@ -236,9 +311,10 @@ static double copy_runs(const Graph *g, const Node *n) {
  * causal diagonal and the row's passes, which a short sequence pays for
  * fewer scores (all 0 in a GPU profile: the roofline alone). */
 static double attention_seconds(const Profile *p, const Graph *g, const Node *n) {
-    int bwd = n->op == OP_attention_bwd;
+    int bwd = n->op == OP_attention_bwd, positioned = n->nin == 3 + 3 * bwd + 2;
     const Type *q = &g->vals[n->in[bwd]].t;
     double f = ir_node_flops(g, n), eff = bwd && p->attn_bwd_eff > 0 ? p->attn_bwd_eff : p->attn_eff;
+    if (positioned && profile_by_kind(p)) f *= pos_factor(g, n, q, &g->vals[n->in[bwd + 1]].t); /* the CPU kernel's tiles (above) */
     double scores = f / ((bwd ? 10.0 : 4.0) * (double)q->dim[3]), rows = (double)ir_numel(q) / (double)q->dim[3];
     return f / (peak_of(p, q->dt) * eff) + scores * (bwd ? p->attn_bwd_score_s : p->attn_score_s) +
            rows * (bwd ? p->attn_bwd_row_s : p->attn_row_s);

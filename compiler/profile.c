@@ -15,8 +15,8 @@
  * stops at the first error: one line, as everywhere in kiln.
  *
  * Optional too, each alone: step_overhead_s, ew_transc_s, pool_wake_s, allreduce_table, allgather_table,
- * reducescatter_table, p2p_table (BYTES:SECONDS pairs as mem_bw_table's:
- * a collective's measured time by size, profile.h), attn_bwd_eff, attn_score_s, attn_bwd_score_s,
+ * reducescatter_table, p2p_table, p2p_runtime_table, p2p_posted_table (BYTES:SECONDS pairs as mem_bw_table's:
+ * a collective's measured time by size, the CPU runtime's p2p exchange's, profile.h), attn_bwd_eff, attn_score_s, attn_bwd_score_s,
  * attn_row_s, attn_bwd_row_s
  * and the per-kind bandwidths norm_bw, norm_bwd_bw, xent_bw, xent_bwd_bw,
  * copy_bw, copy_bw_table (RUN_BYTES:BYTES_PER_S pairs), sumto_bw, adamw_bw, sumsq_bw (profile.h: the CPU runtime's kernels one by one, as kiln
@@ -130,6 +130,9 @@ static const struct {
     {"allgather_table", F_TABLE, 2 + COLL_ALL_GATHER},
     {"reducescatter_table", F_TABLE, 2 + COLL_REDUCE_SCATTER},
     {"p2p_table", F_TABLE, 2 + COLL_P2P},
+    /* optional, each alone: the CPU runtime's own exchange, seconds by bytes (off 7, 8: COLL_P2P_RUNTIME, COLL_P2P_POSTED) */
+    {"p2p_runtime_table", F_TABLE, 7},
+    {"p2p_posted_table", F_TABLE, 8},
 };
 const char *const profile_kind_fields[PK_NKIND] = {"norm_bw", "norm_bwd_bw", "xent_bw", "xent_bwd_bw", "copy_bw", "sumto_bw", "adamw_bw", "sumsq_bw"};
 enum { NFIELDS = sizeof fields / sizeof fields[0], NREQUIRED = 15, NPAIRED = 23, F_CORES = 24, F_THREADS = 25, F_SPEEDUP = 26 };
@@ -223,7 +226,9 @@ static int set_field(Profile *p, int f, char *v, const char *file, int line, cha
     if (fields[f].kind == F_TABLE) {
         char copy[1024];
         snprintf(copy, sizeof copy, "%s", v);
-        int bw = fields[f].off == 1 || fields[f].off == 6, coll = fields[f].off >= 2 && fields[f].off < 6 ? (int)fields[f].off - 2 : -1;
+        int bw = fields[f].off == 1 || fields[f].off == 6, coll = fields[f].off >= 2 && fields[f].off < 6 ? (int)fields[f].off - 2
+                                                                                        : fields[f].off == 7 ? COLL_P2P_RUNTIME
+                                                                                        : fields[f].off == 8 ? COLL_P2P_POSTED : -1;
         if (fields[f].off == 6 && !parse_pairs(copy, INFINITY, p->copy_run, p->copy_bw, &p->ncopy))
             return fail(err, errlen, "%s:%d: field \"%s\": expected up to %d RUN_BYTES:BYTES_PER_S pairs, sizes positive and increasing, rates positive, got \"%s\"",
                         file, line, key, PROFILE_MAX_EFF, v);
@@ -386,6 +391,10 @@ static double coll_table(const Profile *p, CollKind k, double bytes) {
 
 double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int ranks, int intra) {
     if (ranks <= 1) return 0;
+    if (kind >= COLL_P2P_RUNTIME) { /* the runtime's exchange: its table on one node, else a plain p2p */
+        if (intra && p->ncoll[kind] > 0) return coll_table(p, kind, bytes);
+        kind = COLL_P2P;
+    }
     if (intra && p->ncoll[kind] > 0) { /* measured over node_size ranks: other group sizes by the ring's factor */
         double n = ranks, m = p->node_size > 1 ? p->node_size : 2;
         double f = kind == COLL_P2P ? 1 : (n - 1) / n / ((m - 1) / m);
@@ -399,6 +408,8 @@ double profile_coll_seconds(const Profile *p, CollKind kind, double bytes, int r
     case COLL_ALL_GATHER:
     case COLL_REDUCE_SCATTER: return (n - 1) * alpha + (n - 1) / n * bytes / beta;
     case COLL_P2P: return alpha + bytes / beta;
+    case COLL_P2P_RUNTIME:
+    case COLL_P2P_POSTED: break; /* mapped to COLL_P2P above */
     }
     return 0;
 }

@@ -44,8 +44,8 @@ typedef struct {
      * library switches algorithms with the size (Open MPI's reduce-scatter
      * drops from ~2 GB/s to ~0.4 at 4 MiB on this host), so no one line
      * fits; ncoll[k] 0 when absent */
-    int ncoll[4];
-    double coll_size[4][PROFILE_MAX_EFF], coll_t[4][PROFILE_MAX_EFF];
+    int ncoll[6]; /* PROFILE_NCOLL, CollKind order (the last two: tables only) */
+    double coll_size[6][PROFILE_MAX_EFF], coll_t[6][PROFILE_MAX_EFF];
     /* optional: memory bandwidth by the bytes a kernel moves (the caches:
      * a small kernel's bytes never leave them), nbw points, sizes strictly
      * increasing; 0 points: mem_bw at every size */
@@ -132,7 +132,15 @@ double profile_mem_bw(const Profile *p, double bytes);
 /* Seconds to copy bytes to the host (d2h != 0) or back: bytes / bandwidth. */
 double profile_copy_seconds(const Profile *p, double bytes, int d2h);
 
-typedef enum { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_P2P } CollKind;
+/* COLL_P2P_RUNTIME, COLL_P2P_POSTED: the CPU runtime's own point-to-point
+ * exchange (kiln calibrate's p2p_runtime_table, p2p_posted_table: a table
+ * only, no α or β): a send and its receive as a step runs them — the
+ * compute stream's record waking the comm stream's thread, rtk_send's
+ * staging copy and MPI_Isend, the receive (rtk_recv's blocking MPI_Recv;
+ * the posted one's MPI_Irecv and sleeping test), the record waking the
+ * compute stream — from the record to the compute stream's release. */
+typedef enum { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_P2P, COLL_P2P_RUNTIME, COLL_P2P_POSTED } CollKind;
+#define PROFILE_NCOLL 6
 
 /* Seconds of a collective over ranks ranks on the intra-node (intra != 0)
  * or inter-node link (α latency, β bytes/s), bytes the full buffer (the

@@ -3,7 +3,8 @@
 # loader reads back (kiln plan runs on it and names it), with every field
 # (the per-kernel-kind rates too) measured and its source in a comment; under mpirun the links are
 # measured, each collective algorithm's own α and β and its time by
-# size, and the cores the
+# size, the runtime's own point-to-point exchange by size (a small one
+# slower than MPI's alone), and the cores the
 # ranks share (cores, threads, thread_speedup) are stated, one thread a
 # rank when 4 ranks would oversubscribe the cores; bad flags are
 # one line with exit status 1.
@@ -35,6 +36,14 @@ if command -v mpirun > /dev/null; then
     for c in allreduce allgather reducescatter p2p; do
         check "$c's own alpha and beta are measured" "grep -q '^${c}_alpha_s .* 2 ranks' '$tmp/m.profile' && grep -q '^${c}_beta ' '$tmp/m.profile'"
         check "$c's time by size is measured (4 sizes under --quick)" "grep -q '^${c}_table \\([0-9.e+]*:[0-9.e+-]* \\)\\{4\\} *# .* 2 ranks' '$tmp/m.profile'"
+    done
+    # the runtime's own exchange (streams, staging copy, receive, wake-ups):
+    # at 64 bytes a rank, where two thread wake-ups dwarf MPI's ~1 us, slower
+    # than MPI_Sendrecv's transfer alone (at 1 MiB both are the copy: no order)
+    for c in p2p_runtime p2p_posted; do
+        check "${c}_table is measured (4 sizes, its source stated)" "grep -q '^${c}_table *\\([0-9.e+]*:[0-9.e+-]* \\)\\{4\\} *# the runtime.s exchange, 2 ranks' '$tmp/m.profile'"
+        small=$(awk -v k="${c}_table" '$1 == "p2p_table" || $1 == k {split($2, a, ":"); t[$1] = a[2]} END {print t[k], t["p2p_table"]}' "$tmp/m.profile")
+        check "$c: 128 bytes take longer than MPI_Sendrecv's (runtime, MPI: $small s)" "awk -v a='${small% *}' -v b='${small#* }' 'BEGIN {exit !(a > b && b > 0)}'"
     done
     check "the cores the ranks share and a rank's threads are stated, with their sources" "grep -q '^cores  *[0-9][0-9]*  *# sysconf' '$tmp/m.profile' && grep -q '^threads  *[0-9][0-9]*  *# sched_getaffinity' '$tmp/m.profile' && grep -q '^thread_speedup  *[0-9.]*  *# OpenBLAS' '$tmp/m.profile'"
     check "the links' times are scaled to one rank's alone, the factor stated" "grep -q '^intra_alpha_s .*times x [0-9.]*: one rank' '$tmp/m.profile'"

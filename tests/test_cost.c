@@ -48,6 +48,14 @@
  *                              a step as compute; ew_transc_s an element
  *                              of a GELU, pool_wake_s once a kernel over
  *                              16 Ki elements; their errors.
+ *   positioned attention       (cp, a CPU-rated profile) the pairs the
+ *                              CPU kernel's tiles compute on rank 0's
+ *                              dual chunks over the causal half, by hand
+ *                              for chunks of 16 and 64, ring and gathered.
+ *   the runtime's exchange     a cp ring's send at p2p_runtime_table's
+ *                              time, a pp send at p2p_posted_table's
+ *                              (log-log); none: the plain p2p; another
+ *                              node's link: the plain one; the error.
  *   processor sharing          (a profile with cores; cost.c) two ranks on
  *                              one core: two 1 s ops take 2 s each; a rank
  *                              waiting on a recv gives its core away (the
@@ -852,12 +860,114 @@ static void test_kind_fields(void **state) {
     }
 }
 
+/* The runtime's exchange tables (kiln calibrate's p2p_runtime_table,
+ * p2p_posted_table): a send of context parallel's ring (group cp: its
+ * receive blocks) costs p2p_runtime_table's time at its bytes, a send
+ * over pp (a posted receive) p2p_posted_table's, each interpolated in
+ * log-log like the collectives' tables; without them both cost the plain
+ * p2p α + β; across nodes the tables (one host's) do not apply; a table
+ * out of order is a one-line error.  Independent reference: the tables'
+ * points by hand (64 KiB: a point; 16 KiB: halfway in log between 4 KiB
+ * and 64 KiB). */
+static void test_p2p_tables(void **state) {
+    (void)state;
+    Profile p, q;
+    char err[1200], named[64];
+    if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
+    if (profile_plus(&q, "p2p_runtime_table 4096:2e-5 65536:8e-5\np2p_posted_table 4096:1e-4 65536:2e-4\n", named, err, sizeof err)) fail_msg("%s", err);
+    remove(named);
+    Prog P = prog_new(2);
+    P.m->mesh[0] = 2, P.m->mesh[2] = 2; /* pp 2, cp 2: 4 ranks, one node of the cpu profile's 4 */
+    Graph *g = P.m->stages[0];
+    Attr nm = ir_attr_str(P.m, "name", "a");
+    NodeSpec sa = ir_spec(OP_input, (Loc){ir_intern(P.m, "t.lua"), 1});
+    Type t64k = {.dt = DT_F32, .rank = 1, .dim = {16384}}, t16k = {.dt = DT_F32, .rank = 1, .dim = {4096}};
+    sa.nattr = 1, sa.attr = &nm, sa.src_type = &t64k;
+    int x = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+    sa.src_type = &t16k;
+    int y = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+    Attr cp[3] = {ir_attr_str(P.m, "group", "cp"), ir_attr_int(P.m, "peer", 1), ir_attr_int(P.m, "tag", 0)};
+    Attr pp[3] = {ir_attr_str(P.m, "group", "pp"), ir_attr_int(P.m, "peer", 1), ir_attr_int(P.m, "tag", 1)};
+    int sc = add(&P, 0, OP_send, IR_STREAM_COMM, 0, 1, &x, 3, cp), sc16 = add(&P, 0, OP_send, IR_STREAM_COMM, 0, 1, &y, 3, cp);
+    int sp = add(&P, 0, OP_send, IR_STREAM_COMM, 0, 1, &x, 3, pp), sp16 = add(&P, 0, OP_send, IR_STREAM_COMM, 0, 1, &y, 3, pp);
+    NEAR(cost_node_seconds(&q, g, &g->nodes[sc]), 8e-5);
+    NEAR(cost_node_seconds(&q, g, &g->nodes[sc16]), sqrt(2e-5 * 8e-5));
+    NEAR(cost_node_seconds(&q, g, &g->nodes[sp]), 2e-4);
+    NEAR(cost_node_seconds(&q, g, &g->nodes[sp16]), sqrt(1e-4 * 2e-4));
+    double plain = p.intra_alpha + 65536 / p.intra_beta; /* the shipped cpu profile: no tables */
+    NEAR(cost_node_seconds(&p, g, &g->nodes[sc]), plain);
+    NEAR(cost_node_seconds(&p, g, &g->nodes[sp]), plain);
+    P.m->mesh[2] = 4; /* pp 2 x cp 4: 8 ranks, two nodes of 4: the cp ring stays on a node, pp crosses */
+    NEAR(cost_node_seconds(&q, g, &g->nodes[sc]), 8e-5);
+    NEAR(cost_node_seconds(&q, g, &g->nodes[sp]), q.inter_alpha + 65536 / q.inter_beta);
+    prog_free(&P);
+    int rc = profile_plus(&q, "p2p_posted_table 4096:1e-4 1024:2e-4\n", named, err, sizeof err);
+    if (rc != -1 || strncmp(err, named, strlen(named)) || !strstr(err, "field \"p2p_posted_table\": expected up to 16 BYTES:SECONDS pairs") || strchr(err, '\n'))
+        fail_msg("rc %d, error: %s", rc, err);
+    remove(named);
+}
+
+/* Context parallel's positioned attention on a profile that rates the CPU
+ * kernels (cost.c's pos_factor): the pairs kernels/cpu/attention.c computes
+ * (tiles of 64 query rows, key blocks of 128 cut to the last key a tile
+ * sees, computed whole) over the causal half the rates stand for, on cp
+ * rank 0's dual chunks.  By hand, per (b, h): T 32 (chunks of 16, both in
+ * one tile): each ring step's block is computed whole, 32 x 32 = 2 x 512;
+ * T 128 (chunks of 64): the own keys 64 x 64 + 64 x 128 = 1.5 x 8192, the
+ * other rank's 0 + 64 x 128 = 1 x 8192: 1.25; all-gathered (S 256 in rank
+ * order) 64 x 64 + 64 x 256 = 1.25 x 16384.  The FLOPs and scores scale,
+ * the rows do not.  Without a cp iota (contiguous: rank 0 holds [0, T):
+ * its own block whole, 2 x, the next rank's skipped, 0: 1 on average)
+ * and on a profile without the CPU's kinds (the shipped cpu one; GPUs)
+ * nothing changes. */
+static void test_pos_attention(void **state) {
+    (void)state;
+    Profile q, p;
+    char err[1200], named[64];
+    if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
+    if (profile_plus(&q, "norm_bw 2e9\nattn_score_s 1e-9\nattn_row_s 3e-8\nattn_bwd_eff 0.5\nattn_bwd_score_s 2e-9\nattn_bwd_row_s 5e-8\n", named, err, sizeof err))
+        fail_msg("%s", err);
+    remove(named);
+    static const struct { int64_t T, S; int dual; double factor; } cases[] = {
+        {32, 32, 1, 2.0}, {128, 128, 1, 1.25}, {128, 256, 1, 1.25}, {32, 32, 0, 1.0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t T = cases[c].T, S = cases[c].S, B = 2, H = 4, D = 16;
+        Prog P = prog_new(1);
+        P.m->mesh[0] = 1, P.m->mesh[2] = 2; /* cp 2 */
+        Graph *g = P.m->stages[0];
+        Attr nm = ir_attr_str(P.m, "name", "a");
+        NodeSpec sa = ir_spec(OP_input, (Loc){ir_intern(P.m, "t.lua"), 1});
+        sa.nattr = 1, sa.attr = &nm;
+        Type tq = {.dt = DT_F32, .rank = 4, .dim = {B, H, T, D}}, tk = {.dt = DT_F32, .rank = 4, .dim = {B, H, S, D}};
+        Type tqp = {.dt = DT_I32, .rank = 1, .dim = {T}}, tkp = {.dt = DT_I32, .rank = 1, .dim = {S}}, tl = {.dt = DT_F32, .rank = 3, .dim = {B, H, T}};
+        int v[5];
+        const Type *ts[5] = {&tq, &tk, &tqp, &tkp, &tl};
+        for (int i = 0; i < 5; i++) sa.src_type = ts[i], v[i] = ir_out(g, ir_add_node(g, &sa, err, sizeof err));
+        if (cases[c].dual) {
+            Attr ia[2] = {ir_attr_str(P.m, "group", "cp"), ir_attr_str(P.m, "layout", "dual")};
+            NodeSpec si = ir_spec(OP_iota, (Loc){ir_intern(P.m, "t.lua"), 2});
+            si.nattr = 2, si.attr = ia, si.src_type = &tqp;
+            if (ir_add_node(g, &si, err, sizeof err) < 0) fail_msg("iota: %s", err);
+        }
+        Attr causal = ir_attr_int(P.m, "causal", 1);
+        int fw = add(&P, 0, OP_attention, 0, 0, 5, (int[]){v[0], v[1], v[1], v[2], v[3]}, 1, &causal);
+        int bw = add(&P, 0, OP_attention_bwd, 0, 0, 8, (int[]){v[0], v[0], v[1], v[1], v[0], v[4], v[2], v[3]}, 1, &causal);
+        double half = (double)B * H * T * S / 2, f = cases[c].factor, rows = (double)B * H * T;
+        NEAR(cost_node_seconds(&q, g, &g->nodes[fw]), 4.0 * D * half * f / (q.peak_flops_f32 * q.attn_eff) + half * f * 1e-9 + rows * 3e-8 + q.launch_s);
+        NEAR(cost_node_seconds(&q, g, &g->nodes[bw]), 10.0 * D * half * f / (q.peak_flops_f32 * 0.5) + half * f * 2e-9 + rows * 5e-8 + q.launch_s);
+        NEAR(cost_node_seconds(&p, g, &g->nodes[fw]), 4.0 * D * half / (p.peak_flops_f32 * p.attn_eff) + p.launch_s); /* no kinds: the roofline */
+        prog_free(&P);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_streams), cmocka_unit_test(test_exposed_classes), cmocka_unit_test(test_node_class), cmocka_unit_test(test_straggler), cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_deadlock),    cmocka_unit_test(test_node_seconds), cmocka_unit_test(test_fused_group),
         cmocka_unit_test(test_coll_fields), cmocka_unit_test(test_kind_fields), cmocka_unit_test(test_share_two_ranks), cmocka_unit_test(test_share_idle_rank),
         cmocka_unit_test(test_share_comm_thread), cmocka_unit_test(test_share_replicas), cmocka_unit_test(test_share_unbound), cmocka_unit_test(test_share_fields), cmocka_unit_test(test_calib_gelu),
+        cmocka_unit_test(test_p2p_tables), cmocka_unit_test(test_pos_attention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,6 +45,10 @@
  *                             one host, so inter = intra.  Without mpirun
  *                             they are copied from --base (default the
  *                             shipped cpu profile) and the file says so;
+ *   p2p_runtime_table,        under mpirun: the runtime's own exchange
+ *   p2p_posted_table          through its streams (measure_exchange), by
+ *                             size: ring attention's blocking receive and
+ *                             the pipeline's posted one;
  *   memory_bytes              physical memory (sysconf);
  *   node_size                 the ranks under mpirun, else --base's.
  *   cores                     sysconf(_SC_NPROCESSORS_ONLN): the host's cores;
@@ -158,6 +162,8 @@ typedef struct {
     double step_ov, step_one; /* step_overhead_s; the step of one tiny GEMM it comes from */
     double calpha[4], cbeta[4], csmall[4], clarge[4]; /* per CollKind */
     double tab_bytes[6], tab_t[4][6];                 /* per CollKind: seconds by bytes (alone) */
+    double xchg_t[2][6];                              /* the runtime's exchange [blocking, posted] at tab_bytes (measure_exchange) */
+    int nxchg;
     int ntab;
     double ln_bw, tr_bw; /* mem_bw's two kernels alone */
     double attn_ef, attn_eb, attn_cf, attn_cb; /* attention: fwd, bwd fraction of peak; seconds a score */
@@ -576,6 +582,76 @@ static void measure_links(Cal *C) {
     (void)len;
 }
 
+/* ---- the runtime's point-to-point exchange ----
+ *
+ * p2p_runtime_table, p2p_posted_table: the seconds from a compute-stream
+ * record to the compute stream's release, through one exchange as a
+ * step runs it on every rank at once: the comm stream waits on the
+ * record, sends to the next rank (rtk_send: a staging copy, MPI_Isend) and
+ * receives from the previous one — rtk_recv (MPI_Recv, blocking: ring
+ * attention's) or a receive posted before the record (rtk_recv_start,
+ * then rtk_recv_done's sleeping test: the pipeline's) — then records; the
+ * compute stream waits on that.  So the time holds what MPI_Sendrecv's
+ * table does not: two thread wake-ups (the comm stream's on the record,
+ * the compute stream's on the reply), the staging copy, the runtime's
+ * locking and the posted receive's polling.  XCHG exchanges a step, the
+ * median step of the slowest rank over XCHG, after a barrier each step,
+ * scaled like the collectives (link_speed: x 0.5 for 4 ranks on 2 cores).
+ * Unscaled, the -np 4 tables (130-400 us an exchange, every rank's two
+ * threads on 2 cores) put the small model's pp 4 plan at +22% (15.0 ->
+ * 18.4 ms) where session 10's quiet run measured it within +5.5% without
+ * them; scaled, +2%. */
+enum { XCHG = 32 };
+static int64_t xchg_bytes, xchg_world;
+static int xchg_posted;
+static float *xchg_x, *xchg_y;
+
+static void xchg_step(rt_ctx *c, char *const *spaces) {
+    (void)spaces;
+    for (int j = 0; j < XCHG; j++) {
+        int64_t snd[] = {rt_ptr_arg(xchg_x), xchg_bytes, RT_AXIS_DP, 1, j}, rcv[] = {rt_ptr_arg(xchg_y), xchg_bytes, RT_AXIS_DP, xchg_world - 1, j};
+        if (xchg_posted) rt_launch(c, 1, rtk_recv_start, rcv, 5, "calibrate");
+        rt_record(c, 0, 2 * j);
+        rt_wait(c, 1, 2 * j);
+        rt_launch(c, 1, rtk_send, snd, 5, "calibrate");
+        rt_launch(c, 1, xchg_posted ? rtk_recv_done : rtk_recv, rcv, 5, "calibrate");
+        rt_record(c, 1, 2 * j + 1);
+        rt_wait(c, 0, 2 * j + 1);
+    }
+}
+
+static rt_program xchg_prog = {.abi_version = RT_ABI_VERSION, .model = "calibrate-p2p", .nstreams = 2, .nevents = 2 * XCHG, .step = xchg_step, .mesh = {1, 1, 1, 1}};
+
+static void measure_exchange(Cal *C) {
+    if (C->world < 2) return;
+    xchg_prog.mesh[1] = C->world, xchg_world = C->world;
+    rt_options o = {.threads = C->threads};
+    rt_ctx *x = rt_new(&xchg_prog, &o);
+    if (!x) die("calibrate: the exchange program (2 streams, %d ranks) failed to start", C->world);
+    char err[512];
+    int reps = C->quick ? 5 : 15;
+    double f = link_speed(C);
+    C->nxchg = C->ntab < 4 ? C->ntab : 4; /* 64 bytes a rank .. 1 MiB */
+    for (int posted = 0; posted < 2; posted++)
+        for (int i = 0; i < C->nxchg; i++) {
+            xchg_posted = posted, xchg_bytes = (int64_t)C->tab_bytes[i];
+            xchg_x = filled(xchg_bytes / 4), xchg_y = filled(xchg_bytes / 4);
+            double t[64];
+            for (int r = 0; r < reps + 1; r++) { /* the first: a warm-up */
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t0 = cmd_now();
+                if (rt_step(x, err, sizeof err) != 0) die("calibrate: the exchange step failed: %s", err);
+                double dt = cmd_now() - t0, tmax;
+                MPI_Allreduce(&dt, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                if (r > 0) t[r - 1] = tmax;
+            }
+            qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+            C->xchg_t[posted][i] = fmax(1e-9, (t[reps / 2] - C->step_ov) / XCHG) * f;
+            free(xchg_x), free(xchg_y);
+        }
+    rt_free(x);
+}
+
 /* ---- the file ---- */
 
 static void write_profile(const Cal *C, const char *path, const char *name) {
@@ -659,6 +735,12 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
         fprintf(f, "%s_table", coll[k]);
         for (int i = 0; i < C->ntab; i++) fprintf(f, " %.6g:%.4g", C->tab_bytes[i], C->tab_t[k][i]);
         fprintf(f, "   # %s, %d ranks: the median seconds by bytes (the slowest rank's), x intra_alpha_s's factor\n", mpi[k], C->world);
+    }
+    for (int k = 0; k < 2 && C->world > 1 && C->nxchg > 0; k++) {
+        fprintf(f, "%s", k ? "p2p_posted_table " : "p2p_runtime_table");
+        for (int i = 0; i < C->nxchg; i++) fprintf(f, " %.6g:%.4g", C->tab_bytes[i], C->xchg_t[k][i]);
+        fprintf(f, "   # the runtime's exchange, %d ranks: compute-stream record, comm stream rtk_send to the next rank and %s from the previous, record, compute-stream wait; the median step of %d over %d, less step_overhead_s (x intra_alpha_s's factor)\n",
+                C->world, k ? "rtk_recv_start (before the record) and rtk_recv_done (sleeping test: the pipeline's)" : "rtk_recv (blocking: ring attention's)", XCHG, XCHG);
     }
     fprintf(f, "node_size         %d   # %s\n", C->world > 1 ? C->world : C->base.node_size,
             C->world > 1 ? "the ranks under mpirun" : "from the base profile");
@@ -760,6 +842,7 @@ int kiln_calibrate_main(int argc, char **argv) {
     if (C.world > 1) sleeping_barrier();
     measure_links(&C);
     rt_free(ctx);
+    measure_exchange(&C); /* after the links' MPI calls: its own two-stream program */
     if (C.rank == 0) {
         write_profile(&C, out, name);
         printf("calibrate: %s in %.1f s: sgemm peak %.2f GFLOP/s, attention %.2f GFLOP/s, elementwise %.2f GB/s, memcpy %.2f GB/s, "
