@@ -57,6 +57,7 @@
  * (tp_pair, pair_end), the rule the host buffers already used: those
  * streams never wait for each other directly.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -465,6 +466,20 @@ int ir_view_part_in_place(const Graph *g, const Node *n, int k) {
     return (n->op == OP_slice || n->op == OP_concat) && part_in_place(g, n, k);
 }
 
+/* Concat n's inputs lie in one buffer, each where the concat puts it
+ * (the slices of a buffer joined back in order): its output is a view
+ * of that buffer at the first one's place. */
+static int rejoin_view(const Graph *g, MemLive *L, const Node *n) {
+    int r = n->nin ? L->root[n->in[0]] : -1, y = n->out[0];
+    for (int k = 0; r >= 0 && k < n->nin; k++) {
+        int64_t part = view_offset(g, n, k);
+        if (part < 0 || L->root[n->in[k]] != r || L->voff[n->in[k]] != L->voff[n->in[0]] + part) return 0;
+    }
+    if (r < 0 || L->voff[n->in[0]] + ir_value_bytes(&g->vals[y]) > ir_value_bytes(&g->vals[r])) return 0;
+    L->root[y] = r, L->voff[y] = L->voff[n->in[0]];
+    return 1;
+}
+
 /* The concats' members (live.h): each input's buffer (root) that may be
  * written straight into its place inside the concat's buffer is given that
  * buffer as its root, at its place (voff), with every view of it; the
@@ -552,6 +567,7 @@ static void live_build_with(const Graph *g, MemLive *L, int fast, const char *vs
                 L->root[v] = L->root[nd->in[0]], L->voff[v] = L->voff[nd->in[0]];
                 continue;
             }
+            if (vslice && vslice[i] && nd->op == OP_concat && kern[i] < 0 && rejoin_view(g, L, nd)) continue;
             int64_t delta = vslice && vslice[i] && nd->op == OP_slice && kern[i] < 0 && L->root[nd->in[0]] >= 0 ? view_offset(g, nd, 0) : -1;
             if (delta >= 0 && g->nodes[g->vals[L->root[nd->in[0]]].def].op != OP_offload) { /* a slice view (live.h) */
                 L->root[v] = L->root[nd->in[0]], L->voff[v] = L->voff[nd->in[0]] + delta;
@@ -649,7 +665,7 @@ static int member_ok(const Graph *g, const MemLive *L0, const Node *n, int k, co
     const Node *d = g->vals[x].def >= 0 ? &g->nodes[g->vals[x].def] : NULL;
     return d && d->nout == 1 && !(ir_ops[d->op].flags & (F_SOURCE | F_VIEW | F_COPY | F_SYNC)) && d->op != OP_recv && d->op != OP_recv_start &&
            d->op != OP_recv_done && !(d->op == OP_slice && vslice[g->vals[x].def]) && g->vals[x].t.dt == g->vals[y].t.dt &&
-           ir_value_bytes(&g->vals[x]) == ir_value_bytes(&g->vals[u]) && vend[x] <= vend[y];
+           ir_value_bytes(&g->vals[x]) == ir_value_bytes(&g->vals[u]);
 }
 
 static int by_start(const void *a, const void *b, void *l) {
@@ -657,18 +673,40 @@ static int by_start(const void *a, const void *b, void *l) {
     return st[x] != st[y] ? (st[x] > st[y]) - (st[x] < st[y]) : x - y;
 }
 
-/* The bytes concat y's members m[0..nm) (by start) add before it, piece
- * by piece, fit under peak: then applied (with what they save after it). */
-static int concat_fits(Seg *s, const MemLive *L0, const int *vend, const Graph *g, int y, const int *m, int nm, int64_t peak, int apply) {
-    int hi = s->n - 1;
-    int64_t whole = ir_value_bytes(&g->vals[y]), sum = 0;
+/* The bytes concat y's members m[0..nm) (by start) add: before it, its
+ * whole buffer from the first member's write where only the members
+ * written so far counted; after its last read, the whole buffer until the
+ * last member's end (a read on another stream holds a member longer) where
+ * only the members still held counted.  They fit when every position stays
+ * at or under peak; apply: added, with the members' own bytes taken away
+ * from the concat on (they are inside its buffer). */
+static int concat_fits(Seg *s, const MemLive *L0, int *vend, const Graph *g, int y, const int *m, int nm, int64_t peak, int apply) {
+    int hi = s->n - 1, byend[IR_MAXIN + 1];
+    int64_t whole = ir_value_bytes(&g->vals[y]), sum = 0, alive = 0;
     for (int j = 0; j < nm; j++) {
         sum += ir_value_bytes(&g->vals[m[j]]);
         int a = L0->start[m[j]], b = (j + 1 < nm ? L0->start[m[j + 1]] : L0->start[y]) - 1;
         if (apply) seg_add(s, 1, 0, hi, a, b, whole - sum);
         else if (a <= b && seg_max(s, 1, 0, hi, a, b) + whole - sum > peak) return 0;
     }
-    for (int j = 0; apply && j < nm; j++) seg_add(s, 1, 0, hi, L0->start[y], vend[m[j]], -ir_value_bytes(&g->vals[m[j]]));
+    for (int j = 0; j < nm; j++) { /* by end (insertion: nm is small) */
+        int x = m[j], at = j;
+        while (at > 0 && vend[byend[at - 1]] > vend[x]) byend[at] = byend[at - 1], at--;
+        byend[at] = x, alive += ir_value_bytes(&g->vals[x]);
+    }
+    int prev = vend[y];
+    for (int j = 0; j < nm; j++) {
+        int e = vend[byend[j]];
+        if (e > prev) {
+            if (apply) seg_add(s, 1, 0, hi, prev + 1, e, whole);
+            else if (seg_max(s, 1, 0, hi, prev + 1, e) + whole - alive > peak) return 0;
+            prev = e;
+        }
+        alive -= ir_value_bytes(&g->vals[byend[j]]);
+    }
+    if (!apply) return 1;
+    for (int j = 0; j < nm; j++) seg_add(s, 1, 0, hi, L0->start[y], vend[m[j]], -ir_value_bytes(&g->vals[m[j]]));
+    vend[y] = prev;
     return 1;
 }
 
@@ -687,8 +725,8 @@ static int by_end(const void *a, const void *b, void *k) {
  * last one's end, holding its whole bytes where only the slices still
  * read held theirs; they fit when that keeps every position at or under
  * peak.  apply: r's extension added, the slices' own bytes taken away. */
-static int slices_fit(Seg *s, const MemLive *L0, const Graph *g, int r, const int *sl, int ns, int64_t peak, int apply) {
-    int hi = s->n - 1, prev = L0->end[r];
+static int slices_fit(Seg *s, const MemLive *L0, const Graph *g, int r, int end_r, const int *sl, int ns, int64_t peak, int apply) {
+    int hi = s->n - 1, prev = end_r;
     int64_t whole = ir_value_bytes(&g->vals[r]), alive = 0;
     for (int j = 0; j < ns; j++) alive += ir_value_bytes(&g->vals[g->nodes[sl[j]].out[0]]);
     for (int j = 0; j < ns; j++) {
@@ -705,6 +743,29 @@ static int slices_fit(Seg *s, const MemLive *L0, const Graph *g, int r, const in
         seg_add(s, 1, 0, hi, L0->start[o], L0->end[o], -ir_value_bytes(&g->vals[o]));
     }
     return 1;
+}
+
+/* Concat n joins slices that are views of one buffer, in order and
+ * adjacent (chunks sliced and joined back: --tp-chunks' weight-gradient
+ * inputs read from attention's output): that buffer (L0's root of the
+ * slices' input), else -1.  Each part's place is checked by offsets in
+ * live_build_with (rejoin_view). */
+static int rejoin_root(const Graph *g, const MemLive *L0, const Node *n, const char *vslice) {
+    int r = -1;
+    for (int k = 0; k < n->nin; k++) {
+        int x = L0->root[n->in[k]], d = x >= 0 ? g->vals[x].def : -1;
+        if (d < 0 || g->nodes[d].op != OP_slice || !vslice[d] || view_offset(g, n, k) < 0) return -1;
+        int rk = L0->root[g->nodes[d].in[0]];
+        if (k && rk != r) return -1;
+        r = rk;
+    }
+    return r;
+}
+
+/* KILN_VIEWS_TRACE: 1 memplan's with/without and the copies left (memplan.c), 2 also why each concat's inputs are not members */
+static int trace_level(void) {
+    const char *e = getenv("KILN_VIEWS_TRACE");
+    return e ? atoi(e) : 0;
 }
 
 static void decide_views(const Graph *g, const MemLive *L0, char *vslice, char *vmember) {
@@ -741,10 +802,10 @@ static void decide_views(const Graph *g, const MemLive *L0, char *vslice, char *
             } else {
                 struct EndKey key = {g, L0};
                 qsort_r(grp, (size_t)ng, sizeof(int), by_end, &key);
-                while (ng > 0 && !slices_fit(&s, L0, g, r, grp, ng, peak, 0)) ng--; /* drop the one read latest */
+                while (ng > 0 && !slices_fit(&s, L0, g, r, vend[r], grp, ng, peak, 0)) ng--; /* drop the one read latest */
             }
             if (!ng) continue;
-            slices_fit(&s, L0, g, r, grp, ng, peak, 1);
+            slices_fit(&s, L0, g, r, vend[r], grp, ng, peak, 1);
             for (int j = 0; j < ng; j++) {
                 vslice[grp[j]] = 1;
                 vend[r] = vend[r] > L0->end[g->nodes[grp[j]].out[0]] ? vend[r] : L0->end[g->nodes[grp[j]].out[0]];
@@ -757,15 +818,36 @@ static void decide_views(const Graph *g, const MemLive *L0, char *vslice, char *
         const Node *nd = &g->nodes[i];
         int y = nd->nout == 1 ? nd->out[0] : -1, nm = 0;
         if (nd->op != OP_concat || ir_fused_group(nd) >= 0 || L0->root[y] != y) continue;
-        for (int k = 0; k < nd->nin; k++)
+        int r = rejoin_root(g, L0, nd, vslice);
+        if (r >= 0 && slices_fit(&s, L0, g, r, vend[r], &i, 1, peak, 0)) { /* the slices of one buffer joined back: a view of it */
+            slices_fit(&s, L0, g, r, vend[r], &i, 1, peak, 1);
+            vslice[i] = 1;
+            vend[r] = vend[r] > L0->end[y] ? vend[r] : L0->end[y];
+            continue;
+        }
+        for (int k = 0; k < nd->nin; k++) {
+            if (trace_level() > 1 && !member_ok(g, L0, nd, k, vmember, owner, vslice, vend)) {
+                int u = nd->in[k], x = L0->root[u];
+                fprintf(stderr, "views: concat %%%d at %d, input %d %%%d (root %%%d, %s): off %lld taken %d owner %d vend %d > %d vslice %d dt %d %d bytes %lld %lld\n", y, i, k, u, x,
+                        x >= 0 && g->vals[x].def >= 0 ? ir_ops[g->nodes[g->vals[x].def].op].name : "-", (long long)view_offset(g, nd, k),
+                        x >= 0 ? vmember[x] : -1, x >= 0 ? owner[x] : -1, x >= 0 ? vend[x] : -1, vend[y], x >= 0 && g->vals[x].def >= 0 ? vslice[g->vals[x].def] : -1,
+                        x >= 0 ? (int)g->vals[x].t.dt : -1, (int)g->vals[y].t.dt, x >= 0 ? (long long)ir_value_bytes(&g->vals[x]) : -1, (long long)ir_value_bytes(&g->vals[u]));
+            }
             if (member_ok(g, L0, nd, k, vmember, owner, vslice, vend)) {
                 int dup = 0;
                 for (int j = 0; j < nm; j++) dup |= m[j] == L0->root[nd->in[k]];
                 if (!dup) m[nm++] = L0->root[nd->in[k]];
             }
+        }
         qsort_r(m, (size_t)nm, sizeof(int), by_start, L0->start);
         int lo = 0;
         while (lo < nm && !concat_fits(&s, L0, vend, g, y, m + lo, nm - lo, peak, 0)) lo++; /* drop the earliest */
+        if (trace_level() > 1 && lo) {
+            fprintf(stderr, "views: concat %%%d at %d (live %d..%d): %d of %d members eligible, %d dropped;", y, i, L0->start[y], L0->end[y], nm,
+                    nd->nin, lo);
+            for (int j = 0; j < nm; j++) fprintf(stderr, " %%%d %d..%d(%d)", m[j], L0->start[m[j]], L0->end[m[j]], vend[m[j]]);
+            fprintf(stderr, "\n");
+        }
         if (lo == nm) continue;
         concat_fits(&s, L0, vend, g, y, m + lo, nm - lo, peak, 1);
         for (int j = lo; j < nm; j++) vmember[m[j]] = 1;

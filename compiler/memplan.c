@@ -896,6 +896,11 @@ static void report_views(const Graph *g, FILE *f) {
         }
         if (n->op == OP_slice) ns++, nsv += all;
         else nc++, ncv += all;
+        if (!all && getenv("KILN_VIEWS_TRACE")) { /* what is still copied, and where */
+            char t[96], w[160];
+            fprintf(f, "    copied: %s %s {dim=%lld} of %d parts at %s\n", ir_ops[n->op].name, ir_type_str(&g->vals[n->out[0]].t, t, sizeof t),
+                    (long long)ir_attr_i(n, "dim", -1), n->nin, node_line(g, i, w, sizeof w));
+        }
     }
     if (nsv + pv)
         fprintf(f, "  %-16s %d of %d slices and %d of %d concats copy nothing (%d of %d parts in place: %.2f MiB per step not copied, %.2f MiB still copied)%s\n",
