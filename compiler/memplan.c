@@ -114,10 +114,20 @@ typedef struct {
     int64_t off, size; /* size rounded up to IR_MEM_ALIGN */
 } Buf;
 
+/* The packing order: 0 largest first, earlier start first among equals
+ * (the default); 1 largest first, later start first; 2 largest area
+ * (bytes x positions live) first.  plan_graph tries 1 and 2 when the plan
+ * with views packs worse than the plan without. */
+static int pack_order;
+
 static int by_size(const void *a, const void *b) {
     const Buf *x = a, *y = b;
+    if (pack_order == 2) {
+        double ax = (double)x->size * (x->end - x->start + 1), ay = (double)y->size * (y->end - y->start + 1);
+        if (ax != ay) return ax > ay ? -1 : 1;
+    }
     if (x->size != y->size) return x->size > y->size ? -1 : 1;
-    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    if (x->start != y->start) return (x->start < y->start ? -1 : 1) * (pack_order == 1 ? -1 : 1);
     return x->v - y->v;
 }
 
@@ -391,6 +401,17 @@ static void plan_graph(Graph *g, int mark) {
     place_all(g);
     int64_t lbo = getenv("KILN_VIEWS_TRACE") ? live_peak(g, 0) : 0;
     ir_views_set(1);
+    int64_t without = plan_total(g);
+    Value *alt = xcalloc((size_t)g->nvals + 1, sizeof(Value));
+    memcpy(alt, g->vals, sizeof(Value) * (size_t)g->nvals); /* the plan without views */
+    for (int order = 1; order <= 2 && with > without; order++) { /* other packing orders for the views */
+        pack_order = order;
+        place_all(g);
+        pack_order = 0;
+        if (plan_total(g) < with) with = plan_total(g), memcpy(keep, g->vals, sizeof(Value) * (size_t)g->nvals);
+    }
+    memcpy(g->vals, alt, sizeof(Value) * (size_t)g->nvals);
+    free(alt);
     if (getenv("KILN_VIEWS_TRACE"))
         fprintf(stderr, "memplan: %lld bytes with views (live bound %lld), %lld without (%lld): %s\n", (long long)with, (long long)lbw,
                 (long long)plan_total(g), (long long)lbo, plan_total(g) < with ? "without" : "with");
