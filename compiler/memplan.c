@@ -385,13 +385,16 @@ static int any_view(const Graph *g) {
     return 0;
 }
 
-/* Place g's values: with views (live.h) unless the plan without them is
- * smaller (the live bytes never rise with views, but best-fit packing is a
- * heuristic: other sizes and lives can pack worse).  mark: then give every
+/* Place g's values: with views (live.h) unless that plan needs more than
+ * the plan without them, or than cap when cap is larger (pass_memplan:
+ * the largest stage's plan without views).  The live bytes never rise
+ * with views, but best-fit packing is a heuristic: fewer, larger and
+ * longer-lived buffers (a concat's owner) can pack worse, so two other
+ * packing orders are tried first.  mark: if the views lose, give every
  * slice and concat copy=1, so the verifier, the emitters and any later
  * liveness see the plan's choice; else (memplan_stage_total's private
  * copy) just the smaller plan. */
-static void plan_graph(Graph *g, int mark) {
+static void plan_graph(Graph *g, int mark, int64_t cap) {
     place_all(g);
     if (!ir_views_enabled() || !any_view(g)) return;
     int64_t with = plan_total(g), lbw = getenv("KILN_VIEWS_TRACE") ? live_peak(g, 0) : 0;
@@ -404,7 +407,8 @@ static void plan_graph(Graph *g, int mark) {
     int64_t without = plan_total(g);
     Value *alt = xcalloc((size_t)g->nvals + 1, sizeof(Value));
     memcpy(alt, g->vals, sizeof(Value) * (size_t)g->nvals); /* the plan without views */
-    for (int order = 1; order <= 2 && with > without; order++) { /* other packing orders for the views */
+    int64_t limit = without > cap ? without : cap; /* the views' plan may use up to this */
+    for (int order = 1; order <= 2 && with > limit; order++) { /* other packing orders for the views */
         pack_order = order;
         place_all(g);
         pack_order = 0;
@@ -413,9 +417,9 @@ static void plan_graph(Graph *g, int mark) {
     memcpy(g->vals, alt, sizeof(Value) * (size_t)g->nvals);
     free(alt);
     if (getenv("KILN_VIEWS_TRACE"))
-        fprintf(stderr, "memplan: %lld bytes with views (live bound %lld), %lld without (%lld): %s\n", (long long)with, (long long)lbw,
-                (long long)plan_total(g), (long long)lbo, plan_total(g) < with ? "without" : "with");
-    if (plan_total(g) < with) {
+        fprintf(stderr, "memplan: %lld bytes with views (live bound %lld), %lld without (%lld), limit %lld: %s\n", (long long)with, (long long)lbw,
+                (long long)without, (long long)lbo, (long long)limit, limit < with ? "without" : "with");
+    if (limit < with) {
         for (int i = 0; mark && i < g->nnodes; i++) {
             Node *n = &g->nodes[i];
             if ((n->op != OP_slice && n->op != OP_concat) || ir_attr(n, "copy")) continue;
@@ -428,9 +432,23 @@ static void plan_graph(Graph *g, int mark) {
     free(keep);
 }
 
+/* Each stage may take views up to the largest stage's plan without them
+ * (the module's memory per rank, what must fit the device); with
+ * KILN_VIEWS_STRICT=1 up to its own plan without them. */
 void pass_memplan(Module *m, const Options *o) {
     (void)o;
-    for (int s = 0; s < m->nstages; s++) plan_graph(m->stages[s], 1);
+    int64_t cap = 0;
+    const char *strict = getenv("KILN_VIEWS_STRICT");
+    if (m->nstages > 1 && ir_views_enabled() && !(strict && strcmp(strict, "0"))) {
+        ir_views_set(0);
+        for (int s = 0; s < m->nstages; s++) {
+            place_all(m->stages[s]);
+            int64_t t = plan_total(m->stages[s]);
+            cap = t > cap ? t : cap;
+        }
+        ir_views_set(1);
+    }
+    for (int s = 0; s < m->nstages; s++) plan_graph(m->stages[s], 1, cap);
 }
 
 /* ======================================================================
@@ -978,7 +996,7 @@ int64_t memplan_stage_total(const Graph *g) {
     Graph copy = *g;
     copy.vals = xcalloc((size_t)g->nvals + 1, sizeof(Value));
     memcpy(copy.vals, g->vals, sizeof(Value) * (size_t)g->nvals);
-    plan_graph(&copy, 0);
+    plan_graph(&copy, 0, 0);
     int64_t b = 0;
     for (int sp = SPACE_PARAMS; sp <= SPACE_ACT; sp++) b += stage_peak(&copy, sp);
     free(copy.vals);
