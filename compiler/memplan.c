@@ -991,7 +991,10 @@ void memplan_report(const Module *m, FILE *f) {
 /* The same placement as pass_memplan on a private copy of g's values (the
  * only thing plan_graph writes: each value's space and offset), so g is
  * unchanged: the bytes of params, grads, optimizer state and activations
- * that pass_memplan would give this stage, memplan_stage_peak's sum. */
+ * that pass_memplan would give this stage, memplan_stage_peak's sum.  With
+ * pipeline stages pass_memplan may keep a stage's views up to the largest
+ * stage's plan without them; this one stage alone holds them to its own
+ * (KILN_VIEWS_STRICT's rule). */
 int64_t memplan_stage_total(const Graph *g) {
     Graph copy = *g;
     copy.vals = xcalloc((size_t)g->nvals + 1, sizeof(Value));
