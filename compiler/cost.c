@@ -335,6 +335,7 @@ static double node_seconds(const Profile *p, const Graph *g, const Node *n, cons
     if (fl & F_COMM) return comm_seconds(p, g, n);
     if (fl & F_COPY) return profile_copy_seconds(p, value_bytes(g, n->in[0]), n->op == OP_offload);
     if (fl & (F_SYNC | F_VIEW)) return 0;
+    if (ir_copy_in_place(g, n)) return 0; /* a slice or concat memplan made a view (live.c): nothing to copy */
     if (n->op == OP_output || ((fl & F_SOURCE) && n->op != OP_const && n->op != OP_iota)) return 0;
     if (n->op == OP_assign && assign_in_place(g, n)) return 0; /* the value was computed into its param's buffer: no copy */
     double launch = fused_tail(g, n) ? 0 : p->launch_s;

@@ -27,7 +27,10 @@
  * group counts as one step spanning its nodes); program inputs live from the
  * start and values read by `output` nodes to the end, since the trainer
  * writes and reads those between steps.  Views (F_VIEW) share their input's
- * buffer and extend its life; values internal to a fused group, and a param
+ * buffer and extend its life, and so do slices and concats laid out as
+ * views (live.h; decide_views says which pay, claim_members places a
+ * concat's members inside its buffer, whose life becomes the union of
+ * theirs and whose writers are all of theirs); values internal to a fused group, and a param
  * the step never reads (--zero 1 keeps it in a shard state), have none.
  * Streams complicate both ends.  A reader on another stream than the
  * producer's keeps the buffer until the producer's stream has waited for an
@@ -54,6 +57,7 @@
  * (tp_pair, pair_end), the rule the host buffers already used: those
  * streams never wait for each other directly.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -338,12 +342,12 @@ static void pull_back_starts(const Graph *g, MemLive *L, unsigned used) {
         if (nd->op == OP_wait && e >= 0 && e <= maxev && recstream[e] != s) known[s][recstream[e]] = max_i(known[s][recstream[e]], recpos[e]);
         if (s == IR_STREAM_COMPUTE || nd->op == OP_offload) continue; /* host bytes: their earlier owners end by the d2h stream's order (host_order_build) */
         for (int k = 0; k < nd->nout; k++) {
-            int v = nd->out[k];
-            if (L->root[v] != v) continue;
+            int v = nd->out[k], r = L->root[v];
+            if (r < 0 || (r != v && !L->member[v])) continue; /* a concat's member: its writer pulls back the root's start */
             for (int t = 0; t < NS; t++) { /* not d2h nor h2d: see above */
                 if (!(used >> t & 1) || t == s || t == IR_STREAM_D2H || t == IR_STREAM_H2D) continue;
                 if (tp_pair(t, s)) continue; /* t's reads end where s knows them done (read_end, pair_end): no pull back */
-                if (known[s][t] + 1 < L->start[v]) L->start[v] = known[s][t] + 1;
+                if (known[s][t] + 1 < L->start[r]) L->start[r] = known[s][t] + 1;
             }
         }
     }
@@ -403,12 +407,140 @@ static int host_read_end(const Graph *g, const MemLive *L, const HostOrder *H, i
     return max_i(L->last[i], hb_end(g, H, L->last[i], su, sd));
 }
 
-static void live_build(const Graph *g, MemLive *L, int fast) {
+
+/* ---- views by layout (live.h) ---- */
+
+static int views_off; /* ir_views_set(0): memplan's plan without views, for comparison */
+
+int ir_views_enabled(void) {
+    const char *e = getenv("KILN_VIEWS");
+    return !views_off && !(e && strcmp(e, "0") == 0);
+}
+
+int ir_views_set(int on) {
+    int was = !views_off;
+    views_off = !on;
+    return was;
+}
+
+/* Bytes of t from dim d + 1 on (one step along dim d); -1 unless every dim
+ * before d is 1 (then a range along d is one contiguous run of bytes). */
+static int64_t step_bytes(const Type *t, int d) {
+    if (d < 0 || d >= t->rank) return -1;
+    for (int k = 0; k < d; k++)
+        if (t->dim[k] != 1) return -1;
+    int64_t b = (int64_t)ir_dtype_size(t->dt);
+    for (int k = d + 1; k < t->rank; k++) b *= t->dim[k];
+    return b;
+}
+
+/* Where the bytes a slice or concat moves sit as one run in the bigger
+ * buffer: a slice's output inside its input (k = 0), a concat's input k
+ * inside its output; -1 when they are not one run or not 64-byte aligned. */
+static int64_t view_offset(const Graph *g, const Node *n, int k) {
+    int d = (int)ir_attr_i(n, "dim", -1);
+    int64_t off = -1;
+    if (ir_attr_i(n, "copy", 0)) return -1; /* memplan kept it a copy (its plan without views was smaller) */
+    if (n->op == OP_slice && k == 0 && n->nin == 1) {
+        int64_t st = step_bytes(&g->vals[n->in[0]].t, d);
+        off = st < 0 ? -1 : ir_attr_i(n, "start", 0) * st;
+    } else if (n->op == OP_concat && k >= 0 && k < n->nin && n->nout == 1) {
+        const Type *y = &g->vals[n->out[0]].t;
+        int64_t st = step_bytes(y, d), at = 0;
+        for (int j = 0; j < k; j++) at += g->vals[n->in[j]].t.dim[d];
+        off = st < 0 ? -1 : at * st;
+    }
+    return off < 0 || off % IR_MEM_ALIGN ? -1 : off;
+}
+
+/* Part k of slice/concat n is where the op would copy it. */
+static int part_in_place(const Graph *g, const Node *n, int k) {
+    int64_t off = view_offset(g, n, k);
+    const Value *big = &g->vals[n->op == OP_slice ? n->in[0] : n->out[0]], *part = &g->vals[n->op == OP_slice ? n->out[0] : n->in[k]];
+    return off >= 0 && big->space >= 0 && big->offset >= 0 && part->space == big->space && part->offset == big->offset + off;
+}
+
+int ir_copy_in_place(const Graph *g, const Node *n) {
+    if (n->op != OP_slice && n->op != OP_concat) return 0;
+    for (int k = 0; k < n->nin; k++)
+        if (!part_in_place(g, n, k)) return 0;
+    return n->nin > 0;
+}
+
+int ir_view_part_in_place(const Graph *g, const Node *n, int k) {
+    return (n->op == OP_slice || n->op == OP_concat) && part_in_place(g, n, k);
+}
+
+/* Concat n's inputs lie in one buffer, each where the concat puts it
+ * (the slices of a buffer joined back in order): its output is a view
+ * of that buffer at the first one's place. */
+static int rejoin_view(const Graph *g, MemLive *L, const Node *n) {
+    int r = n->nin ? L->root[n->in[0]] : -1, y = n->out[0];
+    for (int k = 0; r >= 0 && k < n->nin; k++) {
+        int64_t part = view_offset(g, n, k);
+        if (part < 0 || L->root[n->in[k]] != r || L->voff[n->in[k]] != L->voff[n->in[0]] + part) return 0;
+    }
+    if (r < 0 || L->voff[n->in[0]] + ir_value_bytes(&g->vals[y]) > ir_value_bytes(&g->vals[r])) return 0;
+    L->root[y] = r, L->voff[y] = L->voff[n->in[0]];
+    return 1;
+}
+
+/* The concats' members (live.h): each input's buffer (root) that may be
+ * written straight into its place inside the concat's buffer is given that
+ * buffer as its root, at its place (voff), with every view of it; the
+ * root then lives over the union of its members' lives and its own, and
+ * remembers the streams that write it (wstreams: reads on another stream
+ * end where each of them knows the read done). */
+static void claim_members(const Graph *g, MemLive *L, const int64_t *kern, const char *allow) {
+    int nv = g->nvals, *owner = xcalloc((size_t)nv + 1, sizeof(int));
+    int64_t *base = xcalloc((size_t)nv + 1, sizeof(int64_t));
+    char *has = xcalloc((size_t)nv + 1, 1);
+    const char *bug = getenv("KILN_TEST_VIEW_BUG");
+    int overlap = bug && strcmp(bug, "overlap") == 0;
+    for (int v = 0; v < nv; v++) owner[v] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_concat || kern[i] >= 0 || n->nout != 1 || L->root[n->out[0]] != n->out[0]) continue;
+        int y = n->out[0], claimed = 0;
+        int64_t first = 0;
+        for (int k = 0; k < n->nin; k++) {
+            int u = n->in[k], x = L->root[u];
+            int64_t part = view_offset(g, n, k);
+            if (part < 0 || x < 0 || x == y || !allow[x] || owner[x] >= 0 || has[x] || L->voff[u] != 0) continue;
+            const Node *d = g->vals[x].def >= 0 ? &g->nodes[g->vals[x].def] : NULL;
+            if (!d || d->nout != 1 || (ir_ops[d->op].flags & (F_SOURCE | F_VIEW | F_COPY | F_SYNC)) || d->op == OP_recv ||
+                d->op == OP_recv_start || d->op == OP_recv_done || g->vals[x].t.dt != g->vals[y].t.dt ||
+                ir_value_bytes(&g->vals[x]) != ir_value_bytes(&g->vals[u]))
+                continue;
+            owner[x] = y, base[x] = overlap && claimed == 1 ? first : part, has[y] = 1; /* the planted bug: the second over the first */
+            if (!claimed++) first = part;
+        }
+    }
+    for (int v = 0; v < nv; v++) {
+        int r = L->root[v];
+        if (r >= 0 && owner[r] >= 0) L->root[v] = owner[r], L->voff[v] += base[r];
+    }
+    for (int x = 0; x < nv; x++) {
+        int y = owner[x];
+        if (y < 0) continue;
+        const Node *d = &g->nodes[g->vals[x].def];
+        L->member[x] = 1;
+        if (L->start[x] < L->start[y]) L->start[y] = L->start[x];
+        if (L->end[x] > L->end[y]) L->end[y] = L->end[x];
+        if (d->stream >= 0 && d->stream < 8) L->wstreams[y] |= (unsigned char)(1u << d->stream);
+    }
+    free(owner), free(base), free(has);
+}
+
+static void live_build_with(const Graph *g, MemLive *L, int fast, const char *vslice, const char *vmember) {
     int n = g->nnodes, nv = g->nvals;
     L->nnodes = n, L->nvals = nv, L->oend = L->peer = NULL, L->hb = NULL;
     L->root = xcalloc((size_t)nv, sizeof(int));
     L->start = xcalloc((size_t)nv, sizeof(int));
     L->end = xcalloc((size_t)nv, sizeof(int));
+    L->voff = xcalloc((size_t)nv + 1, sizeof(int64_t));
+    L->member = xcalloc((size_t)nv + 1, 1);
+    L->wstreams = xcalloc((size_t)nv + 1, 1);
     int64_t *kern = xcalloc((size_t)n, sizeof(int64_t));
     int *first = L->first = xcalloc((size_t)n + 1, sizeof(int)), *last = L->last = xcalloc((size_t)n + 1, sizeof(int));
     char *outside = xcalloc((size_t)nv, 1);
@@ -437,7 +569,13 @@ static void live_build(const Graph *g, MemLive *L, int fast) {
             int v = nd->out[k];
             if (nd->op == OP_param && !read[v]) continue; /* lives in a shard state (--zero 1): no storage */
             if ((ir_ops[nd->op].flags & F_VIEW) && L->root[nd->in[0]] >= 0) {
-                L->root[v] = L->root[nd->in[0]];
+                L->root[v] = L->root[nd->in[0]], L->voff[v] = L->voff[nd->in[0]];
+                continue;
+            }
+            if (vslice && vslice[i] && nd->op == OP_concat && kern[i] < 0 && rejoin_view(g, L, nd)) continue;
+            int64_t delta = vslice && vslice[i] && nd->op == OP_slice && kern[i] < 0 && L->root[nd->in[0]] >= 0 ? view_offset(g, nd, 0) : -1;
+            if (delta >= 0 && g->nodes[g->vals[L->root[nd->in[0]]].def].op != OP_offload) { /* a slice view (live.h) */
+                L->root[v] = L->root[nd->in[0]], L->voff[v] = L->voff[nd->in[0]] + delta;
                 continue;
             }
             if (kern[i] >= 0 && !outside[v]) continue; /* internal to its group */
@@ -446,6 +584,8 @@ static void live_build(const Graph *g, MemLive *L, int fast) {
             L->end[v] = last[i];
         }
     }
+
+    if (vmember) claim_members(g, L, kern, vmember);
 
     HostOrder *H = xcalloc(1, sizeof *H);
     host_order_build(g, H);
@@ -464,11 +604,277 @@ static void live_build(const Graph *g, MemLive *L, int fast) {
             if (r < 0) continue;
             const Node *w = &g->nodes[g->vals[r].def];
             int e = nd->op == OP_output ? n : w->op == OP_offload ? host_read_end(g, L, H, i, w->stream) : read_end(g, L, i, w->stream);
+            for (int s = 0; s < 8 && nd->op != OP_output && w->op != OP_offload; s++) /* a concat's members written on other streams */
+                if ((L->wstreams[r] >> s & 1) && s != w->stream) e = max_i(e, read_end(g, L, i, s));
             L->end[r] = max_i(L->end[r], e);
         }
     }
     pull_back_starts(g, L, L->used);
     free(kern), free(outside), free(read);
+}
+
+
+/* Which views pay (live.h): decided on the lifetimes without views (L0),
+ * so that the live bytes never rise above their peak without views.  A
+ * slice becomes a view only when its input's buffer outlives it anyway (a
+ * view of a flat buffer read long after would keep all of it alive: the
+ * --zero 1 params sliced from their gathered bucket); that removes its
+ * bytes where it lived.  A concat's members move into its buffer, which
+ * then lives from the first member's write: before the concat its bytes
+ * count whole where only the members written so far did, and after it the
+ * members no longer count beside it.  The concats are taken in program
+ * order, each with the members that do not outlive it, dropping the
+ * earliest written until the bytes they add before the concat keep every
+ * position at or under the peak (a segment tree of the live bytes, with
+ * what earlier choices added and saved). */
+typedef struct {
+    int n;
+    int64_t *mx, *add;
+} Seg;
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static void seg_build(Seg *s, int x, int lo, int hi, const int64_t *base) {
+    if (lo == hi) {
+        s->mx[x] = base[lo];
+        return;
+    }
+    int mid = (lo + hi) / 2;
+    seg_build(s, 2 * x, lo, mid, base), seg_build(s, 2 * x + 1, mid + 1, hi, base);
+    s->mx[x] = max64(s->mx[2 * x], s->mx[2 * x + 1]);
+}
+
+static void seg_add(Seg *s, int x, int lo, int hi, int a, int b, int64_t v) {
+    if (b < lo || hi < a || a > b) return;
+    if (a <= lo && hi <= b) {
+        s->mx[x] += v, s->add[x] += v;
+        return;
+    }
+    int mid = (lo + hi) / 2;
+    seg_add(s, 2 * x, lo, mid, a, b, v), seg_add(s, 2 * x + 1, mid + 1, hi, a, b, v);
+    s->mx[x] = max64(s->mx[2 * x], s->mx[2 * x + 1]) + s->add[x];
+}
+
+static int64_t seg_max(const Seg *s, int x, int lo, int hi, int a, int b) {
+    if (b < lo || hi < a || a > b) return INT64_MIN / 4;
+    if (a <= lo && hi <= b) return s->mx[x];
+    int mid = (lo + hi) / 2;
+    return max64(seg_max(s, 2 * x, lo, mid, a, b), seg_max(s, 2 * x + 1, mid + 1, hi, a, b)) + s->add[x];
+}
+
+/* x, the buffer of concat n's input k (L0's root), may be written in its place: claim_members' rule */
+static int member_ok(const Graph *g, const MemLive *L0, const Node *n, int k, const char *taken, const char *owner, const char *vslice,
+                     const int *vend) {
+    int u = n->in[k], x = L0->root[u], y = n->out[0];
+    if (view_offset(g, n, k) < 0 || x < 0 || x == y || taken[x] || owner[x]) return 0;
+    const Node *d = g->vals[x].def >= 0 ? &g->nodes[g->vals[x].def] : NULL;
+    return d && d->nout == 1 && !(ir_ops[d->op].flags & (F_SOURCE | F_VIEW | F_COPY | F_SYNC)) && d->op != OP_recv && d->op != OP_recv_start &&
+           d->op != OP_recv_done && !(d->op == OP_slice && vslice[g->vals[x].def]) && g->vals[x].t.dt == g->vals[y].t.dt &&
+           ir_value_bytes(&g->vals[x]) == ir_value_bytes(&g->vals[u]);
+}
+
+static int by_start(const void *a, const void *b, void *l) {
+    const int *st = l, x = *(const int *)a, y = *(const int *)b;
+    return st[x] != st[y] ? (st[x] > st[y]) - (st[x] < st[y]) : x - y;
+}
+
+/* The bytes concat y's members m[0..nm) (by start) add: before it, its
+ * whole buffer from the first member's write where only the members
+ * written so far counted; after its last read, the whole buffer until the
+ * last member's end (a read on another stream holds a member longer) where
+ * only the members still held counted.  They fit when every position stays
+ * at or under peak; apply: added, with the members' own bytes taken away
+ * from the concat on (they are inside its buffer). */
+static int concat_fits(Seg *s, const MemLive *L0, int *vend, const Graph *g, int y, const int *m, int nm, int64_t peak, int apply) {
+    int hi = s->n - 1, byend[IR_MAXIN + 1];
+    int64_t whole = ir_value_bytes(&g->vals[y]), sum = 0, alive = 0;
+    for (int j = 0; j < nm; j++) {
+        sum += ir_value_bytes(&g->vals[m[j]]);
+        int a = L0->start[m[j]], b = (j + 1 < nm ? L0->start[m[j + 1]] : L0->start[y]) - 1;
+        if (apply) seg_add(s, 1, 0, hi, a, b, whole - sum);
+        else if (a <= b && seg_max(s, 1, 0, hi, a, b) + whole - sum > peak) return 0;
+    }
+    for (int j = 0; j < nm; j++) { /* by end (insertion: nm is small) */
+        int x = m[j], at = j;
+        while (at > 0 && vend[byend[at - 1]] > vend[x]) byend[at] = byend[at - 1], at--;
+        byend[at] = x, alive += ir_value_bytes(&g->vals[x]);
+    }
+    int prev = vend[y];
+    for (int j = 0; j < nm; j++) {
+        int e = vend[byend[j]];
+        if (e > prev) {
+            if (apply) seg_add(s, 1, 0, hi, prev + 1, e, whole);
+            else if (seg_max(s, 1, 0, hi, prev + 1, e) + whole - alive > peak) return 0;
+            prev = e;
+        }
+        alive -= ir_value_bytes(&g->vals[byend[j]]);
+    }
+    if (!apply) return 1;
+    for (int j = 0; j < nm; j++) seg_add(s, 1, 0, hi, L0->start[y], vend[m[j]], -ir_value_bytes(&g->vals[m[j]]));
+    vend[y] = prev;
+    return 1;
+}
+
+struct EndKey {
+    const Graph *g;
+    const MemLive *L0;
+};
+
+static int by_end(const void *a, const void *b, void *k) {
+    const struct EndKey *K = k;
+    int x = K->L0->end[K->g->nodes[*(const int *)a].out[0]], y = K->L0->end[K->g->nodes[*(const int *)b].out[0]];
+    return x != y ? (x > y) - (x < y) : *(const int *)a - *(const int *)b;
+}
+
+/* Slices sl[0..ns) of buffer r (by their ends) as views: r lives to the
+ * last one's end, holding its whole bytes where only the slices still
+ * read held theirs; they fit when that keeps every position at or under
+ * peak.  apply: r's extension added, the slices' own bytes taken away. */
+static int slices_fit(Seg *s, const MemLive *L0, const Graph *g, int r, int end_r, const int *sl, int ns, int64_t peak, int apply) {
+    int hi = s->n - 1, prev = end_r;
+    int64_t whole = ir_value_bytes(&g->vals[r]), alive = 0;
+    for (int j = 0; j < ns; j++) alive += ir_value_bytes(&g->vals[g->nodes[sl[j]].out[0]]);
+    for (int j = 0; j < ns; j++) {
+        int o = g->nodes[sl[j]].out[0], e = L0->end[o];
+        if (e > prev) {
+            if (apply) seg_add(s, 1, 0, hi, prev + 1, e, whole);
+            else if (seg_max(s, 1, 0, hi, prev + 1, e) + whole - alive > peak) return 0;
+            prev = e;
+        }
+        alive -= ir_value_bytes(&g->vals[o]);
+    }
+    for (int j = 0; apply && j < ns; j++) {
+        int o = g->nodes[sl[j]].out[0];
+        seg_add(s, 1, 0, hi, L0->start[o], L0->end[o], -ir_value_bytes(&g->vals[o]));
+    }
+    return 1;
+}
+
+/* Concat n joins slices that are views of one buffer, in order and
+ * adjacent (chunks sliced and joined back: --tp-chunks' weight-gradient
+ * inputs read from attention's output): that buffer (L0's root of the
+ * slices' input), else -1.  Each part's place is checked by offsets in
+ * live_build_with (rejoin_view). */
+static int rejoin_root(const Graph *g, const MemLive *L0, const Node *n, const char *vslice) {
+    int r = -1;
+    for (int k = 0; k < n->nin; k++) {
+        int x = L0->root[n->in[k]], d = x >= 0 ? g->vals[x].def : -1;
+        if (d < 0 || g->nodes[d].op != OP_slice || !vslice[d] || view_offset(g, n, k) < 0) return -1;
+        int rk = L0->root[g->nodes[d].in[0]];
+        if (k && rk != r) return -1;
+        r = rk;
+    }
+    return r;
+}
+
+/* KILN_VIEWS_TRACE: 1 memplan's with/without and the copies left (memplan.c), 2 also why each concat's inputs are not members */
+static int trace_level(void) {
+    const char *e = getenv("KILN_VIEWS_TRACE");
+    return e ? atoi(e) : 0;
+}
+
+static void decide_views(const Graph *g, const MemLive *L0, char *vslice, char *vmember) {
+    int n = g->nnodes, nv = g->nvals;
+    int64_t *base = xcalloc((size_t)n + 2, sizeof(int64_t)), peak = 0, live = 0;
+    for (int v = 0; v < nv; v++)
+        if (L0->root[v] == v && g->vals[v].def >= 0 && g->nodes[g->vals[v].def].op != OP_offload) {
+            base[L0->start[v]] += ir_value_bytes(&g->vals[v]);
+            base[L0->end[v] + 1] -= ir_value_bytes(&g->vals[v]);
+        }
+    for (int p = 0; p <= n; p++) base[p] = live += base[p], peak = max64(peak, live);
+    Seg s = {n + 1, xcalloc(4 * ((size_t)n + 1), sizeof(int64_t)), xcalloc(4 * ((size_t)n + 1), sizeof(int64_t))};
+    seg_build(&s, 1, 0, n, base);
+    int *vend = xcalloc((size_t)nv + 1, sizeof(int)), *head = xcalloc((size_t)nv + 1, sizeof(int)), *next = xcalloc((size_t)n + 1, sizeof(int));
+    int *grp = xcalloc((size_t)n + 1, sizeof(int));
+    for (int v = 0; v < nv; v++) vend[v] = L0->end[v], head[v] = -1;
+    for (int i = n - 1; i >= 0; i--) { /* the slice candidates of each buffer, in program order */
+        const Node *nd = &g->nodes[i];
+        if (nd->op != OP_slice || ir_fused_group(nd) >= 0 || view_offset(g, nd, 0) < 0) continue;
+        int r = L0->root[nd->in[0]], o = nd->out[0];
+        if (r < 0 || L0->root[o] != o || g->nodes[g->vals[r].def].op == OP_offload) continue;
+        next[i] = head[r], head[r] = i;
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->nodes[i].nout; k++) {
+            int r = g->nodes[i].out[k], ng = 0;
+            if (head[r] < 0) continue;
+            for (int j = head[r]; j >= 0; j = next[j]) grp[ng++] = j;
+            if (g->nodes[i].op == OP_slice && vslice[i]) { /* r is a view itself: its slices may not outlive it */
+                int keep = 0;
+                for (int j = 0; j < ng; j++)
+                    if (L0->end[g->nodes[grp[j]].out[0]] <= L0->end[r]) grp[keep++] = grp[j];
+                ng = keep;
+            } else {
+                struct EndKey key = {g, L0};
+                qsort_r(grp, (size_t)ng, sizeof(int), by_end, &key);
+                while (ng > 0 && !slices_fit(&s, L0, g, r, vend[r], grp, ng, peak, 0)) ng--; /* drop the one read latest */
+            }
+            if (!ng) continue;
+            slices_fit(&s, L0, g, r, vend[r], grp, ng, peak, 1);
+            for (int j = 0; j < ng; j++) {
+                vslice[grp[j]] = 1;
+                vend[r] = vend[r] > L0->end[g->nodes[grp[j]].out[0]] ? vend[r] : L0->end[g->nodes[grp[j]].out[0]];
+            }
+        }
+    free(head), free(next), free(grp);
+    char *owner = xcalloc((size_t)nv + 1, 1);
+    int *m = xcalloc(IR_MAXIN + 1, sizeof(int));
+    for (int i = 0; i < n; i++) {
+        const Node *nd = &g->nodes[i];
+        int y = nd->nout == 1 ? nd->out[0] : -1, nm = 0;
+        if (nd->op != OP_concat || ir_fused_group(nd) >= 0 || L0->root[y] != y) continue;
+        int r = rejoin_root(g, L0, nd, vslice);
+        if (r >= 0 && slices_fit(&s, L0, g, r, vend[r], &i, 1, peak, 0)) { /* the slices of one buffer joined back: a view of it */
+            slices_fit(&s, L0, g, r, vend[r], &i, 1, peak, 1);
+            vslice[i] = 1;
+            vend[r] = vend[r] > L0->end[y] ? vend[r] : L0->end[y];
+            continue;
+        }
+        for (int k = 0; k < nd->nin; k++) {
+            if (trace_level() > 1 && !member_ok(g, L0, nd, k, vmember, owner, vslice, vend)) {
+                int u = nd->in[k], x = L0->root[u];
+                fprintf(stderr, "views: concat %%%d at %d, input %d %%%d (root %%%d, %s): off %lld taken %d owner %d vend %d > %d vslice %d dt %d %d bytes %lld %lld\n", y, i, k, u, x,
+                        x >= 0 && g->vals[x].def >= 0 ? ir_ops[g->nodes[g->vals[x].def].op].name : "-", (long long)view_offset(g, nd, k),
+                        x >= 0 ? vmember[x] : -1, x >= 0 ? owner[x] : -1, x >= 0 ? vend[x] : -1, vend[y], x >= 0 && g->vals[x].def >= 0 ? vslice[g->vals[x].def] : -1,
+                        x >= 0 ? (int)g->vals[x].t.dt : -1, (int)g->vals[y].t.dt, x >= 0 ? (long long)ir_value_bytes(&g->vals[x]) : -1, (long long)ir_value_bytes(&g->vals[u]));
+            }
+            if (member_ok(g, L0, nd, k, vmember, owner, vslice, vend)) {
+                int dup = 0;
+                for (int j = 0; j < nm; j++) dup |= m[j] == L0->root[nd->in[k]];
+                if (!dup) m[nm++] = L0->root[nd->in[k]];
+            }
+        }
+        qsort_r(m, (size_t)nm, sizeof(int), by_start, L0->start);
+        int lo = 0;
+        while (lo < nm && !concat_fits(&s, L0, vend, g, y, m + lo, nm - lo, peak, 0)) lo++; /* drop the earliest */
+        if (trace_level() > 1 && lo) {
+            fprintf(stderr, "views: concat %%%d at %d (live %d..%d): %d of %d members eligible, %d dropped;", y, i, L0->start[y], L0->end[y], nm,
+                    nd->nin, lo);
+            for (int j = 0; j < nm; j++) fprintf(stderr, " %%%d %d..%d(%d)", m[j], L0->start[m[j]], L0->end[m[j]], vend[m[j]]);
+            fprintf(stderr, "\n");
+        }
+        if (lo == nm) continue;
+        concat_fits(&s, L0, vend, g, y, m + lo, nm - lo, peak, 1);
+        for (int j = lo; j < nm; j++) vmember[m[j]] = 1;
+        owner[y] = 1;
+    }
+    free(base), free(s.mx), free(s.add), free(owner), free(m), free(vend);
+}
+
+static void live_build(const Graph *g, MemLive *L, int fast) {
+    int cand = 0;
+    for (int i = 0; i < g->nnodes && !cand; i++) cand = g->nodes[i].op == OP_slice || g->nodes[i].op == OP_concat;
+    if (!cand || !ir_views_enabled()) {
+        live_build_with(g, L, fast, NULL, NULL);
+        return;
+    }
+    MemLive L0;
+    live_build_with(g, &L0, fast, NULL, NULL);
+    char *vslice = xcalloc((size_t)g->nnodes + 1, 1), *vmember = xcalloc((size_t)g->nvals + 1, 1);
+    decide_views(g, &L0, vslice, vmember);
+    ir_live_free(&L0);
+    live_build_with(g, L, fast, vslice, vmember);
+    free(vslice), free(vmember);
 }
 
 void ir_live_build(const Graph *g, MemLive *L) { live_build(g, L, 1); }
@@ -479,6 +885,7 @@ void ir_live_free(MemLive *L) {
     if (L->hb) host_order_free(L->hb), free(L->hb);
     free(L->oend), free(L->peer);
     free(L->root), free(L->start), free(L->end), free(L->first), free(L->last);
+    free(L->voff), free(L->member), free(L->wstreams);
     memset(L, 0, sizeof *L);
 }
 

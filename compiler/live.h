@@ -70,7 +70,42 @@ typedef struct {
     int *oend;        /* ordered_end's table (live.c, oend_build); NULL: the scan */
     int *peer;        /* per node: ir_p2p_peer of a send, -1 otherwise; NULL: ir_p2p_peer */
     void *hb;         /* live.c's happens-before clocks (HostOrder), for the pairs of streams with tp's */
+    int64_t *voff;    /* per value with a buffer: its byte offset inside its root's buffer (0 for the root
+                       * and for reshape-like views; a slice view's start; a concat member's place) */
+    char *member;     /* per value: a concat member (below): its producer writes its bytes inside its root's buffer */
+    unsigned char *wstreams; /* per root: the streams that write its bytes (its producer's, its members'), a bit each */
 } MemLive;
+
+/* Views by layout (docs/parallel.md, "Concat and slice as views").  A slice
+ * along a dimension whose outer dims are all 1 (dim 0, or [1,T,C] on dim
+ * 1) is a contiguous part of its input: its value is a view at that byte
+ * offset (voff), and the emitters copy nothing when the plan puts it
+ * there.  A concat along such a dimension is contiguous too: each input
+ * whose buffer (its root: a computed value, not a param, input, constant,
+ * offload, reload or receive, nor a concat with members of its own, of the
+ * concat's dtype and exactly the input's bytes, claimed by no earlier
+ * concat) becomes a *member*: its producer writes straight into its place
+ * inside the concat's buffer, which is its root, and the concat copies
+ * nothing for it.  The root then lives over the union of its members'
+ * lives and its own.  Offsets must stay 64-byte aligned: a part that is
+ * not stays a copy.  KILN_VIEWS=0 turns both off (for comparison; read in
+ * each process: a dump planned with views verifies only with them);
+ * KILN_TEST_VIEW_BUG=overlap places each concat's second member over its
+ * first (the verifier must refuse it). */
+int ir_views_enabled(void);
+/* Views on (1) or off (0) in this process until set again (memplan plans
+ * without them to compare); returns the previous setting.  A slice or
+ * concat with the attribute copy=1 is never a view: memplan marks them all
+ * when a stage's plan without views is the smaller. */
+int ir_views_set(int on);
+/* 1 when node n (a slice or concat) copies nothing in the plan: every
+ * output/input part already lies where the op would copy it (the
+ * emitters skip those parts part by part; the cost model may count it
+ * free). */
+int ir_copy_in_place(const Graph *g, const Node *n);
+/* Part k of slice/concat n (a concat's input k; a slice's output, k = 0)
+ * already lies where the op would copy it: the emitters copy nothing for it. */
+int ir_view_part_in_place(const Graph *g, const Node *n, int k);
 void ir_live_build(const Graph *g, MemLive *L);
 void ir_live_free(MemLive *L);
 

@@ -46,6 +46,17 @@
  *
  * Views share their input's buffer: `reshape` (row-major, same bytes) and
  * `loss` (identity) get their input's space and offset and extend its life.
+ * So do slices and concats along a dimension whose outer dims are all 1
+ * (live.h, "views by layout"): a slice is its input's bytes at an offset,
+ * and a concat's inputs (its *members*) are placed inside its buffer, each
+ * where the concat would copy it, so their producers write straight there
+ * and the back ends copy nothing (TransformerEngine's userbuffers do the
+ * same for tp's chunked collectives; --tp-chunks is where it pays).
+ * ir_live_build decides which by the lifetimes without views, so the live
+ * bytes never rise; and since best-fit packing is a heuristic, a stage is
+ * also planned without views and keeps whichever plan is smaller (the
+ * loser's slices and concats get copy=1, which ir_live_build honours, so
+ * the verifier and the emitters see the same plan).
  * Values internal to a fused group, and nodes without outputs, get none
  * (space = offset = -1).  Offsets are IR_MEM_ALIGN (64) byte aligned.
  *
@@ -103,10 +114,20 @@ typedef struct {
     int64_t off, size; /* size rounded up to IR_MEM_ALIGN */
 } Buf;
 
+/* The packing order: 0 largest first, earlier start first among equals
+ * (the default); 1 largest first, later start first; 2 largest area
+ * (bytes x positions live) first.  plan_graph tries 1 and 2 when the plan
+ * with views packs worse than the plan without. */
+static int pack_order;
+
 static int by_size(const void *a, const void *b) {
     const Buf *x = a, *y = b;
+    if (pack_order == 2) {
+        double ax = (double)x->size * (x->end - x->start + 1), ay = (double)y->size * (y->end - y->start + 1);
+        if (ax != ay) return ax > ay ? -1 : 1;
+    }
     if (x->size != y->size) return x->size > y->size ? -1 : 1;
-    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    if (x->start != y->start) return (x->start < y->start ? -1 : 1) * (pack_order == 1 ? -1 : 1);
     return x->v - y->v;
 }
 
@@ -321,7 +342,7 @@ static int *place_over(const Graph *g, const MemLive *L) {
     return over;
 }
 
-static void plan_graph(Graph *g) {
+static void place_all(Graph *g) {
     MemLive L;
     ir_live_build(g, &L);
     int64_t top[SPACE_COUNT] = {0};
@@ -340,14 +361,94 @@ static void plan_graph(Graph *g) {
     free(over);
     for (int v = 0; v < g->nvals; v++) {
         int r = L.root[v];
-        if (r >= 0 && r != v) g->vals[v].space = g->vals[r].space, g->vals[v].offset = g->vals[r].offset;
+        if (r >= 0 && r != v) g->vals[v].space = g->vals[r].space, g->vals[v].offset = g->vals[r].offset + L.voff[v];
     }
     ir_live_free(&L);
 }
 
+static int64_t stage_peak(const Graph *g, int space);
+static int64_t live_peak(const Graph *g, int activations);
+
+/* The bytes of the spaces a stage's plan uses (host too: offload's). */
+static int64_t plan_total(const Graph *g) {
+    int64_t b = 0;
+    for (int sp = 0; sp < SPACE_COUNT; sp++) b += stage_peak(g, sp);
+    return b;
+}
+
+static int any_view(const Graph *g) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        for (int k = 0; (n->op == OP_slice || n->op == OP_concat) && k < n->nin; k++)
+            if (ir_view_part_in_place(g, n, k)) return 1;
+    }
+    return 0;
+}
+
+/* Place g's values: with views (live.h) unless that plan needs more than
+ * the plan without them, or than cap when cap is larger (pass_memplan:
+ * the largest stage's plan without views).  The live bytes never rise
+ * with views, but best-fit packing is a heuristic: fewer, larger and
+ * longer-lived buffers (a concat's owner) can pack worse, so two other
+ * packing orders are tried first.  mark: if the views lose, give every
+ * slice and concat copy=1, so the verifier, the emitters and any later
+ * liveness see the plan's choice; else (memplan_stage_total's private
+ * copy) just the smaller plan. */
+static void plan_graph(Graph *g, int mark, int64_t cap) {
+    place_all(g);
+    if (!ir_views_enabled() || !any_view(g)) return;
+    int64_t with = plan_total(g), lbw = getenv("KILN_VIEWS_TRACE") ? live_peak(g, 0) : 0;
+    Value *keep = xcalloc((size_t)g->nvals + 1, sizeof(Value));
+    memcpy(keep, g->vals, sizeof(Value) * (size_t)g->nvals);
+    ir_views_set(0);
+    place_all(g);
+    int64_t lbo = getenv("KILN_VIEWS_TRACE") ? live_peak(g, 0) : 0;
+    ir_views_set(1);
+    int64_t without = plan_total(g);
+    Value *alt = xcalloc((size_t)g->nvals + 1, sizeof(Value));
+    memcpy(alt, g->vals, sizeof(Value) * (size_t)g->nvals); /* the plan without views */
+    int64_t limit = without > cap ? without : cap; /* the views' plan may use up to this */
+    for (int order = 1; order <= 2 && with > limit; order++) { /* other packing orders for the views */
+        pack_order = order;
+        place_all(g);
+        pack_order = 0;
+        if (plan_total(g) < with) with = plan_total(g), memcpy(keep, g->vals, sizeof(Value) * (size_t)g->nvals);
+    }
+    memcpy(g->vals, alt, sizeof(Value) * (size_t)g->nvals);
+    free(alt);
+    if (getenv("KILN_VIEWS_TRACE"))
+        fprintf(stderr, "memplan: %lld bytes with views (live bound %lld), %lld without (%lld), limit %lld: %s\n", (long long)with, (long long)lbw,
+                (long long)without, (long long)lbo, (long long)limit, limit < with ? "without" : "with");
+    if (limit < with) {
+        for (int i = 0; mark && i < g->nnodes; i++) {
+            Node *n = &g->nodes[i];
+            if ((n->op != OP_slice && n->op != OP_concat) || ir_attr(n, "copy")) continue;
+            Attr *a = ir_alloc(g->m, sizeof(Attr) * (size_t)(n->nattr + 1));
+            memcpy(a, n->attr, sizeof(Attr) * (size_t)n->nattr);
+            a[n->nattr] = ir_attr_int(g->m, "copy", 1);
+            n->attr = a, n->nattr++;
+        }
+    } else memcpy(g->vals, keep, sizeof(Value) * (size_t)g->nvals);
+    free(keep);
+}
+
+/* Each stage may take views up to the largest stage's plan without them
+ * (the module's memory per rank, what must fit the device); with
+ * KILN_VIEWS_STRICT=1 up to its own plan without them. */
 void pass_memplan(Module *m, const Options *o) {
     (void)o;
-    for (int s = 0; s < m->nstages; s++) plan_graph(m->stages[s]);
+    int64_t cap = 0;
+    const char *strict = getenv("KILN_VIEWS_STRICT");
+    if (m->nstages > 1 && ir_views_enabled() && !(strict && strcmp(strict, "0"))) {
+        ir_views_set(0);
+        for (int s = 0; s < m->nstages; s++) {
+            place_all(m->stages[s]);
+            int64_t t = plan_total(m->stages[s]);
+            cap = t > cap ? t : cap;
+        }
+        ir_views_set(1);
+    }
+    for (int s = 0; s < m->nstages; s++) plan_graph(m->stages[s], 1, cap);
 }
 
 /* ======================================================================
@@ -816,6 +917,35 @@ static void put_peak_phase(const Graph *g, FILE *f) {
     ir_live_free(&L);
 }
 
+/* Slices and concats the plan made views (live.h): the parts placed where
+ * the op would copy them, which the back ends do not copy; printed when
+ * there are any. */
+static void report_views(const Graph *g, FILE *f) {
+    int ns = 0, nsv = 0, nc = 0, ncv = 0, parts = 0, pv = 0;
+    double saved = 0, left = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if ((n->op != OP_slice && n->op != OP_concat) || ir_fused_group(n) >= 0) continue;
+        int all = 1;
+        for (int k = 0; k < n->nin; k++) {
+            int in = ir_view_part_in_place(g, n, k);
+            double b = (double)ir_value_bytes(&g->vals[n->op == OP_slice ? n->out[0] : n->in[k]]);
+            all &= in, parts++, pv += in;
+            *(in ? &saved : &left) += b;
+        }
+        if (n->op == OP_slice) ns++, nsv += all;
+        else nc++, ncv += all;
+        if (!all && getenv("KILN_VIEWS_TRACE")) { /* what is still copied, and where */
+            char t[96], w[160];
+            fprintf(f, "    copied: %s %s {dim=%lld} of %d parts at %s\n", ir_ops[n->op].name, ir_type_str(&g->vals[n->out[0]].t, t, sizeof t),
+                    (long long)ir_attr_i(n, "dim", -1), n->nin, node_line(g, i, w, sizeof w));
+        }
+    }
+    if (nsv + pv)
+        fprintf(f, "  %-16s %d of %d slices and %d of %d concats copy nothing (%d of %d parts in place: %.2f MiB per step not copied, %.2f MiB still copied)%s\n",
+                "views", nsv, ns, ncv, nc, pv, parts, saved / (1 << 20), left / (1 << 20), ir_views_enabled() ? "" : " [KILN_VIEWS=0]");
+}
+
 void memplan_report(const Module *m, FILE *f) {
     for (int s = 0; s < m->nstages; s++) {
         const Graph *g = m->stages[s];
@@ -847,6 +977,7 @@ void memplan_report(const Module *m, FILE *f) {
             put_bytes(f, "host (offload)", host, note);
         }
         put_bytes(f, "workspace", 0, "(scratch of library kernels beyond their outputs: none on the CPU)");
+        report_views(g, f);
         put_bytes(f, "total", p + gr + o + a, NULL);
         if (ir_world(m) > 1) report_comm(m, g, f);
         if (m->mesh[2] > 1) report_cp(m, g, f);
@@ -860,12 +991,15 @@ void memplan_report(const Module *m, FILE *f) {
 /* The same placement as pass_memplan on a private copy of g's values (the
  * only thing plan_graph writes: each value's space and offset), so g is
  * unchanged: the bytes of params, grads, optimizer state and activations
- * that pass_memplan would give this stage, memplan_stage_peak's sum. */
+ * that pass_memplan would give this stage, memplan_stage_peak's sum.  With
+ * pipeline stages pass_memplan may keep a stage's views up to the largest
+ * stage's plan without them; this one stage alone holds them to its own
+ * (KILN_VIEWS_STRICT's rule). */
 int64_t memplan_stage_total(const Graph *g) {
     Graph copy = *g;
     copy.vals = xcalloc((size_t)g->nvals + 1, sizeof(Value));
     memcpy(copy.vals, g->vals, sizeof(Value) * (size_t)g->nvals);
-    plan_graph(&copy);
+    plan_graph(&copy, 0, 0);
     int64_t b = 0;
     for (int sp = SPACE_PARAMS; sp <= SPACE_ACT; sp++) b += stage_peak(&copy, sp);
     free(copy.vals);

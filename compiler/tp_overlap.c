@@ -99,6 +99,7 @@ typedef struct {
     int *whole;     /* old region value -> its chunks joined, chunk-major (attention's inputs and outputs) */
     int *perm;      /* old positions value (nvals: 0..T-1) -> the positions in chunk-major order */
     char *drop;     /* per node: a broadcast or const only chunked readers read (not copied) */
+    char *att_only; /* per value: read, and only, by accepted attention nodes (emit_swap_whole) */
 } Ov;
 
 static const Node *def_of(const Ov *O, int v) {
@@ -407,8 +408,27 @@ static void emit_seed(Ov *O, const Node *n) {
     }
 }
 
+/* A transpose of the tokens and the heads (dims 1 and 2) whose input is
+ * whole (attention's outputs, no chunk sliced yet) or whose readers are all
+ * attention (q, k, v, and the backward's dO) runs once, on the whole value:
+ * its chunks are then slices along dim 1 of [B,T,H,D] and its input's
+ * join a concat along dim 1, both one contiguous run per chunk when B is 1
+ * (views: live.h), where K transposes would join and slice along dim 2 of
+ * [B,H,T,D] (a strided copy each).  Same bytes transposed. */
+static int emit_swap_whole(Ov *O, const Node *n) {
+    int v = n->in[0], y = n->out[0], a = (int)ir_attr_i(n, "a", 0), b = (int)ir_attr_i(n, "b", 0), built = 0;
+    if (n->op != OP_transpose || a + b != 3 || a * b != 2) return 0;
+    for (int i = 0; i < O->K; i++) built |= chunks(O, v)[i] >= 0;
+    int whole_in = O->whole[v] >= 0 && !built;
+    if (!whole_in && !O->att_only[y]) return 0;
+    int w = whole_in ? O->whole[v] : join(O, n, v);
+    O->whole[y] = emit1(O, n, OP_transpose, 1, &w, n->nattr, n->attr, y);
+    return 1;
+}
+
 /* token-wise node: K copies, each on its chunks */
 static void emit_tok(Ov *O, const Node *n) {
+    if (emit_swap_whole(O, n)) return;
     const Attr *at = n->attr;
     if (n->op == OP_reshape) {
         Type ct = chunk_type(O, vty(O, n->out[0]), O->kind[n->out[0]]);
@@ -519,6 +539,12 @@ void pass_tp_overlap(Module *m, const Options *o) {
     for (size_t v = 0; v < nv; v++) O.map[v] = O.unic[v] = O.cat[v] = -1;
     for (size_t i = 0; i < nn; i++)
         for (int k = 0; k < g->nodes[i].nin; k++) O.nuse[g->nodes[i].in[k]]++;
+    int *att = xcalloc(nv + 1, sizeof(int));
+    O.att_only = xcalloc(nv + 1, 1);
+    for (size_t i = 0; i < nn; i++)
+        for (int k = 0; O.role[i] == R_ATT && accepted(&O, (int)i) && k < g->nodes[i].nin; k++) att[g->nodes[i].in[k]]++;
+    for (size_t v = 0; v < nv; v++) O.att_only[v] = (char)(att[v] > 0 && att[v] == O.nuse[v]);
+    free(att);
     mark_drops(&O);
     for (int i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
@@ -541,5 +567,5 @@ void pass_tp_overlap(Module *m, const Options *o) {
     }
     m->stages[0] = O.b.g;
     free(O.kind), free(O.var), free(O.uni), free(O.role), free(O.parent), free(O.reject), free(O.nuse);
-    free(O.map), free(O.chunk), free(O.unic), free(O.cat), free(O.drop), free(O.entry), free(O.whole), free(O.perm);
+    free(O.map), free(O.chunk), free(O.unic), free(O.cat), free(O.drop), free(O.entry), free(O.whole), free(O.perm), free(O.att_only);
 }

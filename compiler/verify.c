@@ -463,9 +463,13 @@ static int check_places(Checker *c, const MemLive *L) {
         if (x->space < 0 || x->space >= SPACE_COUNT) return bad(c, d, "%%%d has no buffer (space %d) after memplan", v, x->space);
         if (x->offset < 0 || x->offset % IR_MEM_ALIGN || x->offset > INT64_MAX - ir_value_bytes(x))
             return bad(c, d, "%%%d has a bad offset %lld (64-byte aligned, >= 0)", v, (long long)x->offset);
-        if (r != v && (x->space != g->vals[r].space || x->offset != g->vals[r].offset))
-            return bad(c, d, "view %%%d is at %s+%lld but must share the buffer of %%%d (%s+%lld)", v, ir_space_name(x->space),
-                       (long long)x->offset, r, ir_space_name(g->vals[r].space), (long long)g->vals[r].offset);
+        if (r != v && (x->space != g->vals[r].space || x->offset != g->vals[r].offset + L->voff[v]))
+            return bad(c, d, "view %%%d is at %s+%lld but must share the buffer of %%%d (%s+%lld, %lld bytes in)", v, ir_space_name(x->space),
+                       (long long)x->offset, r, ir_space_name(g->vals[r].space), (long long)g->vals[r].offset, (long long)L->voff[v]);
+        if (r != v && (x->offset < g->vals[r].offset || x->offset + ir_value_bytes(x) > g->vals[r].offset + ir_value_bytes(&g->vals[r])))
+            return bad(c, d, "view %%%d (%s+%lld, %lld bytes) reaches outside the buffer of %%%d (%s+%lld, %lld bytes)", v,
+                       ir_space_name(x->space), (long long)x->offset, (long long)ir_value_bytes(x), r, ir_space_name(g->vals[r].space),
+                       (long long)g->vals[r].offset, (long long)ir_value_bytes(&g->vals[r]));
         if ((n->op == OP_param && x->space != SPACE_PARAMS) || (n->op == OP_state && x->space != SPACE_OPT))
             return bad(c, d, "%%%d is a %s but lives in the %s space", v, ir_ops[n->op].name, ir_space_name(x->space));
         if ((n->op == OP_offload) != (x->space == SPACE_HOST))
@@ -575,6 +579,33 @@ static int check_overlaps(Checker *c, const MemLive *L, const char *inplace, con
     return rc;
 }
 
+/* Aliases (live.h, views by layout): a value whose buffer is part of
+ * another's (a slice view, a concat's member) overlaps only its owner.
+ * The members of one buffer are each written by their own producer, so no
+ * two of them may share a byte (a concat reads them all at once: their
+ * lives always meet); views that are only read (slices, reshapes) may
+ * overlap anything in their owner. */
+static int check_members(Checker *c, const MemLive *L) {
+    const Graph *g = c->g;
+    Span *sp = xcalloc((size_t)g->nvals + 1, sizeof(Span));
+    int ns = 0, rc = 0;
+    for (int v = 0; v < g->nvals; v++)
+        if (L->member[v] && L->root[v] >= 0 && g->vals[v].space >= 0)
+            sp[ns++] = (Span){v, L->root[v], 0, g->vals[v].space, g->vals[v].offset, ir_value_bytes(&g->vals[v])};
+    qsort(sp, (size_t)ns, sizeof(Span), span_cmp); /* by space, then offset: members of one owner are adjacent in it */
+    for (int i = 0; i + 1 < ns && !rc; i++)
+        for (int j = i + 1; j < ns && !rc && sp[j].space == sp[i].space && sp[j].off < sp[i].off + sp[i].bytes; j++) {
+            if (sp[j].start != sp[i].start) continue; /* other owners: check_overlaps compares the owners */
+            int d = g->vals[sp[j].v].def;
+            rc = bad(c, d, "%%%d and %%%d are both written inside the buffer of %%%d (%s+%lld) and share bytes [%lld, %lld): "
+                     "a concat's members must not overlap",
+                     sp[i].v, sp[j].v, sp[i].start, ir_space_name(sp[i].space), (long long)g->vals[sp[i].start].offset,
+                     (long long)sp[j].off, (long long)(sp[i].off + sp[i].bytes < sp[j].off + sp[j].bytes ? sp[i].off + sp[i].bytes : sp[j].off + sp[j].bytes));
+        }
+    free(sp);
+    return rc;
+}
+
 static int check_plan(Checker *c) {
     const Graph *g = c->g;
     int planned = 0;
@@ -586,7 +617,10 @@ static int check_plan(Checker *c) {
     char *inplace = xcalloc((size_t)g->nvals + 1, 1);
     int *into = xcalloc((size_t)g->nvals + 1, sizeof(int));
     for (int v = 0; v < g->nvals; v++) into[v] = -1;
-    int rc = check_places(c, &L) || check_inplace(c, &L, inplace) || check_written_over(c, &L, into) || check_overlaps(c, &L, inplace, into) ? -1 : 0;
+    int rc = check_places(c, &L) || check_members(c, &L) || check_inplace(c, &L, inplace) || check_written_over(c, &L, into) ||
+                     check_overlaps(c, &L, inplace, into)
+                 ? -1
+                 : 0;
     free(inplace), free(into);
     ir_live_free(&L);
     return rc;

@@ -4,7 +4,8 @@
 # cut into K chunks of the rank's tokens, and attention's (one attention over
 # the chunks joined, with their positions).  `kiln check` (every rank in f64
 # against one device, relative 1e-9) on tiny GPT and tiny Llama with tp 2
-# and 4, K 2 and 4, with dp, pp (zb-v: its B/W split), recompute and lhs;
+# and 4, K 2 and 4, with dp, pp (zb-v: its B/W split), recompute and lhs,
+# and at one sequence per micro-batch (concat and slice as views);
 # the program's shape (K collectives where there was one); K = 1 is today's
 # program byte for byte; the chunked dump reads back; a planted bug (the
 # chunks joined in the wrong order) fails the check; the bad inputs, one
@@ -25,6 +26,11 @@ check_eq $(llama 4) --tp 2 --tp-chunks 2 --recompute gemm-last
 check_eq $(llama 4) --tp 4 --tp-chunks 2 --recompute none
 check_eq $(llama 4) --tp 2 --tp-chunks 4 --pp 2 --micro-batches 2 --set layers=4 --dp 2
 check_eq $(llama 4) --tp 2 --tp-chunks 2 --precision bf16
+# one sequence per micro-batch: the chunks' concats and slices along the
+# tokens are views (docs/parallel.md; the plan's verifier checks them)
+check_eq models/tiny.lua --set batch=1 --tp 2 --tp-chunks 2
+check_eq models/tiny.lua --set batch=2 --tp 2 --tp-chunks 4 --dp 2 --schedule lhs
+check_eq $(llama 4) --set batch=2 --tp 2 --tp-chunks 2 --micro-batches 2 --recompute gemm-last
 
 # the program: per layer, the MLP's all-gather and reduce-scatter become K
 # (forward and backward), attention's stay one each; K = 1 is the program

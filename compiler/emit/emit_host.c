@@ -83,6 +83,7 @@
 
 #include "emit_priv.h"
 #include "kiln_rt.h"
+#include "live.h"
 
 enum { LIBARGS = 32 }; /* args of a library launch: at most 20 (rtk_attention_bwd) */
 
@@ -263,6 +264,7 @@ static void emit_slice(Em *e, const Node *n) {
     kg_row_strides(x, xs);
     kg_row_strides(y, ys);
     int64_t start = ir_attr_i(n, "start", 0);
+    if (ir_view_part_in_place(e->g, n, 0)) return; /* a view: the plan put it inside its input (live.h) */
     launch_copy(e, n, P(e, n->in[0], start * xs[d] * esize(x)), P(e, n->out[0], 0), esize(x), y->rank, y->dim, xs, ys);
 }
 
@@ -274,7 +276,8 @@ static void emit_concat(Em *e, const Node *n) {
     for (int k = 0; k < n->nin; k++) {
         const Type *x = TY(e, n->in[k]);
         kg_row_strides(x, xs);
-        launch_copy(e, n, P(e, n->in[k], 0), P(e, n->out[0], at * ys[d] * esize(y)), esize(y), x->rank, x->dim, xs, ys);
+        if (!ir_view_part_in_place(e->g, n, k)) /* else its producer wrote it in place (live.h, a concat's member) */
+            launch_copy(e, n, P(e, n->in[k], 0), P(e, n->out[0], at * ys[d] * esize(y)), esize(y), x->rank, x->dim, xs, ys);
         at += x->dim[d];
     }
 }
