@@ -11,7 +11,7 @@ IR_LAYER="compiler/ir.h compiler/ir.c compiler/live.h compiler/live.c compiler/v
 PASSES="autodiff parallelize+cp recompute pp optimizer precision fuse schedule+lhs memplan forward"
 # the analyses a pass may call in another pass's file: declared in that
 # pass's header on a const Graph, they change nothing (docs/architecture.md)
-ANALYSES="memplan_stage_total"
+ANALYSES="memplan_stage_total pp_actions"
 
 # ir_includes FILES: the quoted includes of FILES that are not the IR layer's own
 ir_includes() {
