@@ -22,14 +22,14 @@ void pass_pipeline(Module *m, const Options *o);
 /* The pipeline's action of every node of the program before it (pp.c's
  * cut, anchoring and zero-bubble split): chunk (-1: floating, no action),
  * kind (ppsched.h's ActKind: F, B, W) and micro-batch; xcalloc'd arrays of
- * g->nnodes + 1 the caller frees.  pl: ppsched_build's plan for o. */
+ * g->nnodes + 1 the caller frees, in *out.  pl: ppsched_build's plan for o. */
 struct PpPlan;
 typedef struct {
     int *chunk;
     char *kind;
     int *mb;
 } PpActions;
-PpActions pp_actions(const Graph *g, const Options *o, const struct PpPlan *pl);
+void pp_actions(const Graph *g, const Options *o, const struct PpPlan *pl, PpActions *out);
 /* offload.c: saved activations to host memory between forward and backward (docs/offload.md) */
 void pass_offload(Module *m, const Options *o);
 void pass_optimizer(Module *m, const Options *o); /* optimizer.c */

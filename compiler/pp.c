@@ -172,7 +172,7 @@ static void anchor(Pp *P, const int *of_layer) {
  * action of every node of g as this pass would cut and anchor it, before
  * regrouping shared gradient sums (which moves only gradient adds, never a
  * forward value's reader).  chunk[i] is FLOAT (-1) for floating nodes. */
-PpActions pp_actions(const Graph *g, const Options *o, const PpPlan *pl) {
+void pp_actions(const Graph *g, const Options *o, const PpPlan *pl, PpActions *out) {
     Pp P = {.o = o, .g = g, .pl = *pl, .nchunks = pl->p * pl->v};
     P.chunk = xcalloc((size_t)g->nnodes + 1, sizeof(int));
     P.kind = xcalloc((size_t)g->nnodes + 1, 1);
@@ -182,7 +182,7 @@ PpActions pp_actions(const Graph *g, const Options *o, const PpPlan *pl) {
     anchor(&P, of_layer);
     if (zero_bubble(&P)) split_backward(&P);
     free(of_layer), free(P.joins);
-    return (PpActions){P.chunk, P.kind, P.mb};
+    *out = (PpActions){P.chunk, P.kind, P.mb};
 }
 
 /* ---- a gradient summed on several ranks (tied params) ----

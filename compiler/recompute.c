@@ -297,7 +297,7 @@ static Sched sched_of(const Graph *g, const Options *o) {
     PpSchedule kind = p > 1 ? (PpSchedule)o->pp_schedule : PS_1F1B;
     if (ppsched_build(&S.pl, kind, p, p > 1 ? o->vpp : 1, o->micro_batches > 0 ? o->micro_batches : 1, err, sizeof err) != 0)
         error_at(g->nnodes ? g->nodes[0].loc : (Loc){0}, "%s", err);
-    S.a = pp_actions(g, o, &S.pl);
+    pp_actions(g, o, &S.pl, &S.a);
     S.freed_w = xcalloc((size_t)g->nvals, 1);
     for (int i = 0; i < g->nnodes; i++)
         if (S.a.chunk[i] >= 0 && S.a.kind[i] == ACT_W)
