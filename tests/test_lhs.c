@@ -365,19 +365,22 @@ static void test_no_comm_fence(void **state) {
     assert_true(waits[0] > 0 && waits[1] == 0);
 }
 
-/* x, w; a = allreduce_dp(exp x); t = allreduce_tp(neg x); c = t + x;
- * d = x @ w (independent); e = a * x; on dp 2 x tp 2. */
-static Bld tp_behind_dp(void) {
+/* x, w; a = allreduce_dp(exp x); t = allreduce over `group` (neg x);
+ * c = t + x; d = x @ w (independent); e = a * x; on dp 2 x that axis 2
+ * (mesh index axis: 3 tp, 0 pp). */
+static Bld behind_dp(int axis, const char *group) {
     Bld b = bld_new("t", "t.lua");
-    b.m->mesh[1] = 2, b.m->mesh[3] = 2;
+    b.m->mesh[1] = 2, b.m->mesh[axis] = 2;
     int x = input(&b, "x", TY(DT_F32, N, N)), w = param(&b, "w", TY(DT_F32, N, N), "normal", 0.02);
     int a = allreduce(&b, val(&b, OP_exp, INS(x), NOATS));
-    int t = val(&b, OP_allreduce, INS(val(&b, OP_neg, INS(x), NOATS)), ATS(as(&b, "group", "tp")));
+    int t = val(&b, OP_allreduce, INS(val(&b, OP_neg, INS(x), NOATS)), ATS(as(&b, "group", group)));
     output(&b, val(&b, OP_add, INS(t, x), NOATS), "c");
     output(&b, val(&b, OP_matmul, INS(x, w), ATS(ai(&b, "ta", 0), ai(&b, "tb", 0))), "d");
     output(&b, val(&b, OP_mul, INS(a, x), NOATS), "e");
     return b;
 }
+
+static Bld tp_behind_dp(void) { return behind_dp(3, "tp"); }
 
 /* The cost model with the dp all-reduce 2 s, the tp one and the GEMM 1 s,
  * the rest 0: the step and tp's exposed time; *on_tp: nodes on stream 4
@@ -425,17 +428,7 @@ static void test_tp_stream(void **state) {
 
 /* The same on dp 2 x pp 2 with a collective over pp (every transfer over pp
  * alone, sends and receives too, runs on pp's own stream under lhs). */
-static Bld pp_behind_dp(void) {
-    Bld b = bld_new("t", "t.lua");
-    b.m->mesh[0] = 2, b.m->mesh[1] = 2;
-    int x = input(&b, "x", TY(DT_F32, N, N)), w = param(&b, "w", TY(DT_F32, N, N), "normal", 0.02);
-    int a = allreduce(&b, val(&b, OP_exp, INS(x), NOATS));
-    int t = val(&b, OP_allreduce, INS(val(&b, OP_neg, INS(x), NOATS)), ATS(as(&b, "group", "pp")));
-    output(&b, val(&b, OP_add, INS(t, x), NOATS), "c");
-    output(&b, val(&b, OP_matmul, INS(x, w), ATS(ai(&b, "ta", 0), ai(&b, "tb", 0))), "d");
-    output(&b, val(&b, OP_mul, INS(a, x), NOATS), "e");
-    return b;
-}
+static Bld pp_behind_dp(void) { return behind_dp(0, "pp"); }
 
 static void test_pp_stream(void **state) {
     (void)state;
