@@ -110,12 +110,13 @@ class GPT(nn.Module):
 
 
 def flash_only():
-    """Force the flash SDPA backend; (context, name)."""
+    """Force the flash SDPA backend; (a function making a fresh context per
+    step, name): sdpa_kernel's context is a generator's, entered only once."""
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
-        return sdpa_kernel([SDPBackend.FLASH_ATTENTION]), "flash"
+        return (lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])), "flash"
     except ImportError:
-        return contextlib.nullcontext(), "default"
+        return contextlib.nullcontext, "default"
 
 
 def batches(tokens, n, B, T, gen):
@@ -166,15 +167,15 @@ def main():
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if cuda else {}))
     fwd = torch.compile(model) if a.mode == "compile" else model
-    sdpa_ctx, sdpa = flash_only() if cuda else (contextlib.nullcontext(), "default")
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
+    sdpa_ctx, sdpa = flash_only() if cuda else (contextlib.nullcontext, "default")
+    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if cuda else contextlib.nullcontext
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     losses, times = [], []
     sync()
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
-        with sdpa_ctx, amp:
+        with sdpa_ctx(), amp():
             loss = fwd(xs[step], ys[step])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
