@@ -656,6 +656,11 @@ int64_t emit_cuda_scratch(const Module *m, const Node *n) {
         break;
     }
     case OP_attention_bwd: bytes = ir_numel(t1) / (t1->rank ? t1->dim[t1->rank - 1] : 1) * 4; break; /* q [B,H,T,D]: B*H*T f32 */
+    case OP_sumto: { /* kernels_cuda.c sumto_rows: parts(R) * K f32, K the outputs, R = x's elements / K */
+        int64_t K = ir_numel(&g->vals[n->out[0]].t), R = K ? ir_numel(t0) / K : 0, parts = (R + 255) / 256;
+        bytes = (parts < 1 ? 1 : parts > 1024 ? 1024 : parts) * K * 4;
+        break;
+    }
     case OP_sumsq: {
         int64_t parts = (ir_numel(t0) + 2047) / 2048;
         bytes = (parts < 1 ? 1 : parts > 1024 ? 1024 : parts) * 4;

@@ -12,8 +12,10 @@
  * Element types.  Where the dtype varies the kernel takes `void *` and
  * kiln_rt.h's code (common.cuh: KILN_F32, KILN_BF16, KILN_I32); the math
  * is f32 and a bf16 store rounds once, to nearest even.  copy moves
- * elements of 1, 2, 4 or 8 bytes as integers (any other size byte by byte),
- * so it serves every dtype.
+ * elements of 1, 2, 4, 8 or 16 bytes as integers or vectors (any other size
+ * byte by byte), so it serves every dtype; its launcher widens a copy whose
+ * innermost dim is contiguous on both sides to 16-byte elements where the
+ * strides and addresses allow (runtime/cuda/kernels_cuda.c copy_widen).
  *
  * Determinism.  No atomics.  Every sum has one order fixed by the shapes:
  * sumto and reduce give each output to one thread, which adds its inputs in
@@ -135,6 +137,7 @@ static __device__ __forceinline__ void copy_one(const void *src, void *dst, long
     case 2: ((unsigned short *)dst)[dof] = ((const unsigned short *)src)[so]; break;
     case 4: ((unsigned *)dst)[dof] = ((const unsigned *)src)[so]; break;
     case 8: ((unsigned long long *)dst)[dof] = ((const unsigned long long *)src)[so]; break;
+    case 16: ((uint4 *)dst)[dof] = ((const uint4 *)src)[so]; break;
     default:
         for (long long b = 0; b < eb; b++) ((unsigned char *)dst)[dof * eb + b] = ((const unsigned char *)src)[so * eb + b];
     }
@@ -262,6 +265,52 @@ kiln_sumto(const void *x, void *y, int dtx, int dty, int rank, long long d0, lon
             yo += idx * s.kys[k];
         }
         kiln_st_dt(y, yo, sumto_one(x, dtx, s, xo), dty);
+    }
+}
+
+/* ---- sumto over rows: x [R, K] -> y [K] in two stages ---- */
+
+/* The common sumto (a bias gradient: [B*T, C] -> [C]) has few outputs and
+ * many rows, so one thread an output leaves the GPU idle.  The rows are
+ * cut into `parts` of `rpp` rows (fixed by R alone: the launcher's rule),
+ * and a block sums a part for 32 columns: warp w of its 8 adds rows
+ * w, w + 8, ... of the part (lane l: column l of the tile, coalesced), then
+ * warp 0 adds the 8 sums in order into part[p][c] (f32).  kiln_sumto_parts
+ * adds part[0..parts-1][c] in order into y[c].  Every order is fixed by
+ * R and K, so any grid gives the same bits. */
+#define MISC_SUMTO_WARPS (KILN_BLOCK / 32)
+
+extern "C" __global__ void __launch_bounds__(KILN_BLOCK)
+kiln_sumto_rows(const void *x, float *part, int dtx, long long R, long long K, long long rpp, long long parts) {
+    __shared__ float sums[MISC_SUMTO_WARPS][32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const long long tiles = (K + 31) / 32;
+    for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const long long c = t * 32 + lane;
+        for (long long p = blockIdx.y; p < parts; p += gridDim.y) {
+            const long long r1 = p * rpp + rpp < R ? p * rpp + rpp : R;
+            float acc = 0.0f;
+            if (c < K)
+                for (long long r = p * rpp + w; r < r1; r += MISC_SUMTO_WARPS) acc += kiln_ld_dt(x, r * K + c, dtx);
+            sums[w][lane] = acc;
+            __syncthreads();
+            if (w == 0 && c < K) {
+                float total = 0.0f;
+#pragma unroll
+                for (int k = 0; k < MISC_SUMTO_WARPS; k++) total += sums[k][lane];
+                part[p * K + c] = total;
+            }
+            __syncthreads();
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(KILN_BLOCK)
+kiln_sumto_parts(const float *part, void *y, int dty, long long parts, long long K) {
+    for (long long c = kiln_gtid(); c < K; c += kiln_gstride()) {
+        float total = 0.0f;
+        for (long long p = 0; p < parts; p++) total += part[p * K + c];
+        kiln_st_dt(y, c, total, dty);
     }
 }
 

@@ -38,6 +38,8 @@
  *        rtk_embedding_bwd   (4*n + 256*ceil(n/256)) * 4   (n > 0; else 0)
  *        rtk_attention_bwd   B * H * T * 4   (rtk_attention_bwd_tc the same)
  *        rtk_sumsq           parts * 4, parts = max(1, min(ceil(n/2048), 1024))
+ *        rtk_sumto           parts * K * 4, K = y's elements, R = x's / K,
+ *                            parts = max(1, min(ceil(R/256), 1024))
  *    and nothing for the others (a GEMM's workspace is separate).  One
  *    stream runs its kernels in order, so they share the buffer safely.
  *
@@ -110,6 +112,8 @@ _Static_assert(sizeof(CUdeviceptr) == sizeof(void *), "a CUdeviceptr parameter m
 #define ELEM_GRID_MAX 65535LL     /* misc.cu's element kernels: min(ceil(n/256), 65535) */
 #define NORM_PARTS 512            /* KILN_NORM_PARTS (common.cuh) */
 #define FUSED_MAX_PTRS 256        /* rtk_fused: pointer params at most (2 KiB of params) */
+#define SUMTO_ROWS 256            /* sumto over rows: parts(R) = min(max(ceil(R/256), 1), 1024) */
+#define SUMTO_PARTS 1024          /* (README; the compiler's emit_cuda_scratch has the same rule) */
 
 /* ---- small helpers ---- */
 
@@ -497,6 +501,33 @@ void rtk_lr_cosine(rt_ctx *ctx, const int64_t *a) {
     launch(ctx, "kiln_lr_cosine", 1, 1, 1, 0, params);
 }
 
+/* A copy whose innermost dim is contiguous on both sides moves w elements
+ * at a time as one of w * eb bytes (up to 16: one vector load and store a
+ * thread) when every stride, the innermost length and both addresses allow
+ * it: a [.., D] bf16 row of a transpose, slice or concat moves 16 bytes a
+ * thread instead of 2 (the same bytes land in the same places).  The
+ * innermost dim is the last of size > 1. */
+static void copy_widen(CUdeviceptr src, CUdeviceptr dst, long long *eb, long long *d, long long *ss, long long *ds) {
+    int last = -1;
+    for (int k = 0; k < 5; k++)
+        if (d[k] > 1) last = k;
+    if (last < 0 || ss[last] != 1 || ds[last] != 1) return;
+    long long w = 16 / *eb;
+    for (; w > 1; w /= 2) {
+        int ok = 16 % (*eb * w) == 0 && d[last] % w == 0 && src % (CUdeviceptr)(*eb * w) == 0 &&
+                 dst % (CUdeviceptr)(*eb * w) == 0;
+        for (int k = 0; k < 5 && ok; k++)
+            if (k != last && d[k] > 1) ok = ss[k] % w == 0 && ds[k] % w == 0;
+        if (ok) break;
+    }
+    if (w <= 1) return;
+    for (int k = 0; k < 5; k++) {
+        if (k == last) d[k] /= w;
+        else ss[k] /= w, ds[k] /= w; /* a dim of size 1 drops out whatever its strides */
+    }
+    *eb *= w;
+}
+
 /* args: src, dst, elem_bytes, rank, d0..d4, ss0..ss4, ds0..ds4.  The dims
  * past rank are passed as 1 with strides 0, whatever the args hold. */
 void rtk_copy(rt_ctx *ctx, const int64_t *a) {
@@ -515,15 +546,46 @@ void rtk_copy(rt_ctx *ctx, const int64_t *a) {
         d[k] = k < rank ? a[4 + k] : 1;
         ss[k] = k < rank ? a[9 + k] : 0;
         ds[k] = k < rank ? a[14 + k] : 0;
-        total *= d[k];
     }
+    copy_widen(src, dst, &eb, d, ss, ds);
+    for (int k = 0; k < 5; k++) total *= d[k];
     void *params[] = {&src, &dst, &eb, &rank, &d[0], &d[1], &d[2], &d[3], &d[4], &ss[0], &ss[1], &ss[2], &ss[3], &ss[4],
                       &ds[0], &ds[1], &ds[2], &ds[3], &ds[4]};
     launch(ctx, "kiln_copy", grid_elems(total), 1, BLOCK, 0, params);
 }
 
+/* When the summed dims come first and the kept ones after them, with y
+ * contiguous over those, x is [R, K] and y [K]: 1 and R, K; else 0. */
+static int sumto_as_rows(const long long *d, const long long *ys, long long *R, long long *K) {
+    int k = 0;
+    *R = 1;
+    for (; k < 5 && (ys[k] == 0 || d[k] == 1); k++) *R *= d[k];
+    *K = 1;
+    for (int j = 4; j >= k; j--) {
+        if (d[j] == 1) continue;
+        if (ys[j] != *K) return 0;
+        *K *= d[j];
+    }
+    return 1;
+}
+
+/* x [R, K] -> y [K]: kiln_sumto_rows sums parts of rows into scratch,
+ * kiln_sumto_parts adds the parts in order (the compiler's
+ * emit_cuda_scratch reserves parts * K * 4 bytes for every sumto). */
+static void sumto_rows(rt_ctx *ctx, CUdeviceptr x, CUdeviceptr y, int dtx, int dty, long long R, long long K) {
+    long long parts = min64(ceil_div(R, SUMTO_ROWS), SUMTO_PARTS), rpp;
+    if (parts < 1) parts = 1;
+    rpp = ceil_div(R, parts);
+    CUdeviceptr part;
+    if (scratch(ctx, parts * K * 4, &part)) return;
+    void *rows[] = {&x, &part, &dtx, &R, &K, &rpp, &parts};
+    launch(ctx, "kiln_sumto_rows", min64(ceil_div(K, 32), GRID_X_MAX), parts, BLOCK, 0, rows);
+    void *sum[] = {&part, &y, &dty, &parts, &K};
+    launch(ctx, "kiln_sumto_parts", grid_elems(K), 1, BLOCK, 0, sum);
+}
+
 /* args: x, y, rank, d0..d4, ys0..ys4, dtx, dty; one thread per output (the
- * dims with a nonzero y stride).  Dims past rank: 1, stride 0. */
+ * dims with a nonzero y stride), or sumto_rows.  Dims past rank: 1, stride 0. */
 void rtk_sumto(rt_ctx *ctx, const int64_t *a) {
     CUdeviceptr x = dptr(a[0]), y = dptr(a[1]);
     int rank = (int)a[2], dtx = (int)a[13], dty = (int)a[14];
@@ -537,6 +599,11 @@ void rtk_sumto(rt_ctx *ctx, const int64_t *a) {
         d[k] = k < rank ? a[3 + k] : 1;
         ys[k] = k < rank ? a[8 + k] : 0;
         if (ys[k] != 0) outputs *= d[k];
+    }
+    long long R, K;
+    if (outputs > 0 && sumto_as_rows(d, ys, &R, &K)) {
+        sumto_rows(ctx, x, y, dtx, dty, R, K);
+        return;
     }
     void *params[] = {&x,    &y,    &dtx,  &dty,  &rank,  &d[0],  &d[1], &d[2],
                       &d[3], &d[4], &ys[0], &ys[1], &ys[2], &ys[3], &ys[4]};

@@ -296,6 +296,10 @@ static void copy_cases() {
         {"transpose [3,5,7] -> [7,3,5], f32", 4, 3, {C, A, B}, {1, B * C, C}, {A * B, B, 1}, A * B * C, 0, A * B * C, 0},
         {"[B,T,H,D] -> [B,H,T,D], D = 64, bf16 (a warp a row)", 2, 4, {2, 3, 5, 64}, {5 * 3 * 64, 64, 3 * 64, 1}, {3 * 5 * 64, 5 * 64, 64, 1},
          2 * 5 * 3 * 64, 0, 2 * 3 * 5 * 64, 0},
+        {"the same widened by rtk_copy: 16-byte elements, D/8 = 8 a row", 16, 4, {2, 3, 5, 8}, {5 * 3 * 8, 8, 3 * 8, 1},
+         {3 * 5 * 8, 5 * 8, 8, 1}, 2 * 5 * 3 * 8, 0, 2 * 3 * 5 * 8, 0},
+        {"16-byte elements, a run of 40 (a warp a row): rows of [6,96] into cols 16..55 of [6,64]", 16, 2, {6, 40},
+         {96, 1}, {64, 1}, 6 * 96, 0, 6 * 64, 16},
         {"slice rows 2..5, cols 3..39 of [7,50], bf16", 2, 2, {4, 37}, {50, 1}, {37, 1}, 350, 2 * 50 + 3, 4 * 37, 0},
         {"concat part: [5,33] into cols 10..42 of [5,80]", 4, 2, {5, 33}, {33, 1}, {80, 1}, 165, 0, 400, 10},
         {"broadcast [1,40] -> [6,40]", 4, 2, {6, 40}, {0, 1}, {40, 1}, 40, 0, 240, 0},
@@ -380,6 +384,56 @@ static void sumto_cases() {
     }
     run_case("sumto [4,6,3] -> [4,6,1] stored as [6,4] (y strides 1, 4), f32 -> f32",
              [] { case_sumto(3, {4, 6, 3}, 4, KILN_F32, KILN_F32, 2, {1, 4, 0}); });
+}
+
+// x [R, K] -> y [K] by kiln_sumto_rows + kiln_sumto_parts (README's parts
+// and order: parts of rpp rows, 8 warps a part each adding every 8th row,
+// the warps' sums in order, then the parts in order), on the intended grid
+// and on grid (gx, gy), which must give the same bits
+static void case_sumto_rows(long long R, long long K, int dtx, int dty, unsigned gx, unsigned gy) {
+    long long parts = (R + 255) / 256;
+    parts = parts < 1 ? 1 : parts > 1024 ? 1024 : parts;
+    long long rpp = (R + parts - 1) / parts;
+    Tensor x = random_tensor(dtx, (size_t)(R * K), -1, 1);
+    DV want(K, 0), sumabs(K, 0), tol(K), exact(K);
+    for (long long c = 0; c < K; c++) {
+        float total = 0.0f;
+        for (long long p = 0; p < parts; p++) {
+            float w8[8] = {0}, part = 0.0f;
+            long long r1 = std::min(R, p * rpp + rpp);
+            for (int w = 0; w < 8; w++)
+                for (long long r = p * rpp + w; r < r1; r += 8) w8[w] += (float)x.get(r * K + c);
+            for (int w = 0; w < 8; w++) part += w8[w];
+            total += part;
+        }
+        for (long long r = 0; r < R; r++) want[c] += x.get(r * K + c), sumabs[c] += fabs(x.get(r * K + c));
+        tol[c] = r_out(dty) * fabs(want[c]) + R * U * sumabs[c];
+        exact[c] = dty == KILN_BF16 ? bf16_of(total) : total;
+    }
+    auto run = [&](Tensor &y, unsigned grx, unsigned gry) {
+        Tensor part = poison(KILN_F32, (size_t)(parts * K));
+        emu_launch(dim3(grx, gry), dim3(KILN_BLOCK), 0,
+                   [&] { kiln_sumto_rows(x.p(), (float *)part.p(), dtx, R, K, rpp, parts); });
+        launch(elems(K), KILN_BLOCK, [&] { kiln_sumto_parts((const float *)part.p(), y.p(), dty, parts, K); });
+    };
+    Tensor y = poison(dty, K), y2 = poison(dty, K);
+    run(y, (unsigned)((K + 31) / 32), (unsigned)parts);
+    expect_close("y against the double sums", y, want, tol);
+    expect_equal("y = the f32 sums in README's order", y, exact);
+    run(y2, gx, gy);
+    tap(y2.same_bits(y), "grid (%u, %u): same bits as the intended grid", gx, gy);
+}
+
+static void sumto_rows_cases() {
+    run_case("sumto_rows [300,70] -> [70] (a bias gradient, 2 parts), bf16 -> f32",
+             [] { case_sumto_rows(300, 70, KILN_BF16, KILN_F32, 1, 1); });
+    run_case("sumto_rows [1000,33] -> [33] (4 parts, a ragged last one), f32 -> bf16",
+             [] { case_sumto_rows(1000, 33, KILN_F32, KILN_BF16, 2, 3); });
+    run_case("sumto_rows [5,600] -> [600] (one part of 5 rows), bf16 -> bf16",
+             [] { case_sumto_rows(5, 600, KILN_BF16, KILN_BF16, 3, 1); });
+    run_case("sumto_rows [777,1] -> [1] (a scalar), f32 -> f32",
+             [] { case_sumto_rows(777, 1, KILN_F32, KILN_F32, 1, 2); });
+    run_case("sumto_rows [0,40] -> [40]: zeros", [] { case_sumto_rows(0, 40, KILN_BF16, KILN_F32, 1, 1); });
 }
 
 // ---- reduce, max_bwd ----
@@ -741,7 +795,7 @@ int main(int argc, char **argv) {
         return false;
     };
     if (wanted("copy")) copy_cases();
-    if (wanted("sumto")) sumto_cases();
+    if (wanted("sumto")) sumto_cases(), sumto_rows_cases();
     if (wanted("reduce")) reduce_cases();
     if (wanted("softmax")) softmax_cases();
     if (wanted("sumsq")) sumsq_cases();

@@ -154,6 +154,10 @@ struct uint3 {
     unsigned x, y, z;
 };
 
+struct alignas(16) uint4 {  // misc.cu's 16-byte copy element
+    unsigned x, y, z, w;
+};
+
 struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
