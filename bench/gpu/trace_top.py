@@ -11,21 +11,28 @@ cuBLASLt's plans, the allocator's first touch) is dropped: the first
 1/STEPS of the launches in time order.
 Used by bench/gpu/profile.sh on the GPU machine; needs only the standard
 library."""
+import gzip
 import json
 import sys
 from collections import defaultdict
 
 
-def main():
-    path = sys.argv[1]
-    steps = int(sys.argv[2])
-    doc = json.load(open(path))
+def steady_events(path, steps):
+    """The launches of a STEPS-step trace (plain or gzipped JSON) after the
+    first step, in time order, and how many steps they are."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        doc = json.load(f)
     ev = doc["traceEvents"] if isinstance(doc, dict) else doc
     ev = sorted((e for e in ev if e.get("ph") == "X" and "dur" in e), key=lambda e: e["ts"])
     if steps < 2 or len(ev) % steps:
-        sys.exit(f"trace_top.py: {path}: {len(ev)} launches are not {steps} equal steps (STEPS >= 2)")
-    ev = ev[len(ev) // steps:]
-    steps -= 1
+        sys.exit(f"{path}: {len(ev)} launches are not {steps} equal steps (STEPS >= 2)")
+    return ev[len(ev) // steps:], steps - 1
+
+
+def main():
+    path = sys.argv[1]
+    ev, steps = steady_events(path, int(sys.argv[2]))
     t0 = min(e["ts"] for e in ev)
     t1 = max(e["ts"] + e["dur"] for e in ev)
     busy, end = 0.0, t0
