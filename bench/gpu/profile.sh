@@ -7,7 +7,9 @@
 # times are the GPU's), and bench/gpu/trace_top.py prints per step the
 # span, the busy share and the launches by total time.  Then PyTorch
 # eager and torch.compile on the same model for the peer's step time.
-# Leaves profile.txt and the traces (gzipped) under $OUT.
+# Leaves profile.txt and the traces (gzipped) under $OUT.  Settings:
+# STEPS (4), TRAINERS (the bundle's binaries to trace), TORCH_MODES
+# ("eager compile"; empty: no PyTorch).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 G=${BUNDLE:-bench/gpu/out}
@@ -24,7 +26,7 @@ for w in $("$PY" -c 'import glob,site,os; [print(os.path.dirname(p)) for s in si
     echo; echo "== the cuDNN libraries on this machine (kiln's graphs need 9.16)"
     find / -xdev -name 'libcudnn.so.9*' -not -type l 2> /dev/null | head -8
     "$PY" -c 'import torch; print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version())' 2>&1 | tail -1
-    for b in gpt2_cuda gpt2_tc_cuda gpt2_ep_cuda; do
+    for b in ${TRAINERS:-gpt2_cuda gpt2_tc_cuda gpt2_ep_cuda}; do
         [ -x "$G/bin/$b" ] || continue
         echo; echo "== $b"
         timeout -k 5 120 env LD_LIBRARY_PATH="$KLD" "$G/bin/$b" --data "$G/$GPT2_DATA" --steps "$STEPS" --seed 1337 \
@@ -33,7 +35,7 @@ for w in $("$PY" -c 'import glob,site,os; [print(os.path.dirname(p)) for s in si
         "$PY" bench/gpu/trace_top.py "$OUT/$b.json" "$STEPS"
         gzip -f "$OUT/$b.json"
     done
-    for mode in eager compile; do
+    for mode in ${TORCH_MODES-eager compile}; do
         echo; echo "== torch $mode"
         timeout -k 10 200 "$PY" bench/gpu/gpt2_torch.py --data "$G/$GPT2_DATA" --mode $mode --batch "$BATCH" --seq "$SEQ" \
             --warmup "$WARM" --steps 10 2> "$OUT/torch_$mode.log" | tail -1 || tail -3 "$OUT/torch_$mode.log"
