@@ -459,12 +459,25 @@ static void emit_rs(Ov *O, const Node *n) {
     free(rs);
 }
 
+/* The first value that is v by construction: autodiff reshapes a saved
+ * input once per reader (x for the q, k and v projections' weight
+ * gradients), so equal reshapes of one value share one concat of chunks. */
+static int first_equal(const Ov *O, int v) {
+    const Node *n = def_of(O, v);
+    if (!n || n->op != OP_reshape) return v;
+    for (const Node *m = O->g->nodes; m < n; m++)
+        if (m->op == OP_reshape && m->in[0] == n->in[0] && ir_type_eq(vty(O, m->out[0]), vty(O, v)) &&
+            O->kind[m->out[0]] == O->kind[v])
+            return m->out[0];
+    return v;
+}
+
 /* dW = A^T dY over every token: one GEMM over the chunks concatenated
  * (the same chunk-major order in both inputs) */
 static void emit_dw(Ov *O, const Node *n) {
     int in[2];
     for (int k = 0; k < 2; k++) {
-        int v = n->in[k];
+        int v = first_equal(O, n->in[k]);
         if (O->cat[v] < 0) {
             Attr d = ir_attr_int(O->g->m, "dim", 0);
             O->cat[v] = emit1(O, n, OP_concat, O->K, chunks(O, v), 1, &d, v);

@@ -40,6 +40,19 @@ d=$(KILN_VIEWS_TRACE=1 "$K" plan models/tiny.lua --set batch=4 --tp 4 --tp-chunk
 c=$("$K" dump models/tiny.lua --set batch=4 --tp 4 --tp-chunks 2 --dp 2 --micro-batches 2 --schedule fixed --after memplan 2>&1 | grep -c '= \(slice\|concat\) .*copy=1')
 check "where the plan without views is smaller, memplan keeps it and marks its slices and concats copy=1 ($c): $d" '[[ "$d" == *": without" ]] && [ "$c" -gt 0 ]'
 
+# the weight gradients of the q, k and v projections (and of SwiGLU's w1 and
+# w3) read one saved input through one reshape each: they share one concat
+# of its chunks (tp_overlap.c first_equal), so no two concats join the same
+# buffers (inputs followed through reshapes, which copy nothing)
+"$K" dump $llama --set batch=1 --tp 2 --tp-chunks 2 --recompute gemm-last -o "$tmp/dup.ir" > /dev/null 2>&1
+dups=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "=") break
+              v = $1; sub(/:.*/, "", v); op = $(i + 1)
+              if (op == "reshape") { x = $(i + 2); sub(/,$/, "", x); root[v] = (x in root) ? root[x] : x }
+              if (op == "concat") { k = ""; for (j = i + 2; j <= NF && $j !~ /^\{/; j++) { x = $j; sub(/,$/, "", x); k = k " " ((x in root) ? root[x] : x) }
+                                    if (k in seen) n++; seen[k] = 1; c++ } }
+            END { print n + 0, c + 0 }' "$tmp/dup.ir")
+check "llama tp 2 K 2: concats of the same buffers (through reshapes), of all concats: $dups" '[ "${dups%% *}" = 0 ] && [ "${dups##* }" -gt 0 ]'
+
 # one sequence: the plan's slices and concats as views; the trainer
 # launches exactly the copies the plan says are left (its trace, rank 0)
 a=$("$K" plan models/tiny.lua --set layers=1 --set batch=1 --tp 2 --tp-chunks 2 2>&1)
