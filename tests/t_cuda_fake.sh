@@ -26,7 +26,8 @@
 #     once, a deadlock and a missing rank time out (KILN_FAKE_NCCL_TIMEOUT),
 #     an exited rank fails the others at once, and the planted
 #     KILN_FAKE_NCCL_TEST_DROP_RANK=1 is caught (~5 s, mostly the timeouts);
-#  4. strict mode: a leak and a double free make the exit status 1; a
+#  4. strict mode: a leak, a double free and a failed kernel lookup
+#     (cuModuleGetFunction of a name the module lacks) make the exit status 1; a
 #     kernel library whose kiln_layernorm_fwd takes other parameters than
 #     the cubin's (a stale library) is refused by cuModuleGetFunction;
 #  5. the trainer: compile models/tiny.lua --target cuda:sm_90 with
@@ -178,6 +179,17 @@ grep -q 'leak: 1 device allocations (1000 bytes)' "$tmp/err"; found=$?
 grep -q '1 bad frees' "$tmp/err"; found=$?
 [ $rc1 = 1 ] && [ $found = 0 ] && say 0 "KILN_FAKE_CUDA_STRICT=1: a double free fails (CUDA_ERROR_INVALID_VALUE), is reported and exits 1" ||
     say 1 "strict double free: exit $rc1 (want 1; 3 = the second cuMemFree succeeded), report found: $found: $(head -c 500 "$tmp/err")"
+
+# a failing lookup (a name the module lacks: CUDA_ERROR_NOT_FOUND, an API
+# error under compute-sanitizer memcheck) is reported and exits 1 under
+# strict; section 5's strict trainer runs then prove the runtime makes none
+# (dev_cuda.c lists each module's kernels at load instead of probing)
+got=$("${fake_env[@]}" KILN_FAKE_CUDA_STRICT=1 "$ST" getfn kiln_rmsnorm_fwd 2> "$tmp/err"); rc1=$?
+"${fake_env[@]}" "$ST" getfn kiln_rmsnorm_fwd > /dev/null 2> "$tmp/err2"; rc2=$?
+grep -q '1 failed cuModuleGetFunction lookups' "$tmp/err"; found=$?
+[ "$got" = CUDA_ERROR_NOT_FOUND ] && [ $rc1 = 1 ] && [ $found = 0 ] && [ $rc2 = 1 ] && ! grep -q 'failed' "$tmp/err2" &&
+    say 0 "KILN_FAKE_CUDA_STRICT=1: cuModuleGetFunction(a name the module lacks) is $got, reported, exit 1 (silent without strict)" ||
+    say 1 "strict failed lookup: got '$got' (want CUDA_ERROR_NOT_FOUND), exit $rc1 (want 1), report found: $found (0 = yes), without strict exit $rc2: $(head -c 500 "$tmp/err")"
 
 # ---- 4b. a kernel library that does not match the cubin ----
 # a kiln_layernorm_fwd with other parameters, listed first, must be refused

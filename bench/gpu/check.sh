@@ -16,11 +16,21 @@
 #      kiln's trainer (median tokens/s of its log after the warm-up), PyTorch
 #      eager and torch.compile (gpt2_torch.py: bf16 autocast, fused AdamW,
 #      flash SDPA); MFU by one formula for all three (report.py);
-#   6. the tensor-core attention (--attention tc, issue 23): tiny.lua's 10
-#      steps against the CPU as in 3, and GPT-2's speed run as in 5; then
-#      the same for cuBLASLt's epilogues (--gemm-epilogue all: BIAS, GELU_AUX_BIAS, BGRADA, DGELU_BGRAD);
-#   7. compute-sanitizer, where it is installed: memcheck and racecheck on 2
+#   6. the tensor-core attention (--attention tc, issue 23), cuDNN's
+#      (--attention cudnn: the speed kiln's own kernels must beat) and
+#      cuBLASLt's epilogues (--gemm-epilogue all: BIAS, GELU_AUX_BIAS,
+#      BGRADA, DGELU_BGRAD): tiny.lua's 10 steps against the CPU as in 3,
+#      and GPT-2's speed run as in 5;
+#   7. a trace: 4 steps of the tc trainer with --trace, summarized by
+#      trace_top.py (span, busy share, kernels by time);
+#   8. compute-sanitizer, where it is installed: memcheck and racecheck on 2
 #      tiny steps (eager: KILN_NO_GRAPH=1), memcheck on kcheck --small.
+# They run in this order: kcheck; every loss check (tiny, its graph vs
+# eager, tiny_tc, tiny_cudnn, tiny_ep; GPT-2); the speed of kiln_tc, of
+# kiln_cudnn and of kiln; the trace; the sanitizers; PyTorch eager and
+# torch.compile; kiln_ep's speed.  (The first GPU run took 189 s of the 420.)
+# A cuDNN leg (kcheck's cases, the --attention cudnn trainers) whose cuDNN
+# is older than kiln's graphs need is a SKIP, not a FAIL.
 # It ends with ONE table (report.py table) and leaves under $OUT (the device
 # tool's folder; else bench/gpu/out/run-DATE): check.log (everything
 # printed), summary.md (the table, for bench/RESULTS.md) and logs.tgz (every
@@ -39,7 +49,9 @@
 # CHECK_LD_FIRST (directories put first on the kiln binaries' library path:
 # the fakes), KCHECK_ARGS (extra kcheck flags: --small), SKIP_LEGS (an
 # extended regex: legs whose name matches are skipped), CAP_SCALE (each
-# leg's time cap times this: the emulator is slow).
+# leg's time cap times this: the emulator is slow), TRACE_BIN and
+# TRACE_DATA (the trace leg's trainer and data in place of GPT-2 tc's: a
+# tiny trainer on the fakes).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 G=${BUNDLE:-bench/gpu/out}
@@ -70,21 +82,22 @@ main() {
     find_libraries
     leg_env
     leg_kcheck
+    # correctness first (each a few seconds), then speed, the trace, the
+    # sanitizers, the PyTorch peers and the opt-in epilogues
     leg_train tiny "$G/bin/tiny_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
     leg_nograph
+    [ -x "$G/bin/tiny_tc_cuda" ] && leg_train tiny_tc "$G/bin/tiny_tc_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
+    [ -x "$G/bin/tiny_cudnn_cuda" ] && leg_train tiny_cudnn "$G/bin/tiny_cudnn_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
+    [ -x "$G/bin/tiny_ep_cuda" ] && leg_train tiny_ep "$G/bin/tiny_ep_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
     leg_train gpt2 "$G/bin/gpt2_check_cuda" "$G/$GPT2_DATA" "$GPT2_FLAGS"
+    [ -x "$G/bin/gpt2_tc_cuda" ] && leg_speed_kiln kiln_tc "$G/bin/gpt2_tc_cuda" # the fastest kiln today
+    [ -x "$G/bin/gpt2_cudnn_cuda" ] && leg_speed_kiln kiln_cudnn "$G/bin/gpt2_cudnn_cuda" # the bar for kiln's attention
     leg_speed_kiln kiln "$G/bin/gpt2_cuda"
+    [ -x "${TRACE_BIN:-$G/bin/gpt2_tc_cuda}" ] && leg_trace kiln_tc "${TRACE_BIN:-$G/bin/gpt2_tc_cuda}" "${TRACE_DATA:-$G/$GPT2_DATA}"
+    leg_sanitizer
     leg_speed_torch eager 60 150
     leg_speed_torch compile 150 240
-    if [ -x "$G/bin/tiny_tc_cuda" ]; then
-        leg_train tiny_tc "$G/bin/tiny_tc_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
-        leg_speed_kiln kiln_tc "$G/bin/gpt2_tc_cuda"
-    fi
-    if [ -x "$G/bin/tiny_ep_cuda" ]; then # --gemm-epilogue all (cuBLASLt's forward and backward epilogues)
-        leg_train tiny_ep "$G/bin/tiny_ep_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
-        leg_speed_kiln kiln_ep "$G/bin/gpt2_ep_cuda"
-    fi
-    leg_sanitizer
+    [ -x "$G/bin/gpt2_ep_cuda" ] && leg_speed_kiln kiln_ep "$G/bin/gpt2_ep_cuda" # --gemm-epilogue all
     echo
     echo "== the table (bench/RESULTS.md)"
     REPORT_ENV="BATCH=$BATCH;SEQ=$SEQ" "$PY" bench/gpu/report.py table "$L"
@@ -131,6 +144,21 @@ why() {
     echo "exit $1: $(grep -v '^\s*$' "$2" | tail -2 | tr '\n' ' ' | cut -c1-300)"
 }
 
+# fail_or_skip LOG: SKIP when a --attention cudnn run stopped because the
+# machine's cuDNN is older than kiln's graphs need (attn_cudnn.c's message;
+# the machine's fault, not kiln's), else FAIL
+fail_or_skip() {
+    if grep -q 'attention (cudnn): cuDNN [0-9]* is older than the [0-9]* these graphs need' "$1"; then echo SKIP; else echo FAIL; fi
+}
+# failed LEG RC LOG: the row of a failed kiln run (SKIP with attn_cudnn.c's line when fail_or_skip says so)
+failed() {
+    if [ "$(fail_or_skip "$3")" = SKIP ]; then
+        record "$1" SKIP "$(grep -o 'cuDNN [0-9]* is older than the [0-9]* these graphs need' "$3" | head -1) (exit $2)"
+    else
+        record "$1" FAIL "$(why "$2" "$3")"
+    fi
+}
+
 # ---- the libraries ----
 
 libdir() { # NAME: the first directory holding NAME
@@ -145,11 +173,59 @@ libdir() { # NAME: the first directory holding NAME
     done
 }
 
+# cudnn_version FILE: the version of a libcudnn.so.9 as cuDNN numbers it
+# (9.19.0 -> 91900): its own cudnnGetVersion() (loading the small dispatcher
+# needs no GPU), else its file name's (libcudnn.so.9.14.0), else 0
+cudnn_version() {
+    local v real
+    v=$(timeout 20 "$PY" -c 'import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).cudnnGetVersion())' "$1" 2> /dev/null)
+    if ! [[ $v =~ ^[0-9]+$ ]]; then
+        real=$(readlink -f "$1")
+        if [[ $real =~ libcudnn\.so\.([0-9]+)\.([0-9]+)\.([0-9]+)$ ]]; then
+            v=$((BASH_REMATCH[1] * 10000 + BASH_REMATCH[2] * 100 + BASH_REMATCH[3]))
+        else
+            v=0
+        fi
+    fi
+    echo "$v"
+}
+
+# The newest libcudnn.so.9 of the machine (the toolkit, the system
+# directories, every nvidia-* wheel of $PY), first on the library path: the
+# first GPU run (2026-12-04) found cuDNN 9.14 in /usr/lib/x86_64-linux-gnu
+# before torch's 9.19 and every cuDNN case failed (kiln's graphs need 9.16).
+# Its engine libraries sit in the same directory, so they follow.  When it
+# comes from a wheel, the libraries cuDNN itself loads (libcudart,
+# libnvrtc, libcublasLt, which kiln's GEMMs use too) come from the same
+# Python's nvidia wheels where they are there: the set PyTorch runs with.
 find_libraries() {
     KLD=${CHECK_LD_FIRST:+$CHECK_LD_FIRST:}$(cd "$G/lib" && pwd)
-    local so d missing
-    for so in libcublasLt.so.13 libnccl.so.2 libcudnn.so.9 libcudart.so.13 libnvrtc.so.13; do # the last two: cuDNN loads them
-        d=$(libdir "$so")
+    local so d f v missing sp best_v=0 best_d="" seen="" wheels=""
+    wheels=$("$PY" -c 'import site; print(" ".join(site.getsitepackages()))' 2> /dev/null)
+    for f in $( (for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+        /usr/lib/x86_64-linux-gnu /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib64; do
+        [ -e "$d/libcudnn.so.9" ] && echo "$(cd "$d" && pwd -P)/libcudnn.so.9" # one name per real directory
+    done
+    for sp in $wheels; do find "$sp/nvidia" -name libcudnn.so.9 2> /dev/null; done) | sort -u); do
+        v=$(cudnn_version "$f")
+        seen="$seen $v:$(dirname "$f")"
+        if [ "$v" -gt "$best_v" ]; then best_v=$v; best_d=$(dirname "$f"); fi
+    done
+    CUDNN_NOTE="none found"
+    if [ -n "$best_d" ]; then
+        KLD=$KLD:$best_d
+        CUDNN_NOTE="$best_v in $best_d (the newest of:$seen)"
+    fi
+    echo "cuDNN: $CUDNN_NOTE"
+    local from_wheel=""
+    for sp in $wheels; do [[ $best_d == "$sp"/nvidia/* ]] && from_wheel=$sp; done
+    for so in libcublasLt.so.13 libnccl.so.2 libcudart.so.13 libnvrtc.so.13; do
+        d=""
+        if [ -n "$from_wheel" ] && [ "$so" != libnccl.so.2 ]; then
+            f=$(find "$from_wheel/nvidia" -name "$so" 2> /dev/null | head -1)
+            [ -n "$f" ] && d=$(dirname "$f")
+        fi
+        [ -n "$d" ] || d=$(libdir "$so")
         if [ -z "$d" ]; then echo "note: $so not found on this machine"
         elif [[ :$KLD: != *:$d:* ]]; then KLD=$KLD:$d
         fi
@@ -170,6 +246,7 @@ leg_env() {
     fi
     record "GPU" info "$gpu"
     record "host" info "$(uname -r), glibc $(ldd --version 2> /dev/null | head -1 | awk '{print $NF}'), $(nproc) cores; kiln $KILN_COMMIT, CUDA $CUDA_TOOLKIT ($ARCH cubins)"
+    record "cuDNN" info "$CUDNN_NOTE"
     fits "bf16 GEMM ceiling" 20 || return
     local out rc
     out=$(timeout -k 5 "$(cap 60)" "$PY" - 2> "$L/gemm_ceiling.log" << 'EOF'
@@ -218,7 +295,7 @@ leg_train() {
     k "$(cap 120)" "$2" --data "$3" $4 --log "$L/$1_cuda.jsonl" > "$L/$1_cuda.out" 2>&1
     rc=$?
     if [ $rc != 0 ]; then
-        record "$leg" FAIL "$(why $rc "$L/$1_cuda.out")"
+        failed "$leg" $rc "$L/$1_cuda.out"
         return
     fi
     local verdict
@@ -255,11 +332,38 @@ leg_speed_kiln() {
         --log "$L/$1_speed.jsonl" > "$L/$1_speed.out" 2>&1
     rc=$?
     if [ $rc != 0 ]; then
-        record "$leg" FAIL "$(why $rc "$L/$1_speed.out")"
+        failed "$leg" $rc "$L/$1_speed.out"
         return
     fi
     "$PY" bench/gpu/report.py speed "$L/$1_speed.jsonl" --warm "$WARM" > "$L/speed_$1.json"
     record "$leg" PASS "$((WARM + TIMED)) steps, losses $("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(f"{j[\"first_loss\"]:.3f} -> {j[\"last_loss\"]:.3f}")' "$L/speed_$1.json" 2> /dev/null)"
+}
+
+# leg_trace NAME BINARY DATA: 4 traced GPT-2 steps at batch BATCH (--trace:
+# eager, CUDA events around every launch), summarized by trace_top.py (the
+# first step dropped): trace_top_NAME.txt and the gzipped trace in the logs,
+# its first lines (span, busy share, the top kernels) in check.log
+leg_trace() {
+    local leg="$1 trace (4 steps)" steps=4
+    fits "$leg" 30 || return
+    local rc
+    k "$(cap 90)" "$2" --data "$3" --steps $steps --seed 1337 --print-every 1 --trace "$L/trace_$1.json" \
+        > "$L/trace_$1.out" 2>&1
+    rc=$?
+    if [ $rc != 0 ]; then
+        record "$leg" FAIL "$(why $rc "$L/trace_$1.out")"
+        return
+    fi
+    if ! "$PY" bench/gpu/trace_top.py "$L/trace_$1.json" $steps > "$L/trace_top_$1.txt" 2>&1; then
+        record "$leg" FAIL "trace_top.py: $(tail -1 "$L/trace_top_$1.txt" | cut -c1-300)"
+        return
+    fi
+    gzip -f "$L/trace_$1.json"
+    local head top
+    head=$(head -1 "$L/trace_top_$1.txt" | sed 's/^[^:]*: //')
+    top=$(sed -n '3,5p' "$L/trace_top_$1.txt" | awk '{printf "%s%s %s ms", (NR > 1 ? ", " : ""), $5, $1}')
+    record "$leg" info "$head; top: $top"
+    sed -n '1,10p' "$L/trace_top_$1.txt" | sed 's/^/    /'
 }
 
 # leg_speed_torch MODE NEED CAP

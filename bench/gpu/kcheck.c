@@ -67,9 +67,10 @@
  *   (libkilnrt.a) instead of the CUDA one: the "GPU" side is kiln's CPU
  *   device, every tensor f32, so every case must pass (the twins are the
  *   same code; the GEMM is OpenBLAS against the f64 reference).
- * Output: TAP ("ok N - case: details" / "not ok N - case: why"), then
- * "kcheck: P passed, F failed"; exit status 1 when any case failed, 2 on a
- * usage or setup error.
+ * Output: TAP ("ok N - case: details" / "not ok N - case: why"; a cuDNN
+ * case whose library is older than the graphs need: "ok N - case # SKIP
+ * why"), then "kcheck: P passed, F failed" (", S skipped" when any); exit
+ * status 1 when any case failed, 2 on a usage or setup error.
  */
 #include <dirent.h>
 #include <math.h>
@@ -185,11 +186,15 @@ typedef struct {
 } Tol;
 static const Tol TOL_BF16 = {1.0 / 128, 1.0 / 128, 1e-2}, TOL_F32 = {1e-3, 1e-3, 1e-3}, TOL_TIGHT = {1e-5, 1e-6, 1e-5},
                  TOL_EXACT = {0, 0, 0};
-/* the tensor-core attention's backward (attention_tc.cu, issue 23) rounds P
- * and dS to bf16 (2^-9 each) before the products that sum them over up to
- * T terms, as FlashAttention does: elementwise 4x the bf16 tolerance,
- * normwise the same */
-static const Tol TOL_BF16_MMA = {1.0 / 32, 1.0 / 32, 1e-2};
+/* the tensor-core attention's lse against its rounding twin (below): lse =
+ * m + log l, l the sum of the ROUNDED p, the same in both up to the
+ * kernel's f32 arithmetic (its scores are f32 sums of 64 products), so 20x
+ * tighter than TOL_F32.  On the emulator (the GPU seed of 2026-12-04): the
+ * kernel at most 0.18 of it (T = 1024); a copy whose l sums the unrounded p
+ * (o / l then not the weights P v used; o moves less than its own
+ * tolerance) 2 to 33 of it in every case, while the exact twin at TOL_F32
+ * passed that copy. */
+static const Tol TOL_LSE_TC = {5e-5, 5e-6, 5e-5};
 
 typedef struct {
     const char *name;
@@ -535,7 +540,12 @@ static void prep_attention_bwd(Case *c) {
 #pragma weak rtk_attention_tc
 #pragma weak rtk_attention_bwd_tc
 
-/* fwd, bwd: the launchers under test; what: "" or " (cudnn)" */
+static void tc_twin_attention(rt_ctx *ctx, const int64_t *a);
+static void tc_twin_attention_bwd(rt_ctx *ctx, const int64_t *a);
+static void *xmalloc(size_t n);
+
+/* fwd, bwd: the launchers under test; what: "", " (cudnn)" or " (tc)" (whose
+ * twins round P as the kernel does: tc_twin_attention below) */
 static void add_attention_with(rt_kernel fwd, rt_kernel bwd, const char *what, int64_t B, int64_t H, int64_t KH, int64_t T,
                                int64_t S, int64_t D, int causal, int pos, int64_t window) {
     int64_t q[] = {B, H, KH, T, S, D, causal, pos, window};
@@ -544,7 +554,8 @@ static void add_attention_with(rt_kernel fwd, rt_kernel bwd, const char *what, i
     snprintf(shape, sizeof shape, "B=%lld H=%lld KH=%lld T=%lld S=%lld D=%lld%s%s%s%s", (long long)B, (long long)H,
              (long long)KH, (long long)T, (long long)S, (long long)D, causal ? " causal" : "", pos ? " positions" : "",
              win, what);
-    Case *c = new_case(fwd, cpu_rtk_attention, args_attention, "attention %s", shape);
+    const int tc = strstr(what, "(tc)") != NULL;
+    Case *c = new_case(fwd, tc ? tc_twin_attention : cpu_rtk_attention, args_attention, "attention %s", shape);
     ten(c, "q", IN, RT_BF16, B * H * T * D, INIT_NORMAL, 0, 1);
     ten(c, "k", IN, RT_BF16, B * KH * S * D, INIT_NORMAL, 0, 1);
     ten(c, "v", IN, RT_BF16, B * KH * S * D, INIT_NORMAL, 0, 1);
@@ -555,8 +566,9 @@ static void add_attention_with(rt_kernel fwd, rt_kernel bwd, const char *what, i
     memcpy(c->p, q, sizeof q);
     c->d[0] = 1 / sqrt((double)D);
     c->prep = prep_attention;
+    if (tc) c->t[4].tol = TOL_LSE_TC;
 
-    c = new_case(bwd, cpu_rtk_attention_bwd, args_attention_bwd, "attention_bwd %s", shape);
+    c = new_case(bwd, tc ? tc_twin_attention_bwd : cpu_rtk_attention_bwd, args_attention_bwd, "attention_bwd %s", shape);
     ten(c, "do", IN, RT_BF16, B * H * T * D, INIT_NORMAL, 0, 1);
     ten(c, "q", IN, RT_BF16, B * H * T * D, INIT_NORMAL, 0, 1);
     ten(c, "k", IN, RT_BF16, B * KH * S * D, INIT_NORMAL, 0, 1);
@@ -571,9 +583,144 @@ static void add_attention_with(rt_kernel fwd, rt_kernel bwd, const char *what, i
     memcpy(c->p, q, sizeof q);
     c->d[0] = 1 / sqrt((double)D);
     c->prep = prep_attention_bwd;
-    if (strstr(what, "(tc)"))
-        for (int k = 0; k < c->nt; k++)
-            if (c->t[k].role == OUT) c->t[k].tol = TOL_BF16_MMA;
+}
+
+/* ---- the tensor-core attention's twins ----
+ *
+ * attention_tc.cu (issue 23) rounds P to bf16 before the products that sum
+ * it (o = P v in the forward; dv = P^T do, and dS for dk = dS^T q and
+ * dq = dS k in the backward), as FlashAttention does.  Against the exact
+ * twin (kernels/cpu/attention.c) that rounding is an error of up to 2^-9
+ * per weight that does not shrink with the output: in o_d = sum_j w_j v_jd
+ * (w = p / l, l summing the same rounded p) it is sum_j w_j (e_j - e) v_jd,
+ * |e_j| <= 2^-9 (e the weighted mean), up to 2^-8 max|v_jd - o_d|, while o
+ * itself averages the v's towards 0; the largest errors are in the rows that
+ * see few keys (row 1 of a causal head: 2 keys, o near their mean, the error
+ * a fraction of |v1 - v2| 2^-9).  On the H200 (2026-12-04, seed 1311958232)
+ * the T=1024 causal forward was 1.99 of TOL_BF16 at element 81 (row 1: gpu
+ * 0.0603, exact 0.0621), and the backward's dv 1.02 and 1.22 of the 4x
+ * tolerance the backward had; the fake CUDA stack (the kernel's own source
+ * on the host emulator) gives the same elements, the same worst-of-tol
+ * (1.00, 0.95, 0.93, ... for the smaller cases, bit for bit the GPU's):
+ * precision, not a GPU-only bug.
+ *
+ * So the (tc) cases are checked against these twins, which round as the
+ * kernel does: the forward walks each row's keys in tiles of ATC_BK (64)
+ * with the running max m (online softmax), p = bf16(e^(s - m)), l and the
+ * accumulator rescaled by e^(m_old - m_new) and adding the rounded p; the
+ * backward rounds P = e^(scale q.k - lse) and dS = P (do.v - Dt) scale to
+ * bf16 before each product.  Scores, sums and exponentials in double.  What
+ * is left is the f32 arithmetic of the kernel (its scores, sums and expf,
+ * ~1e-6 relative) and the bf16 rounding of the outputs (2^-9 relative),
+ * plus the rare weight whose f32 and double values round to neighbouring
+ * bf16 numbers (one bf16 ulp of that weight); TOL_BF16 (two bf16 ulps
+ * elementwise, 1e-2 normwise) holds these with room, and is 4x tighter for
+ * the backward than the exact twin allowed.  KC_ATC_BK must equal
+ * attention_tc.cu's ATC_BK (prepare.sh refuses to build kcheck otherwise):
+ * with another tiling the running max, and so the rounding, differ. */
+enum { KC_ATC_BK = 64 };
+
+static double kc_bits_f64(int64_t b) {
+    double d;
+    memcpy(&d, &b, 8);
+    return d;
+}
+static double kc_bf16(double x) { return bf2f(f2bf((float)x)); }
+
+/* key s visible to query t (ops.def attention): causal by position when both
+ * position arrays are given, else by index; a window W > 0 (causal only)
+ * also needs q - k < W */
+static int kc_visible(int causal, const int32_t *qpos, const int32_t *kpos, int64_t t, int64_t s, int64_t win) {
+    if (!causal) return 1;
+    int64_t qt = qpos && kpos ? qpos[t] : t, ks = qpos && kpos ? kpos[s] : s;
+    return ks <= qt && (win <= 0 || qt - ks < win);
+}
+
+/* args: q, k, v, o, lse, B, H, KH, T, S, D, causal, scale, qpos, kpos, window */
+static void tc_twin_attention(rt_ctx *ctx, const int64_t *a) {
+    (void)ctx;
+    const float *q = RT_F32P(a[0]), *k = RT_F32P(a[1]), *v = RT_F32P(a[2]);
+    float *o = RT_F32P(a[3]), *lse = RT_F32P(a[4]);
+    const int64_t B = a[5], H = a[6], KH = a[7], T = a[8], S = a[9], D = a[10], win = a[15];
+    const int causal = a[11] != 0;
+    const double scale = kc_bits_f64(a[12]);
+    const int32_t *qpos = RT_I32P(a[13]), *kpos = RT_I32P(a[14]);
+    double *acc = xmalloc((size_t)(D > 0 ? D : 1) * sizeof *acc), sc[KC_ATC_BK];
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        const int64_t kvh = bh / H * KH + bh % H / (H / KH);
+        const float *kb = k + kvh * S * D, *vb = v + kvh * S * D;
+        for (int64_t t = 0; t < T; t++) {
+            const float *qr = q + (bh * T + t) * D;
+            double m = -INFINITY, l = 0;
+            for (int64_t d = 0; d < D; d++) acc[d] = 0;
+            for (int64_t s0 = 0; s0 < S; s0 += KC_ATC_BK) {
+                const int64_t n = S - s0 < KC_ATC_BK ? S - s0 : KC_ATC_BK;
+                double mx = -INFINITY;
+                for (int64_t j = 0; j < n; j++) {
+                    sc[j] = -INFINITY;
+                    if (!kc_visible(causal, qpos, kpos, t, s0 + j, win)) continue;
+                    double dot = 0;
+                    for (int64_t d = 0; d < D; d++) dot += (double)qr[d] * kb[(s0 + j) * D + d];
+                    sc[j] = dot * scale;
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                const double mnew = m > mx ? m : mx, alpha = mnew == -INFINITY ? 1 : exp(m - mnew);
+                m = mnew;
+                l *= alpha;
+                for (int64_t d = 0; d < D; d++) acc[d] *= alpha;
+                for (int64_t j = 0; j < n; j++) {
+                    if (sc[j] == -INFINITY) continue;
+                    const double p = kc_bf16(exp(sc[j] - m));
+                    l += p;
+                    for (int64_t d = 0; d < D; d++) acc[d] += p * vb[(s0 + j) * D + d];
+                }
+            }
+            const int none = m == -INFINITY || l == 0;
+            for (int64_t d = 0; d < D; d++) o[(bh * T + t) * D + d] = none ? 0.0f : (float)(acc[d] / l);
+            lse[bh * T + t] = none ? -INFINITY : (float)(m + log(l));
+        }
+    }
+    free(acc);
+}
+
+/* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale, qpos, kpos, window */
+static void tc_twin_attention_bwd(rt_ctx *ctx, const int64_t *a) {
+    (void)ctx;
+    const float *dO = RT_F32P(a[0]), *q = RT_F32P(a[1]), *k = RT_F32P(a[2]), *v = RT_F32P(a[3]), *o = RT_F32P(a[4]),
+                *lse = RT_F32P(a[5]);
+    float *dq = RT_F32P(a[6]), *dk = RT_F32P(a[7]), *dv = RT_F32P(a[8]);
+    const int64_t B = a[9], H = a[10], KH = a[11], T = a[12], S = a[13], D = a[14], win = a[19];
+    const int causal = a[15] != 0;
+    const double scale = kc_bits_f64(a[16]);
+    const int32_t *qpos = RT_I32P(a[17]), *kpos = RT_I32P(a[18]);
+    const size_t nkv = (size_t)(B * KH * S * D), nq = (size_t)(D > 0 ? D : 1);
+    double *gk = xmalloc((nkv ? nkv : 1) * sizeof *gk), *gv = xmalloc((nkv ? nkv : 1) * sizeof *gv), *gq = xmalloc(nq * sizeof *gq);
+    for (size_t i = 0; i < nkv; i++) gk[i] = gv[i] = 0;
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        const int64_t kvh = bh / H * KH + bh % H / (H / KH);
+        const float *kb = k + kvh * S * D, *vb = v + kvh * S * D;
+        double *gkb = gk + kvh * S * D, *gvb = gv + kvh * S * D;
+        for (int64_t t = 0; t < T; t++) {
+            const float *qr = q + (bh * T + t) * D, *dr = dO + (bh * T + t) * D, *orow = o + (bh * T + t) * D;
+            const double L = lse[bh * T + t];
+            double Dt = 0;
+            for (int64_t d = 0; d < D; d++) Dt += (double)dr[d] * orow[d], gq[d] = 0;
+            for (int64_t s = 0; L != -INFINITY && s < S; s++) {
+                if (!kc_visible(causal, qpos, kpos, t, s, win)) continue;
+                double dot = 0, dp = 0;
+                for (int64_t d = 0; d < D; d++) dot += (double)qr[d] * kb[s * D + d], dp += (double)dr[d] * vb[s * D + d];
+                const double P = exp(dot * scale - L), Pr = kc_bf16(P), dSr = kc_bf16(P * (dp - Dt) * scale);
+                for (int64_t d = 0; d < D; d++) {
+                    gvb[s * D + d] += Pr * dr[d];
+                    gkb[s * D + d] += dSr * qr[d];
+                    gq[d] += dSr * kb[s * D + d];
+                }
+            }
+            for (int64_t d = 0; d < D; d++) dq[(bh * T + t) * D + d] = (float)gq[d];
+        }
+    }
+    for (size_t i = 0; i < nkv; i++) dk[i] = (float)gk[i], dv[i] = (float)gv[i];
+    free(gk), free(gv), free(gq);
 }
 
 static void add_attention(int64_t B, int64_t H, int64_t KH, int64_t T, int64_t S, int64_t D, int causal, int pos,
@@ -1316,7 +1463,17 @@ static double seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* 1 passed, 0 failed */
+/* A cuDNN case whose library is older than attn_cudnn.c's graphs need
+ * (its rt_fail: "cuDNN N is older than the M these graphs need"): the
+ * machine's cuDNN, not kiln, so the case is skipped, not failed (the GPU
+ * run of 2026-12-04 found cuDNN 9.14 first on the library path). Only that
+ * reason: any other cuDNN failure fails. */
+static int cudnn_too_old(const Case *c, const char *why) {
+    return strstr(c->name, "(cudnn)") && strstr(why, "attention (cudnn): cuDNN ") && strstr(why, " is older than the ") &&
+           strstr(why, " these graphs need");
+}
+
+/* 1 passed, 0 failed, 2 skipped */
 static int run_case(Case *c, int index, int number, uint64_t seed) {
     uint64_t s = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(index + 1));
     have = 0;
@@ -1344,14 +1501,19 @@ static int run_case(Case *c, int index, int number, uint64_t seed) {
     int64_t total = layout(c);
     unsigned char *run[2] = {NULL, NULL};
     char why[1200] = "";
-    if (!r.failed && run_gpu(c, total, run, why, sizeof why) != 0) say(&r, 1, " %s", why);
-    if (!r.failed) judge(c, run, total, &r);
+    int skip = 0;
+    if (!r.failed && run_gpu(c, total, run, why, sizeof why) != 0) {
+        if (cudnn_too_old(c, why)) skip = 1;
+        else say(&r, 1, " %s", why);
+    }
+    if (!r.failed && !skip) judge(c, run, total, &r);
     double t2 = seconds();
-    printf("%s %d - %s:%s (cpu %.2fs, gpu %.2fs)\n", r.failed ? "not ok" : "ok", number, c->name, text, t1 - t0, t2 - t1);
+    if (skip) printf("ok %d - %s # SKIP %s\n", number, c->name, why);
+    else printf("%s %d - %s:%s (cpu %.2fs, gpu %.2fs)\n", r.failed ? "not ok" : "ok", number, c->name, text, t1 - t0, t2 - t1);
     fflush(stdout);
     for (int k = 0; k < c->nt; k++) free(c->t[k].in), free(c->t[k].out);
     free(run[0]), free(run[1]);
-    return !r.failed;
+    return skip ? 2 : !r.failed;
 }
 
 /* ---- cubins ---- */
@@ -1441,12 +1603,17 @@ int main(int argc, char **argv) {
         printf("# kcheck: %d cases, seed %llu, %s shapes, %d cubins from %s, arch %s, graph %s\n", planned, (unsigned long long)seed,
                small ? "small" : "full", ncubins, dir, arch, getenv("KILN_NO_GRAPH") ? "off (KILN_NO_GRAPH)" : "on");
     printf("1..%d\n", planned);
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < ncases; i++) {
         if (only && !strstr(cases[i].name, only)) continue;
-        if (run_case(&cases[i], i, passed + failed + 1, seed)) passed++;
+        int v = run_case(&cases[i], i, passed + failed + skipped + 1, seed);
+        if (v == 2) skipped++;
+        else if (v) passed++;
         else failed++;
     }
-    printf("kcheck: %d passed, %d failed (seed %llu)\n", passed, failed, (unsigned long long)seed);
+    if (skipped)
+        printf("kcheck: %d passed, %d failed, %d skipped (seed %llu)\n", passed, failed, skipped, (unsigned long long)seed);
+    else
+        printf("kcheck: %d passed, %d failed (seed %llu)\n", passed, failed, (unsigned long long)seed);
     return failed ? 1 : 0;
 }

@@ -12,6 +12,9 @@
 #   bin/gpt2_cuda        models/gpt2.lua, batch BATCH (32), seq 1024: the speed run
 #   bin/tiny_tc_cuda, bin/gpt2_tc_cuda   the same with --attention tc (the
 #                        tensor-core attention, kernels/cuda/attention_tc.cu)
+#   bin/tiny_cudnn_cuda, bin/gpt2_cudnn_cuda   the same with --attention cudnn
+#                        (cuDNN's fused flash attention: the speed kiln's own
+#                        kernels must beat; needs cuDNN >= 9.16 there)
 #   bin/tiny_ep_cuda, bin/gpt2_ep_cuda   the same with --gemm-epilogue all
 #                        (cuBLASLt's forward and backward epilogues, opt-in until checked here)
 #   bin/kcheck           the kernel checker (kcheck.c), linked like a CUDA trainer
@@ -96,6 +99,8 @@ mv "$G/bin/tiny_cuda.cu" "$W/tiny_cuda.cu"
 "$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --set batch="$BATCH" -o "$G/bin/gpt2_cuda"
 "$B/kiln" compile models/tiny.lua --target "cuda:$ARCH" --attention tc -o "$G/bin/tiny_tc_cuda"
 "$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --attention tc --set batch="$BATCH" -o "$G/bin/gpt2_tc_cuda"
+"$B/kiln" compile models/tiny.lua --target "cuda:$ARCH" --attention cudnn -o "$G/bin/tiny_cudnn_cuda"
+"$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --attention cudnn --set batch="$BATCH" -o "$G/bin/gpt2_cudnn_cuda"
 "$B/kiln" compile models/tiny.lua --target "cuda:$ARCH" --gemm-epilogue all -o "$G/bin/tiny_ep_cuda"
 "$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --gemm-epilogue all --set batch="$BATCH" -o "$G/bin/gpt2_ep_cuda"
 
@@ -119,6 +124,7 @@ reference() {
 reference tiny "$W/tiny_cpu" "$G/data/corpus.txt" "$TINY_FLAGS"
 cp "$G/ref/tiny_cpu.jsonl" "$G/ref/tiny_tc_cpu.jsonl" # the same CPU program: --attention is CUDA's choice
 cp "$G/ref/tiny_cpu.jsonl" "$G/ref/tiny_ep_cpu.jsonl" # and --gemm-epilogue
+cp "$G/ref/tiny_cpu.jsonl" "$G/ref/tiny_cudnn_cpu.jsonl"
 reference gpt2 "$W/gpt2_check_cpu" "$G/$GPT2_DATA" "$GPT2_FLAGS"
 
 say "kcheck: cubins, CPU twins, link"
@@ -136,6 +142,10 @@ for f in kernels/cpu/*.c; do
     # shellcheck disable=SC2086
     gcc "${CFLAGS[@]}" $RENAME -c "$f" -o "$W/twins/$(basename "$f" .c).o"
 done
+# kcheck's tensor-core attention twin tiles the keys as the kernel does (its running max decides how P rounds)
+atc_bk=$(sed -n 's/^#define ATC_BK \([0-9]*\).*/\1/p' kernels/cuda/attention_tc.cu)
+kc_bk=$(sed -n 's/^enum { KC_ATC_BK = \([0-9]*\) };.*/\1/p' bench/gpu/kcheck.c)
+[ -n "$atc_bk" ] && [ "$atc_bk" = "$kc_bk" ] || die "kcheck.c's KC_ATC_BK ($kc_bk) is not attention_tc.cu's ATC_BK ($atc_bk): make them equal"
 gcc "${CFLAGS[@]}" -c bench/gpu/kcheck.c -o "$W/kcheck.o"
 # shellcheck disable=SC2086
 # (-u: kcheck refers to cuDNN's attention weakly, which alone pulls nothing out of an archive)

@@ -171,11 +171,12 @@ def cmd_table(argv):
             except ValueError:
                 pass
     speed = {}
-    for name in ("kiln", "kiln_tc", "kiln_ep", "eager", "compile"):
+    for name in ("kiln", "kiln_tc", "kiln_cudnn", "kiln_ep", "eager", "compile"):
         j = load_json(os.path.join(d, f"speed_{name}.json"))
         if j and "tokens_per_s" in j:
             speed[name] = j
     for name, label in (("kiln", f"kiln GPT-2 124M B{B} T{T}"), ("kiln_tc", "kiln --attention tc"),
+                        ("kiln_cudnn", "kiln --attention cudnn"),
                         ("kiln_ep", "kiln --gemm-epilogue bias"), ("eager", "PyTorch eager"),
                         ("compile", "PyTorch torch.compile")):
         j = speed.get(name)
@@ -199,6 +200,10 @@ def cmd_table(argv):
     if "kiln_tc" in speed and "compile" in speed:
         r = speed["kiln_tc"]["tokens_per_s"] / speed["compile"]["tokens_per_s"]
         rows.append(["kiln --attention tc / torch.compile", "info", f"{r:.2f}x"])
+    if "kiln_tc" in speed and "kiln_cudnn" in speed:
+        # cuDNN's flash attention in the same trainer: the bar for kiln's own attention kernels
+        r = speed["kiln_tc"]["tokens_per_s"] / speed["kiln_cudnn"]["tokens_per_s"]
+        rows.append(["kiln --attention tc / --attention cudnn", "info", f"{r:.2f}x (>= 1 when kiln's attention matches cuDNN's)"])
     llmc_mfu = LLMC["tokens_per_s"] * flops_per_token(T=1024) / LLMC["peak"]
     rows.append(["llm.c (published, not run here)", "info",
                  f"~{LLMC['tokens_per_s']:,.0f} tok/s per {LLMC['gpu']} (T 1024), MFU ~{100 * llmc_mfu:.0f}% of its "

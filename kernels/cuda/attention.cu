@@ -220,6 +220,11 @@ static __device__ void att_fwd_job(const __nv_bfloat16 *q, const __nv_bfloat16 *
             }
             sum += __shfl_xor_sync(KILN_FULL_MASK, sum, 1);
             sum += __shfl_xor_sync(KILN_FULL_MASK, sum, 2);
+            /* every sub has read mrow[r] (mold, above) before sub 0 rewrites
+             * it: a shuffle synchronizes the lanes' values but orders no
+             * memory access (compute-sanitizer racecheck reported this
+             * read/write pair on the H200, 2026-12-04); __syncwarp does */
+            __syncwarp();
             if (sub == 0) {
                 float a = mnew == kiln_neg_inf() ? 1.0f : expf(mold - mnew);
                 alpha[r] = a;

@@ -122,7 +122,7 @@ enum {
     DEFAULT_SMEM = 48 << 10,   /* dynamic shared memory a kernel may use unasked */
 };
 
-/* A kernel looked up by name (rtc_function), cached. */
+/* A kernel by name (rtc_function): every module's, listed at load (index_module). */
 typedef struct {
     char *name; /* NULL: empty slot */
     CUfunction f;
@@ -316,33 +316,72 @@ static int named_put(rt_ctx *c, const char *name, CUfunction f) {
     return 0;
 }
 
-/* The first module that has `name`: CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND, or
- * the driver's error. */
+/* The kernel `name` of the program's modules: CUDA_SUCCESS, or
+ * CUDA_ERROR_NOT_FOUND.  A table lookup only: load_code put every module's
+ * kernels into the name table (index_module), so no name is ever tried on a
+ * module that lacks it.  (Probing each module with cuModuleGetFunction made
+ * the driver return CUDA_ERROR_NOT_FOUND for every other module, an API
+ * error that compute-sanitizer memcheck lists: hundreds per run on the
+ * H200, 2026-12-04.) */
 static CUresult find_function(rt_ctx *c, const char *name, CUfunction *f) {
-    for (int m = 0; m < c->nmodules; m++) {
-        CUresult r = cuModuleGetFunction(f, c->modules[m], name);
-        if (r != CUDA_ERROR_NOT_FOUND) return r;
+    if (c->capnamed) {
+        NamedFunction *s = named_slot(c->named, c->capnamed, name);
+        if (s->name) {
+            *f = s->f;
+            return CUDA_SUCCESS;
+        }
     }
     return CUDA_ERROR_NOT_FOUND;
 }
 
-CUfunction rtc_function(rt_ctx *c, const char *name) {
-    if (c->capnamed) {
-        NamedFunction *s = named_slot(c->named, c->capnamed, name);
-        if (s->name) return s->f;
-    }
-    CUfunction f = NULL;
-    CUresult r = find_function(c, name, &f);
-    if (r == CUDA_ERROR_NOT_FOUND) {
-        rt_fail(c, "%s: no kernel %s in the program's %d cubins", rtc_launch_name(c), name, c->nmodules);
-        return NULL;
-    }
+/* Module `mod`'s kernels into the name table, through the driver's own
+ * list (cuModuleGetFunctionCount, cuModuleEnumerateFunctions, cuFuncGetName:
+ * CUDA 12.4+); a name an earlier module has keeps the earlier one, as the
+ * probe in module order did.  1, or 0 after one line. */
+static int index_module(rt_ctx *c, CUmodule mod, const char *cubin) {
+    unsigned n = 0;
+    CUresult r = cuModuleGetFunctionCount(&n, mod);
     if (r != CUDA_SUCCESS) {
-        rt_fail(c, "%s: cuModuleGetFunction(%s): %s", rtc_launch_name(c), name, rtc_error_string(r));
-        return NULL;
+        fprintf(stderr, "kiln runtime: cuModuleGetFunctionCount(cubin %s): %s\n", cubin, rtc_error_string(r));
+        return 0;
     }
-    if (named_put(c, name, f)) {
-        rt_fail(c, "%s: out of memory caching kernel %s", rtc_launch_name(c), name);
+    if (n == 0) return 1;
+    CUfunction *fs = calloc(n, sizeof *fs);
+    if (!fs) {
+        fprintf(stderr, "kiln runtime: out of memory listing the kernels of cubin %s\n", cubin);
+        return 0;
+    }
+    r = cuModuleEnumerateFunctions(fs, n, mod);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "kiln runtime: cuModuleEnumerateFunctions(cubin %s, %u): %s\n", cubin, n, rtc_error_string(r));
+        free(fs);
+        return 0;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        const char *name = NULL;
+        CUfunction seen;
+        r = cuFuncGetName(&name, fs[i]);
+        if (r != CUDA_SUCCESS || !name || !*name) {
+            fprintf(stderr, "kiln runtime: cuFuncGetName(kernel %u of cubin %s): %s\n", i, cubin,
+                    r != CUDA_SUCCESS ? rtc_error_string(r) : "no name");
+            free(fs);
+            return 0;
+        }
+        if (find_function(c, name, &seen) == CUDA_SUCCESS) continue; /* an earlier module's */
+        if (named_put(c, name, fs[i])) {
+            fprintf(stderr, "kiln runtime: out of memory indexing kernel %s\n", name);
+            free(fs);
+            return 0;
+        }
+    }
+    free(fs);
+    return 1;
+}
+
+CUfunction rtc_function(rt_ctx *c, const char *name) {
+    CUfunction f = NULL;
+    if (find_function(c, name, &f) != CUDA_SUCCESS) {
+        rt_fail(c, "%s: no kernel %s in the program's %d cubins", rtc_launch_name(c), name, c->nmodules);
         return NULL;
     }
     return f;
@@ -779,18 +818,13 @@ static int load_code(rt_ctx *c) {
             return 0;
         }
         c->nmodules++;
+        if (!index_module(c, c->modules[i], cubin_name(p, i))) return 0;
     }
-    for (int i = 0; i < p->nkernels; i++) {
-        CUresult r = find_function(c, p->kernels[i], &c->generated[i]);
-        if (r == CUDA_ERROR_NOT_FOUND) {
+    for (int i = 0; i < p->nkernels; i++)
+        if (find_function(c, p->kernels[i], &c->generated[i]) != CUDA_SUCCESS) {
             fprintf(stderr, "kiln runtime: generated kernel %s is in none of the program's %d cubins\n", p->kernels[i], p->ncubins);
             return 0;
         }
-        if (r != CUDA_SUCCESS) {
-            fprintf(stderr, "kiln runtime: cuModuleGetFunction(%s): %s\n", p->kernels[i], rtc_error_string(r));
-            return 0;
-        }
-    }
     return 1;
 }
 

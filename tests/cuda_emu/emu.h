@@ -107,6 +107,14 @@
 //     (above); races between blocks never (blocks run in a fixed order, the
 //     last writer wins).  Nothing that needs blocks to run at the same time
 //     works (grid-wide sync, inter-block flags: they hang).
+//     Within a warp, a shared-memory read by some lanes and a write of the
+//     same location by another lane with only a shuffle between them is a
+//     hazard on a GPU (a shuffle orders no memory; compute-sanitizer
+//     racecheck reports it) but never shows here: every collective is a
+//     point where all lanes stop, so the reads before it always come before
+//     the write after it.  Such a hazard needs __syncwarp(), and only
+//     racecheck on a GPU finds a missing one (kernels/cuda/README.md,
+//     "Warps and shared memory").
 //   - Atomics: atomicAdd on int and unsigned is a plain read-modify-write,
 //     atomic here because fibers are never preempted.  Float atomics are
 //     deliberately absent (kernels/cuda/README.md forbids them): a kernel

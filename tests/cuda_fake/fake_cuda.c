@@ -51,8 +51,17 @@
  *     plants that: dev_cuda.c's KILN_TEST_DROP_COPY_WAIT).
  *   - Kernels: cuModuleLoadData checks that the image is an ELF cubin for
  *     sm_90 (else CUDA_ERROR_INVALID_IMAGE / NO_BINARY_FOR_GPU) and keeps a
- *     copy.  cuModuleGetFunction requires the name among the cubin's
- *     function symbols and in a kernel library of $KILN_FAKE_CUDA_KERNELS
+ *     copy.  cuModuleGetFunctionCount / cuModuleEnumerateFunctions /
+ *     cuFuncGetName list the cubin's kernels (global function symbols marked
+ *     STO_CUDA_ENTRY), as dev_cuda.c indexes them at load; a listed kernel
+ *     the fake cannot run (not in the libraries below, or other parameters)
+ *     fails at cuLaunchKernel.  A cuModuleGetFunction of a name the module
+ *     lacks returns CUDA_ERROR_NOT_FOUND quietly, as the driver does, but
+ *     is counted: under KILN_FAKE_CUDA_STRICT=1 each is a "failed lookup:"
+ *     line and the exit status is 1 (compute-sanitizer memcheck reports
+ *     every such call as an API error).
+ *     cuModuleGetFunction requires the name among the cubin's
+ *     kernels and in a kernel library of $KILN_FAKE_CUDA_KERNELS
  *     (fake_kernels.h, built by build_kernels.sh: the same CUDA C compiled
  *     for the fiber emulator, tests/cuda_emu; when two libraries have a
  *     kernel of one name, the first listed wins, so a library put first
@@ -353,9 +362,11 @@ struct CUmod_st {
 
 struct CUfunc_st {
     CUmodule mod;
-    const KilnFakeKernel *kernel;
+    const KilnFakeKernel *kernel; /* NULL: listed by cuModuleEnumerateFunctions, but not launchable (defect says why) */
     int max_dynamic_smem;
     char name[256];
+    CUresult defect;        /* CUDA_SUCCESS, or what cuLaunchKernel returns */
+    char defect_why[1536];  /* with this message */
 };
 
 typedef enum { OP_KERNEL, OP_COPY, OP_SET, OP_HOST } OpKind;
@@ -447,6 +458,13 @@ static Alloc *allocs;
 static int nallocs, cap_allocs;
 static unsigned long long device_bytes;
 static int bad_frees;
+/* Failing cuModuleGetFunction calls (the name is not in the module): a real
+ * driver returns CUDA_ERROR_NOT_FOUND quietly, but compute-sanitizer memcheck
+ * lists each as an API error (hundreds per run on the H200 before dev_cuda.c
+ * listed each module's kernels at load).  KILN_FAKE_CUDA_STRICT=1 prints a
+ * line for each and makes the exit status 1. */
+static int failed_lookups;
+
 
 /* KILN_FAKE_CUDA_PROFILE=1: time per kernel (and per kind of host work), printed at exit */
 typedef struct {
@@ -861,8 +879,16 @@ static CUresult cubin_check(const unsigned char *img, size_t *size) {
     return CUDA_SUCCESS;
 }
 
-/* 1 when the cubin defines a function symbol `name`. */
-static int cubin_has_function(const unsigned char *img, const char *name) {
+/* A kernel's symbol: a global function marked as an entry (st_other's
+ * STO_CUDA_ENTRY, 0x10), as NVRTC's cubins mark extern "C" __global__
+ * functions; device functions the compiler kept (the $__internal_ division
+ * helpers, weak) are not kernels. */
+static int sym_is_kernel(const Elf64_Sym *s) {
+    return ELF64_ST_TYPE(s->st_info) == STT_FUNC && ELF64_ST_BIND(s->st_info) == STB_GLOBAL && (s->st_other & 0x10);
+}
+
+/* 1 when the cubin defines a kernel `name`. */
+static int cubin_has_kernel(const unsigned char *img, const char *name) {
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
     for (int i = 0; i < eh->e_shnum; i++) {
         const Elf64_Shdr *sh = section(img, i);
@@ -870,7 +896,7 @@ static int cubin_has_function(const unsigned char *img, const char *name) {
         const char *strtab = (const char *)img + section(img, (int)sh->sh_link)->sh_offset;
         const Elf64_Sym *sym = (const Elf64_Sym *)(img + sh->sh_offset);
         for (size_t j = 0; j < sh->sh_size / sizeof *sym; j++)
-            if (ELF64_ST_TYPE(sym[j].st_info) == STT_FUNC && strcmp(strtab + sym[j].st_name, name) == 0) return 1;
+            if (sym_is_kernel(&sym[j]) && strcmp(strtab + sym[j].st_name, name) == 0) return 1;
     }
     return 0;
 }
@@ -1341,7 +1367,7 @@ __attribute__((destructor)) static void exit_report(void) {
     fflush(NULL);
     print_profile();
     if (!env_flag("KILN_FAKE_CUDA_STRICT")) return;
-    int problems = bad_frees + races;
+    int problems = bad_frees + races + failed_lookups;
     int dev = 0, host = 0;
     unsigned long long dev_bytes = 0, host_bytes = 0;
     for (int i = 0; i < nallocs; i++) {
@@ -1360,6 +1386,9 @@ __attribute__((destructor)) static void exit_report(void) {
         if (live[i].n) fprintf(stderr, "fake cuda: leak: %d %s never destroyed\n", live[i].n, live[i].what), problems++;
     if (bad_frees) fprintf(stderr, "fake cuda: %d bad frees (double free or never allocated)\n", bad_frees);
     if (races) fprintf(stderr, "fake cuda: %d races between streams (the happens-before check; see the race: lines)\n", races);
+    if (failed_lookups)
+        fprintf(stderr, "fake cuda: %d failed cuModuleGetFunction lookups (a name the module does not have: CUDA_ERROR_NOT_FOUND, "
+                        "which compute-sanitizer memcheck reports as API errors; see the failed lookup: lines)\n", failed_lookups);
     problems += dev + host;
     if (problems) {
         fprintf(stderr, "fake cuda: KILN_FAKE_CUDA_STRICT=1: exit status 1\n");
@@ -1701,6 +1730,20 @@ CUresult cuModuleUnload(CUmodule hmod) {
     return CUDA_SUCCESS;
 }
 
+/* 0 when the cubin's parameter sizes for `name` match the emulated kernel's
+ * (or cannot be read), else -1 with why. */
+static int check_params_quiet(const char *name, const CUmodule m, const KilnFakeKernel *k, char *why, size_t whylen) {
+    size_t sizes[256];
+    int n = cubin_param_sizes(m->image, name, sizes, 256);
+    if (n < 0) return 0;
+    int same = n == k->nparams;
+    for (int i = 0; same && i < n; i++) same = sizes[i] == k->param_sizes[i];
+    if (same) return 0;
+    snprintf(why, whylen, "the cubin's parameter sizes (%d) differ from the emulated kernel's (%d): the kernel library was "
+             "built from other sources", n, k->nparams);
+    return -1;
+}
+
 static CUresult check_params(const char *name, const CUmodule m, const KilnFakeKernel *k) {
     size_t sizes[256];
     int n = cubin_param_sizes(m->image, name, sizes, 256);
@@ -1718,35 +1761,123 @@ static CUresult check_params(const char *name, const CUmodule m, const KilnFakeK
                 name, n, cubin, k->nparams, emulated);
 }
 
+/* The handle for kernel `name` of module hmod (one per module and name):
+ * CUDA_SUCCESS with *out, or the error (with its message unless quiet, the
+ * enumeration's case, which records the defect in the handle instead). */
+static CUresult module_function(CUmodule hmod, const char *name, struct CUfunc_st **out, int enumerating) {
+    for (int i = 0; i < functions.n; i++) {
+        struct CUfunc_st *f = functions.v[i];
+        if (f->mod == hmod && strcmp(f->name, name) == 0) {
+            if (!enumerating && f->defect) return fail(f->defect, "cuModuleGetFunction(%s): %s", name, f->defect_why);
+            *out = f;
+            return CUDA_SUCCESS;
+        }
+    }
+    if (strlen(name) >= sizeof ((struct CUfunc_st *)0)->name)
+        return fail(CUDA_ERROR_INVALID_VALUE, "cuModuleGetFunction: name too long for the fake");
+    CUresult defect = CUDA_SUCCESS;
+    char why[1536] = "";
+    const Registered *reg = NULL;
+    if (load_registry() != 0) {
+        defect = CUDA_ERROR_NOT_FOUND;
+        snprintf(why, sizeof why, "%.1100s", registry_error);
+    } else if (!(reg = find_kernel(name))) {
+        defect = CUDA_ERROR_NOT_FOUND;
+        snprintf(why, sizeof why, "in the cubin, but no emulated kernel of that name in KILN_FAKE_CUDA_KERNELS (%.1100s)",
+                 getenv("KILN_FAKE_CUDA_KERNELS"));
+    } else if (!enumerating) {
+        CUresult r = check_params(name, hmod, reg->kernel);
+        if (r) return r;
+    } else if (check_params_quiet(name, hmod, reg->kernel, why, sizeof why)) {
+        defect = CUDA_ERROR_INVALID_IMAGE;
+    }
+    if (defect && !enumerating) return fail(defect, "cuModuleGetFunction(%s): %s", name, why);
+    struct CUfunc_st *f = xrealloc(NULL, sizeof *f);
+    f->mod = hmod;
+    f->kernel = defect ? NULL : reg->kernel;
+    f->max_dynamic_smem = DEFAULT_DYNAMIC_SMEM;
+    snprintf(f->name, sizeof f->name, "%s", name);
+    f->defect = defect;
+    snprintf(f->defect_why, sizeof f->defect_why, "%s", why);
+    ptrs_add(&functions, f);
+    *out = f;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
     API_LOCKED;
     CUresult r = need_ctx(__func__);
     if (r) return r;
     if (!hfunc || !name) return fail(CUDA_ERROR_INVALID_VALUE, "%s: NULL argument", __func__);
     if (!ptrs_has(&modules, hmod)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s(%s): not a loaded module", __func__, name);
-    for (int i = 0; i < functions.n; i++) {
-        struct CUfunc_st *f = functions.v[i];
-        if (f->mod == hmod && strcmp(f->name, name) == 0) {
-            *hfunc = f;
-            return CUDA_SUCCESS;
-        }
+    if (!cubin_has_kernel(hmod->image, name)) {
+        /* a real driver says nothing; memcheck reports it */
+        failed_lookups++;
+        if (env_flag("KILN_FAKE_CUDA_STRICT"))
+            fprintf(stderr, "fake cuda: failed lookup: cuModuleGetFunction(%s) on a module without it (CUDA_ERROR_NOT_FOUND; "
+                            "compute-sanitizer memcheck reports this as an API error)\n", name);
+        return CUDA_ERROR_NOT_FOUND;
     }
-    if (!cubin_has_function(hmod->image, name)) return CUDA_ERROR_NOT_FOUND; /* a probe of each module: no message */
-    if (load_registry() != 0) return fail(CUDA_ERROR_NOT_FOUND, "%s(%s): %s", __func__, name, registry_error);
-    const Registered *reg = find_kernel(name);
-    if (!reg)
-        return fail(CUDA_ERROR_NOT_FOUND, "%s(%s): in the cubin, but no emulated kernel of that name in KILN_FAKE_CUDA_KERNELS (%s)",
-                    __func__, name, getenv("KILN_FAKE_CUDA_KERNELS"));
-    if (strlen(name) >= sizeof ((struct CUfunc_st *)0)->name)
-        return fail(CUDA_ERROR_INVALID_VALUE, "%s: name too long for the fake", __func__);
-    if ((r = check_params(name, hmod, reg->kernel))) return r;
-    struct CUfunc_st *f = xrealloc(NULL, sizeof *f);
-    f->mod = hmod;
-    f->kernel = reg->kernel;
-    f->max_dynamic_smem = DEFAULT_DYNAMIC_SMEM;
-    snprintf(f->name, sizeof f->name, "%s", name);
-    ptrs_add(&functions, f);
-    *hfunc = f;
+    return module_function(hmod, name, hfunc, 0);
+}
+
+/* the cubin's kernels (entry functions), in symbol-table order: the count,
+ * and the first `max` names into names[] (when names is not NULL) */
+static unsigned cubin_kernels(const unsigned char *img, const char **names, unsigned max) {
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    unsigned n = 0;
+    for (int i = 0; i < eh->e_shnum; i++) {
+        const Elf64_Shdr *sh = section(img, i);
+        if (sh->sh_type != SHT_SYMTAB || sh->sh_entsize != sizeof(Elf64_Sym) || sh->sh_link >= eh->e_shnum) continue;
+        const char *strtab = (const char *)img + section(img, (int)sh->sh_link)->sh_offset;
+        const Elf64_Sym *sym = (const Elf64_Sym *)(img + sh->sh_offset);
+        for (size_t j = 0; j < sh->sh_size / sizeof *sym; j++)
+            if (sym_is_kernel(&sym[j])) {
+                if (names && n < max) names[n] = strtab + sym[j].st_name;
+                n++;
+            }
+    }
+    return n;
+}
+
+CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!count) return fail(CUDA_ERROR_INVALID_VALUE, "%s: NULL argument", __func__);
+    if (!ptrs_has(&modules, mod)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a loaded module", __func__, (void *)mod);
+    *count = cubin_kernels(mod->image, NULL, 0);
+    return CUDA_SUCCESS;
+}
+
+/* Handles for the module's kernels.  One the fake cannot run (no emulated
+ * kernel of that name, or other parameters than the cubin's) is still
+ * listed, as a real driver lists it, and fails at cuLaunchKernel. */
+CUresult cuModuleEnumerateFunctions(CUfunction *functions_out, unsigned int numFunctions, CUmodule mod) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!functions_out && numFunctions) return fail(CUDA_ERROR_INVALID_VALUE, "%s: NULL argument", __func__);
+    if (!ptrs_has(&modules, mod)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a loaded module", __func__, (void *)mod);
+    unsigned n = cubin_kernels(mod->image, NULL, 0);
+    if (numFunctions != n)
+        return fail(CUDA_ERROR_INVALID_VALUE, "%s: numFunctions %u; the module has %u (cuModuleGetFunctionCount)", __func__,
+                    numFunctions, n);
+    const char **names = xrealloc(NULL, (n ? n : 1) * sizeof *names);
+    cubin_kernels(mod->image, names, n);
+    for (unsigned i = 0; i < n; i++)
+        if ((r = module_function(mod, names[i], &functions_out[i], 1))) break;
+    free(names);
+    return r;
+}
+
+CUresult cuFuncGetName(const char **name, CUfunction hfunc) {
+    API_LOCKED;
+    CUresult r = need_ctx(__func__);
+    if (r) return r;
+    if (!name) return fail(CUDA_ERROR_INVALID_VALUE, "%s: NULL argument", __func__);
+    if (!ptrs_has(&functions, hfunc)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live function", __func__, (void *)hfunc);
+    *name = hfunc->name;
     return CUDA_SUCCESS;
 }
 
@@ -1774,6 +1905,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
     CUresult r = need_ctx(__func__);
     if (r) return r;
     if (!ptrs_has(&functions, f)) return fail(CUDA_ERROR_INVALID_HANDLE, "%s: %p is not a live function", __func__, (void *)f);
+    if (f->defect) return fail(f->defect, "%s(%s): %s", __func__, f->name, f->defect_why);
     const KilnFakeKernel *k = f->kernel;
     if (extra) return fail(CUDA_ERROR_NOT_SUPPORTED, "%s(%s): `extra` is not emulated (use kernelParams)", __func__, f->name);
     if (!kernelParams && k->nparams > 0)
