@@ -578,7 +578,8 @@ void rtk_memcpy(rt_ctx *ctx, const int64_t *a) {
 
 /* args: kernel, nptrs, n, ptr...  The generated kernel's params are the
  * pointers, then `long long n`; it walks the n elements with a grid
- * stride, so the grid is ceil(n/256) blocks capped like misc.cu's. */
+ * stride, 8 per thread and iteration (emit_cuda.c's vector loop), so the
+ * grid is ceil(n/(256*8)) blocks capped like misc.cu's. */
 void rtk_fused(rt_ctx *ctx, const int64_t *a) {
     long long n = a[2];
     int64_t nptrs = a[1];
@@ -597,7 +598,7 @@ void rtk_fused(rt_ctx *ctx, const int64_t *a) {
         params[i] = &ptrs[i];
     }
     params[nptrs] = &n;
-    rtc_launch(ctx, f, grid_elems(n), 1, BLOCK, 0, params);
+    rtc_launch(ctx, f, grid_elems(ceil_div(n, 8)), 1, BLOCK, 0, params);
 }
 
 /* ---- GEMM on cuBLASLt ---- */
