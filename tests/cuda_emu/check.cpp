@@ -655,6 +655,7 @@ int main(int argc, char **argv) {
     struct Norm { long long rows, C; unsigned other_grid; const char *why; };
     if (wanted("layernorm"))
         for (Norm s : {Norm{5, 300, 2, ""}, Norm{600, 40, 7, " (more rows than parts)"}, Norm{3, 768, 1, ""},
+                       Norm{600, 512, 5, " (warp paths, more rows than parts)"}, Norm{20, 2048, 3, " (C > 1024: the block paths)"},
                        Norm{0, 33, 1, " (no rows: dw = db = 0)"}})
             run_case(str("layernorm rows=%lld C=%lld%s", s.rows, s.C, s.why), [&] { case_layernorm(s.rows, s.C, s.other_grid); });
     if (wanted("rmsnorm"))
