@@ -259,7 +259,7 @@ static void layernorm(void) {
     void *bo[] = {&dy, &x, &w, &dxo, &pa, &rows, &C, &eps}, *bn[] = {&dy, &x, &w, &dxn, &pa, &rows, &C, &eps};
     void *ro[] = {&pa, &dwo, &dbo, &rows, &C}, *rn[] = {&pa, &dwn, &dbn, &rows, &C};
     Launch lbo[2] = {{fn(mo, "kiln_layernorm_bwd"), parts, 1, 256, (unsigned)(8 * C), bo}, {fn(mo, "kiln_layernorm_bwd_reduce"), cdiv(C, 256), 1, 256, 0, ro}};
-    Launch lbn[2] = {{fn(mn_, "kiln_layernorm_bwd"), parts, 1, 256, (unsigned)(8 * C), bn}, {fn(mn_, "kiln_layernorm_bwd_reduce"), cdiv(C, 256), 1, 256, 0, rn}};
+    Launch lbn[2] = {{fn(mn_, "kiln_layernorm_bwd"), parts, 1, 256, (unsigned)(8 * C), bn}, {fn(mn_, "kiln_layernorm_bwd_reduce"), cdiv(C, 32), 1, 256, 0, rn}};
     to = timeit(lbo, 2), tn = timeit(lbn, 2);
     unsigned long long c1, c2, c3;
     double m1, m2, m3;
@@ -268,6 +268,10 @@ static void layernorm(void) {
     host_diff_f32(dbo, dbn, C, &c3, &m3);
     snprintf(buf, sizeof buf, "dx: %llu differ, max |diff| %.3g; dw: %llu, max rel %.3g; db: %llu, max rel %.3g", c1, m1, c2, m2, c3, m3);
     row("kiln_layernorm_bwd+reduce", to, tn, 3.0 * rows * C * 2, buf);
+    double t2 = timeit(&lbo[0], 1), t3 = timeit(&lbn[0], 1);
+    row("  kiln_layernorm_bwd alone", t2, t3, 3.0 * rows * C * 2, "");
+    t2 = timeit(&lbo[1], 1), t3 = timeit(&lbn[1], 1);
+    row("  kiln_layernorm_bwd_reduce alone", t2, t3, (double)parts * 2 * C * 4, "");
     CK(cuModuleUnload(mo));
     CK(cuModuleUnload(mn_));
     CUdeviceptr all[] = {x, w, b, dy, yo, yn, dxo, dxn, pa, dwo, dbo, dwn, dbn};
@@ -317,7 +321,7 @@ static void embedding(long long V) {
     void *zo[] = {&to_, &V, &C}, *zn[] = {&tn_, &V, &C};
     void *so[] = {&dy, &work, &to_, &n, &C, &V}, *sn[] = {&dy, &work, &tn_, &n, &C, &V};
     Launch lo[2] = {{fn(mo, "kiln_embedding_bwd_zero"), mn(cdiv(V * C, 2048), 2147483647LL), 1, 256, 0, zo}, {fn(mo, "kiln_embedding_bwd"), n, (unsigned)cdiv(C, 256), 256, 0, so}};
-    Launch ln[2] = {{fn(mn_, "kiln_embedding_bwd_zero"), mn(cdiv(V * C, 2048), 2147483647LL), 1, 256, 0, zn}, {fn(mn_, "kiln_embedding_bwd"), n, (unsigned)cdiv(C, 256), 256, 0, sn}};
+    Launch ln[2] = {{fn(mn_, "kiln_embedding_bwd_zero"), mn(cdiv(V * C, 2048), 2147483647LL), 1, 256, 0, zn}, {fn(mn_, "kiln_embedding_bwd"), mn(n, 4096), (unsigned)cdiv(C, 256), 256, 0, sn}};
     double t0 = timeit(lo, 2), t1 = timeit(ln, 2);
     char name[96], buf[96];
     snprintf(name, sizeof name, "embedding zero+sum V=%lld", V);

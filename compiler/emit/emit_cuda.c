@@ -588,10 +588,10 @@ static int translation_unit(Cu *c, const Module *m) {
             " * Arguments: the group's input pointers, its output pointers, the element count n. */\n"
             "#include <cuda_bf16.h>\n"
             "\n/* eight elements, for the vector loops' 16-byte loads and stores */\n"
-            "struct __align__(16) kiln_f32x8 { float v[8]; };\n"
-            "struct __align__(16) kiln_bf16x8 { __nv_bfloat16 v[8]; };\n"
-            "struct __align__(16) kiln_i32x8 { int v[8]; };\n"
-            "struct __align__(16) kiln_i64x8 { long long v[8]; };\n",
+            "typedef struct __align__(16) kiln_f32x8 { float v[8]; } kiln_f32x8;\n"
+            "typedef struct __align__(16) kiln_bf16x8 { __nv_bfloat16 v[8]; } kiln_bf16x8;\n"
+            "typedef struct __align__(16) kiln_i32x8 { int v[8]; } kiln_i32x8;\n"
+            "typedef struct __align__(16) kiln_i64x8 { long long v[8]; } kiln_i64x8;\n",
             m->name);
     if (helpers) fprintf(c->f, "\n");
     for (int h = 0; h < H_COUNT; h++)

@@ -38,7 +38,7 @@
 #include "common.cuh"
 
 #define EMB_DIGITS 256 /* 8-bit radix */
-#define EMB_BATCH 8    /* run entries whose loads kiln_embedding_bwd issues together */
+#define EMB_BATCH 32   /* run entries whose loads kiln_embedding_bwd issues together */
 
 extern "C" __global__ void __launch_bounds__(KILN_BLOCK)
 kiln_embedding_fwd(const __nv_bfloat16 *table, const int *ids, __nv_bfloat16 *out, long long n, long long C,

@@ -251,16 +251,37 @@ kiln_layernorm_bwd(const __nv_bfloat16 *dy, const __nv_bfloat16 *x, const __nv_b
     }
 }
 
+/* dw, db = the sums of the parts' rows.  A block takes 32 columns at a
+ * time (lane = column, coalesced); its warp q adds the parts
+ * [parts*q/nwarps, parts*(q+1)/nwarps) in order, then warp 0 adds the
+ * warps' sums in warp order: a fixed order (rows, C and the block size),
+ * and nwarps chains per column instead of one long one. */
 extern "C" __global__ void __launch_bounds__(KILN_BLOCK)
 kiln_layernorm_bwd_reduce(const float *partial, float *dw, float *db, long long rows, long long C) {
-    long long parts = kiln_norm_parts(rows);
-    for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < C; c += (long long)gridDim.x * blockDim.x) {
-        float sw = 0.0f, sb = 0.0f;
-        for (long long p = 0; p < parts; p++) {
-            sw += partial[p * 2 * C + c];
-            sb += partial[p * 2 * C + C + c];
+    __shared__ float sw[KILN_WARPS][32], sb[KILN_WARPS][32];
+    const long long parts = kiln_norm_parts(rows);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const long long p0 = parts * warp / nw, p1 = parts * (warp + 1) / nw;
+    for (long long c0 = blockIdx.x * 32LL; c0 < C; c0 += gridDim.x * 32LL) {
+        const long long c = c0 + lane;
+        float a = 0.0f, b = 0.0f;
+        if (c < C)
+            for (long long p = p0; p < p1; p++) {
+                a += partial[p * 2 * C + c];
+                b += partial[p * 2 * C + C + c];
+            }
+        sw[warp][lane] = a;
+        sb[warp][lane] = b;
+        __syncthreads();
+        if (warp == 0 && c < C) {
+            float x = 0.0f, y = 0.0f;
+            for (int q = 0; q < nw; q++) {
+                x += sw[q][lane];
+                y += sb[q][lane];
+            }
+            dw[c] = x;
+            db[c] = y;
         }
-        dw[c] = sw;
-        db[c] = sb;
+        __syncthreads(); /* sw, sb are read before the next columns' sums */
     }
 }

@@ -183,7 +183,7 @@ void rtk_layernorm_bwd(rt_ctx *ctx, const int64_t *a) {
     void *bwd[] = {&dy, &x, &w, &dx, &partial, &rows, &C, &eps};
     launch(ctx, "kiln_layernorm_bwd", parts, 1, BLOCK, 8 * C, bwd);
     void *reduce[] = {&partial, &dw, &db, &rows, &C};
-    launch(ctx, "kiln_layernorm_bwd_reduce", min64(ceil_div(C, BLOCK), GRID_X_MAX), 1, BLOCK, 0, reduce);
+    launch(ctx, "kiln_layernorm_bwd_reduce", min64(ceil_div(C, 32), GRID_X_MAX), 1, BLOCK, 0, reduce); /* 32 columns a block */
 }
 
 /* ---- rmsnorm.cu ---- */
@@ -302,7 +302,9 @@ void rtk_embedding_bwd(rt_ctx *ctx, const int64_t *a) {
     launch(ctx, "kiln_embedding_bwd_zero", min64(ceil_div(V * C, 2048), GRID_X_MAX), 1, BLOCK, 0, zero);
     if (n > 0) {
         void *sum[] = {&dy, &work, &dtable, &n, &C, &V};
-        launch(ctx, "kiln_embedding_bwd", grid_rows(n), min64(ceil_div(C, BLOCK), GRID_Y_MAX), BLOCK, 0, sum);
+        /* blocks stride over the sorted positions: 4096 of them, not n (most
+         * positions start no run; a block each was a launch-bound grid) */
+        launch(ctx, "kiln_embedding_bwd", min64(n, 4096), min64(ceil_div(C, BLOCK), GRID_Y_MAX), BLOCK, 0, sum);
     }
 }
 
