@@ -39,7 +39,7 @@
 #include "common.cuh"
 
 /* logits per thread whose loads are issued together (the loops below) */
-#define XENT_BATCH 8
+#define XENT_BATCH 16
 
 /* log-sum-exp of the row x[0..V), one read */
 static __device__ float fused_row_lse(const __nv_bfloat16 *x, long long V) {
