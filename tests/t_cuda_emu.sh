@@ -156,7 +156,7 @@ plant misc.cu '        __syncwarp();' '' "attn_merge without its __syncwarp: lse
 plant xent_fused.cu '        float xt = bad ? 0.0f : kiln_ld(x, t); /* before the barriers: dx may be x */
         float L = fused_row_lse(x, V), d = dl[r * dl_stride];' '        float L = fused_row_lse(x, V), d = dl[r * dl_stride];
         float xt = bad ? 0.0f : kiln_ld(x, t);' "xent_fused reads the target logit after the barriers: wrong in place" build xent_fused
-plant xent_fused.cu '            if (i == t) g -= d;' '' "xent_fused without the one-hot term of the gradient" build xent_fused
+plant xent_fused.cu '    if (i == t) g -= d;' '    (void)i, (void)t;' "xent_fused without the one-hot term of the gradient" build xent_fused
 # dropout.cu: the CPU's masks (runtime/rng.h), then a planted bug (issue 17)
 build_dropout() { "${CXX[@]}" -Wno-unused-function -Wno-unused-parameter -I"$1" -Iruntime tests/cuda_emu/check_dropout.cpp "$D/emu.o" -o "$2"; }
 if build_dropout "$D/src" "$D/check_dropout" > "$tmp/log" 2>&1; then

@@ -237,6 +237,7 @@ static const char SHIM[] =
     "#define __global__\n"
     "#define __device__\n"
     "#define __forceinline__\n"
+    "#define __align__(n) __attribute__((aligned(n)))\n"
     "typedef float __nv_bfloat16;\n"
     "struct kiln_dim3 { unsigned x, y, z; };\n"
     "struct kiln_dim3 blockIdx, blockDim, threadIdx, gridDim;\n"

@@ -15,7 +15,13 @@
  *     extern "C" __global__ void kiln_fused_K(const T *in0, ..., T *out0, ..., long long n)
  *
  * Each kernel is a grid-stride loop over the n elements of the iteration
- * space, any launch shape covers them all.  Per element it computes the
+ * space, any launch shape covers them all: first a vector loop, 8 elements
+ * per thread and iteration with 16-byte loads and stores (when the arrays
+ * it reads and writes at element i are 16-byte aligned; a broadcast's index
+ * is computed once per vector where kg_bcast_terms allow), then the scalar
+ * loop over what is left (all of it when unaligned).  Both run the same
+ * per-element statements, so the bits do not depend on which loop took an
+ * element (tests/t_cuda_vec.sh).  Per element it computes the
  * whole chain in registers and stores only the outputs: the code of
  * emit_llvm.c's group_element written as C statements, one `const` local per
  * member (m<j> for member j, x<s> for the element of input s, loaded where
@@ -77,6 +83,8 @@ typedef struct {
     int stage, nstages; /* a pipeline stage's kernels are named kiln_s<stage>_... (emit_host.c's kernel_names) */
     KGroups kg;
     FILE *f; /* the text being built (a memory stream) */
+    int vec;  /* writing the vector body: direct loads from v<s>.v[e], stores to o<s>.v[e] (kernel) */
+    int use_i, use_i0; /* the vector body reads i (an element's index) or i0 (its vector's first) */
     char *err;
     size_t errlen;
 } Cu;
@@ -85,7 +93,11 @@ typedef struct {
     char (*reg)[16];  /* [member]: the name of its value, "" until written */
     char *live;       /* [member]: its value is read or stored */
     char *loaded;     /* [input slot]: x<s> is declared */
+    char *stored;     /* [output slot]: out<s> is written */
 } Regs;
+
+/* elements per thread per iteration of the vector body (16 bytes of bf16) */
+enum { VEC = 8 };
 
 static const double GELU_K = 0.7978845608028654; /* sqrt(2/pi), as in emit_llvm.c */
 
@@ -244,11 +256,13 @@ static void load_expr(DType dt, const char *p, const char *idx, char *buf, size_
     else snprintf(buf, len, "%s[%s]", p, idx);
 }
 
-/* The index into input x of a broadcast to big at element i (kg_bcast_terms). */
-static void bcast_expr(const Type *x, const Type *big, char *buf, size_t len) {
+/* The index into input x of a broadcast to big at element `iv` (kg_bcast_terms). */
+static void bcast_expr(const Type *x, const Type *big, const char *iv, char *buf, size_t len) {
     KgTerm t[IR_MAXRANK];
     int nt = kg_bcast_terms(x, big, t), narrow = ir_numel(big) <= (int64_t)UINT32_MAX;
-    const char *i = narrow ? "(unsigned)i" : "i", *u = narrow ? "u" : "ull";
+    char i[40];
+    snprintf(i, sizeof i, narrow ? "(unsigned)%s" : "%s", iv);
+    const char *u = narrow ? "u" : "ull";
     size_t n = 0;
     buf[0] = 0;
     if (nt == 0) snprintf(buf, len, "0");
@@ -258,6 +272,27 @@ static void bcast_expr(const Type *x, const Type *big, char *buf, size_t len) {
         if (n < len && t[k].mod) n += (size_t)snprintf(buf + n, len - n, " %% %lld%s", (long long)t[k].len, u);
         if (n < len && t[k].stride != 1) n += (size_t)snprintf(buf + n, len - n, " * %lld%s", (long long)t[k].stride, u);
     }
+}
+
+/* Whether the broadcast index of elements i0 + e (i0 a multiple of VEC, 0 <=
+ * e < VEC) is idx(i0) + e (*step 1) or idx(i0) (*step 0): every term either
+ * has an inner extent that is a multiple of VEC (the same for the VEC
+ * elements) or is the innermost, unstrided term with no wrap inside a vector
+ * (inner 1, stride 1, no modulus or one that VEC divides).  The vector body
+ * then computes the index once per vector instead of once per element. */
+static int bcast_affine(const Type *x, const Type *big, int *step) {
+    KgTerm t[IR_MAXRANK];
+    int nt = kg_bcast_terms(x, big, t);
+    *step = 0;
+    for (int k = 0; k < nt; k++) {
+        if (t[k].inner % VEC == 0) continue;
+        if (t[k].inner == 1 && t[k].stride == 1 && (!t[k].mod || t[k].len % VEC == 0) && !*step) {
+            *step = 1;
+            continue;
+        }
+        return 0;
+    }
+    return 1;
 }
 
 /* The register name of member input k of node n into name, loading a group
@@ -277,9 +312,9 @@ static void operand(Cu *c, const KGroup *gr, Regs *r, const Node *n, int k, char
     if (!r->loaded[s]) {
         DType dt = c->g->vals[vid].t.dt;
         char p[16], e[64];
-        snprintf(p, sizeof p, "in%d", s);
-        load_expr(dt, p, "i", e, sizeof e);
-        fprintf(c->f, "        const %s %s = %s;\n", reg_type(dt), name, e);
+        snprintf(p, sizeof p, c->vec ? "v%d.v" : "in%d", s);
+        load_expr(dt, p, c->vec ? "e" : "i", e, sizeof e);
+        fprintf(c->f, "%s        const %s %s = %s;\n", c->vec ? "        " : "", reg_type(dt), name, e);
         r->loaded[s] = 1;
     }
 }
@@ -297,7 +332,17 @@ static int member(Cu *c, const KGroup *gr, Regs *r, int j) {
         int vid = n->in[0], s = kg_in_slot(gr, vid);
         char p[16], idx[400];
         snprintf(p, sizeof p, "in%d", s);
-        bcast_expr(&g->vals[vid].t, &g->vals[n->out[0]].t, idx, sizeof idx);
+        int step;
+        if (c->vec && bcast_affine(&g->vals[vid].t, &g->vals[n->out[0]].t, &step)) {
+            size_t l = 0;
+            idx[l++] = '(';
+            bcast_expr(&g->vals[vid].t, &g->vals[n->out[0]].t, "i0", idx + l, sizeof idx - l - 8);
+            strcat(idx, step ? ") + e" : ")");
+            if (strstr(idx, "i0")) c->use_i0 = 1; /* not for a scalar broadcast: "(0)" */
+        } else {
+            c->use_i = 1;
+            bcast_expr(&g->vals[vid].t, &g->vals[n->out[0]].t, "i", idx, sizeof idx);
+        }
         load_expr(g->vals[vid].t.dt, p, idx, e, sizeof e);
     } else if (n->op == OP_broadcast) {
         const Node *d = &g->nodes[g->vals[n->in[0]].def];
@@ -319,7 +364,7 @@ static int member(Cu *c, const KGroup *gr, Regs *r, int j) {
         if (n->nin > 2) operand(c, gr, r, n, 2, z);
         if (op_expr(n, a, b, z, e, sizeof e) != 0) return fail(c, n, "is not an elementwise op the CUDA back end knows");
     }
-    fprintf(c->f, "        const %s m%d = %s;\n", reg_type(dt), j, e);
+    fprintf(c->f, "%s        const %s m%d = %s;\n", c->vec ? "        " : "", reg_type(dt), j, e);
     return 0;
 }
 
@@ -369,20 +414,26 @@ static void kernel_comment(Cu *c, int k) {
 }
 
 /* The store of member j's register to its output slot s. */
-static void store(Cu *c, const KGroup *gr, const Regs *r, int j, int s) {
+static void store(Cu *c, const KGroup *gr, Regs *r, int j, int s) {
     DType dt = c->g->vals[gr->out[s]].t.dt;
-    if (dt == DT_BF16) fprintf(c->f, "        out%d[i] = __float2bfloat16(%s);\n", s, r->reg[j]);
-    else fprintf(c->f, "        out%d[i] = %s;\n", s, r->reg[j]);
+    char dst[32];
+    snprintf(dst, sizeof dst, c->vec ? "o%d.v[e]" : "out%d[i]", s);
+    const char *ind = c->vec ? "                " : "        ";
+    if (dt == DT_BF16) fprintf(c->f, "%s%s = __float2bfloat16(%s);\n", ind, dst, r->reg[j]);
+    else fprintf(c->f, "%s%s = %s;\n", ind, dst, r->reg[j]);
+    r->stored[s] = 1;
 }
 
 static Regs regs_new(const KGroup *gr) {
-    return (Regs){xcalloc((size_t)gr->nnodes, 16), xcalloc((size_t)gr->nnodes, 1), xcalloc((size_t)gr->nin, 1)};
+    return (Regs){xcalloc((size_t)gr->nnodes, 16), xcalloc((size_t)gr->nnodes, 1), xcalloc((size_t)gr->nin + 1, 1),
+                  xcalloc((size_t)gr->nout + 1, 1)};
 }
 
 static void regs_free(Regs *r) {
     free(r->reg);
     free(r->live);
     free(r->loaded);
+    free(r->stored);
 }
 
 /* The helpers that the live members of kernel k call (a mask of H_*). */
@@ -396,27 +447,115 @@ static int helpers_of(Cu *c, int k, unsigned *mask) {
     return rc;
 }
 
-/* The kernel of group k: a grid-stride loop over its n elements. */
+/* The vector type of 8 elements of dt (kiln_<t>x8, written by translation_unit). */
+static const char *vec_type(DType dt) {
+    switch (dt) {
+    case DT_F32: return "kiln_f32x8";
+    case DT_BF16: return "kiln_bf16x8";
+    case DT_I32: return "kiln_i32x8";
+    default: return "kiln_i64x8";
+    }
+}
+
+/* The per-element statements of gr's live members (and their stores), in
+ * scalar (element i) or vector (element e of vector q) form; the text in
+ * *body (malloc'd).  r's loaded/stored say which slots the body reads
+ * directly and writes. */
+static int element_body(Cu *c, const KGroup *gr, Regs *r, int vec, char **body) {
+    FILE *outer = c->f;
+    size_t len = 0;
+    *body = NULL;
+    c->f = open_memstream(body, &len);
+    if (!c->f) {
+        c->f = outer;
+        snprintf(c->err, c->errlen, "emit cuda: open_memstream: %s", strerror(errno));
+        return -1;
+    }
+    c->vec = vec, c->use_i = c->use_i0 = 0;
+    memset(r->loaded, 0, (size_t)gr->nin);
+    memset(r->stored, 0, (size_t)gr->nout);
+    for (int j = 0; j < gr->nnodes; j++) r->reg[j][0] = 0;
+    int rc = 0;
+    for (int j = 0; j < gr->nnodes && rc == 0; j++) {
+        if (!r->live[j]) continue;
+        rc = member(c, gr, r, j);
+        int s = kg_out_slot(gr, c->g->nodes[gr->nodes[j]].out[0]);
+        if (rc == 0 && s >= 0) store(c, gr, r, j, s);
+    }
+    int bad = ferror(c->f);
+    if (fclose(c->f) != 0 || bad) {
+        if (rc == 0) snprintf(c->err, c->errlen, "emit cuda: writing the text in memory failed");
+        rc = -1;
+    }
+    c->f = outer, c->vec = 0;
+    return rc;
+}
+
+/* The kernel of group k.  Its element loop is the scalar body (element i);
+ * when every array the body reads or writes at element i is 16-byte
+ * aligned, a vector loop first takes the elements [0, n/8*8) eight per
+ * thread and iteration: 16-byte loads of each input (one per 8 bf16), the
+ * same per-element statements for e = 0..7 on the registers, 16-byte
+ * stores; the scalar loop then does the rest.  The math per element is the
+ * scalar body's, so the bits are the same whichever loop takes an element.
+ * Both loops stride over the grid, so any launch shape covers n (the
+ * launcher's grid is ceil(n / (256 * 8)) blocks, capped). */
 static int kernel(Cu *c, int k) {
     const KGroup *gr = &c->kg.groups[k];
     Regs r = regs_new(gr);
     int rc = liveness(c, gr, &r);
+    char *vbody = NULL, *sbody = NULL;
+    if (rc == 0) rc = element_body(c, gr, &r, 1, &vbody);
+    char *vin = xcalloc((size_t)gr->nin + 1, 1), *vout = xcalloc((size_t)gr->nout + 1, 1);
+    int use_i = c->use_i, use_i0 = c->use_i || c->use_i0; /* the vector body's */
+    if (rc == 0) {
+        memcpy(vin, r.loaded, (size_t)gr->nin);
+        memcpy(vout, r.stored, (size_t)gr->nout);
+        rc = element_body(c, gr, &r, 0, &sbody);
+    }
     if (rc == 0) {
         char name[64];
         if (c->nstages > 1) snprintf(name, sizeof name, "kiln_s%d_%s", c->stage, gr->name);
         else snprintf(name, sizeof name, "kiln_%s", gr->name);
         kernel_comment(c, k);
         signature(c, gr, name);
-        fprintf(c->f, "    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < (unsigned long long)n;\n"
-                      "         i += (unsigned long long)gridDim.x * blockDim.x) {\n");
-        for (int j = 0; j < gr->nnodes && rc == 0; j++) {
-            if (!r.live[j]) continue;
-            rc = member(c, gr, &r, j);
-            int s = kg_out_slot(gr, c->g->nodes[gr->nodes[j]].out[0]);
-            if (rc == 0 && s >= 0) store(c, gr, &r, j, s);
+        int nvout = 0;
+        for (int s = 0; s < gr->nout; s++) nvout += vout[s];
+        const char *gid = "blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x";
+        const char *gstride = "(unsigned long long)gridDim.x * blockDim.x";
+        if (nvout > 0) {
+            fprintf(c->f, "    unsigned long long first = 0; /* the scalar loop's first element */\n    if (((");
+            int np = 0;
+            for (int s = 0; s < gr->nin; s++)
+                if (vin[s]) fprintf(c->f, "%s(unsigned long long)in%d", np++ ? " | " : "", s);
+            for (int s = 0; s < gr->nout; s++)
+                if (vout[s]) fprintf(c->f, "%s(unsigned long long)out%d", np++ ? " | " : "", s);
+            fprintf(c->f, ") & 15) == 0) {\n");
+            fprintf(c->f, "        const unsigned long long nv = (unsigned long long)n / %d;\n", VEC);
+            fprintf(c->f, "        for (unsigned long long q = %s; q < nv; q += %s) {\n", gid, gstride);
+            if (use_i0) fprintf(c->f, "            const unsigned long long i0 = q * %d;\n", VEC);
+            for (int s = 0; s < gr->nin; s++)
+                if (vin[s]) {
+                    const char *t = vec_type(c->g->vals[gr->in[s]].t.dt);
+                    fprintf(c->f, "            const %s v%d = ((const %s *)in%d)[q];\n", t, s, t, s);
+                }
+            for (int s = 0; s < gr->nout; s++)
+                if (vout[s]) fprintf(c->f, "            %s o%d;\n", vec_type(c->g->vals[gr->out[s]].t.dt), s);
+            fprintf(c->f, "#pragma unroll\n            for (int e = 0; e < %d; e++) {\n", VEC);
+            if (use_i) fprintf(c->f, "                const unsigned long long i = i0 + e;\n");
+            fputs(vbody, c->f);
+            fprintf(c->f, "            }\n");
+            for (int s = 0; s < gr->nout; s++)
+                if (vout[s]) fprintf(c->f, "            ((%s *)out%d)[q] = o%d;\n", vec_type(c->g->vals[gr->out[s]].t.dt), s, s);
+            fprintf(c->f, "        }\n        first = nv * %d;\n    }\n", VEC);
+            fprintf(c->f, "    for (unsigned long long i = first + %s; i < (unsigned long long)n; i += %s) {\n", gid, gstride);
+        } else {
+            fprintf(c->f, "    for (unsigned long long i = %s; i < (unsigned long long)n; i += %s) {\n", gid, gstride);
         }
+        fputs(sbody, c->f);
         fprintf(c->f, "    }\n}\n");
     }
+    free(vbody), free(sbody), free(vin), free(vout);
     regs_free(&r);
     return rc;
 }
@@ -447,7 +586,12 @@ static int translation_unit(Cu *c, const Module *m) {
             "/* %s: the fused elementwise kernels as CUDA C (kiln, emit_cuda.c).\n"
             " * Memory: f32 as float, bf16 as __nv_bfloat16, i32 as int, i64 as long long; arithmetic in f32.\n"
             " * Arguments: the group's input pointers, its output pointers, the element count n. */\n"
-            "#include <cuda_bf16.h>\n",
+            "#include <cuda_bf16.h>\n"
+            "\n/* eight elements, for the vector loops' 16-byte loads and stores */\n"
+            "typedef struct __align__(16) kiln_f32x8 { float v[8]; } kiln_f32x8;\n"
+            "typedef struct __align__(16) kiln_bf16x8 { __nv_bfloat16 v[8]; } kiln_bf16x8;\n"
+            "typedef struct __align__(16) kiln_i32x8 { int v[8]; } kiln_i32x8;\n"
+            "typedef struct __align__(16) kiln_i64x8 { long long v[8]; } kiln_i64x8;\n",
             m->name);
     if (helpers) fprintf(c->f, "\n");
     for (int h = 0; h < H_COUNT; h++)

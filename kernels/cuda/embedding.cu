@@ -38,6 +38,7 @@
 #include "common.cuh"
 
 #define EMB_DIGITS 256 /* 8-bit radix */
+#define EMB_BATCH 16   /* run entries whose loads kiln_embedding_bwd issues together */
 
 extern "C" __global__ void __launch_bounds__(KILN_BLOCK)
 kiln_embedding_fwd(const __nv_bfloat16 *table, const int *ids, __nv_bfloat16 *out, long long n, long long C,
@@ -207,8 +208,34 @@ kiln_embedding_bwd(const __nv_bfloat16 *dy, const int *work, float *dtable, long
         int id = key[k];
         if (id >= V || (k > 0 && key[k - 1] == id)) continue; /* a bad id, or not the start of a run */
         for (long long c = blockIdx.y * (long long)blockDim.x + threadIdx.x; c < C; c += (long long)gridDim.y * blockDim.x) {
+            /* the run's dy rows added in ascending position, EMB_BATCH
+             * positions' loads issued at once (a run of a frequent token is
+             * thousands long: one dependent load at a time was the cost);
+             * the keys are sorted, so the run is a prefix of each batch and
+             * only its entries are added: the same additions, the same bits */
             float s = 0.0f;
-            for (long long q = k; q < n && key[q] == id; q++) s += kiln_ld(dy, (long long)val[q] * C + c);
+            for (long long q = k;; q += EMB_BATCH) {
+                /* the keys and rows first, unconditionally (positions past n
+                 * clamped to n - 1, then not taken): independent loads, so
+                 * they are in flight together, not one key's round trip each */
+                int kk[EMB_BATCH], row[EMB_BATCH];
+#pragma unroll
+                for (int u = 0; u < EMB_BATCH; u++) {
+                    const long long j = q + u < n ? q + u : n - 1;
+                    kk[u] = key[j];
+                    row[u] = val[j];
+                }
+                bool in[EMB_BATCH];
+#pragma unroll
+                for (int u = 0; u < EMB_BATCH; u++) in[u] = (q + u < n) & (kk[u] == id);
+                float v[EMB_BATCH];
+#pragma unroll
+                for (int u = 0; u < EMB_BATCH; u++) v[u] = in[u] ? kiln_ld(dy, (long long)row[u] * C + c) : 0.0f;
+#pragma unroll
+                for (int u = 0; u < EMB_BATCH; u++)
+                    if (in[u]) s += v[u];
+                if (!in[EMB_BATCH - 1]) break;
+            }
             dtable[(long long)id * C + c] = s;
         }
     }

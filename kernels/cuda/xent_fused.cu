@@ -32,15 +32,38 @@
  * takes none), so there is no ignored-token case.
  *
  * One block per row (grid-stride over rows), block KILN_BLOCK, each thread
- * strides over the row's vocabulary (coalesced).
+ * strides over the row's vocabulary (coalesced), issuing XENT_BATCH loads
+ * before it uses them (the lse's fold is a dependent chain: one load at a
+ * time left the memory system idle); the per-thread order is unchanged.
  */
 #include "common.cuh"
+
+/* logits per thread whose loads are issued together (the loops below) */
+#define XENT_BATCH 16
 
 /* log-sum-exp of the row x[0..V), one read */
 static __device__ float fused_row_lse(const __nv_bfloat16 *x, long long V) {
     float m = kiln_neg_inf(), s = 0.0f;
-    for (long long i = threadIdx.x; i < V; i += blockDim.x) kiln_lse_add(m, s, kiln_ld(x, i));
+    const long long step = blockDim.x;
+    long long i = threadIdx.x;
+    /* XENT_BATCH loads in flight per thread, then folded in index order: the
+     * same sequence of kiln_lse_add as one element at a time (same bits) */
+    for (; i + (XENT_BATCH - 1) * step < V; i += XENT_BATCH * step) {
+        float v[XENT_BATCH];
+#pragma unroll
+        for (int u = 0; u < XENT_BATCH; u++) v[u] = kiln_ld(x, i + u * step);
+#pragma unroll
+        for (int u = 0; u < XENT_BATCH; u++) kiln_lse_add(m, s, v[u]);
+    }
+    for (; i < V; i += step) kiln_lse_add(m, s, kiln_ld(x, i));
     return kiln_block_lse(m, s);
+}
+
+/* dx[i] for the logit xi (the expression of xent.cu's backward) */
+static __device__ __forceinline__ float fused_grad(float xi, long long i, int t, bool bad, float d, float L) {
+    float g = d * expf(xi - L);
+    if (i == t) g -= d;
+    return bad ? kiln_nan() : g;
 }
 
 extern "C" __global__ void __launch_bounds__(KILN_BLOCK)
@@ -54,10 +77,18 @@ kiln_cross_entropy_fused(const __nv_bfloat16 *logits, const int *targets, const 
         float xt = bad ? 0.0f : kiln_ld(x, t); /* before the barriers: dx may be x */
         float L = fused_row_lse(x, V), d = dl[r * dl_stride];
         if (threadIdx.x == 0) loss[r] = bad ? kiln_nan() : L - xt;
-        for (long long i = threadIdx.x; i < V; i += blockDim.x) {
-            float g = d * expf(kiln_ld(x, i) - L);
-            if (i == t) g -= d;
-            kiln_st(dx, i, bad ? kiln_nan() : g);
+        /* XENT_BATCH of this thread's logits read, then their gradients
+         * written: each logit is still read before this thread writes it,
+         * and no other thread touches it (in place is safe) */
+        const long long step = blockDim.x;
+        long long i = threadIdx.x;
+        for (; i + (XENT_BATCH - 1) * step < V; i += XENT_BATCH * step) {
+            float v[XENT_BATCH];
+#pragma unroll
+            for (int u = 0; u < XENT_BATCH; u++) v[u] = kiln_ld(x, i + u * step);
+#pragma unroll
+            for (int u = 0; u < XENT_BATCH; u++) kiln_st(dx, i + u * step, fused_grad(v[u], i + u * step, t, bad, d, L));
         }
+        for (; i < V; i += step) kiln_st(dx, i, fused_grad(kiln_ld(x, i), i, t, bad, d, L));
     }
 }

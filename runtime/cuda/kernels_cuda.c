@@ -169,7 +169,9 @@ void rtk_layernorm(rt_ctx *ctx, const int64_t *a) {
     long long rows = a[4], C = a[5];
     double eps = rt_bits_f64(a[6]);
     void *params[] = {&x, &w, &b, &y, &rows, &C, &eps};
-    launch(ctx, "kiln_layernorm_fwd", grid_rows(rows), 1, BLOCK, 0, params);
+    /* C a multiple of 256 up to 1024: the kernel's warp path, a row per warp (8 per block) */
+    int64_t grid = C > 0 && C % 256 == 0 && C <= 1024 ? ceil_div(rows, BLOCK / 32) : rows;
+    launch(ctx, "kiln_layernorm_fwd", grid_rows(grid), 1, BLOCK, 0, params);
 }
 
 /* args: dy, x, w, dx, dw, db, rows, C, eps.  kiln_layernorm_bwd into the
@@ -185,7 +187,7 @@ void rtk_layernorm_bwd(rt_ctx *ctx, const int64_t *a) {
     void *bwd[] = {&dy, &x, &w, &dx, &partial, &rows, &C, &eps};
     launch(ctx, "kiln_layernorm_bwd", parts, 1, BLOCK, 8 * C, bwd);
     void *reduce[] = {&partial, &dw, &db, &rows, &C};
-    launch(ctx, "kiln_layernorm_bwd_reduce", min64(ceil_div(C, BLOCK), GRID_X_MAX), 1, BLOCK, 0, reduce);
+    launch(ctx, "kiln_layernorm_bwd_reduce", min64(ceil_div(C, 32), GRID_X_MAX), 1, BLOCK, 0, reduce); /* 32 columns a block */
 }
 
 /* ---- rmsnorm.cu ---- */
@@ -304,7 +306,9 @@ void rtk_embedding_bwd(rt_ctx *ctx, const int64_t *a) {
     launch(ctx, "kiln_embedding_bwd_zero", min64(ceil_div(V * C, 2048), GRID_X_MAX), 1, BLOCK, 0, zero);
     if (n > 0) {
         void *sum[] = {&dy, &work, &dtable, &n, &C, &V};
-        launch(ctx, "kiln_embedding_bwd", grid_rows(n), min64(ceil_div(C, BLOCK), GRID_Y_MAX), BLOCK, 0, sum);
+        /* blocks stride over the sorted positions: 4096 of them, not n (most
+         * positions start no run; a block each was a launch-bound grid) */
+        launch(ctx, "kiln_embedding_bwd", min64(n, 4096), min64(ceil_div(C, BLOCK), GRID_Y_MAX), BLOCK, 0, sum);
     }
 }
 
@@ -645,7 +649,8 @@ void rtk_memcpy(rt_ctx *ctx, const int64_t *a) {
 
 /* args: kernel, nptrs, n, ptr...  The generated kernel's params are the
  * pointers, then `long long n`; it walks the n elements with a grid
- * stride, so the grid is ceil(n/256) blocks capped like misc.cu's. */
+ * stride, 8 per thread and iteration (emit_cuda.c's vector loop), so the
+ * grid is ceil(n/(256*8)) blocks capped like misc.cu's. */
 void rtk_fused(rt_ctx *ctx, const int64_t *a) {
     long long n = a[2];
     int64_t nptrs = a[1];
@@ -664,7 +669,7 @@ void rtk_fused(rt_ctx *ctx, const int64_t *a) {
         params[i] = &ptrs[i];
     }
     params[nptrs] = &n;
-    rtc_launch(ctx, f, grid_elems(n), 1, BLOCK, 0, params);
+    rtc_launch(ctx, f, grid_elems(ceil_div(n, 8)), 1, BLOCK, 0, params);
 }
 
 /* ---- GEMM on cuBLASLt ---- */

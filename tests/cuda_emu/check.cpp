@@ -518,6 +518,20 @@ static void case_adamw(long long n, float step, unsigned grid) {
                    vi.data(), nullptr, n, b1, b2, eps, wd);
     });
     tap(pi.same_bits(po) && mi.same_bits(mo) && vi.same_bits(vo), "in place, p_bf16 NULL, grid 3: same bits");
+    // arrays one element off 16-byte alignment: the scalar loop alone (the
+    // above took the float4 loop for all but n % 4): the same bits
+    FV p1(n + 1), g1(n + 1), m1(n + 1), v1(n + 1), po1 = poison_f32(n + 1), mo1 = poison_f32(n + 1), vo1 = poison_f32(n + 1);
+    BV pb1 = poison_bf16(n + 1);
+    for (long long i = 0; i < n; i++) p1[i + 1] = p[i], g1[i + 1] = g[i], m1[i + 1] = m[i], v1[i + 1] = v[i];
+    emu_launch(grid1(grid), BLOCK, 0, [&] {
+        kiln_adamw(p1.data() + 1, g1.data() + 1, m1.data() + 1, v1.data() + 1, lr.data(), scale.data(), t.data(), po1.data() + 1,
+                   mo1.data() + 1, vo1.data() + 1, pb1.data() + 1, n, b1, b2, eps, wd);
+    });
+    long long diff = 0;
+    for (long long i = 0; i < n; i++)
+        diff += memcmp(&po1[i + 1], &po[i], 4) || memcmp(&mo1[i + 1], &mo[i], 4) || memcmp(&vo1[i + 1], &vo[i], 4) ||
+                pb1[i + 1].bits != pb[i].bits;
+    tap(diff == 0, "unaligned arrays (the scalar loop): same bits as the aligned run (%lld of %lld elements differ)", diff, n);
 }
 
 // ---- the emulator itself ----
@@ -655,6 +669,7 @@ int main(int argc, char **argv) {
     struct Norm { long long rows, C; unsigned other_grid; const char *why; };
     if (wanted("layernorm"))
         for (Norm s : {Norm{5, 300, 2, ""}, Norm{600, 40, 7, " (more rows than parts)"}, Norm{3, 768, 1, ""},
+                       Norm{600, 512, 5, " (warp paths, more rows than parts)"}, Norm{20, 2048, 3, " (C > 1024: the block paths)"},
                        Norm{0, 33, 1, " (no rows: dw = db = 0)"}})
             run_case(str("layernorm rows=%lld C=%lld%s", s.rows, s.C, s.why), [&] { case_layernorm(s.rows, s.C, s.other_grid); });
     if (wanted("rmsnorm"))

@@ -311,6 +311,9 @@ struct float2 {
     float x, y;
 };
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
 
 // bf16: the upper half of an f32.  `bits` is the emulator's field name (the
 // kernels never touch the representation; a check may).
