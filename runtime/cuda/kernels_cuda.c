@@ -347,9 +347,10 @@ typedef struct {
 
 static const AttnKernels attn_plain = {"kiln_attention_fwd", "kiln_attention_bwd_dkdv", "kiln_attention_bwd_dq",
                                        BLOCK, 64, 32, 512, 18432, 768, 18176, 768, 9728, 0};
-/* block 128: 4 warps of 16 query rows; tiles padded to D + 8 */
+/* block 128: 4 warps of 16 query rows; tiles padded to D + 8, the streamed
+ * ones (key tiles in fwd and dq, query tiles in dkdv) in two stages */
 static const AttnKernels attn_tc = {"kiln_attention_tc_fwd", "kiln_attention_tc_bwd_dkdv", "kiln_attention_tc_bwd_dq",
-                                    128, 64, 64, 384, 384 * 8 + 512, 512, 512 * 8 + 1024, 512, 512 * 8 + 1024, 1};
+                                    128, 64, 64, 640, 640 * 8 + 768, 768, 768 * 8 + 1792, 768, 768 * 8 + 1792, 1};
 
 static int attention_check(rt_ctx *ctx, const AttnKernels *K, const char *op, long long H, long long KH, long long D) {
     if (K->tc && D != 16 && D != 32 && D != 64 && D != 128) {

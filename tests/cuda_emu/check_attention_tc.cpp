@@ -16,7 +16,7 @@
 //   rows that see no key: o exactly 0, lse exactly -inf.
 // Outputs are poisoned with NaN and sit between guard zones; the launch has
 // the README's block (128), grid (B H ceil(T/64)) and dynamic shared memory
-// (384 (D + 8) + 512 bytes: the emulator's region ends at a guard page);
+// (640 (D + 8) + 768 bytes: the emulator's region ends at a guard page);
 // shared memory starts as NaN in every block.  Both warp orders run
 // (emu.h: even blocks forward, odd reverse), which is what exposes a
 // missing barrier.
@@ -65,7 +65,7 @@ static void tap(bool ok, const std::string &what) {
 }
 
 // the README's launch rules
-static long long smem_tc(long long D) { return 384 * (D + 8) + 512; }
+static long long smem_tc(long long D) { return 640 * (D + 8) + 768; }
 static long long grid_tc(long long B, long long H, long long T) { return B * H * cdiv(T, 64); }
 
 struct Problem {
@@ -200,7 +200,7 @@ static void run_tc_at(const Problem &p, const __nv_bfloat16 *q, const __nv_bfloa
 
 static std::string describe(const char *name, const Problem &p);
 static long long grid_dkdv(long long B, long long KH, long long S) { return B * KH * cdiv(S, 64); }
-static long long smem_bwd(long long D) { return 512 * (D + 8) + 1024; }
+static long long smem_bwd(long long D) { return 768 * (D + 8) + 1792; }
 
 struct BwdRun {
     Guarded<__nv_bfloat16> dq, dk, dv;
