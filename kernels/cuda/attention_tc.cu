@@ -451,10 +451,21 @@ static __device__ void atc_fwd_job(const __nv_bfloat16 *q, const __nv_bfloat16 *
     atc_store<D>(w, o, lse, bh * T + t0, r0, rows, lane);
 }
 
-extern "C" __global__ void __launch_bounds__(ATC_THREADS)
-kiln_attention_tc_fwd(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const int *qpos,
-                      const int *kpos, __nv_bfloat16 *o, float *lse, long long B, long long H, long long KH, long long T,
-                      long long S, long long D, int causal, long long window, double scale) {
+/* The entry points: one per head dim, kiln_attention_tc_fwd_d16, _d32,
+ * _d64, _d128 (and the same for _bwd_dkdv and _bwd_dq), each compiled for
+ * its D alone: registers are allocated per kernel, and one kernel holding
+ * all four instances (as before) got the D = 128 instance's 255 registers
+ * and spills for every D.  The argument D must be the entry point's; any
+ * other D writes NaN into the outputs. */
+#define ATC_FWD_PARAMS                                                                                                 \
+    const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const int *qpos, const int *kpos,        \
+        __nv_bfloat16 *o, float *lse, long long B, long long H, long long KH, long long T, long long S, long long D,     \
+        int causal, long long window, double scale
+#define ATC_FWD_ARGS q, k, v, qpos, kpos, o, lse, B, H, KH, T, S, D, causal, window, scale
+
+/* the grid-stride loop over the forward's jobs, D's instance */
+template <int HD> /* HD: the head dim; D (== HD) the argument */
+static __device__ __forceinline__ void atc_fwd(ATC_FWD_PARAMS) {
     const long long tiles = (T + ATC_BQ - 1) / ATC_BQ, jobs = B * H * tiles;
     const bool bypos = causal && qpos && kpos;
     const long long wl = causal && window > 0 ? window : ATC_NOWIN;
@@ -462,19 +473,20 @@ kiln_attention_tc_fwd(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv
     for (long long job = blockIdx.x; job < jobs; job += gridDim.x) {
         /* the last query tiles (the most keys under causal) first */
         const long long bh = job / tiles, t0 = (tiles - 1 - job % tiles) * ATC_BQ;
-        switch (D) {
-        case 16: atc_fwd_job<16>(q, k, v, qp, kp, o, lse, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale); break;
-        case 32: atc_fwd_job<32>(q, k, v, qp, kp, o, lse, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale); break;
-        case 64: atc_fwd_job<64>(q, k, v, qp, kp, o, lse, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale); break;
-        case 128: atc_fwd_job<128>(q, k, v, qp, kp, o, lse, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale); break;
-        default: {
+        if (D != HD) { /* not this entry point's head dim */
             const long long rows = atc_min(ATC_BQ, T - t0);
             for (long long e = threadIdx.x; e < rows * D; e += blockDim.x) kiln_st(o, (bh * T + t0) * D + e, kiln_nan());
             for (long long r = threadIdx.x; r < rows; r += blockDim.x) lse[bh * T + t0 + r] = kiln_nan();
+            continue;
         }
-        }
+        atc_fwd_job<HD>(q, k, v, qp, kp, o, lse, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale);
     }
 }
+
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_fwd_d16(ATC_FWD_PARAMS) { atc_fwd<16>(ATC_FWD_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_fwd_d32(ATC_FWD_PARAMS) { atc_fwd<32>(ATC_FWD_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_fwd_d64(ATC_FWD_PARAMS) { atc_fwd<64>(ATC_FWD_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_fwd_d128(ATC_FWD_PARAMS) { atc_fwd<128>(ATC_FWD_ARGS); }
 
 /* ---- backward ----
  * dq, dk, dv from do, q, k, v, lse and Dt = do . o per query row (f32
@@ -679,59 +691,61 @@ static __device__ void atc_dq_job(const __nv_bfloat16 *dout, const __nv_bfloat16
     atc_store_rows<D>(dq + (bh * T + t0) * D, dqa, r0, rows, lane);
 }
 
-/* D's template instance, or NaN outputs for any other D */
-#define ATC_BY_D(call)            \
-    switch (D) {                  \
-    case 16: call(16); break;     \
-    case 32: call(32); break;     \
-    case 64: call(64); break;     \
-    case 128: call(128); break;   \
-    default: unsupported = true;  \
-    }
+#define ATC_DKDV_PARAMS                                                                                                \
+    const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,               \
+        const float *lse, const float *dt, const int *qpos, const int *kpos, __nv_bfloat16 *dk, __nv_bfloat16 *dv,     \
+        long long B, long long H, long long KH, long long T, long long S, long long D, int causal, long long window,    \
+        double scale
+#define ATC_DKDV_ARGS dout, q, k, v, lse, dt, qpos, kpos, dk, dv, B, H, KH, T, S, D, causal, window, scale
+#define ATC_DQ_PARAMS                                                                                                  \
+    const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,               \
+        const float *lse, const float *dt, const int *qpos, const int *kpos, __nv_bfloat16 *dq, long long B,           \
+        long long H, long long KH, long long T, long long S, long long D, int causal, long long window, double scale
+#define ATC_DQ_ARGS dout, q, k, v, lse, dt, qpos, kpos, dq, B, H, KH, T, S, D, causal, window, scale
 
-extern "C" __global__ void __launch_bounds__(ATC_THREADS)
-kiln_attention_tc_bwd_dkdv(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                           const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos, const int *kpos,
-                           __nv_bfloat16 *dk, __nv_bfloat16 *dv, long long B, long long H, long long KH, long long T,
-                           long long S, long long D, int causal, long long window, double scale) {
+template <int HD> /* HD: the head dim; D (== HD) the argument */
+static __device__ __forceinline__ void atc_dkdv(ATC_DKDV_PARAMS) {
     const long long tiles = (S + ATC_BK - 1) / ATC_BK, jobs = B * KH * tiles;
     const bool bypos = causal && qpos && kpos;
     const long long wl = causal && window > 0 ? window : ATC_NOWIN;
     const int *qp = bypos ? qpos : 0, *kp = bypos ? kpos : 0;
     for (long long job = blockIdx.x; job < jobs; job += gridDim.x) {
         const long long bkv = job / tiles, s0 = job % tiles * ATC_BK;
-        bool unsupported = false;
-#define ATC_DKDV(d) atc_dkdv_job<d>(dout, q, k, v, lse, dt, qp, kp, dk, dv, bkv, s0, H, KH, T, S, causal != 0, wl, (float)scale)
-        ATC_BY_D(ATC_DKDV)
-#undef ATC_DKDV
-        if (unsupported) {
+        if (D != HD) { /* not this entry point's head dim */
             const long long n = atc_min(ATC_BK, S - s0);
             for (long long e = threadIdx.x; e < n * D; e += blockDim.x) {
                 kiln_st(dk, (bkv * S + s0) * D + e, kiln_nan());
                 kiln_st(dv, (bkv * S + s0) * D + e, kiln_nan());
             }
+            continue;
         }
+        atc_dkdv_job<HD>(dout, q, k, v, lse, dt, qp, kp, dk, dv, bkv, s0, H, KH, T, S, causal != 0, wl, (float)scale);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ATC_THREADS)
-kiln_attention_tc_bwd_dq(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                         const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos, const int *kpos,
-                         __nv_bfloat16 *dq, long long B, long long H, long long KH, long long T, long long S,
-                         long long D, int causal, long long window, double scale) {
+template <int HD> /* HD: the head dim; D (== HD) the argument */
+static __device__ __forceinline__ void atc_dq(ATC_DQ_PARAMS) {
     const long long tiles = (T + ATC_BQ - 1) / ATC_BQ, jobs = B * H * tiles;
     const bool bypos = causal && qpos && kpos;
     const long long wl = causal && window > 0 ? window : ATC_NOWIN;
     const int *qp = bypos ? qpos : 0, *kp = bypos ? kpos : 0;
     for (long long job = blockIdx.x; job < jobs; job += gridDim.x) {
         const long long bh = job / tiles, t0 = (tiles - 1 - job % tiles) * ATC_BQ;
-        bool unsupported = false;
-#define ATC_DQ(d) atc_dq_job<d>(dout, q, k, v, lse, dt, qp, kp, dq, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale)
-        ATC_BY_D(ATC_DQ)
-#undef ATC_DQ
-        if (unsupported) {
+        if (D != HD) { /* not this entry point's head dim */
             const long long rows = atc_min(ATC_BQ, T - t0);
             for (long long e = threadIdx.x; e < rows * D; e += blockDim.x) kiln_st(dq, (bh * T + t0) * D + e, kiln_nan());
+            continue;
         }
+        atc_dq_job<HD>(dout, q, k, v, lse, dt, qp, kp, dq, bh, t0, H, KH, T, S, causal != 0, wl, (float)scale);
     }
 }
+
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dkdv_d16(ATC_DKDV_PARAMS) { atc_dkdv<16>(ATC_DKDV_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dkdv_d32(ATC_DKDV_PARAMS) { atc_dkdv<32>(ATC_DKDV_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dkdv_d64(ATC_DKDV_PARAMS) { atc_dkdv<64>(ATC_DKDV_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dkdv_d128(ATC_DKDV_PARAMS) { atc_dkdv<128>(ATC_DKDV_ARGS); }
+
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dq_d16(ATC_DQ_PARAMS) { atc_dq<16>(ATC_DQ_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dq_d32(ATC_DQ_PARAMS) { atc_dq<32>(ATC_DQ_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dq_d64(ATC_DQ_PARAMS) { atc_dq<64>(ATC_DQ_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dq_d128(ATC_DQ_PARAMS) { atc_dq<128>(ATC_DQ_ARGS); }
