@@ -12,16 +12,17 @@
  * NULL; a sliding window of W keys (window > 0, causal only) also needs
  * qpos[t] - kpos[s] < W.  Without causal every key is visible and the
  * positions are ignored.  A row that sees no key gets o = 0, lse = -inf.
- * D must be 16, 32, 64 or 128 (the templates below; any other D writes NaN
- * into o and lse, as attention.cu does above its limit, and the runtime
- * must launch attention.cu instead).
+ * D must be 16, 32, 64 or 128: one entry point per D (kiln_attention_tc_fwd_d64
+ * and so on, at the end of the file), each compiled for its D alone; a D
+ * that is not the entry point's writes NaN into o and lse, and the runtime
+ * launches attention.cu for the other head dims.
  *
  * The work split is FlashAttention-2's.  A block of ATC_WARPS = 4 warps
  * takes a job (b, h, a tile of ATC_BQ = 64 query rows), each warp 16 rows.
  * The block stages the query tile in shared memory once; each warp loads
  * its 16 rows into mma A fragments with ldmatrix.x4 (kernels/cuda/mma.cuh
  * has the fragment layouts) and keeps them in registers.  Then for every
- * key tile of ATC_BK = 64 keys the block stages k and v (bf16, rows padded
+ * key tile of ATC_BK = 64 keys the block has k and v staged (bf16, rows padded
  * to D + 8 elements so that ldmatrix rows stay 16-byte aligned and spread
  * over the banks; rows past the tile's keys are zero), and each warp
  *   S = q k^T:   per 8-key n-tile, per 16-dim k-step, B from k by ldmatrix.x2
@@ -29,38 +30,65 @@
  *   mask, scale, online softmax in registers: a lane holds 2 of the 16 rows
  *                (g = lane/4 and g + 8) and 2 keys per n-tile; a row's max
  *                and sum need the 4 lanes of its group (two xor shuffles);
- *                P = e^(S - m) rounded to bf16, and the row sum l adds the
- *                rounded values, so o / l is exactly the weights P V used;
+ *                in base 2: the scores are scaled by scale log2 e, m is
+ *                their running max and P = 2^(S - m) (exp2f: one MUFU.EX2;
+ *                expf costs a range reduction more), rounded to bf16, and
+ *                the row sum l adds the rounded values, so o / l is exactly
+ *                the weights P V used;
  *   o = o alpha + P v: P's accumulator fragments of two n-tiles ARE the A
  *                fragment of a 16-key k-step (no shuffle, no shared memory),
  *                B from v by ldmatrix.x4.trans (two 8-dim n-tiles at once).
- * At the end l is summed over the row's 4 lanes, o = o / l and lse = m +
- * log l, stored as bf16 and f32.
+ * At the end l is summed over the row's 4 lanes, o = o / l and lse =
+ * (m + log2 l) ln 2 (natural units, as attention.cu's), stored as bf16 and
+ * f32.
  *
  * Masks and skipped tiles are attention.cu's: with causal, qmax (the
  * largest query position of the block's rows) cuts each key tile to its
  * last key with kpos <= qmax and skips tiles with nothing left; a window
  * skips tiles whose latest key is W or more before qmin; the index path
- * stops at the block's last row.  Element by element, a masked score is
- * -inf and its p is 0.  Branches on these are uniform over the block.
+ * stops at the block's last row (atc_next_ktile finds the next tile to
+ * do).  Element by element, a masked score is -inf and its p is 0; a tile
+ * that every row of the job sees whole (index positions: the tiles below
+ * the causal diagonal, all tiles without causal) skips the element masks
+ * (atc_full_tile).  Branches on these are uniform over the block.
  *
- * Barriers: one after the query tile is staged, and two per key tile —
- * before staging (every warp is done with the last tile's k and v) and
- * after (the tile is complete).  tests/cuda_emu/check_attention_tc.cpp
- * shows that dropping the first of the two is caught on the emulator.
+ * The pipeline (why: on the H200 the first version took 1.85 ms a GPT-2
+ * layer, ~9 us per key tile per block, while a tile's mma and exp work is
+ * about 1 us: it staged each tile with synchronous loads, a global-memory
+ * round trip per 16-byte chunk in turn, behind two barriers).  The key and
+ * value tiles live in two stages of shared memory.  The job stages the
+ * query tile and the first key tile with cp.async (16 bytes a copy, from
+ * every thread; zero rows are plain stores), waits (cp.async.wait_group 0)
+ * and syncs.  Then per key tile: issue the NEXT tile's copies into the
+ * other stage (no warp still reads it: the barrier that ended the last
+ * iteration), compute this tile, wait for the copies, one barrier (the
+ * next tile is complete for every warp, and every warp is done with this
+ * stage before the iteration after next overwrites it).  So the loads of a
+ * tile overlap the mma and softmax of the one before, one barrier a tile.
+ * A source that is not 16-byte aligned is staged element by element,
+ * synchronously (the same barriers make it visible).  The emulator runs a
+ * cp.async as a copy that lands when its thread waits, never earlier, so a
+ * missing wait or barrier reads the poisoned shared memory:
+ * tests/t_cuda_emu.sh plants both and sees check_attention_tc fail.
  *
  * Precision: bf16 inputs (exact in the mma), products accumulated in f32 by
- * the tensor cores; softmax in f32 (expf); P rounded to bf16 for the second
- * product (as FlashAttention does); o rounded once to bf16.
+ * the tensor cores; softmax in f32 (exp2f); P rounded to bf16 for the
+ * second product (as FlashAttention does); o rounded once to bf16.  Every
+ * sum runs in an order fixed by the shapes: the same bits every run and
+ * for any grid.
  *
- * Block ATC_THREADS = 128, grid stride over the jobs (a smaller grid gives
- * the same bits), dynamic shared memory 384 (D + 8) + 512 bytes
- * (kernels/cuda/README.md).  The backward (below, with its own essay):
- * blocks of 128 too, 512 (D + 8) + 1024 bytes of dynamic shared memory.
- * Tiles are staged with 16-byte loads when the source is 16-byte aligned
- * (element by element otherwise).  Not here yet: cp.async double buffering
- * of the tiles, and a dkdv tiling that fits 255
- * registers at D = 128 without the few bytes ptxas spills today.
+ * Block ATC_THREADS = 128 (the code assumes it: the staging loops and the
+ * warps' rows), grid stride over the jobs (a smaller grid gives the same
+ * bits), dynamic shared memory 640 (D + 8) + 768 bytes (the query tile,
+ * two stages of k and v; positions).  The backward (below, with its own
+ * essay): blocks of 128 too, 768 (D + 8) + 1792 bytes (kernels/cuda/README.md).
+ * Registers (ptxas, sm_90, nvcc 13.0) per entry point, fwd / dkdv / dq:
+ * D 64: 152 / 243 / 160 (3 / 2 / 3 blocks a SM), D 128: 228 / 255 / 227
+ * (dkdv_d128 spills 16 bytes), D 16 and 32: 128-166 (ptxas caps some at 128
+ * with a few bytes of spills).  Not here yet (ideas, unmeasured): 32 query
+ * rows a warp (each k and v fragment feeds two mma), P kept packed as bf16
+ * pairs instead of rounded floats repacked, a dkdv at D = 128 without
+ * spills, tiles of 128 keys.
  */
 #include "mma.cuh"
 
@@ -457,15 +485,11 @@ static __device__ void atc_fwd_job(const __nv_bfloat16 *q, const __nv_bfloat16 *
  * all four instances (as before) got the D = 128 instance's 255 registers
  * and spills for every D.  The argument D must be the entry point's; any
  * other D writes NaN into the outputs. */
-#define ATC_FWD_PARAMS                                                                                                 \
-    const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const int *qpos, const int *kpos,        \
-        __nv_bfloat16 *o, float *lse, long long B, long long H, long long KH, long long T, long long S, long long D,     \
-        int causal, long long window, double scale
 #define ATC_FWD_ARGS q, k, v, qpos, kpos, o, lse, B, H, KH, T, S, D, causal, window, scale
 
 /* the grid-stride loop over the forward's jobs, D's instance */
 template <int HD> /* HD: the head dim; D (== HD) the argument */
-static __device__ __forceinline__ void atc_fwd(ATC_FWD_PARAMS) {
+static __device__ __forceinline__ void atc_fwd(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const int *qpos, const int *kpos, __nv_bfloat16 *o, float *lse, long long B, long long H, long long KH, long long T, long long S, long long D, int causal, long long window, double scale) {
     const long long tiles = (T + ATC_BQ - 1) / ATC_BQ, jobs = B * H * tiles;
     const bool bypos = causal && qpos && kpos;
     const long long wl = causal && window > 0 ? window : ATC_NOWIN;
@@ -483,10 +507,30 @@ static __device__ __forceinline__ void atc_fwd(ATC_FWD_PARAMS) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_fwd_d16(ATC_FWD_PARAMS) { atc_fwd<16>(ATC_FWD_ARGS); }
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_fwd_d32(ATC_FWD_PARAMS) { atc_fwd<32>(ATC_FWD_ARGS); }
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_fwd_d64(ATC_FWD_PARAMS) { atc_fwd<64>(ATC_FWD_ARGS); }
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_fwd_d128(ATC_FWD_PARAMS) { atc_fwd<128>(ATC_FWD_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_fwd_d16(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const int *qpos,
+                          const int *kpos, __nv_bfloat16 *o, float *lse, long long B, long long H, long long KH,
+                          long long T, long long S, long long D, int causal, long long window, double scale) {
+    atc_fwd<16>(ATC_FWD_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_fwd_d32(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const int *qpos,
+                          const int *kpos, __nv_bfloat16 *o, float *lse, long long B, long long H, long long KH,
+                          long long T, long long S, long long D, int causal, long long window, double scale) {
+    atc_fwd<32>(ATC_FWD_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_fwd_d64(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const int *qpos,
+                          const int *kpos, __nv_bfloat16 *o, float *lse, long long B, long long H, long long KH,
+                          long long T, long long S, long long D, int causal, long long window, double scale) {
+    atc_fwd<64>(ATC_FWD_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_fwd_d128(const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const int *qpos,
+                           const int *kpos, __nv_bfloat16 *o, float *lse, long long B, long long H, long long KH,
+                           long long T, long long S, long long D, int causal, long long window, double scale) {
+    atc_fwd<128>(ATC_FWD_ARGS);
+}
 
 /* ---- backward ----
  * dq, dk, dv from do, q, k, v, lse and Dt = do . o per query row (f32
@@ -499,7 +543,11 @@ extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_fwd_
  * of its job's tile (keys in dkdv, queries in dq); the tile products are
  * atc_rows_dot and atc_acc_rows.  P and dS are rounded to bf16 for the
  * products that consume them (FlashAttention-2 does the same); a row with
- * lse = -inf adds nothing. */
+ * lse = -inf adds nothing.  P = 2^(scale log2 e q.k - lse log2 e) (exp2f).
+ * The streamed tiles are double-buffered as in the forward: dkdv keeps its
+ * key tile and streams the query tiles (q, do, lse, Dt, positions: cp.async
+ * of 16 and 4 bytes, atc_next_qtile picks the next one it needs), dq keeps
+ * its query tile and streams the key tiles; one barrier a tile. */
 
 /* the query tile [t0, t0+m) of head bh for the backward, staged (the
  * caller commits, waits and syncs): q, do rows, lse (-inf past m), Dt,
@@ -691,20 +739,11 @@ static __device__ void atc_dq_job(const __nv_bfloat16 *dout, const __nv_bfloat16
     atc_store_rows<D>(dq + (bh * T + t0) * D, dqa, r0, rows, lane);
 }
 
-#define ATC_DKDV_PARAMS                                                                                                \
-    const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,               \
-        const float *lse, const float *dt, const int *qpos, const int *kpos, __nv_bfloat16 *dk, __nv_bfloat16 *dv,     \
-        long long B, long long H, long long KH, long long T, long long S, long long D, int causal, long long window,    \
-        double scale
 #define ATC_DKDV_ARGS dout, q, k, v, lse, dt, qpos, kpos, dk, dv, B, H, KH, T, S, D, causal, window, scale
-#define ATC_DQ_PARAMS                                                                                                  \
-    const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,               \
-        const float *lse, const float *dt, const int *qpos, const int *kpos, __nv_bfloat16 *dq, long long B,           \
-        long long H, long long KH, long long T, long long S, long long D, int causal, long long window, double scale
 #define ATC_DQ_ARGS dout, q, k, v, lse, dt, qpos, kpos, dq, B, H, KH, T, S, D, causal, window, scale
 
 template <int HD> /* HD: the head dim; D (== HD) the argument */
-static __device__ __forceinline__ void atc_dkdv(ATC_DKDV_PARAMS) {
+static __device__ __forceinline__ void atc_dkdv(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos, const int *kpos, __nv_bfloat16 *dk, __nv_bfloat16 *dv, long long B, long long H, long long KH, long long T, long long S, long long D, int causal, long long window, double scale) {
     const long long tiles = (S + ATC_BK - 1) / ATC_BK, jobs = B * KH * tiles;
     const bool bypos = causal && qpos && kpos;
     const long long wl = causal && window > 0 ? window : ATC_NOWIN;
@@ -724,7 +763,7 @@ static __device__ __forceinline__ void atc_dkdv(ATC_DKDV_PARAMS) {
 }
 
 template <int HD> /* HD: the head dim; D (== HD) the argument */
-static __device__ __forceinline__ void atc_dq(ATC_DQ_PARAMS) {
+static __device__ __forceinline__ void atc_dq(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos, const int *kpos, __nv_bfloat16 *dq, long long B, long long H, long long KH, long long T, long long S, long long D, int causal, long long window, double scale) {
     const long long tiles = (T + ATC_BQ - 1) / ATC_BQ, jobs = B * H * tiles;
     const bool bypos = causal && qpos && kpos;
     const long long wl = causal && window > 0 ? window : ATC_NOWIN;
@@ -740,12 +779,64 @@ static __device__ __forceinline__ void atc_dq(ATC_DQ_PARAMS) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dkdv_d16(ATC_DKDV_PARAMS) { atc_dkdv<16>(ATC_DKDV_ARGS); }
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dkdv_d32(ATC_DKDV_PARAMS) { atc_dkdv<32>(ATC_DKDV_ARGS); }
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dkdv_d64(ATC_DKDV_PARAMS) { atc_dkdv<64>(ATC_DKDV_ARGS); }
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dkdv_d128(ATC_DKDV_PARAMS) { atc_dkdv<128>(ATC_DKDV_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_bwd_dkdv_d16(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                               const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
+                               const int *kpos, __nv_bfloat16 *dk, __nv_bfloat16 *dv, long long B, long long H,
+                               long long KH, long long T, long long S, long long D, int causal, long long window,
+                               double scale) {
+    atc_dkdv<16>(ATC_DKDV_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_bwd_dkdv_d32(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                               const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
+                               const int *kpos, __nv_bfloat16 *dk, __nv_bfloat16 *dv, long long B, long long H,
+                               long long KH, long long T, long long S, long long D, int causal, long long window,
+                               double scale) {
+    atc_dkdv<32>(ATC_DKDV_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_bwd_dkdv_d64(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                               const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
+                               const int *kpos, __nv_bfloat16 *dk, __nv_bfloat16 *dv, long long B, long long H,
+                               long long KH, long long T, long long S, long long D, int causal, long long window,
+                               double scale) {
+    atc_dkdv<64>(ATC_DKDV_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_bwd_dkdv_d128(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                                const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
+                                const int *kpos, __nv_bfloat16 *dk, __nv_bfloat16 *dv, long long B, long long H,
+                                long long KH, long long T, long long S, long long D, int causal, long long window,
+                                double scale) {
+    atc_dkdv<128>(ATC_DKDV_ARGS);
+}
 
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dq_d16(ATC_DQ_PARAMS) { atc_dq<16>(ATC_DQ_ARGS); }
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dq_d32(ATC_DQ_PARAMS) { atc_dq<32>(ATC_DQ_ARGS); }
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dq_d64(ATC_DQ_PARAMS) { atc_dq<64>(ATC_DQ_ARGS); }
-extern "C" __global__ void __launch_bounds__(ATC_THREADS) kiln_attention_tc_bwd_dq_d128(ATC_DQ_PARAMS) { atc_dq<128>(ATC_DQ_ARGS); }
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_bwd_dq_d16(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                             const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
+                             const int *kpos, __nv_bfloat16 *dq, long long B, long long H, long long KH, long long T,
+                             long long S, long long D, int causal, long long window, double scale) {
+    atc_dq<16>(ATC_DQ_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_bwd_dq_d32(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                             const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
+                             const int *kpos, __nv_bfloat16 *dq, long long B, long long H, long long KH, long long T,
+                             long long S, long long D, int causal, long long window, double scale) {
+    atc_dq<32>(ATC_DQ_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_bwd_dq_d64(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                             const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
+                             const int *kpos, __nv_bfloat16 *dq, long long B, long long H, long long KH, long long T,
+                             long long S, long long D, int causal, long long window, double scale) {
+    atc_dq<64>(ATC_DQ_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(ATC_THREADS)
+kiln_attention_tc_bwd_dq_d128(const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                              const __nv_bfloat16 *v, const float *lse, const float *dt, const int *qpos,
+                              const int *kpos, __nv_bfloat16 *dq, long long B, long long H, long long KH, long long T,
+                              long long S, long long D, int causal, long long window, double scale) {
+    atc_dq<128>(ATC_DQ_ARGS);
+}

@@ -5,6 +5,11 @@
 // so that an older version can be built beside it); SMEM_* give the
 // launcher's dynamic shared memory (runtime/cuda/kernels_cuda.c attn_tc).
 #include ATC_SRC
+#ifndef BENCH_FWD /* the per-head-dim entry points (attention_tc.cu since 8b2fa01) */
+#define BENCH_FWD kiln_attention_tc_fwd_d64
+#define BENCH_DKDV kiln_attention_tc_bwd_dkdv_d64
+#define BENCH_DQ kiln_attention_tc_bwd_dq_d64
+#endif
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
@@ -41,13 +46,13 @@ int main(int argc, char **argv) {
     CK(cudaMemcpy(q, hq.data(), nq * 2, cudaMemcpyHostToDevice)); CK(cudaMemcpy(k, hk.data(), nq * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(v, hv.data(), nq * 2, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dout, hdo.data(), nq * 2, cudaMemcpyHostToDevice));
     const int smf = SMEM_FWD(D), smb = SMEM_BWD(D);
-    CK(cudaFuncSetAttribute(kiln_attention_tc_fwd, cudaFuncAttributeMaxDynamicSharedMemorySize, smf));
-    CK(cudaFuncSetAttribute(kiln_attention_tc_bwd_dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, smb));
-    CK(cudaFuncSetAttribute(kiln_attention_tc_bwd_dq, cudaFuncAttributeMaxDynamicSharedMemorySize, smb));
+    CK(cudaFuncSetAttribute(BENCH_FWD, cudaFuncAttributeMaxDynamicSharedMemorySize, smf));
+    CK(cudaFuncSetAttribute(BENCH_DKDV, cudaFuncAttributeMaxDynamicSharedMemorySize, smb));
+    CK(cudaFuncSetAttribute(BENCH_DQ, cudaFuncAttributeMaxDynamicSharedMemorySize, smb));
     const int *np = 0;
-    auto fwd = [&] { kiln_attention_tc_fwd<<<B * H * (T / 64), 128, smf>>>(q, k, v, np, np, o, lse, B, H, KH, T, S, D, causal, W, scale); };
-    auto dkdv = [&] { kiln_attention_tc_bwd_dkdv<<<B * KH * (S / 64), 128, smb>>>(dout, q, k, v, lse, dt, np, np, dk, dv, B, H, KH, T, S, D, causal, W, scale); };
-    auto dqk = [&] { kiln_attention_tc_bwd_dq<<<B * H * (T / 64), 128, smb>>>(dout, q, k, v, lse, dt, np, np, dq, B, H, KH, T, S, D, causal, W, scale); };
+    auto fwd = [&] { BENCH_FWD<<<B * H * (T / 64), 128, smf>>>(q, k, v, np, np, o, lse, B, H, KH, T, S, D, causal, W, scale); };
+    auto dkdv = [&] { BENCH_DKDV<<<B * KH * (S / 64), 128, smb>>>(dout, q, k, v, lse, dt, np, np, dk, dv, B, H, KH, T, S, D, causal, W, scale); };
+    auto dqk = [&] { BENCH_DQ<<<B * H * (T / 64), 128, smb>>>(dout, q, k, v, lse, dt, np, np, dq, B, H, KH, T, S, D, causal, W, scale); };
     cudaEvent_t e0, e1; CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     float ms;
     auto timeit = [&](const char *name, auto f) {

@@ -12,5 +12,6 @@ NV=(nvcc -std=c++17 -O3 -arch=sm_90 -lineinfo -Ikernels/cuda)
 if [ -n "$1" ]; then
     git show "$1:kernels/cuda/attention_tc.cu" > "$O/attention_tc_old.cu"
     "${NV[@]}" -DATC_SRC="\"$PWD/$O/attention_tc_old.cu\"" -D'SMEM_FWD(D)=(384*((D)+8)+512)' -D'SMEM_BWD(D)=(512*((D)+8)+1024)' \
+        -DBENCH_FWD=kiln_attention_tc_fwd -DBENCH_DKDV=kiln_attention_tc_bwd_dkdv -DBENCH_DQ=kiln_attention_tc_bwd_dq \
         bench/gpu/attn_tc/bench.cu -o "$O/bench_old"
 fi
