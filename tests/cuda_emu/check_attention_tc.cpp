@@ -30,7 +30,8 @@
 // covers the f32 cancellation in dP - Dt), and a smaller grid must give the
 // same bits (no atomics: the sums run in a fixed order).
 //
-// Cases: causal and not, MHA and GQA, T != S, lengths that are not
+// Cases: causal and not, MHA and GQA, T != S, long ones (520: nine key
+// tiles through the double buffers), lengths that are not
 // multiples of 16 or 64, D 16, 32, 64, 128, positions as context parallel
 // gives them (a dual-chunk rank against the all-gathered keys; a ring
 // step's second half of the queries against a received block, no mask; a
@@ -377,6 +378,11 @@ static IV dual(int r, int cp, int n) {
 int main(int argc, char **argv) {
     std::string only = argc > 1 ? argv[1] : "";
     auto want = [&](const char *family) { return only.empty() || only == family; };
+    if (want("long")) { // many tiles: the double buffers' two stages alternate 9 times
+        run_case("long causal, GQA 2/1", prob(1, 2, 1, 520, 520, 64, 1), 3);
+        run_bwd_case("long causal, GQA 2/1", prob(1, 2, 1, 520, 520, 64, 1), 3);
+        run_bwd_case("long non-causal, D 128", prob(1, 1, 1, 300, 300, 128, 0));
+    }
     if (want("basic")) {
         run_case("non-causal MHA", prob(1, 2, 2, 64, 64, 64, 0));
         run_case("causal, odd length", prob(1, 2, 2, 100, 100, 64, 1), 3);
