@@ -33,11 +33,12 @@
 #  7. tensor cores (issue 23): tests/cuda_emu/check_mma.cpp (the emulator's
 #     mma.sync and ldmatrix against plain matrix products and the PTX
 #     layouts), check_attention_tc.cpp (kernels/cuda/attention_tc.cu, forward
-#     and backward, against the double reference), and five planted bugs:
+#     and backward, against the double reference), and eight planted bugs:
 #     mma's A fragment index in a copy of emu.h; in copies of the kernel,
-#     P's A fragment index, the forward without its barrier before staging a
-#     key tile, dkdv's accumulator row index, and dkdv without its barrier
-#     before staging a query tile.
+#     P's A fragment index, the forward without its barrier after a key tile
+#     (the double buffer's) and without its cp.async wait, dkdv's
+#     accumulator row index, dkdv and dq without their barrier after a
+#     tile, and the forward's causal diagonal tile taken as unmasked.
 # About 25 s on this 2-core machine (four g++ builds of ~3 s, the checks ~6 s).
 # To rerun one family after a build: $B/cuda_emu/check rope, or
 # $B/cuda_emu/check_misc sumto (see check.cpp, check_misc.cpp).
@@ -198,11 +199,20 @@ fi
 plant attention_tc.cu '{kiln_pack_bf16(x[2 * s][0], x[2 * s][1]), kiln_pack_bf16(x[2 * s][2], x[2 * s][3]),' \
     '{kiln_pack_bf16(x[2 * s][0], x[2 * s][1]), kiln_pack_bf16(x[2 * s + 1][0], x[2 * s + 1][1]),' \
     "attention_tc: P's A fragment a[1] from n-tile 2s+1 instead of rows g+8 of 2s" build_atc basic
-plant attention_tc.cu "        __syncthreads(); /* every warp is done with the last tile's k and v */" '' \
-    "attention_tc forward without the barrier before staging a key tile" build_atc basic
+plant attention_tc.cu "            __syncthreads(); /* the next tile is in; every warp is done with this one */" '' \
+    "attention_tc forward without the barrier after a key tile (double-buffered)" build_atc basic
+plant attention_tc.cu '            atc_cp_wait_all();
+            __syncthreads(); /* the next tile is in; every warp is done with this one */' \
+    '            __syncthreads(); /* the next tile is in; every warp is done with this one */' \
+    "attention_tc forward without waiting for its cp.async copies of the next key tile" build_atc basic
+plant attention_tc.cu 'return !kpos && s0 + ATC_BK - 1 <= t0 && (wl == ATC_NOWIN' \
+    'return !kpos && s0 <= t0 && (wl == ATC_NOWIN' \
+    "attention_tc forward: the causal diagonal tile taken as full (no element masks)" build_atc basic
 plant attention_tc.cu 'const int key = k0 + g + 8 * (i >> 1), qi = j * 8 + 2 * t + (i & 1);' \
     'const int key = k0 + g + 8 * (i & 1), qi = j * 8 + 2 * t + (i & 1);' \
     "attention_tc dkdv: the accumulator's row (key) read from the column bit" build_atc bwd
-plant attention_tc.cu "            __syncthreads(); /* every warp is done with the last query tile */" '' \
-    "attention_tc dkdv without the barrier before staging a query tile" build_atc bwd
+plant attention_tc.cu "            __syncthreads(); /* the next query tile is in; every warp is done with this one */" '' \
+    "attention_tc dkdv without the barrier after a query tile (double-buffered)" build_atc bwd
+plant attention_tc.cu "            __syncthreads(); /* the next key tile is in; every warp is done with this one */" '' \
+    "attention_tc dq without the barrier after a key tile (double-buffered)" build_atc bwd
 echo "1..$n"

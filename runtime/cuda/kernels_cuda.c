@@ -355,9 +355,19 @@ typedef struct {
 
 static const AttnKernels attn_plain = {"kiln_attention_fwd", "kiln_attention_bwd_dkdv", "kiln_attention_bwd_dq",
                                        BLOCK, 64, 32, 512, 18432, 768, 18176, 768, 9728, 0};
-/* block 128: 4 warps of 16 query rows; tiles padded to D + 8 */
+/* block 128: 4 warps of 16 query rows; tiles padded to D + 8, the streamed
+ * ones (key tiles in fwd and dq, query tiles in dkdv) in two stages */
 static const AttnKernels attn_tc = {"kiln_attention_tc_fwd", "kiln_attention_tc_bwd_dkdv", "kiln_attention_tc_bwd_dq",
-                                    128, 64, 64, 384, 384 * 8 + 512, 512, 512 * 8 + 1024, 512, 512 * 8 + 1024, 1};
+                                    128, 64, 64, 640, 640 * 8 + 768, 768, 768 * 8 + 1792, 768, 768 * 8 + 1792, 1};
+
+/* The kernel `name` of set K for head dim D: attention_tc.cu's have one
+ * entry point per D (NAME_d16, _d32, _d64, _d128, each compiled for its D
+ * alone: its own register count), in buf; attention.cu's take any D. */
+static const char *attn_kernel(const AttnKernels *K, const char *name, long long D, char *buf, size_t size) {
+    if (!K->tc) return name;
+    snprintf(buf, size, "%s_d%lld", name, D);
+    return buf;
+}
 
 static int attention_check(rt_ctx *ctx, const AttnKernels *K, const char *op, long long H, long long KH, long long D) {
     if (K->tc && D != 16 && D != 32 && D != 64 && D != 128) {
@@ -378,7 +388,9 @@ static void attention_fwd(rt_ctx *ctx, const AttnKernels *K, const int64_t *a) {
     long long window = a[15];
     if (attention_check(ctx, K, "attention", H, KH, D)) return;
     void *params[] = {&q, &k, &v, &qpos, &kpos, &o, &lse, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
-    launch(ctx, K->fwd, min64(B * H * ceil_div(T, K->q_rows), GRID_X_MAX), 1, K->block, K->fwd_d * D + K->fwd_c, params);
+    char name[64];
+    launch(ctx, attn_kernel(K, K->fwd, D, name, sizeof name), min64(B * H * ceil_div(T, K->q_rows), GRID_X_MAX), 1,
+           K->block, K->fwd_d * D + K->fwd_c, params);
 }
 
 /* args: do, q, k, v, o, lse, dq, dk, dv, B, H, KH, T, S, D, causal, scale,
@@ -400,9 +412,12 @@ static void attention_bwd(rt_ctx *ctx, const AttnKernels *K, const int64_t *a) {
     void *prep[] = {&dout, &o, &dt, &rows, &D};
     launch(ctx, "kiln_attention_bwd_prep", min64(ceil_div(rows, 8), GRID_X_MAX), 1, BLOCK, 0, prep);
     void *dkdv[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dk, &dv, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
-    launch(ctx, K->dkdv, min64(B * KH * ceil_div(S, 64), GRID_X_MAX), 1, K->block, K->dkdv_d * D + K->dkdv_c, dkdv);
+    char name[64];
+    launch(ctx, attn_kernel(K, K->dkdv, D, name, sizeof name), min64(B * KH * ceil_div(S, 64), GRID_X_MAX), 1, K->block,
+           K->dkdv_d * D + K->dkdv_c, dkdv);
     void *dqp[] = {&dout, &q, &k, &v, &lse, &dt, &qpos, &kpos, &dq, &B, &H, &KH, &T, &S, &D, &causal, &window, &scale};
-    launch(ctx, K->dq, min64(B * H * ceil_div(T, K->dq_rows), GRID_X_MAX), 1, K->block, K->dq_d * D + K->dq_c, dqp);
+    launch(ctx, attn_kernel(K, K->dq, D, name, sizeof name), min64(B * H * ceil_div(T, K->dq_rows), GRID_X_MAX), 1,
+           K->block, K->dq_d * D + K->dq_c, dqp);
 }
 
 void rtk_attention(rt_ctx *ctx, const int64_t *a) { attention_fwd(ctx, &attn_plain, a); }
