@@ -26,7 +26,11 @@ check "the table names the $(wc -l < "$tmp/cu_names") generated kernels of the .
     "[ -s '$tmp/cu_names' ] && cmp -s '$tmp/cu_names' '$tmp/table_names'"
 libs=$(ls kernels/cuda/*.cu | wc -l)
 cubins=$(grep -c '^@kiln_cubin[.0-9]* = private' "$tmp/ll.ll")
-check "the program embeds $cubins cubins: $libs library files + the generated kernels" "[ '$cubins' -eq $((libs + 1)) ]"
+check "the program embeds $cubins cubins: $libs library files but attention_tc.cu (no --attention tc) + the generated kernels" \
+    "[ '$cubins' -eq $libs ]"
+"$K" compile models/tiny.lua --target cuda:sm_90 --attention tc --emit llvm -o "$tmp/tc" > /dev/null 2>&1
+tc=$(grep -c '^@kiln_cubin[.0-9]* = private' "$tmp/tc.ll")
+check "with --attention tc it embeds $tc: all $libs library files + the generated kernels" "[ '$tc' -eq $((libs + 1)) ]"
 check "the table says device 1 (RT_DEV_CUDA) and arch sm_90" "grep -q 'c\"sm_90\\\\00\"' '$tmp/ll.ll'"
 check "the fused groups launch through rtk_fused" "grep -q 'rtk_fused' '$tmp/ll.ll' && ! grep -q 'define internal void @kiln_fused' '$tmp/ll.ll'"
 check "(the CPU program has kernels of its own and no cubin)" \

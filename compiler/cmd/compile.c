@@ -151,7 +151,7 @@ int cmd_compile(Args *a) {
     EmitTarget *t = a->cuda_arch ? &cuda : NULL;
     EmitCubin *cubins = NULL;
     snprintf(path, sizeof path, "%s.cu", a->out);
-    if (t && emit_cuda_cubins(m, t->arch, path, &cubins, &cuda.ncubins, err, sizeof err) != 0) die("compile: %s", err);
+    if (t && emit_cuda_cubins(m, t, path, &cubins, &cuda.ncubins, err, sizeof err) != 0) die("compile: %s", err);
     cuda.cubins = cubins;
     if (a->emit) {
         const char *ext = strcmp(a->emit, "llvm") == 0 ? "ll" : strcmp(a->emit, "cuda") == 0 ? "cu" : "schedule.ir";

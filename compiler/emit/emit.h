@@ -86,15 +86,16 @@ int emit_llvm_text_target(const Module *m, const EmitTarget *t, FILE *f, char *e
  * For NVRTC; no GPU needed.  0, or -1 + message (nothing written). */
 int emit_cuda_text(const Module *m, FILE *f, char *err, size_t errlen);
 
-/* The cubins a CUDA program embeds, compiled for arch with NVRTC through
- * its cache (nvrtc_cache.c), warnings failing: every library kernel file
- * (kernels/cuda/ *.cu, in name order, each its own module named after the
- * file) and, when the module has fused groups, the generated kernels
- * ("generated").  *out is malloc'd (free with emit_cubins_free).  0, or -1
- * with NVRTC's one-line message; when the generated kernels fail and
- * keep_src is not NULL, their source is written there and the message
- * names it (NVRTC's log gives its lines). */
-int emit_cuda_cubins(const Module *m, const char *arch, const char *keep_src, EmitCubin **out, int *n, char *err,
+/* The cubins a CUDA program for t embeds, compiled for t->arch with NVRTC
+ * through its cache (nvrtc_cache.c), warnings failing: every library
+ * kernel file (kernels/cuda/ *.cu, in name order, each its own module named
+ * after the file; attention_tc.cu only with t->attention_tc) and, when the
+ * module has fused groups, the generated kernels ("generated").  *out is
+ * malloc'd (free with emit_cubins_free).  0, or -1 with NVRTC's one-line
+ * message; when the generated kernels fail and keep_src is not NULL, their
+ * source is written there and the message names it (NVRTC's log gives its
+ * lines).  t's cubins and ncubins are not read. */
+int emit_cuda_cubins(const Module *m, const EmitTarget *t, const char *keep_src, EmitCubin **out, int *n, char *err,
                      size_t errlen);
 void emit_cubins_free(EmitCubin *c, int n);
 

@@ -707,7 +707,10 @@ static char **library_files(int *n, char *err, size_t errlen) {
     return names;
 }
 
-static int library_cubins(const char *arch, EmitCubin **out, int *n, char *err, size_t errlen) {
+/* Every library file, but the tensor-core attention only for a program
+ * that launches it (--attention tc): its twelve kernels (three per head
+ * dim) are 3.9 MB of cubin, more than half of what a trainer embeds. */
+static int library_cubins(const EmitTarget *t, EmitCubin **out, int *n, char *err, size_t errlen) {
     int nf = 0, rc = 0;
     char **files = library_files(&nf, err, errlen);
     if (!files && nf == 0 && err[0]) return -1;
@@ -715,8 +718,12 @@ static int library_cubins(const char *arch, EmitCubin **out, int *n, char *err, 
         char path[4096], stem[32];
         snprintf(path, sizeof path, "%s/%s", kiln_cuda_kernel_dir(), files[i]);
         snprintf(stem, sizeof stem, "%.*s", (int)(strlen(files[i]) - 3), files[i]);
+        if (!t->attention_tc && strcmp(stem, "attention_tc") == 0) {
+            free(files[i]);
+            continue;
+        }
         char *src = rc == 0 ? kiln_read_source(path, err, errlen) : NULL;
-        if (rc == 0 && (!src || add_cubin(out, n, stem, path, src, arch, err, errlen) != 0)) rc = -1;
+        if (rc == 0 && (!src || add_cubin(out, n, stem, path, src, t->arch, err, errlen) != 0)) rc = -1;
         free(src);
         free(files[i]);
     }
@@ -734,7 +741,7 @@ static void keep_source(const char *text, size_t len, const char *path, char *er
         snprintf(err + used, errlen - used, ok ? " (the generated source: %s)" : " (could not write the generated source to %s)", path);
 }
 
-int emit_cuda_cubins(const Module *m, const char *arch, const char *keep_src, EmitCubin **out, int *n, char *err,
+int emit_cuda_cubins(const Module *m, const EmitTarget *t, const char *keep_src, EmitCubin **out, int *n, char *err,
                      size_t errlen) {
     *out = NULL, *n = 0;
     err[0] = 0;
@@ -751,11 +758,11 @@ int emit_cuda_cubins(const Module *m, const char *arch, const char *keep_src, Em
         rc = -1;
     }
     if (rc == 0 && strstr(text, "__global__")) {
-        rc = add_cubin(out, n, "generated", "generated.cu", text, arch, err, errlen);
+        rc = add_cubin(out, n, "generated", "generated.cu", text, t->arch, err, errlen);
         if (rc != 0 && keep_src) keep_source(text, len, keep_src, err, errlen);
     }
     free(text);
-    if (rc == 0) rc = library_cubins(arch, out, n, err, errlen);
+    if (rc == 0) rc = library_cubins(t, out, n, err, errlen);
     if (rc != 0) {
         emit_cubins_free(*out, *n);
         *out = NULL, *n = 0;
