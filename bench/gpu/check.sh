@@ -336,7 +336,7 @@ leg_speed_kiln() {
         return
     fi
     "$PY" bench/gpu/report.py speed "$L/$1_speed.jsonl" --warm "$WARM" > "$L/speed_$1.json"
-    record "$leg" PASS "$((WARM + TIMED)) steps, losses $("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(f"{j[\"first_loss\"]:.3f} -> {j[\"last_loss\"]:.3f}")' "$L/speed_$1.json" 2> /dev/null)"
+    record "$leg" PASS "$((WARM + TIMED)) steps, losses $("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.3f -> %.3f" % (j["first_loss"], j["last_loss"]))' "$L/speed_$1.json" 2> /dev/null)"
 }
 
 # leg_trace NAME BINARY DATA: 4 traced GPT-2 steps at batch BATCH (--trace:
@@ -378,7 +378,7 @@ leg_speed_torch() {
         record "$leg" FAIL "$(why $rc "$L/torch_$1.log")"
         return
     fi
-    record "$leg" PASS "$(tail -c 300 "$L/speed_$1.json" | "$PY" -c 'import json,sys; j=json.loads(sys.stdin.read().splitlines()[-1]); print(f"losses {j[\"first_loss\"]:.3f} -> {j[\"last_loss\"]:.3f}, peak {j[\"peak_mem_gib\"]:.1f} GiB")' 2> /dev/null)"
+    record "$leg" PASS "$(tail -c 300 "$L/speed_$1.json" | "$PY" -c 'import json,sys; j=json.loads(sys.stdin.read().splitlines()[-1]); print("losses %.3f -> %.3f, peak %.1f GiB" % (j["first_loss"], j["last_loss"], j["peak_mem_gib"]))' 2> /dev/null)"
 }
 
 leg_sanitizer() {
