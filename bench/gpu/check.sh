@@ -10,7 +10,9 @@
 #   2. kcheck: every CUDA library kernel against its CPU twin (kcheck.c);
 #   3. tiny.lua, 10 steps: losses against the CPU trainer's (report.py
 #      losses: |dloss| <= 0.05 at every step, step-1 grad-norm within 5%,
-#      equal learning rates), then again with KILN_NO_GRAPH=1: the same bits;
+#      equal learning rates), then again with KILN_NO_GRAPH=1: the same bits,
+#      and compiled with --offload all (issue 19: every saved value to host
+#      and back on the copy streams): the same bits;
 #   4. GPT-2 124M (batch CHECK_BATCH, seq 1024, lr 1e-4), 10 steps, against the CPU trainer;
 #   5. speed, GPT-2 124M at batch BATCH, seq 1024, WARM + TIMED steps each:
 #      kiln's trainer (median tokens/s of its log after the warm-up), PyTorch
@@ -86,6 +88,7 @@ main() {
     # sanitizers, the PyTorch peers and the opt-in epilogues
     leg_train tiny "$G/bin/tiny_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
     leg_nograph
+    [ -x "$G/bin/tiny_offload_cuda" ] && leg_same "tiny --offload all vs none" tiny_offload "$G/bin/tiny_offload_cuda"
     [ -x "$G/bin/tiny_tc_cuda" ] && leg_train tiny_tc "$G/bin/tiny_tc_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
     [ -x "$G/bin/tiny_cudnn_cuda" ] && leg_train tiny_cudnn "$G/bin/tiny_cudnn_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
     [ -x "$G/bin/tiny_ep_cuda" ] && leg_train tiny_ep "$G/bin/tiny_ep_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
@@ -303,23 +306,26 @@ leg_train() {
     record "$leg" "${verdict%% *}" "${verdict#* }"
 }
 
-leg_nograph() {
-    local leg="tiny graph vs KILN_NO_GRAPH=1"
-    [ -s "$L/tiny_cuda.jsonl" ] || { record "$leg" SKIP "no graph run to compare with"; return; }
+# leg_same LEG NAME BINARY [ENV...]: tiny's 10 steps by BINARY (under ENV)
+# must give tiny_cuda's losses and grad-norms bit for bit
+leg_same() {
+    local leg=$1 name=$2 bin=$3
+    shift 3
+    [ -s "$L/tiny_cuda.jsonl" ] || { record "$leg" SKIP "no tiny_cuda run to compare with"; return; }
     fits "$leg" 15 || return
     local rc
     # shellcheck disable=SC2086
-    KILN_NO_GRAPH=1 k "$(cap 60)" "$G/bin/tiny_cuda" --data "$G/data/corpus.txt" $TINY_FLAGS --log "$L/tiny_nograph.jsonl" \
-        > "$L/tiny_nograph.out" 2>&1
+    k "$(cap 60)" env "$@" "$bin" --data "$G/data/corpus.txt" $TINY_FLAGS --log "$L/$name.jsonl" > "$L/$name.out" 2>&1
     rc=$?
     if [ $rc != 0 ]; then
-        record "$leg" FAIL "$(why $rc "$L/tiny_nograph.out")"
+        record "$leg" FAIL "$(why $rc "$L/$name.out")"
         return
     fi
     local verdict
-    verdict=$("$PY" bench/gpu/report.py same "$L/tiny_cuda.jsonl" "$L/tiny_nograph.jsonl")
+    verdict=$("$PY" bench/gpu/report.py same "$L/tiny_cuda.jsonl" "$L/$name.jsonl")
     record "$leg" "${verdict%% *}" "${verdict#* }"
 }
+leg_nograph() { leg_same "tiny graph vs KILN_NO_GRAPH=1" tiny_nograph "$G/bin/tiny_cuda" KILN_NO_GRAPH=1; }
 
 # leg_speed_kiln NAME BINARY: WARM + TIMED steps of GPT-2 at batch BATCH;
 # speed_NAME.json for the table (kiln: the default attention, kiln_tc: --attention tc)

@@ -12,6 +12,9 @@
 #   bin/gpt2_cuda        models/gpt2.lua, batch BATCH (32), seq 1024: the speed run
 #   bin/tiny_tc_cuda, bin/gpt2_tc_cuda   the same with --attention tc (the
 #                        tensor-core attention, kernels/cuda/attention_tc.cu)
+#   bin/tiny_offload_cuda  tiny.lua with --offload all (every saved value over
+#                        1 byte to host and back, one stage: issue 19's GPU check,
+#                        bit for bit against tiny_cuda)
 #   bin/tiny_cudnn_cuda, bin/gpt2_cudnn_cuda   the same with --attention cudnn
 #                        (cuDNN's fused flash attention: the speed kiln's own
 #                        kernels must beat; needs cuDNN >= 9.16 there)
@@ -101,6 +104,7 @@ mv "$G/bin/tiny_cuda.cu" "$W/tiny_cuda.cu"
 "$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --attention tc --set batch="$BATCH" -o "$G/bin/gpt2_tc_cuda"
 "$B/kiln" compile models/tiny.lua --target "cuda:$ARCH" --attention cudnn -o "$G/bin/tiny_cudnn_cuda"
 "$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --attention cudnn --set batch="$BATCH" -o "$G/bin/gpt2_cudnn_cuda"
+"$B/kiln" compile models/tiny.lua --target "cuda:$ARCH" --offload all --offload-min-bytes 1 -o "$G/bin/tiny_offload_cuda"
 "$B/kiln" compile models/tiny.lua --target "cuda:$ARCH" --gemm-epilogue all -o "$G/bin/tiny_ep_cuda"
 "$B/kiln" compile models/gpt2.lua --target "cuda:$ARCH" --gemm-epilogue all --set batch="$BATCH" -o "$G/bin/gpt2_ep_cuda"
 
