@@ -18,9 +18,10 @@
  * strides and addresses allow (runtime/cuda/kernels_cuda.c copy_widen).
  *
  * Determinism.  No atomics.  Every sum has one order fixed by the shapes:
- * sumto and reduce give each output to one thread, which adds its inputs in
- * row-major order of x; softmax uses common.cuh's fixed block reductions;
- * sumsq cuts x into parts fixed by n alone (not by the grid) and the final
+ * kiln_sumto and reduce give each output to one thread, which adds its
+ * inputs in row-major order of x; softmax uses common.cuh's fixed block
+ * reductions; sumsq and sumto_rows (a bias gradient's [R, K] -> [K]) cut x
+ * into parts fixed by the shapes alone (not by the grid) and a final
  * kernel adds the parts in a fixed order.  Every kernel loops with a stride
  * of its grid, so any grid of at least one block gives the same bits.
  *
