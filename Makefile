@@ -36,7 +36,7 @@ LDFLAGS += $(SANFLAGS)
 # libkilnc.a: the compiler; libkilnrt.a: the runtime and the CPU kernels;
 # libkilnrt_cuda.a: the same runtime on the CUDA device (what a
 # `--target cuda:sm_XX` trainer links: no OpenBLAS, no CPU kernels)
-LIB_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c compiler/emit/*.c compiler/cmd/*.c))
+LIB_SRC := $(filter-out compiler/main.c compiler/cmd/calibrate_cuda.c,$(wildcard compiler/*.c compiler/emit/*.c compiler/cmd/*.c))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 RT_CUDA_ONLY := $(wildcard runtime/cuda/*.c)
 RT_CPU_ONLY  := $(wildcard runtime/cpu/*.c kernels/cpu/*.c)
@@ -60,7 +60,7 @@ TEST_AUX := $(BUILD)/tests/mpi_comm
 HDRS    := $(wildcard compiler/*.h compiler/*/*.h runtime/*.h runtime/*/*.h kernels/cpu/*.h) compiler/ops.def
 LIBS    := $(BUILD)/libkilnc.a $(BUILD)/libkilnrt.a
 
-all: $(BUILD)/kiln $(BUILD)/runtime/trainer_main.o $(BUILD)/libkilnrt_cuda.a $(RT_COMM_OBJ) $(TEST_BIN) $(TEST_AUX)
+all: $(BUILD)/kiln $(BUILD)/kiln-calibrate-cuda $(BUILD)/runtime/trainer_main.o $(BUILD)/libkilnrt_cuda.a $(RT_COMM_OBJ) $(TEST_BIN) $(TEST_AUX)
 
 $(BUILD)/compiler/emit/emit_%.o: compiler/emit/emit_%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -89,6 +89,11 @@ $(BUILD)/libkilnrt_cuda.a: $(RT_CUDA_OBJ)
 # -rdynamic: the JIT resolves rt_* and rtk_* in the kiln process itself
 $(BUILD)/kiln: $(BUILD)/compiler/main.o $(LIBS)
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $(BUILD)/compiler/main.o -Wl,--whole-archive $(BUILD)/libkilnrt.a -Wl,--no-whole-archive $(BUILD)/libkilnc.a $(LDLIBS)
+
+# kiln calibrate --device cuda runs this beside kiln (compiler/cmd/calibrate_cuda.c
+# says why it is a program of its own): the CUDA runtime, MPI for several ranks
+$(BUILD)/kiln-calibrate-cuda: $(BUILD)/compiler/cmd/calibrate_cuda.o $(BUILD)/compiler/profile.o $(BUILD)/libkilnrt_cuda.a $(BUILD)/runtime/comm_mpi.o
+	$(CC) $(LDFLAGS) -o $@ $(BUILD)/compiler/cmd/calibrate_cuda.o $(BUILD)/compiler/profile.o $(BUILD)/libkilnrt_cuda.a $(BUILD)/runtime/comm_mpi.o $(RT_CUDA_LIBS)
 
 $(BUILD)/tests/%: tests/%.c $(LIBS) $(HDRS) tests/testutil.h tests/graphbuild.h
 	@mkdir -p $(dir $@)

@@ -69,10 +69,9 @@ bad() { # DESCRIPTION WANT ARGS...
     rc=$?
     check "$d: $out" "[ $rc = 1 ] && [ \"\$(printf '%s\n' \"\$out\" | wc -l)\" = 1 ] && [ \"\$out\" = \"\$want\" ]"
 }
-bad "cuda is refused in one line" "kiln: calibrate --device cuda: not available yet (it needs a GPU and the CUDA device's one-kernel programs; the shipped h100/h200/a100 profiles are datasheets and marked estimates: docs/profiles.md)" --device cuda -o "$tmp/g.profile"
 bad "an unknown device" 'kiln: --device: expected cpu or cuda, got "tpu"' --device tpu -o "$tmp/g.profile"
 bad "no -o" "kiln: calibrate: -o FILE.profile is required" --device cpu
-bad "no --device" "kiln: usage: kiln calibrate --device cpu|cuda -o FILE.profile [--quick] [--threads N] [--name NAME] [--base PROFILE]" -o "$tmp/g.profile"
+bad "no --device" "kiln: usage: kiln calibrate --device cpu|cuda -o FILE.profile [--quick] [--threads N] [--name NAME] [--base PROFILE] [--arch sm_XX]" -o "$tmp/g.profile"
 bad "a bad --threads" 'kiln: --threads: expected a whole number in 1..1024, got "0"' --device cpu --threads 0 -o "$tmp/g.profile"
 check "nothing written on errors" "[ ! -e '$tmp/g.profile' ]"
 echo "1..$n"

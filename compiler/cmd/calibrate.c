@@ -66,9 +66,13 @@
  *
  * The file is written atomically (a temporary file, then rename) and read
  * back with profile_load before the command succeeds: what calibrate
- * writes, the loader reads.  --device cuda needs a GPU and the CUDA device's
- * one-kernel programs; it is refused in one line for now (the shipped GPU
- * profiles are datasheets and estimates, marked so).
+ * writes, the loader reads.
+ *
+ * --device cuda is another program (calibrate_cuda.c: the CUDA runtime
+ * cannot share this process with the CPU one): run_cuda compiles the
+ * library kernels with NVRTC as kiln compile embeds them, into a
+ * temporary folder, and becomes kiln-calibrate-cuda (execv, so under
+ * mpirun the rank is the same process), which reads and removes them.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -83,6 +87,7 @@
 
 #include "calibrate_ew.h"
 #include "cmd.h"
+#include "emit.h"
 #include "kiln_rt.h"
 #include "profile.h"
 
@@ -787,20 +792,58 @@ static void sleeping_barrier(void) {
 }
 
 static void usage_die(void) {
-    die("usage: kiln calibrate --device cpu|cuda -o FILE.profile [--quick] [--threads N] [--name NAME] [--base PROFILE]");
+    die("usage: kiln calibrate --device cpu|cuda -o FILE.profile [--quick] [--threads N] [--name NAME] [--base PROFILE] [--arch sm_XX]");
+}
+
+/* --device cuda: the library cubins into a fresh temporary folder, then
+ * execv kiln-calibrate-cuda from kiln's own folder with the flags. */
+static void run_cuda(const char *out, const char *name, const char *base, const char *arch, int quick, int small) {
+    char exe[4096], tmpl[4096], err[4096];
+    const char *td = getenv("TMPDIR");
+    snprintf(tmpl, sizeof tmpl, "%s/kiln-calibrate-XXXXXX", td && *td ? td : "/tmp");
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 40);
+    if (k <= 0) die("calibrate --device cuda: cannot find the kiln binary (/proc/self/exe)");
+    exe[k] = 0;
+    char *slash = strrchr(exe, '/');
+    strcpy(slash ? slash + 1 : exe, "kiln-calibrate-cuda");
+    if (access(exe, X_OK) != 0) die("calibrate --device cuda: %s: %s (make builds it beside kiln)", exe, strerror(errno));
+    EmitCubin *cb;
+    int n;
+    if (emit_cuda_library_cubins(arch, 1, &cb, &n, err, sizeof err) != 0) die("calibrate --device cuda: %s", err);
+    if (!mkdtemp(tmpl)) die("calibrate --device cuda: cannot make a folder %s: %s", tmpl, strerror(errno));
+    for (int i = 0; i < n; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s.cubin", tmpl, cb[i].name);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(cb[i].data, 1, cb[i].size, f) != cb[i].size || fclose(f) != 0) die("calibrate --device cuda: cannot write %s", path);
+    }
+    emit_cubins_free(cb, n);
+    char *argv[20];
+    int a = 0;
+    argv[a++] = exe, argv[a++] = "--cubins", argv[a++] = tmpl, argv[a++] = "--cubins-owned", argv[a++] = "-o", argv[a++] = (char *)out;
+    argv[a++] = "--name", argv[a++] = (char *)name, argv[a++] = "--base", argv[a++] = (char *)base, argv[a++] = "--arch", argv[a++] = (char *)arch;
+    if (quick) argv[a++] = "--quick";
+    if (small) argv[a++] = "--small";
+    argv[a] = NULL;
+    fflush(NULL);
+    execv(exe, argv);
+    die("calibrate --device cuda: cannot run %s: %s", exe, strerror(errno));
 }
 
 int kiln_calibrate_main(int argc, char **argv) {
-    const char *device = NULL, *out = NULL, *name = "cpu-calibrated", *base = "cpu";
+    const char *device = NULL, *out = NULL, *name = NULL, *base = NULL, *arch = NULL;
     Cal C = {0};
+    int small = 0; /* --small: the fake CUDA stack's shapes (tests) */
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (strcmp(f, "--quick") == 0) { C.quick = 1; continue; }
+        if (strcmp(f, "--small") == 0) { small = 1; continue; }
         if (i + 1 >= argc) die("calibrate: %s: missing value (or unknown flag)", f);
         if (strcmp(f, "--device") == 0) device = argv[++i];
         else if (strcmp(f, "-o") == 0) out = argv[++i];
         else if (strcmp(f, "--name") == 0) name = argv[++i];
         else if (strcmp(f, "--base") == 0) base = argv[++i];
+        else if (strcmp(f, "--arch") == 0) arch = argv[++i];
         else if (strcmp(f, "--threads") == 0) {
             char *e;
             long t = strtol(argv[++i], &e, 10);
@@ -810,13 +853,20 @@ int kiln_calibrate_main(int argc, char **argv) {
     }
     if (!device) usage_die();
     if (C.quick) step_target = 0.005;
-    if (strcmp(device, "cuda") == 0)
-        die("calibrate --device cuda: not available yet (it needs a GPU and the CUDA device's one-kernel programs; "
-            "the shipped h100/h200/a100 profiles are datasheets and marked estimates: docs/profiles.md)");
-    if (strcmp(device, "cpu") != 0) die("--device: expected cpu or cuda, got \"%s\"", device);
+    int cuda = strcmp(device, "cuda") == 0;
+    if (!cuda && strcmp(device, "cpu") != 0) die("--device: expected cpu or cuda, got \"%s\"", device);
     if (!out) die("calibrate: -o FILE.profile is required");
+    name = name ? name : cuda ? "cuda-calibrated" : "cpu-calibrated", base = base ? base : cuda ? "h200-sxm" : "cpu";
     if (!*name || strpbrk(name, " \t#") || strlen(name) >= 64) die("--name: expected one word under 64 characters, got \"%s\"", name);
     cmd_check_output("-o", out, NULL, 0);
+    if (cuda && C.threads_given) die("--threads: the CPU's (a GPU rank has no threads to choose)");
+    if (!cuda && (arch || small)) die("%s: only with --device cuda", arch ? "--arch" : "--small");
+    if (cuda) {
+        arch = arch ? arch : "sm_90";
+        if (strncmp(arch, "sm_", 3) != 0 || strspn(arch + 3, "0123456789") < 2 || arch[3 + strspn(arch + 3, "0123456789")] != 0)
+            die("--arch: expected sm_XX (the GPU's compute capability, sm_90 for an H100 or H200), got \"%s\"", arch);
+        run_cuda(out, name, base, arch, C.quick, small);
+    }
     char err[1200];
     if (profile_load(&C.base, base, err, sizeof err) != 0) die("--base: %s", err);
     if (C.threads == 0) C.threads = affinity_cores();

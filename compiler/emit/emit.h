@@ -98,6 +98,10 @@ int emit_cuda_text(const Module *m, FILE *f, char *err, size_t errlen);
 int emit_cuda_cubins(const Module *m, const EmitTarget *t, const char *keep_src, EmitCubin **out, int *n, char *err,
                      size_t errlen);
 void emit_cubins_free(EmitCubin *c, int n);
+/* The library kernels' cubins alone (every kernels/cuda .cu file; attention_tc.cu
+ * only when asked), compiled exactly as emit_cuda_cubins compiles them for
+ * a trainer: what kiln calibrate --device cuda measures. */
+int emit_cuda_library_cubins(const char *arch, int attention_tc, EmitCubin **out, int *n, char *err, size_t errlen);
 
 /* Bytes of scratch the CUDA library launch of node n needs on its stream
  * (kernels/cuda/README.md's sizes; 0 for most ops), rounded up to 256. */

@@ -770,6 +770,15 @@ int emit_cuda_cubins(const Module *m, const EmitTarget *t, const char *keep_src,
     return rc;
 }
 
+int emit_cuda_library_cubins(const char *arch, int attention_tc, EmitCubin **out, int *n, char *err, size_t errlen) {
+    EmitTarget t = {.arch = arch, .attention_tc = attention_tc};
+    *out = NULL, *n = 0;
+    err[0] = 0;
+    int rc = library_cubins(&t, out, n, err, errlen);
+    if (rc != 0) emit_cubins_free(*out, *n), *out = NULL, *n = 0;
+    return rc;
+}
+
 void emit_cubins_free(EmitCubin *c, int n) {
     for (int i = 0; i < n; i++) free(c[i].data);
     free(c);

@@ -84,6 +84,8 @@
  *     CUDA_LAUNCH_BLOCKING=1 every launch runs before it returns, and
  *     returns its own fault.  A segmentation fault inside a kernel kills
  *     the process with the emulator's message (emu.h).
+ *     KILN_FAKE_CUDA_TEST_SLOW=NAME:S (no fault) makes every run of kernel
+ *     NAME S seconds slower: a timing (kiln calibrate --device cuda) must see it.
  *   - Graph capture (cuStreamBeginCapture .. cuStreamEndCapture): work
  *     enqueued on a capturing stream, or on a stream that joined the
  *     capture by waiting on an event recorded in it, is RECORDED instead of
@@ -133,6 +135,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <elf.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -1006,11 +1009,28 @@ static void read_planted_fault(void) {
     planted_at = at ? atoll(at + 1) : 0;
 }
 
+/* KILN_FAKE_CUDA_TEST_SLOW=NAME:SECONDS (tests only): every run of
+ * kernel NAME takes SECONDS longer (a sleep before it), so a test can
+ * check that a timing (kiln calibrate --device cuda) sees that kernel. */
+static void planted_slowness(const char *name) {
+    static char slow_name[256];
+    static double slow_s = -1;
+    if (slow_s < 0) {
+        const char *v = getenv("KILN_FAKE_CUDA_TEST_SLOW"), *colon = v ? strrchr(v, ':') : NULL;
+        snprintf(slow_name, sizeof slow_name, "%.*s", colon ? (int)(colon - v) : 0, colon ? v : "");
+        slow_s = colon ? atof(colon + 1) : 0;
+    }
+    if (slow_s <= 0 || strcmp(name, slow_name) != 0) return;
+    struct timespec t = {(time_t)slow_s, (long)((slow_s - (double)(time_t)slow_s) * 1e9)};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
+}
+
 static CUresult run_op_now(const Op *op) {
     char err[2048] = "";
     switch (op->kind) {
     case OP_KERNEL: {
         const KilnFakeKernel *k = op->f->kernel;
+        planted_slowness(k->name);
         if (kernel_pointers_ok(op, err, sizeof err) != 0) return kernel_fault(op, CUDA_ERROR_ILLEGAL_ADDRESS, err);
         void *stack_ptrs[64], **ptrs = stack_ptrs;
         if (op->args) {
