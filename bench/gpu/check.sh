@@ -14,6 +14,8 @@
 #      and compiled with --offload all (issue 19: every saved value to host
 #      and back on the copy streams): the same bits;
 #   4. GPT-2 124M (batch CHECK_BATCH, seq 1024, lr 1e-4), 10 steps, against the CPU trainer;
+#      then kiln calibrate --device cuda's program (bin/calibrate_cuda, issue
+#      21): this GPU's profile, $OUT/calibrated.profile;
 #   5. speed, GPT-2 124M at batch BATCH, seq 1024, WARM + TIMED steps each:
 #      kiln's trainer (median tokens/s of its log after the warm-up), PyTorch
 #      eager and torch.compile (gpt2_torch.py: bf16 autocast, fused AdamW,
@@ -49,7 +51,8 @@
 # PYTHON (python3).  For testing this script without a GPU, on the fake
 # CUDA stack (tests/cuda_fake; bench/gpu/README.md has the command):
 # CHECK_LD_FIRST (directories put first on the kiln binaries' library path:
-# the fakes), KCHECK_ARGS (extra kcheck flags: --small), SKIP_LEGS (an
+# the fakes), KCHECK_ARGS (extra kcheck flags: --small), CALIBRATE_ARGS
+# (extra calibrate_cuda flags: --small --quick), SKIP_LEGS (an
 # extended regex: legs whose name matches are skipped), CAP_SCALE (each
 # leg's time cap times this: the emulator is slow), TRACE_BIN and
 # TRACE_DATA (the trace leg's trainer and data in place of GPT-2 tc's: a
@@ -93,6 +96,7 @@ main() {
     [ -x "$G/bin/tiny_cudnn_cuda" ] && leg_train tiny_cudnn "$G/bin/tiny_cudnn_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
     [ -x "$G/bin/tiny_ep_cuda" ] && leg_train tiny_ep "$G/bin/tiny_ep_cuda" "$G/data/corpus.txt" "$TINY_FLAGS"
     leg_train gpt2 "$G/bin/gpt2_check_cuda" "$G/$GPT2_DATA" "$GPT2_FLAGS"
+    [ -x "$G/bin/calibrate_cuda" ] && leg_calibrate
     [ -x "$G/bin/gpt2_tc_cuda" ] && leg_speed_kiln kiln_tc "$G/bin/gpt2_tc_cuda" # the fastest kiln today
     [ -x "$G/bin/gpt2_cudnn_cuda" ] && leg_speed_kiln kiln_cudnn "$G/bin/gpt2_cudnn_cuda" # the bar for kiln's attention
     leg_speed_kiln kiln "$G/bin/gpt2_cuda"
@@ -326,6 +330,25 @@ leg_same() {
     record "$leg" "${verdict%% *}" "${verdict#* }"
 }
 leg_nograph() { leg_same "tiny graph vs KILN_NO_GRAPH=1" tiny_nograph "$G/bin/tiny_cuda" KILN_NO_GRAPH=1; }
+
+# leg_calibrate: kiln calibrate --device cuda's program (issue 21) on this
+# GPU, the fields it does not measure from profiles/h200-sxm.profile: the
+# profile is $OUT/calibrated.profile (it comes back with the files)
+leg_calibrate() {
+    local leg="calibrate (cuda profile)"
+    fits "$leg" 60 || return
+    local rc
+    # shellcheck disable=SC2086
+    k "$(cap 150)" "$G/bin/calibrate_cuda" --cubins "$G/cubins" --arch "$ARCH" --base profiles/h200-sxm.profile --name gpu-calibrated \
+        -o "$OUT/calibrated.profile" ${CALIBRATE_ARGS:-} > "$L/calibrate.log" 2>&1
+    rc=$?
+    if [ $rc != 0 ]; then
+        failed "$leg" $rc "$L/calibrate.log"
+        return
+    fi
+    cp "$OUT/calibrated.profile" "$L/calibrated.profile"
+    record "$leg" PASS "$(tail -1 "$L/calibrate.log" | cut -c1-220)"
+}
 
 # leg_speed_kiln NAME BINARY: WARM + TIMED steps of GPT-2 at batch BATCH;
 # speed_NAME.json for the table (kiln: the default attention, kiln_tc: --attention tc)

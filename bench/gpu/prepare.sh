@@ -21,6 +21,8 @@
 #   bin/tiny_ep_cuda, bin/gpt2_ep_cuda   the same with --gemm-epilogue all
 #                        (cuBLASLt's forward and backward epilogues, opt-in until checked here)
 #   bin/kcheck           the kernel checker (kcheck.c), linked like a CUDA trainer
+#   bin/calibrate_cuda   kiln calibrate --device cuda's program (compiler/cmd/
+#                        calibrate_cuda.c), one rank: the GPU's profile (issue 21)
 #   cubins/*.cubin       the library kernels, compiled as kiln compile embeds them (cubins.c)
 #   ref/*_cpu.jsonl      the CPU trainers' logs on the same programs, weights,
 #                        batches and schedule: the loss references
@@ -63,7 +65,7 @@ say() { printf '\n== %s\n' "$*"; }
 die() { echo "prepare.sh: $*" >&2; exit 1; }
 
 say "building kiln and both runtimes in $B"
-make -s -j2 BUILD="$B" "$B/kiln" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" "$B/libkilnrt_cuda.a" "$B/runtime/comm_single.o" "$B/runtime/comm_mpi.o" "$B/libkilnc.a" "$B/corpus.txt"
+make -s -j2 BUILD="$B" "$B/kiln" "$B/runtime/trainer_main.o" "$B/libkilnrt.a" "$B/libkilnrt_cuda.a" "$B/runtime/comm_single.o" "$B/runtime/comm_mpi.o" "$B/libkilnc.a" "$B/corpus.txt" "$B/compiler/cmd/calibrate_cuda.o" "$B/compiler/profile.o"
 # the flags kiln links trainers with (the Makefile's, so kcheck links the same way)
 mkvar() { make -s --no-print-directory BUILD="$B" --eval 'print-%: ; @echo $($*)' "print-$1"; }
 RT_CUDA1_LIBS=$(mkvar RT_CUDA1_LIBS) # one rank: no MPI
@@ -160,6 +162,10 @@ gcc -o "$G/bin/kcheck" -Wl,-u,rtk_attention_cudnn -Wl,-u,rtk_attention_bwd_cudnn
 gcc -o "$W/kcheck_cpu" "$W/kcheck.o" "$W"/twins/*.o "$B/libkilnrt.a" $RT_LIBS
 "$W/kcheck_cpu" --cpu --small > "$W/kcheck_cpu.out" || { tail -5 "$W/kcheck_cpu.out"; die "kcheck --cpu (the harness self-test) failed: $W/kcheck_cpu.out"; }
 tail -1 "$W/kcheck_cpu.out"
+
+say "calibrate_cuda: kiln calibrate --device cuda's program, one rank (no MPI)"
+# shellcheck disable=SC2086
+gcc -o "$G/bin/calibrate_cuda" "$B/compiler/cmd/calibrate_cuda.o" "$B/compiler/profile.o" "$B/runtime/comm_single.o" "$B/libkilnrt_cuda.a" $RT_CUDA1_LIBS
 
 say "shared libraries to carry"
 # what the binaries load, minus the C library (the GPU image's own, newer),
