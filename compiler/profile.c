@@ -324,6 +324,17 @@ int profile_load(Profile *p, const char *path_or_name, char *err, size_t errlen)
     return rc;
 }
 
+int profile_commit(const char *tmp, const char *path, char *err, size_t errlen) {
+    Profile back;
+    char why[1200];
+    if (profile_load(&back, tmp, why, sizeof why) != 0) {
+        unlink(tmp);
+        return fail(err, errlen, "the profile written does not read back: %s", why);
+    }
+    if (rename(tmp, path) != 0) return fail(err, errlen, "-o: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    return 0;
+}
+
 void profile_describe(FILE *f, const Profile *p) {
     fprintf(f, "device %s (%s): %.4g GB (%.1f GiB), %.4g TFLOP/s bf16, %.4g TFLOP/s f32, memory %.4g GB/s, "
                "h2d %.4g GB/s, d2h %.4g GB/s, intra %.4g GB/s + %.3g us, inter %.4g GB/s + %.3g us, %d per node\n",

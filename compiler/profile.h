@@ -107,6 +107,10 @@ extern const char *const profile_kind_fields[PK_NKIND]; /* "norm_bw", ... */
  * err: "FILE:LINE: ..." for an unknown, duplicate, negative or non-numeric
  * field, "FILE: missing field X" for a missing one. */
 int profile_load(Profile *p, const char *path_or_name, char *err, size_t errlen);
+/* kiln calibrate's last step: the profile written to tmp must read back
+ * (profile_load), then tmp is renamed to path; else tmp is removed.  0, or
+ * -1 with one line in err. */
+int profile_commit(const char *tmp, const char *path, char *err, size_t errlen);
 
 /* One line: name, memory, peaks, memory and copy bandwidth, links. */
 void profile_describe(FILE *f, const Profile *p);

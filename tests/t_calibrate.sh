@@ -73,5 +73,8 @@ bad "an unknown device" 'kiln: --device: expected cpu or cuda, got "tpu"' --devi
 bad "no -o" "kiln: calibrate: -o FILE.profile is required" --device cpu
 bad "no --device" "kiln: usage: kiln calibrate --device cpu|cuda -o FILE.profile [--quick] [--threads N] [--name NAME] [--base PROFILE] [--arch sm_XX]" -o "$tmp/g.profile"
 bad "a bad --threads" 'kiln: --threads: expected a whole number in 1..1024, got "0"' --device cpu --threads 0 -o "$tmp/g.profile"
+bad "--threads is the CPU's" "kiln: --threads: the CPU's (a GPU rank has no threads to choose)" --device cuda --threads 2 -o "$tmp/g.profile"
+bad "a bad --arch" 'kiln: --arch: expected sm_XX (the GPU'"'"'s compute capability, sm_90 for an H100 or H200), got "90"' --device cuda --arch 90 -o "$tmp/g.profile"
+bad "--arch with the cpu" "kiln: --arch: only with --device cuda" --device cpu --arch sm_90 -o "$tmp/g.profile"
 check "nothing written on errors" "[ ! -e '$tmp/g.profile' ]"
 echo "1..$n"

@@ -755,13 +755,8 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     fprintf(f, "thread_speedup    %.4g   # OpenBLAS sgemm [8n,n]x[n,n] on 1 thread over on %d: n 64 %.3g/%.3g s, n 128 %.3g/%.3g s (the mean, in 1..threads)\n",
             fmin(C->speedup, C->threads < C->cores ? C->threads : C->cores), C->threads, C->sp_one[0], C->sp_all[0], C->sp_one[1], C->sp_all[1]);
     if (fclose(f) != 0) die("-o: cannot write %s: %s", tmp, strerror(errno));
-    Profile back;
-    char err[1200];
-    if (profile_load(&back, tmp, err, sizeof err) != 0) {
-        unlink(tmp);
-        die("calibrate: the profile written does not read back: %s", err);
-    }
-    if (rename(tmp, path) != 0) die("-o: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    char err[1300];
+    if (profile_commit(tmp, path, err, sizeof err) != 0) die("calibrate: %s", err);
 }
 
 /* The runtime's default thread count (dev_cpu.c's cores(), the same rule):

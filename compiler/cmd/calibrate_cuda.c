@@ -597,13 +597,8 @@ static void write_profile(const Result *r, const char *path, const char *name) {
     write_fields(f, &rn);
     write_links(f, &rn);
     if (fclose(f) != 0) die("-o: cannot write %s: %s", tmp, strerror(errno));
-    Profile back;
-    char err[1200];
-    if (profile_load(&back, tmp, err, sizeof err) != 0) {
-        unlink(tmp);
-        die("the profile written does not read back: %s", err);
-    }
-    if (rename(tmp, path) != 0) die("-o: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    char err[1300];
+    if (profile_commit(tmp, path, err, sizeof err) != 0) die("%s", err);
 }
 
 /* ---- the command ---- */
