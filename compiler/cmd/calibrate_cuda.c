@@ -97,7 +97,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -188,7 +187,10 @@ static Call *call(rt_kernel k) {
     x->k = k;
     return x;
 }
-static void val(Call *x, int64_t v) { x->a[x->n++] = v; }
+static void val(Call *x, int64_t v) {
+    if (x->n == MAXA) die("%s: more than %d args (calibrate_cuda.c)", measuring, MAXA);
+    x->a[x->n++] = v;
+}
 static void dev(Call *x, int64_t off) { x->act |= 1u << x->n, val(x, off); }
 static void hst(Call *x, int64_t off) { x->host |= 1u << x->n, val(x, off); }
 static void f64(Call *x, double d) { val(x, rt_f64_bits(d)); }
@@ -448,7 +450,7 @@ static double coll_seconds(int k, int64_t bytes) {
 
 static void measure_links(Links *L) {
     double n = world;
-    L->ntab = small ? 2 : quick ? 3 : 4;
+    L->ntab = small ? 2 : quick ? 4 : 5;
     for (int k = 0; k < NCOLL; k++) {
         double steps = k == 0 ? 2 * (n - 1) : k == 3 ? 1 : n - 1, factor = k == 0 ? 2 * (n - 1) / n : k == 3 ? 1 : (n - 1) / n;
         for (int i = 0; i < L->ntab; i++) {
@@ -660,7 +662,7 @@ int main(int argc, char **argv) {
     Result r = {&base, &G, &A, &K, &L, now() - t0};
     if (rank0) {
         write_profile(&r, out, name);
-        printf("calibrate: %s in %.1f s on %s: bf16 GEMM %.1f TFLOP/s (n %.0f), attention %.1f%% of peak forward, copy %.0f GB/s, "
+        printf("calibrate: %s in %.1f s on %s: bf16 GEMM %.1f TFLOP/s (n %.0f), attention %.1f%% of peak forward, mem_bw %.0f GB/s, "
                "h2d %.1f GB/s, launch %.3g s%s\n",
                out, r.seconds, dev_name, G.peak / 1e12, cbrt(G.mnk[G.n - 1] / 8), 100 * A.ef, K.bw_rate[K.nbw - 1] / 1e9, K.h2d / 1e9, launch_s,
                world > 1 ? "" : ", links not measured (one rank)");
