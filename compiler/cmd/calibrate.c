@@ -75,6 +75,7 @@
  * mpirun the rank is the same process), which reads and removes them.
  */
 #include <cblas.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
 #include <math.h>
@@ -802,6 +803,9 @@ static void run_cuda(const char *out, const char *name, const char *base, const 
     char *slash = strrchr(exe, '/');
     strcpy(slash ? slash + 1 : exe, "kiln-calibrate-cuda");
     if (access(exe, X_OK) != 0) die("calibrate --device cuda: %s: %s (make builds it beside kiln)", exe, strerror(errno));
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); /* the program needs it: say so here, in one line */
+    if (!driver) die("calibrate --device cuda: no CUDA driver on this machine (%s)", dlerror());
+    dlclose(driver);
     EmitCubin *cb;
     int n;
     if (emit_cuda_library_cubins(arch, 1, &cb, &n, err, sizeof err) != 0) die("calibrate --device cuda: %s", err);
