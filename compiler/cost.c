@@ -156,8 +156,9 @@ static int fused_tail(const Graph *g, const Node *n) {
  * internal to its group, which never reach memory.  by_kind (a profile
  * that rates the CPU runtime's kernels one by one, kind_bw): a slice and
  * an embedding as rtk_copy and rtk_embedding move them, the part read and
- * written, the rows gathered (not the whole input or table); without it
- * the roofline's count stays, so GPU profiles predict as before. */
+ * written, the rows gathered (not the whole input or table), as the CUDA
+ * launchers move them too (kiln calibrate --device cuda writes kinds);
+ * without it the roofline's count stays (the shipped profiles). */
 static double node_bytes(const Graph *g, const Node *n, const int *root, int by_kind) {
     int64_t grp = ir_fused_group(n);
     double b = 0;
@@ -314,7 +315,8 @@ static double attention_seconds(const Profile *p, const Graph *g, const Node *n)
     int bwd = n->op == OP_attention_bwd, positioned = n->nin == 3 + 3 * bwd + 2;
     const Type *q = &g->vals[n->in[bwd]].t;
     double f = ir_node_flops(g, n), eff = bwd && p->attn_bwd_eff > 0 ? p->attn_bwd_eff : p->attn_eff;
-    if (positioned && profile_by_kind(p)) f *= pos_factor(g, n, q, &g->vals[n->in[bwd + 1]].t); /* the CPU kernel's tiles (above) */
+    if (positioned && profile_by_kind(p) && p->cores > 0) /* the CPU kernel's tiles (above): a CPU profile's (cores), not a GPU's */
+        f *= pos_factor(g, n, q, &g->vals[n->in[bwd + 1]].t);
     double scores = f / ((bwd ? 10.0 : 4.0) * (double)q->dim[3]), rows = (double)ir_numel(q) / (double)q->dim[3];
     return f / (peak_of(p, q->dt) * eff) + scores * (bwd ? p->attn_bwd_score_s : p->attn_score_s) +
            rows * (bwd ? p->attn_bwd_row_s : p->attn_row_s);

@@ -918,14 +918,14 @@ static void test_p2p_tables(void **state) {
  * order) 64 x 64 + 64 x 256 = 1.25 x 16384.  The FLOPs and scores scale,
  * the rows do not.  Without a cp iota (contiguous: rank 0 holds [0, T):
  * its own block whole, 2 x, the next rank's skipped, 0: 1 on average)
- * and on a profile without the CPU's kinds (the shipped cpu one; GPUs)
- * nothing changes. */
+ * and on a profile without the CPU's kinds (the shipped cpu one) or
+ * without cores (a GPU's, calibrated or not) nothing changes. */
 static void test_pos_attention(void **state) {
     (void)state;
     Profile q, p;
     char err[1200], named[64];
     if (profile_load(&p, "cpu", err, sizeof err)) fail_msg("%s", err);
-    if (profile_plus(&q, "norm_bw 2e9\nattn_score_s 1e-9\nattn_row_s 3e-8\nattn_bwd_eff 0.5\nattn_bwd_score_s 2e-9\nattn_bwd_row_s 5e-8\n", named, err, sizeof err))
+    if (profile_plus(&q, "norm_bw 2e9\nattn_score_s 1e-9\nattn_row_s 3e-8\nattn_bwd_eff 0.5\nattn_bwd_score_s 2e-9\nattn_bwd_row_s 5e-8\ncores 2\n", named, err, sizeof err))
         fail_msg("%s", err);
     remove(named);
     static const struct { int64_t T, S; int dual; double factor; } cases[] = {
@@ -957,6 +957,9 @@ static void test_pos_attention(void **state) {
         NEAR(cost_node_seconds(&q, g, &g->nodes[fw]), 4.0 * D * half * f / (q.peak_flops_f32 * q.attn_eff) + half * f * 1e-9 + rows * 3e-8 + q.launch_s);
         NEAR(cost_node_seconds(&q, g, &g->nodes[bw]), 10.0 * D * half * f / (q.peak_flops_f32 * 0.5) + half * f * 2e-9 + rows * 5e-8 + q.launch_s);
         NEAR(cost_node_seconds(&p, g, &g->nodes[fw]), 4.0 * D * half / (p.peak_flops_f32 * p.attn_eff) + p.launch_s); /* no kinds: the roofline */
+        Profile gpu = q; /* kinds without cores: a GPU's calibrated profile, whose kernel's tiles these are not */
+        gpu.cores = 0;
+        NEAR(cost_node_seconds(&gpu, g, &g->nodes[fw]), 4.0 * D * half / (q.peak_flops_f32 * q.attn_eff) + half * 1e-9 + rows * 3e-8 + q.launch_s);
         prog_free(&P);
     }
 }
