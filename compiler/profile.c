@@ -331,7 +331,11 @@ int profile_commit(const char *tmp, const char *path, char *err, size_t errlen) 
         unlink(tmp);
         return fail(err, errlen, "the profile written does not read back: %s", why);
     }
-    if (rename(tmp, path) != 0) return fail(err, errlen, "-o: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return fail(err, errlen, "-o: cannot rename %s to %s: %s", tmp, path, strerror(e));
+    }
     return 0;
 }
 

@@ -4,7 +4,8 @@
 # mean nothing; the path is what is checked): kiln compiles the library
 # kernels and becomes kiln-calibrate-cuda, which measures through the CUDA
 # runtime and writes a profile the loader reads back, every measured field
-# with its source, the temporary cubins removed; a kernel made 20 ms
+# with its source, nothing left on disk (the cubins travel in a memory
+# file); a kernel made 20 ms
 # slower (KILN_FAKE_CUDA_TEST_SLOW) shows in its kind's rate, so the
 # field times that kernel; under mpirun -np 2 the links are measured over
 # the fake NCCL; without the program beside kiln, one line (the bad
@@ -17,7 +18,7 @@ mkdir -p "$tmp/td"
 
 out=$(TMPDIR=$tmp/td timeout 300 "${FAKE[@]}" "$K" calibrate --device cuda --small --quick -o "$tmp/g.profile" --name gpu1 2>&1)
 say $? "calibrate --device cuda --small --quick on the fakes: $(echo "$out" | tail -1)"
-check "the temporary cubins are removed" "[ -z \"\$(ls -A '$tmp/td')\" ]"
+check "nothing written to TMPDIR (the cubins travel in a memory file)" "[ -z \"\$(ls -A '$tmp/td')\" ]"
 first=$("$K" plan models/tiny.lua --device-profile "$tmp/g.profile" 2>&1 | head -1)
 check "the written profile reads back: $first" "[[ '$first' == 'device gpu1 ($tmp/g.profile)'* ]]"
 pred=$("$K" plan models/tiny.lua --precision bf16 --device-profile "$tmp/g.profile" 2>&1 | grep '^predicted step')
@@ -51,7 +52,7 @@ if command -v mpirun > /dev/null; then
     done
     pm=$("$K" plan models/tiny.lua --dp 2 --device-profile "$tmp/m.profile" 2>&1 | grep -c '^predicted step')
     check "kiln plan --dp 2 reads the measured links" "[ '$pm' = 1 ]"
-    check "no temporary cubins left by either rank" "[ -z \"\$(ls -A '$tmp/td')\" ]"
+    check "nothing written to TMPDIR by either rank" "[ -z \"\$(ls -A '$tmp/td')\" ]"
 else
     notok "mpirun is not installed (make test installs Open MPI: tools/deps.sh)"
 fi
@@ -66,6 +67,12 @@ fi
 out=$(TMPDIR=$tmp/td "${FAKE[@]}" KILN_FAKE_CUDA_DEVICES=0 "$K" calibrate --device cuda --small -o "$tmp/b.profile" 2>&1)
 rc=$?
 check "a driver without a GPU: the runtime's one line ($out)" "[ $rc = 1 ] && [ \"\$(printf '%s\n' \"\$out\" | grep -vc '^fake cuda:')\" = 1 ] && [[ \"\$out\" == *'no CUDA device'* ]]"
+out=$("${FAKE[@]}" "$K" calibrate --device cuda --base nope -o "$tmp/b.profile" 2>&1)
+rc=$?
+check "a bad --base is refused before the kernels compile: one line ($out)" "[ $rc = 1 ] && [ \"\$(printf '%s\n' \"\$out\" | wc -l)\" = 1 ] && [[ \"\$out\" == 'kiln: --base: '* ]]"
+out=$(TMPDIR=$tmp/td "${FAKE[@]}" OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=1 "$K" calibrate --device cuda --small -o "$tmp/b.profile" 2>&1)
+rc=$?
+check "ranks on two hosts are refused (the links are one node's): one line ($out)" "[ $rc = 1 ] && [ \"\$(printf '%s\n' \"\$out\" | wc -l)\" = 1 ] && [[ \"\$out\" == *'run every rank on one host (2 ranks, 1 on this one)'* ]]"
 cp "$K" "$tmp/kiln"
 out=$("$tmp/kiln" calibrate --device cuda -o "$tmp/b.profile" 2>&1)
 rc=$?

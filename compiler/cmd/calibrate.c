@@ -70,14 +70,15 @@
  *
  * --device cuda is another program (calibrate_cuda.c: the CUDA runtime
  * cannot share this process with the CPU one): run_cuda compiles the
- * library kernels with NVRTC as kiln compile embeds them, into a
- * temporary folder, and becomes kiln-calibrate-cuda (execv, so under
- * mpirun the rank is the same process), which reads and removes them.
+ * library kernels with NVRTC as kiln compile embeds them, into a memory
+ * file, and becomes kiln-calibrate-cuda (execv, so under mpirun the rank
+ * is the same process), which reads them from the inherited descriptor.
  */
 #include <cblas.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -791,12 +792,11 @@ static void usage_die(void) {
     die("usage: kiln calibrate --device cpu|cuda -o FILE.profile [--quick] [--threads N] [--name NAME] [--base PROFILE] [--arch sm_XX]");
 }
 
-/* --device cuda: the library cubins into a fresh temporary folder, then
- * execv kiln-calibrate-cuda from kiln's own folder with the flags. */
+/* --device cuda: the library cubins into a memory file (memfd: nothing on
+ * disk to clean up, whatever happens next), then execv kiln-calibrate-cuda
+ * from kiln's own folder with the flags and the file's descriptor. */
 static void run_cuda(const char *out, const char *name, const char *base, const char *arch, int quick, int small) {
-    char exe[4096], tmpl[4096], err[4096];
-    const char *td = getenv("TMPDIR");
-    snprintf(tmpl, sizeof tmpl, "%s/kiln-calibrate-XXXXXX", td && *td ? td : "/tmp");
+    char exe[4096], err[4096], fdarg[16];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 40);
     if (k <= 0) die("calibrate --device cuda: cannot find the kiln binary (/proc/self/exe)");
     exe[k] = 0;
@@ -806,20 +806,22 @@ static void run_cuda(const char *out, const char *name, const char *base, const 
     void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); /* the program needs it: say so here, in one line */
     if (!driver) die("calibrate --device cuda: no CUDA driver on this machine (%s)", dlerror());
     dlclose(driver);
+    Profile b;
+    if (profile_load(&b, base, err, sizeof err) != 0) die("--base: %s", err); /* before the compile, not after */
     EmitCubin *cb;
     int n;
     if (emit_cuda_library_cubins(arch, 1, &cb, &n, err, sizeof err) != 0) die("calibrate --device cuda: %s", err);
-    if (!mkdtemp(tmpl)) die("calibrate --device cuda: cannot make a folder %s: %s", tmpl, strerror(errno));
-    for (int i = 0; i < n; i++) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s.cubin", tmpl, cb[i].name);
-        FILE *f = fopen(path, "wb");
-        if (!f || fwrite(cb[i].data, 1, cb[i].size, f) != cb[i].size || fclose(f) != 0) die("calibrate --device cuda: cannot write %s", path);
-    }
+    int fd = memfd_create("kiln-cubins", 0); /* no close-on-exec: the program reads it */
+    if (fd < 0) die("calibrate --device cuda: memfd_create: %s", strerror(errno));
+    FILE *f = fdopen(dup(fd), "wb");
+    for (int i = 0; f && i < n; i++)
+        if (fprintf(f, "%s %zu\n", cb[i].name, cb[i].size) < 0 || fwrite(cb[i].data, 1, cb[i].size, f) != cb[i].size) break;
+    if (!f || ferror(f) || fclose(f) != 0 || lseek(fd, 0, SEEK_SET) != 0) die("calibrate --device cuda: cannot write the cubins to a memory file");
     emit_cubins_free(cb, n);
+    snprintf(fdarg, sizeof fdarg, "%d", fd);
     char *argv[20];
     int a = 0;
-    argv[a++] = exe, argv[a++] = "--cubins", argv[a++] = tmpl, argv[a++] = "--cubins-owned", argv[a++] = "-o", argv[a++] = (char *)out;
+    argv[a++] = exe, argv[a++] = "--cubins-fd", argv[a++] = fdarg, argv[a++] = "-o", argv[a++] = (char *)out;
     argv[a++] = "--name", argv[a++] = (char *)name, argv[a++] = "--base", argv[a++] = (char *)base, argv[a++] = "--arch", argv[a++] = (char *)arch;
     if (quick) argv[a++] = "--quick";
     if (small) argv[a++] = "--small";

@@ -9,10 +9,10 @@
  * (libkilnrt_cuda.a: the launchers, cuBLASLt, NCCL, the CUDA graph), which
  * cannot share a process with the CPU runtime kiln itself links.  So
  * `kiln calibrate --device cuda` compiles the library kernels with NVRTC,
- * exactly as `kiln compile` embeds them, into a temporary folder, and
+ * exactly as `kiln compile` embeds them, into a memory file (memfd), and
  * replaces itself (execv: under mpirun the rank stays the same process)
  * by this program, kiln-calibrate-cuda, built beside kiln; it reads the
- * cubins, removes the folder (--cubins-owned) and measures.  On a GPU
+ * cubins from the inherited descriptor (--cubins-fd) and measures.  On a GPU
  * machine without kiln (no LLVM, no Lua: bench/gpu/), bench/gpu/prepare.sh
  * carries it with the cubins, and check.sh runs it with --cubins.  It
  * links no NVRTC, and no MPI unless it is the multi-rank build (make's:
@@ -23,13 +23,24 @@
  * space), rt_new, a first step (eager: cuBLASLt's heuristics, lazy set-up),
  * a second (captured into a CUDA graph), then timed steps, each replaying
  * the graph, wall-clock around rt_step (which waits for the GPU).  A step
- * of one launch and a step of N launches (N sized so the kernels take
- * about 2 ms: 1 ms under --quick) give the kernel's time as their
- * difference over N-1, less launch_overhead_s: the step's fixed cost (the
- * graph launch, the synchronisation) cancels, and the launch's cost is
- * the field cost.c adds to every node.  Each time is the median of the
- * timed steps (9; --quick 5).  Under mpirun every rank measures its own
- * GPU at once (as ranks train) and the slowest rank's median counts.
+ * of n1 launches and a step of n2 (n2 - n1 sized so the kernels take about
+ * 2 ms: 1 ms under --quick) give the kernel's time as their difference
+ * over n2 - n1, less launch_overhead_s: the step's fixed cost (the graph
+ * launch, the synchronisation) cancels, and the launch's cost is the field
+ * cost.c adds to every node.  Each time is the median of the timed steps
+ * (9; --quick 5).  Three things a GPU would otherwise fake: the kinds'
+ * single rates rotate over copies of their buffers (256 MiB in all, n1
+ * one launch per copy), so a kernel whose tensors fit the L2 cache (50 MB
+ * on an H200) still reads DRAM as a step's large tensors do (the
+ * mem_bw_table's sizes do not: a small tensor sits in L2 in a step too);
+ * the GEMM and attention inputs are random bf16, not the zeros rt_new
+ * gives (tensor cores on zeros draw less power and hold higher clocks);
+ * and half a second of copies runs first, so the clocks are up before
+ * launch_overhead_s, which every kernel subtracts, is measured.  Under
+ * mpirun every rank measures its own GPU at once (as ranks train) and the
+ * slowest rank's median counts; every rank must be on one host (the
+ * links measured are a node's: refused in one line otherwise), and each
+ * measurement's program makes NCCL communicators anew (expect minutes).
  *
  * The fields, and what measures them (bytes as cost.c's node_bytes counts
  * the node after the precision pass: bf16 activations, f32 gradients of
@@ -54,8 +65,9 @@
  *                         layernorm_bwd, cross_entropy, cross_entropy_fused
  *                         (xent_bwd_bw: the kind cost.c gives the fused op),
  *                         copy, sumto, adamw and sumsq (16 Mi floats);
- *   copy_bw_table         rtk_copy of the attention's head permute [R,H,D]
- *                         -> [H,R,D] in bf16 at D 16, 64, 128, and one run;
+ *   copy_bw_table         rtk_copy of 32 Mi bf16 (--quick 8 Mi) as the
+ *                         attention's head permute [R,8,D] -> [8,R,D] at D
+ *                         16, 64, 128, and as one run;
  *   mem_bw, mem_bw_table  rtk_copy of one contiguous run (what a fused
  *                         elementwise kernel does: 16 bytes a thread) of
  *                         64 KiB .. 256 MiB by 4x (--quick .. 16 MiB),
@@ -66,7 +78,11 @@
  *   h2d_bw, d2h_bw        rtk_reload / rtk_offload of 256 MiB (--quick 64)
  *                         between the act space and the pinned host space:
  *                         the offload pass's copies;
- *   memory_bytes          cuMemGetInfo's total;
+ *   memory_bytes          cuMemGetInfo's free memory with the runtime's
+ *                         context, streams and workspaces up (plus the act
+ *                         space of the program that measured it): what a
+ *                         program's spaces may use (the total is in the
+ *                         comment);
  *   intra_*, *_alpha_s, *_beta, *_table   under mpirun with 2 or more
  *                         ranks: rtk_allreduce, rtk_allgather,
  *                         rtk_reducescatter (NCCL, bf16) and rtk_send /
@@ -149,14 +165,22 @@ typedef struct {
 static Call calls[2];
 static int ncalls, nlaunch;
 static int64_t act_top, host_top, scratch_need;
+/* Rotation: launch r uses copy r % nsets of the act buffers, so a kernel
+ * whose buffers fit in the GPU's L2 (50 MB on an H200) still reads DRAM,
+ * as a training step's large tensors do (a kernel repeated on the same
+ * buffers would time the cache).  random_fill: the act space filled with
+ * bf16 values in [-1, 1) (a GEMM on zeros draws less power and holds
+ * higher clocks than on data). */
+enum { ROTATE_BYTES = 256 << 20 };
+static int rotate, random_fill, nsets = 1;
 
 static void calib_step(rt_ctx *c, char *const *sp) {
     for (int r = 0; r < nlaunch; r++)
         for (int j = 0; j < ncalls; j++) {
             const Call *x = &calls[j];
-            int64_t a[MAXA];
+            int64_t a[MAXA], set = (int64_t)(r % nsets) * act_top;
             for (int i = 0; i < x->n; i++)
-                a[i] = x->act >> i & 1 ? rt_ptr_arg(sp[RT_SPACE_ACT] + x->a[i])
+                a[i] = x->act >> i & 1 ? rt_ptr_arg(sp[RT_SPACE_ACT] + set + x->a[i])
                        : x->host >> i & 1 ? rt_ptr_arg(sp[RT_SPACE_HOST] + x->a[i])
                                           : x->a[i];
             rt_launch(c, 0, x->k, a, x->n, measuring);
@@ -169,7 +193,11 @@ static rt_program prog = {.abi_version = RT_ABI_VERSION, .model = "calibrate", .
 /* A new measurement: no calls, empty spaces. */
 static void begin(const char *what) {
     measuring = what;
-    ncalls = 0, act_top = 0, host_top = 0, scratch_need = 0;
+    ncalls = 0, act_top = 0, host_top = 0, scratch_need = 0, rotate = 0, random_fill = 0;
+}
+static void begin_dram(const char *what) { /* a kind's single rate: its buffers rotated, from DRAM */
+    begin(what);
+    rotate = 1;
 }
 static int64_t buf(int64_t bytes) { /* a buffer in the act space: its offset */
     int64_t off = act_top;
@@ -195,16 +223,39 @@ static void dev(Call *x, int64_t off) { x->act |= 1u << x->n, val(x, off); }
 static void hst(Call *x, int64_t off) { x->host |= 1u << x->n, val(x, off); }
 static void f64(Call *x, double d) { val(x, rt_f64_bits(d)); }
 
-static double mem_total;
+static double mem_total, mem_free; /* cuMemGetInfo: total; free with a context up, plus that program's act space */
 static int dev_name_set;
 static char dev_name[256] = "?";
 
 /* The median wall-clock seconds of a step of `launches` rounds of the
  * calls, after the eager step and the captured one; under several ranks
  * the slowest rank's median. */
+/* The copies of the act buffers a step rotates over (1 without rotation). */
+static int sets_now(void) {
+    if (!rotate || act_top <= 0) return 1;
+    if (small) return 2; /* the fakes: the path, cheaply */
+    int64_t k = (ROTATE_BYTES + act_top - 1) / act_top;
+    return k < 1 ? 1 : k > 16 ? 16 : (int)k;
+}
+
+static void fill_random(rt_ctx *c, int64_t bytes) {
+    uint16_t *h = (uint16_t *)rt_space(c, RT_SPACE_ACT);
+    uint32_t st = 0x2545f491u;
+    for (int64_t i = 0; i < bytes / 2; i++) { /* bf16 of a uniform in [-1, 1): a float's top half */
+        st = st * 1664525u + 1013904223u;
+        float v = (float)(st >> 8) * (2.0f / 16777216.0f) - 1.0f;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        h[i] = (uint16_t)(u >> 16);
+    }
+    char err[600];
+    if (rt_push(c, RT_SPACE_ACT, 0, bytes, err, sizeof err) != 0) die("%s: filling the inputs: %s", measuring, err);
+}
+
 static double time_step(int launches) {
-    nlaunch = launches;
-    prog.space_bytes[RT_SPACE_ACT] = act_top > 0 ? act_top : 256;
+    nlaunch = launches, nsets = sets_now();
+    int64_t act = act_top > 0 ? act_top * nsets : 256;
+    prog.space_bytes[RT_SPACE_ACT] = act;
     prog.space_bytes[RT_SPACE_HOST] = host_top;
     prog.scratch_bytes = scratch_need;
     rt_ctx *c = rt_new(&prog, NULL);
@@ -212,10 +263,11 @@ static double time_step(int launches) {
     if (!dev_name_set) { /* the device, once (a node's GPUs are alike): rt_new made its context current */
         size_t fr = 0, tot = 0;
         CUdevice d;
-        if (cuMemGetInfo(&fr, &tot) == CUDA_SUCCESS) mem_total = (double)tot;
+        if (cuMemGetInfo(&fr, &tot) == CUDA_SUCCESS) mem_free = (double)fr + (double)act, mem_total = (double)tot;
         if (cuDeviceGet(&d, 0) != CUDA_SUCCESS || cuDeviceGetName(dev_name, sizeof dev_name, d) != CUDA_SUCCESS) strcpy(dev_name, "?");
         dev_name_set = 1;
     }
+    if (random_fill) fill_random(c, act);
     char err[800];
     double t[64];
     for (int r = 0; r < reps + 2; r++) { /* the eager step, the captured one, then replays */
@@ -237,13 +289,15 @@ static double time_step(int launches) {
 
 static double launch_s, step_s; /* launch_overhead_s, step_overhead_s */
 
-/* Seconds one launch of the calls takes beyond launch_s: a step of one
- * launch against a step of N (the step's fixed cost cancels). */
+/* Seconds one launch of the calls takes beyond launch_s: a step of n1
+ * launches (one per copy of the buffers: every launch from DRAM when
+ * rotating) against a step of n2 (the step's fixed cost cancels). */
 static double kernel_seconds(void) {
-    double t1 = time_step(1);
-    double each = fmax(t1 - step_s - launch_s, 1e-7);
-    int n = small ? 2 : (int)fmin(512, fmax(2, ceil(target / each)));
-    double tn = time_step(n), per = (tn - t1) / (n - 1);
+    int n1 = sets_now();
+    double t1 = time_step(n1);
+    double each = fmax((t1 - step_s) / n1 - launch_s, 1e-7);
+    int n2 = n1 + (small ? 1 : (int)fmin(512, fmax(n1, ceil(target / each))));
+    double t2 = time_step(n2), per = (t2 - t1) / (n2 - n1);
     return fmax(per - launch_s, 0.05 * fmax(per, 1e-9)); /* noise never makes a kernel free */
 }
 
@@ -271,6 +325,7 @@ static void measure_gemm(Gemms *G, double base_peak) {
     for (int i = 0; i < G->n; i++) {
         int64_t n = sz[i], m = 8 * n;
         begin("rtk_gemm bf16 [8n,n]x[n,n]");
+        random_fill = 1;
         Call *x = call(rtk_gemm);
         dev(x, buf(2 * m * n)), dev(x, buf(2 * n * n)), dev(x, buf(2 * m * n));
         val(x, 1), val(x, m), val(x, n), val(x, n), val(x, 0), val(x, 0), val(x, 0), val(x, 0), val(x, 0), f64(x, 0);
@@ -289,7 +344,8 @@ typedef struct {
 /* Seconds of one attention launch (fwd or bwd) through launcher k. */
 static double attention_at(const Attn *A, rt_kernel k, int bwd) {
     int64_t nq = (int64_t)A->B * A->H * A->T * A->D, nl = (int64_t)A->B * A->H * A->T;
-    begin(bwd ? "rtk_attention_bwd" : "rtk_attention");
+    begin_dram(bwd ? "rtk_attention_bwd" : "rtk_attention");
+    random_fill = 1;
     Call *x = call(k);
     int64_t q = buf(2 * nq), kk = buf(2 * nq), v = buf(2 * nq), o = buf(2 * nq), lse = buf(4 * nl);
     if (bwd) {
@@ -335,8 +391,9 @@ static void copy3(Call *x, int64_t src, int64_t dst, const int64_t d[3], const i
     for (int i = 0; i < 5; i++) val(x, i < 3 ? ds[i] : 0);
 }
 
-static double contiguous_copy_rate(int64_t n) { /* n bf16 elements as one run */
+static double contiguous_copy_rate(int64_t n, int dram) { /* n bf16 elements as one run */
     begin("rtk_copy (one run)");
+    rotate = dram;
     int64_t d[3] = {n, 1, 1}, s[3] = {1, 1, 1};
     copy3(call(rtk_copy), buf(2 * n), buf(2 * n), d, s, s);
     return rate(4.0 * (double)n);
@@ -347,57 +404,57 @@ static void measure_copies(Kinds *K) {
     static const int64_t Ds[3] = {16, 64, 128};
     for (int i = 0; i < 3; i++) { /* the head permute [R,H,D] -> [H,R,D] */
         int64_t D = Ds[i], H = 8, R = n / (H * D);
-        begin("rtk_copy (head permute)");
+        begin_dram("rtk_copy (head permute)");
         int64_t d[3] = {R, H, D}, ss[3] = {H * D, D, 1}, ds[3] = {D, R * D, 1};
         copy3(call(rtk_copy), buf(2 * n), buf(2 * n), d, ss, ds);
         K->run[i] = 2.0 * (double)D, K->run_rate[i] = rate(4.0 * (double)n);
     }
-    K->run[3] = 2.0 * (double)n, K->run_rate[3] = contiguous_copy_rate(n);
+    K->run[3] = 2.0 * (double)n, K->run_rate[3] = contiguous_copy_rate(n, 1);
     K->bw[PK_COPY] = K->run_rate[3];
     /* mem_bw_table: 64 KiB .. 256 MiB moved (read + written) by 4x */
     K->nbw = small ? 3 : quick ? 5 : 7;
     for (int i = 0; i < K->nbw; i++) {
         int64_t moved = ((int64_t)64 << 10) << (2 * i);
         if (small) moved = (int64_t)1024 << (2 * i);
-        K->bw_bytes[i] = (double)moved, K->bw_rate[i] = contiguous_copy_rate(moved / 4);
+        K->bw_bytes[i] = (double)moved, K->bw_rate[i] = contiguous_copy_rate(moved / 4, 0); /* by size: the small ones in L2, as a step's are */
     }
 }
 
 static void measure_kinds(Kinds *K) {
     int64_t R = small ? 64 : 8192, C = small ? 256 : 768, V = small ? 256 : 50304, N = small ? 16384 : (int64_t)16 << 20;
     int64_t parts = R < 512 ? R : 512;
-    begin("rtk_layernorm");
+    begin_dram("rtk_layernorm");
     Call *x = call(rtk_layernorm);
     dev(x, buf(2 * R * C)), dev(x, buf(2 * C)), dev(x, buf(2 * C)), dev(x, buf(2 * R * C)), val(x, R), val(x, C), f64(x, 1e-5);
     K->bw[PK_NORM] = rate(2.0 * (2 * R * C + 2 * C));
-    begin("rtk_layernorm_bwd");
+    begin_dram("rtk_layernorm_bwd");
     x = call(rtk_layernorm_bwd);
     dev(x, buf(2 * R * C)), dev(x, buf(2 * R * C)), dev(x, buf(2 * C)), dev(x, buf(2 * R * C)), dev(x, buf(4 * C)), dev(x, buf(4 * C));
     val(x, R), val(x, C), f64(x, 1e-5);
     scratch_need = parts * 2 * C * 4;
     K->bw[PK_NORM_BWD] = rate(2.0 * 3 * R * C + 2.0 * C + 8.0 * C);
-    begin("rtk_cross_entropy");
+    begin_dram("rtk_cross_entropy");
     x = call(rtk_cross_entropy);
     dev(x, buf(2 * R * V)), dev(x, buf(4 * R)), dev(x, buf(4 * R)), val(x, R), val(x, V); /* zero targets: in range */
     K->bw[PK_XENT] = rate(2.0 * R * V + 8.0 * R);
-    begin("rtk_cross_entropy_fused");
+    begin_dram("rtk_cross_entropy_fused");
     x = call(rtk_cross_entropy_fused);
     dev(x, buf(4 * R)), dev(x, buf(2 * R * V)), dev(x, buf(4 * R)), dev(x, buf(2 * R * V)), dev(x, buf(4 * R)), val(x, R), val(x, V);
     K->bw[PK_XENT_BWD] = rate(4.0 * R * V + 12.0 * R);
-    begin("rtk_sumto");
+    begin_dram("rtk_sumto");
     x = call(rtk_sumto); /* a bias's gradient: bf16 [R,C] -> f32 [C] */
     dev(x, buf(2 * R * C)), dev(x, buf(4 * C)), val(x, 2), val(x, R), val(x, C), val(x, 1), val(x, 1), val(x, 1);
     val(x, 0), val(x, 1), val(x, 0), val(x, 0), val(x, 0), val(x, RT_BF16), val(x, RT_F32);
     int64_t sparts = (R + 255) / 256;
     scratch_need = (sparts < 1024 ? sparts : 1024) * C * 4;
     K->bw[PK_SUMTO] = rate(2.0 * R * C + 4.0 * C);
-    begin("rtk_adamw");
+    begin_dram("rtk_adamw");
     x = call(rtk_adamw);
     int64_t p = buf(4 * N), m = buf(4 * N), v = buf(4 * N), sc = buf(16);
     dev(x, p), dev(x, buf(4 * N)), dev(x, m), dev(x, v), dev(x, sc), dev(x, sc + 4), dev(x, sc + 8), dev(x, p), dev(x, m), dev(x, v);
     val(x, N), f64(x, 0.9), f64(x, 0.95), f64(x, 1e-8), f64(x, 0.0);
     K->bw[PK_ADAMW] = rate(4.0 * (7 * N + 3));
-    begin("rtk_sumsq");
+    begin_dram("rtk_sumsq");
     x = call(rtk_sumsq);
     dev(x, buf(4 * N)), dev(x, buf(4)), val(x, N), val(x, RT_F32);
     int64_t qparts = (N + 2047) / 2048;
@@ -465,35 +522,52 @@ static void measure_links(Links *L) {
 
 /* ---- the cubins ---- */
 
-static int by_name(const void *a, const void *b) { return strcmp(((const rt_cubin *)a)->name, ((const rt_cubin *)b)->name); }
+static void add_cubin(const char *name, unsigned char *data, long size) {
+    rt_cubin *more = realloc(cubins, (size_t)(ncubins + 1) * sizeof *cubins);
+    char *copy = strdup(name);
+    if (!more || !copy) die("out of memory");
+    cubins = more;
+    cubins[ncubins++] = (rt_cubin){copy, data, size};
+}
 
-/* Every DIR/<stem>.cubin, named <stem>; the folder removed after when owned. */
-static void load_cubins(const char *dir, int owned) {
+/* Every DIR/<stem>.cubin, named <stem> (bench/gpu/prepare.sh writes them). */
+static void load_cubin_dir(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) die("--cubins %s: %s", dir, strerror(errno));
     for (struct dirent *e; (e = readdir(d));) {
         size_t len = strlen(e->d_name);
-        if (len < 7 || strcmp(e->d_name + len - 6, ".cubin") != 0) continue;
-        char path[4096];
+        if (len < 7 || len > 200 || strcmp(e->d_name + len - 6, ".cubin") != 0) continue;
+        char path[4400], name[200];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(name, sizeof name, "%.*s", (int)(len - 6), e->d_name);
         FILE *f = fopen(path, "rb");
         long size = -1;
         if (!f || fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET) != 0) die("--cubins: cannot read %s", path);
         unsigned char *data = malloc((size_t)size);
-        char *name = strndup(e->d_name, len - 6);
-        rt_cubin *more = realloc(cubins, (size_t)(ncubins + 1) * sizeof *cubins);
-        if (!data || !name || !more) die("out of memory");
-        cubins = more;
-        if (fread(data, 1, (size_t)size, f) != (size_t)size) die("--cubins: cannot read %s", path);
+        if (!data || fread(data, 1, (size_t)size, f) != (size_t)size) die("--cubins: cannot read %s", path);
         fclose(f);
-        cubins[ncubins++] = (rt_cubin){name, data, size};
-        if (owned && unlink(path) != 0) die("--cubins %s: cannot remove it: %s", path, strerror(errno));
+        add_cubin(name, data, size);
     }
     closedir(d);
-    if (owned && rmdir(dir) != 0) die("--cubins %s: cannot remove the folder: %s", dir, strerror(errno));
-    if (ncubins == 0) die("--cubins %s: no .cubin files (kiln calibrate --device cuda or bench/gpu/prepare.sh writes them)", dir);
-    qsort(cubins, (size_t)ncubins, sizeof *cubins, by_name);
 }
+
+/* kiln calibrate's memory file: "NAME SIZE\n" then SIZE bytes, per cubin. */
+static void load_cubin_fd(const char *arg) {
+    char *e;
+    long fd = strtol(arg, &e, 10);
+    FILE *f = *arg && !*e && fd >= 0 ? fdopen((int)fd, "rb") : NULL;
+    if (!f) die("--cubins-fd %s: not an open descriptor (kiln calibrate --device cuda passes it)", arg);
+    char name[200];
+    long size;
+    while (fscanf(f, "%199s %ld", name, &size) == 2 && fgetc(f) == '\n') {
+        unsigned char *data = size > 0 ? malloc((size_t)size) : NULL;
+        if (!data || fread(data, 1, (size_t)size, f) != (size_t)size) die("--cubins-fd: cubin %s is cut short", name);
+        add_cubin(name, data, size);
+    }
+    fclose(f);
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(((const rt_cubin *)a)->name, ((const rt_cubin *)b)->name); }
 
 /* ---- the file ---- */
 
@@ -512,7 +586,10 @@ static void write_fields(FILE *f, const Result *r) {
     const Attn *A = r->A;
     const Kinds *K = r->K;
     fprintf(f, "name              %s\n", b->name);
-    fprintf(f, "memory_bytes      %.6g   # cuMemGetInfo: the device's total memory\n", mem_total > 0 ? mem_total : b->memory_bytes);
+    if (mem_free > 0)
+        fprintf(f, "memory_bytes      %.6g   # cuMemGetInfo: free with the runtime's context, streams and workspaces up (of %.6g total): what a program's spaces may use\n",
+                mem_free, mem_total);
+    else fprintf(f, "memory_bytes      %.6g   # from %s (cuMemGetInfo failed)\n", b->memory_bytes, b->path);
     fprintf(f, "peak_flops_f32    %.6g   # from %s (the CUDA GEMMs take bf16)\n", b->peak_flops_f32, b->path);
     fprintf(f, "peak_flops_bf16   %.6g   # %s\n", G->peak,
             G->peak > b->peak_flops_bf16 ? "rtk_gemm's best rate measured (above the base profile's)" : "from the base profile (the datasheet's dense rate)");
@@ -598,12 +675,25 @@ static void write_profile(const Result *r, const char *path, const char *name) {
     rn.base = &named;
     write_fields(f, &rn);
     write_links(f, &rn);
-    if (fclose(f) != 0) die("-o: cannot write %s: %s", tmp, strerror(errno));
+    if (fclose(f) != 0) {
+        unlink(tmp);
+        die("-o: cannot write %s: %s", tmp, strerror(errno));
+    }
     char err[1300];
     if (profile_commit(tmp, path, err, sizeof err) != 0) die("%s", err);
 }
 
 /* ---- the command ---- */
+
+/* Clocks up before anything is timed (an idle GPU runs at low clocks, and
+ * launch_overhead_s, measured first, is subtracted from every kernel):
+ * about half a second of copies. */
+static void warm_up(void) {
+    begin("warm-up (rtk_copy)");
+    int64_t n = small ? 1024 : (int64_t)32 << 20, d[3] = {n, 1, 1}, one[3] = {1, 1, 1};
+    copy3(call(rtk_copy), buf(2 * n), buf(2 * n), d, one, one);
+    time_step(small ? 1 : 1024);
+}
 
 /* The first of the launchers' variables that is set, else `none`. */
 static int env_int(const char *const *names, int none) {
@@ -615,20 +705,20 @@ static int env_int(const char *const *names, int none) {
 }
 
 static void usage(void) {
-    die("usage: kiln-calibrate-cuda --cubins DIR -o FILE.profile [--quick] [--small] [--arch sm_XX] [--name NAME] [--base PROFILE]");
+    die("usage: kiln-calibrate-cuda --cubins DIR -o FILE.profile [--quick] [--small] [--arch sm_XX] [--name NAME] [--base PROFILE]"
+        " (kiln calibrate --device cuda passes --cubins-fd N in place of --cubins)");
 }
 
 int main(int argc, char **argv) {
-    const char *out = NULL, *dir = NULL, *name = "cuda-calibrated", *base_name = "h200-sxm";
-    int owned = 0;
+    const char *out = NULL, *dir = NULL, *fd = NULL, *name = "cuda-calibrated", *base_name = "h200-sxm";
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (strcmp(f, "--quick") == 0) { quick = 1; continue; }
         if (strcmp(f, "--small") == 0) { small = 1; continue; }
-        if (strcmp(f, "--cubins-owned") == 0) { owned = 1; continue; }
         if (i + 1 >= argc) die("%s: missing value (or unknown flag)", f);
         if (strcmp(f, "-o") == 0) out = argv[++i];
         else if (strcmp(f, "--cubins") == 0) dir = argv[++i];
+        else if (strcmp(f, "--cubins-fd") == 0) fd = argv[++i];
         else if (strcmp(f, "--name") == 0) name = argv[++i];
         else if (strcmp(f, "--base") == 0) base_name = argv[++i];
         else if (strcmp(f, "--arch") == 0) arch = argv[++i];
@@ -636,16 +726,24 @@ int main(int argc, char **argv) {
             if (strcmp(argv[++i], "cuda") != 0) die("--device: this program measures cuda, got \"%s\"", argv[i]);
         } else die("%s: unknown flag", f);
     }
-    if (!out || !dir) usage();
+    if (!out || !dir == !fd) usage();
     if (!*name || strpbrk(name, " \t#") || strlen(name) >= 64) die("--name: expected one word under 64 characters, got \"%s\"", name);
-    load_cubins(dir, owned); /* first: an owned folder goes whatever happens next */
+    if (dir) load_cubin_dir(dir);
+    else load_cubin_fd(fd);
+    if (ncubins == 0) die("no cubins in %s (kiln calibrate --device cuda or bench/gpu/prepare.sh writes them)", dir ? dir : "--cubins-fd");
+    qsort(cubins, (size_t)ncubins, sizeof *cubins, by_name);
     static Profile base;
     char err[1200];
     if (profile_load(&base, base_name, err, sizeof err) != 0) die("--base: %s", err);
     static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
     static const char *const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
+    static const char *const locals[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", NULL};
     world = env_int(sizes, 1), rank0 = env_int(ranks, 0) == 0;
     if (world < 1) world = 1;
+    int local = env_int(locals, world);
+    if (world > 1 && local != world)
+        die("the links measured are one node's: run every rank on one host (%d ranks, %d on this one); the network between nodes is the base profile's", world,
+            local);
     prog.mesh[1] = world, prog.arch = arch, prog.ncubins = ncubins, prog.cubins = cubins;
     if (quick) reps = 5, target = 1e-3;
     if (small) reps = 3;
@@ -654,6 +752,7 @@ int main(int argc, char **argv) {
     static Attn A;
     static Kinds K;
     static Links L;
+    warm_up();
     measure_launch();
     measure_gemm(&G, base.peak_flops_bf16);
     measure_attention(&A, G.peak);
