@@ -12,7 +12,8 @@
 #      losses: |dloss| <= 0.05 at every step, step-1 grad-norm within 5%,
 #      equal learning rates), then again with KILN_NO_GRAPH=1: the same bits,
 #      and compiled with --offload all (issue 19: every saved value to host
-#      and back on the copy streams): the same bits;
+#      and back on the copy streams): the same bits, and its step time
+#      against the plain run's (the offload's overhead);
 #   4. GPT-2 124M (batch CHECK_BATCH, seq 1024, lr 1e-4), 10 steps, against the CPU trainer;
 #      then kiln calibrate --device cuda's program (bin/calibrate_cuda, issue
 #      21): this GPU's profile, $OUT/calibrated.profile;

@@ -15,7 +15,9 @@ machine's alike).
       rounding (lr_cosine on the device against the host's).
   report.py same A.jsonl B.jsonl
       the losses and grad-norms of two runs are the same bits (the trainer
-      prints them with %.9g: f32 round-trips), e.g. graph against eager.
+      prints them with %.9g: f32 round-trips), e.g. graph against eager;
+      then the second's step time against the first's (median tokens/s
+      after step 2): --offload all's overhead in its leg.
   report.py speed LOG.jsonl --warm W
       the median tokens/s of kiln's steps after the first W, and kiln's
       own FLOP count per token (its gflops / tokens_per_s), as one JSON line.
@@ -123,7 +125,15 @@ def cmd_same(argv):
     if diff:
         s = diff[0]
         return verdict(False, f"{len(diff)} of {len(a)} steps differ; step {s}: loss {a[s]['loss']!r} vs {b[s]['loss']!r}")
-    return verdict(True, f"{len(a)} steps, losses and grad-norms bit-identical")
+    text = f"{len(a)} steps, losses and grad-norms bit-identical"
+    # the second run's cost against the first's (e.g. --offload all against none): the median
+    # tokens/s of the steps after the second (step 1 runs eagerly, step 2 captures the graph)
+    ta = [a[s]["tokens_per_s"] for s in a if s > 2 and "tokens_per_s" in a[s]]
+    tb = [b[s]["tokens_per_s"] for s in b if s > 2 and "tokens_per_s" in b[s]]
+    if ta and tb and statistics.median(tb) > 0:
+        ma, mb = statistics.median(ta), statistics.median(tb)
+        text += f"; median tokens/s after step 2: {ma:,.0f} first, {mb:,.0f} second ({100 * (ma / mb - 1):+.1f}% step time)"
+    return verdict(True, text)
 
 
 def cmd_speed(argv):
