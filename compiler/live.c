@@ -532,6 +532,33 @@ static void claim_members(const Graph *g, MemLive *L, const int64_t *kern, const
     free(owner), free(base), free(has);
 }
 
+/* L->rd_at, L->rd: per root r, the nodes reading a value of that buffer,
+ * rd[rd_at[r] .. rd_at[r+1]), each once, in node order (ir_inplace_conflict
+ * reads a value's readers without scanning every node). */
+static void readers_build(const Graph *g, MemLive *L) {
+    int nv = g->nvals, n = g->nnodes, *lastn = xcalloc((size_t)nv + 1, sizeof(int));
+    L->rd_at = xcalloc((size_t)nv + 2, sizeof(int));
+    for (int pass = 0; pass < 2; pass++) {
+        for (int v = 0; v < nv; v++) lastn[v] = -1;
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < g->nodes[i].nin; k++) {
+                int r = L->root[g->nodes[i].in[k]];
+                if (r < 0 || lastn[r] == i) continue;
+                lastn[r] = i;
+                if (pass == 0) L->rd_at[r + 1]++;
+                else L->rd[L->rd_at[r]++] = i;
+            }
+        if (pass == 0) {
+            for (int v = 0; v < nv; v++) L->rd_at[v + 1] += L->rd_at[v];
+            L->rd = xcalloc((size_t)L->rd_at[nv] + 1, sizeof(int));
+        } else {
+            for (int v = nv; v > 0; v--) L->rd_at[v] = L->rd_at[v - 1]; /* the fill moved each start to its end */
+            L->rd_at[0] = 0;
+        }
+    }
+    free(lastn);
+}
+
 static void live_build_with(const Graph *g, MemLive *L, int fast, const char *vslice, const char *vmember) {
     int n = g->nnodes, nv = g->nvals;
     L->nnodes = n, L->nvals = nv, L->oend = L->peer = NULL, L->hb = NULL;
@@ -610,6 +637,7 @@ static void live_build_with(const Graph *g, MemLive *L, int fast, const char *vs
         }
     }
     pull_back_starts(g, L, L->used);
+    readers_build(g, L);
     free(kern), free(outside), free(read);
 }
 
@@ -885,7 +913,7 @@ void ir_live_free(MemLive *L) {
     if (L->hb) host_order_free(L->hb), free(L->hb);
     free(L->oend), free(L->peer);
     free(L->root), free(L->start), free(L->end), free(L->first), free(L->last);
-    free(L->voff), free(L->member), free(L->wstreams);
+    free(L->voff), free(L->member), free(L->wstreams), free(L->rd_at), free(L->rd);
     memset(L, 0, sizeof *L);
 }
 
@@ -924,7 +952,8 @@ int ir_inplace_conflict(const Graph *g, const MemLive *L, int old, int nw, const
         return p;
     }
     int write = L->first[p], sw = g->nodes[p].stream;
-    for (int i = 0; i < g->nnodes; i++) {
+    for (int j = L->rd_at[old]; j < L->rd_at[old + 1]; j++) { /* the nodes reading old's buffer, in order */
+        int i = L->rd[j];
         const Node *n = &g->nodes[i];
         for (int k = 0; k < n->nin; k++) {
             if (L->root[n->in[k]] != old) continue;

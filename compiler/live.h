@@ -74,6 +74,7 @@ typedef struct {
                        * and for reshape-like views; a slice view's start; a concat member's place) */
     char *member;     /* per value: a concat member (below): its producer writes its bytes inside its root's buffer */
     unsigned char *wstreams; /* per root: the streams that write its bytes (its producer's, its members'), a bit each */
+    int *rd_at, *rd;         /* per root r: the nodes reading its buffer, rd[rd_at[r] .. rd_at[r+1]), in node order */
 } MemLive;
 
 /* Views by layout (docs/parallel.md, "Concat and slice as views").  A slice
