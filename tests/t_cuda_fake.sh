@@ -208,8 +208,8 @@ fi
 
 # ---- 5. the CUDA trainer on the fakes vs the CPU trainer ----
 T=$tmp/tiny_cuda
-DATA=$tmp/data.txt # one copy for every run: README.md may change while the test runs
-cp README.md "$DATA" || exit 1
+DATA=$tmp/data.txt # one copy for every run (tests/train.txt: cuda_lib.sh says why)
+cp tests/train.txt "$DATA" || exit 1
 if ! "$K" compile models/tiny.lua "${SHAPE[@]}" --target cuda:sm_90 --emit cuda -o "$T" > "$tmp/log" 2>&1; then
     notok "kiln compile models/tiny.lua --target cuda:sm_90 failed: $(grep -m1 -i 'kiln\|error' "$tmp/log" | head -c 300)"
     echo "1..$n"

@@ -99,7 +99,7 @@ fi
 # the CPU's gradient norm moves 20% by step 5, far outside them.
 F=$B/cuda_fake
 W="$tmp/tiny_w.lua --set batch=2 --set seq=32 --set window=2"
-cp README.md "$tmp/data.txt"
+cp tests/train.txt "$tmp/data.txt"
 gl() { sed 's/.*"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/\1 \2/' "$1" 2>/dev/null; }
 if tests/cuda_fake/build_libs.sh "$F" > "$tmp/log" 2>&1 && tests/cuda_fake/build_kernels.sh kernels/cuda/*.cu -o "$F/libkernels.so" > "$tmp/log" 2>&1 &&
     "$K" compile $W --target cuda:sm_90 --emit cuda -o "$tmp/wcuda" > "$tmp/log" 2>&1 &&
