@@ -227,9 +227,6 @@ static double mem_total, mem_free; /* cuMemGetInfo: total; free with a context u
 static int dev_name_set;
 static char dev_name[256] = "?";
 
-/* The median wall-clock seconds of a step of `launches` rounds of the
- * calls, after the eager step and the captured one; under several ranks
- * the slowest rank's median. */
 /* The copies of the act buffers a step rotates over (1 without rotation). */
 static int sets_now(void) {
     if (!rotate || act_top <= 0) return 1;
@@ -252,6 +249,9 @@ static void fill_random(rt_ctx *c, int64_t bytes) {
     if (rt_push(c, RT_SPACE_ACT, 0, bytes, err, sizeof err) != 0) die("%s: filling the inputs: %s", measuring, err);
 }
 
+/* The median wall-clock seconds of a step of `launches` rounds of the
+ * calls, after the eager step and the captured one; under several ranks
+ * the slowest rank's median. */
 static double time_step(int launches) {
     nlaunch = launches, nsets = sets_now();
     int64_t act = act_top > 0 ? act_top * nsets : 256;
