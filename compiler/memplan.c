@@ -394,14 +394,15 @@ static int any_view(const Graph *g) {
  * slice and concat copy=1, so the verifier, the emitters and any later
  * liveness see the plan's choice; else (memplan_stage_total's private
  * copy) just the smaller plan. */
-static void plan_graph(Graph *g, int mark, int64_t cap) {
+static void plan_graph(Graph *g, int mark, int64_t cap, const Value *without_views) {
     place_all(g);
     if (!ir_views_enabled() || !any_view(g)) return;
     int64_t with = plan_total(g), lbw = getenv("KILN_VIEWS_TRACE") ? live_peak(g, 0) : 0;
     Value *keep = xcalloc((size_t)g->nvals + 1, sizeof(Value));
     memcpy(keep, g->vals, sizeof(Value) * (size_t)g->nvals);
     ir_views_set(0);
-    place_all(g);
+    if (without_views) memcpy(g->vals, without_views, sizeof(Value) * (size_t)g->nvals); /* pass_memplan's: the same plan */
+    else place_all(g);
     int64_t lbo = getenv("KILN_VIEWS_TRACE") ? live_peak(g, 0) : 0;
     ir_views_set(1);
     int64_t without = plan_total(g);
@@ -439,16 +440,21 @@ void pass_memplan(Module *m, const Options *o) {
     (void)o;
     int64_t cap = 0;
     const char *strict = getenv("KILN_VIEWS_STRICT");
+    Value **without = xcalloc((size_t)m->nstages + 1, sizeof(Value *)); /* each stage's plan without views, when made here */
     if (m->nstages > 1 && ir_views_enabled() && !(strict && strcmp(strict, "0"))) {
         ir_views_set(0);
         for (int s = 0; s < m->nstages; s++) {
-            place_all(m->stages[s]);
-            int64_t t = plan_total(m->stages[s]);
+            Graph *g = m->stages[s];
+            place_all(g);
+            int64_t t = plan_total(g);
             cap = t > cap ? t : cap;
+            without[s] = xcalloc((size_t)g->nvals + 1, sizeof(Value)); /* plan_graph needs it again: not packed twice */
+            memcpy(without[s], g->vals, sizeof(Value) * (size_t)g->nvals);
         }
         ir_views_set(1);
     }
-    for (int s = 0; s < m->nstages; s++) plan_graph(m->stages[s], 1, cap);
+    for (int s = 0; s < m->nstages; s++) plan_graph(m->stages[s], 1, cap, without[s]), free(without[s]);
+    free(without);
 }
 
 /* ======================================================================
@@ -999,7 +1005,7 @@ int64_t memplan_stage_total(const Graph *g) {
     Graph copy = *g;
     copy.vals = xcalloc((size_t)g->nvals + 1, sizeof(Value));
     memcpy(copy.vals, g->vals, sizeof(Value) * (size_t)g->nvals);
-    plan_graph(&copy, 0, 0);
+    plan_graph(&copy, 0, 0, NULL);
     int64_t b = 0;
     for (int sp = SPACE_PARAMS; sp <= SPACE_ACT; sp++) b += stage_peak(&copy, sp);
     free(copy.vals);
