@@ -141,11 +141,42 @@ static inline void fit_step(const Buf *p, const Buf *b, int64_t *cur, int64_t *b
     if (p->off + p->size > *cur) *cur = p->off + p->size;
 }
 
-/* Best fit of b among the placed buffers (sorted by offset) live at the same time. */
-static int64_t best_fit(const Buf *placed, int np, const Buf *b) {
+/* Every placed buffer in offset order, as columns: the scan of them all
+ * reads a buffer's lifetime (8 bytes) to skip it, not the whole Buf. */
+typedef struct {
+    int (*life)[2]; /* start, end */
+    int64_t *off, *size;
+    int n;
+} Placed;
+
+/* Best fit of b among the placed buffers live at the same time (fit_step's
+ * scan, the same offsets). */
+static int64_t best_fit(const Placed *P, const Buf *b) {
     int64_t cur = 0, best = -1, best_gap = INT64_MAX;
-    for (int k = 0; k < np; k++) fit_step(&placed[k], b, &cur, &best, &best_gap);
+    for (int k = 0; k < P->n; k++) {
+        if (P->life[k][1] < b->start || b->end < P->life[k][0]) continue;
+        int64_t off = P->off[k], top = off + P->size[k];
+        if (off > cur && off - cur >= b->size && off - cur < best_gap) best = cur, best_gap = off - cur;
+        if (top > cur) cur = top;
+    }
     return best >= 0 ? best : cur;
+}
+
+/* b into P after every buffer at its offset or below (the order a linear
+ * insertion from the end kept). */
+static void placed_insert(Placed *P, const Buf *b) {
+    int lo = 0, hi = P->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (P->off[mid] <= b->off) lo = mid + 1;
+        else hi = mid;
+    }
+    size_t k = (size_t)(P->n - lo);
+    memmove(P->life + lo + 1, P->life + lo, sizeof *P->life * k);
+    memmove(P->off + lo + 1, P->off + lo, sizeof *P->off * k);
+    memmove(P->size + lo + 1, P->size + lo, sizeof *P->size * k);
+    P->life[lo][0] = b->start, P->life[lo][1] = b->end, P->off[lo] = b->off, P->size[lo] = b->size;
+    P->n++;
 }
 
 /* The placed buffers by time: the positions cut into at most PACK_BLOCKS
@@ -209,8 +240,10 @@ static int64_t best_fit_blocks(const Block *blk, int lo, int hi, const Buf *b) {
  * (over[v] >= 0, place_over) gets that input's place, which lives until
  * both are done. */
 static void place_packed(Graph *g, const MemLive *L, const int *over, int space) {
-    Buf *bufs = xcalloc((size_t)g->nvals, sizeof(Buf)), *placed = xcalloc((size_t)g->nvals, sizeof(Buf));
-    int *end = xcalloc((size_t)g->nvals + 1, sizeof(int)), nb = 0, np = 0, maxpos = 0;
+    Buf *bufs = xcalloc((size_t)g->nvals, sizeof(Buf));
+    Placed P = {xcalloc((size_t)g->nvals + 1, sizeof *P.life), xcalloc((size_t)g->nvals + 1, sizeof(int64_t)),
+                xcalloc((size_t)g->nvals + 1, sizeof(int64_t)), 0};
+    int *end = xcalloc((size_t)g->nvals + 1, sizeof(int)), nb = 0, maxpos = 0;
     for (int v = 0; v < g->nvals; v++) end[v] = L->end[v];
     for (int v = 0; v < g->nvals; v++)
         if (over[v] >= 0 && L->end[v] > end[over[v]]) end[over[v]] = L->end[v]; /* over[] points at the first of a chain */
@@ -231,12 +264,8 @@ static void place_packed(Graph *g, const MemLive *L, const int *over, int space)
         /* the blocks when merging their entries (a heap of hi - lo + 1 heads) reads less than all the buffers placed */
         int lg = 0;
         while ((1 << lg) < hi - lo + 1) lg++;
-        b.off = lo <= hi && (double)seen * (lg ? 2 + lg : 1) < np ? best_fit_blocks(blk, lo, hi, &b) : best_fit(placed, np, &b);
-        int at = np; /* keep placed[] sorted by offset */
-        while (at > 0 && placed[at - 1].off > b.off) at--;
-        memmove(placed + at + 1, placed + at, sizeof(Buf) * (size_t)(np - at));
-        placed[at] = b;
-        np++;
+        b.off = lo <= hi && (double)seen * (lg ? 2 + lg : 1) < P.n ? best_fit_blocks(blk, lo, hi, &b) : best_fit(&P, &b);
+        placed_insert(&P, &b);
         for (int q = lo; q <= hi; q++) block_insert(&blk[q], &b);
         g->vals[b.v].space = space;
         g->vals[b.v].offset = b.off;
@@ -244,7 +273,7 @@ static void place_packed(Graph *g, const MemLive *L, const int *over, int space)
     for (int v = 0; v < g->nvals; v++)
         if (over[v] >= 0) g->vals[v].space = g->vals[over[v]].space, g->vals[v].offset = g->vals[over[v]].offset;
     for (int q = 0; q < nblk; q++) free(blk[q].b);
-    free(blk), free(bufs), free(placed), free(end);
+    free(blk), free(bufs), free(P.life), free(P.off), free(P.size), free(end);
 }
 
 static void put(Graph *g, int v, int space, int64_t *top) {
