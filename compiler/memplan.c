@@ -204,8 +204,28 @@ static void block_insert(Block *k, const Buf *b) {
     k->n++;
 }
 
+/* best_fit over a few blocks merged in offset order by picking the
+ * smallest head each time (cheaper than a heap for a handful of lists;
+ * the order among equal offsets does not matter to fit_step). */
+static int64_t best_fit_few(const Block *blk, int lo, int hi, const Buf *b) {
+    int64_t cur = 0, best = -1, best_gap = INT64_MAX;
+    const Buf *p[8], *e[8];
+    int m = 0;
+    for (int k = lo; k <= hi; k++)
+        if (blk[k].n) p[m] = blk[k].b, e[m] = blk[k].b + blk[k].n, m++;
+    while (m) {
+        int j = 0;
+        for (int i = 1; i < m; i++)
+            if (p[i]->off < p[j]->off) j = i;
+        fit_step(p[j], b, &cur, &best, &best_gap);
+        if (++p[j] == e[j]) m--, p[j] = p[m], e[j] = e[m];
+    }
+    return best >= 0 ? best : cur;
+}
+
 /* best_fit over blocks lo..hi merged in offset order (a heap of their heads). */
 static int64_t best_fit_blocks(const Block *blk, int lo, int hi, const Buf *b) {
+    if (hi - lo < 8) return best_fit_few(blk, lo, hi, b);
     int64_t cur = 0, best = -1, best_gap = INT64_MAX;
     int heap[PACK_BLOCKS], pos[PACK_BLOCKS], nh = 0;
     for (int k = lo; k <= hi; k++) {
