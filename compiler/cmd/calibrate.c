@@ -662,14 +662,9 @@ static void measure_exchange(Cal *C) {
 /* ---- the file ---- */
 
 static void write_profile(const Cal *C, const char *path, const char *name) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) die("-o: cannot open %s: %s", tmp, strerror(errno));
-    time_t now = time(NULL);
-    char when[64], host[256] = "?";
-    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    gethostname(host, sizeof host - 1);
+    char tmp[4200], when[64], host[256], err[1300];
+    FILE *f = profile_create(path, tmp, sizeof tmp, when, host, err, sizeof err);
+    if (!f) die("%s", err);
     double load[1] = {0};
     FILE *la = fopen("/proc/loadavg", "r");
     if (la) {
@@ -757,7 +752,6 @@ static void write_profile(const Cal *C, const char *path, const char *name) {
     fprintf(f, "thread_speedup    %.4g   # OpenBLAS sgemm [8n,n]x[n,n] on 1 thread over on %d: n 64 %.3g/%.3g s, n 128 %.3g/%.3g s (the mean, in 1..threads)\n",
             fmin(C->speedup, C->threads < C->cores ? C->threads : C->cores), C->threads, C->sp_one[0], C->sp_all[0], C->sp_one[1], C->sp_all[1]);
     if (fclose(f) != 0) die("-o: cannot write %s: %s", tmp, strerror(errno));
-    char err[1300];
     if (profile_commit(tmp, path, err, sizeof err) != 0) die("calibrate: %s", err);
 }
 
@@ -796,12 +790,9 @@ static void usage_die(void) {
  * disk to clean up, whatever happens next), then execv kiln-calibrate-cuda
  * from kiln's own folder with the flags and the file's descriptor. */
 static void run_cuda(const char *out, const char *name, const char *base, const char *arch, int quick, int small) {
-    char exe[4096], err[4096], fdarg[16];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 40);
-    if (k <= 0) die("calibrate --device cuda: cannot find the kiln binary (/proc/self/exe)");
-    exe[k] = 0;
-    char *slash = strrchr(exe, '/');
-    strcpy(slash ? slash + 1 : exe, "kiln-calibrate-cuda");
+    char dir[4000], exe[4100], err[4096], fdarg[16];
+    cmd_exe_dir(dir, sizeof dir);
+    snprintf(exe, sizeof exe, "%s/kiln-calibrate-cuda", dir);
     if (access(exe, X_OK) != 0) die("calibrate --device cuda: %s: %s (make builds it beside kiln)", exe, strerror(errno));
     void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); /* the program needs it: say so here, in one line */
     if (!driver) die("calibrate --device cuda: no CUDA driver on this machine (%s)", dlerror());

@@ -6,7 +6,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *error_prefix = "kiln: ";
 
@@ -56,6 +58,14 @@ void cmd_add_set(KeyVal **sets, int *nsets, const char *key, const char *value) 
     *sets = realloc(*sets, sizeof(KeyVal) * (size_t)(*nsets + 1));
     if (!*sets) die("out of memory");
     (*sets)[(*nsets)++] = (KeyVal){key, value};
+}
+
+void cmd_exe_dir(char *buf, size_t n) {
+    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
+    if (k <= 0) die("cannot find the kiln binary (/proc/self/exe)");
+    buf[k] = 0;
+    char *slash = strrchr(buf, '/');
+    if (slash) *slash = 0;
 }
 
 double cmd_now(void) {

@@ -98,6 +98,8 @@ void cmd_check_fed_inputs(const Module *m, const char *model);
 
 /* Appends key=value to a --set list. */
 void cmd_add_set(KeyVal **sets, int *nsets, const char *key, const char *value);
+/* The folder of the running kiln binary (/proc/self/exe), or die. */
+void cmd_exe_dir(char *buf, size_t n);
 double cmd_now(void); /* seconds, monotonic */
 /* The interpreter's step; exits after the interpreter's one-line error. */
 void cmd_interp_run(Interp *it);

@@ -38,15 +38,6 @@
 #define KILN_RT_LIBS "-lopenblas -lpthread -lm" /* the Makefile passes the runtime's libraries (MPI too) */
 #endif
 
-/* The folder of the running kiln binary: build/ holds libkilnrt.a and runtime/trainer_main.o. */
-static void exe_dir(char *buf, size_t n) {
-    ssize_t k = readlink("/proc/self/exe", buf, n - 1);
-    if (k <= 0) die("cannot find the kiln binary (/proc/self/exe)");
-    buf[k] = 0;
-    char *slash = strrchr(buf, '/');
-    if (slash) *slash = 0;
-}
-
 static void emit_inspection(Args *a, Module *m, const EmitTarget *t, const char *path) {
     FILE *f = fopen(path, "w");
     if (!f) die("--emit: cannot open %s", path);
@@ -64,7 +55,7 @@ static void emit_inspection(Args *a, Module *m, const EmitTarget *t, const char 
  * (after them): space-separated words, or empty. */
 static void link_trainer(const char *out, const char *obj, int cuda, int one_rank) {
     char dir[4096], main_o[4200], rtlib[4200], comm_o[4200];
-    exe_dir(dir, sizeof dir);
+    cmd_exe_dir(dir, sizeof dir); /* build/ holds libkilnrt.a and runtime/trainer_main.o */
     snprintf(main_o, sizeof main_o, "%s/runtime/trainer_main.o", dir);
     snprintf(rtlib, sizeof rtlib, "%s/%s", dir, cuda ? "libkilnrt_cuda.a" : "libkilnrt.a");
     snprintf(comm_o, sizeof comm_o, "%s/runtime/%s", dir, one_rank ? "comm_single.o" : "comm_mpi.o");
