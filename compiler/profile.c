@@ -66,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "profile.h"
@@ -322,6 +323,20 @@ int profile_load(Profile *p, const char *path_or_name, char *err, size_t errlen)
     int rc = parse_file(p, f, p->path, err, errlen);
     fclose(f);
     return rc;
+}
+
+FILE *profile_create(const char *path, char *tmp, size_t tmplen, char when[64], char host[256], char *err, size_t errlen) {
+    snprintf(tmp, tmplen, "%s.tmp%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fail(err, errlen, "-o: cannot open %s: %s", tmp, strerror(errno));
+        return NULL;
+    }
+    time_t now = time(NULL);
+    strftime(when, 64, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    if (gethostname(host, 255) != 0) strcpy(host, "?");
+    host[255] = 0;
+    return f;
 }
 
 int profile_commit(const char *tmp, const char *path, char *err, size_t errlen) {

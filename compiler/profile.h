@@ -107,6 +107,10 @@ extern const char *const profile_kind_fields[PK_NKIND]; /* "norm_bw", ... */
  * err: "FILE:LINE: ..." for an unknown, duplicate, negative or non-numeric
  * field, "FILE: missing field X" for a missing one. */
 int profile_load(Profile *p, const char *path_or_name, char *err, size_t errlen);
+/* kiln calibrate's first step: FILE's temporary name in tmp (PATH.tmpPID),
+ * opened for writing, and when (UTC) and host for its header; NULL with
+ * one line in err.  profile_commit is the last. */
+FILE *profile_create(const char *path, char *tmp, size_t tmplen, char when[64], char host[256], char *err, size_t errlen);
 /* kiln calibrate's last step: the profile written to tmp must read back
  * (profile_load), then tmp is renamed to path; else tmp is removed.  0, or
  * -1 with one line in err. */

@@ -495,8 +495,7 @@ static double coll_seconds(int k, int64_t bytes) {
     Call *x = call(k == 0 ? rtk_allreduce : k == 1 ? rtk_allgather : k == 2 ? rtk_reducescatter : rtk_send);
     int64_t a = buf(2 * n), b = buf(2 * n);
     if (k == 0) dev(x, a), dev(x, b), val(x, n), val(x, RT_AXIS_DP), val(x, RT_BF16);
-    else if (k == 1) dev(x, a), dev(x, b), val(x, 1), val(x, chunk), val(x, 1), val(x, RT_AXIS_DP), val(x, RT_BF16);
-    else if (k == 2) dev(x, a), dev(x, b), val(x, 1), val(x, chunk), val(x, 1), val(x, RT_AXIS_DP), val(x, RT_BF16);
+    else if (k < 3) dev(x, a), dev(x, b), val(x, 1), val(x, chunk), val(x, 1), val(x, RT_AXIS_DP), val(x, RT_BF16); /* [1, chunk, 1] <-> [1, n, 1] */
     else {
         dev(x, a), val(x, 2 * n), val(x, RT_AXIS_DP), val(x, 1), val(x, 7);
         Call *y = call(rtk_recv);
@@ -656,14 +655,9 @@ static void write_links(FILE *f, const Result *r) {
 }
 
 static void write_profile(const Result *r, const char *path, const char *name) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) die("-o: cannot open %s: %s", tmp, strerror(errno));
-    time_t t = time(NULL);
-    char when[64], host[256] = "?";
-    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&t));
-    gethostname(host, sizeof host - 1);
+    char tmp[4200], when[64], host[256], err[1300];
+    FILE *f = profile_create(path, tmp, sizeof tmp, when, host, err, sizeof err);
+    if (!f) die("%s", err);
     fprintf(f, "# Measured by `kiln calibrate --device cuda%s%s` on %s (%s, %s) at %s, %d rank%s, in %.0f s.\n", quick ? " --quick" : "",
             small ? " --small (the fake CUDA stack's shapes: not a measurement)" : "", dev_name, host, arch, when, world, world == 1 ? "" : "s", r->seconds);
     fprintf(f, "# Each number: the median of timed steps of a one-kernel program through the CUDA runtime, its CUDA graph\n"
@@ -679,7 +673,6 @@ static void write_profile(const Result *r, const char *path, const char *name) {
         unlink(tmp);
         die("-o: cannot write %s: %s", tmp, strerror(errno));
     }
-    char err[1300];
     if (profile_commit(tmp, path, err, sizeof err) != 0) die("%s", err);
 }
 
